@@ -1,0 +1,1 @@
+"""Example machine-learning applications that run on the engine."""

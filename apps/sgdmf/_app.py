@@ -1,0 +1,95 @@
+"""SGD matrix factorisation: the sequential loop, made parallel with ``async_for``.
+
+The only changes from the serial program are that the rating list and the factor
+matrices are DDS and the inner loop is an ``async_for``.  Each body touches one row of
+``W`` and one of ``H``, so the planner picks block rotation (the DSGD ring).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import engine as ap
+
+from .._datasets import (
+    RATINGS_HEADER,
+    cache_dir,
+    movielens_100k,
+    parse_rating_line,
+    synthetic_ratings,
+)
+from .._errors import AppError
+
+#: Synthetic data shape for ``-p synthetic=true`` (tests and offline use).
+SYNTHETIC_SHAPE = {"n_users": 300, "n_items": 500, "n_ratings": 20000}
+
+
+def parse_line(line: str) -> object:
+    """Parse one line of a ``.inter`` rating file; ``None`` for the header and blank lines."""
+    if not line.strip() or line == RATINGS_HEADER or line.startswith("user_id"):
+        return None
+    return parse_rating_line(line)
+
+
+def data_path(data: str = "", synthetic: bool = False, seed: int = 0) -> Path:
+    """The rating file to train on: ``data`` if given, generated data, or MovieLens-100K."""
+    if data:
+        return Path(data)
+    if synthetic:
+        shape = SYNTHETIC_SHAPE
+        name = f"synthetic-{shape['n_users']}x{shape['n_items']}-{shape['n_ratings']}-s{seed}.inter"
+        path = cache_dir() / "synthetic" / name
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            synthetic_ratings(path, seed=seed, **shape)
+        return path
+    return movielens_100k()
+
+
+def rmse(A: ap.dvector, W: ap.dvector, H: ap.dvector) -> float:
+    """Root-mean-square training error, built from ``ap.reduce`` (identical on any cluster)."""
+    sq = ap.reduce(A, lambda r: (r.rating - W[r.user] @ H[r.item]) ** 2)
+    return math.sqrt(sq / len(A))
+
+
+def train(
+    epochs: int = 10,
+    rank: int = 32,
+    gamma: float = 0.02,
+    decay: float = 0.95,
+    lam: float = 0.05,
+    init_std: float = 0.1,
+    synthetic: bool = False,
+    data: str = "",
+) -> dict[str, float]:
+    """Factorise the rating matrix; logs training ``rmse`` after every epoch."""
+    if epochs < 0 or rank < 1 or gamma <= 0:
+        raise AppError(
+            f"sgdmf: need epochs >= 0, rank >= 1, gamma > 0 (got {epochs}, {rank}, {gamma})"
+        )
+    A = ap.load(data_path(data, synthetic), parse=parse_line, name="ratings")
+    if len(A) == 0:
+        raise AppError("sgdmf: the rating file has no ratings")
+    n_users = ap.reduce(A, lambda r: r.user, op=max) + 1
+    n_items = ap.reduce(A, lambda r: r.item, op=max) + 1
+    mean = ap.reduce(A, lambda r: r.rating) / len(A)
+    # start every prediction near the global mean so SGD only learns the residual
+    center = math.sqrt(mean / rank)
+    W = ap.dvector(n_users, shape=(rank,), init=ap.init.normal(center, init_std), name="W")
+    H = ap.dvector(n_items, shape=(rank,), init=ap.init.normal(center, init_std), name="H")
+    g = gamma
+
+    def body(j: int) -> None:
+        r = A[j]
+        w = W[r.user]
+        h = H[r.item]
+        err = r.rating - w @ h
+        W[r.user] = w + g * (err * h - lam * w)
+        H[r.item] = h + g * (err * w - lam * h)
+
+    for _ in range(epochs):
+        ap.async_for(0, len(A), body, name="sgd")
+        g *= decay
+        ap.log_objective("rmse", rmse(A, W, H))
+    return {"users": n_users, "items": n_items, "ratings": len(A)}

@@ -1,0 +1,71 @@
+"""The STRADS-AP-style execution engine: distributed data structures and loop operators.
+
+Typical use::
+
+    import engine as ap
+
+    W = ap.dvector(n_users, shape=(rank,), init=ap.init.normal(0, 0.1), name="W")
+    ap.async_for(0, len(A), body, name="sgd")
+"""
+
+from __future__ import annotations
+
+from . import _init as init
+from ._asyncfor import async_for as async_for
+from ._asyncfor import last_order as last_order
+from ._asyncfor import plan_of as plan_of
+from ._dds import dmap as dmap
+from ._dds import dmultimap as dmultimap
+from ._dds import dvector as dvector
+from ._errors import AccessOutsideReconError as AccessOutsideReconError
+from ._errors import BodyError as BodyError
+from ._errors import ClosureRuleError as ClosureRuleError
+from ._errors import DataFormatError as DataFormatError
+from ._errors import DDSError as DDSError
+from ._errors import EngineError as EngineError
+from ._errors import InputFileError as InputFileError
+from ._errors import SessionError as SessionError
+from ._ops import create as create
+from ._ops import join as join
+from ._ops import load as load
+from ._ops import map as map  # noqa: A004
+from ._ops import reduce as reduce
+from ._ops import store as store
+from ._planner import Plan as Plan
+from ._session import Recorder as Recorder
+from ._session import RunResult as RunResult
+from ._session import current as current
+from ._session import log_objective as log_objective
+from ._session import rng as rng
+from ._session import run as run
+
+__all__ = [
+    "AccessOutsideReconError",
+    "BodyError",
+    "ClosureRuleError",
+    "DDSError",
+    "DataFormatError",
+    "EngineError",
+    "InputFileError",
+    "Plan",
+    "Recorder",
+    "RunResult",
+    "SessionError",
+    "async_for",
+    "create",
+    "current",
+    "dmap",
+    "dmultimap",
+    "dvector",
+    "init",
+    "join",
+    "last_order",
+    "load",
+    "log_objective",
+    "map",
+    "plan_of",
+    "reduce",
+    "rng",
+    "run",
+    "store",
+]

@@ -1,0 +1,297 @@
+"""``async_for``: serializable asynchronous execution of a loop body over a range.
+
+First invocation of an operator (or a changed body / range): reconnaissance
+execution, split over the nodes, then a plan built identically on every node.  Every
+invocation then runs the plan round by round: each node runs its tasks on its
+threads, then the rows it wrote flow to every other node.  Because tasks of one round
+never conflict, the final state equals a serial loop over the plan's serialization
+order.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from . import _dds
+from ._closure import check_body
+from ._dds import SLOT_BITS, SLOT_MASK
+from ._errors import BodyError, SessionError
+from ._planner import Plan, Task, make_plan, wavefront_plan
+from ._recon import AccessSets, concat_sets, recon_range
+from ._runtime import RoundWrites
+from ._session import Session, _tls, current
+
+
+@dataclass
+class OpState:
+    """Per-operator cache: reconnaissance sets and the plan, reused while valid."""
+
+    name: str
+    start: int
+    stop: int
+    code: Any
+    sets: AccessSets
+    plan: Plan
+    round_writes: list[list[RoundWrites]]
+    written_dds: list[Any]
+    last_order: np.ndarray | None = None
+    lock_grants: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
+
+
+#: Set by tests/dual tests: force a strategy or a serial order for the next plans.
+PLAN_OVERRIDES: dict[str, Any] = {}
+
+
+def _round_writes(sess: Session, plan: Plan) -> tuple[list[list[RoundWrites]], list[Any]]:
+    out = []
+    written: set[int] = set()
+    for per_node in plan.writes:
+        row = []
+        for gids in per_node:
+            ids = gids >> SLOT_BITS
+            per_dds = []
+            for d in np.unique(ids).tolist():
+                per_dds.append((sess.dds[d], gids[ids == d] & SLOT_MASK))
+                written.add(d)
+            row.append(RoundWrites(per_dds))
+        out.append(row)
+    return out, [sess.dds[d] for d in sorted(written)]
+
+
+def _recon(sess: Session, name: str, inv: int, body: Callable, start: int, stop: int):
+    cl = sess.cluster
+    n = stop - start
+    sess.set_mode("recon")
+    try:
+
+        def share(node: int) -> AccessSets:
+            lo = start + n * node // cl.size
+            hi = start + n * (node + 1) // cl.size
+            return recon_range(sess, name, inv, body, lo, hi)
+
+        parts = cl.run_on_nodes(share)
+    finally:
+        sess.set_mode("driver")
+    return concat_sets(parts)
+
+
+def _plan(sess: Session, name: str, sets: AccessSets) -> Plan:
+    cl = sess.cluster
+    order = PLAN_OVERRIDES.get("order")
+    if order is not None:
+        return wavefront_plan(sets, order, cl.size, cl.threads)
+    strategy = PLAN_OVERRIDES.get("strategy", "auto")
+    return make_plan(sets, cl.size, cl.threads, seed=sess.seed, strategy=strategy)
+
+
+def async_for(
+    start: int,
+    stop: int,
+    body: Callable[[int], Any],
+    *,
+    name: str,
+    checked: bool | None = None,
+) -> None:
+    """Run ``body(j)`` for every ``j`` in ``range(start, stop)``, serializably, in parallel.
+
+    The result equals *some* serial order of the bodies (the plan's serialization
+    order).  Inside the body only DDS elements may be written.
+
+    >>> import engine as ap
+    >>> X = ap.dvector(8, shape=(), init=ap.init.zeros(), name="X")
+    >>> def body(j):
+    ...     X[j] = j * 2.0
+    >>> ap.async_for(0, 8, body, name="double")
+    >>> X.gather().tolist()
+    [0.0, 2.0, 4.0, 6.0, 8.0, 10.0, 12.0, 14.0]
+    """
+    sess = current()
+    if sess.mode != "driver":
+        raise SessionError(
+            f"async_for {name!r} was called inside a loop body; nesting is not supported"
+        )
+    if not isinstance(name, str) or not name:
+        raise TypeError("async_for needs name='...' to identify the operator in plans and traces")
+    start, stop = int(start), int(stop)
+    if stop < start:
+        raise ValueError(f"async_for {name!r}: stop ({stop}) < start ({start})")
+    check_body(name, body)
+    checked = sess.checked if checked is None else checked
+    inv = sess.next_invocation(name)
+    t0 = time.perf_counter()
+    st: OpState | None = sess.ops.get(name)
+    code = getattr(body, "__code__", body)
+    if st is None or st.start != start or st.stop != stop or st.code is not code:
+        sets = _recon(sess, name, inv, body, start, stop)
+        plan = _plan(sess, name, sets)
+        rw, written = _round_writes(sess, plan)
+        st = OpState(name, start, stop, code, sets, plan, rw, written)
+        sess.ops[name] = st
+        sess.recorder.plan_made(name, plan)
+        sess.planner[name] = {
+            "strategy": plan.strategy,
+            "rounds": len(plan.rounds),
+            "imbalance": round(plan.imbalance, 4),
+            "node_imbalance": round(plan.node_imbalance, 4),
+            "bodies": plan.n,
+            "recon_s": round(time.perf_counter() - t0, 6),
+        }
+    t1 = time.perf_counter()
+    _execute(sess, st, body, inv, checked)
+    for d in st.written_dds:
+        d._touch()
+    sess.op_times.setdefault(name, []).append(time.perf_counter() - t1)
+    sess.record_digests(name, inv)
+
+
+def _execute(sess: Session, st: OpState, body: Callable, inv: int, checked: bool) -> None:
+    cl = sess.cluster
+    plan = st.plan
+    op_key = sess.op_key(st.name, inv)
+    sess.set_mode("checked" if checked else "exec")
+    if checked:
+        _dds.CHECKER = _dds._Checker(st.name, st.sets, st.start, _tls)
+    orders: list[np.ndarray] = []  # round-major: nodes of one round never conflict
+    try:
+        for r, rnd in enumerate(plan.rounds):
+            for node in cl.local_nodes:
+                cl.bind(node)
+                orders.append(_run_node_round(sess, st, body, inv, op_key, node, rnd[node]))
+            cl.exchange_rows({p: st.round_writes[r][p] for p in cl.local_nodes}, st.round_writes[r])
+    finally:
+        _dds.CHECKER = None
+        sess.set_mode("driver")
+        cl.bind(cl.local_nodes[0])
+    st.last_order = np.concatenate(orders) if orders else np.empty(0, np.int64)
+    for node in cl.local_nodes:
+        sess.recorder.invocation_done(st.name, inv, node, {"rounds": len(plan.rounds)})
+
+
+def _run_serial(body: Callable, indices: np.ndarray) -> None:
+    tls = _tls
+    for j in indices.tolist():
+        tls.index = j
+        body(j)
+
+
+def _run_node_round(
+    sess: Session, st: OpState, body: Callable, inv: int, op_key: int, node: int, tasks: list[Task]
+) -> np.ndarray:
+    """Run one node's tasks of one round; return the node's serialization order."""
+    if not tasks:
+        return np.empty(0, dtype=np.int64)
+    if sess.cluster.threads == 1 or len(tasks) == 1 and not tasks[0].locked:
+        _tls.op_key = op_key
+        try:
+            for t in tasks:
+                _run_serial(body, t.indices)
+        except Exception as exc:
+            raise BodyError(st.name, inv, getattr(_tls, "index", -1), node, exc) from exc
+        finally:
+            _tls.op_key = None
+        return np.concatenate([t.indices for t in tasks])
+    return _run_threads(sess, st, body, inv, op_key, node, tasks)
+
+
+def _lock_ids(st: OpState, indices: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
+    """Per body: the sorted element ids to lock (its writes, and its reads that someone
+    in the group writes); and the union of ids written by the group."""
+    sets, start = st.sets, st.start
+    group_w = np.unique(
+        np.concatenate(
+            [sets.writes_of(j - start) for j in indices.tolist()] or [np.empty(0, np.int64)]
+        )
+    )
+    per_body = []
+    for j in indices.tolist():
+        k = j - start
+        r = sets.reads_of(k)
+        ids = np.union1d(sets.writes_of(k), r[np.isin(r, group_w)])
+        per_body.append(ids)
+    return per_body, group_w
+
+
+def _run_threads(
+    sess: Session, st: OpState, body: Callable, inv: int, op_key: int, node: int, tasks: list[Task]
+) -> np.ndarray:
+    locked = [t for t in tasks if t.locked]
+    lock_of: dict[int, np.ndarray] = {}
+    locks: dict[int, threading.Lock] = {}
+    if locked:
+        all_idx = np.concatenate([t.indices for t in locked])
+        per_body, group_w = _lock_ids(st, all_idx)
+        locks = {g: threading.Lock() for g in group_w.tolist()}
+        lock_of = dict(zip(all_idx.tolist(), per_body, strict=True))
+    ticket = itertools.count()
+    tickets: list[tuple[int, int, int]] = []  # (ticket, index, thread)
+    tickets_lock = threading.Lock()
+    by_thread: dict[int, list[Task]] = {}
+    for t in tasks:
+        by_thread.setdefault(t.thread, []).append(t)
+
+    def work(thread: int, mine: list[Task]) -> None:
+        _tls.op_key = op_key
+        try:
+            for t in mine:
+                if not t.locked:
+                    _run_serial(body, t.indices)
+                    continue
+                for j in t.indices.tolist():
+                    held = [locks[g] for g in lock_of[j].tolist()]
+                    for lk in held:  # global order: ids are sorted
+                        lk.acquire()
+                    try:
+                        with tickets_lock:
+                            tickets.append((next(ticket), j, thread))
+                        _tls.index = j
+                        body(j)
+                    finally:
+                        for lk in reversed(held):
+                            lk.release()
+        except Exception as exc:
+            raise BodyError(st.name, inv, getattr(_tls, "index", -1), node, exc) from exc
+        finally:
+            _tls.op_key = None
+
+    pool = sess.cluster.pool(node)
+    futures = [pool.submit(work, th, mine) for th, mine in sorted(by_thread.items())]
+    errors = [f.exception() for f in futures]
+    for e in errors:
+        if e is not None:
+            raise e
+    unlocked = [t.indices for t in tasks if not t.locked]
+    tickets.sort()
+    order = unlocked + [np.array([j for _, j, _ in tickets], dtype=np.int64)]
+    if locked:
+        grants: dict[int, list[tuple[int, int]]] = {}
+        for _, j, th in tickets:
+            for g in lock_of[j].tolist():
+                grants.setdefault(g, []).append((th, j))
+        st.lock_grants = grants
+    return np.concatenate(order)
+
+
+def last_order(name: str) -> np.ndarray:
+    """The serialization order of the last invocation of operator ``name`` on this process."""
+    st = current().ops.get(name)
+    if st is None or st.last_order is None:
+        raise KeyError(f"no invocation of operator {name!r} has run in this session")
+    return st.last_order
+
+
+def plan_of(name: str) -> Plan:
+    """The plan of operator ``name`` in the current session."""
+    st = current().ops.get(name)
+    if st is None:
+        raise KeyError(f"no operator {name!r} has run in this session")
+    return st.plan
+
+
+__all__ = ["PLAN_OVERRIDES", "async_for", "last_order", "plan_of"]

@@ -1,0 +1,659 @@
+"""Distributed data structures: ``dvector``, ``dmap`` and ``dmultimap``.
+
+Every node keeps a full-size replica (its *cache*) of each DDS; element ownership
+(range partitioning for ``dvector``, hash partitioning for ``dmap``) decides which
+replica is authoritative for gathers and digests.  Operators keep replicas coherent:
+after every ``async_for`` round the written rows flow to every other node.
+
+A DDS instance changes class with the engine's mode instead of testing a flag on
+every access, so the hot path (``X[i]`` inside a loop body) is one numpy indexing
+operation:
+
+* driver mode (the public class): reads come from the owner's replica, writes go to
+  every local replica (the driver is SPMD, so every rank performs the same write);
+* exec mode: reads and writes go to the replica of the node running the body;
+* recon mode: reconnaissance execution, which logs element ids and keeps writes in
+  a per-body overlay instead of committing them;
+* checked mode: exec mode plus a check that each access is inside the body's
+  reconnaissance sets.
+
+``X[i]`` returns a *copy* of a numeric row: changing it never changes the DDS, and
+``X[i] = v`` (or ``X[i] += v``) is the only way to write, which is what makes every
+write visible to the engine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ._errors import AccessOutsideReconError, DDSError
+
+if TYPE_CHECKING:
+    from ._session import Session
+
+#: Bits reserved for the slot inside a global element id (``dds_id << SLOT_BITS | slot``).
+SLOT_BITS = 40
+SLOT_MASK = (1 << SLOT_BITS) - 1
+_MISSING = object()
+
+
+def stable_hash(key: Any) -> int:
+    """A process-independent hash (Python's ``hash`` of ``str`` is salted per process)."""
+    if isinstance(key, (int, np.integer)):
+        return int(key)
+    return int.from_bytes(hashlib.blake2b(repr(key).encode(), digest_size=8).digest(), "little")
+
+
+class _Recon:
+    """The access log of the body running under reconnaissance execution."""
+
+    __slots__ = ("reads", "writes", "overlay")
+
+    def __init__(self) -> None:
+        self.reads: list[int] = []
+        self.writes: list[int] = []
+        self.overlay: dict[int, Any] = {}
+
+
+class _Checker:
+    """Allowed element ids per loop index, for checked mode."""
+
+    def __init__(self, op: str, sets: Any, start: int, tls: Any) -> None:
+        self.op = op
+        self.sets = sets
+        self.start = start
+        self.tls = tls
+        self._cache: dict[int, tuple[frozenset[int], frozenset[int]]] = {}
+
+    def allowed(self) -> tuple[int, frozenset[int], frozenset[int]]:
+        j = self.tls.index
+        got = self._cache.get(j)
+        if got is None:
+            k = j - self.start
+            w = frozenset(self.sets.writes_of(k).tolist())
+            r = frozenset(self.sets.reads_of(k).tolist()) | w
+            got = self._cache[j] = (r, w)
+        return (j, *got)
+
+
+# Set by the session while a mode other than driver mode is active.
+RECON: _Recon | None = None
+CHECKER: _Checker | None = None
+
+
+class _DDS:
+    """Behaviour shared by every distributed data structure."""
+
+    __slots__ = (
+        "_name",
+        "_id",
+        "_gbase",
+        "_sess",
+        "_bufs",
+        "_buf",
+        "_shape",
+        "_dtype",
+        "_numeric",
+        "_version",
+        "_digest",
+        "__weakref__",
+    )
+    _modes: dict[str, type]
+    kind = "dds"
+
+    def _setup(self, sess: Session, name: str | None, shape: Any, dtype: Any) -> None:
+        self._sess = sess
+        self._numeric = shape is not None
+        if self._numeric:
+            self._shape = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(shape)
+            self._dtype = np.dtype(dtype)
+        else:
+            self._shape = None
+            self._dtype = np.dtype(object)
+        self._id = sess.register(self, name)
+        self._gbase = self._id << SLOT_BITS
+        self._version = 0
+        self._digest = None
+
+    # ----------------------------------------------------------------- identity
+    @property
+    def name(self) -> str:
+        """The name used in traces, digests and error messages."""
+        return self._name
+
+    @property
+    def shape(self) -> tuple[int, ...] | None:
+        """Shape of one numeric element, or ``None`` for Python-object elements."""
+        return self._shape
+
+    def _desc(self, key: Any) -> str:
+        return f"{self._name}[{key!r}]"
+
+    def _touch(self) -> None:
+        self._version += 1
+        self._digest = None
+
+    # ----------------------------------------------------------------- storage
+    def _new_storage(self, n: int) -> Any:
+        if self._numeric:
+            return np.zeros((n, *self._shape), dtype=self._dtype)
+        return [None] * n
+
+    def _read_slot(self, buf: Any, slot: int) -> Any:
+        if self._numeric:
+            return buf[slot].copy()
+        return buf[slot]
+
+    def _coerce(self, value: Any) -> Any:
+        if not self._numeric:
+            return value
+        arr = np.asarray(value, dtype=self._dtype)
+        if arr.shape != self._shape:
+            try:
+                arr = np.broadcast_to(arr, self._shape)
+            except ValueError:
+                raise DDSError(
+                    f"{self._name}: cannot store a value of shape {arr.shape} in an element "
+                    f"of shape {self._shape}"
+                ) from None
+        return arr.copy()
+
+    # ----------------------------------------------------------------- rows for transport
+    def rows(self, node: int, slots: np.ndarray) -> Any:
+        """The values at ``slots`` in ``node``'s replica (numpy block or list)."""
+        buf = self._bufs[node]
+        if self._numeric:
+            return buf[slots]
+        return [buf[s] for s in slots.tolist()]
+
+    def set_rows(self, node: int, slots: np.ndarray, values: Any) -> None:
+        """Overwrite ``slots`` of ``node``'s replica with ``values``."""
+        buf = self._bufs[node]
+        if self._numeric:
+            buf[slots] = values
+        else:
+            for s, v in zip(slots.tolist(), values, strict=True):
+                buf[s] = v
+
+    def row_nbytes(self) -> int:
+        """Bytes of one numeric element."""
+        return int(np.prod(self._shape, dtype=np.int64)) * self._dtype.itemsize
+
+    # ----------------------------------------------------------------- digests
+    def digest(self) -> str:
+        """blake2b digest of the authoritative content (owners' replicas)."""
+        if self._digest is None:
+            h = hashlib.blake2b(digest_size=16)
+            h.update(f"{self.kind}:{self._name}:{self._shape}:{self._dtype.str}".encode())
+            self._hash_into(h)
+            self._digest = h.hexdigest()
+        return self._digest
+
+    def _hash_values(self, h: Any, values: Any) -> None:
+        if self._numeric:
+            h.update(np.ascontiguousarray(values).tobytes())
+        else:
+            for v in values:
+                if isinstance(v, np.ndarray):
+                    h.update(v.dtype.str.encode())
+                    h.update(np.ascontiguousarray(v).tobytes())
+                else:
+                    h.update(repr(v).encode())
+                h.update(b"\x00")
+
+
+# ====================================================================== dvector
+class dvector(_DDS):  # noqa: N801 - the name is part of the user API
+    """A distributed vector of ``n`` elements, range-partitioned over the nodes.
+
+    Elements are fixed-shape numeric rows (give ``shape``) or Python objects.
+
+    >>> import engine as ap
+    >>> W = ap.dvector(4, shape=(2,), init=ap.init.constant(1.0), name="W")
+    >>> W[1] += 2.0
+    >>> W.gather()[:, 0].tolist()
+    [1.0, 3.0, 1.0, 1.0]
+    """
+
+    __slots__ = ("_n", "_bounds")
+    kind = "dvector"
+
+    def __init__(
+        self,
+        n: int,
+        *,
+        shape: int | tuple[int, ...] | None = None,
+        dtype: Any = np.float64,
+        init: Callable[..., np.ndarray] | None = None,
+        data: Iterable[Any] | np.ndarray | None = None,
+        name: str | None = None,
+    ) -> None:
+        from ._session import current
+
+        sess = current()
+        n = int(n)
+        if n < 0:
+            raise DDSError(f"dvector length must be >= 0, got {n}")
+        self._n = n
+        self._setup(sess, name, shape, dtype)
+        P = sess.cluster.size
+        self._bounds = np.array([n * p // P for p in range(P + 1)], dtype=np.int64)
+        if data is not None:
+            if self._numeric:
+                full = np.asarray(data, dtype=self._dtype).reshape((n, *self._shape))
+            else:
+                full = list(data)
+                if len(full) != n:
+                    raise DDSError(f"dvector {self._name}: data has {len(full)} items, n={n}")
+        elif self._numeric and init is not None:
+            full = init(sess.init_rng(self._name), (n, *self._shape), self._dtype)
+        else:
+            full = None
+        self._bufs = {}
+        for node in sess.cluster.local_nodes:
+            if full is None:
+                self._bufs[node] = self._new_storage(n)
+            elif self._numeric:
+                self._bufs[node] = np.array(full, dtype=self._dtype, copy=True)
+            else:
+                self._bufs[node] = list(full)
+        self._buf = self._bufs[sess.cluster.local_nodes[0]]
+
+    # ---------------------------------------------------------------- partitioning
+    def owner(self, i: int) -> int:
+        """The node that owns element ``i``."""
+        return int(np.searchsorted(self._bounds, i, side="right") - 1)
+
+    def owned(self, node: int) -> np.ndarray:
+        """Slots owned by ``node``."""
+        return np.arange(self._bounds[node], self._bounds[node + 1], dtype=np.int64)
+
+    def _slot(self, i: Any) -> int:
+        try:
+            s = int(i)
+        except (TypeError, ValueError):
+            raise DDSError(f"{self._name}: index must be an integer, got {i!r}") from None
+        if s < 0:
+            s += self._n
+        if not 0 <= s < self._n:
+            raise DDSError(f"{self._name}: index {i} out of range for length {self._n}")
+        return s
+
+    def key_of(self, slot: int) -> Any:
+        """The user-facing index of ``slot``."""
+        return slot
+
+    def __len__(self) -> int:
+        return self._n
+
+    # ---------------------------------------------------------------- driver access
+    def _auth_buf(self, slot: int) -> Any:
+        bufs = self._bufs
+        owner = self.owner(slot)
+        return bufs[owner] if owner in bufs else self._buf
+
+    def __getitem__(self, i: Any) -> Any:
+        s = self._slot(i)
+        return self._read_slot(self._auth_buf(s), s)
+
+    def __setitem__(self, i: Any, value: Any) -> None:
+        s = self._slot(i)
+        v = self._coerce(value)
+        for buf in self._bufs.values():
+            buf[s] = v
+        self._touch()
+
+    def __iter__(self) -> Iterator[Any]:
+        for s in range(self._n):
+            yield self[s]
+
+    def gather(self) -> np.ndarray:
+        """All elements as one numpy array (object dtype for Python elements), in index order."""
+        return self._sess.cluster.gather_owned(self)
+
+    def _hash_into(self, h: Any) -> None:
+        h.update(str(self._n).encode())
+        self._hash_values(h, self.gather())
+
+    def __repr__(self) -> str:
+        what = f"shape={self._shape}, dtype={self._dtype}" if self._numeric else "objects"
+        return f"<dvector {self._name!r} n={self._n} {what}>"
+
+
+class _DVecNumExec(dvector):
+    __slots__ = ()
+
+    def __getitem__(self, i: Any) -> Any:
+        return self._buf[i].copy()
+
+    def __setitem__(self, i: Any, value: Any) -> None:
+        self._buf[i] = value
+
+
+class _DVecObjExec(dvector):
+    __slots__ = ()
+
+    def __getitem__(self, i: Any) -> Any:
+        return self._buf[i]
+
+    def __setitem__(self, i: Any, value: Any) -> None:
+        self._buf[i] = value
+
+
+# ====================================================================== dmap
+class dmap(_DDS):  # noqa: N801 - the name is part of the user API
+    """A distributed map from hashable keys to elements, hash-partitioned over the nodes.
+
+    Keys are inserted by the driver (``M[k] = v`` outside loop bodies, or ``keys=``);
+    loop bodies read and write existing keys.
+    """
+
+    __slots__ = ("_slots", "_keys", "_owners", "_init", "_cap")
+    kind = "dmap"
+
+    def __init__(
+        self,
+        *,
+        shape: int | tuple[int, ...] | None = None,
+        dtype: Any = np.float64,
+        keys: Iterable[Any] = (),
+        init: Callable[..., np.ndarray] | None = None,
+        name: str | None = None,
+    ) -> None:
+        from ._session import current
+
+        sess = current()
+        self._setup(sess, name, shape, dtype)
+        self._slots: dict[Any, int] = {}
+        self._keys: list[Any] = []
+        self._owners: list[int] = []
+        self._init = init
+        self._cap = 0
+        self._bufs = {node: self._new_storage(0) for node in sess.cluster.local_nodes}
+        self._buf = self._bufs[sess.cluster.local_nodes[0]]
+        keys = list(keys)
+        if keys:
+            self._insert_many(keys, self._default_values(len(keys)))
+
+    def _default_values(self, k: int) -> Any:
+        if not self._numeric:
+            return [self._empty_value()] * k
+        if self._init is None:
+            return np.zeros((k, *self._shape), dtype=self._dtype)
+        rng = self._sess.init_rng(f"{self._name}#{len(self._keys)}")
+        return self._init(rng, (k, *self._shape), self._dtype)
+
+    def _empty_value(self) -> Any:
+        return None
+
+    def _insert_many(self, keys: list[Any], values: Any) -> None:
+        P = self._sess.cluster.size
+        start = len(self._keys)
+        for k in keys:
+            if k in self._slots:
+                raise DDSError(f"{self._name}: duplicate key {k!r}")
+            self._slots[k] = len(self._keys)
+            self._keys.append(k)
+            self._owners.append(stable_hash(k) % P)
+        end = len(self._keys)
+        if self._numeric and end > self._cap:
+            cap = max(end, 2 * self._cap, 16)
+            for node, buf in self._bufs.items():
+                grown = np.zeros((cap, *self._shape), dtype=self._dtype)
+                grown[: buf.shape[0]] = buf[: buf.shape[0]]
+                self._bufs[node] = grown
+            self._cap = cap
+        for buf in self._bufs.values():
+            if self._numeric:
+                buf[start:end] = values
+            else:
+                buf.extend(values)
+        self._buf = self._bufs[self._sess.current_node]
+        self._touch()
+
+    def owner(self, key: Any) -> int:
+        """The node that owns ``key``."""
+        return self._owners[self._slot(key)]
+
+    def owned(self, node: int) -> np.ndarray:
+        """Slots owned by ``node``."""
+        own = np.asarray(self._owners, dtype=np.int64)
+        return np.flatnonzero(own == node).astype(np.int64)
+
+    def _slot(self, key: Any) -> int:
+        try:
+            return self._slots[key]
+        except KeyError:
+            raise DDSError(f"{self._name}: no key {key!r}") from None
+        except TypeError:
+            raise DDSError(f"{self._name}: key {key!r} is not hashable") from None
+
+    def key_of(self, slot: int) -> Any:
+        """The key stored at ``slot``."""
+        return self._keys[slot]
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def __contains__(self, key: Any) -> bool:
+        return key in self._slots
+
+    def keys(self) -> list[Any]:
+        """The keys in insertion order."""
+        return list(self._keys)
+
+    def items(self) -> Iterator[tuple[Any, Any]]:
+        """(key, value) pairs in insertion order."""
+        for k in self._keys:
+            yield k, self[k]
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(list(self._keys))
+
+    def __getitem__(self, key: Any) -> Any:
+        s = self._slot(key)
+        owner = self._owners[s]
+        buf = self._bufs.get(owner, self._buf)
+        return self._read_slot(buf, s)
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        v = self._coerce(value)
+        s = self._slots.get(key)
+        if s is None:
+            self._insert_many([key], [v] if not self._numeric else v[None])
+            return
+        for buf in self._bufs.values():
+            buf[s] = v
+        self._touch()
+
+    def gather(self) -> np.ndarray:
+        """All values in key insertion order (object dtype for Python elements)."""
+        return self._sess.cluster.gather_owned(self)
+
+    def _hash_into(self, h: Any) -> None:
+        h.update(repr(self._keys).encode())
+        self._hash_values(h, self.gather())
+
+    def __repr__(self) -> str:
+        return f"<{self.kind} {self._name!r} keys={len(self._keys)}>"
+
+
+class dmultimap(dmap):  # noqa: N801 - the name is part of the user API
+    """A distributed map from keys to tuples of values (hash-partitioned).
+
+    ``M.add(k, v)`` appends in the driver; loop bodies use ``M[k] += (v,)``.
+    """
+
+    __slots__ = ()
+    kind = "dmultimap"
+
+    def __init__(self, *, keys: Iterable[Any] = (), name: str | None = None) -> None:
+        super().__init__(shape=None, keys=keys, name=name)
+
+    def _empty_value(self) -> Any:
+        return ()
+
+    def _coerce(self, value: Any) -> Any:
+        return tuple(value)
+
+    def add(self, key: Any, value: Any) -> None:
+        """Append ``value`` to the tuple stored under ``key`` (driver only)."""
+        if key in self._slots:
+            self[key] = self[key] + (value,)
+        else:
+            self[key] = (value,)
+
+
+class _MapExec:
+    __slots__ = ()
+
+    def __getitem__(self, key: Any) -> Any:
+        try:
+            s = self._slots[key]
+        except KeyError:
+            raise DDSError(f"{self._name}: no key {key!r}") from None
+        return self._read_slot(self._buf, s)
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        s = self._slots.get(key)
+        if s is None:
+            raise DDSError(
+                f"{self._name}: cannot insert key {key!r} inside a loop body; "
+                "insert keys in the driver before the loop"
+            )
+        self._buf[s] = self._coerce(value)
+
+
+# ====================================================================== recon / checked mixins
+class _ReconMixin:
+    """Reconnaissance: log element ids, serve reads, keep writes in an overlay."""
+
+    __slots__ = ()
+
+    def __getitem__(self, key: Any) -> Any:
+        s = self._slot(key)
+        gid = self._gbase | s
+        rec = RECON
+        rec.reads.append(gid)
+        if rec.overlay:
+            v = rec.overlay.get(gid, _MISSING)
+            if v is not _MISSING:
+                return v.copy() if self._numeric else v
+        return self._read_slot(self._buf, s)
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        if self.kind != "dvector" and key not in self._slots:
+            _MapExec.__setitem__(self, key, value)  # raises the insertion error
+        s = self._slot(key)
+        gid = self._gbase | s
+        RECON.writes.append(gid)
+        RECON.overlay[gid] = self._coerce(value)
+
+
+class _DVecRecon(_ReconMixin):
+    """The dvector fast path of reconnaissance (most loops index dvectors by int)."""
+
+    __slots__ = ()
+
+    def __getitem__(self, i: Any) -> Any:
+        if type(i) is not int or i < 0:
+            return _ReconMixin.__getitem__(self, i)
+        gid = self._gbase | i
+        rec = RECON
+        rec.reads.append(gid)
+        if rec.overlay and gid in rec.overlay:
+            v = rec.overlay[gid]
+            return v.copy() if self._numeric else v
+        return self._buf[i].copy() if self._numeric else self._buf[i]
+
+    def __setitem__(self, i: Any, value: Any) -> None:
+        if type(i) is not int or i < 0 or not self._numeric:
+            _ReconMixin.__setitem__(self, i, value)
+            return
+        self._buf[i]  # bounds check: raises IndexError like exec mode would
+        v = np.array(value, dtype=self._dtype)
+        if v.shape != self._shape:
+            v = self._coerce(v)
+        gid = self._gbase | i
+        RECON.writes.append(gid)
+        RECON.overlay[gid] = v
+
+
+class _CheckedMixin:
+    """Exec mode that fails on any access outside the body's reconnaissance sets."""
+
+    __slots__ = ()
+
+    def _check(self, key: Any, write: bool) -> int:
+        s = self._slot(key)
+        gid = self._gbase | s
+        j, reads, writes = CHECKER.allowed()
+        if gid not in (writes if write else reads):
+            what = "wrote" if write else "read"
+            kind = "write" if write else "read"
+            raise AccessOutsideReconError(
+                f"async_for {CHECKER.op!r} index {j} {what} {self._desc(key)}, which is not in "
+                f"its reconnaissance {kind} set: the body's accesses depend on values that "
+                "changed since reconnaissance; make them depend only on the loop index and "
+                "read-only data"
+            )
+        return s
+
+    def __getitem__(self, key: Any) -> Any:
+        s = self._check(key, False)
+        return self._read_slot(self._buf, s)
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        s = self._check(key, True)
+        self._buf[s] = self._coerce(value)
+
+
+def _make_modes(public: type, exec_cls: type | None, exec_obj_cls: type | None) -> None:
+    def derive(mixin: type, tag: str) -> type:
+        return type(f"{public.__name__}[{tag}]", (mixin, public), {"__slots__": ()})
+
+    public._modes = {
+        "driver": public,
+        "exec": exec_cls or derive(_MapExec, "exec"),
+        "exec_obj": exec_obj_cls or exec_cls or derive(_MapExec, "exec"),
+        "recon": derive(_DVecRecon if public is dvector else _ReconMixin, "recon"),
+        "checked": derive(_CheckedMixin, "checked"),
+    }
+    if exec_obj_cls is None and exec_cls is None:
+        public._modes["exec_obj"] = public._modes["exec"]
+
+
+_make_modes(dvector, _DVecNumExec, _DVecObjExec)
+_make_modes(dmap, None, None)
+_make_modes(dmultimap, None, None)
+
+
+def set_mode(dds: _DDS, mode: str) -> None:
+    """Switch ``dds`` to ``mode`` (driver, exec, recon or checked)."""
+    modes = type(dds)._modes
+    if mode == "exec" and not dds._numeric:
+        mode = "exec_obj"
+    dds.__class__ = modes[mode]
+
+
+def public_class(dds: _DDS) -> type:
+    """The user-facing class of ``dds`` whatever its current mode."""
+    return type(dds)._modes["driver"]
+
+
+__all__ = [
+    "CHECKER",
+    "RECON",
+    "SLOT_BITS",
+    "SLOT_MASK",
+    "dmap",
+    "dmultimap",
+    "dvector",
+    "public_class",
+    "set_mode",
+    "stable_hash",
+]

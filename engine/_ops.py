@@ -1,0 +1,192 @@
+"""Pre-training operators: ``load``, ``create``, ``map``, ``reduce``, ``join``, ``store``.
+
+All are collective: every rank calls them with the same arguments (SPMD).  Work on
+elements is done by their owners, then results are shared so that every replica is
+complete.  ``reduce`` folds the mapped values in index order on every node, so its
+result does not depend on the number of nodes — which is what lets a serial and a
+parallel run log bit-identical objectives.
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ._dds import _DDS, dmap, dvector
+from ._errors import DataFormatError, InputFileError
+from ._session import Session, current
+
+
+def load(
+    path: str | os.PathLike[str],
+    *,
+    parse: Callable[[str], Any],
+    name: str | None = None,
+) -> dvector:
+    """Read a text file into a dvector of records, one per line, through ``parse``.
+
+    ``parse(line)`` returns the record, or ``None`` to skip the line (a header or a
+    comment).  An exception from ``parse`` becomes a :class:`DataFormatError` naming
+    the file, the line number and the parser's message.
+    """
+    p = Path(path)
+    try:
+        fh = p.open("r", encoding="utf-8", newline="")
+    except FileNotFoundError:
+        raise InputFileError(f"input file {str(p)!r} does not exist") from None
+    except OSError as exc:
+        raise InputFileError(f"cannot read input file {str(p)!r}: {exc.strerror}") from None
+    records: list[Any] = []
+    with fh:
+        lineno = 0
+        try:
+            for lineno, line in enumerate(fh, start=1):  # noqa: B007 - used in the error
+                rec = parse(line.rstrip("\r\n"))
+                if rec is not None:
+                    records.append(rec)
+        except UnicodeDecodeError as exc:
+            raise DataFormatError(f"{p}:{lineno + 1}: not UTF-8 text ({exc.reason})") from None
+        except Exception as exc:  # noqa: BLE001 - any parser failure is a data error
+            raise DataFormatError(f"{p}:{lineno}: {exc}") from None
+    return dvector(len(records), data=records, name=name)
+
+
+def _owned_values(
+    sess: Session, src: _DDS, fn: Callable[[Any], Any]
+) -> tuple[list[np.ndarray], list[list[Any]]]:
+    """Apply ``fn`` to every element on its owner; return (owned slots, values) per node."""
+    cl = sess.cluster
+    sess.set_mode("exec")
+    try:
+
+        def work(node: int) -> list[Any]:
+            buf = src._bufs[node]
+            if src._numeric:
+                return [fn(buf[s].copy()) for s in src.owned(node).tolist()]
+            return [fn(buf[s]) for s in src.owned(node).tolist()]
+
+        values = cl.run_on_nodes(work)
+    finally:
+        sess.set_mode("driver")
+    return [src.owned(p) for p in range(cl.size)], values
+
+
+def _in_order(n: int, slots: list[np.ndarray], values: list[list[Any]]) -> list[Any]:
+    out: list[Any] = [None] * n
+    for ss, vs in zip(slots, values, strict=True):
+        for s, v in zip(ss.tolist(), vs, strict=True):
+            out[s] = v
+    return out
+
+
+def create(
+    n: int,
+    fn: Callable[[int], Any],
+    *,
+    shape: int | tuple[int, ...] | None = None,
+    dtype: Any = np.float64,
+    name: str | None = None,
+) -> dvector:
+    """A dvector of ``n`` elements where element ``i`` is ``fn(i)`` (computed by its owner)."""
+    sess = current()
+    index = dvector(n, data=range(n), name=None if name is None else f"{name}.index")
+    slots, values = _owned_values(sess, index, fn)
+    return dvector(n, shape=shape, dtype=dtype, data=_in_order(n, slots, values), name=name)
+
+
+def map(  # noqa: A001 - part of the operator vocabulary (ap.map)
+    src: _DDS,
+    fn: Callable[[Any], Any],
+    *,
+    shape: int | tuple[int, ...] | None = None,
+    dtype: Any = np.float64,
+    name: str | None = None,
+) -> _DDS:
+    """A new DDS with ``fn(x)`` for every element ``x`` of ``src`` (same keys for a dmap)."""
+    sess = current()
+    slots, values = _owned_values(sess, src, fn)
+    ordered = _in_order(len(src), slots, values)
+    if isinstance(src, dmap):
+        out = dmap(shape=shape, dtype=dtype, name=name)
+        for k, v in zip(src.keys(), ordered, strict=True):
+            out[k] = v
+        return out
+    return dvector(len(src), shape=shape, dtype=dtype, data=ordered, name=name)
+
+
+def reduce(
+    src: _DDS,
+    fn: Callable[[Any], Any] | None = None,
+    *,
+    op: Callable[[Any, Any], Any] = operator.add,
+    initial: Any = None,
+) -> Any:
+    """Fold ``fn(x)`` over every element of ``src`` with ``op``, in index order.
+
+    The fold order never depends on the number of nodes, so the result is identical
+    on every rank and in serial and parallel runs.
+    """
+    sess = current()
+    slots, values = _owned_values(sess, src, fn or (lambda x: x))
+    ordered = _in_order(len(src), slots, values)
+    if initial is None:
+        if not ordered:
+            raise ValueError(f"reduce of empty {src.name!r} needs initial=")
+        return functools.reduce(op, ordered)
+    return functools.reduce(op, ordered, initial)
+
+
+def join(left: _DDS, right: _DDS, *, name: str | None = None) -> dmap:
+    """A dmap from every key present in both inputs to the pair ``(left[k], right[k])``."""
+    lk = list(range(len(left))) if isinstance(left, dvector) else left.keys()
+    rk = set(range(len(right))) if isinstance(right, dvector) else set(right.keys())
+    out = dmap(name=name)
+    for k in lk:
+        if k in rk:
+            out[k] = (left[k], right[k])
+    return out
+
+
+def store(
+    src: _DDS,
+    path: str | os.PathLike[str],
+    *,
+    fmt: Callable[[Any, Any], str] | None = None,
+) -> Path:
+    """Write ``src`` to a text file, one ``fmt(key, value)`` line per element (rank 0 writes).
+
+    The file is replaced atomically, so a crash never leaves half a file.
+    """
+    sess = current()
+    values = src.gather()
+    keys = list(range(len(src))) if isinstance(src, dvector) else src.keys()
+    out = Path(path)
+    if sess.cluster.rank == 0:
+
+        def default(k: Any, v: Any) -> str:
+            if isinstance(v, np.ndarray):
+                return f"{k}\t" + " ".join(repr(float(x)) for x in np.ravel(v))
+            return f"{k}\t{v!r}"
+
+        f = fmt or default
+        fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent or ".")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                for k, v in zip(keys, values, strict=True):
+                    fh.write(f(k, v) + "\n")
+            os.replace(tmp, out)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    sess.cluster.barrier()
+    return out
+
+
+__all__ = ["create", "join", "load", "map", "reduce", "store"]

@@ -1,0 +1,386 @@
+"""The planner: turn reconnaissance sets into rounds of conflict-free task groups.
+
+Pure functions of numpy arrays — no MPI, no clock — so every node computes the same
+plan from the same sets, and tests can feed hand-made sets.
+
+Two bodies conflict iff one writes an element the other reads or writes.  A plan is
+a list of rounds; in each round every node gets a list of tasks (one per thread
+slot).  Tasks on different nodes, and unlocked tasks on one node, never conflict.
+A group too big for one thread is split into ``locked`` tasks that run concurrently
+under per-element locks taken in global (element id) order.
+
+Strategies:
+
+* ``components`` — connected components of the conflict graph (Cyclades-style: per
+  batch of consecutive indices; the batch size is chosen by the cost model), placed
+  greedily largest-first.  Good for sparse conflict graphs.
+* ``rotation`` — block rotation (STRADS static schedule / DSGD ring) for bodies that
+  touch exactly one element of each of k written index spaces.  Each space is cut
+  into P blocks of equal *access counts* over a seeded permutation (popular low ids
+  would otherwise pile onto one node); in round r node p runs the bodies whose
+  blocks are (p, p+r_2, ..., p+r_k) mod P.
+* ``wavefront`` — levels of a given serial order: a body goes one level after the
+  latest earlier conflicting body.  Running the levels in order reproduces that
+  serial order exactly (used by the forward dual test).
+
+``auto`` evaluates components and rotation with the same cost model (sum over rounds
+of the busiest node's bodies plus a per-round overhead) and keeps the cheaper.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy.sparse import coo_matrix
+from scipy.sparse.csgraph import connected_components
+
+from ._dds import SLOT_BITS
+from ._recon import AccessSets
+
+#: Cost of one round (exchange + barrier) in body-equivalents; more rounds buy smaller
+#: components but each one pays a network round trip.
+ROUND_OVERHEAD_BODIES = 200
+#: Smallest batch the components strategy tries, per node.
+MIN_BATCH_PER_NODE = 64
+#: A node's largest group is split across threads when it exceeds this multiple of
+#: the node's per-thread share.
+SPLIT_FACTOR = 1.25
+#: Rotation is only tried for this many written index spaces or fewer (P^(k-1) rounds).
+MAX_ROTATION_SPACES = 3
+
+
+@dataclass(slots=True)
+class Task:
+    """Work of one thread: loop indices in execution order."""
+
+    thread: int
+    indices: np.ndarray
+    locked: bool = False
+
+
+@dataclass
+class Plan:
+    """Rounds of per-node task lists, plus what each node writes in each round."""
+
+    strategy: str
+    start: int
+    n: int
+    nodes: int
+    threads: int
+    rounds: list[list[list[Task]]]
+    writes: list[list[np.ndarray]] = field(default_factory=list)
+    imbalance: float = 1.0
+    node_imbalance: float = 1.0
+
+    def serial_order(self) -> np.ndarray:
+        """Indices in the plan's serialization order (valid when no task is locked)."""
+        parts = [t.indices for rnd in self.rounds for tasks in rnd for t in tasks]
+        return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
+
+    def bodies_per_node(self) -> np.ndarray:
+        """Total bodies each node runs over all rounds."""
+        out = np.zeros(self.nodes, dtype=np.int64)
+        for rnd in self.rounds:
+            for p, tasks in enumerate(rnd):
+                out[p] += sum(len(t.indices) for t in tasks)
+        return out
+
+    def has_locks(self) -> bool:
+        """True when some task runs under per-element locks."""
+        return any(t.locked for rnd in self.rounds for tasks in rnd for t in tasks)
+
+
+# ============================================================= conflict structure
+def _conflict_edges(sets: AccessSets) -> tuple[np.ndarray, np.ndarray, int]:
+    """Body/element incidence restricted to written elements: (bodies, elems, n_elems)."""
+    n = sets.n
+    w_rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(sets.w_indptr))
+    r_rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(sets.r_indptr))
+    written = np.unique(sets.w_ids)
+    keep = np.isin(sets.r_ids, written)
+    rows = np.concatenate([w_rows, r_rows[keep]])
+    gids = np.concatenate([sets.w_ids, sets.r_ids[keep]])
+    elems = np.searchsorted(written, gids)
+    return rows, elems, len(written)
+
+
+def component_labels(sets: AccessSets, batch: int | None = None) -> np.ndarray:
+    """Connected component of every body (within batches of ``batch`` consecutive bodies)."""
+    n = sets.n
+    rows, elems, m = _conflict_edges(sets)
+    if batch is not None and batch < n:
+        elems = elems + (rows // batch) * m
+        m = m * ((n + batch - 1) // batch)
+    graph = coo_matrix((np.ones(len(rows), dtype=np.int8), (rows, n + elems)), shape=(n + m, n + m))
+    _, labels = connected_components(graph, directed=False)
+    return labels[:n]
+
+
+def conflicts(sets: AccessSets, a: int, b: int) -> bool:
+    """The DESIGN §5 test: W_a ∩ (R_b ∪ W_b) ≠ ∅ or W_b ∩ (R_a ∪ W_a) ≠ ∅."""
+    ra, wa = set(sets.reads_of(a).tolist()), set(sets.writes_of(a).tolist())
+    rb, wb = set(sets.reads_of(b).tolist()), set(sets.writes_of(b).tolist())
+    return bool(wa & (rb | wb)) or bool(wb & (ra | wa))
+
+
+# ============================================================= placement helpers
+def _lpt(sizes: np.ndarray, bins: int) -> np.ndarray:
+    """Greedy largest-first placement; returns the bin of every item (ties: lowest bin)."""
+    order = np.argsort(-sizes, kind="stable")
+    heap = [(0, b) for b in range(bins)]
+    out = np.empty(len(sizes), dtype=np.int64)
+    for g in order.tolist():
+        load, b = heapq.heappop(heap)
+        out[g] = b
+        heapq.heappush(heap, (load + int(sizes[g]), b))
+    return out
+
+
+def _groups_to_tasks(groups: list[np.ndarray], threads: int) -> list[Task]:
+    """Assign one node's conflict-free groups of a round to its threads."""
+    groups = [g for g in groups if len(g)]
+    if not groups:
+        return []
+    if threads == 1:
+        return [Task(0, np.concatenate(groups) if len(groups) > 1 else groups[0])]
+    sizes = np.array([len(g) for g in groups], dtype=np.int64)
+    total = int(sizes.sum())
+    big = int(np.argmax(sizes))
+    tasks: list[Task] = []
+    rest = groups
+    if sizes[big] > SPLIT_FACTOR * total / threads and sizes[big] >= 2:
+        chunks = np.array_split(groups[big], min(threads, len(groups[big])))
+        tasks += [Task(t, c, locked=True) for t, c in enumerate(chunks)]
+        rest = groups[:big] + groups[big + 1 :]
+    if rest:
+        where = _lpt(np.array([len(g) for g in rest], dtype=np.int64), threads)
+        for t in range(threads):
+            mine = [g for g, w in zip(rest, where, strict=True) if w == t]
+            if mine:
+                tasks.append(Task(t, np.concatenate(mine)))
+    return tasks
+
+
+def _finish(strategy: str, sets: AccessSets, nodes: int, threads: int, rounds_groups: list) -> Plan:
+    """Build a Plan from per-round, per-node lists of groups (positions, not indices)."""
+    start = sets.start
+    rounds: list[list[list[Task]]] = []
+    loads = []
+    for rnd in rounds_groups:
+        tasks = []
+        for groups in rnd:
+            tl = _groups_to_tasks([g + start for g in groups], threads)
+            tasks.append(tl)
+        loads.append([sum(len(g) for g in groups) for groups in rnd])
+        rounds.append(tasks)
+    plan = Plan(strategy, start, sets.n, nodes, threads, rounds)
+    plan.writes = _round_writes(plan, sets)
+    ld = np.array(loads, dtype=np.float64).reshape(len(rounds), nodes)
+    ideal = sets.n / nodes if sets.n else 1.0
+    plan.imbalance = float(ld.max(axis=1).sum() / ideal) if sets.n else 1.0
+    per_node = ld.sum(axis=0)
+    plan.node_imbalance = float(per_node.max() / per_node.mean()) if sets.n else 1.0
+    return plan
+
+
+def _round_writes(plan: Plan, sets: AccessSets) -> list[list[np.ndarray]]:
+    """Sorted unique element ids each node writes in each round."""
+    out = []
+    counts = np.diff(sets.w_indptr)
+    for rnd in plan.rounds:
+        per_node = []
+        for tasks in rnd:
+            if not tasks:
+                per_node.append(np.empty(0, dtype=np.int64))
+                continue
+            pos = np.concatenate([t.indices for t in tasks]) - plan.start
+            starts = sets.w_indptr[pos]
+            lens = counts[pos]
+            idx = np.repeat(starts - np.cumsum(lens) + lens, lens) + np.arange(lens.sum())
+            per_node.append(np.unique(sets.w_ids[idx]))
+        out.append(per_node)
+    return out
+
+
+# ============================================================= strategies
+def _plan_components(sets: AccessSets, nodes: int, threads: int) -> tuple[float, Plan | None]:
+    n = sets.n
+    best: tuple[float, int] | None = None
+    batch = n
+    min_batch = max(MIN_BATCH_PER_NODE * nodes, 1)
+    tried_labels: dict[int, np.ndarray] = {}
+    while True:
+        labels = component_labels(sets, batch)
+        tried_labels[batch] = labels
+        cost = 0.0
+        for b0 in range(0, n, batch):
+            lab = labels[b0 : b0 + batch]
+            _, sizes = np.unique(lab, return_counts=True)
+            where = _lpt(sizes, nodes)
+            cost += float(np.bincount(where, weights=sizes, minlength=nodes).max())
+            cost += ROUND_OVERHEAD_BODIES if nodes > 1 else 0
+        if best is None or cost < best[0]:
+            best = (cost, batch)
+        elif cost > best[0]:
+            break
+        if nodes == 1 or batch <= min_batch:
+            break
+        batch = max(batch // 4, min_batch)
+    cost, batch = best
+    labels = tried_labels[batch]
+    rounds = []
+    for b0 in range(0, n, batch):
+        lab = labels[b0 : b0 + batch]
+        uniq, inv, sizes = np.unique(lab, return_inverse=True, return_counts=True)
+        where = _lpt(sizes, nodes)
+        order = np.argsort(inv, kind="stable")
+        bounds = np.concatenate([[0], np.cumsum(sizes)])
+        groups = [order[bounds[g] : bounds[g + 1]] + b0 for g in range(len(uniq))]
+        # execution order per node: largest group first, bodies in index order
+        per_node: list[list[np.ndarray]] = [[] for _ in range(nodes)]
+        for g in np.argsort(-sizes, kind="stable").tolist():
+            per_node[where[g]].append(groups[g])
+        rounds.append(per_node)
+    return cost, _finish("components", sets, nodes, threads, rounds)
+
+
+def rotation_spaces(sets: AccessSets) -> tuple[np.ndarray, np.ndarray] | None:
+    """If every body touches exactly one element of each written space, return
+    (spaces, elem[k, body]) — the gid each body touches in each space; else None."""
+    n = sets.n
+    if n == 0 or len(sets.w_ids) == 0:
+        return None
+    w_sp = sets.w_ids >> SLOT_BITS
+    spaces = np.unique(w_sp)
+    if len(spaces) > MAX_ROTATION_SPACES:
+        return None
+    r_sp = sets.r_ids >> SLOT_BITS
+    r_rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(sets.r_indptr))
+    w_rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(sets.w_indptr))
+    elem = np.empty((len(spaces), n), dtype=np.int64)
+    for k, s in enumerate(spaces.tolist()):
+        seen = np.full(n, -1, dtype=np.int64)
+        for rows, ids, sp in ((r_rows, sets.r_ids, r_sp), (w_rows, sets.w_ids, w_sp)):
+            sel = sp == s
+            rs, gs = rows[sel], ids[sel]
+            if len(rs) and np.bincount(rs, minlength=n).max() > 1:
+                return None  # rows are de-duplicated, so two ids means two elements
+            clash = (seen[rs] >= 0) & (seen[rs] != gs)
+            if clash.any():
+                return None
+            seen[rs] = gs
+        if (seen < 0).any():
+            return None
+        elem[k] = seen
+    return spaces, elem
+
+
+def balanced_blocks(elems: np.ndarray, parts: int, seed: int) -> np.ndarray:
+    """Block (0..parts-1) of each body's element: equal access counts over a seeded permutation."""
+    uniq, inv, counts = np.unique(elems, return_inverse=True, return_counts=True)
+    perm = np.random.default_rng(seed).permutation(len(uniq))
+    cum = np.cumsum(counts[perm]) - counts[perm]
+    block_of_perm = (cum * parts) // max(int(counts.sum()), 1)
+    block = np.empty(len(uniq), dtype=np.int64)
+    block[perm] = block_of_perm
+    return block[inv]
+
+
+def _plan_rotation(
+    sets: AccessSets, nodes: int, threads: int, seed: int
+) -> tuple[float, Plan | None]:
+    found = rotation_spaces(sets)
+    if found is None:
+        return float("inf"), None
+    spaces, elem = found
+    n, P = sets.n, nodes
+    blocks = np.stack([balanced_blocks(elem[k], P, seed + k) for k in range(len(spaces))])
+    node = blocks[0]
+    rnd = np.zeros(n, dtype=np.int64)
+    for k in range(1, len(spaces)):
+        rnd = rnd * P + (blocks[k] - node) % P
+    n_rounds = P ** (len(spaces) - 1)
+    key = rnd * P + node
+    order = np.argsort(key, kind="stable")
+    bounds = np.searchsorted(key[order], np.arange(n_rounds * P + 1))
+    rounds = []
+    cost = 0.0
+    for r in range(n_rounds):
+        per_node = []
+        for p in range(P):
+            c = r * P + p
+            per_node.append([order[bounds[c] : bounds[c + 1]]])
+        cost += max(len(g[0]) for g in per_node) + (ROUND_OVERHEAD_BODIES if P > 1 else 0)
+        rounds.append(per_node)
+    return cost, _finish("rotation", sets, nodes, threads, rounds)
+
+
+def wavefront_plan(sets: AccessSets, order: np.ndarray, nodes: int, threads: int) -> Plan:
+    """Levels of the serial ``order`` (absolute indices); running them in order equals it."""
+    pos = np.asarray(order, dtype=np.int64) - sets.start
+    n = sets.n
+    level = np.zeros(n, dtype=np.int64)
+    last_write: dict[int, int] = {}
+    last_read: dict[int, int] = {}
+    for k in pos.tolist():
+        w = sets.writes_of(k).tolist()
+        r = sets.reads_of(k).tolist()
+        lv = 0
+        for g in w:
+            lv = max(lv, last_write.get(g, -1) + 1, last_read.get(g, -1) + 1)
+        for g in r:
+            lv = max(lv, last_write.get(g, -1) + 1)
+        level[k] = lv
+        for g in w:
+            last_write[g] = lv
+        for g in r:
+            if last_read.get(g, -1) < lv:
+                last_read[g] = lv
+    rounds = []
+    lv_of_order = level[pos]
+    for lv in range(int(level.max()) + 1 if n else 0):
+        # members of one level are pairwise conflict-free, so any split is a valid
+        # set of groups; they keep the serial order inside each chunk
+        members = pos[lv_of_order == lv]
+        chunks = np.array_split(members, nodes * threads)
+        rounds.append([chunks[p * threads : (p + 1) * threads] for p in range(nodes)])
+    return _finish("wavefront", sets, nodes, threads, rounds)
+
+
+# ============================================================= entry point
+def make_plan(
+    sets: AccessSets, nodes: int, threads: int = 1, *, seed: int = 0, strategy: str = "auto"
+) -> Plan:
+    """Plan ``sets`` for ``nodes`` nodes of ``threads`` threads each."""
+    if strategy not in ("auto", "components", "rotation"):
+        raise ValueError(f"unknown strategy {strategy!r}; use auto, components or rotation")
+    if sets.n == 0:
+        return _finish("components", sets, nodes, threads, [])
+    candidates: list[tuple[float, int, Plan]] = []
+    if strategy in ("auto", "rotation"):
+        cost, plan = _plan_rotation(sets, nodes, threads, seed)
+        if plan is not None:
+            candidates.append((cost, 0, plan))
+        elif strategy == "rotation":
+            raise ValueError(
+                "rotation needs bodies that touch exactly one element of each written DDS"
+            )
+    if strategy in ("auto", "components"):
+        cost, plan = _plan_components(sets, nodes, threads)
+        candidates.append((cost, 1, plan))
+    candidates.sort(key=lambda c: (c[0], c[1]))
+    return candidates[0][2]
+
+
+__all__ = [
+    "Plan",
+    "Task",
+    "balanced_blocks",
+    "component_labels",
+    "conflicts",
+    "make_plan",
+    "rotation_spaces",
+    "wavefront_plan",
+]

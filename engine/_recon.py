@@ -1,0 +1,134 @@
+"""Reconnaissance execution (RE): per-index read and write sets as compact arrays.
+
+RE runs every body once in virtual mode (see ``_dds``): reads are served from the
+node's replica, writes are kept in a per-body overlay and never committed, and the
+element ids each body touches are logged.  The sets are stored as CSR arrays —
+``indptr`` of length n+1 and sorted, de-duplicated ``ids`` per index — not as Python
+sets, so that a 1M-body loop costs a few tens of MB.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from . import _dds
+from ._errors import BodyError
+
+if TYPE_CHECKING:
+    from ._session import Session
+
+
+@dataclass(frozen=True, slots=True)
+class AccessSets:
+    """Read and write sets of indices ``start .. start+n-1`` (position k is index start+k)."""
+
+    start: int
+    n: int
+    r_indptr: np.ndarray
+    r_ids: np.ndarray
+    w_indptr: np.ndarray
+    w_ids: np.ndarray
+
+    def reads_of(self, k: int) -> np.ndarray:
+        """Element ids read by the body at position ``k``."""
+        return self.r_ids[self.r_indptr[k] : self.r_indptr[k + 1]]
+
+    def writes_of(self, k: int) -> np.ndarray:
+        """Element ids written by the body at position ``k``."""
+        return self.w_ids[self.w_indptr[k] : self.w_indptr[k + 1]]
+
+    def nbytes(self) -> int:
+        """Memory held by the four arrays."""
+        return sum(a.nbytes for a in (self.r_indptr, self.r_ids, self.w_indptr, self.w_ids))
+
+
+def csr_from_ends(ends: list[int], ids: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """Build (indptr, ids) from cumulative row ends; rows sorted and de-duplicated.
+
+    Bodies usually touch few elements, so rows are sorted with one global sort of
+    ``row * span + (id - min)`` when that fits in 63 bits, and a lexsort otherwise.
+    """
+    ends_a = np.asarray(ends, dtype=np.int64)
+    flat = np.asarray(ids, dtype=np.int64)
+    n = len(ends_a)
+    counts = np.diff(ends_a, prepend=0)
+    rows = np.repeat(np.arange(n, dtype=np.int64), counts)
+    if len(flat):
+        lo = int(flat.min())
+        span = int(flat.max()) - lo + 1
+        if span * max(n, 1) < 2**62:
+            key = rows * span + (flat - lo)
+            key.sort()
+            if len(key) > 1:
+                key = key[np.concatenate(([True], key[1:] != key[:-1]))]
+            rows, flat = key // span, key % span + lo
+        else:
+            order = np.lexsort((flat, rows))
+            rows, flat = rows[order], flat[order]
+            keep = np.ones(len(flat), dtype=bool)
+            keep[1:] = (rows[1:] != rows[:-1]) | (flat[1:] != flat[:-1])
+            rows, flat = rows[keep], flat[keep]
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(rows, minlength=n), out=indptr[1:])
+    return indptr, flat
+
+
+def csr_from_lists(counts: list[int], ids: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """Build (indptr, ids) from per-row counts; rows sorted and de-duplicated."""
+    return csr_from_ends(np.cumsum(np.asarray(counts, dtype=np.int64)).tolist(), ids)
+
+
+def concat_sets(parts: list[AccessSets]) -> AccessSets:
+    """Join the sets of consecutive index ranges (one part per node)."""
+    parts = [p for p in parts if p.n > 0] or parts[:1]
+
+    def cat(ptr_name: str, ids_name: str) -> tuple[np.ndarray, np.ndarray]:
+        ptrs, ids, off = [np.zeros(1, dtype=np.int64)], [], 0
+        for p in parts:
+            ptr = getattr(p, ptr_name)
+            ptrs.append(ptr[1:] + off)
+            ids.append(getattr(p, ids_name))
+            off += int(ptr[-1])
+        return np.concatenate(ptrs), np.concatenate(ids) if ids else np.empty(0, np.int64)
+
+    rp, ri = cat("r_indptr", "r_ids")
+    wp, wi = cat("w_indptr", "w_ids")
+    return AccessSets(parts[0].start, sum(p.n for p in parts), rp, ri, wp, wi)
+
+
+def recon_range(
+    sess: Session, op: str, invocation: int, body: Callable[[int], Any], lo: int, hi: int
+) -> AccessSets:
+    """Run RE for indices ``lo .. hi-1`` on the currently bound node."""
+    from ._session import _tls
+
+    rec = _dds._Recon()
+    _dds.RECON = rec
+    reads, writes, overlay = rec.reads, rec.writes, rec.overlay
+    r_ends: list[int] = []
+    w_ends: list[int] = []
+    _tls.op_key = sess.op_key(op, invocation)
+    j = lo
+    try:
+        for j in range(lo, hi):
+            _tls.index = j
+            body(j)
+            r_ends.append(len(reads))
+            w_ends.append(len(writes))
+            if overlay:
+                overlay.clear()
+    except Exception as exc:
+        raise BodyError(op, invocation, j, sess.current_node, exc) from exc
+    finally:
+        _dds.RECON = None
+        _tls.op_key = None
+    rp, ri = csr_from_ends(r_ends, reads)
+    wp, wi = csr_from_ends(w_ends, writes)
+    return AccessSets(lo, hi - lo, rp, ri, wp, wi)
+
+
+__all__ = ["AccessSets", "concat_sets", "csr_from_ends", "csr_from_lists", "recon_range"]

@@ -1,0 +1,245 @@
+"""Runtimes: an in-process cluster of P nodes, and one node per MPI rank.
+
+The per-node logic of every operator is the same code for both; a runtime only
+decides which nodes are local to this process and how values cross between nodes:
+
+* ``run_on_nodes(fn)`` calls ``fn(node)`` for every local node (with every DDS bound to
+  that node's replica) and returns the values of *all* nodes, in node order;
+* ``exchange_rows`` moves the rows each node wrote in a round to every other node;
+* ``gather_owned`` assembles a DDS from its owners' replicas.
+
+MPI traffic uses a private ``Dup()`` of the communicator it is given.  Row blocks
+travel with buffer methods (``Isend``/``Recv`` of raw bytes); only small control
+objects and Python-object elements are pickled.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from ._dds import _DDS
+
+#: MPI tag of round write-backs (numeric rows); object rows use the next tag.
+TAG_ROWS = 101
+TAG_OBJROWS = 102
+
+
+class RoundWrites:
+    """What one node wrote in one round: per DDS, the slots (sorted, unique)."""
+
+    __slots__ = ("per_dds",)
+
+    def __init__(self, per_dds: list[tuple[_DDS, np.ndarray]]) -> None:
+        self.per_dds = per_dds
+
+    def numeric_nbytes(self) -> int:
+        return sum(d.row_nbytes() * len(s) for d, s in self.per_dds if d._numeric)
+
+
+class Cluster:
+    """Interface shared by the runtimes."""
+
+    size: int
+    threads: int
+    local_nodes: list[int]
+    is_mpi: bool = False
+    rank: int = 0
+
+    def __init__(self, threads: int) -> None:
+        if threads < 1:
+            raise ValueError(f"threads must be >= 1, got {threads}")
+        self.threads = threads
+        self._pools: dict[int, ThreadPoolExecutor] = {}
+        self.bind: Callable[[int], None] = lambda node: None
+        self.on_message: Callable[[int, str, int, int, int], None] | None = None
+        self._send_seq = 0
+
+    def pool(self, node: int) -> ThreadPoolExecutor:
+        """The worker threads of ``node`` (created on first use)."""
+        p = self._pools.get(node)
+        if p is None:
+            p = self._pools[node] = ThreadPoolExecutor(self.threads, f"node{node}")
+        return p
+
+    def close(self) -> None:
+        for p in self._pools.values():
+            p.shutdown(wait=True)
+        self._pools.clear()
+
+    def run_on_nodes(self, fn: Callable[[int], Any]) -> list[Any]:
+        raise NotImplementedError
+
+    def exchange_rows(self, writes: dict[int, RoundWrites], all_writes: list[RoundWrites]) -> int:
+        raise NotImplementedError
+
+    def gather_owned(self, dds: _DDS) -> np.ndarray:
+        parts = self.run_on_nodes(lambda node: dds.rows(node, dds.owned(node)))
+        owned = [dds.owned(p) for p in range(self.size)]
+        n = len(dds)
+        if dds._numeric:
+            out = np.empty((n, *dds._shape), dtype=dds._dtype)
+        else:
+            out = np.empty(n, dtype=object)
+        for slots, vals in zip(owned, parts, strict=True):
+            if dds._numeric:
+                out[slots] = vals
+            else:
+                for s, v in zip(slots.tolist(), vals, strict=True):
+                    out[s] = v
+        return out
+
+    def barrier(self) -> None:
+        pass
+
+    def allgather(self, value: Any) -> list[Any]:
+        """Values of one driver-level object from every process (SPMD)."""
+        return [value]
+
+
+class InProcessCluster(Cluster):
+    """All P nodes in this process; nodes run one after another, threads truly concurrent."""
+
+    def __init__(self, nodes: int = 1, threads: int = 1) -> None:
+        super().__init__(threads)
+        if nodes < 1:
+            raise ValueError(f"nodes must be >= 1, got {nodes}")
+        self.size = nodes
+        self.local_nodes = list(range(nodes))
+
+    def run_on_nodes(self, fn: Callable[[int], Any]) -> list[Any]:
+        out = []
+        for node in self.local_nodes:
+            self.bind(node)
+            out.append(fn(node))
+        self.bind(self.local_nodes[0])
+        return out
+
+    def exchange_rows(self, writes: dict[int, RoundWrites], all_writes: list[RoundWrites]) -> int:
+        moved = 0
+        for src, rw in writes.items():
+            for dds, slots in rw.per_dds:
+                if len(slots) == 0:
+                    continue
+                vals = dds.rows(src, slots)
+                for dst in self.local_nodes:
+                    if dst != src:
+                        dds.set_rows(dst, slots, vals)
+                        moved += dds.row_nbytes() * len(slots) if dds._numeric else len(slots)
+                if self.on_message is not None:
+                    for dst in self.local_nodes:
+                        if dst != src:
+                            self.on_message(dst, "rows", src, self._send_seq, 0)
+            self._send_seq += 1
+        return moved
+
+
+class MpiCluster(Cluster):
+    """One node per MPI rank of ``comm`` (which is duplicated for private use)."""
+
+    is_mpi = True
+
+    def __init__(self, comm: Any, threads: int = 1) -> None:
+        super().__init__(threads)
+        from mpi4py import MPI
+
+        self._MPI = MPI
+        self.comm = comm.Dup()
+        self.size = self.comm.Get_size()
+        self.rank = self.comm.Get_rank()
+        self.local_nodes = [self.rank]
+        self._seq_out = 0
+
+    def close(self) -> None:
+        super().close()
+        try:
+            self.comm.Free()
+        except Exception:  # noqa: BLE001 - freeing at shutdown is best effort
+            pass
+
+    def run_on_nodes(self, fn: Callable[[int], Any]) -> list[Any]:
+        self.bind(self.rank)
+        return self.comm.allgather(fn(self.rank))
+
+    def allgather(self, value: Any) -> list[Any]:
+        return self.comm.allgather(value)
+
+    def barrier(self) -> None:
+        self.comm.Barrier()
+
+    def exchange_rows(self, writes: dict[int, RoundWrites], all_writes: list[RoundWrites]) -> int:
+        """Send this rank's written rows to every other rank; apply theirs as they arrive.
+
+        Receives are wildcard (``ANY_SOURCE``): the arrival order is a real source of
+        non-determinism, reported to ``on_message`` with the sender's sequence number.
+        """
+        MPI = self._MPI
+        comm, me, P = self.comm, self.rank, self.size
+        if P == 1:
+            return 0
+        mine = writes[me]
+        payload = self._pack(mine)
+        has_obj = any(not d._numeric for d, _ in mine.per_dds)
+        header = np.array([self._seq_out], dtype=np.int64).view(np.uint8)
+        msg = np.concatenate([header, payload])
+        reqs = [comm.Isend([msg, MPI.BYTE], dst, TAG_ROWS) for dst in range(P) if dst != me]
+        if has_obj:
+            objs = [dds.rows(me, s) for dds, s in mine.per_dds if not dds._numeric]
+            reqs += [comm.isend(objs, dst, TAG_OBJROWS) for dst in range(P) if dst != me]
+        self._seq_out += 1
+        status = MPI.Status()
+        moved = 0
+        for _ in range(P - 1):
+            comm.Probe(MPI.ANY_SOURCE, TAG_ROWS, status)
+            src = status.Get_source()
+            nbytes = status.Get_count(MPI.BYTE)
+            buf = np.empty(nbytes, dtype=np.uint8)
+            comm.Recv([buf, MPI.BYTE], src, TAG_ROWS)
+            seq = int(buf[:8].view(np.int64)[0])
+            theirs = all_writes[src]
+            self._unpack(theirs, buf[8:])
+            if any(not d._numeric for d, _ in theirs.per_dds):
+                objs = comm.recv(source=src, tag=TAG_OBJROWS)
+                it = iter(objs)
+                for dds, slots in theirs.per_dds:
+                    if not dds._numeric:
+                        dds.set_rows(me, slots, next(it))
+            moved += nbytes
+            if self.on_message is not None:
+                self.on_message(me, "rows", src, seq, nbytes)
+        MPI.Request.Waitall(reqs)
+        return moved
+
+    def _pack(self, rw: RoundWrites) -> np.ndarray:
+        parts = [
+            np.ascontiguousarray(dds.rows(self.rank, slots)).view(np.uint8).ravel()
+            for dds, slots in rw.per_dds
+            if dds._numeric and len(slots)
+        ]
+        return np.concatenate(parts) if parts else np.empty(0, dtype=np.uint8)
+
+    def _unpack(self, rw: RoundWrites, data: np.ndarray) -> None:
+        off = 0
+        for dds, slots in rw.per_dds:
+            if not dds._numeric or not len(slots):
+                continue
+            nb = dds.row_nbytes() * len(slots)
+            block = data[off : off + nb].view(dds._dtype).reshape((len(slots), *dds._shape))
+            dds.set_rows(self.rank, slots, block)
+            off += nb
+        if off != len(data):
+            raise RuntimeError(f"write-back size mismatch: expected {off} bytes, got {len(data)}")
+
+
+def under_mpi_launcher() -> bool:
+    """True when this process was started by an MPI launcher (mpiexec/mpirun/srun)."""
+    keys = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALNRANKS")
+    return any(k in os.environ for k in keys)
+
+
+__all__ = ["Cluster", "InProcessCluster", "MpiCluster", "RoundWrites", "under_mpi_launcher"]

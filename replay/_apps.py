@@ -1,0 +1,145 @@
+"""Finding an app (a built-in name, ``file.py:function`` or ``module:function``) and
+converting ``-p NAME=VALUE`` strings with the function's type annotations."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import inspect
+import os
+import sys
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ._errors import UsageError
+
+#: Built-in apps: name -> "module:function".
+BUILTIN_APPS = {
+    "sgdmf": "apps.sgdmf:train",
+}
+
+
+@dataclass(frozen=True)
+class App:
+    """A resolved app: what the user typed, where it lives, and the function."""
+
+    spec: str
+    target: str
+    fn: Callable[..., Any]
+
+    @property
+    def name(self) -> str:
+        """Short name for messages and trace file names."""
+        if self.spec in BUILTIN_APPS:
+            return self.spec
+        return self.target.rsplit(":", 1)[-1]
+
+
+def _load_file(path: Path) -> Any:
+    mod_name = "replay_user_" + hashlib.blake2b(str(path).encode(), digest_size=6).hexdigest()
+    if mod_name in sys.modules:
+        return sys.modules[mod_name]
+    spec = importlib.util.spec_from_file_location(mod_name, path)
+    if spec is None or spec.loader is None:
+        raise UsageError(f"cannot import {str(path)!r} as a Python file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[mod_name] = module
+    sys.path.insert(0, str(path.parent))
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        del sys.modules[mod_name]
+        raise UsageError(f"importing {str(path)!r} failed: {type(exc).__name__}: {exc}") from exc
+    finally:
+        sys.path.remove(str(path.parent))
+    return module
+
+
+def resolve(spec: str) -> App:
+    """Turn an APP argument into an :class:`App` or raise :class:`UsageError`."""
+    target = BUILTIN_APPS.get(spec, spec)
+    if ":" not in target:
+        names = ", ".join(sorted(BUILTIN_APPS))
+        raise UsageError(
+            f"unknown app {spec!r}: use a built-in app ({names}) or path/to/train.py:function"
+        )
+    where, func = target.rsplit(":", 1)
+    if where.endswith(".py") or "/" in where or os.sep in where:
+        path = Path(where).expanduser().resolve()
+        if not path.is_file():
+            raise UsageError(f"app file {where!r} does not exist")
+        module = _load_file(path)
+        target = f"{path}:{func}"
+    else:
+        try:
+            module = importlib.import_module(where)
+        except ImportError as exc:
+            raise UsageError(f"cannot import module {where!r} for app {spec!r}: {exc}") from exc
+    fn = getattr(module, func, None)
+    if not callable(fn):
+        raise UsageError(f"{where!r} has no function {func!r}")
+    return App(spec, target, fn)
+
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+def _convert(name: str, raw: str, kind: Any) -> Any:
+    if kind is bool:
+        low = raw.strip().lower()
+        if low in _TRUE:
+            return True
+        if low in _FALSE:
+            return False
+        raise UsageError(f"parameter {name}: {raw!r} is not a boolean (use true or false)")
+    if kind in (int, float):
+        try:
+            return kind(raw)
+        except ValueError:
+            raise UsageError(f"parameter {name}: {raw!r} is not a {kind.__name__}") from None
+    if kind in (str, inspect.Parameter.empty, Any):
+        return raw
+    raise UsageError(f"parameter {name}: cannot convert from the command line to {kind!r}")
+
+
+def parse_params(fn: Callable[..., Any], pairs: tuple[str, ...] | list[str]) -> dict[str, Any]:
+    """Convert ``NAME=VALUE`` strings using ``fn``'s annotations (int, float, bool, str)."""
+    sig = inspect.signature(fn)
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception:  # noqa: BLE001 - unresolvable annotations fall back to str
+        hints = {}
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        if "=" not in pair:
+            raise UsageError(f"-p expects NAME=VALUE, got {pair!r}")
+        name, raw = pair.split("=", 1)
+        name = name.strip()
+        if name not in sig.parameters:
+            known = ", ".join(sig.parameters) or "none"
+            raise UsageError(f"unknown parameter {name!r}; this app takes: {known}")
+        param = sig.parameters[name]
+        kind = hints.get(name, param.annotation)
+        if kind is inspect.Parameter.empty and param.default is not inspect.Parameter.empty:
+            kind = type(param.default)
+        out[name] = _convert(name, raw, kind)
+    return out
+
+
+def all_params(fn: Callable[..., Any], given: dict[str, Any]) -> dict[str, Any]:
+    """``given`` completed with the defaults of ``fn`` (what the run really used)."""
+    out = {}
+    for name, p in inspect.signature(fn).parameters.items():
+        if name in given:
+            out[name] = given[name]
+        elif p.default is not inspect.Parameter.empty:
+            out[name] = p.default
+    return out
+
+
+__all__ = ["BUILTIN_APPS", "App", "all_params", "parse_params", "resolve"]

@@ -1,0 +1,226 @@
+"""The ``replay`` command line (one click application).
+
+User errors print one line on stderr and exit 2 (DESIGN §10); a failed loop body
+exits 1; ``--json`` prints exactly one JSON object on stdout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from ._errors import UsageError
+from ._job import JobFailed, describe, launch, run_here
+
+
+class _Group(click.Group):
+    """Turns every expected failure into one line on stderr and an exit status."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
+            raise
+        except JobFailed as exc:
+            _fail(str(exc), exc.status)
+        except KeyboardInterrupt:
+            _fail("interrupted", 130)
+        except Exception as exc:  # noqa: BLE001 - the CLI never shows a raw traceback
+            if os.environ.get("REPLAY_DEBUG"):
+                traceback.print_exc()
+            message, status = describe(exc)
+            _fail(message, status)
+
+
+def _fail(message: str, status: int) -> None:
+    click.echo(f"replay: error: {message}", err=True)
+    sys.exit(status)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="strads-replay", prog_name="replay")
+def cli() -> None:
+    """Record, replay and dual-test distributed ML training runs."""
+
+
+def _printer(as_json: bool) -> Callable[[str], None]:
+    def say(line: str) -> None:
+        click.echo(line, err=as_json)
+
+    return say
+
+
+def _under_launcher() -> bool:
+    from engine._runtime import under_mpi_launcher
+
+    return under_mpi_launcher()
+
+
+def _summary(res: dict[str, Any], say: Callable[[str], None]) -> None:
+    for op, info in res["planner"].items():
+        say(
+            f"plan {op}: {info['strategy']}, {info['rounds']} round(s) per invocation, "
+            f"imbalance {info['imbalance']:.3f}, reconnaissance + planning {info['recon_s']:.2f} s"
+        )
+    for op, times in res.get("op_times", {}).items():
+        if times:
+            say(f"{op}: {len(times)} invocation(s), {sum(times) / len(times):.3f} s each")
+    for name, vals in res["objectives"].items():
+        if vals:
+            say(f"final {name} = {vals[-1]:.6g}")
+    say(f"finished in {res['wall_s']:.2f} s")
+
+
+def execute(
+    app: str,
+    params: tuple[str, ...],
+    *,
+    ranks: int | None,
+    threads: int,
+    seed: int,
+    checked: bool,
+    as_json: bool,
+    timeout: float | None,
+) -> dict[str, Any]:
+    """Run an app the way ``replay run`` does and return its JSON result."""
+    say = _printer(as_json)
+    spec = {
+        "app": app,
+        "params": list(params),
+        "threads": threads,
+        "seed": seed,
+        "checked": checked,
+        "json": as_json,
+    }
+    if threads < 1:
+        raise UsageError(f"--threads must be >= 1, got {threads}")
+    if _under_launcher():
+        from mpi4py import MPI
+
+        comm = MPI.COMM_WORLD
+        if ranks is not None and ranks != comm.Get_size():
+            raise UsageError(
+                f"--ranks {ranks} disagrees with the {comm.Get_size()} ranks mpiexec started; "
+                "drop --ranks when you launch with mpiexec yourself"
+            )
+        try:
+            return run_here(spec, comm=comm, progress=say)
+        except Exception as exc:  # noqa: BLE001 - one rank failing must stop them all
+            message, status = describe(exc)
+            click.echo(f"replay: error (rank {comm.Get_rank()}): {message}", err=True)
+            sys.stderr.flush()
+            comm.Abort(status)
+            raise
+    ranks = 1 if ranks is None else ranks
+    if ranks < 1:
+        raise UsageError(f"--ranks must be >= 1, got {ranks}")
+    if ranks == 1:
+        return run_here(spec, progress=say)
+    return launch(spec, ranks, timeout=timeout, out=say)
+
+
+_common = [
+    click.option(
+        "-p",
+        "--param",
+        "params",
+        multiple=True,
+        metavar="NAME=VALUE",
+        help="App parameter (repeatable).",
+    ),
+    click.option(
+        "--threads", type=int, default=1, show_default=True, help="Worker threads per node."
+    ),
+    click.option("--seed", type=int, default=0, show_default=True, help="Run seed."),
+]
+
+
+def _with(options: list[Callable[..., Any]]) -> Callable[..., Any]:
+    def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
+        for opt in reversed(options):
+            fn = opt(fn)
+        return fn
+
+    return deco
+
+
+@cli.command("run")
+@click.argument("app")
+@_with(_common)
+@click.option(
+    "--ranks", type=int, default=None, help="MPI ranks (starts mpiexec when > 1). [default: 1]"
+)
+@click.option("--checked", is_flag=True, help="Fail on any access outside the reconnaissance sets.")
+@click.option(
+    "--timeout", type=float, default=None, help="Kill the MPI job after this many seconds."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
+def run_cmd(
+    app: str,
+    params: tuple[str, ...],
+    threads: int,
+    seed: int,
+    ranks: int | None,
+    checked: bool,
+    timeout: float | None,
+    as_json: bool,
+) -> None:
+    """Run APP (a built-in name such as sgdmf, or path/to/train.py:function)."""
+    res = execute(
+        app,
+        params,
+        ranks=ranks,
+        threads=threads,
+        seed=seed,
+        checked=checked,
+        as_json=as_json,
+        timeout=timeout,
+    )
+    if _under_launcher() and _rank() != 0:
+        return
+    res.pop("op_times", None) if as_json else None
+    if as_json:
+        click.echo(json.dumps(res))
+    else:
+        _summary(res, _printer(False))
+
+
+def _rank() -> int:
+    from mpi4py import MPI
+
+    return MPI.COMM_WORLD.Get_rank()
+
+
+@cli.command("demo")
+@click.option("--ranks", type=int, default=2, show_default=True, help="MPI ranks.")
+@click.option("--epochs", type=int, default=5, show_default=True, help="Training epochs.")
+def demo_cmd(ranks: int, epochs: int) -> None:
+    """The main job: train SGDMF on MovieLens-100K on 2 MPI ranks and summarise."""
+    say = _printer(False)
+    params: tuple[str, ...] = (f"epochs={epochs}",)
+    try:
+        from apps._datasets import movielens_100k
+
+        movielens_100k()
+        say("data: MovieLens-100K (from the recbole wheel, cached)")
+    except Exception as exc:  # noqa: BLE001 - fall back to generated data offline
+        say(f"data: MovieLens-100K unavailable ({exc}); using synthetic ratings")
+        params += ("synthetic=true",)
+    res = execute(
+        "sgdmf", params, ranks=ranks, threads=1, seed=0, checked=False, as_json=False, timeout=None
+    )
+    _summary(res, say)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    cli(prog_name="replay")
+
+
+__all__ = ["cli", "execute", "main"]

@@ -1,0 +1,250 @@
+"""Running an app: here (in-process or as one rank of an MPI job) or under ``mpiexec``.
+
+``replay run APP --ranks N`` starts ``mpiexec -n N python -m replay._worker SPEC``.
+Every rank runs :func:`run_here`; rank 0 writes the result as JSON into the job
+directory, and a rank that fails writes ``error.<rank>.json`` and aborts the job so
+that no other rank waits forever.  The parent turns those files into one line of
+output and an exit status.  ``mpiexec -n N replay run APP`` started by a user runs
+:func:`run_here` directly on every rank.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ._apps import all_params, parse_params, resolve
+from ._errors import LaunchError, ReplayError, UsageError
+
+#: Exit statuses (DESIGN §10).
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+
+def user_error_types() -> tuple[type[BaseException], ...]:
+    """Exceptions that are the user's input, not our bug: one line, exit 2."""
+    import engine
+    from apps._errors import AppError
+
+    return (ReplayError, engine.EngineError, AppError, FileNotFoundError, PermissionError)
+
+
+def describe(exc: BaseException) -> tuple[str, int]:
+    """One line for an exception, and the exit status it deserves."""
+    import engine
+
+    if isinstance(exc, engine.BodyError):
+        cause = exc.cause
+        where = ""
+        tb = traceback.extract_tb(cause.__traceback__)
+        if tb:
+            last = tb[-1]
+            where = f" at {last.filename}:{last.lineno}"
+        return f"loop body failed: {exc}{where}", EXIT_FAILED
+    if isinstance(exc, user_error_types()):
+        return str(exc), EXIT_USAGE
+    return f"internal error: {type(exc).__name__}: {exc} (set REPLAY_DEBUG=1 for a traceback)", 70
+
+
+def run_here(
+    spec: dict[str, Any], comm: Any = None, progress: Callable[[str], None] | None = None
+) -> dict[str, Any]:
+    """Run the app described by ``spec`` in this process; return the JSON result."""
+    import engine
+
+    app = resolve(spec["app"])
+    params = parse_params(app.fn, spec.get("params", []))
+    rank = comm.Get_rank() if comm is not None else 0
+    say = progress if rank == 0 else None
+    if say is not None:
+        ranks = comm.Get_size() if comm is not None else spec.get("nodes", 1)
+        threads = spec.get("threads", 1)
+        say(
+            f"{app.name}: {ranks} rank{'s' if ranks != 1 else ''} x {threads} thread{'s' if threads != 1 else ''}, seed {spec.get('seed', 0)}"
+        )
+    res = engine.run(
+        app.fn,
+        params,
+        nodes=spec.get("nodes", 1),
+        threads=spec.get("threads", 1),
+        seed=spec.get("seed", 0),
+        checked=spec.get("checked", False),
+        comm=comm,
+        progress=say,
+    )
+    return {
+        "run_id": spec.get("run_id") or uuid.uuid4().hex,
+        "trace": None,
+        "app": app.spec,
+        "params": _jsonable(all_params(app.fn, params)),
+        "ranks": res.ranks,
+        "threads": res.threads,
+        "seed": res.seed,
+        "objectives": res.objectives,
+        "digests": res.digests,
+        "planner": res.planner,
+        "wall_s": round(res.wall_s, 6),
+        "op_times": {k: [round(x, 6) for x in v] for k, v in res.op_times.items()},
+    }
+
+
+def _jsonable(d: dict[str, Any]) -> dict[str, Any]:
+    return {
+        k: v if isinstance(v, (int, float, str, bool, type(None))) else repr(v)
+        for k, v in d.items()
+    }
+
+
+# ====================================================================== parent side
+def find_mpiexec() -> str:
+    """The ``mpiexec`` of this environment (the mpich wheel puts it next to python)."""
+    here = Path(sys.executable).parent / "mpiexec"
+    if here.is_file() and os.access(here, os.X_OK):
+        return str(here)
+    found = shutil.which("mpiexec")
+    if found is None:
+        raise LaunchError(
+            "mpiexec not found: install the MPI runtime with 'pip install mpich' "
+            "(or add your cluster's mpiexec to PATH), or run with --ranks 1"
+        )
+    return found
+
+
+def launch(
+    spec: dict[str, Any],
+    ranks: int,
+    *,
+    timeout: float | None = None,
+    out: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    """Run ``spec`` on ``ranks`` MPI ranks under mpiexec; return rank 0's result."""
+    mpiexec = find_mpiexec()
+    with tempfile.TemporaryDirectory(prefix="replay-job-") as tmp:
+        job = Path(tmp)
+        spec = dict(spec, job_dir=str(job))
+        (job / "spec.json").write_text(json.dumps(spec))
+        cmd = [
+            mpiexec,
+            "-n",
+            str(ranks),
+            sys.executable,
+            "-m",
+            "replay._worker",
+            str(job / "spec.json"),
+        ]
+        env = dict(
+            os.environ,
+            PYTHONUNBUFFERED="1",
+            OMP_NUM_THREADS="1",
+            OPENBLAS_NUM_THREADS="1",
+            MKL_NUM_THREADS="1",
+        )
+        try:
+            proc = subprocess.Popen(
+                cmd,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=env,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise LaunchError(f"cannot start {mpiexec}: {exc.strerror}") from None
+        err_lines: list[str] = []
+
+        def pump_out() -> None:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                out(line.rstrip("\n"))
+
+        def pump_err() -> None:
+            assert proc.stderr is not None
+            for line in proc.stderr:
+                err_lines.append(line.rstrip("\n"))
+
+        threads = [
+            threading.Thread(target=pump_out, daemon=True),
+            threading.Thread(target=pump_err, daemon=True),
+        ]
+        for t in threads:
+            t.start()
+        t0 = time.monotonic()
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill(proc)
+            raise LaunchError(
+                f"the {ranks}-rank job did not finish within {timeout:g} s and was killed; "
+                "a rank may be deadlocked or the run needs a longer --timeout"
+            ) from None
+        except KeyboardInterrupt:
+            _kill(proc)
+            raise
+        for t in threads:
+            t.join(timeout=5)
+        result_file = job / "result.json"
+        errors = sorted(job.glob("error.*.json"))
+        if errors:
+            first = json.loads(errors[0].read_text())
+            raise JobFailed(first["message"], first["status"])
+        if proc.returncode == 0 and result_file.exists():
+            return json.loads(result_file.read_text())
+        raise LaunchError(_death_message(ranks, proc.returncode, err_lines, time.monotonic() - t0))
+
+
+class JobFailed(ReplayError):
+    """A rank reported an error; carries its one-line message and exit status."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _kill(proc: subprocess.Popen[str]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        proc.kill()
+    proc.wait()
+
+
+def _death_message(ranks: int, code: int, err: list[str], elapsed: float) -> str:
+    detail = ""
+    for line in err:
+        if "EXIT STRING" in line:
+            detail = line.split(":", 1)[1].strip()
+        elif "EXIT CODE" in line and not detail:
+            detail = "exit code " + line.split(":", 1)[1].strip()
+    if not detail:
+        tail = [ln for ln in err if ln.strip() and not ln.startswith("=")]
+        detail = tail[-1].strip() if tail else f"mpiexec exit status {code}"
+    return f"a rank of the {ranks}-rank job died after {elapsed:.1f} s ({detail}); the run did not finish"
+
+
+def ensure_usage(cond: bool, message: str) -> None:
+    """Raise :class:`UsageError` with ``message`` unless ``cond``."""
+    if not cond:
+        raise UsageError(message)
+
+
+__all__ = [
+    "EXIT_FAILED",
+    "EXIT_USAGE",
+    "JobFailed",
+    "describe",
+    "find_mpiexec",
+    "launch",
+    "run_here",
+]

@@ -1,0 +1,49 @@
+"""Entry point of one MPI rank started by ``replay run --ranks N`` (``python -m replay._worker``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+from pathlib import Path
+
+
+def _write(path: Path, data: dict) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data))
+    os.replace(tmp, path)
+
+
+def main(argv: list[str]) -> int:
+    """Run the job in ``argv[1]`` as one rank of COMM_WORLD."""
+    spec = json.loads(Path(argv[1]).read_text())
+    job = Path(spec["job_dir"])
+    from mpi4py import MPI
+
+    from ._job import describe, run_here
+
+    comm = MPI.COMM_WORLD
+    rank = comm.Get_rank()
+    out = sys.stderr if spec.get("json") else sys.stdout
+
+    def progress(line: str) -> None:
+        print(line, file=out, flush=True)
+
+    try:
+        result = run_here(spec, comm=comm, progress=progress)
+    except BaseException as exc:  # noqa: BLE001 - every failure must reach the parent
+        message, status = describe(exc)
+        if os.environ.get("REPLAY_DEBUG"):
+            traceback.print_exc()
+        _write(job / f"error.{rank:04d}.json", {"rank": rank, "message": message, "status": status})
+        sys.stdout.flush()
+        comm.Abort(status)
+        return status
+    if rank == 0:
+        _write(job / "result.json", result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
