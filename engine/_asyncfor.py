@@ -14,7 +14,7 @@ import itertools
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -42,7 +42,6 @@ class OpState:
     round_writes: list[list[RoundWrites]]
     written_dds: list[Any]
     last_order: np.ndarray | None = None
-    lock_grants: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
 
 
 #: Set by tests/dual tests: force a strategy or a serial order for the next plans.
@@ -135,6 +134,11 @@ def async_for(
         st = OpState(name, start, stop, code, sets, plan, rw, written)
         sess.ops[name] = st
         sess.recorder.plan_made(name, plan)
+        if sess.progress is not None:
+            sess.progress(
+                f"plan {name}: {plan.strategy}, {len(plan.rounds)} round(s), "
+                f"imbalance {plan.imbalance:.3f} ({time.perf_counter() - t0:.2f} s)"
+            )
         sess.planner[name] = {
             "strategy": plan.strategy,
             "rounds": len(plan.rounds),
@@ -144,14 +148,27 @@ def async_for(
             "recon_s": round(time.perf_counter() - t0, 6),
         }
     t1 = time.perf_counter()
-    _execute(sess, st, body, inv, checked)
+    round_s = _execute(sess, st, body, inv, checked)
     for d in st.written_dds:
         d._touch()
-    sess.op_times.setdefault(name, []).append(time.perf_counter() - t1)
-    sess.record_digests(name, inv)
+    seconds = time.perf_counter() - t1
+    sess.op_times.setdefault(name, []).append(seconds)
+    digests = sess.record_digests(name, inv)
+    per_node = st.plan.bodies_per_node()
+    for k, node in enumerate(sess.cluster.local_nodes):
+        info = {
+            "bodies": int(per_node[node]),
+            "rounds": len(st.plan.rounds),
+            "seconds": seconds,
+            "round_seconds": round_s,
+        }
+        if k == 0:
+            info["digests"] = digests
+        sess.recorder.invocation_done(name, inv, node, info)
 
 
-def _execute(sess: Session, st: OpState, body: Callable, inv: int, checked: bool) -> None:
+def _execute(sess: Session, st: OpState, body: Callable, inv: int, checked: bool) -> list[float]:
+    """Run every round of the plan; return the wall time of each round on this process."""
     cl = sess.cluster
     plan = st.plan
     op_key = sess.op_key(st.name, inv)
@@ -159,19 +176,21 @@ def _execute(sess: Session, st: OpState, body: Callable, inv: int, checked: bool
     if checked:
         _dds.CHECKER = _dds._Checker(st.name, st.sets, st.start, _tls)
     orders: list[np.ndarray] = []  # round-major: nodes of one round never conflict
+    round_s: list[float] = []
     try:
         for r, rnd in enumerate(plan.rounds):
+            t = time.perf_counter()
             for node in cl.local_nodes:
                 cl.bind(node)
-                orders.append(_run_node_round(sess, st, body, inv, op_key, node, rnd[node]))
+                orders.append(_run_node_round(sess, st, body, inv, op_key, node, r, rnd[node]))
             cl.exchange_rows({p: st.round_writes[r][p] for p in cl.local_nodes}, st.round_writes[r])
+            round_s.append(time.perf_counter() - t)
     finally:
         _dds.CHECKER = None
         sess.set_mode("driver")
         cl.bind(cl.local_nodes[0])
     st.last_order = np.concatenate(orders) if orders else np.empty(0, np.int64)
-    for node in cl.local_nodes:
-        sess.recorder.invocation_done(st.name, inv, node, {"rounds": len(plan.rounds)})
+    return round_s
 
 
 def _run_serial(body: Callable, indices: np.ndarray) -> None:
@@ -182,7 +201,14 @@ def _run_serial(body: Callable, indices: np.ndarray) -> None:
 
 
 def _run_node_round(
-    sess: Session, st: OpState, body: Callable, inv: int, op_key: int, node: int, tasks: list[Task]
+    sess: Session,
+    st: OpState,
+    body: Callable,
+    inv: int,
+    op_key: int,
+    node: int,
+    r: int,
+    tasks: list[Task],
 ) -> np.ndarray:
     """Run one node's tasks of one round; return the node's serialization order."""
     if not tasks:
@@ -197,7 +223,7 @@ def _run_node_round(
         finally:
             _tls.op_key = None
         return np.concatenate([t.indices for t in tasks])
-    return _run_threads(sess, st, body, inv, op_key, node, tasks)
+    return _run_threads(sess, st, body, inv, op_key, node, r, tasks)
 
 
 def _lock_ids(st: OpState, indices: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
@@ -219,7 +245,14 @@ def _lock_ids(st: OpState, indices: np.ndarray) -> tuple[list[np.ndarray], np.nd
 
 
 def _run_threads(
-    sess: Session, st: OpState, body: Callable, inv: int, op_key: int, node: int, tasks: list[Task]
+    sess: Session,
+    st: OpState,
+    body: Callable,
+    inv: int,
+    op_key: int,
+    node: int,
+    r: int,
+    tasks: list[Task],
 ) -> np.ndarray:
     locked = [t for t in tasks if t.locked]
     lock_of: dict[int, np.ndarray] = {}
@@ -270,11 +303,17 @@ def _run_threads(
     tickets.sort()
     order = unlocked + [np.array([j for _, j, _ in tickets], dtype=np.int64)]
     if locked:
-        grants: dict[int, list[tuple[int, int]]] = {}
-        for _, j, th in tickets:
-            for g in lock_of[j].tolist():
-                grants.setdefault(g, []).append((th, j))
-        st.lock_grants = grants
+        lk, th, ix = [], [], []
+        for _, j, thread in tickets:
+            ids = lock_of[j]
+            lk.append(ids)
+            th.append(np.full(len(ids), thread, dtype=np.int64))
+            ix.append(np.full(len(ids), j, dtype=np.int64))
+        locks_a, threads_a, idx_a = np.concatenate(lk), np.concatenate(th), np.concatenate(ix)
+        by_lock = np.argsort(locks_a, kind="stable")  # per lock, in grant (ticket) order
+        sess.recorder.lock_grants(
+            st.name, inv, node, r, locks_a[by_lock], threads_a[by_lock], idx_a[by_lock]
+        )
     return np.concatenate(order)
 
 

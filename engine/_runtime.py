@@ -58,7 +58,6 @@ class Cluster:
         self._pools: dict[int, ThreadPoolExecutor] = {}
         self.bind: Callable[[int], None] = lambda node: None
         self.on_message: Callable[[int, str, int, int, int], None] | None = None
-        self._send_seq = 0
 
     def pool(self, node: int) -> ThreadPoolExecutor:
         """The worker threads of ``node`` (created on first use)."""
@@ -111,6 +110,7 @@ class InProcessCluster(Cluster):
             raise ValueError(f"nodes must be >= 1, got {nodes}")
         self.size = nodes
         self.local_nodes = list(range(nodes))
+        self._seqs: dict[int, int] = {}
 
     def run_on_nodes(self, fn: Callable[[int], Any]) -> list[Any]:
         out = []
@@ -121,21 +121,23 @@ class InProcessCluster(Cluster):
         return out
 
     def exchange_rows(self, writes: dict[int, RoundWrites], all_writes: list[RoundWrites]) -> int:
+        """Copy each node's written rows into every other replica, in node order."""
         moved = 0
         for src, rw in writes.items():
+            nbytes = rw.numeric_nbytes()
             for dds, slots in rw.per_dds:
-                if len(slots) == 0:
-                    continue
-                vals = dds.rows(src, slots)
-                for dst in self.local_nodes:
-                    if dst != src:
-                        dds.set_rows(dst, slots, vals)
-                        moved += dds.row_nbytes() * len(slots) if dds._numeric else len(slots)
-                if self.on_message is not None:
+                if len(slots):
+                    vals = dds.rows(src, slots)
                     for dst in self.local_nodes:
                         if dst != src:
-                            self.on_message(dst, "rows", src, self._send_seq, 0)
-            self._send_seq += 1
+                            dds.set_rows(dst, slots, vals)
+            seq = self._seqs.get(src, 0)
+            self._seqs[src] = seq + 1
+            for dst in self.local_nodes:
+                if dst != src:
+                    moved += nbytes
+                    if self.on_message is not None:
+                        self.on_message(dst, "rows", src, seq, nbytes)
         return moved
 
 
@@ -211,7 +213,7 @@ class MpiCluster(Cluster):
                         dds.set_rows(me, slots, next(it))
             moved += nbytes
             if self.on_message is not None:
-                self.on_message(me, "rows", src, seq, nbytes)
+                self.on_message(me, "rows", src, seq, nbytes - 8)
         MPI.Request.Waitall(reqs)
         return moved
 

@@ -26,23 +26,48 @@ from ._runtime import Cluster, InProcessCluster, MpiCluster
 class Recorder:
     """The narrow interface through which the engine reports to a tracer.
 
-    The base class records nothing; ``tracer`` provides real recorders.
+    One recorder serves every node hosted by this process (one per MPI rank, all P
+    in an in-process cluster); each call names its node.  Calls for one node arrive
+    in that node's program order.  ``invocation_done`` is the commit point: a tracer
+    makes everything reported for that node and invocation durable there.  The base
+    class records nothing; ``tracer`` provides the real one.
     """
 
     def plan_made(self, op: str, plan: Any) -> None:
-        """A plan was built for operator ``op``."""
+        """A plan (``engine.Plan``) was built for operator ``op``; identical on every node."""
 
-    def invocation_done(self, op: str, invocation: int, node: int, info: dict[str, Any]) -> None:
-        """A node finished one operator invocation (orders, digests, timings in ``info``)."""
+    def lock_grants(
+        self,
+        op: str,
+        invocation: int,
+        node: int,
+        round: int,
+        locks: np.ndarray,
+        threads: np.ndarray,
+        indices: np.ndarray,
+    ) -> None:
+        """Lock grants of one node in one round, in grant order: parallel int64 arrays of
+        (lock = element id, thread, loop index)."""
+
+    def index_order(
+        self, op: str, invocation: int, node: int, round: int, thread: int, indices: np.ndarray
+    ) -> None:
+        """A thread ran indices in an order that deviates from the plan (not called when
+        the plan was followed, so a plan-following run records nothing here)."""
 
     def message_received(self, node: int, channel: str, source: int, seq: int, nbytes: int) -> None:
-        """A message arrived at ``node``."""
+        """A message from ``source`` (its ``seq``-th on this channel) arrived at ``node``."""
+
+    def invocation_done(self, op: str, invocation: int, node: int, info: dict[str, Any]) -> None:
+        """A node finished one operator invocation.  ``info`` holds ``bodies`` (int),
+        ``rounds`` (int), ``seconds`` (float), ``round_seconds`` (list of float) and, on
+        the lowest local node only, ``digests`` (list of (dds name, hex digest))."""
 
     def objective(self, name: str, iteration: int, value: float) -> None:
-        """The driver logged an objective value."""
+        """The driver logged an objective value (called once per process)."""
 
     def close(self, status: str, error: str | None = None) -> None:
-        """The run ended with ``status`` (finished, failed)."""
+        """The run ended: ``status`` is ``finished`` or ``failed`` (``error``: traceback)."""
 
 
 @dataclass
@@ -99,6 +124,7 @@ class Session:
         self._driver_rng_count = 0
         self.mode = "driver"
         cluster.bind = self.bind
+        cluster.on_message = self.recorder.message_received
 
     # ------------------------------------------------------------ registry
     def register(self, dds: _dds._DDS, name: str | None) -> int:
@@ -143,13 +169,13 @@ class Session:
         self.invocations[op] = inv + 1
         return inv
 
-    def record_digests(self, op: str, invocation: int) -> None:
+    def record_digests(self, op: str, invocation: int) -> list[tuple[str, str]]:
         if not self.want_digests:
-            return
-        for d in self.dds:
-            self.digests.append(
-                {"op": op, "invocation": invocation, "dds": d.name, "digest": d.digest()}
-            )
+            return []
+        out = [(d.name, d.digest()) for d in self.dds]
+        for name, dig in out:
+            self.digests.append({"op": op, "invocation": invocation, "dds": name, "digest": dig})
+        return out
 
     def log_objective(self, name: str, value: float) -> None:
         vals = self.objectives.setdefault(name, [])

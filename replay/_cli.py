@@ -63,11 +63,6 @@ def _under_launcher() -> bool:
 
 
 def _summary(res: dict[str, Any], say: Callable[[str], None]) -> None:
-    for op, info in res["planner"].items():
-        say(
-            f"plan {op}: {info['strategy']}, {info['rounds']} round(s) per invocation, "
-            f"imbalance {info['imbalance']:.3f}, reconnaissance + planning {info['recon_s']:.2f} s"
-        )
     for op, times in res.get("op_times", {}).items():
         if times:
             say(f"{op}: {len(times)} invocation(s), {sum(times) / len(times):.3f} s each")
