@@ -22,7 +22,7 @@ import numpy as np
 from . import _dds
 from ._closure import check_body
 from ._dds import SLOT_BITS, SLOT_MASK
-from ._errors import BodyError, SessionError
+from ._errors import AccessOutsideReconError, BodyError, SessionError
 from ._planner import Plan, Task, make_plan, wavefront_plan
 from ._recon import AccessSets, concat_sets, recon_range
 from ._runtime import RoundWrites
@@ -41,7 +41,7 @@ class OpState:
     plan: Plan
     round_writes: list[list[RoundWrites]]
     written_dds: list[Any]
-    last_order: np.ndarray | None = None
+    round_orders: list[dict[int, np.ndarray]] | None = None
 
 
 #: Set by tests/dual tests: force a strategy or a serial order for the next plans.
@@ -175,21 +175,23 @@ def _execute(sess: Session, st: OpState, body: Callable, inv: int, checked: bool
     sess.set_mode("checked" if checked else "exec")
     if checked:
         _dds.CHECKER = _dds._Checker(st.name, st.sets, st.start, _tls)
-    orders: list[np.ndarray] = []  # round-major: nodes of one round never conflict
+    orders: list[dict[int, np.ndarray]] = []  # per round, per local node
     round_s: list[float] = []
     try:
         for r, rnd in enumerate(plan.rounds):
             t = time.perf_counter()
+            done: dict[int, np.ndarray] = {}
             for node in cl.local_nodes:
                 cl.bind(node)
-                orders.append(_run_node_round(sess, st, body, inv, op_key, node, r, rnd[node]))
+                done[node] = _run_node_round(sess, st, body, inv, op_key, node, r, rnd[node])
+            orders.append(done)
             cl.exchange_rows({p: st.round_writes[r][p] for p in cl.local_nodes}, st.round_writes[r])
             round_s.append(time.perf_counter() - t)
     finally:
         _dds.CHECKER = None
         sess.set_mode("driver")
         cl.bind(cl.local_nodes[0])
-    st.last_order = np.concatenate(orders) if orders else np.empty(0, np.int64)
+    st.round_orders = orders
     return round_s
 
 
@@ -218,6 +220,8 @@ def _run_node_round(
         try:
             for t in tasks:
                 _run_serial(body, t.indices)
+        except AccessOutsideReconError:
+            raise
         except Exception as exc:
             raise BodyError(st.name, inv, getattr(_tls, "index", -1), node, exc) from exc
         finally:
@@ -288,6 +292,8 @@ def _run_threads(
                     finally:
                         for lk in reversed(held):
                             lk.release()
+        except AccessOutsideReconError:
+            raise
         except Exception as exc:
             raise BodyError(st.name, inv, getattr(_tls, "index", -1), node, exc) from exc
         finally:
@@ -318,11 +324,23 @@ def _run_threads(
 
 
 def last_order(name: str) -> np.ndarray:
-    """The serialization order of the last invocation of operator ``name`` on this process."""
-    st = current().ops.get(name)
-    if st is None or st.last_order is None:
+    """The serialization order of the last invocation of operator ``name`` (collective).
+
+    Rounds in order; inside a round, nodes in order (their bodies never conflict);
+    inside a node, unlocked tasks then locked bodies in lock-acquisition order.
+    """
+    sess = current()
+    st = sess.ops.get(name)
+    if st is None or st.round_orders is None:
         raise KeyError(f"no invocation of operator {name!r} has run in this session")
-    return st.last_order
+    per_proc = sess.cluster.allgather(st.round_orders)
+    parts = []
+    for r in range(len(st.round_orders)):
+        merged: dict[int, np.ndarray] = {}
+        for proc in per_proc:
+            merged.update(proc[r])
+        parts += [merged[p] for p in sorted(merged)]
+    return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
 
 
 def plan_of(name: str) -> Plan:

@@ -55,6 +55,13 @@ def _fail(op: str, fn: Callable[..., Any], name: str, value: Any, lineno: int | 
     )
 
 
+def _holds_only_dds(value: Any) -> bool:
+    items = value.values() if isinstance(value, dict) else value
+    if not isinstance(value, (tuple, list, dict)) or not items:
+        return False
+    return all(isinstance(v, _DDS) for v in items)
+
+
 def _base_name(node: ast.AST) -> str | None:
     while isinstance(node, (ast.Subscript, ast.Attribute)):
         node = node.value
@@ -105,9 +112,11 @@ def _check_ast(op: str, fn: Callable[..., Any], tree: ast.AST, line0: int) -> bo
             if name is None or name in local:
                 continue
             value = _lookup(fn, name)
-            if isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name):
-                if isinstance(value, _DDS):
+            if isinstance(t, ast.Subscript):
+                if isinstance(t.value, ast.Name) and isinstance(value, _DDS):
                     continue
+                if isinstance(t.value, ast.Subscript) and _holds_only_dds(value):
+                    continue  # D[k][i] = v where D is a tuple/list/dict of DDS
             _fail(op, fn, name, value, lineno)
     return True
 
@@ -133,11 +142,11 @@ def check_body(op: str, fn: Callable[..., Any]) -> None:
         return
     _check_bytecode(op, fn)
     try:
-        src = textwrap.dedent(inspect.getsource(fn))
-        tree = ast.parse(src)
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    except (OSError, TypeError, SyntaxError):
+        tree = None  # no source (REPL, exec): the bytecode check above still applies
+    if tree is not None:
         _check_ast(op, fn, tree, code.co_firstlineno)
-    except (OSError, TypeError, SyntaxError, IndentationError):
-        pass
     if len(_checked) > 4096:
         _checked.clear()
     _checked[key] = None

@@ -281,8 +281,11 @@ def balanced_blocks(elems: np.ndarray, parts: int, seed: int) -> np.ndarray:
     """Block (0..parts-1) of each body's element: equal access counts over a seeded permutation."""
     uniq, inv, counts = np.unique(elems, return_inverse=True, return_counts=True)
     perm = np.random.default_rng(seed).permutation(len(uniq))
+    # an element goes to the block its access-count midpoint falls in, so a popular
+    # element cannot drag a whole block's worth of followers with it
     cum = np.cumsum(counts[perm]) - counts[perm]
-    block_of_perm = (cum * parts) // max(int(counts.sum()), 1)
+    mid2 = 2 * cum + counts[perm]
+    block_of_perm = np.minimum((mid2 * parts) // max(2 * int(counts.sum()), 1), parts - 1)
     block = np.empty(len(uniq), dtype=np.int64)
     block[perm] = block_of_perm
     return block[inv]

@@ -109,7 +109,17 @@ def _jsonable(d: dict[str, Any]) -> dict[str, Any]:
 
 # ====================================================================== parent side
 def find_mpiexec() -> str:
-    """The ``mpiexec`` of this environment (the mpich wheel puts it next to python)."""
+    """The ``mpiexec`` to use: ``$REPLAY_MPIEXEC``, the one next to python (the mpich
+    wheel puts it there), or the first on PATH."""
+    chosen = os.environ.get("REPLAY_MPIEXEC")
+    if chosen:
+        path = shutil.which(chosen)
+        if path is None:
+            raise LaunchError(
+                f"mpiexec not found: REPLAY_MPIEXEC={chosen!r} is not an executable; "
+                "fix it or unset it to use the mpich wheel's mpiexec"
+            )
+        return path
     here = Path(sys.executable).parent / "mpiexec"
     if here.is_file() and os.access(here, os.X_OK):
         return str(here)
@@ -167,7 +177,11 @@ def launch(
         def pump_out() -> None:
             assert proc.stdout is not None
             for line in proc.stdout:
-                out(line.rstrip("\n"))
+                line = line.rstrip("\n")
+                if _is_launcher_noise(line):
+                    err_lines.append(line)  # hydra reports dead ranks on stdout
+                else:
+                    out(line)
 
         def pump_err() -> None:
             assert proc.stderr is not None
@@ -210,6 +224,19 @@ class JobFailed(ReplayError):
     def __init__(self, message: str, status: int) -> None:
         super().__init__(message)
         self.status = status
+
+
+_NOISE = (
+    "BAD TERMINATION",
+    "YOUR APPLICATION TERMINATED",
+    "This typically refers to a problem",
+    "Please see the FAQ",
+    "application called MPI_Abort",
+)
+
+
+def _is_launcher_noise(line: str) -> bool:
+    return line.startswith("=") or any(n in line for n in _NOISE)
 
 
 def _kill(proc: subprocess.Popen[str]) -> None:

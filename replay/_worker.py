@@ -25,10 +25,10 @@ def main(argv: list[str]) -> int:
 
     comm = MPI.COMM_WORLD
     rank = comm.Get_rank()
-    out = sys.stderr if spec.get("json") else sys.stdout
 
     def progress(line: str) -> None:
-        print(line, file=out, flush=True)
+        # always stdout: the parent forwards it to its stdout, or stderr under --json
+        print(line, flush=True)
 
     try:
         result = run_here(spec, comm=comm, progress=progress)

@@ -53,21 +53,10 @@ def rmse(A: ap.dvector, W: ap.dvector, H: ap.dvector) -> float:
     return math.sqrt(sq / len(A))
 
 
-def train(
-    epochs: int = 10,
-    rank: int = 32,
-    gamma: float = 0.02,
-    decay: float = 0.95,
-    lam: float = 0.05,
-    init_std: float = 0.1,
-    synthetic: bool = False,
-    data: str = "",
-) -> dict[str, float]:
-    """Factorise the rating matrix; logs training ``rmse`` after every epoch."""
-    if epochs < 0 or rank < 1 or gamma <= 0:
-        raise AppError(
-            f"sgdmf: need epochs >= 0, rank >= 1, gamma > 0 (got {epochs}, {rank}, {gamma})"
-        )
+def build(
+    rank: int, init_std: float, synthetic: bool = False, data: str = ""
+) -> tuple[ap.dvector, ap.dvector, ap.dvector]:
+    """Load the ratings and create the factor matrices: (A, W, H)."""
     A = ap.load(data_path(data, synthetic), parse=parse_line, name="ratings")
     if len(A) == 0:
         raise AppError("sgdmf: the rating file has no ratings")
@@ -78,7 +67,11 @@ def train(
     center = math.sqrt(mean / rank)
     W = ap.dvector(n_users, shape=(rank,), init=ap.init.normal(center, init_std), name="W")
     H = ap.dvector(n_items, shape=(rank,), init=ap.init.normal(center, init_std), name="H")
-    g = gamma
+    return A, W, H
+
+
+def epoch(A: ap.dvector, W: ap.dvector, H: ap.dvector, g: float, lam: float) -> None:
+    """One SGD pass over every rating (one ``async_for`` invocation named ``sgd``)."""
 
     def body(j: int) -> None:
         r = A[j]
@@ -88,8 +81,28 @@ def train(
         W[r.user] = w + g * (err * h - lam * w)
         H[r.item] = h + g * (err * w - lam * h)
 
+    ap.async_for(0, len(A), body, name="sgd")
+
+
+def train(
+    epochs: int = 10,
+    rank: int = 32,
+    gamma: float = 0.02,
+    decay: float = 0.95,
+    lam: float = 0.05,
+    init_std: float = 0.1,
+    synthetic: bool = False,
+    data: str = "",
+) -> dict[str, int]:
+    """Factorise the rating matrix; logs training ``rmse`` after every epoch."""
+    if epochs < 0 or rank < 1 or gamma <= 0:
+        raise AppError(
+            f"sgdmf: need epochs >= 0, rank >= 1, gamma > 0 (got {epochs}, {rank}, {gamma})"
+        )
+    A, W, H = build(rank, init_std, synthetic, data)
+    g = gamma
     for _ in range(epochs):
-        ap.async_for(0, len(A), body, name="sgd")
+        epoch(A, W, H, g, lam)
         g *= decay
         ap.log_objective("rmse", rmse(A, W, H))
-    return {"users": n_users, "items": n_items, "ratings": len(A)}
+    return {"users": len(W), "items": len(H), "ratings": len(A)}

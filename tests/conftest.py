@@ -1,0 +1,62 @@
+"""Shared fixtures: run scripts under mpiexec with a timeout, isolate the data cache."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+settings.register_profile(
+    "ci", max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.register_profile("dev", max_examples=50, deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
+ROOT = Path(__file__).resolve().parent.parent
+#: Seconds an MPI test may take before it is killed and fails (a deadlock must not hang CI).
+MPI_TIMEOUT = 120
+
+
+def mpiexec() -> str:
+    here = Path(sys.executable).parent / "mpiexec"
+    return str(here) if here.exists() else "mpiexec"
+
+
+def run_mpi(
+    args: list[str], n: int, timeout: float = MPI_TIMEOUT, **kw
+) -> subprocess.CompletedProcess:
+    """Run ``python ARGS`` on ``n`` ranks; fail the test (not hang) past ``timeout``."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    env.update(kw.pop("env", {}))
+    cmd = [mpiexec(), "-n", str(n), sys.executable, *args]
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, **kw)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"mpiexec -n {n} timed out after {timeout} s: {exc.stderr!r}")
+
+
+def run_cli(args: list[str], timeout: float = MPI_TIMEOUT, **kw) -> subprocess.CompletedProcess:
+    """Run the real ``replay`` console script with a timeout."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    env.update(kw.pop("env", {}))
+    cmd = [sys.executable, "-m", "replay", *args]
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, **kw)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"replay {' '.join(args)} timed out after {timeout} s: {exc.stderr!r}")
+
+
+@pytest.fixture(autouse=True)
+def _isolated_cache(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Synthetic data goes to a per-session cache, never the user's."""
+    cache = os.environ.get("STRADS_REPLAY_TEST_CACHE")
+    if cache is None:
+        cache = str(tmp_path_factory.getbasetemp() / "cache")
+        os.environ["STRADS_REPLAY_TEST_CACHE"] = cache
+    monkeypatch.setenv("STRADS_REPLAY_CACHE", cache)

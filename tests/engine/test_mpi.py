@@ -1,0 +1,18 @@
+"""async_for under mpiexec with 2 and 3 ranks (bounded by a timeout)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_mpi
+
+HERE = Path(__file__).parent
+
+
+@pytest.mark.parametrize("ranks,threads", [(2, 1), (2, 2), (3, 1), (3, 3)])
+def test_serializable_under_mpiexec(ranks: int, threads: int) -> None:
+    proc = run_mpi([str(HERE / "mpi_serializable.py"), str(threads)], ranks)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"ranks={ranks} threads={threads} OK rotation" in proc.stdout

@@ -1,0 +1,91 @@
+"""Pre-training operators: load, create, map, reduce, join, store."""
+
+from __future__ import annotations
+
+import operator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import engine as ap
+
+
+def parse(line: str):
+    if line.startswith("#"):
+        return None
+    a, b = line.split(",")
+    return (int(a), float(b))
+
+
+@pytest.fixture
+def data_file(tmp_path: Path) -> Path:
+    p = tmp_path / "data.csv"
+    p.write_text("# header\n" + "".join(f"{i},{i * 0.5}\n" for i in range(10)))
+    return p
+
+
+@pytest.mark.parametrize("nodes", [1, 2, 3])
+def test_load_map_reduce_are_identical_on_any_cluster(nodes: int, data_file: Path) -> None:
+    def prog():
+        A = ap.load(data_file, parse=parse, name="A")
+        sq = ap.map(A, lambda r: r[1] ** 2, shape=(), name="sq")
+        total = ap.reduce(sq)
+        biggest = ap.reduce(A, lambda r: r[0], op=max)
+        return len(A), sq.gather(), total, biggest
+
+    n, sq, total, biggest = ap.run(prog, nodes=nodes).value
+    assert n == 10 and biggest == 9
+    assert sq.tolist() == [(i * 0.5) ** 2 for i in range(10)]
+    assert total == sum((i * 0.5) ** 2 for i in range(10))
+
+
+def test_load_reports_file_line_and_parser_message(tmp_path: Path) -> None:
+    p = tmp_path / "bad.csv"
+    p.write_text("1,2.0\n3,oops\n")
+
+    def prog():
+        ap.load(p, parse=parse)
+
+    with pytest.raises(ap.DataFormatError) as info:
+        ap.run(prog)
+    msg = str(info.value)
+    assert str(p) in msg and ":2:" in msg and "could not convert string to float: 'oops'" in msg
+
+
+def test_load_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(ap.InputFileError, match="does not exist"):
+        ap.run(lambda: ap.load(tmp_path / "nope.csv", parse=parse))
+
+
+@pytest.mark.parametrize("nodes", [1, 2])
+def test_create_join_store(nodes: int, tmp_path: Path) -> None:
+    out = tmp_path / "out.txt"
+
+    def prog():
+        X = ap.create(4, lambda i: [i, i * 10.0], shape=(2,), name="X")
+        Y = ap.create(3, lambda i: f"y{i}", name="Y")
+        J = ap.join(X, Y, name="J")
+        ap.store(X, out)
+        return X.gather(), dict(J.items())
+
+    x, j = ap.run(prog, nodes=nodes).value
+    assert x.tolist() == [[0, 0], [1, 10], [2, 20], [3, 30]]
+    assert sorted(j) == [0, 1, 2] and j[2][1] == "y2" and j[2][0].tolist() == [2.0, 20.0]
+    assert out.read_text().splitlines()[3] == "3\t3.0 30.0"
+
+
+def test_reduce_with_initial_and_empty() -> None:
+    def prog():
+        E = ap.dvector(0, name="E")
+        with pytest.raises(ValueError, match="needs initial="):
+            ap.reduce(E)
+        return ap.reduce(E, op=operator.add, initial=5)
+
+    assert ap.run(prog).value == 5
+
+
+def test_rng_outside_bodies_is_identical_per_seed() -> None:
+    a = ap.run(lambda: ap.rng().random(3), seed=1).value
+    b = ap.run(lambda: ap.rng().random(3), seed=1).value
+    assert np.array_equal(a, b)

@@ -1,0 +1,114 @@
+"""Codecs for bulk arrays: numpy bytes, optionally delta-coded and zlib-compressed.
+
+A blob is stored next to a codec name drawn from the fixed whitelist :data:`CODECS`;
+decoding uses only ``zlib`` and ``np.frombuffer`` — never pickle — so opening a
+trace runs no code from it.  Integer arrays are narrowed to the smallest dtype that
+holds them before compression (plan task ids fit in a byte; element ids do not).
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+
+from ._errors import TraceFormatError
+
+#: zlib level: 6 is within a few percent of 9 on our arrays at a third of the time.
+ZLIB_LEVEL = 6
+
+_DTYPES = {
+    "u8": np.uint8,
+    "i8": np.int8,
+    "u16": np.uint16,
+    "i16": np.int16,
+    "u32": np.uint32,
+    "i32": np.int32,
+    "i64": np.int64,
+    "f64": np.float64,
+}
+
+#: Every codec a trace may name: (compressed, delta-coded, little-endian dtype).
+CODECS: dict[str, tuple[bool, bool, np.dtype]] = {
+    f"{comp}-{'d' if delta else ''}{name}": (comp == "zlib", delta, np.dtype(dt).newbyteorder("<"))
+    for comp in ("raw", "zlib")
+    for delta in (False, True)
+    for name, dt in _DTYPES.items()
+    if not (delta and name == "f64")
+}
+
+
+def smallest_int_dtype(arr: np.ndarray) -> str:
+    """Name of the smallest whitelisted integer dtype that holds every value of ``arr``."""
+    if arr.size == 0:
+        return "u8"
+    lo, hi = int(arr.min()), int(arr.max())
+    if lo >= 0:
+        for name, limit in (("u8", 1 << 8), ("u16", 1 << 16), ("u32", 1 << 32)):
+            if hi < limit:
+                return name
+        return "i64"
+    for name, bits in (("i8", 8), ("i16", 16), ("i32", 32)):
+        if -(1 << (bits - 1)) <= lo and hi < (1 << (bits - 1)):
+            return name
+    return "i64"
+
+
+def encode(arr: np.ndarray, *, delta: bool = False) -> tuple[bytes, str]:
+    """Encode a 1-d integer or float array; returns (blob, codec name)."""
+    a = np.asarray(arr).ravel()
+    if a.dtype.kind == "f":
+        name, delta = "f64", False
+        a = a.astype("<f8", copy=False)
+    else:
+        if a.dtype.kind not in "iub":
+            raise TypeError(f"cannot encode an array of dtype {a.dtype}; use integers or floats")
+        a = a.astype(np.int64, copy=False)
+        if delta and a.size:
+            a = np.diff(a, prepend=np.int64(0))  # int64 wrap-around is undone by cumsum
+        name = smallest_int_dtype(a)
+        a = a.astype(np.dtype(_DTYPES[name]).newbyteorder("<"), copy=False)
+    raw = a.tobytes()
+    packed = zlib.compress(raw, ZLIB_LEVEL)
+    comp = "zlib" if len(packed) < len(raw) else "raw"
+    return (packed if comp == "zlib" else raw), f"{comp}-{'d' if delta else ''}{name}"
+
+
+def decode(data: bytes | None, codec: str, count: int | None, where: str) -> np.ndarray:
+    """Decode a blob to int64 (or float64); ``count`` is the expected length if known.
+
+    ``where`` names the table, row and column for the error message.
+    """
+    spec = CODECS.get(codec)
+    if spec is None:
+        raise TraceFormatError(
+            f"{where}: unknown codec {codec!r}; the trace is corrupt or from a newer version"
+        )
+    if data is None:
+        raise TraceFormatError(f"{where}: blob is missing; the trace is corrupt")
+    compressed, delta, dtype = spec
+    raw = bytes(data)
+    if compressed:
+        limit = count * dtype.itemsize + 1 if count is not None else 0
+        try:
+            d = zlib.decompressobj()
+            raw = d.decompress(raw, limit)
+            if not d.eof and (limit == 0 or len(raw) < limit):
+                raise zlib.error("incomplete stream")
+        except zlib.error as exc:
+            raise TraceFormatError(
+                f"{where}: corrupt compressed data ({exc}); the trace is damaged"
+            ) from None
+    if len(raw) % dtype.itemsize or (count is not None and len(raw) != count * dtype.itemsize):
+        want = "" if count is None else f", expected {count * dtype.itemsize}"
+        raise TraceFormatError(
+            f"{where}: blob decodes to {len(raw)} bytes{want} ({codec}); the trace is damaged"
+        )
+    a = np.frombuffer(raw, dtype=dtype)
+    if dtype.kind == "f":
+        return a.astype(np.float64)
+    a = a.astype(np.int64)
+    return np.cumsum(a, dtype=np.int64) if delta else a
+
+
+__all__ = ["CODECS", "decode", "encode", "smallest_int_dtype"]

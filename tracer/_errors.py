@@ -1,0 +1,32 @@
+"""Errors of the ``tracer`` package; all derive from :class:`TracerError`."""
+
+from __future__ import annotations
+
+
+class TracerError(Exception):
+    """Base class of every error the tracer raises on purpose."""
+
+
+class TraceNotFoundError(TracerError, FileNotFoundError):
+    """The trace file (or directory of traces) does not exist."""
+
+
+class TraceFormatError(TracerError, ValueError):
+    """The file is not a readable trace: not SQLite, foreign, truncated, newer or corrupt."""
+
+
+class RunNotFoundError(TracerError, LookupError):
+    """The trace holds no run with the requested id (or no run at all)."""
+
+
+class TraceWriteError(TracerError, RuntimeError):
+    """The trace store could not be written (locked, read-only, disk full)."""
+
+
+__all__ = [
+    "RunNotFoundError",
+    "TraceFormatError",
+    "TraceNotFoundError",
+    "TraceWriteError",
+    "TracerError",
+]

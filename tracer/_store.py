@@ -1,0 +1,363 @@
+"""Opening trace stores: SQLite files (WAL, shared by every rank) or any SQLAlchemy URL.
+
+Writers (``create_store``) tune SQLite for several processes committing to one file:
+WAL so readers never block the writer, ``synchronous=NORMAL`` (a commit survives the
+death of the process, which is the crash the trace must survive), a busy timeout, and
+``BEGIN IMMEDIATE`` so that two writers queue on the lock instead of failing on a
+snapshot upgrade.  Readers (``open_engine``) check the file before SQLite sees it and
+open it read-only, so bad input is reported in one line and never modified.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+from urllib.request import pathname2url
+
+from sqlalchemy import Engine, create_engine, event, insert, inspect, select, update
+from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
+from sqlalchemy.pool import QueuePool
+
+from ._errors import RunNotFoundError, TraceFormatError, TraceNotFoundError, TraceWriteError
+from ._schema import APP_ID, SCHEMA_VERSION, Base, Run, SchemaInfo
+
+#: Milliseconds a writer waits for another rank's transaction before giving up.
+BUSY_TIMEOUT_MS = 60_000
+#: What to tell a user who passed something that is not a trace.
+HINT = "pass a file written by 'replay run --trace' (see 'replay ls')"
+
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def is_url(target: Any) -> bool:
+    """True when ``target`` is an SQLAlchemy URL rather than a file path."""
+    return isinstance(target, str) and "://" in target
+
+
+def describe(target: Any) -> str:
+    """How to name ``target`` in messages (a path, or a URL without its password)."""
+    if isinstance(target, Engine):
+        return target.url.render_as_string(hide_password=True)
+    if is_url(target):
+        from sqlalchemy.engine import make_url
+
+        return make_url(target).render_as_string(hide_password=True)
+    return os.fspath(target)
+
+
+def sqlite_path(target: Any) -> Path | None:
+    """The file behind ``target`` if it is a SQLite file, else None."""
+    if isinstance(target, Engine):
+        db = target.url.database if target.dialect.name == "sqlite" else None
+        return Path(db) if db and db != ":memory:" and not db.startswith("file:") else None
+    if is_url(target):
+        from sqlalchemy.engine import make_url
+
+        url = make_url(target)
+        ok = url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:")
+        return Path(url.database) if ok else None
+    return Path(os.fspath(target))
+
+
+# ====================================================================== writers
+def _tune_sqlite(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.isolation_level = None  # we issue BEGIN ourselves
+        cur = dbapi_conn.cursor()
+        cur.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute("PRAGMA synchronous=NORMAL")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Any) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def create_store(target: str | os.PathLike[str] | Engine) -> Engine:
+    """A writable engine on ``target`` (a path means SQLite), with the schema created."""
+    if isinstance(target, Engine):
+        engine = target
+    elif is_url(target):
+        engine = create_engine(str(target))
+        if engine.dialect.name == "sqlite":
+            _tune_sqlite(engine)
+            path = sqlite_path(target)
+            if path is not None and path.exists() and path.stat().st_size > 0:
+                open_engine(path, allow_empty=True).dispose()
+    else:
+        path = Path(os.fspath(target))
+        if path.exists() and (path.is_dir() or path.stat().st_size > 0):
+            open_engine(path, allow_empty=True).dispose()  # never touch a foreign file
+        path.parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(f"sqlite:///{path}")
+        _tune_sqlite(engine)
+    try:
+        ensure_schema(engine)
+    except (TraceFormatError, TraceWriteError):
+        engine.dispose()
+        raise
+    return engine
+
+
+def ensure_schema(engine: Engine) -> None:
+    """Create the tables and the ``schema_info`` row unless present; refuse foreign stores."""
+    for attempt in range(3):  # several ranks may create the schema at the same moment
+        try:
+            names = set(inspect(engine).get_table_names())
+            if names and "schema_info" not in names:
+                raise TraceFormatError(
+                    f"{describe(engine)} already holds tables of another application "
+                    "(no schema_info table): pick a new trace path"
+                )
+            if "schema_info" in names:
+                check_schema_info(engine)
+            with engine.begin() as conn:
+                Base.metadata.create_all(conn)
+                have = conn.execute(select(SchemaInfo.app_id)).first()
+                if have is None:
+                    conn.execute(
+                        insert(SchemaInfo).values(
+                            app_id=APP_ID, version=SCHEMA_VERSION, created_at=time.time()
+                        )
+                    )
+            return
+        except (OperationalError, IntegrityError) as exc:
+            if attempt == 2 or "already exists" not in str(exc) and "UNIQUE" not in str(exc):
+                raise TraceWriteError(
+                    f"cannot create the trace schema in {describe(engine)}: {_reason(exc)}"
+                ) from None
+
+
+def _reason(exc: BaseException) -> str:
+    orig = getattr(exc, "orig", None)
+    return str(orig if orig is not None else exc).splitlines()[0]
+
+
+def write_error(engine: Engine, exc: BaseException) -> TraceWriteError:
+    """A one-line :class:`TraceWriteError` for a failed write."""
+    return TraceWriteError(f"cannot write trace {describe(engine)}: {_reason(exc)}")
+
+
+def start_run(store: Any, run_id: str, meta: dict[str, Any]) -> None:
+    """Insert the row of a new run (status ``running``); creates the store if needed.
+
+    ``meta`` keys: app, target, params (dict), code_digest, ranks, threads, seed,
+    versions (dict).  Unknown keys are an error, missing ones get neutral defaults.
+    """
+    allowed = {"app", "target", "params", "code_digest", "ranks", "threads", "seed", "versions"}
+    extra = set(meta) - allowed
+    if extra:
+        raise ValueError(
+            f"start_run: unknown meta keys {sorted(extra)}; allowed: {sorted(allowed)}"
+        )
+    engine = store if isinstance(store, Engine) else create_store(store)
+    row = {
+        "run_id": str(run_id),
+        "app": str(meta.get("app", "")),
+        "target": str(meta.get("target", "")),
+        "params": json.dumps(meta.get("params", {}), sort_keys=True, default=repr),
+        "code_digest": str(meta.get("code_digest", "")),
+        "ranks": int(meta.get("ranks", 1)),
+        "threads": int(meta.get("threads", 1)),
+        "seed": int(meta.get("seed", 0)),
+        "versions": json.dumps(meta.get("versions", {}), sort_keys=True, default=repr),
+        "started_at": time.time(),
+        "status": "running",
+    }
+    try:
+        with engine.begin() as conn:
+            if conn.execute(select(Run.run_id).where(Run.run_id == row["run_id"])).first():
+                raise TracerRunExists(
+                    f"{describe(engine)} already holds a run {run_id!r}: use a new run id"
+                )
+            conn.execute(insert(Run).values(**row))
+    except DBAPIError as exc:
+        raise write_error(engine, exc) from None
+    finally:
+        if not isinstance(store, Engine):
+            engine.dispose()
+
+
+class TracerRunExists(TraceWriteError, ValueError):
+    """``start_run`` was given a run id that the store already holds."""
+
+
+def finish_run(
+    engine: Engine,
+    run_id: str,
+    status: str,
+    error: str | None,
+    end_node: int | None = None,
+    end_seq: int | None = None,
+) -> bool:
+    """Set the end status of a still-running run; returns False if it had ended already."""
+    stmt = (
+        update(Run)
+        .where(Run.run_id == run_id, Run.status == "running")
+        .values(
+            status=status, error=error, ended_at=time.time(), end_node=end_node, end_seq=end_seq
+        )
+    )
+    try:
+        with engine.begin() as conn:
+            return conn.execute(stmt).rowcount > 0
+    except DBAPIError as exc:
+        raise write_error(engine, exc) from None
+
+
+def mark_crashed(store: Any, run_id: str, error: str | None = None) -> bool:
+    """Mark a run whose writer died as ``crashed`` (no-op if it ended); True if marked."""
+    engine = store if isinstance(store, Engine) else open_engine(store, writable=True)
+    try:
+        with engine.connect() as conn:
+            if conn.execute(select(Run.run_id).where(Run.run_id == run_id)).first() is None:
+                raise RunNotFoundError(f"{describe(engine)} holds no run {run_id!r}")
+        return finish_run(engine, run_id, "crashed", error)
+    finally:
+        if not isinstance(store, Engine):
+            engine.dispose()
+
+
+# ====================================================================== readers
+def check_file(path: Path) -> None:
+    """Refuse, in one line, a path that is missing or not an intact SQLite file."""
+    shown = os.fspath(path)
+    if not path.exists():
+        raise TraceNotFoundError(f"{shown} does not exist: {HINT}")
+    if path.is_dir():
+        raise TraceFormatError(f"{shown} is a directory, not a trace file: {HINT}")
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as fh:
+            head = fh.read(100)
+    except OSError as exc:
+        raise TraceNotFoundError(f"cannot read {shown}: {exc.strerror}") from None
+    if size == 0:
+        raise TraceFormatError(f"{shown} is empty, not a replay trace: {HINT}")
+    if not head.startswith(_SQLITE_MAGIC):
+        raise TraceFormatError(f"{shown} is not a replay trace (not a SQLite file): {HINT}")
+    if len(head) < 100:
+        raise TraceFormatError(f"{shown} is truncated ({size} bytes): the trace is damaged")
+    page = int.from_bytes(head[16:18], "big")
+    page = 65536 if page == 1 else page
+    pages = int.from_bytes(head[28:32], "big")
+    valid = head[24:28] == head[92:96]  # header page count is trustworthy only then
+    if page < 512 or size % page or (valid and size < page * pages):
+        raise TraceFormatError(
+            f"{shown} is truncated ({size} bytes, expected {page * pages}): the trace is "
+            "damaged; re-record the run"
+        )
+
+
+def _ro_connect(path: Path, immutable: bool) -> Any:
+    uri = "file:" + pathname2url(str(path.resolve()))
+    uri += "?immutable=1" if immutable else "?mode=ro"
+    return sqlite3.connect(uri, uri=True, check_same_thread=False)
+
+
+def open_engine(target: Any, *, writable: bool = False, allow_empty: bool = False) -> Engine:
+    """An engine on an existing trace store, checked to be one of ours.
+
+    A SQLite file is opened read-only (``mode=ro``) unless ``writable``; when SQLite
+    cannot open a WAL file read-only (no ``-shm`` and a read-only directory) it is
+    opened ``immutable``.  Nothing is written while checking.  ``allow_empty`` accepts a
+    database without any table (one that a concurrent writer is about to fill).
+    """
+    if isinstance(target, Engine):
+        engine = target
+    elif is_url(target):
+        engine = create_engine(str(target))
+    else:
+        path = Path(os.fspath(target))
+        check_file(path)
+        engine = None
+        for immutable in (False, True):
+            probe = create_engine(
+                "sqlite://",
+                creator=lambda im=immutable: _ro_connect(path, im),
+                poolclass=QueuePool,
+            )
+            try:
+                with probe.connect() as conn:
+                    conn.exec_driver_sql("SELECT count(*) FROM sqlite_master").all()
+                engine = probe
+                break
+            except DBAPIError as exc:
+                probe.dispose()
+                if immutable or "unable to open" not in str(exc) and "readonly" not in str(exc):
+                    raise TraceFormatError(
+                        f"{path} is not a readable SQLite file ({_reason(exc)}): {HINT}"
+                    ) from None
+        assert engine is not None
+    try:
+        check_schema_info(engine, describe(target), allow_empty=allow_empty)
+    except BaseException:
+        if not isinstance(target, Engine):
+            engine.dispose()
+        raise
+    if writable and not isinstance(target, Engine):
+        engine.dispose()
+        return create_store(target)
+    return engine
+
+
+def check_schema_info(engine: Engine, shown: str = "", *, allow_empty: bool = False) -> None:
+    """Refuse a store without our ``schema_info`` row or with a newer schema version."""
+    shown = shown or describe(engine)
+    try:
+        with engine.connect() as conn:
+            names = set(inspect(conn).get_table_names())
+            if not names and allow_empty:
+                return
+            if "schema_info" not in names:
+                raise TraceFormatError(
+                    f"{shown} is not a replay trace (no schema_info table): {HINT}"
+                )
+            rows = conn.execute(select(SchemaInfo.app_id, SchemaInfo.version)).all()
+    except DBAPIError as exc:
+        raise TraceFormatError(
+            f"{shown} is not a readable trace ({_reason(exc)}): {HINT}"
+        ) from None
+    ours = [v for a, v in rows if a == APP_ID]
+    if not ours:
+        other = rows[0][0] if rows else "none"
+        raise TraceFormatError(
+            f"{shown} is a SQLite file of another application (app id {other!r}): {HINT}"
+        )
+    version = int(ours[0])
+    if version > SCHEMA_VERSION:
+        raise TraceFormatError(
+            f"{shown} has trace schema version {version}, newer than this strads-replay "
+            f"understands ({SCHEMA_VERSION}): upgrade strads-replay to read it"
+        )
+    if version < 1:
+        raise TraceFormatError(f"{shown} has an invalid trace schema version {version}")
+
+
+def checkpoint(engine: Engine) -> None:
+    """Fold the WAL into the main file so the trace is one self-contained file."""
+    if engine.dialect.name != "sqlite":
+        return
+    try:
+        with engine.connect() as conn:
+            conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+    except DBAPIError:
+        pass  # another rank still writes; the last one to close folds the WAL
+
+
+__all__ = [
+    "BUSY_TIMEOUT_MS",
+    "check_file",
+    "create_store",
+    "describe",
+    "finish_run",
+    "mark_crashed",
+    "open_engine",
+    "start_run",
+]
