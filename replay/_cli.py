@@ -179,7 +179,6 @@ def run_cmd(
     )
     if _under_launcher() and _rank() != 0:
         return
-    res.pop("op_times", None) if as_json else None
     if as_json:
         click.echo(json.dumps(res))
     else:

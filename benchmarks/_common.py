@@ -1,0 +1,42 @@
+"""Helpers shared by the benchmark scripts: data selection and timed subprocess runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+ENV = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
+
+
+def dataset(synthetic: bool) -> tuple[str, list[str]]:
+    """(label, extra -p args): MovieLens-100K unless it is unavailable or ``synthetic``."""
+    if not synthetic:
+        try:
+            sys.path.insert(0, str(ROOT))
+            from apps._datasets import movielens_100k
+
+            movielens_100k()
+            return "movielens-100k", []
+        except Exception as exc:  # noqa: BLE001 - fall back, and say so in the output
+            print(f"MovieLens-100K unavailable ({exc}); using synthetic data", file=sys.stderr)
+    return "synthetic", ["-p", "synthetic=true"]
+
+
+def replay_run(args: list[str], timeout: float = 1800) -> dict[str, Any]:
+    """Run ``replay run ... --json`` and return its JSON object."""
+    cmd = [sys.executable, "-m", "replay", "run", *args, "--json"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=timeout, cwd=ROOT)
+    if proc.returncode != 0:
+        raise SystemExit(f"benchmark run failed: {' '.join(args)}: {proc.stderr.strip()}")
+    return json.loads(proc.stdout)
+
+
+def steady(times: list[float]) -> float:
+    """Median epoch time, skipping the first (it may pay for warm-up)."""
+    return statistics.median(times[1:] if len(times) > 2 else times)
