@@ -1,0 +1,46 @@
+"""The README's app example runs as written."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from tests.conftest import ROOT, run_cli
+
+
+def test_writing_an_app_example_runs(tmp_path: Path) -> None:
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## Writing an app") :]
+    code = re.search(r"```python\n(# train.py\n.*?)```", section, re.S).group(1)
+    (tmp_path / "train.py").write_text(code)
+    rows = [
+        f"{u},{i},{1 + (u * 7 + i * 3) % 5}" for u in range(30) for i in range(20) if (u + i) % 3
+    ]
+    (tmp_path / "ratings.csv").write_text("\n".join(rows) + "\n")
+    proc = run_cli(
+        [
+            "run",
+            "train.py:train",
+            "--ranks",
+            "2",
+            "-p",
+            "epochs=3",
+            "-p",
+            "path=ratings.csv",
+            "--json",
+        ],
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    rmse = json.loads(proc.stdout)["objectives"]["rmse"]
+    assert len(rmse) == 3 and rmse[-1] < rmse[0]
+
+
+def test_top_of_readme_has_the_two_commands() -> None:
+    head = (ROOT / "README.md").read_text().split("---")[0]
+    cmds = re.findall(r"```bash\n(.*?)\n```", head, re.S)
+    assert len(cmds) == 2
+    assert cmds[0].endswith("replay demo")
+    ci = (ROOT / ".ci" / "run").read_text().strip().splitlines()[-1]
+    assert ci == cmds[1]
