@@ -14,6 +14,7 @@ from . import _init as init
 from ._asyncfor import async_for as async_for
 from ._asyncfor import last_order as last_order
 from ._asyncfor import plan_of as plan_of
+from ._control import Controller as Controller
 from ._dds import dmap as dmap
 from ._dds import dmultimap as dmultimap
 from ._dds import dvector as dvector
@@ -22,6 +23,7 @@ from ._errors import BodyError as BodyError
 from ._errors import ClosureRuleError as ClosureRuleError
 from ._errors import DataFormatError as DataFormatError
 from ._errors import DDSError as DDSError
+from ._errors import DivergenceError as DivergenceError
 from ._errors import EngineError as EngineError
 from ._errors import InputFileError as InputFileError
 from ._errors import SessionError as SessionError
@@ -43,8 +45,10 @@ __all__ = [
     "AccessOutsideReconError",
     "BodyError",
     "ClosureRuleError",
+    "Controller",
     "DDSError",
     "DataFormatError",
+    "DivergenceError",
     "EngineError",
     "InputFileError",
     "Plan",

@@ -21,8 +21,9 @@ import numpy as np
 
 from . import _dds
 from ._closure import check_body
+from ._control import TurnstileDriver
 from ._dds import SLOT_BITS, SLOT_MASK
-from ._errors import AccessOutsideReconError, BodyError, SessionError
+from ._errors import AccessOutsideReconError, BodyError, DivergenceError, SessionError
 from ._planner import Plan, Task, make_plan, wavefront_plan
 from ._recon import AccessSets, concat_sets, recon_range
 from ._runtime import RoundWrites
@@ -147,6 +148,7 @@ def async_for(
             "bodies": plan.n,
             "recon_s": round(time.perf_counter() - t0, 6),
         }
+    sess.controller.check_plan(name, inv, st.plan)
     t1 = time.perf_counter()
     round_s = _execute(sess, st, body, inv, checked)
     for d in st.written_dds:
@@ -215,12 +217,26 @@ def _run_node_round(
     """Run one node's tasks of one round; return the node's serialization order."""
     if not tasks:
         return np.empty(0, dtype=np.int64)
+    forced = sess.controller.serial_order(st.name, inv, node, r)
+    if forced is not None:
+        planned = np.sort(np.concatenate([t.indices for t in tasks]))
+        if not np.array_equal(np.sort(forced), planned):
+            raise DivergenceError(
+                node=node,
+                op=st.name,
+                invocation=inv,
+                event=f"round {r}",
+                what="task set",
+                expected=f"{len(forced)} recorded bodies",
+                actual=f"{len(planned)} planned bodies",
+            )
+        tasks = [Task(0, np.asarray(forced, dtype=np.int64))]
     if sess.cluster.threads == 1 or len(tasks) == 1 and not tasks[0].locked:
         _tls.op_key = op_key
         try:
             for t in tasks:
                 _run_serial(body, t.indices)
-        except AccessOutsideReconError:
+        except (AccessOutsideReconError, DivergenceError):
             raise
         except Exception as exc:
             raise BodyError(st.name, inv, getattr(_tls, "index", -1), node, exc) from exc
@@ -261,11 +277,16 @@ def _run_threads(
     locked = [t for t in tasks if t.locked]
     lock_of: dict[int, np.ndarray] = {}
     locks: dict[int, threading.Lock] = {}
+    turnstile: TurnstileDriver | None = None
     if locked:
         all_idx = np.concatenate([t.indices for t in locked])
         per_body, group_w = _lock_ids(st, all_idx)
         locks = {g: threading.Lock() for g in group_w.tolist()}
         lock_of = dict(zip(all_idx.tolist(), per_body, strict=True))
+        orders = sess.controller.lock_orders(st.name, inv, node, r)
+        if orders is not None:
+            where = {"node": node, "op": st.name, "invocation": inv}
+            turnstile = TurnstileDriver(orders, where)
     ticket = itertools.count()
     tickets: list[tuple[int, int, int]] = []  # (ticket, index, thread)
     tickets_lock = threading.Lock()
@@ -281,7 +302,13 @@ def _run_threads(
                     _run_serial(body, t.indices)
                     continue
                 for j in t.indices.tolist():
-                    held = [locks[g] for g in lock_of[j].tolist()]
+                    ids = lock_of[j].tolist()
+                    if turnstile is not None:
+                        _run_turnstile(
+                            turnstile, ids, thread, j, body, tickets, tickets_lock, ticket
+                        )
+                        continue
+                    held = [locks[g] for g in ids]
                     for lk in held:  # global order: ids are sorted
                         lk.acquire()
                     try:
@@ -292,7 +319,7 @@ def _run_threads(
                     finally:
                         for lk in reversed(held):
                             lk.release()
-        except AccessOutsideReconError:
+        except (AccessOutsideReconError, DivergenceError):
             raise
         except Exception as exc:
             raise BodyError(st.name, inv, getattr(_tls, "index", -1), node, exc) from exc
@@ -321,6 +348,31 @@ def _run_threads(
             st.name, inv, node, r, locks_a[by_lock], threads_a[by_lock], idx_a[by_lock]
         )
     return np.concatenate(order)
+
+
+def _run_turnstile(
+    ts: TurnstileDriver,
+    ids: list[int],
+    thread: int,
+    j: int,
+    body: Callable,
+    tickets: list[tuple[int, int, int]],
+    tickets_lock: threading.Lock,
+    ticket: itertools.count,
+) -> None:
+    """Run body ``j`` holding ``ids``, each granted in its recorded turn."""
+    taken: list[int] = []
+    try:
+        for g in ids:
+            ts.acquire(g, thread, j)
+            taken.append(g)
+        with tickets_lock:
+            tickets.append((next(ticket), j, thread))
+        _tls.index = j
+        body(j)
+    finally:
+        for g in reversed(taken):
+            ts.release(g, thread, j)
 
 
 def last_order(name: str) -> np.ndarray:

@@ -46,3 +46,46 @@ class BodyError(EngineError, RuntimeError):
 
 class InputFileError(EngineError, FileNotFoundError):
     """An input file does not exist or cannot be read."""
+
+
+class DivergenceError(EngineError, RuntimeError):
+    """A replayed program asked for an event its trace does not allow.
+
+    Carries where (node, operator, invocation, event number) and what the trace
+    expected versus what happened.
+    """
+
+    def __init__(
+        self,
+        *,
+        node: int,
+        op: str,
+        invocation: int,
+        event: int | str,
+        expected: str,
+        actual: str,
+        what: str = "event",
+    ) -> None:
+        self.node = node
+        self.op = op
+        self.invocation = invocation
+        self.event = event
+        self.expected = expected
+        self.actual = actual
+        self.what = what
+        super().__init__(
+            f"replay diverged on node {node} at {op}#{invocation}, {what} {event}: "
+            f"the trace expected {expected}, the program did {actual}"
+        )
+
+    def as_dict(self) -> dict[str, object]:
+        """The JSON form used in ``first_difference``."""
+        return {
+            "node": self.node,
+            "op": self.op,
+            "invocation": self.invocation,
+            "event": self.event,
+            "what": self.what,
+            "expected": self.expected,
+            "actual": self.actual,
+        }

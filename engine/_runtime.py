@@ -58,6 +58,9 @@ class Cluster:
         self._pools: dict[int, ThreadPoolExecutor] = {}
         self.bind: Callable[[int], None] = lambda node: None
         self.on_message: Callable[[int, str, int, int, int], None] | None = None
+        #: replay hook: source the k-th message on (node, channel) must come from
+        self.expect_source: Callable[[int, str, int], int | None] = lambda node, ch, k: None
+        self._recv_count: dict[tuple[int, str], int] = {}
 
     def pool(self, node: int) -> ThreadPoolExecutor:
         """The worker threads of ``node`` (created on first use)."""
@@ -197,7 +200,10 @@ class MpiCluster(Cluster):
         status = MPI.Status()
         moved = 0
         for _ in range(P - 1):
-            comm.Probe(MPI.ANY_SOURCE, TAG_ROWS, status)
+            k = self._recv_count.get((me, "rows"), 0)
+            self._recv_count[(me, "rows")] = k + 1
+            want = self.expect_source(me, "rows", k)
+            comm.Probe(MPI.ANY_SOURCE if want is None else want, TAG_ROWS, status)
             src = status.Get_source()
             nbytes = status.Get_count(MPI.BYTE)
             buf = np.empty(nbytes, dtype=np.uint8)

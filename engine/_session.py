@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from . import _dds
+from ._control import Controller
 from ._errors import SessionError
 from ._runtime import Cluster, InProcessCluster, MpiCluster
 
@@ -105,8 +106,10 @@ class Session:
         recorder: Recorder | None = None,
         progress: Callable[[str], None] | None = None,
         digests: bool = True,
+        controller: Controller | None = None,
     ) -> None:
         self.cluster = cluster
+        self.controller = controller or Controller()
         self.seed = int(seed)
         self.checked = checked
         self.recorder = recorder or Recorder()
@@ -125,6 +128,7 @@ class Session:
         self.mode = "driver"
         cluster.bind = self.bind
         cluster.on_message = self.recorder.message_received
+        cluster.expect_source = self.controller.message_source
 
     # ------------------------------------------------------------ registry
     def register(self, dds: _dds._DDS, name: str | None) -> int:
@@ -223,11 +227,13 @@ def run(
     comm: Any = None,
     recorder: Recorder | None = None,
     progress: Callable[[str], None] | None = None,
+    controller: Controller | None = None,
 ) -> RunResult:
     """Run the driver ``fn(**params)`` on a fresh cluster and return its outcome.
 
     With ``comm`` (an MPI communicator) every rank hosts one node; otherwise an
-    in-process cluster of ``nodes`` nodes is used.
+    in-process cluster of ``nodes`` nodes is used.  ``recorder`` receives the trace
+    events; ``controller`` (replay) enforces recorded orders.
     """
     global _current
     if _current is not None and getattr(_current, "_running", False):
@@ -235,7 +241,14 @@ def run(
     cluster: Cluster = (
         MpiCluster(comm, threads) if comm is not None else InProcessCluster(nodes, threads)
     )
-    sess = Session(cluster, seed=seed, checked=checked, recorder=recorder, progress=progress)
+    sess = Session(
+        cluster,
+        seed=seed,
+        checked=checked,
+        recorder=recorder,
+        progress=progress,
+        controller=controller,
+    )
     prev = _current
     _current = sess
     sess._running = True  # type: ignore[attr-defined]

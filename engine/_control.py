@@ -1,0 +1,210 @@
+"""Order control: the hooks replay uses to make a run follow its trace.
+
+The engine asks its session's :class:`Controller` at each point where a run could
+go more than one way — which plan to run, which source the next message must come
+from, in which order locks are granted, in which order a node runs its bodies.
+The default controller allows whatever happens (a normal run).
+
+:class:`Turnstile` is the lock-grant state machine: a plain object whose only
+mutator is ``handle(event) -> list[instruction]``; :class:`TurnstileDriver` is the
+thin threading layer that performs its instructions.  Because the machine is pure,
+tests feed it hand-made events, and replay and normal runs share the same code.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ._errors import DivergenceError
+
+if TYPE_CHECKING:
+    from ._planner import Plan
+
+#: Seconds a thread may wait for its recorded lock turn before replay reports a
+#: divergence instead of hanging.
+TURN_TIMEOUT_S = 60.0
+
+
+class Controller:
+    """What a normal run does: nothing is enforced."""
+
+    def check_plan(self, op: str, invocation: int, plan: Plan) -> None:
+        """Raise :class:`DivergenceError` if ``plan`` is not the recorded one."""
+
+    def message_source(self, node: int, channel: str, k: int) -> int | None:
+        """Source of the ``k``-th message ``node`` receives on ``channel`` (None: any)."""
+        return None
+
+    def lock_orders(
+        self, op: str, invocation: int, node: int, round: int
+    ) -> dict[int, list[tuple[int, int]]] | None:
+        """Recorded grant order per lock, as (thread, index) pairs (None: free)."""
+        return None
+
+    def serial_order(self, op: str, invocation: int, node: int, round: int) -> np.ndarray | None:
+        """Run this node-round's bodies on one thread in this order (None: use threads)."""
+        return None
+
+
+# ============================================================ turnstile (pure)
+@dataclass(frozen=True, slots=True)
+class LockRequested:
+    """A thread asks for a lock to run loop index ``index``."""
+
+    lock: int
+    thread: int
+    index: int
+
+
+@dataclass(frozen=True, slots=True)
+class LockReleased:
+    """A thread released a lock."""
+
+    lock: int
+    thread: int
+    index: int
+
+
+@dataclass(frozen=True, slots=True)
+class GrantLock:
+    """Wake the waiter (thread, index) on ``lock``."""
+
+    lock: int
+    thread: int
+    index: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReportDivergence:
+    """The request cannot be served in the recorded order."""
+
+    lock: int
+    thread: int
+    index: int
+    expected: tuple[int, int] | None
+    grant_no: int
+
+
+class Turnstile:
+    """Grants each lock to (thread, index) requests in a recorded order."""
+
+    def __init__(self, orders: dict[int, list[tuple[int, int]]]) -> None:
+        self._queue = {lock: deque(seq) for lock, seq in orders.items()}
+        self._remaining = {lock: set(seq) for lock, seq in orders.items()}
+        self._held: dict[int, tuple[int, int] | None] = dict.fromkeys(orders)
+        self._waiting: dict[int, set[tuple[int, int]]] = {lock: set() for lock in orders}
+        self._granted = dict.fromkeys(orders, 0)
+
+    def handle(self, event: LockRequested | LockReleased) -> list[GrantLock | ReportDivergence]:
+        """Feed one event; return what the driver must do."""
+        lock, who = event.lock, (event.thread, event.index)
+        if isinstance(event, LockRequested):
+            if lock not in self._queue or who not in self._remaining[lock]:
+                q = self._queue.get(lock)
+                nxt = q[0] if q else None
+                return [
+                    ReportDivergence(
+                        lock, event.thread, event.index, nxt, self._granted.get(lock, 0)
+                    )
+                ]
+            self._waiting[lock].add(who)
+            return self._try_grant(lock)
+        if self._held.get(lock) != who:
+            return [ReportDivergence(lock, event.thread, event.index, self._held.get(lock), -1)]
+        self._held[lock] = None
+        return self._try_grant(lock)
+
+    def _try_grant(self, lock: int) -> list[GrantLock | ReportDivergence]:
+        q = self._queue[lock]
+        if self._held[lock] is not None or not q or q[0] not in self._waiting[lock]:
+            return []
+        who = q.popleft()
+        self._waiting[lock].discard(who)
+        self._remaining[lock].discard(who)
+        self._held[lock] = who
+        self._granted[lock] += 1
+        return [GrantLock(lock, *who)]
+
+    def next_for(self, lock: int) -> tuple[int, int] | None:
+        """The (thread, index) the lock goes to next."""
+        q = self._queue.get(lock)
+        return q[0] if q else None
+
+
+class TurnstileDriver:
+    """Performs a :class:`Turnstile`'s instructions with threads and a condition."""
+
+    def __init__(self, orders: dict[int, list[tuple[int, int]]], where: dict[str, Any]) -> None:
+        self._ts = Turnstile(orders)
+        self._cv = threading.Condition()
+        self._granted: set[tuple[int, int, int]] = set()
+        self._where = where
+        self._failure: DivergenceError | None = None
+
+    def _diverged(self, ins: ReportDivergence) -> DivergenceError:
+        exp = (
+            "no further grant"
+            if ins.expected is None
+            else (f"thread {ins.expected[0]} running index {ins.expected[1]}")
+        )
+        return DivergenceError(
+            node=self._where["node"],
+            op=self._where["op"],
+            invocation=self._where["invocation"],
+            event=f"grant {ins.grant_no} of lock {ins.lock}",
+            what="lock",
+            expected=exp,
+            actual=f"thread {ins.thread} asked for it to run index {ins.index}",
+        )
+
+    def _perform(self, out: list[GrantLock | ReportDivergence]) -> None:
+        for ins in out:
+            if isinstance(ins, ReportDivergence):
+                self._failure = self._diverged(ins)
+            else:
+                self._granted.add((ins.lock, ins.thread, ins.index))
+        self._cv.notify_all()
+
+    def acquire(self, lock: int, thread: int, index: int) -> None:
+        """Block until the recorded order lets (thread, index) take ``lock``."""
+        key = (lock, thread, index)
+        with self._cv:
+            self._perform(self._ts.handle(LockRequested(lock, thread, index)))
+            ok = self._cv.wait_for(
+                lambda: key in self._granted or self._failure is not None, TURN_TIMEOUT_S
+            )
+            if self._failure is not None:
+                raise self._failure
+            if not ok:
+                nxt = self._ts.next_for(lock)
+                raise DivergenceError(
+                    node=self._where["node"],
+                    op=self._where["op"],
+                    invocation=self._where["invocation"],
+                    event=f"lock {lock}",
+                    what="lock",
+                    expected=f"thread {nxt[0]} running index {nxt[1]} first" if nxt else "-",
+                    actual=f"no such request within {TURN_TIMEOUT_S:g} s",
+                )
+            self._granted.discard(key)
+
+    def release(self, lock: int, thread: int, index: int) -> None:
+        """Give ``lock`` back; the next recorded holder is woken."""
+        with self._cv:
+            self._perform(self._ts.handle(LockReleased(lock, thread, index)))
+
+
+__all__ = [
+    "Controller",
+    "GrantLock",
+    "LockReleased",
+    "LockRequested",
+    "ReportDivergence",
+    "Turnstile",
+    "TurnstileDriver",
+]
