@@ -14,7 +14,7 @@ import itertools
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -43,6 +43,7 @@ class OpState:
     round_writes: list[list[RoundWrites]]
     written_dds: list[Any]
     round_orders: list[dict[int, np.ndarray]] | None = None
+    lock_cache: dict[tuple[int, int], Any] = field(default_factory=dict)
 
 
 #: Set by tests/dual tests: force a strategy or a serial order for the next plans.
@@ -246,22 +247,33 @@ def _run_node_round(
     return _run_threads(sess, st, body, inv, op_key, node, r, tasks)
 
 
+def _gather_rows(
+    indptr: np.ndarray, ids: np.ndarray, pos: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """(row number, id) pairs of the CSR rows ``pos``, vectorised."""
+    lens = indptr[pos + 1] - indptr[pos]
+    offs = np.repeat(indptr[pos] - (np.cumsum(lens) - lens), lens) + np.arange(int(lens.sum()))
+    return np.repeat(np.arange(len(pos)), lens), ids[offs]
+
+
 def _lock_ids(st: OpState, indices: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
     """Per body: the sorted element ids to lock (its writes, and its reads that someone
     in the group writes); and the union of ids written by the group."""
-    sets, start = st.sets, st.start
-    group_w = np.unique(
-        np.concatenate(
-            [sets.writes_of(j - start) for j in indices.tolist()] or [np.empty(0, np.int64)]
-        )
-    )
-    per_body = []
-    for j in indices.tolist():
-        k = j - start
-        r = sets.reads_of(k)
-        ids = np.union1d(sets.writes_of(k), r[np.isin(r, group_w)])
-        per_body.append(ids)
-    return per_body, group_w
+    sets = st.sets
+    pos = np.asarray(indices, dtype=np.int64) - st.start
+    w_rows, w_ids = _gather_rows(sets.w_indptr, sets.w_ids, pos)
+    r_rows, r_ids = _gather_rows(sets.r_indptr, sets.r_ids, pos)
+    group_w = np.unique(w_ids)
+    keep = np.isin(r_ids, group_w)
+    rows = np.concatenate([w_rows, r_rows[keep]])
+    gids = np.concatenate([w_ids, r_ids[keep]])
+    order = np.lexsort((gids, rows))
+    rows, gids = rows[order], gids[order]
+    if len(gids):
+        first = np.concatenate(([True], (rows[1:] != rows[:-1]) | (gids[1:] != gids[:-1])))
+        rows, gids = rows[first], gids[first]
+    bounds = np.searchsorted(rows, np.arange(len(pos) + 1))
+    return [gids[bounds[k] : bounds[k + 1]] for k in range(len(pos))], group_w
 
 
 def _run_threads(
@@ -279,10 +291,16 @@ def _run_threads(
     locks: dict[int, threading.Lock] = {}
     turnstile: TurnstileDriver | None = None
     if locked:
-        all_idx = np.concatenate([t.indices for t in locked])
-        per_body, group_w = _lock_ids(st, all_idx)
-        locks = {g: threading.Lock() for g in group_w.tolist()}
-        lock_of = dict(zip(all_idx.tolist(), per_body, strict=True))
+        cached = st.lock_cache.get((r, node))
+        if cached is None:
+            all_idx = np.concatenate([t.indices for t in locked])
+            per_body, group_w = _lock_ids(st, all_idx)
+            cached = st.lock_cache[(r, node)] = (
+                dict(zip(all_idx.tolist(), per_body, strict=True)),
+                group_w.tolist(),
+            )
+        lock_of = cached[0]
+        locks = {g: threading.Lock() for g in cached[1]}
         orders = sess.controller.lock_orders(st.name, inv, node, r)
         if orders is not None:
             where = {"node": node, "op": st.name, "invocation": inv}

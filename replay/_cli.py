@@ -9,14 +9,18 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 import traceback
+import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import click
 
 from ._errors import UsageError
 from ._job import JobFailed, describe, launch, run_here
+from ._tracecmds import register as register_trace_commands
 
 
 class _Group(click.Group):
@@ -70,6 +74,15 @@ def _summary(res: dict[str, Any], say: Callable[[str], None]) -> None:
         if vals:
             say(f"final {name} = {vals[-1]:.6g}")
     say(f"finished in {res['wall_s']:.2f} s")
+    if res.get("trace"):
+        say(f"trace: {_shown(res['trace'])}")
+
+
+def _shown(path: str) -> str:
+    try:
+        return str(Path(path).relative_to(Path.cwd()))
+    except ValueError:
+        return path
 
 
 def execute(
@@ -82,8 +95,12 @@ def execute(
     checked: bool,
     as_json: bool,
     timeout: float | None,
+    trace: str | None = None,
 ) -> dict[str, Any]:
-    """Run an app the way ``replay run`` does and return its JSON result."""
+    """Run an app the way ``replay run`` does and return its JSON result.
+
+    ``trace`` is the trace store path (``None``: do not record).
+    """
     say = _printer(as_json)
     spec = {
         "app": app,
@@ -92,6 +109,7 @@ def execute(
         "seed": seed,
         "checked": checked,
         "json": as_json,
+        "trace": trace,
     }
     if threads < 1:
         raise UsageError(f"--threads must be >= 1, got {threads}")
@@ -104,17 +122,24 @@ def execute(
                 f"--ranks {ranks} disagrees with the {comm.Get_size()} ranks mpiexec started; "
                 "drop --ranks when you launch with mpiexec yourself"
             )
+        if trace is not None:
+            # every rank must agree on the run id and the path
+            spec["run_id"] = comm.bcast(uuid.uuid4().hex if comm.Get_rank() == 0 else None)
+            spec["trace"] = comm.bcast(trace)
         try:
             return run_here(spec, comm=comm, progress=say)
-        except Exception as exc:  # noqa: BLE001 - one rank failing must stop them all
+        except BaseException as exc:  # noqa: BLE001 - one rank failing must stop them all
             message, status = describe(exc)
-            click.echo(f"replay: error (rank {comm.Get_rank()}): {message}", err=True)
-            sys.stderr.flush()
-            comm.Abort(status)
+            try:
+                click.echo(f"replay: error (rank {comm.Get_rank()}): {message}", err=True)
+                sys.stderr.flush()
+            finally:
+                comm.Abort(status)
             raise
     ranks = 1 if ranks is None else ranks
     if ranks < 1:
         raise UsageError(f"--ranks must be >= 1, got {ranks}")
+    spec["run_id"] = uuid.uuid4().hex
     if ranks == 1:
         return run_here(spec, progress=say)
     return launch(spec, ranks, timeout=timeout, out=say)
@@ -155,6 +180,14 @@ def _with(options: list[Callable[..., Any]]) -> Callable[..., Any]:
 @click.option(
     "--timeout", type=float, default=None, help="Kill the MPI job after this many seconds."
 )
+@click.option(
+    "--trace",
+    "trace",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Trace store to record into. [default: traces/<app>-<timestamp>.sqlite]",
+)
+@click.option("--no-trace", is_flag=True, help="Do not record a trace.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
 def run_cmd(
     app: str,
@@ -164,9 +197,13 @@ def run_cmd(
     ranks: int | None,
     checked: bool,
     timeout: float | None,
+    trace: str | None,
+    no_trace: bool,
     as_json: bool,
 ) -> None:
     """Run APP (a built-in name such as sgdmf, or path/to/train.py:function)."""
+    if trace is not None and no_trace:
+        raise UsageError("--trace and --no-trace exclude each other")
     res = execute(
         app,
         params,
@@ -176,6 +213,7 @@ def run_cmd(
         checked=checked,
         as_json=as_json,
         timeout=timeout,
+        trace=None if no_trace else trace_path(app, trace),
     )
     if _under_launcher() and _rank() != 0:
         return
@@ -183,6 +221,26 @@ def run_cmd(
         click.echo(json.dumps(res))
     else:
         _summary(res, _printer(False))
+
+
+def trace_path(app: str, given: str | None) -> str:
+    """The trace file to write: ``given``, or a new ``traces/<app>-<timestamp>.sqlite``."""
+    if given is not None:
+        p = Path(given)
+        if p.exists():
+            raise UsageError(
+                f"trace {given!r} already exists; pass a new path (a trace is never overwritten)"
+            )
+        return str(p.resolve())
+    name = Path(app.split(":")[-1]).stem if ":" in app else app
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    base = Path("traces") / f"{name}-{stamp}"
+    p = base.with_suffix(".sqlite")
+    k = 1
+    while p.exists():
+        p = base.parent / f"{base.name}-{k}.sqlite"
+        k += 1
+    return str(p.resolve())
 
 
 def _rank() -> int:
@@ -210,6 +268,9 @@ def demo_cmd(ranks: int, epochs: int) -> None:
         "sgdmf", params, ranks=ranks, threads=1, seed=0, checked=False, as_json=False, timeout=None
     )
     _summary(res, say)
+
+
+register_trace_commands(cli)
 
 
 def main() -> None:

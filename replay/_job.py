@@ -31,20 +31,38 @@ from ._errors import LaunchError, ReplayError, UsageError
 #: Exit statuses (DESIGN §10).
 EXIT_FAILED = 1
 EXIT_USAGE = 2
+EXIT_DIVERGED = 3
 
 
 def user_error_types() -> tuple[type[BaseException], ...]:
     """Exceptions that are the user's input, not our bug: one line, exit 2."""
     import engine
+    import tracer
     from apps._errors import AppError
 
-    return (ReplayError, engine.EngineError, AppError, FileNotFoundError, PermissionError)
+    return (
+        ReplayError,
+        engine.EngineError,
+        tracer.TracerError,
+        AppError,
+        FileNotFoundError,
+        PermissionError,
+    )
 
 
 def describe(exc: BaseException) -> tuple[str, int]:
-    """One line for an exception, and the exit status it deserves."""
+    """One line for an exception, and the exit status it deserves (never raises)."""
+    try:
+        return _describe(exc)
+    except Exception:  # noqa: BLE001 - describing must not fail
+        return f"internal error: {type(exc).__name__}: {exc}", 70
+
+
+def _describe(exc: BaseException) -> tuple[str, int]:
     import engine
 
+    if isinstance(exc, engine.DivergenceError):
+        return str(exc), EXIT_DIVERGED
     if isinstance(exc, engine.BodyError):
         cause = exc.cause
         where = ""
@@ -58,6 +76,60 @@ def describe(exc: BaseException) -> tuple[str, int]:
     return f"internal error: {type(exc).__name__}: {exc} (set REPLAY_DEBUG=1 for a traceback)", 70
 
 
+def _versions() -> dict[str, str]:
+    import platform
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {"python": platform.python_version()}
+    for pkg in ("strads-replay", "numpy", "scipy", "mpi4py", "mpich", "SQLAlchemy"):
+        try:
+            out[pkg] = version(pkg)
+        except PackageNotFoundError:
+            pass
+    return out
+
+
+def code_digest(fn: Callable[..., Any]) -> str:
+    """blake2b of the source file that defines ``fn`` (empty if it has none)."""
+    import hashlib
+    import inspect
+
+    try:
+        path = inspect.getsourcefile(fn)
+    except TypeError:
+        path = None
+    if not path or not os.path.exists(path):
+        return ""
+    return hashlib.blake2b(Path(path).read_bytes(), digest_size=16).hexdigest()
+
+
+def _recorder(spec: dict[str, Any], app: Any, params: dict[str, Any], comm: Any) -> Any:
+    """Create the run row (lowest rank) and this process's trace recorder."""
+    import tracer
+
+    path = spec["trace"]
+    run_id = spec["run_id"]
+    rank = comm.Get_rank() if comm is not None else 0
+    ranks = comm.Get_size() if comm is not None else spec.get("nodes", 1)
+    if rank == 0:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        meta = {
+            "app": app.spec,
+            "target": app.target,
+            "params": _jsonable(all_params(app.fn, params)),
+            "code_digest": code_digest(app.fn),
+            "ranks": ranks,
+            "threads": spec.get("threads", 1),
+            "seed": spec.get("seed", 0),
+            "versions": _versions(),
+        }
+        tracer.start_run(path, run_id, meta)
+    if comm is not None:
+        comm.Barrier()
+    nodes = [rank] if comm is not None else list(range(ranks))
+    return tracer.TraceRecorder(path, run_id, nodes, is_primary=rank == 0)
+
+
 def run_here(
     spec: dict[str, Any], comm: Any = None, progress: Callable[[str], None] | None = None
 ) -> dict[str, Any]:
@@ -68,25 +140,37 @@ def run_here(
     params = parse_params(app.fn, spec.get("params", []))
     rank = comm.Get_rank() if comm is not None else 0
     say = progress if rank == 0 else None
+    ranks = comm.Get_size() if comm is not None else spec.get("nodes", 1)
+    threads = spec.get("threads", 1)
     if say is not None:
-        ranks = comm.Get_size() if comm is not None else spec.get("nodes", 1)
-        threads = spec.get("threads", 1)
         say(
-            f"{app.name}: {ranks} rank{'s' if ranks != 1 else ''} x {threads} thread{'s' if threads != 1 else ''}, seed {spec.get('seed', 0)}"
+            f"{app.name}: {ranks} rank{'s' if ranks != 1 else ''} x {threads} "
+            f"thread{'s' if threads != 1 else ''}, seed {spec.get('seed', 0)}"
         )
-    res = engine.run(
-        app.fn,
-        params,
-        nodes=spec.get("nodes", 1),
-        threads=spec.get("threads", 1),
-        seed=spec.get("seed", 0),
-        checked=spec.get("checked", False),
-        comm=comm,
-        progress=say,
-    )
+    run_id = spec.get("run_id") or uuid.uuid4().hex
+    spec = dict(spec, run_id=run_id)
+    recorder = _recorder(spec, app, params, comm) if spec.get("trace") else None
+    try:
+        res = engine.run(
+            app.fn,
+            params,
+            nodes=spec.get("nodes", 1),
+            threads=threads,
+            seed=spec.get("seed", 0),
+            checked=spec.get("checked", False),
+            comm=comm,
+            recorder=recorder,
+            progress=say,
+        )
+    except BaseException:
+        if recorder is not None:
+            recorder.close("failed", traceback.format_exc())
+        raise
+    if recorder is not None:
+        recorder.close("finished")
     return {
-        "run_id": spec.get("run_id") or uuid.uuid4().hex,
-        "trace": None,
+        "run_id": run_id,
+        "trace": spec.get("trace"),
         "app": app.spec,
         "params": _jsonable(all_params(app.fn, params)),
         "ranks": res.ranks,
@@ -212,10 +296,25 @@ def launch(
         errors = sorted(job.glob("error.*.json"))
         if errors:
             first = json.loads(errors[0].read_text())
+            _mark_crashed(spec, first["message"])
             raise JobFailed(first["message"], first["status"])
         if proc.returncode == 0 and result_file.exists():
             return json.loads(result_file.read_text())
-        raise LaunchError(_death_message(ranks, proc.returncode, err_lines, time.monotonic() - t0))
+        message = _death_message(ranks, proc.returncode, err_lines, time.monotonic() - t0)
+        _mark_crashed(spec, message)
+        raise LaunchError(message)
+
+
+def _mark_crashed(spec: dict[str, Any], message: str) -> None:
+    """A rank died or aborted: a still-running traced run becomes ``crashed``."""
+    if not spec.get("trace") or not Path(spec["trace"]).exists():
+        return
+    try:
+        import tracer
+
+        tracer.mark_crashed(spec["trace"], spec["run_id"], message)
+    except Exception:  # noqa: BLE001 - the run already failed; report that, not this
+        pass
 
 
 class JobFailed(ReplayError):

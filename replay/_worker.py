@@ -33,12 +33,18 @@ def main(argv: list[str]) -> int:
     try:
         result = run_here(spec, comm=comm, progress=progress)
     except BaseException as exc:  # noqa: BLE001 - every failure must reach the parent
-        message, status = describe(exc)
-        if os.environ.get("REPLAY_DEBUG"):
-            traceback.print_exc()
-        _write(job / f"error.{rank:04d}.json", {"rank": rank, "message": message, "status": status})
-        sys.stdout.flush()
-        comm.Abort(status)
+        # whatever happens here, the job must be aborted: other ranks may be waiting
+        message, status = f"internal error on rank {rank}: {exc!r}", 70
+        try:
+            message, status = describe(exc)
+            if os.environ.get("REPLAY_DEBUG"):
+                traceback.print_exc()
+            _write(
+                job / f"error.{rank:04d}.json", {"rank": rank, "message": message, "status": status}
+            )
+            sys.stdout.flush()
+        finally:
+            comm.Abort(status)
         return status
     if rank == 0:
         _write(job / "result.json", result)

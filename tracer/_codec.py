@@ -9,6 +9,7 @@ holds them before compression (plan task ids fit in a byte; element ids do not).
 from __future__ import annotations
 
 import zlib
+from typing import Any
 
 import numpy as np
 
@@ -52,6 +53,11 @@ def smallest_int_dtype(arr: np.ndarray) -> str:
         if -(1 << (bits - 1)) <= lo and hi < (1 << (bits - 1)):
             return name
     return "i64"
+
+
+def int_width(arr: np.ndarray) -> int:
+    """Bytes per value of ``arr`` once narrowed to :func:`smallest_int_dtype`."""
+    return np.dtype(_DTYPES[smallest_int_dtype(arr)]).itemsize
 
 
 def encode(arr: np.ndarray, *, delta: bool = False) -> tuple[bytes, str]:
@@ -111,4 +117,22 @@ def decode(data: bytes | None, codec: str, count: int | None, where: str) -> np.
     return np.cumsum(a, dtype=np.int64) if delta else a
 
 
-__all__ = ["CODECS", "decode", "encode", "smallest_int_dtype"]
+def where(table: Any, row_id: int, col: str) -> str:
+    """How errors name a blob: its table, row id and column."""
+    return f"table {table.__tablename__} row {row_id} column {col}"
+
+
+def decode_column(row: Any, table: Any, col: str, count: int | None) -> np.ndarray:
+    """Decode blob column ``col`` of a row of ``table`` (its codec is in ``col_codec``)."""
+    return decode(getattr(row, col), getattr(row, col + "_codec"), count, where(table, row.id, col))
+
+
+__all__ = [
+    "CODECS",
+    "decode",
+    "decode_column",
+    "encode",
+    "int_width",
+    "smallest_int_dtype",
+    "where",
+]

@@ -23,7 +23,12 @@ class TraceWriteError(TracerError, RuntimeError):
     """The trace store could not be written (locked, read-only, disk full)."""
 
 
+class RunExistsError(TracerError, ValueError):
+    """``start_run`` was given a run id that the store already holds."""
+
+
 __all__ = [
+    "RunExistsError",
     "RunNotFoundError",
     "TraceFormatError",
     "TraceNotFoundError",

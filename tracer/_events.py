@@ -63,6 +63,44 @@ class IndexOrderDeviated:
 
 
 @dataclass(frozen=True, slots=True)
+class DeltasAggregated:
+    """Owner ``node`` aggregated the deltas of ``clock``, taken from ``sources`` in this order."""
+
+    node: int
+    seq: int
+    op: str
+    invocation: int
+    clock: int
+    sources: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class UpdatesApplied:
+    """Before ``clock`` of an SSP ``sync_for``, ``node`` had applied owner q's updates
+    of every clock up to ``applied[q]`` (-1: none)."""
+
+    node: int
+    seq: int
+    op: str
+    invocation: int
+    clock: int
+    applied: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class MutexGranted:
+    """In a hybrid ``sync_for``, ``thread`` took the node mutex to run ``minibatch``."""
+
+    node: int
+    seq: int
+    op: str
+    invocation: int
+    clock: int
+    thread: int
+    minibatch: int
+
+
+@dataclass(frozen=True, slots=True)
 class InvocationCompleted:
     """A node finished one invocation of ``op`` (the commit point of the recorder)."""
 
@@ -113,6 +151,9 @@ Event = (
     | LockGranted
     | MessageReceived
     | IndexOrderDeviated
+    | DeltasAggregated
+    | UpdatesApplied
+    | MutexGranted
     | InvocationCompleted
     | DigestRecorded
     | ObjectiveLogged
@@ -125,6 +166,9 @@ EVENT_TYPES: tuple[type, ...] = (
     LockGranted,
     MessageReceived,
     IndexOrderDeviated,
+    DeltasAggregated,
+    UpdatesApplied,
+    MutexGranted,
     InvocationCompleted,
     DigestRecorded,
     ObjectiveLogged,
@@ -133,13 +177,16 @@ EVENT_TYPES: tuple[type, ...] = (
 
 __all__ = [
     "EVENT_TYPES",
+    "DeltasAggregated",
     "DigestRecorded",
     "Event",
     "IndexOrderDeviated",
     "InvocationCompleted",
     "LockGranted",
     "MessageReceived",
+    "MutexGranted",
     "ObjectiveLogged",
     "PlanMade",
     "RunEnded",
+    "UpdatesApplied",
 ]

@@ -1,12 +1,12 @@
 """The recorder: buffers what the engine reports and commits once per invocation.
 
 One :class:`TraceRecorder` serves every node hosted by this process.  The hot calls
-(``message_received``, ``lock_grants``) only take a sequence number and append to a
-per-node list; arrays are kept by reference, never copied.  ``invocation_done`` is
-the commit point: everything buffered for that node is written in one transaction,
-so a crash loses at most the invocations that had not completed.  Sequence numbers
-are per node and assigned at call time, so the read API can put every event of a
-node back in program order.
+(``message_received``, ``lock_grants``, the ``sync_for`` hooks) only take a sequence
+number and append a tuple to a per-node list; arrays are kept by reference, never
+copied (the engine hands over fresh arrays).  ``invocation_done`` is the commit
+point: everything buffered for that node is written in one transaction, so a crash
+loses at most the invocations that had not completed.  Sequence numbers are per node
+and assigned at call time, so the read API can put a node's events back in order.
 """
 
 from __future__ import annotations
@@ -22,39 +22,53 @@ from sqlalchemy.exc import DBAPIError
 
 from engine import Recorder
 
-from ._codec import encode
+from ._codec import encode, int_width
 from ._plans import encode_plan
 from ._schema import (
+    CALL_BLOCKS,
+    AggregationBlock,
     Digest,
     IndexOrderBlock,
     Invocation,
     LockGrantBlock,
     MessageBlock,
+    MutexGrantBlock,
     Objective,
     OperatorPlan,
     Run,
+    VisibilityBlock,
 )
 from ._store import checkpoint, create_store, finish_run, start_run, write_error
 
+#: A buffered call: (op, invocation, header ints, first seq, value arrays).
+Call = tuple[str, int, tuple[int, ...], int, tuple[Any, ...]]
+
 
 class _NodeBuf:
-    """Events of one node since its last commit."""
+    """Events of one node since its last commit, per block table."""
 
-    __slots__ = ("seq", "mark", "locks", "orders", "msgs")
+    __slots__ = ("seq", "mark", "msgs", "calls")
 
     def __init__(self) -> None:
         self.seq = 0  # next sequence number of this node
         self.mark = 0  # first sequence number after the last commit
-        self.locks: list[tuple[Any, ...]] = []
-        self.orders: list[tuple[Any, ...]] = []
         self.msgs: list[tuple[int, str, int, int, int]] = []
+        self.calls: dict[Any, list[Call]] = {model: [] for model in CALL_BLOCKS}
+
+    def pending(self) -> bool:
+        return bool(self.msgs) or any(self.calls.values())
+
+    def clear(self) -> None:
+        self.msgs = []
+        self.calls = {model: [] for model in CALL_BLOCKS}
 
 
 def _blob(arr: np.ndarray, *, delta: bool | None = False) -> tuple[bytes, str]:
-    """Encode ``arr``; ``delta=None`` keeps whichever of plain and delta is smaller."""
+    """Encode ``arr``; ``delta=None`` delta-codes when that narrows the dtype."""
     if delta is None:
-        a, b = encode(arr), encode(arr, delta=True)
-        return a if len(a[0]) <= len(b[0]) else b
+        a = np.asarray(arr, dtype=np.int64)
+        d = np.diff(a, prepend=np.int64(0)) if a.size else a
+        delta = int_width(d) < int_width(a)
     return encode(arr, delta=delta)
 
 
@@ -116,11 +130,11 @@ class TraceRecorder(Recorder):
         threads: np.ndarray,
         indices: np.ndarray,
     ) -> None:
-        """Buffer one round's lock grants (the arrays are kept, not copied)."""
+        """Buffer one round's lock grants (one event per grant)."""
         b = self._bufs.get(node) or self._buf(node)
         s = b.seq
         b.seq = s + len(locks)
-        b.locks.append((op, invocation, round, s, locks, threads, indices))
+        b.calls[LockGrantBlock].append((op, invocation, (round,), s, (locks, threads, indices)))
 
     def index_order(
         self, op: str, invocation: int, node: int, round: int, thread: int, indices: np.ndarray
@@ -129,7 +143,43 @@ class TraceRecorder(Recorder):
         b = self._bufs.get(node) or self._buf(node)
         s = b.seq
         b.seq = s + 1
-        b.orders.append((op, invocation, round, thread, s, np.array(indices, dtype=np.int64)))
+        ix = np.array(indices, dtype=np.int64)  # rare: copy, the caller may reuse it
+        b.calls[IndexOrderBlock].append((op, invocation, (round, thread), s, (ix,)))
+
+    def aggregation_order(
+        self, op: str, invocation: int, node: int, clock: int, sources: np.ndarray
+    ) -> None:
+        """Buffer the arrival order of the deltas an owner aggregated in one clock."""
+        b = self._bufs.get(node) or self._buf(node)
+        s = b.seq
+        b.seq = s + 1
+        src = np.array(sources, dtype=np.int64)
+        b.calls[AggregationBlock].append((op, invocation, (clock,), s, (src,)))
+
+    def ssp_visibility(
+        self, op: str, invocation: int, node: int, clock: int, applied: np.ndarray
+    ) -> None:
+        """Buffer which updates a node had applied before one SSP clock."""
+        b = self._bufs.get(node) or self._buf(node)
+        s = b.seq
+        b.seq = s + 1
+        seen = np.array(applied, dtype=np.int64)
+        b.calls[VisibilityBlock].append((op, invocation, (clock,), s, (seen,)))
+
+    def body_order(
+        self,
+        op: str,
+        invocation: int,
+        node: int,
+        clock: int,
+        threads: np.ndarray,
+        minibatches: np.ndarray,
+    ) -> None:
+        """Buffer one clock's node-mutex grants of a hybrid ``sync_for`` (one event each)."""
+        b = self._bufs.get(node) or self._buf(node)
+        s = b.seq
+        b.seq = s + len(threads)
+        b.calls[MutexGrantBlock].append((op, invocation, (clock,), s, (threads, minibatches)))
 
     def objective(self, name: str, iteration: int, value: float) -> None:
         """Buffer an objective value (primary only); written with the next commit."""
@@ -174,6 +224,7 @@ class TraceRecorder(Recorder):
     def invocation_done(self, op: str, invocation: int, node: int, info: dict[str, Any]) -> None:
         """Commit everything buffered for ``node`` together with this invocation."""
         b = self._bufs.get(node) or self._buf(node)
+        invocation = int(invocation)
         rows: dict[Any, list[dict[str, Any]]] = defaultdict(list)
         if self.is_primary:
             for dds, dig in info.get("digests") or ():
@@ -181,7 +232,7 @@ class TraceRecorder(Recorder):
                     dict(
                         run=self.run_id,
                         op=op,
-                        invocation=int(invocation),
+                        invocation=invocation,
                         node=node,
                         seq=b.seq,
                         dds=str(dds),
@@ -189,14 +240,14 @@ class TraceRecorder(Recorder):
                     )
                 )
                 b.seq += 1
-        counts, blob_bytes = self._bulk_rows(b, node, op, int(invocation), rows)
+        counts, blob_bytes = self._bulk_rows(b, node, op, invocation, rows)
         rsec, rsec_c = encode(np.asarray(info.get("round_seconds", ()), dtype=np.float64))
-        key = (op, int(invocation))
         rows[Invocation].append(
             dict(
+                counts[(op, invocation)],
                 run=self.run_id,
                 op=op,
-                invocation=int(invocation),
+                invocation=invocation,
                 node=node,
                 seq=b.seq,
                 first_seq=b.mark,
@@ -205,9 +256,6 @@ class TraceRecorder(Recorder):
                 seconds=float(info.get("seconds", 0.0)),
                 round_seconds=rsec,
                 round_seconds_codec=rsec_c,
-                n_lock_grants=counts[key][0],
-                n_messages=counts[key][1],
-                n_deviations=counts[key][2],
                 blob_bytes=blob_bytes + len(rsec),
                 committed_at=time.time(),
             )
@@ -219,62 +267,50 @@ class TraceRecorder(Recorder):
         self._objectives = []
         b.mark = b.seq
         if node == self._home:
-            self._done[op] = max(self._done.get(op, 0), int(invocation) + 1)
+            self._done[op] = max(self._done.get(op, 0), invocation + 1)
 
     def _bulk_rows(
         self, b: _NodeBuf, node: int, op: str, invocation: int, rows: dict[Any, list]
-    ) -> tuple[dict[tuple[str, int], list[int]], int]:
-        """Turn ``b``'s buffered bulk events into block rows; return counts and blob bytes."""
-        counts: dict[tuple[str, int], list[int]] = defaultdict(lambda: [0, 0, 0])
+    ) -> tuple[dict[tuple[str, int], dict[str, int]], int]:
+        """Turn ``b``'s buffered events into block rows (messages go to ``op``/``invocation``);
+        return per (op, invocation) event counts and the blob bytes of this invocation."""
+        counts: dict[tuple[str, int], dict[str, int]] = defaultdict(
+            lambda: {spec.counter: 0 for spec in CALL_BLOCKS.values()} | {"n_messages": 0}
+        )
         nbytes = 0
-        base = dict(run=self.run_id, node=node)
-        locks_by: dict[tuple[str, int], list[tuple[Any, ...]]] = defaultdict(list)
-        for call in b.locks:
-            locks_by[(call[0], int(call[1]))].append(call)
-        for (o, inv), calls in locks_by.items():
-            lens = [len(c[4]) for c in calls]
-            table = np.array([(int(c[2]), c[3], n) for c, n in zip(calls, lens, strict=True)])
-            cat = [
-                np.concatenate([np.asarray(c[k], dtype=np.int64) for c in calls]) for k in (4, 5, 6)
-            ]
-            row = dict(base, op=o, invocation=inv, first_seq=calls[0][3], count=sum(lens))
-            row["n_calls"] = len(calls)
-            for col, arr, delta in (
-                ("calls", table.ravel(), False),
-                ("locks", cat[0], None),
-                ("threads", cat[1], False),
-                ("indices", cat[2], None),
-            ):
-                row[col], row[col + "_codec"] = _blob(arr, delta=delta)
-                nbytes += len(row[col]) if (o, inv) == (op, invocation) else 0
-            rows[LockGrantBlock].append(row)
-            counts[(o, inv)][0] += row["count"]
-        if b.msgs:
-            by_chan: dict[str, list[tuple[int, str, int, int, int]]] = defaultdict(list)
-            for m in b.msgs:
-                by_chan[m[1]].append(m)
-            for chan, ms in by_chan.items():
-                arr = np.array([(m[0], m[2], m[3], m[4]) for m in ms], dtype=np.int64)
-                row = dict(base, op=op, invocation=invocation, channel=str(chan))
-                row.update(first_seq=int(arr[0, 0]), count=len(ms))
-                for k, col in enumerate(("seqs", "sources", "source_seqs", "nbytes")):
-                    row[col], row[col + "_codec"] = _blob(arr[:, k], delta=k in (0, 2))
-                    nbytes += len(row[col])
-                rows[MessageBlock].append(row)
-            counts[(op, invocation)][1] += len(b.msgs)
-        orders_by: dict[tuple[str, int], list[tuple[Any, ...]]] = defaultdict(list)
-        for call in b.orders:
-            orders_by[(call[0], int(call[1]))].append(call)
-        for (o, inv), calls in orders_by.items():
-            table = np.array([(int(c[2]), int(c[3]), c[4], len(c[5])) for c in calls])
-            flat = np.concatenate([c[5] for c in calls])
-            row = dict(base, op=o, invocation=inv, first_seq=calls[0][4], count=len(calls))
-            row["n_indices"] = len(flat)
-            row["calls"], row["calls_codec"] = _blob(table.ravel())
-            row["indices"], row["indices_codec"] = _blob(flat, delta=None)
-            nbytes += len(row["calls"]) + len(row["indices"]) if (o, inv) == (op, invocation) else 0
-            rows[IndexOrderBlock].append(row)
-            counts[(o, inv)][2] += len(calls)
+        base: dict[str, Any] = dict(run=self.run_id, node=node)
+        for model, spec in CALL_BLOCKS.items():
+            by_inv: dict[tuple[str, int], list[Call]] = defaultdict(list)
+            for call in b.calls[model]:
+                by_inv[(call[0], int(call[1]))].append(call)
+            for (o, inv), calls in by_inv.items():
+                lens = [len(c[4][0]) for c in calls]
+                header = np.array(
+                    [(*c[2], c[3], n) for c, n in zip(calls, lens, strict=True)], dtype=np.int64
+                )
+                row: dict[str, Any] = dict(base, op=o, invocation=inv, first_seq=calls[0][3])
+                row.update(n_calls=len(calls), n_values=sum(lens))
+                row["count"] = row["n_values"] if spec.per_value else len(calls)
+                row["calls"], row["calls_codec"] = _blob(header.ravel())
+                for k, col in enumerate(spec.values):
+                    flat = np.concatenate([np.asarray(c[4][k], dtype=np.int64) for c in calls])
+                    row[col], row[col + "_codec"] = _blob(flat, delta=None)
+                if (o, inv) == (op, invocation):
+                    nbytes += len(row["calls"]) + sum(len(row[c]) for c in spec.values)
+                rows[model].append(row)
+                counts[(o, inv)][spec.counter] += row["count"]
+        by_chan: dict[str, list[tuple[int, str, int, int, int]]] = defaultdict(list)
+        for m in b.msgs:
+            by_chan[m[1]].append(m)
+        for chan, ms in by_chan.items():
+            arr = np.array([(m[0], m[2], m[3], m[4]) for m in ms], dtype=np.int64)
+            row = dict(base, op=op, invocation=invocation, channel=str(chan))
+            row.update(first_seq=int(arr[0, 0]), count=len(ms))
+            for k, col in enumerate(("seqs", "sources", "source_seqs", "nbytes")):
+                row[col], row[col + "_codec"] = _blob(arr[:, k], delta=k in (0, 2))
+                nbytes += len(row[col])
+            rows[MessageBlock].append(row)
+        counts[(op, invocation)]["n_messages"] += len(b.msgs)
         return counts, nbytes
 
     def _write(self, rows: dict[Any, list[dict[str, Any]]], clear: tuple[int, ...] = ()) -> None:
@@ -287,8 +323,7 @@ class TraceRecorder(Recorder):
         except DBAPIError as exc:
             raise write_error(self._engine, exc) from None
         for n in clear:
-            b = self._bufs[n]
-            b.locks, b.orders, b.msgs = [], [], []
+            self._bufs[n].clear()
 
     # ------------------------------------------------------------ end
     def close(self, status: str, error: str | None = None) -> None:
@@ -298,13 +333,15 @@ class TraceRecorder(Recorder):
         self.closed = True
         try:
             rows: dict[Any, list[dict[str, Any]]] = defaultdict(list)
-            pending = tuple(n for n, b in self._bufs.items() if b.locks or b.orders or b.msgs)
+            pending = tuple(n for n, b in self._bufs.items() if b.pending())
             for node in pending:
-                # events of an invocation that never completed (a body failed): keep them,
-                # filed under the operator of the last lock grant or deviation, if any
+                # events of an invocation that never completed (a body failed): kept, and
+                # messages filed under the operator of the node's last other event, if any
                 b = self._bufs[node]
-                cur = b.locks[-1] if b.locks else b.orders[-1] if b.orders else ("", -1)
-                self._bulk_rows(b, node, str(cur[0]), int(cur[1]), rows)
+                last = max(
+                    (c for cs in b.calls.values() for c in cs), key=lambda c: c[3], default=None
+                )
+                self._bulk_rows(b, node, *(last[:2] if last else ("", -1)), rows)
             if self._objectives:
                 rows[Objective] = self._objectives
             if rows:

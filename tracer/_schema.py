@@ -1,12 +1,16 @@
 """The trace store schema (SQLAlchemy 2.0 declarative); ORM classes never leave ``tracer``.
 
 One row per run; plans once per operator; per (run, op, invocation, node) one
-``invocation`` row (the commit marker) plus at most one bulk block per kind, whose
-arrays are codec blobs (see ``_codec``).  Event sequence numbers are per node:
-single events keep theirs in a ``seq`` column, bulk blocks keep a delta-coded array.
+``invocation`` row (the commit marker) plus at most one bulk block per kind (and
+message channel), whose arrays are codec blobs (see ``_codec``).  Sequence numbers
+are per node: single events keep theirs in a ``seq`` column; a block of recorder
+calls keeps each call's first seq in its ``calls`` array, a message block an array.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import (
     BigInteger,
@@ -139,6 +143,9 @@ class Invocation(Base):
     n_lock_grants: Mapped[int] = mapped_column(default=0)
     n_messages: Mapped[int] = mapped_column(default=0)
     n_deviations: Mapped[int] = mapped_column(default=0)
+    n_aggregations: Mapped[int] = mapped_column(default=0)
+    n_visibility: Mapped[int] = mapped_column(default=0)
+    n_mutex_grants: Mapped[int] = mapped_column(default=0)
     blob_bytes: Mapped[int] = mapped_column(default=0)
     committed_at: Mapped[float] = mapped_column(Float)
 
@@ -172,71 +179,137 @@ class Objective(Base):
     seq: Mapped[int] = mapped_column()
 
 
+def _blob() -> Mapped[bytes]:
+    return mapped_column(LargeBinary)
+
+
+def _codec() -> Mapped[str]:
+    return mapped_column(String(16))
+
+
+def _block_indexes() -> tuple[Index, Index]:
+    return Index(None, "run", "op", "invocation", "node"), Index(None, "run", "node", "first_seq")
+
+
 class _BlockKey:
-    """Columns shared by bulk blocks: whose events they are and where their seqs start."""
+    """Columns of every bulk block: whose events it holds and where their seqs start."""
 
     id: Mapped[int] = mapped_column(primary_key=True)
     op: Mapped[str] = mapped_column(String(200))
     invocation: Mapped[int] = mapped_column()
     node: Mapped[int] = mapped_column()
     first_seq: Mapped[int] = mapped_column()
-    count: Mapped[int] = mapped_column()
+    count: Mapped[int] = mapped_column()  # events in the block
 
 
-class LockGrantBlock(_BlockKey, Base):
-    """Lock grants of one node in one invocation: ``calls`` rows are (round, seq, count)."""
+class _CallBlock(_BlockKey):
+    """A block of recorder calls: ``calls`` rows are (header..., seq, length) and the
+    value arrays are the calls' arrays concatenated (``n_values`` entries each)."""
+
+    n_calls: Mapped[int] = mapped_column()
+    n_values: Mapped[int] = mapped_column()
+    calls: Mapped[bytes] = _blob()
+    calls_codec: Mapped[str] = _codec()
+
+
+class LockGrantBlock(_CallBlock, Base):
+    """Lock grants of one node in one invocation; calls are (round, seq, count)."""
 
     __tablename__ = "lock_grant_block"
-    __table_args__ = (
-        Index(None, "run", "op", "invocation", "node"),
-        Index(None, "run", "node", "first_seq"),
-    )
+    __table_args__ = _block_indexes()
     run: Mapped[str] = _run_fk()
-    n_calls: Mapped[int] = mapped_column()
-    calls: Mapped[bytes] = mapped_column(LargeBinary)
-    calls_codec: Mapped[str] = mapped_column(String(16))
-    locks: Mapped[bytes] = mapped_column(LargeBinary)
-    locks_codec: Mapped[str] = mapped_column(String(16))
-    threads: Mapped[bytes] = mapped_column(LargeBinary)
-    threads_codec: Mapped[str] = mapped_column(String(16))
-    indices: Mapped[bytes] = mapped_column(LargeBinary)
-    indices_codec: Mapped[str] = mapped_column(String(16))
+    locks: Mapped[bytes] = _blob()
+    locks_codec: Mapped[str] = _codec()
+    threads: Mapped[bytes] = _blob()
+    threads_codec: Mapped[str] = _codec()
+    indices: Mapped[bytes] = _blob()
+    indices_codec: Mapped[str] = _codec()
+
+
+class IndexOrderBlock(_CallBlock, Base):
+    """Deviations from the plan's index order; calls are (round, thread, seq, length)."""
+
+    __tablename__ = "index_order_block"
+    __table_args__ = _block_indexes()
+    run: Mapped[str] = _run_fk()
+    indices: Mapped[bytes] = _blob()
+    indices_codec: Mapped[str] = _codec()
+
+
+class AggregationBlock(_CallBlock, Base):
+    """``sync_for`` owners' delta arrival orders; calls are (clock, seq, length)."""
+
+    __tablename__ = "aggregation_block"
+    __table_args__ = _block_indexes()
+    run: Mapped[str] = _run_fk()
+    sources: Mapped[bytes] = _blob()
+    sources_codec: Mapped[str] = _codec()
+
+
+class VisibilityBlock(_CallBlock, Base):
+    """SSP ``sync_for``: updates applied before each clock; calls are (clock, seq, nodes)."""
+
+    __tablename__ = "visibility_block"
+    __table_args__ = _block_indexes()
+    run: Mapped[str] = _run_fk()
+    applied: Mapped[bytes] = _blob()
+    applied_codec: Mapped[str] = _codec()
+
+
+class MutexGrantBlock(_CallBlock, Base):
+    """Hybrid ``sync_for``: node-mutex grants in order; calls are (clock, seq, count)."""
+
+    __tablename__ = "mutex_grant_block"
+    __table_args__ = _block_indexes()
+    run: Mapped[str] = _run_fk()
+    threads: Mapped[bytes] = _blob()
+    threads_codec: Mapped[str] = _codec()
+    minibatches: Mapped[bytes] = _blob()
+    minibatches_codec: Mapped[str] = _codec()
 
 
 class MessageBlock(_BlockKey, Base):
     """Messages one node received on one channel during one invocation, in arrival order."""
 
     __tablename__ = "message_block"
-    __table_args__ = (
-        Index(None, "run", "op", "invocation", "node"),
-        Index(None, "run", "node", "first_seq"),
-    )
+    __table_args__ = _block_indexes()
     run: Mapped[str] = _run_fk()
     channel: Mapped[str] = mapped_column(String(64))
-    seqs: Mapped[bytes] = mapped_column(LargeBinary)
-    seqs_codec: Mapped[str] = mapped_column(String(16))
-    sources: Mapped[bytes] = mapped_column(LargeBinary)
-    sources_codec: Mapped[str] = mapped_column(String(16))
-    source_seqs: Mapped[bytes] = mapped_column(LargeBinary)
-    source_seqs_codec: Mapped[str] = mapped_column(String(16))
-    nbytes: Mapped[bytes] = mapped_column(LargeBinary)
-    nbytes_codec: Mapped[str] = mapped_column(String(16))
+    seqs: Mapped[bytes] = _blob()
+    seqs_codec: Mapped[str] = _codec()
+    sources: Mapped[bytes] = _blob()
+    sources_codec: Mapped[str] = _codec()
+    source_seqs: Mapped[bytes] = _blob()
+    source_seqs_codec: Mapped[str] = _codec()
+    nbytes: Mapped[bytes] = _blob()
+    nbytes_codec: Mapped[str] = _codec()
 
 
-class IndexOrderBlock(_BlockKey, Base):
-    """Deviations from the plan's index order: ``calls`` rows are (round, thread, seq, length)."""
+@dataclass(frozen=True)
+class CallBlockSpec:
+    """How a call block is laid out: header fields, value arrays, events per value or call."""
 
-    __tablename__ = "index_order_block"
-    __table_args__ = (
-        Index(None, "run", "op", "invocation", "node"),
-        Index(None, "run", "node", "first_seq"),
-    )
-    run: Mapped[str] = _run_fk()
-    calls: Mapped[bytes] = mapped_column(LargeBinary)
-    calls_codec: Mapped[str] = mapped_column(String(16))
-    n_indices: Mapped[int] = mapped_column()
-    indices: Mapped[bytes] = mapped_column(LargeBinary)
-    indices_codec: Mapped[str] = mapped_column(String(16))
+    header: tuple[str, ...]
+    values: tuple[str, ...]
+    per_value: bool
+    counter: str  # the ``invocation`` column that counts its events
+
+    @property
+    def width(self) -> int:
+        """Columns of one ``calls`` row: the header, then seq and length."""
+        return len(self.header) + 2
+
+
+#: Every call-block table and its layout.
+CALL_BLOCKS: dict[Any, CallBlockSpec] = {
+    LockGrantBlock: CallBlockSpec(
+        ("round",), ("locks", "threads", "indices"), True, "n_lock_grants"
+    ),
+    IndexOrderBlock: CallBlockSpec(("round", "thread"), ("indices",), False, "n_deviations"),
+    AggregationBlock: CallBlockSpec(("clock",), ("sources",), False, "n_aggregations"),
+    VisibilityBlock: CallBlockSpec(("clock",), ("applied",), False, "n_visibility"),
+    MutexGrantBlock: CallBlockSpec(("clock",), ("threads", "minibatches"), True, "n_mutex_grants"),
+}
 
 
 class Verdict(Base):
@@ -256,29 +329,33 @@ class Verdict(Base):
 
 
 #: Bulk tables and their blob columns (what ``store_bytes`` and corruption checks visit).
-BLOB_COLUMNS: dict[type[Base], tuple[str, ...]] = {
+BLOB_COLUMNS: dict[Any, tuple[str, ...]] = {
     OperatorPlan: ("tasks", "task_of", "orders"),
     Invocation: ("round_seconds",),
-    LockGrantBlock: ("calls", "locks", "threads", "indices"),
     MessageBlock: ("seqs", "sources", "source_seqs", "nbytes"),
-    IndexOrderBlock: ("calls", "indices"),
+    **{model: ("calls", *spec.values) for model, spec in CALL_BLOCKS.items()},
 }
 
 __all__ = [
     "APP_ID",
     "BLOB_COLUMNS",
+    "CALL_BLOCKS",
     "RUN_STATUSES",
     "SCHEMA_VERSION",
     "VERDICT_KINDS",
+    "AggregationBlock",
     "Base",
+    "CallBlockSpec",
     "Digest",
     "IndexOrderBlock",
     "Invocation",
     "LockGrantBlock",
     "MessageBlock",
+    "MutexGrantBlock",
     "Objective",
     "OperatorPlan",
     "Run",
     "SchemaInfo",
     "Verdict",
+    "VisibilityBlock",
 ]

@@ -22,7 +22,13 @@ from sqlalchemy import Engine, create_engine, event, insert, inspect, select, up
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.pool import QueuePool
 
-from ._errors import RunNotFoundError, TraceFormatError, TraceNotFoundError, TraceWriteError
+from ._errors import (
+    RunExistsError,
+    RunNotFoundError,
+    TraceFormatError,
+    TraceNotFoundError,
+    TraceWriteError,
+)
 from ._schema import APP_ID, SCHEMA_VERSION, Base, Run, SchemaInfo
 
 #: Milliseconds a writer waits for another rank's transaction before giving up.
@@ -58,8 +64,8 @@ def sqlite_path(target: Any) -> Path | None:
         from sqlalchemy.engine import make_url
 
         url = make_url(target)
-        ok = url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:")
-        return Path(url.database) if ok else None
+        db = url.database if url.get_backend_name() == "sqlite" else None
+        return Path(db) if db and db != ":memory:" else None
     return Path(os.fspath(target))
 
 
@@ -173,7 +179,7 @@ def start_run(store: Any, run_id: str, meta: dict[str, Any]) -> None:
     try:
         with engine.begin() as conn:
             if conn.execute(select(Run.run_id).where(Run.run_id == row["run_id"])).first():
-                raise TracerRunExists(
+                raise RunExistsError(
                     f"{describe(engine)} already holds a run {run_id!r}: use a new run id"
                 )
             conn.execute(insert(Run).values(**row))
@@ -182,10 +188,6 @@ def start_run(store: Any, run_id: str, meta: dict[str, Any]) -> None:
     finally:
         if not isinstance(store, Engine):
             engine.dispose()
-
-
-class TracerRunExists(TraceWriteError, ValueError):
-    """``start_run`` was given a run id that the store already holds."""
 
 
 def finish_run(
@@ -269,32 +271,14 @@ def open_engine(target: Any, *, writable: bool = False, allow_empty: bool = Fals
     opened ``immutable``.  Nothing is written while checking.  ``allow_empty`` accepts a
     database without any table (one that a concurrent writer is about to fill).
     """
+    path = None if isinstance(target, Engine) else sqlite_path(target)
     if isinstance(target, Engine):
         engine = target
-    elif is_url(target):
-        engine = create_engine(str(target))
-    else:
-        path = Path(os.fspath(target))
+    elif path is not None:  # a SQLite path or sqlite:/// URL: never let SQLite create it
         check_file(path)
-        engine = None
-        for immutable in (False, True):
-            probe = create_engine(
-                "sqlite://",
-                creator=lambda im=immutable: _ro_connect(path, im),
-                poolclass=QueuePool,
-            )
-            try:
-                with probe.connect() as conn:
-                    conn.exec_driver_sql("SELECT count(*) FROM sqlite_master").all()
-                engine = probe
-                break
-            except DBAPIError as exc:
-                probe.dispose()
-                if immutable or "unable to open" not in str(exc) and "readonly" not in str(exc):
-                    raise TraceFormatError(
-                        f"{path} is not a readable SQLite file ({_reason(exc)}): {HINT}"
-                    ) from None
-        assert engine is not None
+        engine = _open_sqlite_ro(path)
+    else:
+        engine = create_engine(str(target))
     try:
         check_schema_info(engine, describe(target), allow_empty=allow_empty)
     except BaseException:
@@ -305,6 +289,27 @@ def open_engine(target: Any, *, writable: bool = False, allow_empty: bool = Fals
         engine.dispose()
         return create_store(target)
     return engine
+
+
+def _open_sqlite_ro(path: Path) -> Engine:
+    """A read-only engine on ``path`` (``immutable`` if SQLite cannot open it ``mode=ro``)."""
+    for immutable in (False, True):
+        probe = create_engine(
+            "sqlite://",
+            creator=lambda im=immutable: _ro_connect(path, im),
+            poolclass=QueuePool,
+        )
+        try:
+            with probe.connect() as conn:
+                conn.exec_driver_sql("SELECT count(*) FROM sqlite_master").all()
+            return probe
+        except DBAPIError as exc:
+            probe.dispose()
+            if immutable or "unable to open" not in str(exc) and "readonly" not in str(exc):
+                raise TraceFormatError(
+                    f"{path} is not a readable SQLite file ({_reason(exc)}): {HINT}"
+                ) from None
+    raise AssertionError("unreachable")
 
 
 def check_schema_info(engine: Engine, shown: str = "", *, allow_empty: bool = False) -> None:

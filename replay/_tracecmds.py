@@ -1,0 +1,230 @@
+"""``replay ls``, ``replay show`` and ``replay export``: look at trace stores.
+
+Bad input raises the tracer's errors (one line each); the CLI group turns them into
+``replay: error: ...`` and exit status 2.  :func:`register` adds the commands to a
+click group.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+import tracer
+
+#: File name patterns ``replay ls`` treats as trace stores.
+TRACE_GLOBS = ("*.sqlite", "*.db")
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "kB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000  # type: ignore[assignment]
+    return str(n)
+
+
+def _when(t: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+
+
+def _run_dict(run: tracer.RunTrace) -> dict[str, Any]:
+    info = run.info
+    ops = run.operators()
+    return {
+        "run_id": info.run_id,
+        "app": info.app,
+        "target": info.target,
+        "params": info.params,
+        "code_digest": info.code_digest,
+        "ranks": info.ranks,
+        "threads": info.threads,
+        "seed": info.seed,
+        "versions": info.versions,
+        "started_at": info.started_at,
+        "ended_at": info.ended_at,
+        "status": info.status,
+        "error": info.error,
+        "duration_s": round(info.duration, 6),
+        "objectives": run.objectives(),
+        "store_bytes": run.store_bytes(),
+        "operators": {
+            op: {
+                "strategy": s.strategy,
+                "imbalance": round(s.imbalance, 4),
+                "invocations": s.invocations,
+                "bodies": s.bodies,
+                "rounds": s.rounds,
+                "lock_grants": s.lock_grants,
+                "messages": s.messages,
+                "deviations": s.deviations,
+                "store_bytes": s.store_bytes,
+            }
+            for op, s in ops.items()
+        },
+    }
+
+
+def _table(rows: list[list[str]], right: set[int]) -> list[str]:
+    """Rows as aligned columns; columns in ``right`` (numbers) are right-aligned."""
+    widths = [max(len(r[k]) for r in rows) for k in range(len(rows[0]))]
+    return [
+        "  ".join(
+            c.rjust(w) if k in right else c.ljust(w)
+            for k, (c, w) in enumerate(zip(r, widths, strict=True))
+        ).rstrip()
+        for r in rows
+    ]
+
+
+@click.command("ls")
+@click.argument("directory", default="traces", required=False, type=click.Path())
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
+def ls_cmd(directory: str, as_json: bool) -> None:
+    """List the trace files in DIRECTORY (default: traces/) and the runs they hold."""
+    root = Path(directory)
+    if not root.exists():
+        raise tracer.TraceNotFoundError(
+            f"{directory} does not exist: record a run with 'replay run APP --trace PATH' "
+            "or pass the directory that holds your traces"
+        )
+    files = [root] if root.is_file() else sorted({p for g in TRACE_GLOBS for p in root.glob(g)})
+    listed: list[dict[str, Any]] = []
+    errors: list[dict[str, str]] = []
+    for path in files:
+        try:
+            with tracer.open(path) as trace:
+                size = trace.store_bytes()
+                for info in trace.runs():
+                    listed.append(
+                        {
+                            "path": str(path),
+                            "run_id": info.run_id,
+                            "app": info.app,
+                            "started_at": info.started_at,
+                            "ranks": info.ranks,
+                            "threads": info.threads,
+                            "status": info.status,
+                            "duration_s": round(info.duration, 6),
+                            "store_bytes": size,
+                        }
+                    )
+        except tracer.TracerError as exc:
+            errors.append({"path": str(path), "error": str(exc)})
+    if as_json:
+        click.echo(json.dumps({"traces": listed, "errors": errors}))
+        return
+    if not listed and not errors:
+        click.echo(f"no traces in {directory}")
+        return
+    rows = [["path", "app", "started", "ranks x threads", "status", "duration", "size"]]
+    for r in listed:
+        rows.append(
+            [
+                r["path"],
+                r["app"] or "?",
+                _when(r["started_at"]),
+                f"{r['ranks']}x{r['threads']}",
+                r["status"],
+                f"{r['duration_s']:.2f} s",
+                _size(r["store_bytes"]),
+            ]
+        )
+    for line in _table(rows, {3, 5, 6}):
+        click.echo(line)
+    for e in errors:
+        click.echo(f"{e['path']}: skipped: {e['error']}", err=True)
+
+
+@click.command("show")
+@click.argument("trace_path", metavar="TRACE", type=click.Path())
+@click.option("--run", "run_id", default=None, help="Only this run (default: every run).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
+def show_cmd(trace_path: str, run_id: str | None, as_json: bool) -> None:
+    """Show the runs of TRACE and a per-operator summary."""
+    with tracer.open(trace_path) as trace:
+        runs = [trace.run(run_id)] if run_id else [trace.run(r.run_id) for r in trace.runs()]
+        doc: dict[str, Any] = {
+            "trace": trace_path,
+            "store_bytes": trace.store_bytes(),
+            "runs": [_run_dict(r) for r in runs],
+        }
+    if as_json:
+        click.echo(json.dumps(doc))
+        return
+    click.echo(f"{trace_path}: {len(doc['runs'])} run(s), {_size(doc['store_bytes'])}")
+    for r in doc["runs"]:
+        click.echo("")
+        click.echo(
+            f"run {r['run_id']}  app {r['app'] or '?'}  {r['status']}  "
+            f"{r['ranks']} rank(s) x {r['threads']} thread(s)  seed {r['seed']}"
+        )
+        click.echo(f"  started {_when(r['started_at'])}, took {r['duration_s']:.2f} s")
+        if r["params"]:
+            click.echo("  params: " + " ".join(f"{k}={v}" for k, v in sorted(r["params"].items())))
+        for name, vals in r["objectives"].items():
+            if vals:
+                click.echo(f"  {name}: {len(vals)} value(s), final {vals[-1]:.6g}")
+        if r["error"]:
+            click.echo("  error: " + r["error"].strip().splitlines()[-1])
+        rows = [
+            [
+                "operator",
+                "strategy",
+                "invocations",
+                "bodies",
+                "rounds",
+                "lock grants",
+                "messages",
+                "bytes",
+            ]
+        ]
+        for op, s in r["operators"].items():
+            rows.append(
+                [
+                    op,
+                    s["strategy"] or "-",
+                    str(s["invocations"]),
+                    str(s["bodies"]),
+                    str(s["rounds"]),
+                    str(s["lock_grants"]),
+                    str(s["messages"]),
+                    _size(s["store_bytes"]),
+                ]
+            )
+        for line in _table(rows, {2, 3, 4, 5, 6, 7}):
+            click.echo("  " + line)
+
+
+@click.command("export")
+@click.argument("trace_path", metavar="TRACE", type=click.Path())
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["chrome"]),
+    default="chrome",
+    show_default=True,
+    help="Output format (Chrome trace-event JSON, opens in Perfetto).",
+)
+@click.option(
+    "-o", "--output", required=True, type=click.Path(dir_okay=False), help="File to write."
+)
+@click.option("--run", "run_id", default=None, help="Run to export (default: the latest).")
+def export_cmd(trace_path: str, fmt: str, output: str, run_id: str | None) -> None:
+    """Export a run of TRACE for a timeline viewer."""
+    with tracer.open(trace_path) as trace:
+        n = tracer.export_chrome(trace, run_id, output)
+    click.echo(f"wrote {n} events to {output} (open it in https://ui.perfetto.dev)")
+
+
+def register(group: click.Group) -> None:
+    """Add ``ls``, ``show`` and ``export`` to the ``replay`` command group."""
+    for cmd in (ls_cmd, show_cmd, export_cmd):
+        group.add_command(cmd)
+
+
+__all__ = ["export_cmd", "ls_cmd", "register", "show_cmd"]

@@ -1,0 +1,295 @@
+"""The recorder: nothing lost at scale, concurrent ranks, crashes and failures."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from tracehelp import record, toy_program
+
+import engine as ap
+import tracer
+
+
+class Counting(tracer.TraceRecorder):
+    """Counts what the engine reports before recording it."""
+
+    def __init__(self, *a: Any, **kw: Any) -> None:
+        super().__init__(*a, **kw)
+        self.grants = 0
+        self.messages = 0
+        self.bodies = 0
+
+    def lock_grants(self, op, invocation, node, round, locks, threads, indices) -> None:  # noqa: A002
+        self.grants += len(locks)
+        super().lock_grants(op, invocation, node, round, locks, threads, indices)
+
+    def message_received(self, node, channel, source, seq, nbytes) -> None:
+        self.messages += 1
+        super().message_received(node, channel, source, seq, nbytes)
+
+    def invocation_done(self, op, invocation, node, info) -> None:
+        self.bodies += info["bodies"]
+        super().invocation_done(op, invocation, node, info)
+
+
+def test_counts_read_back_equal_counts_executed_on_a_threaded_engine_run(tmp_path: Path) -> None:
+    path = tmp_path / "t.sqlite"
+    rec = Counting(path, "r", [0, 1], True)
+    ap.run(toy_program(n=6_000, epochs=2), nodes=2, threads=3, recorder=rec)
+    rec.close("finished")
+    assert rec.grants > 6_000  # split groups took locks
+    with tracer.open(path) as trace:
+        run = trace.run()
+        ops = run.operators()["acc"]
+        assert (ops.lock_grants, ops.messages, ops.bodies) == (rec.grants, rec.messages, rec.bodies)
+        assert ops.bodies == 12_000
+        got = sum(len(run.lock_grants("acc", i, n).lock) for i in (0, 1) for n in (0, 1))
+        assert got == rec.grants
+        assert sum(1 for _ in run.events(kinds=["LockGranted"])) == rec.grants
+
+
+class CountingSync(tracer.TraceRecorder):
+    """Counts the ``sync_for`` hooks the engine calls before recording them."""
+
+    def __init__(self, *a: Any, **kw: Any) -> None:
+        super().__init__(*a, **kw)
+        self.n = {"agg": 0, "vis": 0, "mutex": 0, "msg": 0}
+
+    def aggregation_order(self, op, invocation, node, clock, sources) -> None:
+        self.n["agg"] += 1
+        super().aggregation_order(op, invocation, node, clock, sources)
+
+    def ssp_visibility(self, op, invocation, node, clock, applied) -> None:
+        self.n["vis"] += 1
+        super().ssp_visibility(op, invocation, node, clock, applied)
+
+    def body_order(self, op, invocation, node, clock, threads, minibatches) -> None:
+        self.n["mutex"] += len(threads)
+        super().body_order(op, invocation, node, clock, threads, minibatches)
+
+    def message_received(self, node, channel, source, seq, nbytes) -> None:
+        self.n["msg"] += 1
+        super().message_received(node, channel, source, seq, nbytes)
+
+
+@pytest.mark.parametrize("sync,threads", [("bsp", 1), ("ssp", 2), ("hybrid", 3)])
+def test_sync_for_orders_read_back_as_recorded(tmp_path: Path, sync: str, threads: int) -> None:
+    def program() -> None:
+        xs = ap.dvector(96, shape=(2,), data=np.arange(192.0).reshape(96, 2), name="xs")
+        w = ap.dvector(4, shape=(2,), name="w")
+
+        def body(batch: Any) -> None:
+            k = batch.number % 4
+            w[k] += 0.1 * (batch.values.mean(axis=0) - w[k])
+
+        for _ in range(2):
+            ap.sync_for(xs, 4, body, sync=sync, name="mean")
+
+    path = tmp_path / "s.sqlite"
+    rec = CountingSync(path, "r", [0, 1, 2], True)
+    ap.run(program, nodes=3, threads=threads, recorder=rec)
+    rec.close("finished")
+    assert rec.n["agg"] > 0 and (rec.n["vis"] > 0) == (sync == "ssp")
+    assert (rec.n["mutex"] > 0) == (sync == "hybrid")
+    with tracer.open(path) as trace:
+        run = trace.run()
+        op = run.operators()["mean"]
+        assert (op.aggregations, op.visibility) == (rec.n["agg"], rec.n["vis"])
+        assert (op.mutex_grants, op.messages, op.invocations) == (rec.n["mutex"], rec.n["msg"], 2)
+        assert op.rounds > 0  # clocks, since sync_for has no plan
+        assert len(run.aggregations()) == rec.n["agg"]
+        got = sum(len(run.mutex_grants("mean", i, n).thread) for i in (0, 1) for n in (0, 1, 2))
+        assert got == rec.n["mutex"]
+        for node in (0, 1, 2):
+            seqs = [e.seq for e in run.events(node=node)]
+            assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
+
+
+def test_a_million_bodies_of_lock_grants_on_three_threads(tmp_path: Path) -> None:
+    path = tmp_path / "big.sqlite"
+    rec = tracer.TraceRecorder(path, "r", [0, 1], True)
+    rng = np.random.default_rng(0)
+    written: dict[tuple[int, int], list[np.ndarray]] = {}
+    per_call = 100_000
+    for inv in range(5):
+        for node in (0, 1):
+            # round r: 100k grants in per-lock grant order, locks are element ids
+            locks = np.sort((1 << 40) | rng.integers(0, 5_000, per_call))
+            threads = rng.integers(0, 3, per_call)
+            indices = rng.integers(0, 1_000_000, per_call)
+            rec.lock_grants("sgd", inv, node, 0, locks, threads, indices)
+            written[(inv, node)] = [locks, threads, indices]
+            info = {"bodies": per_call, "rounds": 1, "seconds": 0.1, "round_seconds": [0.1]}
+            rec.invocation_done("sgd", inv, node, info)
+    rec.close("finished")
+    with tracer.open(path) as trace:
+        run = trace.run()
+        ops = run.operators()["sgd"]
+        assert ops.lock_grants == 1_000_000 and ops.bodies == 1_000_000
+        for (inv, node), (locks, threads, indices) in written.items():
+            g = run.lock_grants("sgd", inv, node)
+            assert np.array_equal(g.lock, locks)
+            assert np.array_equal(g.thread, threads)
+            assert np.array_equal(g.index, indices)
+        n0 = sum(1 for _ in run.events(node=0, kinds=["LockGranted"]))
+        assert n0 == 500_000
+        # compressed element ids, threads and indices: well under 8 bytes per grant
+        assert trace.store_bytes() < 4_000_000
+
+
+def _writer(path: str, node: int, barrier: Any, invocations: int) -> None:
+    rec = tracer.TraceRecorder(path, "r", [node], node == 0)
+    barrier.wait()
+    for inv in range(invocations):
+        k = 1000
+        rec.lock_grants("op", inv, node, 0, np.arange(k), np.arange(k) % 3, np.arange(k))
+        for s in range(3):
+            rec.message_received(node, "rows", 1 - node, inv * 3 + s, 128)
+        rec.invocation_done("op", inv, node, {"bodies": k, "rounds": 1, "seconds": 0.0})
+        if node == 0:
+            rec.objective("loss", inv, 1.0 / (inv + 1))
+    rec.close("finished")
+
+
+def test_two_processes_record_into_one_file_at_once(tmp_path: Path) -> None:
+    path = str(tmp_path / "shared.sqlite")
+    tracer.start_run(path, "r", {"app": "concurrent", "ranks": 2})
+    ctx = mp.get_context("fork")
+    barrier = ctx.Barrier(2)
+    procs = [ctx.Process(target=_writer, args=(path, n, barrier, 60)) for n in (0, 1)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+        assert p.exitcode == 0
+    with tracer.open(path) as trace:
+        run = trace.run("r")
+        ops = run.operators()["op"]
+        assert (ops.invocations, ops.bodies) == (60, 2 * 60 * 1000)
+        assert (ops.lock_grants, ops.messages) == (2 * 60 * 1000, 2 * 60 * 3)
+        assert len(run.invocations()) == 120
+        assert run.objectives()["loss"][-1] == 1.0 / 60
+        assert run.info.status == "finished"
+        for node in (0, 1):
+            seqs = [e.seq for e in run.events(node=node)]
+            assert seqs == list(range(len(seqs)))  # per-node sequence has no gap
+
+
+def _crasher(path: str, completed: int) -> None:
+    rec = tracer.TraceRecorder(path, "r", [0], True)
+    for inv in range(completed + 1):
+        rec.lock_grants("op", inv, 0, 0, np.arange(10), np.zeros(10), np.arange(10))
+        rec.message_received(0, "rows", 1, inv, 64)
+        if inv == completed:
+            os.kill(os.getpid(), signal.SIGKILL)  # mid-invocation, nothing flushed
+        rec.invocation_done("op", inv, 0, {"bodies": 10, "rounds": 1, "seconds": 0.0})
+
+
+def test_sigkill_keeps_every_completed_invocation(tmp_path: Path) -> None:
+    path = str(tmp_path / "crash.sqlite")
+    tracer.start_run(path, "r", {"app": "crash"})
+    p = mp.get_context("fork").Process(target=_crasher, args=(path, 3))
+    p.start()
+    p.join(60)
+    assert p.exitcode == -signal.SIGKILL
+    with tracer.open(path) as trace:
+        assert trace.run().info.status == "running"  # the writer died just now
+    with tracer.open(path, assume_finished=True) as trace:
+        run = trace.run()
+        assert run.info.status == "crashed"
+        assert [i.invocation for i in run.invocations()] == [0, 1, 2]
+        assert run.operators()["op"].lock_grants == 30
+        assert isinstance(list(run.events())[-1], tracer.RunEnded)
+    assert tracer.mark_crashed(path, "r", "rank 0 was killed by SIGKILL")
+    assert not tracer.mark_crashed(path, "r", "again")  # only a running run is marked
+    with tracer.open(path) as trace:
+        info = trace.run().info
+        assert (info.status, info.error) == ("crashed", "rank 0 was killed by SIGKILL")
+
+
+def test_a_stale_running_run_is_reported_crashed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "t.sqlite"
+    tracer.start_run(path, "r", {})
+    monkeypatch.setattr("tracer._read.CRASH_AFTER_S", -1.0)
+    with tracer.open(path) as trace:
+        assert trace.run().info.status == "crashed"
+
+
+def test_a_failing_body_marks_the_run_failed_with_its_traceback(tmp_path: Path) -> None:
+    def program() -> None:
+        X = ap.dvector(10, shape=(), init=ap.init.zeros(), name="X")
+
+        def good(j: int) -> None:
+            X[j] = 1.0
+
+        def bad(j: int) -> None:
+            if j == 7 and ap.current().mode != "recon":
+                raise ZeroDivisionError("boom at 7")
+            X[j] = 2.0
+
+        ap.async_for(0, 10, good, name="ok")
+        ap.async_for(0, 10, bad, name="bad")
+
+    path = tmp_path / "f.sqlite"
+    with pytest.raises(ap.BodyError):
+        record(path, program=program, nodes=1, threads=1)
+    with tracer.open(path) as trace:
+        run = trace.run()
+        assert run.info.status == "failed"
+        assert "ZeroDivisionError" in run.info.error
+        assert [i.op for i in run.invocations()] == ["ok"]
+        end = list(run.events())[-1]
+        assert isinstance(end, tracer.RunEnded) and end.status == "failed"
+
+
+def test_a_second_run_in_the_same_store(recorded_trace: Path, tmp_path: Path) -> None:
+    path = tmp_path / "two.sqlite"
+    record(path, run_id="first", epochs=1)
+    record(path, run_id="second", epochs=3)
+    with tracer.open(path) as trace:
+        assert [r.run_id for r in trace.runs()] == ["first", "second"]
+        assert trace.run().run_id == "second"
+        assert trace.run("first").operators()["acc"].invocations == 1
+        assert trace.run("second").operators()["acc"].invocations == 3
+    with pytest.raises(tracer.RunExistsError, match="already holds a run 'first'"):
+        tracer.start_run(path, "first", {})
+
+
+def test_verdicts_are_added_through_the_writable_handle(trace_copy: Path) -> None:
+    with tracer.open_writable(trace_copy) as trace:
+        trace.add_verdict("run-1", "dual-forward", True, {"iterations": 2})
+        with pytest.raises(ValueError, match="unknown verdict kind 'maybe'"):
+            trace.add_verdict("run-1", "maybe", True)
+        with pytest.raises(tracer.RunNotFoundError):
+            trace.add_verdict("nope", "cluster", False)
+    with tracer.open(trace_copy) as trace:
+        (v,) = trace.run().verdicts()
+        assert (v.kind, v.passed, v.detail) == ("dual-forward", True, {"iterations": 2})
+
+
+def test_plans_read_back_equal_the_engine_plan(tmp_path: Path) -> None:
+    path = tmp_path / "p.sqlite"
+    plans = {}
+
+    def program() -> None:
+        toy_program(n=300, epochs=1)()
+        plans["acc"] = ap.plan_of("acc")
+
+    record(path, program=program, nodes=3, threads=2)
+    with tracer.open(path) as trace:
+        got = trace.run().plan("acc")
+    want = plans["acc"]
+    assert got.strategy == want.strategy and len(got.rounds) == len(want.rounds)
+    for rg, rw in zip(got.rounds, want.rounds, strict=True):
+        for tg, tw in zip(rg, rw, strict=True):
+            assert [(t.thread, t.locked, t.indices.tolist()) for t in tg] == [
+                (t.thread, t.locked, t.indices.tolist()) for t in tw
+            ]

@@ -1,0 +1,101 @@
+"""Recording runs of the engine into a trace store, and reading traces back.
+
+Typical use::
+
+    import engine, tracer
+
+    tracer.start_run("traces/x.sqlite", run_id, {"app": "sgdmf", "ranks": 2})
+    rec = tracer.TraceRecorder("traces/x.sqlite", run_id, nodes=[0, 1], is_primary=True)
+    engine.run(train, nodes=2, recorder=rec)
+    rec.close("finished")
+
+    with tracer.open("traces/x.sqlite") as trace:
+        run = trace.run()
+        print(run.operators(), run.objectives())
+"""
+
+from __future__ import annotations
+
+from ._codec import CODECS as CODECS
+from ._errors import RunExistsError as RunExistsError
+from ._errors import RunNotFoundError as RunNotFoundError
+from ._errors import TraceFormatError as TraceFormatError
+from ._errors import TraceNotFoundError as TraceNotFoundError
+from ._errors import TracerError as TracerError
+from ._errors import TraceWriteError as TraceWriteError
+from ._events import EVENT_TYPES as EVENT_TYPES
+from ._events import DeltasAggregated as DeltasAggregated
+from ._events import DigestRecorded as DigestRecorded
+from ._events import Event as Event
+from ._events import IndexOrderDeviated as IndexOrderDeviated
+from ._events import InvocationCompleted as InvocationCompleted
+from ._events import LockGranted as LockGranted
+from ._events import MessageReceived as MessageReceived
+from ._events import MutexGranted as MutexGranted
+from ._events import ObjectiveLogged as ObjectiveLogged
+from ._events import PlanMade as PlanMade
+from ._events import RunEnded as RunEnded
+from ._events import UpdatesApplied as UpdatesApplied
+from ._export import export_chrome as export_chrome
+from ._plans import decode_plan as decode_plan
+from ._plans import encode_plan as encode_plan
+from ._read import RunInfo as RunInfo
+from ._read import Trace as Trace
+from ._read import WritableTrace as WritableTrace
+from ._read import open as open  # noqa: A004
+from ._read import open_writable as open_writable
+from ._recorder import TraceRecorder as TraceRecorder
+from ._run import InvocationInfo as InvocationInfo
+from ._run import LockGrantArrays as LockGrantArrays
+from ._run import MessageArrays as MessageArrays
+from ._run import MutexGrantArrays as MutexGrantArrays
+from ._run import OperatorSummary as OperatorSummary
+from ._run import RunTrace as RunTrace
+from ._run import VerdictInfo as VerdictInfo
+from ._schema import SCHEMA_VERSION as SCHEMA_VERSION
+from ._store import create_store as create_store
+from ._store import mark_crashed as mark_crashed
+from ._store import start_run as start_run
+
+__all__ = [
+    "CODECS",
+    "EVENT_TYPES",
+    "SCHEMA_VERSION",
+    "DeltasAggregated",
+    "DigestRecorded",
+    "Event",
+    "IndexOrderDeviated",
+    "InvocationCompleted",
+    "InvocationInfo",
+    "LockGrantArrays",
+    "LockGranted",
+    "MessageArrays",
+    "MessageReceived",
+    "MutexGrantArrays",
+    "MutexGranted",
+    "ObjectiveLogged",
+    "OperatorSummary",
+    "PlanMade",
+    "RunEnded",
+    "RunExistsError",
+    "RunInfo",
+    "RunNotFoundError",
+    "RunTrace",
+    "Trace",
+    "TraceFormatError",
+    "TraceNotFoundError",
+    "TraceRecorder",
+    "TraceWriteError",
+    "TracerError",
+    "UpdatesApplied",
+    "VerdictInfo",
+    "WritableTrace",
+    "create_store",
+    "decode_plan",
+    "encode_plan",
+    "export_chrome",
+    "mark_crashed",
+    "open",
+    "open_writable",
+    "start_run",
+]

@@ -1,0 +1,224 @@
+"""The read API: ``tracer.open(path)`` returns a :class:`Trace`; replay and the TUI use it.
+
+Reads are lazy: listing runs and operators reads summary rows only, and ``events``
+decodes one invocation's blocks at a time, so browsing a trace of a million bodies
+stays cheap.  Every blob is checked while decoding; damage is reported as
+:class:`TraceFormatError` naming the table, row and column.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, func, insert, literal, select
+from sqlalchemy.exc import DBAPIError
+
+from ._errors import RunNotFoundError, TraceFormatError
+from ._run import RunTrace
+from ._schema import (
+    BLOB_COLUMNS,
+    VERDICT_KINDS,
+    Invocation,
+    Run,
+    Verdict,
+)
+from ._store import describe, open_engine, sqlite_path, write_error
+
+#: A ``running`` run with no commit for this many seconds is reported as crashed.  A
+#: live run whose single invocation takes longer is misreported until it commits.
+CRASH_AFTER_S = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class RunInfo:
+    """Metadata and status of one run (``status`` may say crashed where the row says running)."""
+
+    run_id: str
+    app: str
+    target: str
+    params: dict[str, Any]
+    code_digest: str
+    ranks: int
+    threads: int
+    seed: int
+    versions: dict[str, Any]
+    started_at: float
+    ended_at: float | None
+    status: str
+    error: str | None
+    last_commit_at: float | None
+    duration: float
+
+
+class Trace:
+    """A read-only trace store (use :func:`open`)."""
+
+    def __init__(self, engine: Engine, source: str, *, assume_finished: bool = False) -> None:
+        self._engine = engine
+        self.source = source
+        self.assume_finished = assume_finished
+
+    # ------------------------------------------------------------ plumbing
+    def _all(self, stmt: Any) -> list[Any]:
+        try:
+            with self._engine.connect() as conn:
+                return list(conn.execute(stmt).all())
+        except DBAPIError as exc:
+            reason = str(getattr(exc, "orig", exc)).splitlines()[0]
+            raise TraceFormatError(
+                f"{self.source} is damaged ({reason}); re-record the run"
+            ) from None
+
+    def close(self) -> None:
+        """Release the database connections."""
+        self._engine.dispose()
+
+    def __enter__(self) -> Trace:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<Trace {self.source}>"
+
+    # ------------------------------------------------------------ runs
+    def runs(self) -> list[RunInfo]:
+        """Every run in the store, oldest first."""
+        last = (
+            select(Invocation.run, func.max(Invocation.committed_at).label("last_commit"))
+            .group_by(Invocation.run)
+            .subquery()
+        )
+        rows = self._all(
+            select(Run.__table__, last.c.last_commit)
+            .outerjoin(last, last.c.run == Run.run_id)
+            .order_by(Run.started_at)
+        )
+        return [self._info(r, r.last_commit) for r in rows]
+
+    def _info(self, r: Any, last_commit: float | None) -> RunInfo:
+        try:
+            params, versions = json.loads(r.params or "{}"), json.loads(r.versions or "{}")
+        except ValueError:
+            raise TraceFormatError(
+                f"table run row {r.run_id!r} column params/versions is not JSON; the trace is damaged"
+            ) from None
+        status = r.status
+        latest = max(r.started_at, last_commit or 0.0)
+        if status == "running" and r.ended_at is None:
+            if self.assume_finished or time.time() - latest > CRASH_AFTER_S:
+                status = "crashed"
+        end = r.ended_at if r.ended_at is not None else latest
+        return RunInfo(
+            run_id=r.run_id,
+            app=r.app,
+            target=r.target,
+            params=params,
+            code_digest=r.code_digest,
+            ranks=r.ranks,
+            threads=r.threads,
+            seed=r.seed,
+            versions=versions,
+            started_at=r.started_at,
+            ended_at=r.ended_at,
+            status=status,
+            error=r.error,
+            last_commit_at=last_commit,
+            duration=max(0.0, end - r.started_at),
+        )
+
+    def run(self, run_id: str | None = None) -> RunTrace:
+        """The run ``run_id`` (None: the latest one)."""
+        runs = self.runs()
+        if not runs:
+            raise RunNotFoundError(f"{self.source} holds no runs yet")
+        if run_id is None:
+            return RunTrace(self, runs[-1])
+        for r in runs:
+            if r.run_id == run_id:
+                return RunTrace(self, r)
+        ids = ", ".join(r.run_id for r in runs[-5:])
+        raise RunNotFoundError(f"{self.source} holds no run {run_id!r} (latest runs: {ids})")
+
+    def store_bytes(self) -> int:
+        """Size of the store: the SQLite file plus its WAL, else the sum of blob sizes."""
+        path = sqlite_path(self.source) if self._engine.dialect.name == "sqlite" else None
+        if path is not None and path.exists():
+            wal = Path(os.fspath(path) + "-wal")
+            return path.stat().st_size + (wal.stat().st_size if wal.exists() else 0)
+        return sum(self._blob_bytes(None).values())
+
+    def _blob_bytes(self, run_id: str | None) -> dict[str, int]:
+        """Blob bytes per operator (all runs when ``run_id`` is None)."""
+        out: dict[str, int] = {}
+        for model, cols in BLOB_COLUMNS.items():
+            total = sum(
+                (func.coalesce(func.length(getattr(model, c)), 0) for c in cols), literal(0)
+            )
+            stmt = select(model.op, func.sum(total)).group_by(model.op)
+            if run_id is not None:
+                stmt = stmt.where(model.run == run_id)
+            for op, n in self._all(stmt):
+                out[op] = out.get(op, 0) + int(n or 0)
+        return out
+
+
+class WritableTrace(Trace):
+    """A trace store opened for adding verdicts (use :func:`open_writable`)."""
+
+    def add_verdict(
+        self, run_id: str, kind: str, passed: bool, detail: dict[str, Any] | None = None
+    ) -> int:
+        """Record a replay or dual-test verdict about ``run_id``; returns its id."""
+        if kind not in VERDICT_KINDS:
+            raise ValueError(
+                f"unknown verdict kind {kind!r}; use one of {', '.join(VERDICT_KINDS)}"
+            )
+        self.run(run_id)  # raises RunNotFoundError
+        try:
+            with self._engine.begin() as conn:
+                res = conn.execute(
+                    insert(Verdict).values(
+                        run=run_id,
+                        kind=kind,
+                        passed=bool(passed),
+                        detail=json.dumps(detail or {}, sort_keys=True, default=repr),
+                        created_at=time.time(),
+                    )
+                )
+                key: Any = res.inserted_primary_key
+                return int(key[0])
+        except DBAPIError as exc:
+            raise write_error(self._engine, exc) from None
+
+
+def open(target: str | os.PathLike[str], *, assume_finished: bool = False) -> Trace:  # noqa: A001
+    """Open a trace store read-only (a SQLite path or an SQLAlchemy URL).
+
+    ``assume_finished``: the caller knows no writer is alive, so runs still marked
+    running are reported as crashed at once (otherwise after ``CRASH_AFTER_S``).
+    """
+    engine = open_engine(target)
+    return Trace(engine, describe(target), assume_finished=assume_finished)
+
+
+def open_writable(target: str | os.PathLike[str]) -> WritableTrace:
+    """Open an existing trace store for writing verdicts (checked like :func:`open`)."""
+    engine = open_engine(target, writable=True)
+    return WritableTrace(engine, describe(target))
+
+
+__all__ = [
+    "CRASH_AFTER_S",
+    "RunInfo",
+    "Trace",
+    "WritableTrace",
+    "open",
+    "open_writable",
+]

@@ -1,0 +1,358 @@
+"""One run of a trace: summaries, plans, invocations, bulk arrays and events."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from sqlalchemy import distinct, func, select, union
+
+from . import _stream
+from ._codec import decode_column as _dec
+from ._codec import where as _where
+from ._errors import TraceFormatError
+from ._events import DeltasAggregated, DigestRecorded, Event, UpdatesApplied
+from ._plans import decode_plan
+from ._schema import (
+    CALL_BLOCKS,
+    Digest,
+    Invocation,
+    LockGrantBlock,
+    MessageBlock,
+    MutexGrantBlock,
+    Objective,
+    OperatorPlan,
+    Run,
+    Verdict,
+)
+
+if TYPE_CHECKING:
+    from ._read import RunInfo, Trace
+
+#: ``invocation`` counter columns and the summary fields they fill.
+_COUNTERS = {
+    "n_lock_grants": "lock_grants",
+    "n_messages": "messages",
+    "n_deviations": "deviations",
+    "n_aggregations": "aggregations",
+    "n_visibility": "visibility",
+    "n_mutex_grants": "mutex_grants",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class OperatorSummary:
+    """Per-operator counts of one run."""
+
+    op: str
+    strategy: str
+    rounds: int
+    imbalance: float
+    plans: int
+    invocations: int
+    bodies: int
+    lock_grants: int
+    messages: int
+    deviations: int
+    aggregations: int
+    visibility: int
+    mutex_grants: int
+    store_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class InvocationInfo:
+    """One node's record of one operator invocation."""
+
+    op: str
+    invocation: int
+    node: int
+    seq: int
+    bodies: int
+    rounds: int
+    seconds: float
+    round_seconds: tuple[float, ...]
+    lock_grants: int
+    messages: int
+    deviations: int
+    aggregations: int
+    visibility: int
+    mutex_grants: int
+    committed_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class LockGrantArrays:
+    """Lock grants of one node in one invocation, in per-node sequence order."""
+
+    seq: np.ndarray
+    round: np.ndarray
+    lock: np.ndarray
+    thread: np.ndarray
+    index: np.ndarray
+
+
+@dataclass(frozen=True, slots=True)
+class MutexGrantArrays:
+    """Node-mutex grants of a hybrid ``sync_for`` on one node in one invocation, in order."""
+
+    seq: np.ndarray
+    clock: np.ndarray
+    thread: np.ndarray
+    minibatch: np.ndarray
+
+
+@dataclass(frozen=True, slots=True)
+class MessageArrays:
+    """Messages received by one node, in arrival (sequence) order."""
+
+    seq: np.ndarray
+    channel: np.ndarray
+    source: np.ndarray
+    source_seq: np.ndarray
+    nbytes: np.ndarray
+
+
+@dataclass(frozen=True, slots=True)
+class VerdictInfo:
+    """A replay or dual-test verdict about a run."""
+
+    id: int
+    run_id: str
+    kind: str
+    passed: bool
+    detail: dict[str, Any]
+    created_at: float
+
+
+class RunTrace:
+    """One run of a trace: operators, plans, invocations, events and outcomes."""
+
+    def __init__(self, trace: Trace, info: RunInfo) -> None:
+        self.trace = trace
+        self.info = info
+        self.run_id = info.run_id
+
+    def __repr__(self) -> str:
+        return f"<RunTrace {self.run_id} of {self.trace.source}>"
+
+    def _all(self, stmt: Any) -> list[Any]:
+        return self.trace._all(stmt)
+
+    # ------------------------------------------------------------ summaries
+    def nodes(self) -> list[int]:
+        """Node ids that recorded anything in this run."""
+        models = (Invocation, MessageBlock, OperatorPlan, Objective, *CALL_BLOCKS)
+        parts: list[Any] = [select(m.node).where(m.run == self.run_id) for m in models]
+        parts.append(select(Run.end_node).where(Run.run_id == self.run_id))
+        return sorted({r[0] for r in self._all(union(*parts)) if r[0] is not None})
+
+    def operators(self) -> dict[str, OperatorSummary]:
+        """Per operator: plan shape and counts of invocations, bodies, grants, messages, bytes."""
+        inv = {
+            r.op: r
+            for r in self._all(
+                select(
+                    Invocation.op,
+                    func.count(distinct(Invocation.invocation)).label("invocations"),
+                    func.sum(Invocation.bodies).label("bodies"),
+                    func.max(Invocation.rounds).label("rounds"),
+                    *(func.sum(getattr(Invocation, c)).label(c) for c in _COUNTERS),
+                )
+                .where(Invocation.run == self.run_id)
+                .group_by(Invocation.op)
+            )
+        }
+        plans: dict[str, list[Any]] = {}
+        for p in self._all(
+            select(
+                OperatorPlan.op, OperatorPlan.strategy, OperatorPlan.rounds, OperatorPlan.imbalance
+            )
+            .where(OperatorPlan.run == self.run_id)
+            .order_by(OperatorPlan.seq)
+        ):
+            plans.setdefault(p.op, []).append(p)
+        sizes = self.trace._blob_bytes(self.run_id)
+        out = {}
+        for op in list(plans) + sorted(set(inv) - set(plans)):
+            last = plans[op][-1] if op in plans else None
+            i = inv.get(op)
+            out[op] = OperatorSummary(
+                op=op,
+                strategy=last.strategy if last else "",
+                rounds=int(last.rounds) if last else int(i.rounds or 0) if i else 0,
+                imbalance=float(last.imbalance) if last else 1.0,
+                plans=len(plans.get(op, ())),
+                invocations=int(i.invocations) if i else 0,
+                bodies=int(i.bodies or 0) if i else 0,
+                **{f: int(getattr(i, c) or 0) if i else 0 for c, f in _COUNTERS.items()},
+                store_bytes=sizes.get(op, 0),
+            )
+        return out
+
+    def store_bytes(self) -> int:
+        """Bytes of this run: the whole file if it is the store's only run, else its blobs."""
+        if len(self.trace.runs()) == 1:
+            return self.trace.store_bytes()
+        return sum(self.trace._blob_bytes(self.run_id).values())
+
+    def plan(self, op: str, invocation: int | None = None) -> Any:
+        """The plan of ``op`` in force at ``invocation`` (None: the latest), as ``engine.Plan``."""
+        stmt = select(OperatorPlan.__table__).where(
+            OperatorPlan.run == self.run_id, OperatorPlan.op == op
+        )
+        if invocation is not None:
+            stmt = stmt.where(OperatorPlan.first_invocation <= invocation)
+        rows = self._all(stmt.order_by(OperatorPlan.plan_no.desc()).limit(1))
+        if not rows:
+            raise KeyError(f"run {self.run_id} has no plan for operator {op!r}")
+        row = rows[0]
+        return decode_plan(row, f"table operator_plan row {row.id}")
+
+    def invocations(self, op: str | None = None, node: int | None = None) -> list[InvocationInfo]:
+        """Completed invocations, by operator, invocation and node."""
+        stmt = select(Invocation.__table__).where(Invocation.run == self.run_id)
+        if op is not None:
+            stmt = stmt.where(Invocation.op == op)
+        if node is not None:
+            stmt = stmt.where(Invocation.node == node)
+        stmt = stmt.order_by(Invocation.committed_at, Invocation.node)
+        return [self._inv(r) for r in self._all(stmt)]
+
+    def _inv(self, r: Any) -> InvocationInfo:
+        rs = _dec(r, Invocation, "round_seconds", None)
+        return InvocationInfo(
+            op=r.op,
+            invocation=r.invocation,
+            node=r.node,
+            seq=r.seq,
+            bodies=r.bodies,
+            rounds=r.rounds,
+            seconds=r.seconds,
+            round_seconds=tuple(rs.tolist()),
+            **{f: getattr(r, c) for c, f in _COUNTERS.items()},
+            committed_at=r.committed_at,
+        )
+
+    def digests(self, op: str | None = None) -> list[DigestRecorded]:
+        """DDS digests after each invocation."""
+        stmt = select(Digest.__table__).where(Digest.run == self.run_id)
+        if op is not None:
+            stmt = stmt.where(Digest.op == op)
+        rows = self._all(stmt.order_by(Digest.node, Digest.seq))
+        return [DigestRecorded(r.node, r.seq, r.op, r.invocation, r.dds, r.digest) for r in rows]
+
+    def objectives(self) -> dict[str, list[float]]:
+        """Objective values per name, by iteration."""
+        rows = self._all(
+            select(Objective.name, Objective.value)
+            .where(Objective.run == self.run_id)
+            .order_by(Objective.seq)
+        )
+        out: dict[str, list[float]] = {}
+        for name, value in rows:
+            out.setdefault(name, []).append(float(value))
+        return out
+
+    def verdicts(self) -> list[VerdictInfo]:
+        """Replay and dual-test verdicts recorded about this run, oldest first."""
+        rows = self._all(
+            select(Verdict.__table__).where(Verdict.run == self.run_id).order_by(Verdict.created_at)
+        )
+        out = []
+        for v in rows:
+            try:
+                detail = json.loads(v.detail or "{}")
+            except ValueError:
+                raise TraceFormatError(f"{_where(Verdict, v.id, 'detail')}: not JSON") from None
+            out.append(VerdictInfo(v.id, v.run, v.kind, bool(v.passed), detail, v.created_at))
+        return out
+
+    # ------------------------------------------------------------ bulk arrays
+    def lock_grants(self, op: str, invocation: int, node: int) -> LockGrantArrays:
+        """Lock grants of ``node`` in one invocation, as parallel int64 arrays."""
+        return LockGrantArrays(*self._per_value(LockGrantBlock, op, invocation, node))
+
+    def mutex_grants(self, op: str, invocation: int, node: int) -> MutexGrantArrays:
+        """Node-mutex grants of a hybrid ``sync_for`` on ``node`` in one invocation."""
+        return MutexGrantArrays(*self._per_value(MutexGrantBlock, op, invocation, node))
+
+    def _per_value(self, model: Any, op: str, invocation: int, node: int) -> list[np.ndarray]:
+        """(seq, header columns..., value arrays...) of the per-value events of one block kind."""
+        stmt = select(model.__table__).where(
+            model.run == self.run_id,
+            model.op == op,
+            model.invocation == invocation,
+            model.node == node,
+        )
+        parts = [_stream.expand(model, r) for r in self._all(stmt.order_by(model.first_seq))]
+        spec = CALL_BLOCKS[model]
+        if not parts:
+            return [np.empty(0, np.int64)] * (1 + len(spec.header) + len(spec.values))
+        return [np.concatenate(col) for col in zip(*parts, strict=True)]
+
+    def aggregations(
+        self, op: str | None = None, invocation: int | None = None, node: int | None = None
+    ) -> list[DeltasAggregated]:
+        """``sync_for`` delta arrival orders, per node in sequence order."""
+        kinds = [DeltasAggregated]
+        return list(_stream.events(self, node, op, invocation, kinds))  # type: ignore[arg-type]
+
+    def visibility(
+        self, op: str | None = None, invocation: int | None = None, node: int | None = None
+    ) -> list[UpdatesApplied]:
+        """SSP ``sync_for``: the updates each node had applied before each clock."""
+        kinds = [UpdatesApplied]
+        return list(_stream.events(self, node, op, invocation, kinds))  # type: ignore[arg-type]
+
+    def messages(
+        self, node: int, op: str | None = None, invocation: int | None = None
+    ) -> MessageArrays:
+        """Messages received by ``node`` (optionally during one operator or invocation)."""
+        stmt = select(MessageBlock.__table__).where(
+            MessageBlock.run == self.run_id, MessageBlock.node == node
+        )
+        if op is not None:
+            stmt = stmt.where(MessageBlock.op == op)
+        if invocation is not None:
+            stmt = stmt.where(MessageBlock.invocation == invocation)
+        parts = [self._msg_arrays(r) for r in self._all(stmt.order_by(MessageBlock.first_seq))]
+        if not parts:
+            e = np.empty(0, np.int64)
+            return MessageArrays(e, np.empty(0, dtype=str), e, e, e)
+        cols = [np.concatenate(c) for c in zip(*parts, strict=True)]
+        order = np.argsort(cols[0], kind="stable")
+        return MessageArrays(*(c[order] for c in cols))
+
+    def _msg_arrays(self, r: Any) -> tuple[np.ndarray, ...]:
+        cols = [_dec(r, MessageBlock, c, r.count) for c in ("seqs", "sources", "source_seqs")]
+        nb = _dec(r, MessageBlock, "nbytes", r.count)
+        return (cols[0], np.full(r.count, r.channel), cols[1], cols[2], nb)
+
+    def events(
+        self,
+        node: int | None = None,
+        op: str | None = None,
+        invocation: int | None = None,
+        kinds: Iterable[type | str] | None = None,
+    ) -> Iterator[Event]:
+        """Events in per-node sequence order (node by node), decoded lazily.
+
+        ``kinds``: event classes or their names; ``op``/``invocation`` keep the events
+        of that operator invocation (objectives and the run's end belong to none).
+        """
+        return _stream.events(self, node, op, invocation, kinds)
+
+
+__all__ = [
+    "InvocationInfo",
+    "LockGrantArrays",
+    "MessageArrays",
+    "MutexGrantArrays",
+    "OperatorSummary",
+    "RunTrace",
+    "VerdictInfo",
+]
