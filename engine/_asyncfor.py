@@ -168,6 +168,7 @@ def async_for(
         if k == 0:
             info["digests"] = digests
         sess.recorder.invocation_done(name, inv, node, info)
+    sess.controller.after_invocation(name, inv)
 
 
 def _execute(sess: Session, st: OpState, body: Callable, inv: int, checked: bool) -> list[float]:
@@ -232,6 +233,7 @@ def _run_node_round(
                 actual=f"{len(planned)} planned bodies",
             )
         tasks = [Task(0, np.asarray(forced, dtype=np.int64))]
+    body = sess.controller.wrap_body(st.name, inv, node, body)
     if sess.cluster.threads == 1 or len(tasks) == 1 and not tasks[0].locked:
         _tls.op_key = op_key
         try:

@@ -50,6 +50,13 @@ class Controller:
         """Run this node-round's bodies on one thread in this order (None: use threads)."""
         return None
 
+    def wrap_body(self, op: str, invocation: int, node: int, body: Any) -> Any:
+        """The callable to run as the loop body on ``node`` (replay adds breakpoints)."""
+        return body
+
+    def after_invocation(self, op: str, invocation: int) -> None:
+        """Called in the driver after every operator invocation completes."""
+
 
 # ============================================================ turnstile (pure)
 @dataclass(frozen=True, slots=True)

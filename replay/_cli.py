@@ -19,7 +19,8 @@ from typing import Any
 import click
 
 from ._errors import UsageError
-from ._job import JobFailed, describe, launch, run_here
+from ._job import EXIT_DIVERGED, JobFailed, describe, launch, run_here
+from ._replay import open_run, parse_break, parse_until, replay_here, store_verdict
 from ._tracecmds import register as register_trace_commands
 
 
@@ -268,6 +269,133 @@ def demo_cmd(ranks: int, epochs: int) -> None:
         "sgdmf", params, ranks=ranks, threads=1, seed=0, checked=False, as_json=False, timeout=None
     )
     _summary(res, say)
+
+
+def _replay_report(res: dict[str, Any], as_json: bool) -> None:
+    """Print a replay result, store its verdict in the trace, exit 3 on divergence."""
+    try:
+        store_verdict(res)
+    except Exception as exc:  # noqa: BLE001 - the verdict is a convenience, not the result
+        click.echo(f"replay: warning: could not store the verdict in the trace: {exc}", err=True)
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    k: res[k]
+                    for k in (
+                        "identical",
+                        "first_difference",
+                        "wall_s",
+                        "complete",
+                        "checked",
+                        "run_id",
+                        "mode",
+                        "out_trace",
+                    )
+                }
+            )
+        )
+    else:
+        say = _printer(False)
+        c = res["checked"]
+        if res["identical"]:
+            part = (
+                "" if res["complete"] else " (the recorded run ended early; replayed all it holds)"
+            )
+            say(
+                f"identical: {c['digests']} digest(s) and {c['objectives']} objective value(s) "
+                f"match the trace{part} ({res['wall_s']:.2f} s)"
+            )
+        else:
+            d = res["first_difference"]
+            say(
+                f"DIVERGED on node {d['node']} at {d['op']}#{d['invocation']}, {d['what']} "
+                f"{d['event']}: the trace expected {d['expected']}, the program did {d['actual']}"
+            )
+    if not res["identical"]:
+        sys.exit(EXIT_DIVERGED)
+
+
+@cli.command("cluster")
+@click.argument("trace", type=click.Path(dir_okay=False))
+@click.option("--run", "run_id", default=None, help="Run id in the trace. [default: the latest]")
+@click.option(
+    "--trace-out",
+    "out_trace",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Also record the replay into this new trace.",
+)
+@click.option(
+    "--timeout", type=float, default=None, help="Kill the MPI job after this many seconds."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
+def cluster_cmd(
+    trace: str, run_id: str | None, out_trace: str | None, timeout: float | None, as_json: bool
+) -> None:
+    """Replay TRACE on the recorded number of MPI ranks, enforcing its recorded orders."""
+    say = _printer(as_json)
+    path = str(Path(trace).resolve())
+    info = open_run(path, run_id).info
+    spec: dict[str, Any] = {
+        "kind": "replay",
+        "mode": "cluster",
+        "trace": path,
+        "run_id": info.run_id,
+        "json": as_json,
+    }
+    if out_trace is not None:
+        spec["out_trace"] = trace_path("replay", out_trace)
+        spec["run_id_out"] = uuid.uuid4().hex
+    if _under_launcher():
+        from mpi4py import MPI
+
+        comm = MPI.COMM_WORLD
+        res = replay_here(spec, comm=comm, progress=say)
+        if comm.Get_rank() != 0:
+            return
+    elif info.ranks == 1:
+        res = replay_here(spec, progress=say)
+    else:
+        res = launch(spec, info.ranks, timeout=timeout, out=say)
+    _replay_report(res, as_json)
+
+
+@cli.command("single")
+@click.argument("trace", type=click.Path(dir_okay=False))
+@click.option("--run", "run_id", default=None, help="Run id in the trace. [default: the latest]")
+@click.option(
+    "--break",
+    "brk",
+    default=None,
+    metavar="OP:INVOCATION:INDEX[@NODE]",
+    help="Stop in pdb inside that loop body.",
+)
+@click.option(
+    "--until",
+    default=None,
+    metavar="OP:INVOCATION",
+    help="Stop in pdb in the driver after that invocation.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
+def single_cmd(
+    trace: str, run_id: str | None, brk: str | None, until: str | None, as_json: bool
+) -> None:
+    """Replay every node of TRACE inside this process (pdb can stop in any body)."""
+    say = _printer(as_json)
+    spec: dict[str, Any] = {
+        "kind": "replay",
+        "mode": "single",
+        "trace": str(Path(trace).resolve()),
+        "run_id": run_id,
+        "json": as_json,
+        "break": list(parse_break(brk)) if brk else None,
+        "until": list(parse_until(until)) if until else None,
+    }
+    res = replay_here(spec, progress=say)
+    if brk and not res["breakpoint_hits"] and res["identical"]:
+        click.echo(f"replay: note: breakpoint {brk} was never reached", err=True)
+    _replay_report(res, as_json)
 
 
 register_trace_commands(cli)

@@ -293,6 +293,9 @@ def launch(
         for t in threads:
             t.join(timeout=5)
         result_file = job / "result.json"
+        diverged = sorted(job.glob("diverged.*.json"))
+        if diverged:
+            return json.loads(diverged[0].read_text())
         errors = sorted(job.glob("error.*.json"))
         if errors:
             first = json.loads(errors[0].read_text())

@@ -22,6 +22,7 @@ def main(argv: list[str]) -> int:
     from mpi4py import MPI
 
     from ._job import describe, run_here
+    from ._replay import replay_here
 
     comm = MPI.COMM_WORLD
     rank = comm.Get_rank()
@@ -31,7 +32,15 @@ def main(argv: list[str]) -> int:
         print(line, flush=True)
 
     try:
-        result = run_here(spec, comm=comm, progress=progress)
+        if spec.get("kind") == "replay":
+            result = replay_here(spec, comm=comm, progress=progress)
+            if not result["identical"]:
+                # this rank left its recorded path: stop the others, which may wait on it
+                _write(job / f"diverged.{rank:04d}.json", result)
+                sys.stdout.flush()
+                comm.Abort(3)
+        else:
+            result = run_here(spec, comm=comm, progress=progress)
     except BaseException as exc:  # noqa: BLE001 - every failure must reach the parent
         # whatever happens here, the job must be aborted: other ranks may be waiting
         message, status = f"internal error on rank {rank}: {exc!r}", 70

@@ -1,0 +1,304 @@
+"""Making a run follow its trace: the replay controller and the outcome checker.
+
+:class:`TraceController` answers the engine's order questions from a recorded run:
+the plan each operator must use, the source of every receive, the grant order of
+every lock, and — in single-node replay — one causally consistent order in which a
+node runs its bodies.  :class:`ReplayChecker` is a recorder that compares every
+digest and objective with the trace as soon as it is produced, so a replay stops at
+the first difference instead of at the end.
+"""
+
+from __future__ import annotations
+
+import graphlib
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+import engine
+from engine import DivergenceError
+
+
+class ReplayFinished(Exception):
+    """The trace of a crashed run is exhausted: everything it holds was reproduced."""
+
+
+def _tasks_equal(a: Any, b: Any) -> bool:
+    return (
+        a.thread == b.thread
+        and bool(a.locked) == bool(b.locked)
+        and np.array_equal(np.asarray(a.indices), np.asarray(b.indices))
+    )
+
+
+class TraceController(engine.Controller):
+    """Enforces the orders of one recorded run."""
+
+    def __init__(self, run: Any, *, single: bool, breakpoint_hook: Callable | None = None):
+        self.run = run
+        self.single = single
+        self._plans: dict[tuple[str, int], Any] = {}
+        self._sources: dict[tuple[int, str], np.ndarray] = {}
+        self._grants: dict[tuple[str, int, int], Any] = {}
+        self._break = breakpoint_hook
+        self._until: Callable[[str, int], None] | None = None
+
+    # ------------------------------------------------------------ plans
+    def recorded_plan(self, op: str, invocation: int) -> Any:
+        key = (op, invocation)
+        if key not in self._plans:
+            try:
+                self._plans[key] = self.run.plan(op, invocation)
+            except KeyError:
+                self._plans[key] = None
+        return self._plans[key]
+
+    def check_plan(self, op: str, invocation: int, plan: Any) -> None:
+        rec = self.recorded_plan(op, invocation)
+        if rec is None:
+            raise DivergenceError(
+                node=-1,
+                op=op,
+                invocation=invocation,
+                event="plan",
+                what="plan",
+                expected="no operator of this name",
+                actual=f"an async_for named {op!r}",
+            )
+        if len(rec.rounds) != len(plan.rounds):
+            raise DivergenceError(
+                node=-1,
+                op=op,
+                invocation=invocation,
+                event="plan",
+                what="plan",
+                expected=f"{len(rec.rounds)} rounds",
+                actual=f"{len(plan.rounds)} rounds",
+            )
+        for r, (want, got) in enumerate(zip(rec.rounds, plan.rounds, strict=True)):
+            for node, (wt, gt) in enumerate(zip(want, got, strict=True)):
+                if len(wt) != len(gt) or not all(map(_tasks_equal, wt, gt)):
+                    exp = sum(len(t.indices) for t in wt)
+                    act = sum(len(t.indices) for t in gt)
+                    raise DivergenceError(
+                        node=node,
+                        op=op,
+                        invocation=invocation,
+                        event=f"round {r}",
+                        what="plan",
+                        expected=f"{len(wt)} task(s) with {exp} bodies as recorded",
+                        actual=f"{len(gt)} task(s) with {act} bodies (code or data changed)",
+                    )
+
+    # ------------------------------------------------------------ messages
+    def message_source(self, node: int, channel: str, k: int) -> int | None:
+        if self.single:
+            return None
+        key = (node, channel)
+        if key not in self._sources:
+            m = self.run.messages(node)
+            self._sources[key] = m.source[m.channel == channel]
+        arr = self._sources[key]
+        if k >= len(arr):
+            if self.run.info.status != "finished":
+                raise ReplayFinished()
+            raise DivergenceError(
+                node=node,
+                op="-",
+                invocation=-1,
+                event=f"message {k} on {channel!r}",
+                what="message",
+                expected=f"only {len(arr)} message(s)",
+                actual="one more receive",
+            )
+        return int(arr[k])
+
+    # ------------------------------------------------------------ locks
+    def _grant_arrays(self, op: str, invocation: int, node: int) -> Any:
+        key = (op, invocation, node)
+        if key not in self._grants:
+            self._grants[key] = self.run.lock_grants(op, invocation, node)
+        return self._grants[key]
+
+    def lock_orders(
+        self, op: str, invocation: int, node: int, round: int
+    ) -> dict[int, list[tuple[int, int]]] | None:
+        g = self._grant_arrays(op, invocation, node)
+        sel = g.round == round
+        out: dict[int, list[tuple[int, int]]] = {}
+        for lk, th, ix in zip(
+            g.lock[sel].tolist(), g.thread[sel].tolist(), g.index[sel].tolist(), strict=True
+        ):
+            out.setdefault(lk, []).append((th, ix))
+        return out
+
+    def serial_order(self, op: str, invocation: int, node: int, round: int) -> np.ndarray | None:
+        if not self.single:
+            return None
+        plan = self.recorded_plan(op, invocation)
+        tasks = plan.rounds[round][node]
+        free = [t.indices for t in tasks if not t.locked]
+        locked = [t for t in tasks if t.locked]
+        order = list(np.concatenate(free).tolist()) if free else []
+        if locked:
+            order += self._causal_order(op, invocation, node, round, locked)
+        return np.asarray(order, dtype=np.int64)
+
+    def _causal_order(
+        self, op: str, invocation: int, node: int, round: int, locked: list[Any]
+    ) -> list[int]:
+        """One order of the locked bodies that respects every thread's task order and
+        every lock's recorded grant order (so it gives the recorded outcome)."""
+        ts: graphlib.TopologicalSorter[int] = graphlib.TopologicalSorter()
+        for t in locked:
+            idx = t.indices.tolist()
+            for j in idx:
+                ts.add(j)
+            for a, b in zip(idx, idx[1:], strict=False):
+                ts.add(b, a)
+        for seq in self.lock_orders(op, invocation, node, round).values():
+            for (_, a), (_, b) in zip(seq, seq[1:], strict=False):
+                ts.add(b, a)
+        try:
+            return list(ts.static_order())
+        except graphlib.CycleError:
+            raise DivergenceError(
+                node=node,
+                op=op,
+                invocation=invocation,
+                event=f"round {round}",
+                what="lock",
+                expected="grant orders consistent with the plan",
+                actual="a cycle",
+            ) from None
+
+    # ------------------------------------------------------------ debugging hooks
+    def wrap_body(self, op: str, invocation: int, node: int, body: Any) -> Any:
+        if self._break is None:
+            return body
+        return self._break(op, invocation, node, body)
+
+    def set_until(self, hook: Callable[[str, int], None]) -> None:
+        """Call ``hook(op, invocation)`` after every invocation (``--until``)."""
+        self._until = hook
+
+    def after_invocation(self, op: str, invocation: int) -> None:
+        if self._until is not None:
+            self._until(op, invocation)
+
+
+class ReplayChecker(engine.Recorder):
+    """Compares digests and objectives with the trace as they are produced.
+
+    ``tee`` (optional) also records the replay itself into a new trace.
+    """
+
+    def __init__(self, run: Any, tee: engine.Recorder | None = None) -> None:
+        self.run = run
+        self.tee = tee or engine.Recorder()
+        self._digests: dict[tuple[str, int], dict[str, str]] = {}
+        for d in run.digests():
+            self._digests.setdefault((d.op, d.invocation), {})[d.dds] = d.digest
+        self._objectives = run.objectives()
+        self.checked_digests = 0
+        self.checked_objectives = 0
+        self._seen_invocations: set[tuple[str, int]] = set()
+
+    # forwarded events
+    def plan_made(self, op: str, plan: Any) -> None:
+        self.tee.plan_made(op, plan)
+
+    def lock_grants(self, *args: Any) -> None:
+        self.tee.lock_grants(*args)
+
+    def index_order(self, *args: Any) -> None:
+        self.tee.index_order(*args)
+
+    def message_received(self, *args: Any) -> None:
+        self.tee.message_received(*args)
+
+    def close(self, status: str, error: str | None = None) -> None:
+        self.tee.close(status, error)
+
+    def __getattr__(self, name: str) -> Any:
+        # hooks added for other operators (sync_for) pass through to the tee
+        return getattr(self.tee, name)
+
+    # checked events
+    def invocation_done(self, op: str, invocation: int, node: int, info: dict[str, Any]) -> None:
+        self.tee.invocation_done(op, invocation, node, info)
+        if "digests" not in info:
+            return
+        want = self._digests.get((op, invocation))
+        if want is None:
+            if self.run.info.status != "finished":
+                raise ReplayFinished()
+            raise DivergenceError(
+                node=node,
+                op=op,
+                invocation=invocation,
+                event="end",
+                what="invocation",
+                expected="no such invocation (the recorded run ended before it)",
+                actual="the program ran it",
+            )
+        self._seen_invocations.add((op, invocation))
+        for dds, got in info["digests"]:
+            exp = want.get(dds)
+            if exp != got:
+                raise DivergenceError(
+                    node=node,
+                    op=op,
+                    invocation=invocation,
+                    event=f"digest of {dds}",
+                    what="outcome",
+                    expected=str(exp),
+                    actual=got,
+                )
+            self.checked_digests += 1
+
+    def objective(self, name: str, iteration: int, value: float) -> None:
+        self.tee.objective(name, iteration, value)
+        rec = self._objectives.get(name, [])
+        if iteration >= len(rec):
+            if self.run.info.status != "finished":
+                raise ReplayFinished()
+            raise DivergenceError(
+                node=-1,
+                op="objective",
+                invocation=iteration,
+                event=name,
+                what="objective",
+                expected=f"{len(rec)} value(s)",
+                actual=f"value {iteration} = {value!r}",
+            )
+        if rec[iteration] != value:
+            raise DivergenceError(
+                node=-1,
+                op="objective",
+                invocation=iteration,
+                event=name,
+                what="objective",
+                expected=repr(rec[iteration]),
+                actual=repr(value),
+            )
+        self.checked_objectives += 1
+
+    def finish(self) -> None:
+        """The program ended: it must have produced everything the trace holds."""
+        missing = set(self._digests) - self._seen_invocations
+        if missing:
+            op, inv = min(missing, key=lambda k: (k[1], k[0]))
+            raise DivergenceError(
+                node=-1,
+                op=op,
+                invocation=inv,
+                event="end",
+                what="invocation",
+                expected="this invocation",
+                actual="the program ended before it",
+            )
+
+
+__all__ = ["ReplayChecker", "ReplayFinished", "TraceController"]

@@ -1,0 +1,196 @@
+"""Cluster replay and single-node replay of a recorded run.
+
+*Cluster replay* relaunches the app with the recorded ranks, threads, seed and
+parameters; every rank enforces its recorded orders.  *Single-node replay* hosts
+every node of the recorded run in this process and runs them in one causally
+consistent order, one body at a time — so ``pdb`` can stop inside any body.  Both
+compare every digest and objective with the trace as soon as it is produced and
+stop at the first difference.
+"""
+
+from __future__ import annotations
+
+import pdb
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import engine
+import tracer
+
+from ._apps import resolve
+from ._controller import ReplayChecker, ReplayFinished, TraceController
+from ._errors import UsageError
+
+
+def parse_break(text: str) -> tuple[str, int, int, int | None]:
+    """``OP:INVOCATION:INDEX[@NODE]`` → (op, invocation, index, node or None)."""
+    node = None
+    spec = text
+    if "@" in spec:
+        spec, node_s = spec.rsplit("@", 1)
+        node = _int(node_s, "NODE", text)
+    parts = spec.rsplit(":", 2)
+    if len(parts) != 3 or not parts[0]:
+        raise UsageError(f"--break expects OP:INVOCATION:INDEX[@NODE], got {text!r}")
+    return parts[0], _int(parts[1], "INVOCATION", text), _int(parts[2], "INDEX", text), node
+
+
+def parse_until(text: str) -> tuple[str, int]:
+    """``OP:INVOCATION`` → (op, invocation)."""
+    parts = text.rsplit(":", 1)
+    if len(parts) != 2 or not parts[0]:
+        raise UsageError(f"--until expects OP:INVOCATION, got {text!r}")
+    return parts[0], _int(parts[1], "INVOCATION", text)
+
+
+def _int(s: str, what: str, whole: str) -> int:
+    try:
+        return int(s)
+    except ValueError:
+        raise UsageError(f"{what} in {whole!r} must be an integer, got {s!r}") from None
+
+
+def _breakpoint(target: tuple[str, int, int, int | None], hits: list[int]) -> Callable:
+    op_t, inv_t, idx_t, node_t = target
+
+    def wrap(op: str, invocation: int, node: int, body: Any) -> Any:
+        if op != op_t or invocation != inv_t or (node_t is not None and node != node_t):
+            return body
+
+        def stop_at(j: int) -> Any:
+            if j != idx_t:
+                return body(j)
+            hits.append(node)
+            print(
+                f"replay: stopped in {op}#{invocation} index {j} on node {node} "
+                "(the DDS hold what this body saw; 'c' continues)",
+                flush=True,
+            )
+            return pdb.Pdb().runcall(body, j)
+
+        return stop_at
+
+    return wrap
+
+
+def open_run(path: str, run_id: str | None) -> Any:
+    """The recorded run to replay (read-only)."""
+    trace = tracer.open(path, assume_finished=True)
+    return trace.run(run_id)
+
+
+def replay_here(
+    spec: dict[str, Any], comm: Any = None, progress: Callable[[str], None] | None = None
+) -> dict[str, Any]:
+    """Replay ``spec['trace']`` here: ``mode`` 'cluster' (one rank of MPI) or 'single'."""
+    mode = spec["mode"]
+    run = open_run(spec["trace"], spec.get("run_id"))
+    info = run.info
+    try:
+        app = resolve(info.target or info.app)
+    except UsageError as exc:
+        raise UsageError(f"the trace's app cannot be found: {exc}") from None
+    if mode == "cluster":
+        size = comm.Get_size() if comm is not None else 1
+        if size != info.ranks:
+            raise UsageError(
+                f"the trace was recorded on {info.ranks} rank(s) but this replay has {size}; "
+                f"replay it with 'replay cluster TRACE' (it starts {info.ranks} ranks itself)"
+            )
+    rank = comm.Get_rank() if comm is not None else 0
+    say = progress if rank == 0 else None
+    if say is not None:
+        say(
+            f"replaying run {info.run_id[:12]} ({info.app}, {info.ranks} rank(s) x "
+            f"{info.threads} thread(s), seed {info.seed}) {mode}"
+        )
+    hits: list[int] = []
+    brk = spec.get("break")
+    controller = TraceController(
+        run, single=mode == "single", breakpoint_hook=_breakpoint(tuple(brk), hits) if brk else None
+    )
+    until = spec.get("until")
+    if until:
+
+        def stop_after(op: str, invocation: int) -> None:
+            if (op, invocation) == tuple(until):
+                print(f"replay: stopped after {op}#{invocation} ('c' continues)", flush=True)
+                pdb.Pdb().set_trace(sys._getframe(2))
+
+        controller.set_until(stop_after)
+    tee = None
+    if spec.get("out_trace"):
+        from ._job import _recorder  # the same recorder a normal run uses
+
+        tee = _recorder(
+            dict(
+                spec,
+                trace=spec["out_trace"],
+                run_id=spec.get("run_id_out") or uuid.uuid4().hex,
+                threads=info.threads,
+                seed=info.seed,
+                nodes=info.ranks,
+            ),
+            app,
+            dict(info.params),
+            comm,
+        )
+    checker = ReplayChecker(run, tee)
+    t0 = time.perf_counter()
+    first_difference = None
+    complete = True
+    try:
+        engine.run(
+            app.fn,
+            dict(info.params),
+            nodes=info.ranks if mode == "single" else 1,
+            threads=info.threads,
+            seed=info.seed,
+            comm=comm if mode == "cluster" else None,
+            recorder=checker,
+            controller=controller,
+        )
+        checker.finish()
+    except ReplayFinished:
+        complete = False
+    except engine.DivergenceError as exc:
+        first_difference = exc.as_dict()
+    finally:
+        if tee is not None:
+            tee.close("finished" if first_difference is None else "failed")
+    wall = time.perf_counter() - t0
+    return {
+        "trace": spec["trace"],
+        "run_id": info.run_id,
+        "mode": mode,
+        "identical": first_difference is None,
+        "complete": complete,
+        "first_difference": first_difference,
+        "checked": {"digests": checker.checked_digests, "objectives": checker.checked_objectives},
+        "recorded_status": info.status,
+        "breakpoint_hits": len(hits),
+        "out_trace": spec.get("out_trace"),
+        "wall_s": round(wall, 6),
+    }
+
+
+def store_verdict(result: dict[str, Any]) -> None:
+    """Write the replay verdict into the original trace (the TUI shows it)."""
+    with tracer.open_writable(result["trace"]) as trace:
+        trace.add_verdict(
+            result["run_id"],
+            result["mode"],
+            result["identical"],
+            {
+                "first_difference": result["first_difference"],
+                "complete": result["complete"],
+                "checked": result["checked"],
+                "wall_s": result["wall_s"],
+            },
+        )
+
+
+__all__ = ["parse_break", "parse_until", "replay_here", "store_verdict"]

@@ -1,0 +1,170 @@
+"""Cluster and single-node replay: identical outcomes, breakpoints, divergence reports."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+import tracer
+from tests.conftest import run_cli, run_mpi
+
+HERE = Path(__file__).parent
+APPS = HERE / "nondet_apps.py"
+SYN = ["-p", "synthetic=true", "-p", "rank=4"]
+
+
+def record(tmp_path: Path, app: str, *args: str, name: str = "t.sqlite") -> Path:
+    trace = tmp_path / name
+    proc = run_cli(["run", app, *args, "--trace", str(trace), "--json"])
+    assert proc.returncode == 0, proc.stderr
+    return trace
+
+
+def replay(mode: str, trace: Path, *args: str, **kw) -> tuple[int, dict]:
+    proc = run_cli([mode, str(trace), *args, "--json"], **kw)
+    assert proc.stdout.strip(), proc.stderr
+    return proc.returncode, json.loads(proc.stdout)
+
+
+@pytest.mark.parametrize("ranks,threads", [(2, 1), (2, 2), (3, 1)])
+def test_sgdmf_replays_identically_both_ways(tmp_path: Path, ranks: int, threads: int) -> None:
+    trace = record(
+        tmp_path, "sgdmf", "--ranks", str(ranks), "--threads", str(threads), "-p", "epochs=2", *SYN
+    )
+    for mode in ("cluster", "single"):
+        rc, res = replay(mode, trace)
+        assert rc == 0 and res["identical"] and res["first_difference"] is None, res
+        assert res["checked"]["digests"] == 2 * 3 and res["checked"]["objectives"] == 2
+    kinds = [v.kind for v in tracer.open(trace).run().verdicts()]
+    assert kinds == ["cluster", "single"]
+
+
+def test_lock_app_is_nondeterministic_unrecorded_but_replays_exactly(tmp_path: Path) -> None:
+    app = f"{APPS}:hot_locks"
+    outcomes = set()
+    for _ in range(6):
+        proc = run_cli(["run", app, "--ranks", "2", "--threads", "3", "--no-trace", "--json"])
+        assert proc.returncode == 0, proc.stderr
+        res = json.loads(proc.stdout)
+        outcomes.add(tuple(d["digest"] for d in res["digests"]))
+    assert len(outcomes) >= 2, "six unrecorded runs gave the same result: nothing to replay"
+    print(f"hot_locks: {len(outcomes)} distinct outcomes in 6 unrecorded runs")
+    trace = record(tmp_path, app, "--ranks", "2", "--threads", "3")
+    for _ in range(10):
+        rc, res = replay("cluster", trace)
+        assert rc == 0 and res["identical"], res
+    for _ in range(10):
+        rc, res = replay("single", trace)
+        assert rc == 0 and res["identical"], res
+
+
+def test_traced_replay_has_the_same_orders_and_digests(tmp_path: Path) -> None:
+    trace = record(tmp_path, f"{APPS}:hot_locks", "--ranks", "2", "--threads", "3")
+    out = tmp_path / "again.sqlite"
+    rc, res = replay("cluster", trace, "--trace-out", str(out))
+    assert rc == 0 and res["identical"]
+    a, b = tracer.open(trace).run(), tracer.open(out).run()
+    assert [(d.op, d.invocation, d.dds, d.digest) for d in a.digests()] == [
+        (d.op, d.invocation, d.dds, d.digest) for d in b.digests()
+    ]
+    for node in (0, 1):
+        for inv in (0, 1):
+            ga, gb = a.lock_grants("hot", inv, node), b.lock_grants("hot", inv, node)
+            assert len(ga.lock) > 0
+            assert ga.lock.tolist() == gb.lock.tolist() and ga.index.tolist() == gb.index.tolist()
+        ma, mb = a.messages(node), b.messages(node)
+        assert ma.source.tolist() == mb.source.tolist()
+
+
+def test_changed_code_diverges_with_exit_3(tmp_path: Path) -> None:
+    app = tmp_path / "app.py"
+    shutil.copy(APPS, app)
+    trace = record(tmp_path, f"{app}:hot_locks", "--ranks", "2", "--threads", "2")
+    app.write_text(app.read_text().replace("v * 0.99", "v * 0.98"))
+    for mode in ("cluster", "single"):
+        rc, res = replay(mode, trace, timeout=120)
+        assert rc == 3 and not res["identical"]
+        d = res["first_difference"]
+        assert d["op"] == "hot" and d["invocation"] == 0 and d["what"] == "outcome"
+        assert d["expected"] != d["actual"]
+
+
+def test_changed_data_diverges(tmp_path: Path) -> None:
+    data = tmp_path / "r.inter"
+    lines = ["user_id:token\titem_id:token\trating:float\ttimestamp:float"]
+    lines += [f"{1 + u}\t{1 + (u * 7 + k) % 40}\t{1 + (u + k) % 5}\t0" for u in range(30) for k in range(20)]
+    data.write_text("\n".join(lines) + "\n")
+    trace = record(tmp_path, "sgdmf", "--ranks", "2", "-p", f"data={data}", "-p", "epochs=2", "-p", "rank=4")
+    data.write_text("\n".join(lines[:-50]) + "\n")
+    rc, res = replay("cluster", trace, timeout=120)
+    assert rc == 3 and res["first_difference"]["what"] in ("plan", "outcome")
+
+
+def test_nondeterministic_body_diverges(tmp_path: Path) -> None:
+    trace = record(tmp_path, f"{APPS}:uses_wall_clock", "--ranks", "2")
+    rc, res = replay("single", trace, timeout=120)
+    assert rc == 3 and res["first_difference"]["op"] == "clock"
+
+
+def test_wrong_rank_count_and_missing_app_exit_2(tmp_path: Path) -> None:
+    trace = record(tmp_path, "sgdmf", "--ranks", "2", "-p", "epochs=1", *SYN)
+    proc = run_mpi(["-m", "replay", "cluster", str(trace)], 3)
+    assert proc.returncode != 0 and "recorded on 2 rank(s) but this replay has 3" in proc.stderr
+    app = tmp_path / "gone.py"
+    shutil.copy(APPS, app)
+    trace2 = record(tmp_path, f"{app}:hot_locks", "-p", "epochs=1", name="t2.sqlite")
+    app.unlink()
+    for mode in ("cluster", "single"):
+        proc = run_cli([mode, str(trace2)])
+        assert proc.returncode == 2 and "app cannot be found" in proc.stderr
+        assert proc.stderr.strip().count("\n") == 0
+
+
+def test_not_a_trace_exits_2(tmp_path: Path) -> None:
+    bad = tmp_path / "x.sqlite"
+    bad.write_bytes(b"not a database at all" * 10)
+    for mode in ("cluster", "single"):
+        proc = run_cli([mode, str(bad)])
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert bad.read_bytes() == b"not a database at all" * 10
+
+
+def test_break_stops_in_pdb_inside_the_body(tmp_path: Path) -> None:
+    pexpect = pytest.importorskip("pexpect")
+    trace = record(tmp_path, f"{APPS}:hot_locks", "--ranks", "2", "--threads", "2")
+    child = pexpect.spawn(
+        sys.executable, ["-m", "replay", "single", str(trace), "--break", "hot:1:17@1"],
+        encoding="utf-8", timeout=60, cwd=str(tmp_path),
+    )
+    child.expect(r"stopped in hot#1 index 17 on node 1")
+    child.expect(r"\(Pdb\)")
+    child.sendline("p j, k if 'k' in dir() else None")
+    child.expect(r"\(17, ")
+    child.sendline("n")
+    child.sendline("n")
+    child.expect(r"\(Pdb\)")
+    child.sendline("p X[k].shape")
+    child.expect(r"\(3,\)")
+    child.sendline("c")
+    child.expect(r"identical")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
+
+
+def test_until_stops_in_the_driver(tmp_path: Path) -> None:
+    trace = record(tmp_path, f"{APPS}:hot_locks", "-p", "epochs=3")
+    proc = run_cli(["single", str(trace), "--until", "hot:1"], input="p _ is None\nc\n")
+    assert proc.returncode == 0, proc.stderr
+    assert "stopped after hot#1" in proc.stdout and "(Pdb)" in proc.stdout
+    assert "identical" in proc.stdout
+
+
+def test_bad_break_spec_exits_2(tmp_path: Path) -> None:
+    trace = record(tmp_path, f"{APPS}:hot_locks", "-p", "epochs=1")
+    proc = run_cli(["single", str(trace), "--break", "hot:x:1"])
+    assert proc.returncode == 2 and "INVOCATION" in proc.stderr
