@@ -254,7 +254,8 @@ def _rank() -> int:
 @click.option("--ranks", type=int, default=2, show_default=True, help="MPI ranks.")
 @click.option("--epochs", type=int, default=5, show_default=True, help="Training epochs.")
 def demo_cmd(ranks: int, epochs: int) -> None:
-    """The main job: train SGDMF on MovieLens-100K on 2 MPI ranks and summarise."""
+    """The main job: train SGDMF on MovieLens-100K on 2 MPI ranks with recording, replay the
+    trace on the cluster and in one process, and summarise."""
     say = _printer(False)
     params: tuple[str, ...] = (f"epochs={epochs}",)
     try:
@@ -265,10 +266,54 @@ def demo_cmd(ranks: int, epochs: int) -> None:
     except Exception as exc:  # noqa: BLE001 - fall back to generated data offline
         say(f"data: MovieLens-100K unavailable ({exc}); using synthetic ratings")
         params += ("synthetic=true",)
+    say("")
+    say(f"== 1. record: replay run sgdmf --ranks {ranks}")
+    trace = trace_path("sgdmf", None)
     res = execute(
-        "sgdmf", params, ranks=ranks, threads=1, seed=0, checked=False, as_json=False, timeout=None
+        "sgdmf",
+        params,
+        ranks=ranks,
+        threads=1,
+        seed=0,
+        checked=False,
+        as_json=False,
+        timeout=None,
+        trace=trace,
     )
     _summary(res, say)
+    shown = _shown(trace)
+    verdicts = {}
+    for step, mode in ((2, "cluster"), (3, "single")):
+        say("")
+        say(f"== {step}. replay {mode} {shown}")
+        spec = {"kind": "replay", "mode": mode, "trace": trace, "run_id": res["run_id"]}
+        if mode == "cluster" and ranks > 1:
+            rep = launch(spec, ranks, out=say)
+        else:
+            rep = replay_here(spec, progress=say)
+        store_verdict(rep)
+        verdicts[mode] = rep
+        if rep["identical"]:
+            c = rep["checked"]
+            say(
+                f"identical: {c['digests']} digest(s) and {c['objectives']} objective value(s) "
+                f"match the recording ({rep['wall_s']:.2f} s)"
+            )
+        else:
+            say(f"DIVERGED: {rep['first_difference']}")
+    say("")
+    say("== summary")
+    rmse = res["objectives"].get("rmse", [])
+    if rmse:
+        say(
+            f"train RMSE {rmse[0]:.4f} -> {rmse[-1]:.4f} over {len(rmse)} epoch(s) on {ranks} ranks"
+        )
+    for mode, rep in verdicts.items():
+        say(f"{mode} replay: {'identical' if rep['identical'] else 'DIVERGED'}")
+    say(f"trace: {shown}")
+    say(f"browse it: replay browse {shown}")
+    if not all(r["identical"] for r in verdicts.values()):
+        sys.exit(EXIT_DIVERGED)
 
 
 def _replay_report(res: dict[str, Any], as_json: bool) -> None:

@@ -165,3 +165,12 @@ def test_help_lists_commands() -> None:
 
 def test_python_version_guard() -> None:
     assert sys.version_info >= (3, 11)
+
+
+def test_demo_records_replays_both_ways_and_suggests_browse(tmp_path: Path) -> None:
+    proc = run_cli(["demo", "--epochs", "1"], cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "cluster replay: identical" in out and "single replay: identical" in out
+    assert "browse it: replay browse traces/" in out
+    assert len(list((tmp_path / "traces").glob("sgdmf-*.sqlite"))) == 1

@@ -1,0 +1,71 @@
+"""Replay budgets, measured side by side in one run (DESIGN §9); prints one JSON object.
+
+* cluster replay / recorded run wall time (SGDMF, 2 ranks)                     (≤ 1.10)
+* single-node replay of the 2-rank trace / an untraced 1-rank run               (≤ 1.25)
+
+Usage: python benchmarks/replay.py [--epochs 5] [--repeats 3] [--synthetic]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from datetime import date
+from pathlib import Path
+
+from _common import ENV, ROOT, dataset, replay_run
+
+
+def replay_cmd(mode: str, trace: Path) -> dict:
+    cmd = [sys.executable, "-m", "replay", mode, str(trace), "--json"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=1800)
+    if proc.returncode != 0:
+        raise SystemExit(f"replay {mode} failed: {proc.stderr.strip()}")
+    res = json.loads(proc.stdout)
+    if not res["identical"]:
+        raise SystemExit(f"replay {mode} diverged: {res['first_difference']}")
+    return res
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--epochs", type=int, default=5)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--synthetic", action="store_true")
+    args = ap.parse_args()
+    label, data = dataset(args.synthetic)
+    common = ["sgdmf", "-p", f"epochs={args.epochs}", *data]
+    rec, cl, one, single = [], [], [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        for k in range(args.repeats):
+            path = Path(tmp) / f"t{k}.sqlite"
+            rec.append(replay_run([*common, "--ranks", "2", "--trace", str(path)])["wall_s"])
+            cl.append(replay_cmd("cluster", path)["wall_s"])
+            one.append(replay_run([*common, "--ranks", "1", "--no-trace"])["wall_s"])
+            single.append(replay_cmd("single", path)["wall_s"])
+    m = statistics.median
+    out = {
+        "benchmark": "replay",
+        "date": date.today().isoformat(),
+        "data": label,
+        "epochs": args.epochs,
+        "recorded_2rank_wall_s": [round(x, 4) for x in rec],
+        "cluster_replay_wall_s": [round(x, 4) for x in cl],
+        "untraced_1rank_wall_s": [round(x, 4) for x in one],
+        "single_replay_wall_s": [round(x, 4) for x in single],
+        "ratios": {
+            "cluster_replay_over_recorded": {"value": round(m(cl) / m(rec), 4), "budget": 1.10},
+            "single_replay_over_1rank": {"value": round(m(single) / m(one), 4), "budget": 1.25},
+        },
+    }
+    for v in out["ratios"].values():
+        v["met"] = v["value"] <= v["budget"]
+    print(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()
