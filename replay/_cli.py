@@ -18,6 +18,8 @@ from typing import Any
 
 import click
 
+from tui import register as register_browse
+
 from ._errors import UsageError
 from ._job import EXIT_DIVERGED, JobFailed, describe, launch, run_here
 from ._replay import open_run, parse_break, parse_until, replay_here, store_verdict
@@ -444,6 +446,7 @@ def single_cmd(
 
 
 register_trace_commands(cli)
+register_browse(cli)
 
 
 def main() -> None:

@@ -20,7 +20,7 @@ from typing import Any
 import engine
 import tracer
 
-from ._apps import resolve
+from ._apps import BUILTIN_APPS, resolve
 from ._controller import ReplayChecker, ReplayFinished, TraceController
 from ._errors import UsageError
 
@@ -90,7 +90,7 @@ def replay_here(
     run = open_run(spec["trace"], spec.get("run_id"))
     info = run.info
     try:
-        app = resolve(info.target or info.app)
+        app = resolve(info.app if info.app in BUILTIN_APPS else info.target or info.app)
     except UsageError as exc:
         raise UsageError(f"the trace's app cannot be found: {exc}") from None
     if mode == "cluster":

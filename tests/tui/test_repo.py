@@ -1,0 +1,171 @@
+"""The repository and the pure views under the screens: tables, timeline, diff, targets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tracer
+from tui._model import (
+    divergence_target,
+    first_difference,
+    flatten,
+    index_table,
+    is_highlighted,
+    lock_table,
+    message_table,
+    timeline_layout,
+)
+from tui._repo import BrowseError, Repository, RunRef, expand_paths
+
+
+def test_expand_paths_lists_trace_files_of_a_directory(synth_dir: Path) -> None:
+    names = [p.name for p in expand_paths([synth_dir])]
+    assert names == ["a.sqlite", "b.sqlite", "broken.sqlite"]
+    assert expand_paths([synth_dir / "a.sqlite"]) == [synth_dir / "a.sqlite"]
+
+
+def test_unreadable_trace_is_an_entry_with_an_error(synth_dir: Path) -> None:
+    repo = Repository([synth_dir])
+    entries = {Path(e.path).name: e for e in repo.entries()}
+    assert entries["broken.sqlite"].error and not entries["broken.sqlite"].runs
+    assert entries["a.sqlite"].error is None
+    assert [r.ref.run_id for r in repo.rows()] == ["run-a", "run-b"]
+    assert [Path(e.path).name for e in repo.errors()] == ["broken.sqlite"]
+    missing = Repository([synth_dir / "nope.sqlite"]).entries()[0]
+    assert missing.error is not None and "nope.sqlite" in missing.error
+
+
+def test_run_rows_carry_verdicts(synth_dir: Path) -> None:
+    rows = {r.ref.run_id: r for r in Repository([synth_dir]).rows()}
+    assert [(v.kind, v.passed) for v in rows["run-a"].verdicts] == [
+        ("cluster", True),
+        ("dual-forward", False),
+    ]
+    assert rows["run-b"].verdicts == ()
+
+
+def test_unknown_run_raises_browse_error(synth_dir: Path) -> None:
+    repo = Repository([synth_dir])
+    with pytest.raises(BrowseError, match="no-such-run"):
+        repo.run(RunRef(str(synth_dir / "a.sqlite"), "no-such-run"))
+    with pytest.raises(BrowseError, match="broken.sqlite"):
+        repo.run(RunRef(str(synth_dir / "broken.sqlite"), "x"))
+
+
+def test_run_view_caches_and_reports_missing_plans(synth_dir: Path) -> None:
+    repo = Repository([synth_dir])
+    view = repo.run(RunRef(str(synth_dir / "a.sqlite"), "run-a"))
+    assert repo.run(view.ref) is view
+    assert view.lock_table("sgd", 0) is view.lock_table("sgd", 0)
+    assert view.invocation_numbers("sgd") == [0, 1]
+    assert view.op_seconds("sgd") == pytest.approx(0.016)
+    with pytest.raises(BrowseError, match="nope"):
+        view.plan("nope", 0)
+
+
+def test_lock_table_groups_grants_per_lock_in_grant_order(synth_dir: Path) -> None:
+    view = Repository([synth_dir]).run(RunRef(str(synth_dir / "a.sqlite"), "run-a"))
+    table = view.lock_table("sgd", 0)
+    assert len(table) == 24  # node 0 locks all of its 24 bodies
+    lock, pos, seq = table.column("lock"), table.column("#"), table.column("seq")
+    assert list(lock) == sorted(lock)
+    for k in range(3):
+        rows = np.flatnonzero(lock == k)
+        assert list(pos[rows]) == list(range(len(rows)))
+        assert list(seq[rows]) == sorted(seq[rows])
+        assert set(table.column("index")[rows] % 3) == {k}
+    assert len(view.lock_table("sgd", 0, node=1)) == 0
+
+
+def test_message_table_keeps_arrival_order_per_channel(synth_dir: Path) -> None:
+    view = Repository([synth_dir]).run(RunRef(str(synth_dir / "b.sqlite"), "run-b"))
+    table = view.message_table("sgd", 0, node=0)
+    assert list(table.column("src seq")) == [1, 0]  # run B received them out of order
+    assert list(table.column("channel")) == ["rows", "rows"]
+    assert table.search == "seq"
+
+
+def test_index_table_applies_recorded_deviations(synth_dir: Path) -> None:
+    view = Repository([synth_dir]).run(RunRef(str(synth_dir / "a.sqlite"), "run-a"))
+    plain, deviated = view.index_table("sgd", 0, node=1), view.index_table("sgd", 1, node=1)
+    assert len(plain) == len(deviated) == 24
+    assert plain.marked is not None and not plain.marked.any()
+    assert deviated.marked is not None
+    rows = np.flatnonzero(deviated.marked)
+    assert list(deviated.column("index")[rows]) == [23, 22, 21, 20, 19, 18]
+    assert set(deviated.column("thread")[rows]) == {1}
+    assert deviated.cells(int(rows[0]))[4] == "-"  # a deviation belongs to no planned task
+    assert list(deviated.find(40)) == list(plain.find(40))
+
+
+def test_index_table_by_hand() -> None:
+    from engine._planner import Plan, Task
+
+    def t(thread: int, idx: list[int], locked: bool = False) -> Task:
+        return Task(thread, np.array(idx), locked)
+
+    plan = Plan("components", 0, 6, 2, 2, [[[t(0, [0, 1]), t(1, [2])], [t(0, [3, 4, 5])]]])
+    dev = tracer.IndexOrderDeviated(1, 0, "op", 0, 0, 0, (5, 3, 4))
+    table = index_table(plan, [dev])
+    assert [table.cells(i) for i in range(len(table))] == [
+        ["0", "0", "0", "0", "0", "0", "plan"],
+        ["0", "0", "1", "0", "0", "1", "plan"],
+        ["0", "1", "0", "0", "1", "2", "plan"],
+        ["1", "0", "0", "0", "-", "5", "deviated"],
+        ["1", "0", "1", "0", "-", "3", "deviated"],
+        ["1", "0", "2", "0", "-", "4", "deviated"],
+    ]
+    assert len(index_table(plan, [dev], node=0)) == 3
+
+
+def test_empty_tables() -> None:
+    assert len(lock_table([])) == 0
+    assert len(message_table([])) == 0
+
+
+def test_timeline_uses_recorded_round_seconds(synth_dir: Path) -> None:
+    view = Repository([synth_dir]).run(RunRef(str(synth_dir / "a.sqlite"), "run-a"))
+    tl = view.timeline("sgd", 0)
+    assert tl.unit == "s" and tl.total == pytest.approx(0.008)
+    assert tl.round_starts == pytest.approx([0.0, 0.004])
+    assert [(lane.node, lane.thread) for lane in tl.lanes] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    lane = tl.lanes[0]
+    assert list(lane.round) == [0, 1] and lane.locked.all()
+    assert lane.start == pytest.approx([0.0, 0.004]) and lane.end == pytest.approx([0.004, 0.008])
+
+
+def test_timeline_falls_back_to_body_counts() -> None:
+    from engine._planner import Plan, Task
+
+    plan = Plan("x", 0, 5, 1, 2, [[[Task(0, np.arange(3)), Task(1, np.arange(3, 5))]]])
+    tl = timeline_layout("x", 0, plan, [])
+    assert tl.unit == "bodies" and tl.total == 3
+    assert tl.lanes[1].end == pytest.approx([2.0])
+
+
+def test_first_difference_ignores_timings_and_reports_context() -> None:
+    done = tracer.InvocationCompleted
+    a = [done(0, k, "op", k, 4, 1, 0.1) for k in range(5)]
+    b = [done(0, k, "op", k, 4, 1, 9.9) for k in range(5)]
+    same = first_difference(0, a, b)
+    assert same.first is None and same.compared == 5
+    b[3] = done(0, 3, "op", 3, 5, 1, 0.1)
+    diff = first_difference(0, a, b, context=2)
+    assert (diff.first, diff.a, diff.b) == (3, a[3], b[3])
+    assert diff.before == [(a[1], b[1]), (a[2], b[2])]
+    short = first_difference(0, a, a[:2])
+    assert short.first == 2 and short.b is None
+
+
+def test_divergence_target_and_highlighting() -> None:
+    detail = {"divergence": {"op": "sgd", "invocation": "3", "index": 17, "expected": 1.0}}
+    assert divergence_target(detail) == divergence_target(detail | {"x": 1})
+    target = divergence_target(detail)
+    assert (target.op, target.invocation, target.node, target.index) == ("sgd", 3, None, 17)
+    assert flatten(detail)[0] == ("divergence.op", "sgd")
+    assert is_highlighted("divergence.expected") and is_highlighted("element")
+    assert is_highlighted("serial_value") and not is_highlighted("note")
+    assert divergence_target({}).op is None

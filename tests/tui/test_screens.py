@@ -1,0 +1,295 @@
+"""Every view driven by keyboard through Textual's pilot at 80×24, asserting on the screen."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tui_helpers import screen_text, wait_for, wait_text
+
+from tui import BrowserApp
+from tui.screens import (
+    DiffScreen,
+    HelpScreen,
+    OrdersScreen,
+    OverviewScreen,
+    RunsScreen,
+    TimelineScreen,
+    VerdictsScreen,
+)
+from tui.widgets import ArrayTable, TimelineView
+
+SIZE = (80, 24)
+
+
+def drive(app: BrowserApp, script: Callable[[Any], Awaitable[None]]) -> None:
+    """Run ``app`` headless at 80×24 and hand its pilot to ``script``."""
+
+    async def main() -> None:
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.pause()
+            await script(pilot)
+
+    asyncio.run(main())
+
+
+def test_runs_list_shows_runs_verdicts_and_unreadable_files(synth_dir: Path) -> None:
+    async def script(pilot: Any) -> None:
+        text = await wait_text(pilot, "3 trace file(s), 2 run(s), 1 unreadable")
+        assert isinstance(pilot.app.screen, RunsScreen)
+        assert "synth" in text and "2×2" in text and "finished" in text
+        assert "cluster✓ fwd✗" in text
+        assert "unreadable" in text and "run run-a" in text
+        await pilot.press("down", "down")
+        text = await wait_text(pilot, "broken.sqlite", "unreadable:", "not a replay trace")
+        await pilot.press("enter")  # an unreadable trace cannot be opened, and nothing crashes
+        await pilot.pause()
+        assert isinstance(pilot.app.screen, RunsScreen)
+        await pilot.press("r")
+        await wait_text(pilot, "2 run(s)")
+
+    drive(BrowserApp([synth_dir]), script)
+
+
+def test_enter_opens_the_run_overview(synth_dir: Path) -> None:
+    async def script(pilot: Any) -> None:
+        await pilot.press("enter")
+        text = await wait_text(pilot, "operator", "rotation")
+        assert isinstance(pilot.app.screen, OverviewScreen)
+        assert "run run-a" in text and "2 ranks × 2 threads" in text and "seed 7" in text
+        assert "params lr=0.5 n=48" in text
+        for cell in ("sgd", "96", "16ms", "48"):
+            assert cell in text
+        assert "loss: 2 iteration(s), last 5" in text
+        assert "⠉" in text or "⣀" in text  # the braille curve
+        await pilot.press("escape")
+        await wait_text(pilot, "Runs")
+        assert isinstance(pilot.app.screen, RunsScreen)
+
+    drive(BrowserApp([synth_dir]), script)
+
+
+def test_timeline_zooms_scrolls_and_steps_invocations(synth_dir: Path) -> None:
+    async def script(pilot: Any) -> None:
+        await pilot.press("enter", "t")
+        text = await wait_text(pilot, "n1 t1", "sgd invocation 0 of 2")
+        assert isinstance(pilot.app.screen, TimelineScreen)
+        assert "r0" in text and "r1" in text and "▓" in text and "█" in text
+        view = pilot.app.screen.query_one(TimelineView)
+        await pilot.press("plus")
+        await wait_text(pilot, "zoom ×2")
+        await pilot.press("plus", "right", "right")
+        await wait_text(pilot, "zoom ×4")
+        assert view.scroll_offset.x > 0
+        await pilot.press("0")
+        await wait_text(pilot, "zoom ×1")
+        await pilot.press("right_square_bracket")
+        await wait_text(pilot, "sgd invocation 1 of 2")
+        await pilot.press("enter")  # the orders of this invocation
+        text = await wait_text(pilot, "invocation 1 of 0..1", "24 row(s)")
+        assert isinstance(pilot.app.screen, OrdersScreen)
+
+    drive(BrowserApp([synth_dir]), script)
+
+
+def test_orders_tabs_filters_and_search(synth_dir: Path) -> None:
+    async def script(pilot: Any) -> None:
+        await pilot.press("enter", "o")
+        text = await wait_text(pilot, "24 row(s)")  # node 0 locks each of its 24 bodies
+        assert isinstance(pilot.app.screen, OrdersScreen)
+        assert "node all  op sgd  invocation 0" in text and "lock" in text
+        await pilot.press("greater_than_sign")  # node 0
+        await wait_text(pilot, "node 0  op sgd")
+        await pilot.press("2")
+        text = await wait_text(pilot, "src seq", "2 row(s)")
+        assert "rows" in text
+        await pilot.press("3", "right_square_bracket", "greater_than_sign")  # inv 1, node 1
+        text = await wait_text(pilot, "node 1  op sgd  invocation 1", "deviated")
+        await pilot.press("slash")
+        await pilot.press(*"20", "enter")
+        text = await wait_text(pilot, "loop index 20: 1 match(es)")
+        table = pilot.app.screen.query_one("#t-index", ArrayTable)
+        assert table.row_text(table.cursor).split()[5:] == ["20", "deviated"]
+        assert "▸" in text
+        await pilot.press("home", "n")
+        assert table.row_text(table.cursor).split()[5] == "20"
+        await pilot.press("slash", *"999", "enter")
+        await wait_text(pilot, "loop index 999: not found")
+        await pilot.press("slash", "escape")  # escape closes the search box, not the view
+        assert isinstance(pilot.app.screen, OrdersScreen)
+        await pilot.press("less_than_sign", "less_than_sign")
+        await wait_text(pilot, "node all")
+        await pilot.press("escape")
+        assert isinstance(pilot.app.screen, OverviewScreen)
+
+    drive(BrowserApp([synth_dir]), script)
+
+
+def test_verdicts_highlight_the_divergence_and_jump_to_it(synth_dir: Path) -> None:
+    async def script(pilot: Any) -> None:
+        await pilot.press("v")
+        text = await wait_text(pilot, "2 verdict(s), 1 failed")
+        assert isinstance(pilot.app.screen, VerdictsScreen)
+        assert "pass" in text and "FAIL" in text and "sgd#1 n1 j=40" in text
+        await pilot.press("down")
+        text = await wait_text(pilot, "dual-forward verdict #2: FAILED")
+        for key, value in (("index", "40"), ("element", "W[3]"), ("expected", "0.25")):
+            assert f"divergence.{key}" in text and value in text
+        await pilot.press("g")
+        text = await wait_text(pilot, "loop index 40: 1 match(es)")
+        screen = pilot.app.screen
+        assert isinstance(screen, OrdersScreen)
+        assert (screen.tab, screen.op, screen.invocation, screen.node) == ("index", "sgd", 1, 1)
+        table = screen.query_one("#t-index", ArrayTable)
+        assert table.row_text(table.cursor).split()[5] == "40"
+        assert "node 1  op sgd  invocation 1" in text
+
+    drive(BrowserApp([synth_dir]), script)
+
+
+def test_diff_of_two_marked_runs_names_the_first_difference(synth_dir: Path) -> None:
+    async def script(pilot: Any) -> None:
+        await pilot.press("d")  # nothing marked yet: a warning, no diff
+        await pilot.pause()
+        assert isinstance(pilot.app.screen, RunsScreen)
+        await pilot.press("space", "down", "space")
+        await wait_text(pilot, "marked for diff: 2")
+        await pilot.press("d")
+        text = await wait_text(pilot, "first difference:")
+        assert isinstance(pilot.app.screen, DiffScreen)
+        assert "A synth  run-a" in text and "B synth  run-b" in text
+        assert "node 0: differs at event 25" in text
+        assert "A #25 msg rows from n1#0 64B" in text and "B #25 msg rows from n1#1 64B" in text
+        assert "node 1: differs at event 0" in text
+
+    drive(BrowserApp([synth_dir]), script)
+
+
+def test_two_trace_paths_open_on_the_diff(synth_dir: Path) -> None:
+    async def script(pilot: Any) -> None:
+        await wait_text(pilot, "first difference:")
+        assert isinstance(pilot.app.screen, DiffScreen)
+        await pilot.press("escape")
+        assert isinstance(pilot.app.screen, RunsScreen)
+
+    drive(BrowserApp([synth_dir / "a.sqlite", synth_dir / "b.sqlite"], diff=True), script)
+
+
+def test_identical_runs_diff_as_identical(engine_trace: Path, tmp_path: Path) -> None:
+    import shutil
+
+    copy = tmp_path / "copy.sqlite"
+    shutil.copyfile(engine_trace, copy)
+
+    async def script(pilot: Any) -> None:
+        await wait_text(pilot, "identical:", "events on every node")
+
+    drive(BrowserApp([engine_trace, copy], diff=True), script)
+
+
+def test_help_lists_the_keys_of_the_current_view(synth_dir: Path) -> None:
+    async def script(pilot: Any) -> None:
+        await pilot.press("question_mark")
+        text = await wait_text(pilot, "Keys: runs")
+        assert isinstance(pilot.app.screen, HelpScreen)
+        for line in ("Open", "Mark", "Diff", "Quit", "Help"):
+            assert line in text
+        assert "Back" not in text  # the runs list has nothing to go back to
+        await pilot.press("escape", "enter", "o")
+        await wait_text(pilot, "row(s)")
+        await pilot.press("question_mark")
+        text = await wait_text(pilot, "Keys: orders")
+        for line in ("Find index", "Next match", "Next invocation", "Next node", "Back"):
+            assert line in text
+        await pilot.press("question_mark")
+        assert isinstance(pilot.app.screen, OrdersScreen)
+        await pilot.press("q")
+        await pilot.pause()
+        assert not pilot.app.is_running
+
+    drive(BrowserApp([synth_dir]), script)
+
+
+def test_real_engine_trace_in_every_view(engine_trace: Path) -> None:
+    async def script(pilot: Any) -> None:
+        text = await wait_text(pilot, "hot", "2×3")
+        await pilot.press("enter")
+        text = await wait_text(pilot, "operator", "norm: 3 iteration(s)")
+        assert "hot" in text and "90" in text
+        await pilot.press("t")
+        await wait_text(pilot, "n1 t2", "from recorded round times")
+        await pilot.press("escape", "o")
+        text = await wait_text(pilot, "30 row(s)")
+        await pilot.press("3")
+        await wait_text(pilot, "plan")
+        await pilot.press("2")
+        await wait_text(pilot, "src seq")
+        await pilot.press("escape", "v")
+        await wait_text(pilot, "no verdicts yet")
+
+    drive(BrowserApp([engine_trace]), script)
+
+
+def test_sync_for_run_has_a_rounds_timeline_and_sync_orders(sync_trace: Path) -> None:
+    async def script(pilot: Any) -> None:
+        await wait_text(pilot, "mean")
+        await pilot.press("enter", "t")
+        text = await wait_text(pilot, "no plan: rounds only", "r2")
+        assert "n0     │" in text and "n1     │" in text
+        await pilot.press("escape", "o", "4")
+        text = await wait_text(pilot, "DeltasAggregated", "UpdatesApplied")
+        assert "sources=(" in text and "clock" in text
+        await pilot.press("slash", "2", "enter")
+        await wait_text(pilot, "clock 2:", "match(es)")
+        await pilot.press("3")
+        await wait_text(pilot, "no loop-index order")
+        await pilot.press("2")
+        await wait_text(pilot, "sync_for")
+
+    drive(BrowserApp([sync_trace]), script)
+
+
+def test_damage_found_later_is_shown_not_raised(synth_dir: Path, tmp_path: Path) -> None:
+    """A trace that opens but whose tables are gone: the views say so and keep running."""
+    import shutil
+    import sqlite3
+
+    path = tmp_path / "damaged.sqlite"
+    shutil.copyfile(synth_dir / "a.sqlite", path)
+    with sqlite3.connect(path) as conn:
+        tables = [r[0] for r in conn.execute("select name from sqlite_master where type='table'")]
+        for name in tables:
+            if name not in ("run", "schema_info", "verdict", "invocation"):
+                conn.execute(f"drop table {name}")
+
+    async def script(pilot: Any) -> None:
+        await wait_text(pilot, "synth")
+        await pilot.press("enter")
+        await wait_text(pilot, "cannot read")
+        assert isinstance(pilot.app.screen, OverviewScreen)
+        await pilot.press("t", "o", "v")
+        await pilot.pause()
+        assert pilot.app.is_running
+        assert screen_text(pilot.app)
+
+    drive(BrowserApp([path]), script)
+
+
+def test_empty_directory_explains_what_to_do(tmp_path: Path) -> None:
+    async def script(pilot: Any) -> None:
+        await wait_for(pilot, lambda t: "no trace files in" in t and "replay run" in t)
+
+    drive(BrowserApp([tmp_path]), script)
+
+
+@pytest.mark.parametrize("keys", [("enter", "c"), ("enter", "t", "minus", "left")])
+def test_keys_that_do_nothing_here_do_not_crash(synth_dir: Path, keys: tuple[str, ...]) -> None:
+    async def script(pilot: Any) -> None:
+        await pilot.press(*keys)
+        await pilot.pause()
+        assert pilot.app.is_running
+
+    drive(BrowserApp([synth_dir]), script)

@@ -1,0 +1,123 @@
+"""Plain-text formatting shared by the screens: times, sizes, events, verdict labels."""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import fields
+from typing import Any
+
+import tracer
+
+#: Short names of verdict kinds, for narrow columns.
+VERDICT_SHORT = {
+    "cluster": "cluster",
+    "single": "single",
+    "dual-forward": "fwd",
+    "dual-backward": "bwd",
+}
+
+
+def when(t: float | None) -> str:
+    """A local wall-clock time as ``YYYY-MM-DD HH:MM:SS`` (``-`` when unknown)."""
+    if t is None:
+        return "-"
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+
+
+def duration(s: float | None) -> str:
+    """A duration in the largest unit that keeps it short: ``12ms``, ``3.4s``, ``5m03s``."""
+    if s is None:
+        return "-"
+    if s < 1.0:
+        return f"{s * 1000:.0f}ms"
+    if s < 60.0:
+        return f"{s:.1f}s"
+    if s < 3600.0:
+        return f"{int(s // 60)}m{int(s % 60):02d}s"
+    return f"{int(s // 3600)}h{int(s % 3600 // 60):02d}m"
+
+
+def size(n: int) -> str:
+    """A byte count in B, kB, MB or GB."""
+    value = float(n)
+    for unit in ("B", "kB", "MB"):
+        if value < 1000:
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1000
+    return f"{value:.1f} GB"
+
+
+def count(n: int) -> str:
+    """An integer with thin grouping (``1,000,000``)."""
+    return f"{n:,}"
+
+
+def short_path(path: str, width: int = 60) -> str:
+    """``path`` relative to the working directory when inside it, cut from the left."""
+    try:
+        rel = os.path.relpath(path)
+        path = rel if not rel.startswith("..") else path
+    except ValueError:  # another drive
+        pass
+    return path if len(path) <= width else "…" + path[-(width - 1) :]
+
+
+def short_id(run_id: str, width: int = 8) -> str:
+    """The first ``width`` characters of a run id."""
+    return run_id[:width]
+
+
+def verdict_summary(verdicts: list[tracer.VerdictInfo]) -> str:
+    """The latest verdict of each kind, e.g. ``cluster✓ fwd✗``."""
+    latest: dict[str, bool] = {}
+    for v in verdicts:  # oldest first, so later ones win
+        latest[v.kind] = v.passed
+    return " ".join(f"{VERDICT_SHORT.get(k, k)}{'✓' if ok else '✗'}" for k, ok in latest.items())
+
+
+def scalar(value: Any, width: int = 60) -> str:
+    """A detail value on one line, cut to ``width`` characters."""
+    text = " ".join(str(value).split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def event_line(ev: tracer.Event) -> str:
+    """One compact line for an event: ``#seq kind what``."""
+    head = f"#{ev.seq} "
+    if isinstance(ev, tracer.LockGranted):
+        body = f"lock {ev.op}/{ev.invocation} r{ev.round} L{ev.lock} t{ev.thread} j={ev.index}"
+    elif isinstance(ev, tracer.MessageReceived):
+        body = f"msg {ev.channel} from n{ev.source}#{ev.source_seq} {ev.nbytes}B"
+    elif isinstance(ev, tracer.IndexOrderDeviated):
+        shown = " ".join(str(j) for j in ev.indices[:4])
+        more = "…" if len(ev.indices) > 4 else ""
+        body = f"order {ev.op}/{ev.invocation} r{ev.round} t{ev.thread} [{shown}{more}]"
+    elif isinstance(ev, tracer.InvocationCompleted):
+        body = f"done {ev.op}/{ev.invocation} {ev.bodies}b {ev.rounds}r"
+    elif isinstance(ev, tracer.DigestRecorded):
+        body = f"digest {ev.op}/{ev.invocation} {ev.dds} {ev.digest[:8]}"
+    elif isinstance(ev, tracer.ObjectiveLogged):
+        body = f"objective {ev.name}[{ev.iteration}]={ev.value:.6g}"
+    elif isinstance(ev, tracer.PlanMade):
+        body = f"plan {ev.op}#{ev.plan_no} {ev.strategy} {ev.rounds}r {ev.bodies}b"
+    elif isinstance(ev, tracer.RunEnded):
+        body = f"end {ev.status}"
+    else:  # an event kind this browser does not know yet: show every field
+        names = [f.name for f in fields(ev) if f.name not in ("node", "seq")]
+        body = " ".join([type(ev).__name__] + [f"{n}={getattr(ev, n)}" for n in names])
+    return head + body
+
+
+__all__ = [
+    "VERDICT_SHORT",
+    "count",
+    "duration",
+    "event_line",
+    "scalar",
+    "short_id",
+    "short_path",
+    "size",
+    "verdict_summary",
+    "when",
+]

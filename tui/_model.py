@@ -1,0 +1,488 @@
+"""Pure views of trace data: order tables, timeline layout, log diff, divergence targets.
+
+Nothing here touches the database; the repository feeds these functions what the
+read API returned, and the widgets only ever format rows of the results.  Tables keep
+their rows as numpy columns so a million-row order costs a few arrays, and a row
+becomes text only when it scrolls into view.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, fields
+from itertools import zip_longest
+from operator import attrgetter
+from typing import Any
+
+import numpy as np
+
+import tracer
+
+
+# ============================================================= row tables
+@dataclass(frozen=True, slots=True)
+class Column:
+    """A table column: header, width in cells, and whether it is left aligned."""
+
+    name: str
+    width: int
+    left: bool = False
+    #: a value shown as ``-`` (e.g. the task number of a deviation, which has none)
+    missing: int | None = None
+
+
+@dataclass
+class RowTable:
+    """Rows as parallel numpy columns; ``search`` names the column ``/`` looks in."""
+
+    columns: tuple[Column, ...]
+    arrays: tuple[np.ndarray, ...]
+    search: str = "index"
+    #: rows to emphasise (deviations from the plan), or None
+    marked: np.ndarray | None = None
+    #: a group number per row (lock, channel or thread); rows alternate shading by group
+    group: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return len(self.arrays[0]) if self.arrays else 0
+
+    def column(self, name: str) -> np.ndarray:
+        """The array of column ``name``."""
+        for col, arr in zip(self.columns, self.arrays, strict=True):
+            if col.name == name:
+                return arr
+        raise KeyError(f"no column {name!r}; columns: {[c.name for c in self.columns]}")
+
+    def cells(self, i: int) -> list[str]:
+        """The text of row ``i``, one string per column."""
+        return [
+            "-" if c.missing is not None and a[i] == c.missing else str(a[i])
+            for c, a in zip(self.columns, self.arrays, strict=True)
+        ]
+
+    def find(self, value: int) -> np.ndarray:
+        """Rows whose search column equals ``value``, in table order."""
+        return np.flatnonzero(self.column(self.search) == value)
+
+
+def empty_table(columns: tuple[Column, ...], search: str = "index") -> RowTable:
+    """A table with ``columns`` and no rows."""
+    return RowTable(columns, tuple(np.empty(0, np.int64) for _ in columns), search)
+
+
+def _positions(keys: np.ndarray) -> np.ndarray:
+    """Position of each row within its run of equal ``keys`` (rows already grouped)."""
+    n = len(keys)
+    if n == 0:
+        return np.empty(0, np.int64)
+    starts = np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1])))
+    lengths = np.diff(np.concatenate((starts, [n])))
+    return np.arange(n, dtype=np.int64) - np.repeat(starts, lengths)
+
+
+def _group_ids(*keys: np.ndarray) -> np.ndarray:
+    """A running group number that changes whenever any of ``keys`` changes."""
+    n = len(keys[0])
+    if n == 0:
+        return np.empty(0, np.int64)
+    change = np.zeros(n, bool)
+    for k in keys:
+        change[1:] |= k[1:] != k[:-1]
+    return np.cumsum(change)
+
+
+LOCK_COLUMNS = (
+    Column("node", 4),
+    Column("lock", 9),
+    Column("#", 7),
+    Column("seq", 9),
+    Column("round", 5),
+    Column("thread", 6),
+    Column("index", 10),
+)
+
+
+def lock_table(parts: Sequence[tuple[int, tracer.LockGrantArrays]]) -> RowTable:
+    """Lock grants grouped per (node, lock), each lock's grants in grant order."""
+    parts = [(n, g) for n, g in parts if len(g.seq)]
+    if not parts:
+        return empty_table(LOCK_COLUMNS)
+    node = np.concatenate([np.full(len(g.seq), n, np.int64) for n, g in parts])
+    lock = np.concatenate([g.lock for _, g in parts])
+    seq = np.concatenate([g.seq for _, g in parts])
+    order = np.lexsort((seq, lock, node))
+    node, lock, seq = node[order], lock[order], seq[order]
+    rnd = np.concatenate([g.round for _, g in parts])[order]
+    thread = np.concatenate([g.thread for _, g in parts])[order]
+    index = np.concatenate([g.index for _, g in parts])[order]
+    group = _group_ids(node, lock)
+    pos = _positions(group)
+    return RowTable(LOCK_COLUMNS, (node, lock, pos, seq, rnd, thread, index), group=group)
+
+
+MESSAGE_COLUMNS = (
+    Column("node", 4),
+    Column("channel", 16, left=True),
+    Column("#", 7),
+    Column("seq", 9),
+    Column("source", 6),
+    Column("src seq", 9),
+    Column("bytes", 8),
+)
+
+
+def message_table(parts: Sequence[tuple[int, tracer.MessageArrays]]) -> RowTable:
+    """Message arrivals grouped per (node, channel), each in arrival order."""
+    parts = [(n, m) for n, m in parts if len(m.seq)]
+    if not parts:
+        return empty_table(MESSAGE_COLUMNS, search="seq")
+    node = np.concatenate([np.full(len(m.seq), n, np.int64) for n, m in parts])
+    channel = np.concatenate([np.asarray(m.channel, dtype=str) for _, m in parts])
+    names, code = np.unique(channel, return_inverse=True)
+    seq = np.concatenate([m.seq for _, m in parts])
+    order = np.lexsort((seq, code, node))
+    node, code, seq = node[order], code[order], seq[order]
+    source = np.concatenate([m.source for _, m in parts])[order]
+    src_seq = np.concatenate([m.source_seq for _, m in parts])[order]
+    nbytes = np.concatenate([m.nbytes for _, m in parts])[order]
+    group = _group_ids(node, code)
+    arrays = (node, names[code], _positions(group), seq, source, src_seq, nbytes)
+    return RowTable(MESSAGE_COLUMNS, arrays, search="seq", group=group)
+
+
+INDEX_COLUMNS = (
+    Column("node", 4),
+    Column("thread", 6),
+    Column("#", 8),
+    Column("round", 5),
+    Column("task", 5, missing=-1),
+    Column("index", 10),
+    Column("source", 8, left=True),
+)
+
+
+def index_table(
+    plan: Any, deviations: Iterable[tracer.IndexOrderDeviated], node: int | None = None
+) -> RowTable:
+    """Loop indices per (node, thread) in execution order: the plan's, or the recorded
+    deviation where a thread ran one round in another order."""
+    dev: dict[tuple[int, int, int], tuple[int, ...]] = {}
+    for d in deviations:
+        dev[(d.node, d.round, d.thread)] = d.indices  # a later record wins
+    chunks: list[tuple[int, int, int, int, np.ndarray, bool]] = []
+    for r, per_node in enumerate(plan.rounds):
+        for p, tasks in enumerate(per_node):
+            if node is not None and p != node:
+                continue
+            for k, task in enumerate(tasks):
+                if (p, r, int(task.thread)) not in dev:
+                    idx = np.asarray(task.indices, np.int64)
+                    chunks.append((p, int(task.thread), r, k, idx, False))
+    for (p, r, t), order in dev.items():  # replaces every task of that thread in that round
+        if node is None or p == node:
+            chunks.append((p, t, r, -1, np.asarray(order, np.int64), True))
+    chunks.sort(key=lambda c: (c[0], c[1], c[2]))  # stable: tasks keep their plan order
+    if not chunks:
+        return empty_table(INDEX_COLUMNS)
+    lens = np.array([len(c[4]) for c in chunks], np.int64)
+
+    def rep(k: int) -> np.ndarray:
+        return np.repeat(np.array([c[k] for c in chunks], np.int64), lens)
+
+    nodes, threads, rounds, task = rep(0), rep(1), rep(2), rep(3)
+    marked = np.repeat(np.array([c[5] for c in chunks], bool), lens)
+    index = np.concatenate([c[4] for c in chunks])
+    group = _group_ids(nodes, threads)
+    source = np.where(marked, "deviated", "plan")
+    arrays = (nodes, threads, _positions(group), rounds, task, index, source)
+    return RowTable(INDEX_COLUMNS, arrays, marked=marked, group=group)
+
+
+#: Event kinds the other order tables (or no order table) already cover.
+_COVERED = frozenset(
+    {
+        "PlanMade",
+        "LockGranted",
+        "MessageReceived",
+        "IndexOrderDeviated",
+        "InvocationCompleted",
+        "DigestRecorded",
+        "ObjectiveLogged",
+        "RunEnded",
+    }
+)
+SYNC_COLUMNS = (
+    Column("node", 4),
+    Column("seq", 9),
+    Column("clock", 6, missing=-1),
+    Column("kind", 16, left=True),
+    Column("order", 36, left=True),
+)
+
+
+def sync_kinds() -> list[type]:
+    """Event kinds of ``sync_for`` orders (aggregation, SSP visibility, node mutex, ...)."""
+    return [k for k in tracer.EVENT_TYPES if k.__name__ not in _COVERED]
+
+
+def sync_table(events: Iterable[Any]) -> RowTable:
+    """Sync-for order events per node in sequence order; unknown fields shown generically."""
+    rows = []
+    for ev in events:
+        rest = [
+            f"{f.name}={_short(getattr(ev, f.name))}"
+            for f in fields(ev)
+            if f.name not in ("node", "seq", "op", "invocation", "clock")
+        ]
+        rows.append((ev.node, ev.seq, getattr(ev, "clock", -1), type(ev).__name__, " ".join(rest)))
+    if not rows:
+        return empty_table(SYNC_COLUMNS, search="clock")
+    rows.sort(key=lambda r: (r[0], r[1]))
+    cols = list(zip(*rows, strict=True))
+    arrays = tuple(np.array(c, dtype=np.int64 if k < 3 else str) for k, c in enumerate(cols))
+    return RowTable(SYNC_COLUMNS, arrays, search="clock", group=_group_ids(arrays[0], arrays[2]))
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, tuple | list):
+        return "(" + " ".join(str(v) for v in value) + ")"
+    return str(value)
+
+
+# ============================================================= timeline
+@dataclass
+class Lane:
+    """One (node, thread) row of a timeline: its task groups as parallel arrays."""
+
+    node: int
+    thread: int
+    start: np.ndarray
+    end: np.ndarray
+    round: np.ndarray
+    locked: np.ndarray
+    bodies: np.ndarray
+
+
+@dataclass
+class Timeline:
+    """Where each task group of one invocation ran, on a common time axis."""
+
+    op: str
+    invocation: int
+    unit: str  # "s" from recorded round times, else "bodies"
+    total: float
+    lanes: list[Lane]
+    round_starts: list[float] = field(default_factory=list)
+    #: False when the operator has no plan, so lanes are whole nodes and rounds only
+    planned: bool = True
+
+
+def timeline_layout(
+    op: str, invocation: int, plan: Any, invocations: Sequence[tracer.InvocationInfo]
+) -> Timeline:
+    """Lay out the plan's rounds with the recorded per-round seconds of each node.
+
+    Task groups are not timed individually, so within a round a task's width is its
+    share of bodies, scaled so the busiest thread of that node fills the round.
+    """
+    by_node = {i.node: i for i in invocations}
+    n_rounds = len(plan.rounds)
+    timed = bool(by_node) and all(
+        len(by_node.get(p, by_node[min(by_node)]).round_seconds) == n_rounds
+        for p in range(plan.nodes)
+    )
+    threads = max([plan.threads] + [t.thread + 1 for rnd in plan.rounds for ts in rnd for t in ts])
+    acc: dict[tuple[int, int], list[tuple[float, float, int, bool, int]]] = {
+        (p, t): [] for p in range(plan.nodes) for t in range(threads)
+    }
+    total, round_starts = 0.0, []
+    for p in range(plan.nodes):
+        info = by_node.get(p, by_node[min(by_node)] if by_node else None)
+        clock = 0.0
+        for r, per_node in enumerate(plan.rounds):
+            tasks = per_node[p] if p < len(per_node) else []
+            load: dict[int, int] = {}
+            for task in tasks:
+                load[task.thread] = load.get(task.thread, 0) + len(task.indices)
+            busiest = max(load.values(), default=0)
+            span = info.round_seconds[r] if timed and info is not None else float(busiest)
+            per_body = span / busiest if busiest else 0.0
+            if p == 0:
+                round_starts.append(clock)
+            cursor = dict.fromkeys(load, clock)
+            for task in tasks:
+                width = len(task.indices) * per_body
+                s = cursor[task.thread]
+                acc[(p, task.thread)].append((s, s + width, r, task.locked, len(task.indices)))
+                cursor[task.thread] = s + width
+            clock += span
+        total = max(total, clock)
+    lanes = []
+    for (p, t), segs in sorted(acc.items()):
+        arr = np.array(segs, dtype=np.float64).reshape(len(segs), 5)
+        lanes.append(
+            Lane(
+                p,
+                t,
+                arr[:, 0],
+                arr[:, 1],
+                arr[:, 2].astype(np.int64),
+                arr[:, 3].astype(bool),
+                arr[:, 4].astype(np.int64),
+            )
+        )
+    unit = "s" if timed else "bodies"
+    return Timeline(op, invocation, unit, total, lanes, round_starts)
+
+
+def round_timeline(
+    op: str, invocation: int, invocations: Sequence[tracer.InvocationInfo]
+) -> Timeline:
+    """Rounds (clocks) per node from recorded times alone, for operators without a plan."""
+    lanes: list[Lane] = []
+    total, round_starts = 0.0, list[float]()
+    for info in sorted(invocations, key=lambda i: i.node):
+        spans = list(info.round_seconds) or [info.seconds]
+        ends = np.cumsum(spans)
+        starts = ends - np.asarray(spans)
+        k = len(spans)
+        lanes.append(
+            Lane(
+                info.node, -1, starts, ends, np.arange(k), np.zeros(k, bool), np.zeros(k, np.int64)
+            )
+        )
+        total = max(total, float(ends[-1]) if k else 0.0)
+        round_starts = round_starts or starts.tolist()
+    return Timeline(op, invocation, "s", total, lanes, round_starts, planned=False)
+
+
+# ============================================================= log diff
+#: Event fields that measure time and so differ between any two runs.
+TIMING_FIELDS = frozenset({"seconds"})
+
+
+_KEYS: dict[type, Callable[[Any], Any]] = {}
+
+
+def event_key(ev: Any) -> tuple[Any, ...]:
+    """What must be equal for two events to count as the same (timings ignored)."""
+    getter = _KEYS.get(type(ev))
+    if getter is None:
+        names = [f.name for f in fields(ev) if f.name not in TIMING_FIELDS]
+        getter = _KEYS[type(ev)] = attrgetter(*names) if len(names) > 1 else lambda e: e
+    return (type(ev), getter(ev))
+
+
+@dataclass
+class NodeDiff:
+    """How two runs' logs of one node compare."""
+
+    node: int
+    compared: int  # events compared before the first difference (or all of them)
+    first: int | None  # position of the first differing event, None when identical
+    a: Any = None  # the event of run A there (None: A's log had ended)
+    b: Any = None
+    before: list[tuple[Any, Any]] = field(default_factory=list)
+
+
+def first_difference(
+    node: int, a: Iterable[Any], b: Iterable[Any], *, context: int = 3, tick: Any = None
+) -> NodeDiff:
+    """Walk two per-node logs in order; stop at the first event that differs."""
+    recent: deque[tuple[Any, Any]] = deque(maxlen=context)
+    seen = 0
+    for x, y in zip_longest(a, b):
+        if x is None or y is None or event_key(x) != event_key(y):
+            return NodeDiff(node, seen, seen, x, y, list(recent))
+        recent.append((x, y))
+        seen += 1
+        if tick is not None and seen % 4096 == 0:
+            tick(seen)
+    return NodeDiff(node, seen, None, None, None, list(recent))
+
+
+# ============================================================= divergence targets
+#: Detail keys that locate a divergence; the verdicts view highlights them.
+LOCATION_KEYS = frozenset(
+    {"iteration", "op", "operator", "invocation", "index", "loop_index", "element", "node"}
+    | {"dds", "event", "what", "round", "thread", "lock", "channel"}
+)
+#: Substrings of detail keys that name the two differing values.
+VALUE_HINTS = ("expected", "actual", "value", "serial", "parallel", "recorded", "replayed")
+
+
+def flatten(detail: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    """``detail`` as (dotted key, value) pairs, nested dicts expanded, in key order."""
+    out: list[tuple[str, Any]] = []
+    for key, value in detail.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            out += flatten(value, name + ".")
+        else:
+            out.append((name, value))
+    return out
+
+
+def is_highlighted(key: str) -> bool:
+    """True for detail keys that say where a run diverged or what the two values were."""
+    leaf = key.rsplit(".", 1)[-1].lower()
+    return leaf in LOCATION_KEYS or any(h in leaf for h in VALUE_HINTS)
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """A place in the orders view: operator, invocation, node and loop index."""
+
+    op: str | None
+    invocation: int | None
+    node: int | None
+    index: int | None
+
+
+def _as_int(value: Any) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def divergence_target(detail: dict[str, Any]) -> Target:
+    """The orders-view location a verdict's detail points at (any key may be missing)."""
+    flat: dict[str, Any] = {}
+    for key, value in flatten(detail):
+        flat.setdefault(key.rsplit(".", 1)[-1].lower(), value)
+    op = flat.get("op", flat.get("operator"))
+    return Target(
+        str(op) if op is not None else None,
+        _as_int(flat.get("invocation")),
+        _as_int(flat.get("node")),
+        _as_int(flat.get("index", flat.get("loop_index"))),
+    )
+
+
+__all__ = [
+    "INDEX_COLUMNS",
+    "LOCK_COLUMNS",
+    "MESSAGE_COLUMNS",
+    "Column",
+    "Lane",
+    "NodeDiff",
+    "RowTable",
+    "SYNC_COLUMNS",
+    "Target",
+    "Timeline",
+    "divergence_target",
+    "empty_table",
+    "event_key",
+    "first_difference",
+    "flatten",
+    "index_table",
+    "is_highlighted",
+    "lock_table",
+    "message_table",
+    "round_timeline",
+    "sync_kinds",
+    "sync_table",
+    "timeline_layout",
+]

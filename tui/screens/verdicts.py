@@ -1,0 +1,120 @@
+"""Replay and dual-test verdicts of a run; a failure's divergence is highlighted."""
+
+from __future__ import annotations
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.widgets import DataTable, Footer, Header, Static
+
+from .. import _format as fmt
+from .._model import divergence_target, flatten, is_highlighted
+from .._repo import BrowseError, RunRef
+from ._base import BrowserScreen
+
+
+class VerdictsScreen(BrowserScreen):
+    """Lists verdicts; g jumps to the divergence of the one under the cursor."""
+
+    VIEW_NAME = "verdicts"
+    BINDINGS = [
+        Binding("g", "goto", "Go to divergence"),
+        Binding("enter", "goto", "Go to divergence", priority=True, show=False),
+    ]
+
+    def __init__(self, ref: RunRef) -> None:
+        super().__init__()
+        self.ref = ref
+        self.verdicts: list = []
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static(id="verdict-summary")
+        yield DataTable(id="verdicts", cursor_type="row")
+        with VerticalScroll(id="verdict-box"):
+            yield Static(id="verdict-detail")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.title = f"Verdicts of {fmt.short_id(self.ref.run_id)}"
+        table = self.query_one("#verdicts", DataTable)
+        for label, width in (("#", 3), ("kind", 13), ("result", 6), ("when", 19), ("where", 20)):
+            table.add_column(label, width=width, key=label)
+        try:
+            self.verdicts = self.repo.run(self.ref).verdicts()
+        except BrowseError as exc:
+            self.query_one("#verdict-summary", Static).update(Text(str(exc), style="bold red"))
+            self.show_error(str(exc))
+            return
+        failed = sum(1 for v in self.verdicts if not v.passed)
+        summary = f"{len(self.verdicts)} verdict(s), {failed} failed"
+        if not self.verdicts:
+            summary = "no verdicts yet: run 'replay cluster', 'replay single' or 'replay dual'"
+        self.query_one("#verdict-summary", Static).update(summary)
+        for k, v in enumerate(self.verdicts):
+            result = Text("pass", style="green") if v.passed else Text("FAIL", style="bold red")
+            t = divergence_target(v.detail)
+            where = " ".join(
+                s
+                for s in (
+                    f"{t.op}#{t.invocation}" if t.op is not None else "",
+                    f"n{t.node}" if t.node is not None else "",
+                    f"j={t.index}" if t.index is not None else "",
+                )
+                if s
+            )
+            table.add_row(str(v.id), v.kind, result, fmt.when(v.created_at), where, key=str(k))
+        table.focus()
+        self._detail()
+
+    def _current(self):  # noqa: ANN202 - a VerdictInfo or None
+        table = self.query_one("#verdicts", DataTable)
+        k = table.cursor_row
+        return self.verdicts[k] if 0 <= k < len(self.verdicts) else None
+
+    def _detail(self) -> None:
+        v = self._current()
+        box = self.query_one("#verdict-detail", Static)
+        if v is None:
+            box.update("")
+            return
+        head = Text(f"{v.kind} verdict #{v.id}: ")
+        head.append("passed" if v.passed else "FAILED", style="green" if v.passed else "bold red")
+        grid = Table.grid(padding=(0, 2))
+        grid.add_column(no_wrap=True)
+        grid.add_column()
+        for key, value in flatten(v.detail):
+            hot = is_highlighted(key)
+            style = "bold yellow" if hot and not v.passed else "bold" if hot else "dim"
+            grid.add_row(Text(key, style=style), Text(fmt.scalar(value, 200), style=style))
+        parts: list[Text | Table] = [head, grid]
+        if not v.passed and divergence_target(v.detail).op is not None:
+            parts.append(Text("g: show this place in the orders view", style="italic dim"))
+        box.update(Group(*parts))
+
+    def on_data_table_row_highlighted(self, _: DataTable.RowHighlighted) -> None:
+        self._detail()
+
+    def action_goto(self) -> None:
+        """Open the orders view at the divergence of the verdict under the cursor."""
+        v = self._current()
+        if v is None:
+            return
+        t = divergence_target(v.detail)
+        if t.op is None:
+            self.notify("this verdict names no operator to go to", severity="warning")
+            return
+        self.browser.open_orders(
+            self.ref,
+            op=t.op,
+            invocation=t.invocation,
+            node=t.node,
+            tab="index",
+            search=t.index,
+        )
+
+
+__all__ = ["VerdictsScreen"]
