@@ -27,6 +27,7 @@ from ._errors import DivergenceError as DivergenceError
 from ._errors import EngineError as EngineError
 from ._errors import InputFileError as InputFileError
 from ._errors import SessionError as SessionError
+from ._errors import SyncProtocolError as SyncProtocolError
 from ._ops import create as create
 from ._ops import join as join
 from ._ops import load as load
@@ -40,9 +41,13 @@ from ._session import current as current
 from ._session import log_objective as log_objective
 from ._session import rng as rng
 from ._session import run as run
+from ._syncdds import Batch as Batch
+from ._syncfor import register_aggregation as register_aggregation
+from ._syncfor import sync_for as sync_for
 
 __all__ = [
     "AccessOutsideReconError",
+    "Batch",
     "BodyError",
     "ClosureRuleError",
     "Controller",
@@ -55,6 +60,7 @@ __all__ = [
     "Recorder",
     "RunResult",
     "SessionError",
+    "SyncProtocolError",
     "async_for",
     "create",
     "current",
@@ -69,7 +75,9 @@ __all__ = [
     "map",
     "plan_of",
     "reduce",
+    "register_aggregation",
     "rng",
     "run",
     "store",
+    "sync_for",
 ]

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _dds
+from . import _dds, _mutants
 from ._closure import check_body
 from ._control import TurnstileDriver
 from ._dds import SLOT_BITS, SLOT_MASK
@@ -149,6 +149,11 @@ def async_for(
             "bodies": plan.n,
             "recon_s": round(time.perf_counter() - t0, 6),
         }
+    override = sess.controller.plan_override(name, inv, st.sets, sess.cluster.size)
+    if override is not None and override is not st.plan:
+        st.plan = override
+        st.round_writes, st.written_dds = _round_writes(sess, override)
+        st.lock_cache.clear()
     sess.controller.check_plan(name, inv, st.plan)
     t1 = time.perf_counter()
     round_s = _execute(sess, st, body, inv, checked)
@@ -156,6 +161,8 @@ def async_for(
         d._touch()
     seconds = time.perf_counter() - t1
     sess.op_times.setdefault(name, []).append(seconds)
+    if sess.capture_orders:
+        sess.orders[(name, inv)] = last_order(name)
     digests = sess.record_digests(name, inv)
     per_node = st.plan.bodies_per_node()
     for k, node in enumerate(sess.cluster.local_nodes):
@@ -189,7 +196,12 @@ def _execute(sess: Session, st: OpState, body: Callable, inv: int, checked: bool
                 cl.bind(node)
                 done[node] = _run_node_round(sess, st, body, inv, op_key, node, r, rnd[node])
             orders.append(done)
-            cl.exchange_rows({p: st.round_writes[r][p] for p in cl.local_nodes}, st.round_writes[r])
+            if "drop_barrier" in _mutants.ACTIVE or "stale_prefetch" in _mutants.ACTIVE:
+                _mutants.round_exchange(cl, st.round_writes, r)
+            else:
+                cl.exchange_rows(
+                    {p: st.round_writes[r][p] for p in cl.local_nodes}, st.round_writes[r]
+                )
             round_s.append(time.perf_counter() - t)
     finally:
         _dds.CHECKER = None
@@ -302,6 +314,8 @@ def _run_threads(
                 group_w.tolist(),
             )
         lock_of = cached[0]
+        if "wrong_lock_order" in _mutants.ACTIVE:
+            lock_of = _mutants.write_locks_only(st.sets, st.start, lock_of)
         locks = {g: threading.Lock() for g in cached[1]}
         orders = sess.controller.lock_orders(st.name, inv, node, r)
         if orders is not None:

@@ -50,6 +50,10 @@ class Controller:
         """Run this node-round's bodies on one thread in this order (None: use threads)."""
         return None
 
+    def plan_override(self, op: str, invocation: int, sets: Any, nodes: int) -> Plan | None:
+        """A plan to run instead of the planner's (dual tests: a given serial order)."""
+        return None
+
     def wrap_body(self, op: str, invocation: int, node: int, body: Any) -> Any:
         """The callable to run as the loop body on ``node`` (replay adds breakpoints)."""
         return body

@@ -89,3 +89,8 @@ class DivergenceError(EngineError, RuntimeError):
             "expected": self.expected,
             "actual": self.actual,
         }
+
+
+class SyncProtocolError(EngineError, RuntimeError):
+    """The ``sync_for`` clock machine got an event impossible in its state (a transport
+    or replay bug, or a trace that does not belong to this run)."""

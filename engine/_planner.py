@@ -352,6 +352,13 @@ def wavefront_plan(sets: AccessSets, order: np.ndarray, nodes: int, threads: int
     return _finish("wavefront", sets, nodes, threads, rounds)
 
 
+def serial_plan(sets: AccessSets, order: np.ndarray, nodes: int) -> Plan:
+    """One round, one task on node 0, running ``order`` (absolute indices) as a plain loop."""
+    pos = np.asarray(order, dtype=np.int64) - sets.start
+    rounds = [[[pos]] + [[] for _ in range(nodes - 1)]] if sets.n else []
+    return _finish("serial", sets, nodes, 1, rounds)
+
+
 # ============================================================= entry point
 def make_plan(
     sets: AccessSets, nodes: int, threads: int = 1, *, seed: int = 0, strategy: str = "auto"
@@ -385,5 +392,6 @@ __all__ = [
     "conflicts",
     "make_plan",
     "rotation_spaces",
+    "serial_plan",
     "wavefront_plan",
 ]

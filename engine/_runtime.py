@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from . import _mutants
+
 if TYPE_CHECKING:
     from ._dds import _DDS
 
@@ -129,6 +131,8 @@ class InProcessCluster(Cluster):
         for src, rw in writes.items():
             nbytes = rw.numeric_nbytes()
             for dds, slots in rw.per_dds:
+                if "skip_writeback" in _mutants.ACTIVE:
+                    slots = _mutants.skipped(slots)
                 if len(slots):
                     vals = dds.rows(src, slots)
                     for dst in self.local_nodes:
@@ -222,6 +226,32 @@ class MpiCluster(Cluster):
                 self.on_message(me, "rows", src, seq, nbytes - 8)
         MPI.Request.Waitall(reqs)
         return moved
+
+    # ------------------------------------------------------------ sync_for transport
+    # Nonblocking buffer methods on raw uint8 blocks (sync_for deltas and updates):
+    # the hot path never pickles.  Callers keep every buffer alive until its request
+    # has completed.
+    def isend_bytes(self, buf: np.ndarray, dest: int, tag: int) -> Any:
+        """Start sending the uint8 block ``buf`` to ``dest``; returns the request."""
+        return self.comm.Isend([buf, self._MPI.BYTE], dest, tag)
+
+    def irecv_bytes(self, buf: np.ndarray, source: int, tag: int) -> Any:
+        """Post a receive of exactly ``len(buf)`` bytes from ``source`` into ``buf``."""
+        return self.comm.Irecv([buf, self._MPI.BYTE], source, tag)
+
+    def null_request(self) -> Any:
+        """A request that is already complete (a placeholder in request lists)."""
+        return self._MPI.REQUEST_NULL
+
+    def test_some(self, requests: list[Any]) -> list[int] | None:
+        """Indices of ``requests`` that completed, without blocking (entries become null);
+        None when every entry already was null."""
+        done = self._MPI.Request.Testsome(requests)
+        return None if done is None else list(done)
+
+    def wait_all(self, requests: list[Any]) -> None:
+        """Block until every request in ``requests`` has completed."""
+        self._MPI.Request.Waitall(requests)
 
     def _pack(self, rw: RoundWrites) -> np.ndarray:
         parts = [

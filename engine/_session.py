@@ -59,6 +59,32 @@ class Recorder:
     def message_received(self, node: int, channel: str, source: int, seq: int, nbytes: int) -> None:
         """A message from ``source`` (its ``seq``-th on this channel) arrived at ``node``."""
 
+    def aggregation_order(
+        self, op: str, invocation: int, node: int, clock: int, sources: np.ndarray
+    ) -> None:
+        """Owner ``node`` aggregated the deltas of ``clock`` of a ``sync_for``; ``sources``
+        (int64) are the nodes whose deltas it took, in arrival order.  The sum itself
+        always runs in node order, so this order never changes the result."""
+
+    def ssp_visibility(
+        self, op: str, invocation: int, node: int, clock: int, applied: np.ndarray
+    ) -> None:
+        """Before running ``clock`` of an SSP ``sync_for``, ``node`` had applied the updates
+        of owner q for every clock up to ``applied[q]`` (int64 per node, -1: none)."""
+
+    def body_order(
+        self,
+        op: str,
+        invocation: int,
+        node: int,
+        clock: int,
+        threads: np.ndarray,
+        minibatches: np.ndarray,
+    ) -> None:
+        """In a Hybrid ``sync_for`` with several threads, the order in which ``node``'s
+        threads took the node mutex in ``clock``: parallel int64 arrays of (thread,
+        minibatch), in grant order."""
+
     def invocation_done(self, op: str, invocation: int, node: int, info: dict[str, Any]) -> None:
         """A node finished one operator invocation.  ``info`` holds ``bodies`` (int),
         ``rounds`` (int), ``seconds`` (float), ``round_seconds`` (list of float) and, on
@@ -84,6 +110,7 @@ class RunResult:
     wall_s: float
     op_times: dict[str, list[float]] = field(default_factory=dict)
     value: Any = None
+    orders: dict[tuple[str, int], np.ndarray] = field(default_factory=dict)
 
 
 _tls = threading.local()
@@ -123,6 +150,9 @@ class Session:
         self.digests: list[dict[str, Any]] = []
         self.planner: dict[str, dict[str, Any]] = {}
         self.op_times: dict[str, list[float]] = {}
+        #: dual tests: keep every invocation's serialization order in ``orders``
+        self.capture_orders = False
+        self.orders: dict[tuple[str, int], np.ndarray] = {}
         self.current_node = cluster.local_nodes[0]
         self._driver_rng_count = 0
         self.mode = "driver"
@@ -228,6 +258,7 @@ def run(
     recorder: Recorder | None = None,
     progress: Callable[[str], None] | None = None,
     controller: Controller | None = None,
+    test_mode: bool = False,
 ) -> RunResult:
     """Run the driver ``fn(**params)`` on a fresh cluster and return its outcome.
 
@@ -249,6 +280,9 @@ def run(
         progress=progress,
         controller=controller,
     )
+    # test mode (dual tests): no relaxation, no staleness, every order kept
+    sess.test_mode = test_mode  # type: ignore[attr-defined]
+    sess.capture_orders = test_mode
     prev = _current
     _current = sess
     sess._running = True  # type: ignore[attr-defined]
@@ -270,6 +304,7 @@ def run(
         wall_s=wall,
         op_times=sess.op_times,
         value=value,
+        orders=sess.orders,
     )
 
 

@@ -20,6 +20,7 @@ from ._errors import UsageError
 #: Built-in apps: name -> "module:function".
 BUILTIN_APPS = {
     "sgdmf": "apps.sgdmf:train",
+    "mlr": "apps.mlr:train",
 }
 
 

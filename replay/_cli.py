@@ -21,7 +21,7 @@ import click
 from tui import register as register_browse
 
 from ._errors import UsageError
-from ._job import EXIT_DIVERGED, JobFailed, describe, launch, run_here
+from ._job import EXIT_DIVERGED, EXIT_FAILED, JobFailed, describe, launch, run_here
 from ._replay import open_run, parse_break, parse_until, replay_here, store_verdict
 from ._tracecmds import register as register_trace_commands
 
@@ -304,6 +304,23 @@ def demo_cmd(ranks: int, epochs: int) -> None:
         else:
             say(f"DIVERGED: {rep['first_difference']}")
     say("")
+    say(f"== 4. replay dual sgdmf --ranks {ranks} (forward and backward, 2 epochs)")
+    from . import testing
+    from ._apps import parse_params
+    from ._apps import resolve as resolve_app
+
+    app = resolve_app("sgdmf")
+    dual_params = parse_params(app.fn, [p for p in params if not p.startswith("epochs=")])
+    dual_params["epochs"] = min(epochs, 2)
+    duals = testing.dual(app.fn, dual_params, nodes=ranks, threads=1, order="random")
+    import tracer
+
+    with tracer.open_writable(trace) as store:
+        for d, r in duals.items():
+            store.add_verdict(res["run_id"], f"dual-{d}", r.passed, r.as_dict())
+    for r in duals.values():
+        say(r.report())
+    say("")
     say("== summary")
     rmse = res["objectives"].get("rmse", [])
     if rmse:
@@ -312,10 +329,14 @@ def demo_cmd(ranks: int, epochs: int) -> None:
         )
     for mode, rep in verdicts.items():
         say(f"{mode} replay: {'identical' if rep['identical'] else 'DIVERGED'}")
+    for d, r in duals.items():
+        say(f"{d} dual test: {'PASS' if r.passed else 'FAIL'}")
     say(f"trace: {shown}")
     say(f"browse it: replay browse {shown}")
     if not all(r["identical"] for r in verdicts.values()):
         sys.exit(EXIT_DIVERGED)
+    if not all(r.passed for r in duals.values()):
+        sys.exit(EXIT_FAILED)
 
 
 def _replay_report(res: dict[str, Any], as_json: bool) -> None:
@@ -443,6 +464,106 @@ def single_cmd(
     if brk and not res["breakpoint_hits"] and res["identical"]:
         click.echo(f"replay: note: breakpoint {brk} was never reached", err=True)
     _replay_report(res, as_json)
+
+
+@cli.command("dual")
+@click.argument("app")
+@_with(_common)
+@click.option(
+    "--ranks",
+    type=int,
+    default=2,
+    show_default=True,
+    help="Nodes of the parallel side (simulated in this process).",
+)
+@click.option(
+    "--direction",
+    type=click.Choice(["forward", "backward", "both"]),
+    default="both",
+    show_default=True,
+)
+@click.option(
+    "--order",
+    type=click.Choice(["identity", "random"]),
+    default="identity",
+    show_default=True,
+    help="Serial order of the forward test.",
+)
+@click.option("--order-seed", type=int, default=0, show_default=True)
+@click.option(
+    "--trace",
+    "trace",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Trace store for the parallel run and the verdicts. [default: traces/<app>-<timestamp>.sqlite]",
+)
+@click.option("--no-trace", is_flag=True, help="Do not record.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
+def dual_cmd(
+    app: str,
+    params: tuple[str, ...],
+    threads: int,
+    seed: int,
+    ranks: int,
+    direction: str,
+    order: str,
+    order_seed: int,
+    trace: str | None,
+    no_trace: bool,
+    as_json: bool,
+) -> None:
+    """Dual-test APP: its parallel runs must equal its serial version exactly."""
+    from . import testing
+    from ._apps import parse_params
+    from ._apps import resolve as resolve_app
+    from ._job import _recorder
+
+    if ranks < 1 or threads < 1:
+        raise UsageError("--ranks and --threads must be >= 1")
+    resolved = resolve_app(app)
+    values = parse_params(resolved.fn, params)
+    say = _printer(as_json)
+    path = None if no_trace else trace_path(app, trace)
+    recorder = None
+    run_id = uuid.uuid4().hex
+    if path is not None:
+        spec = {"trace": path, "run_id": run_id, "nodes": ranks, "threads": threads, "seed": seed}
+        recorder = _recorder(spec, resolved, values, None)
+    say(f"dual test of {resolved.name}: {ranks} node(s) x {threads} thread(s), seed {seed}")
+    try:
+        results = testing.dual(
+            resolved.fn,
+            values,
+            nodes=ranks,
+            threads=threads,
+            seed=seed,
+            order=order,
+            order_seed=order_seed,
+            direction=direction,
+            recorder=recorder,
+        )
+    except BaseException:
+        if recorder is not None:
+            recorder.close("failed", traceback.format_exc())
+        raise
+    if recorder is not None:
+        recorder.close("finished")
+        import tracer
+
+        with tracer.open_writable(path) as store:
+            for d, r in results.items():
+                store.add_verdict(run_id, f"dual-{d}", r.passed, r.as_dict())
+    if as_json:
+        out: dict[str, Any] = {d: r.as_dict() for d, r in results.items()}
+        out["trace"] = path
+        click.echo(json.dumps(out))
+    else:
+        for r in results.values():
+            say(r.report() if not r.passed else f"{r.direction}: PASS ({r.bodies} bodies)")
+        if path is not None:
+            say(f"trace: {_shown(path)}")
+    if not all(r.passed for r in results.values()):
+        sys.exit(EXIT_FAILED)
 
 
 register_trace_commands(cli)

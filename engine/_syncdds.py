@@ -1,0 +1,140 @@
+"""What a ``sync_for`` body sees: its minibatch (:class:`Batch`) and DDS in *sync mode*.
+
+In sync mode a DDS serves each worker thread from the buffers that thread was given
+(:func:`bind_thread`): a parameter (a DDS the body writes) resolves to the thread's
+own cache, any other DDS to the node's replica, read-only.  The lookup is one
+thread-local dictionary access, so threads of one node never see each other's writes
+inside a clock; the engine turns the cache changes into deltas between clocks.
+Like every other mode, sync mode is a class switch (see ``_dds``).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from . import _dds
+from ._dds import _DDS, dmap, dmultimap, dvector
+from ._errors import DDSError
+
+_stls = threading.local()
+
+
+class Batch:
+    """One minibatch of a ``sync_for``'s data DDS, as passed to the body.
+
+    ``number`` is the minibatch index m (minibatch m holds the elements in slots
+    ``m*size .. min((m+1)*size, n) - 1``, i.e. indices of a dvector, keys of a dmap in
+    insertion order); ``keys`` are their indices (int64 array) or keys (list);
+    ``values`` their elements: a read-only ``(len, *shape)`` numpy block for numeric
+    elements, a list for Python objects.  Iterating yields ``(key, value)`` pairs.
+    """
+
+    __slots__ = ("number", "keys", "values")
+
+    def __init__(self, number: int, keys: Any, values: Any) -> None:
+        self.number = number
+        self.keys = keys
+        self.values = values
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def __iter__(self) -> Iterator[tuple[Any, Any]]:
+        keys = self.keys.tolist() if isinstance(self.keys, np.ndarray) else self.keys
+        return iter(zip(keys, self.values, strict=True))
+
+    def __repr__(self) -> str:
+        return f"<Batch {self.number} of {len(self)} element(s)>"
+
+
+def make_batch(data: _DDS, buf: Any, number: int, lo: int, hi: int) -> Batch:
+    """Minibatch ``number`` = slots ``lo .. hi-1`` of ``data`` read from replica ``buf``."""
+    if data._numeric:
+        values = buf[lo:hi]
+        values.flags.writeable = False
+    else:
+        values = buf[lo:hi]
+    keys = np.arange(lo, hi, dtype=np.int64) if isinstance(data, dvector) else data._keys[lo:hi]
+    return Batch(number, keys, values)
+
+
+def bind_thread(rbufs: dict[int, Any], wbufs: dict[int, Any]) -> None:
+    """Serve this thread's DDS accesses: reads from ``rbufs``, writes to ``wbufs`` (by DDS id)."""
+    _stls.rbufs = rbufs
+    _stls.wbufs = wbufs
+
+
+def _read_only(dds: _DDS, key: Any) -> DDSError:
+    return DDSError(
+        f"{dds._desc(key)}: a sync_for body cannot write {dds.name!r} here: it is the loop's "
+        "data, holds Python objects, or was not seen to be written by reconnaissance "
+        "(with re=False: is not referenced by the body); write only numeric parameter DDS"
+    )
+
+
+class _SyncMixin:
+    """Generic sync-mode access (any key type)."""
+
+    __slots__ = ()
+
+    def __getitem__(self, key: Any) -> Any:
+        s = self._slot(key)
+        buf = _stls.rbufs[self._id]
+        return buf[s].copy() if self._numeric else buf[s]
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        if self.kind != "dvector" and key not in self._slots:
+            _dds._MapExec.__setitem__(self, key, value)  # raises the insertion error
+        s = self._slot(key)
+        buf = _stls.wbufs.get(self._id)
+        if buf is None:
+            raise _read_only(self, key)
+        buf[s] = self._coerce(value)
+
+
+class _SyncDVec(_SyncMixin):
+    """The dvector fast path (most bodies index parameters by int)."""
+
+    __slots__ = ()
+
+    def __getitem__(self, i: Any) -> Any:
+        if type(i) is not int or i < 0:
+            return _SyncMixin.__getitem__(self, i)
+        return _stls.rbufs[self._id][i].copy()
+
+    def __setitem__(self, i: Any, value: Any) -> None:
+        if type(i) is not int or i < 0:
+            _SyncMixin.__setitem__(self, i, value)
+            return
+        buf = _stls.wbufs.get(self._id)
+        if buf is None:
+            raise _read_only(self, i)
+        buf[i] = value
+
+
+def _derive(mixin: type, public: type) -> type:
+    return type(f"{public.__name__}[sync]", (mixin, public), {"__slots__": ()})
+
+
+_SYNC_CLASSES: dict[type, type] = {
+    dvector: _derive(_SyncDVec, dvector),
+    dmap: _derive(_SyncMixin, dmap),
+    dmultimap: _derive(_SyncMixin, dmultimap),
+}
+_OBJ_DVEC = _derive(_SyncMixin, dvector)
+
+
+def enter_sync_mode(dds: _DDS) -> None:
+    """Switch ``dds`` to sync mode (leave it with ``_dds.set_mode(dds, "driver")``)."""
+    public = _dds.public_class(dds)
+    if public is dvector and not dds._numeric:
+        dds.__class__ = _OBJ_DVEC
+    else:
+        dds.__class__ = _SYNC_CLASSES[public]
+
+
+__all__ = ["Batch", "bind_thread", "enter_sync_mode", "make_batch"]

@@ -1,0 +1,350 @@
+"""Drivers of the ``sync_for`` clock machines: the edge where instructions become I/O.
+
+Each driver feeds :class:`~engine._ssp.SspClock` events and performs what it answers
+on a :class:`~engine._syncnode.NodeRun`:
+
+* :func:`drive_in_process` hosts every node in this process and runs a discrete-event
+  simulation in virtual time: computing a clock takes ``delays.compute(node, clock)``
+  units and a message ``delays.latency(src, dst, clock)``, so tests can give nodes
+  seeded random speeds and watch SSP let fast nodes run ahead.  The default model
+  (every clock 1 unit, no latency) keeps all nodes in step.
+* :func:`drive_mpi` runs one node per rank: deltas and updates travel with ``Isend``
+  and are received through receives posted in advance (their sizes come from the
+  layout); a node that must wait blocks in ``Waitany``.  What has arrived is taken
+  in only at clock boundaries, so a clock's reads are fixed when it starts.
+
+Both report to the recorder in the same way: message arrivals, the arrival order of
+the deltas an owner aggregated, and (SSP) which updates each clock could see.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import itertools
+import os
+from collections.abc import Iterator
+from typing import Any, Protocol
+
+import numpy as np
+
+from ._errors import SyncProtocolError
+from ._session import Recorder
+from ._ssp import (
+    Aggregate,
+    ApplyUpdate,
+    ClockTicked,
+    DeltaArrived,
+    Event,
+    Finished,
+    LoopStarted,
+    Proceed,
+    SendDelta,
+    SspClock,
+    UpdateArrived,
+    Wait,
+)
+from ._syncnode import HEADER, NodeRun, SyncContext, check_stamp
+
+#: MPI tags of sync_for deltas (node -> owner) and updates (owner -> node).
+TAG_DELTA = 121
+TAG_UPDATE = 122
+_CHANNELS = ("sync_for.delta", "sync_for.update")
+
+
+class DelayModel(Protocol):
+    """Virtual durations for the in-process simulation."""
+
+    def compute(self, node: int, clock: int) -> float:
+        """How long ``node`` computes ``clock``."""
+        ...
+
+    def latency(self, src: int, dst: int, clock: int) -> float:
+        """How long a message of ``clock`` takes from ``src`` to ``dst``."""
+        ...
+
+
+class UniformDelays:
+    """Every clock takes one unit; messages are instantaneous (nodes stay in step)."""
+
+    def compute(self, node: int, clock: int) -> float:
+        """One unit."""
+        return 1.0
+
+    def latency(self, src: int, dst: int, clock: int) -> float:
+        """Zero."""
+        return 0.0
+
+
+class SeededDelays:
+    """Random durations, a pure function of (seed, node, clock): replayable.
+
+    ``slow`` maps a node to a factor on its compute time (a straggler).
+    """
+
+    def __init__(
+        self,
+        seed: int,
+        compute: tuple[float, float] = (0.5, 2.0),
+        latency: tuple[float, float] = (0.0, 0.5),
+        slow: dict[int, float] | None = None,
+    ) -> None:
+        self.seed = seed
+        self.range_c = compute
+        self.range_l = latency
+        self.slow = slow or {}
+
+    def _u(self, *key: int) -> float:
+        return float(np.random.default_rng([self.seed, *key]).random())
+
+    def compute(self, node: int, clock: int) -> float:
+        """Uniform in the compute range, times the node's slowness."""
+        lo, hi = self.range_c
+        return (lo + (hi - lo) * self._u(0, node, clock)) * self.slow.get(node, 1.0)
+
+    def latency(self, src: int, dst: int, clock: int) -> float:
+        """Uniform in the latency range."""
+        lo, hi = self.range_l
+        return lo + (hi - lo) * self._u(1, src, dst, clock)
+
+
+#: The delay model of in-process runs; tests swap it with :func:`use_delays`.
+DELAYS: list[DelayModel] = [UniformDelays()]
+
+
+@contextlib.contextmanager
+def use_delays(model: DelayModel) -> Iterator[None]:
+    """Run in-process ``sync_for`` invocations under ``model`` inside the ``with`` block."""
+    DELAYS.append(model)
+    try:
+        yield
+    finally:
+        DELAYS.remove(model)
+
+
+def _overrides(rec: Recorder, hook: str) -> bool:
+    return getattr(type(rec), hook) is not getattr(Recorder, hook)
+
+
+class _Reporter:
+    """Recorder calls shared by both drivers (skipped for hooks the recorder leaves no-op)."""
+
+    def __init__(self, ctx: SyncContext) -> None:
+        self.ctx = ctx
+        self.rec = ctx.sess.recorder
+        self.on_message = ctx.sess.cluster.on_message
+        self.visibility = ctx.staleness > 0 and _overrides(self.rec, "ssp_visibility")
+        self.order = _overrides(self.rec, "aggregation_order")
+
+    def proceed(self, node: int, ins: Proceed) -> None:
+        if self.visibility:
+            self.rec.ssp_visibility(
+                self.ctx.name, self.ctx.inv, node, ins.clock, np.array(ins.applied, np.int64)
+            )
+
+    def aggregated(self, node: int, ins: Aggregate) -> None:
+        if self.order:
+            self.rec.aggregation_order(
+                self.ctx.name, self.ctx.inv, node, ins.clock, np.array(ins.arrival, np.int64)
+            )
+
+    def arrived(self, node: int, kind: int, src: int, clock: int, nbytes: int) -> None:
+        if self.on_message is not None:
+            self.on_message(node, _CHANNELS[kind], src, clock, nbytes)
+
+
+# ====================================================================== in-process
+def drive_in_process(ctx: SyncContext, runs: dict[int, NodeRun]) -> None:
+    """Run every local node's clocks to the end in one virtual-time simulation."""
+    cl = ctx.sess.cluster
+    layout = ctx.layout
+    P = layout.nodes
+    delays = DELAYS[-1]
+    rep = _Reporter(ctx)
+    machines = {p: SspClock(p, P, layout.clocks, ctx.staleness) for p in runs}
+    seqs = dict.fromkeys(runs, 0)
+    heap: list[tuple[float, int, int, Event]] = []
+    order = itertools.count()
+    mail: dict[tuple[int, int, int, int], np.ndarray] = {}  # (dst, kind, src, clock)
+    fifo: dict[tuple[int, int, int], float] = {}  # channel -> last arrival time
+    done: set[int] = set()
+
+    def seq(p: int) -> int:
+        seqs[p] += 1
+        return seqs[p]
+
+    def post(at: float, p: int, ev: Event) -> None:
+        heapq.heappush(heap, (at, next(order), p, ev))
+
+    def send(now: float, kind: int, src: int, dst: int, clock: int, buf: np.ndarray) -> None:
+        at = max(now + delays.latency(src, dst, clock), fifo.get((kind, src, dst), 0.0))
+        fifo[(kind, src, dst)] = at
+        mail[(dst, kind, src, clock)] = buf
+        ctx.sent_bytes[0] += len(buf)
+        ev_cls = DeltaArrived if kind == 0 else UpdateArrived
+        post(at, dst, ev_cls(dst, seq(dst), src, clock))
+
+    def perform(now: float, p: int, ins: Any) -> None:
+        run = runs[p]
+        if isinstance(ins, Proceed):
+            rep.proceed(p, ins)
+            cl.bind(p)
+            run.compute(ins.clock)
+            post(now + delays.compute(p, ins.clock), p, ClockTicked(p, seq(p), ins.clock))
+        elif isinstance(ins, SendDelta):
+            for o in range(P):
+                if o != p:
+                    send(now, 0, p, o, ins.clock, run.delta_payload(ins.clock, o))
+        elif isinstance(ins, Aggregate):
+            rep.aggregated(p, ins)
+            got = {s: mail.pop((p, 0, s, ins.clock)) for s in range(P) if s != p}
+            update = run.aggregate(ins.clock, got)
+            for d in range(P):
+                if d != p and update is not None:
+                    send(now, 1, p, d, ins.clock, update)
+        elif isinstance(ins, ApplyUpdate):
+            run.apply_update(ins.clock, ins.source, mail.pop((p, 1, ins.source, ins.clock)))
+        elif isinstance(ins, Finished):
+            done.add(p)
+        elif not isinstance(ins, Wait):
+            raise SyncProtocolError(f"sync_for: unknown instruction {ins!r}")
+
+    for p in runs:
+        post(0.0, p, LoopStarted(p, 0))
+    try:
+        while heap:
+            now, _, p, ev = heapq.heappop(heap)
+            if isinstance(ev, (DeltaArrived, UpdateArrived)):
+                kind = 0 if isinstance(ev, DeltaArrived) else 1
+                nb = len(mail[(p, kind, ev.source, ev.clock)]) - HEADER
+                rep.arrived(p, kind, ev.source, ev.clock, nb)
+            for ins in machines[p].handle(ev):
+                perform(now, p, ins)
+    finally:
+        cl.bind(cl.local_nodes[0])
+    if len(done) != len(runs):
+        stuck = {p: machines[p].applied for p in runs if p not in done}
+        raise SyncProtocolError(f"sync_for {ctx.name!r}: nodes stopped before the end: {stuck}")
+
+
+# ====================================================================== MPI
+#: Polls of the posted receives before a waiting rank starts yielding its core: spinning
+#: answers fastest on dedicated cores, yielding lets an oversubscribed peer run.
+SPIN_POLLS = 200
+#: Unfinished sends a rank keeps before checking which completed (memory vs. polling).
+SENDS_KEPT = 16
+
+
+def _wait_some(cl: Any, recvs: list[Any]) -> list[int]:
+    """Indices of completed receives: poll, then poll while yielding the CPU."""
+    for k in itertools.count():
+        ready = cl.test_some(recvs)
+        if ready is None or ready:
+            return ready or []
+        if k >= SPIN_POLLS:
+            os.sched_yield()
+    return []  # unreachable
+
+
+def drive_mpi(ctx: SyncContext, run: NodeRun) -> None:
+    """Run this rank's node to the end, exchanging deltas and updates over MPI."""
+    cl: Any = ctx.sess.cluster
+    layout = ctx.layout
+    me, P, C = run.node, layout.nodes, layout.clocks
+    rep = _Reporter(ctx)
+    machine = SspClock(me, P, C, ctx.staleness)
+    counter = itertools.count(1)
+    # one posted receive per (kind, peer): slot 2*peer + kind
+    recvs: list[Any] = [cl.null_request() for _ in range(2 * P)]
+    meta: list[tuple[int, np.ndarray] | None] = [None] * (2 * P)
+    got: dict[tuple[int, int, int], np.ndarray] = {}  # (kind, src, clock) -> message
+    sends: list[tuple[Any, np.ndarray]] = []
+
+    def post_recv(kind: int, src: int, clock: int) -> None:
+        size = (
+            layout.delta_nbytes(clock, src, me) if kind == 0 else layout.update_nbytes(clock, src)
+        )
+        buf = np.empty(HEADER + size, dtype=np.uint8)
+        recvs[2 * src + kind] = cl.irecv_bytes(buf, src, TAG_DELTA if kind == 0 else TAG_UPDATE)
+        meta[2 * src + kind] = (clock, buf)
+
+    def completed(i: int) -> list[Any]:
+        src, kind = divmod(i, 2)
+        entry = meta[i]
+        assert entry is not None
+        clock, buf = entry
+        meta[i] = None
+        check_stamp(buf, clock, f"{_CHANNELS[kind]} from node {src}")
+        if clock + 1 < C:
+            post_recv(kind, src, clock + 1)
+        got[(kind, src, clock)] = buf
+        rep.arrived(me, kind, src, clock, len(buf) - HEADER)
+        ev_cls = DeltaArrived if kind == 0 else UpdateArrived
+        return machine.handle(ev_cls(me, next(counter), src, clock))
+
+    def drain() -> list[Any]:
+        out: list[Any] = []
+        for i in cl.test_some(recvs) or []:
+            out += completed(i)
+        return out
+
+    def send(kind: int, dst: int, buf: np.ndarray) -> None:
+        sends.append((cl.isend_bytes(buf, dst, TAG_DELTA if kind == 0 else TAG_UPDATE), buf))
+        ctx.sent_bytes[0] += len(buf)
+
+    if C:
+        for q in range(P):
+            if q != me:
+                post_recv(0, q, 0)
+                post_recv(1, q, 0)
+    queue = list(machine.handle(LoopStarted(me, 0)))
+    while queue:
+        ins = queue.pop(0)
+        if isinstance(ins, Proceed):
+            rep.proceed(me, ins)
+            run.compute(ins.clock)
+            queue += drain()  # buffered by the machine: the node is still running
+            queue += machine.handle(ClockTicked(me, next(counter), ins.clock))
+        elif isinstance(ins, SendDelta):
+            for o in range(P):
+                if o != me:
+                    send(0, o, run.delta_payload(ins.clock, o))
+        elif isinstance(ins, Aggregate):
+            rep.aggregated(me, ins)
+            deltas = {s: got.pop((0, s, ins.clock)) for s in range(P) if s != me}
+            update = run.aggregate(ins.clock, deltas)
+            for d in range(P):
+                if d != me and update is not None:
+                    send(1, d, update)
+        elif isinstance(ins, ApplyUpdate):
+            run.apply_update(ins.clock, ins.source, got.pop((1, ins.source, ins.clock)))
+        elif isinstance(ins, Wait):
+            if queue:
+                continue  # superseded: newer instructions already answer this wait
+            if len(sends) > SENDS_KEPT:  # let finished sends go (and their buffers with them)
+                done = set(cl.test_some([r for r, _ in sends]) or [])
+                sends = [s for i, s in enumerate(sends) if i not in done]
+            ready = _wait_some(cl, recvs)
+            if not ready:
+                raise SyncProtocolError(
+                    f"sync_for {ctx.name!r}: node {me} waits for {ins} with nothing in flight"
+                )
+            for i in ready:
+                queue += completed(i)
+        elif isinstance(ins, Finished):
+            break
+    cl.wait_all([r for r, _ in sends])
+    if not machine.finished:
+        raise SyncProtocolError(f"sync_for {ctx.name!r}: node {me} stopped at {machine.applied}")
+
+
+__all__ = [
+    "DELAYS",
+    "DelayModel",
+    "SeededDelays",
+    "TAG_DELTA",
+    "TAG_UPDATE",
+    "UniformDelays",
+    "drive_in_process",
+    "drive_mpi",
+]

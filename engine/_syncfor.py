@@ -1,0 +1,357 @@
+"""``sync_for``: data-parallel execution of a body over the minibatches of a DDS.
+
+Execution model (the same on an in-process cluster and on MPI ranks):
+
+* **Workers and clocks.**  The data is cut into minibatches of ``minibatch``
+  consecutive elements.  With P nodes of T threads there are P*T workers; in each
+  *clock* every worker runs ``per_clock`` minibatches (see ``_synclayout`` for the
+  exact static assignment).
+* **Caches and deltas.**  A worker runs its bodies on its own cache, a copy of its
+  node's replica of the *parameters* (the DDS the bodies write).  After the clock,
+  the worker's delta is ``cache_after - cache_before`` of the rows it wrote; its node
+  adds its threads' deltas up in thread order.
+* **Aggregation.**  The owner of each row aggregates the nodes' deltas: by default
+  the sum in node order divided by the number of workers of the clock (an average in
+  which a worker that did not touch the row counts as a zero delta);
+  :func:`register_aggregation` replaces it for one DDS with a function of the stacked
+  deltas in (node, thread) order.  The owner adds the aggregate to its rows and sends
+  the new values to every replica.  Arrival order never changes the arithmetic; it is
+  reported to the recorder (``aggregation_order``).
+* **Synchronisation** (``sync=``):
+
+  - ``"bsp"``: every node waits for every update of a clock before the next one.
+  - ``"ssp"``: a node may run up to ``staleness`` clocks ahead of the slowest node;
+    a clock's reads include every update up to ``staleness + 1`` clocks back, and
+    whichever newer ones had arrived (reported as ``ssp_visibility``).
+    ``staleness=0`` is BSP, and a session with ``test_mode`` set forces it.
+  - ``"hybrid"``: the threads of a node share one node cache with no per-row locks
+    (Hogwild), but each body holds a node-level mutex, so a node's bodies run one at
+    a time in an order that is reported to the recorder (``body_order``) and can be
+    replayed; nodes synchronise as in BSP at the end of each clock (subiteration),
+    each node counting as one worker in the average.
+
+* **Reconnaissance.**  With ``re=True`` (default) the first invocation runs every body
+  once in reconnaissance mode to learn which rows each minibatch reads and writes;
+  caches are refreshed, and deltas and updates sent, for those rows only.  The
+  bodies' row sets must then depend only on their minibatch, not on parameter values.
+  With ``re=False`` every numeric DDS the body references (closure or globals) is a
+  parameter and moves whole every clock.
+
+Loop bodies draw random numbers from ``engine.rng()``, seeded by (run seed, operator,
+invocation, minibatch number).  The data DDS is read-only inside the body.
+"""
+
+from __future__ import annotations
+
+import time
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ._closure import check_body
+from ._dds import _DDS, SLOT_BITS
+from ._errors import DDSError, SessionError
+from ._recon import AccessSets, concat_sets, recon_range
+from ._session import Session, current
+from ._syncdds import Batch, enter_sync_mode, make_batch
+from ._syncdrive import drive_in_process, drive_mpi
+from ._synclayout import SyncLayout
+from ._syncnode import NodeRun, SyncContext
+
+SYNC_MODELS = ("bsp", "ssp", "hybrid")
+
+_AGGREGATIONS: weakref.WeakKeyDictionary[_DDS, Callable[[np.ndarray], np.ndarray]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def register_aggregation(dds: _DDS, fn: Callable[[np.ndarray], np.ndarray] | None) -> None:
+    """Aggregate ``dds``'s deltas in ``sync_for`` with ``fn`` instead of averaging.
+
+    ``fn(deltas)`` gets one clock's deltas of the rows an owner aggregates, stacked
+    as ``(workers, rows, *shape)`` in (node, thread) order (Hybrid: node order), and
+    returns the ``(rows, *shape)`` delta to add.  ``fn=None`` restores the average.
+
+    >>> import engine as ap
+    >>> G = ap.dvector(3, shape=(), name="agg_doc")
+    >>> ap.register_aggregation(G, lambda deltas: deltas.sum(axis=0))
+    """
+    if not isinstance(dds, _DDS):
+        raise TypeError(f"register_aggregation needs a DDS, got {type(dds).__name__}")
+    if not dds._numeric:
+        raise DDSError(f"{dds.name}: only numeric DDS have deltas to aggregate")
+    if fn is None:
+        _AGGREGATIONS.pop(dds, None)
+    elif not callable(fn):
+        raise TypeError(f"register_aggregation({dds.name}): fn must be callable or None")
+    else:
+        _AGGREGATIONS[dds] = fn
+
+
+@dataclass
+class SyncState:
+    """Per-operator cache: reconnaissance sets and layout, reused while valid."""
+
+    key: tuple[Any, ...]
+    sets: AccessSets | None
+    params: list[_DDS]
+    layout: SyncLayout | None = None
+    caches: dict[tuple[int, int], list[np.ndarray]] = field(default_factory=dict)
+
+
+def _captured(body: Callable[..., Any], sess: Session) -> list[_DDS]:
+    """Numeric DDS the body references through its closure or globals."""
+    code = getattr(body, "__code__", None)
+    if code is None:
+        return [d for d in sess.dds if d._numeric]
+    found: dict[int, _DDS] = {}
+
+    def visit(value: Any) -> None:
+        if isinstance(value, _DDS):
+            found[value._id] = value
+        elif isinstance(value, (tuple, list, dict)):
+            for v in value.values() if isinstance(value, dict) else value:
+                if isinstance(v, _DDS):
+                    found[v._id] = v
+
+    for cell in getattr(body, "__closure__", None) or ():
+        try:
+            visit(cell.cell_contents)
+        except ValueError:  # an empty cell
+            pass
+    names: set[str] = set()
+    stack = [code]
+    while stack:
+        c = stack.pop()
+        names.update(c.co_names)
+        stack += [k for k in c.co_consts if hasattr(k, "co_names")]
+    glob = getattr(body, "__globals__", {})
+    for n in names:
+        if n in glob:
+            visit(glob[n])
+    return [found[i] for i in sorted(found) if found[i]._numeric]
+
+
+def _recon(
+    sess: Session, name: str, inv: int, body: Callable[[Batch], Any], data: _DDS, size: int
+) -> AccessSets:
+    cl = sess.cluster
+    n = len(data)
+    M = -(-n // size) if n else 0
+    sess.set_mode("recon")
+    try:
+
+        def share(node: int) -> AccessSets:
+            buf = data._bufs[node]
+
+            def one(m: int) -> None:
+                body(make_batch(data, buf, m, m * size, min((m + 1) * size, n)))
+
+            return recon_range(sess, name, inv, one, M * node // cl.size, M * (node + 1) // cl.size)
+
+        parts = cl.run_on_nodes(share)
+    finally:
+        sess.set_mode("driver")
+    return concat_sets(parts)
+
+
+def _params_from_sets(sess: Session, name: str, sets: AccessSets, data: _DDS) -> list[_DDS]:
+    ids = np.unique(sets.w_ids >> SLOT_BITS).tolist()
+    out = []
+    for i in ids:
+        d = sess.dds[i]
+        if d is data:
+            raise DDSError(
+                f"sync_for {name!r}: the body writes its data DDS {data.name!r}, which is "
+                "read-only inside sync_for; keep parameters in their own DDS"
+            )
+        if not d._numeric:
+            raise DDSError(
+                f"sync_for {name!r}: the body writes {d.name!r}, whose elements are Python "
+                "objects; sync_for parameters must be numeric DDS (deltas are row differences)"
+            )
+        out.append(d)
+    return out
+
+
+def _state(
+    sess: Session,
+    name: str,
+    inv: int,
+    data: _DDS,
+    minibatch: int,
+    per_clock: int,
+    body: Callable[[Batch], Any],
+    re: bool,
+    hybrid: bool,
+) -> tuple[SyncState, bool]:
+    cl = sess.cluster
+    code = getattr(body, "__code__", body)
+    key = (id(data), len(data), minibatch, per_clock, code, re, cl.size, cl.threads)
+    st: SyncState | None = sess.ops.get(f"sync_for:{name}")
+    fresh = st is None or st.key != key
+    if st is None or fresh:
+        sets: AccessSets | None = None
+        if re:
+            sets = _recon(sess, name, inv, body, data, minibatch)
+            params = _params_from_sets(sess, name, sets, data)
+        else:
+            params = [d for d in _captured(body, sess) if d is not data]
+        st = SyncState(key, sets, params)
+        sess.ops[f"sync_for:{name}"] = st
+    lanes = [1 if hybrid or d not in _AGGREGATIONS else cl.threads for d in st.params]
+    if st.layout is None or st.layout.lanes != lanes:
+        st.layout = SyncLayout(
+            n=len(data),
+            size=minibatch,
+            nodes=cl.size,
+            threads=cl.threads,
+            per_clock=per_clock,
+            params=st.params,
+            sets=st.sets,
+            lanes=lanes,
+        )
+    return st, fresh
+
+
+def sync_for(
+    data: _DDS,
+    minibatch: int,
+    body: Callable[[Batch], Any],
+    *,
+    sync: str = "bsp",
+    staleness: int = 2,
+    re: bool = True,
+    name: str,
+    per_clock: int = 1,
+) -> None:
+    """Run ``body(batch)`` on every minibatch of ``data``, data-parallel (BSP, SSP or Hybrid).
+
+    ``batch`` is an :class:`engine.Batch`: ``batch.number`` (minibatch m holds the
+    elements in slots ``m*minibatch ..``), ``batch.keys`` (their indices, or keys of a
+    dmap), ``batch.values`` (a read-only ``(len, *shape)`` numpy block, or a list of
+    Python objects); iterating it yields (key, value) pairs.  ``data`` is read-only.
+
+    Each of the P*T worker threads runs ``per_clock`` minibatches per clock on its own
+    cache of the parameters (the DDS the body writes); the owners then add the
+    average of the workers' deltas (or what :func:`register_aggregation` says) and
+    every replica gets the new values.  ``sync="bsp"`` synchronises every clock;
+    ``"ssp"`` lets a node run up to ``staleness`` clocks ahead of the slowest, so its
+    reads may miss recent updates (``staleness=0`` is BSP; ``test_mode`` forces 0);
+    ``"hybrid"`` gives the threads of a node one shared cache with no row locks
+    (Hogwild) but runs each body under a node mutex, so the interleaving is recorded
+    and replayable, and synchronises nodes every clock.  ``re=True`` moves only the
+    rows reconnaissance saw each minibatch touch; ``re=False`` moves every numeric DDS
+    the body references, whole.  See the ``engine._syncfor`` module docstring.
+
+    >>> import engine as ap
+    >>> xs = ap.dvector(6, shape=(1,), data=[[1.0], [2.0], [3.0], [4.0], [5.0], [6.0]],
+    ...                 name="sync_doc_xs")
+    >>> w = ap.dvector(1, shape=(1,), name="sync_doc_w")
+    >>> def body(batch):
+    ...     w[0] += 0.5 * (batch.values.mean(axis=0) - w[0])
+    >>> ap.sync_for(xs, 2, body, sync="bsp", name="sync_doc_mean")
+    >>> w.gather()[0].tolist()  # one worker: minibatches [1,2], [3,4], [5,6] in turn
+    [3.8125]
+    """
+    sess = current()
+    if sess.mode != "driver":
+        raise SessionError(
+            f"sync_for {name!r} was called inside a loop body; nesting is not supported"
+        )
+    if not isinstance(name, str) or not name:
+        raise TypeError("sync_for needs name='...' to identify the operator in traces")
+    if not isinstance(data, _DDS):
+        raise TypeError(f"sync_for {name!r}: data must be a DDS, got {type(data).__name__}")
+    if sync not in SYNC_MODELS:
+        raise ValueError(f"sync_for {name!r}: sync must be one of {SYNC_MODELS}, got {sync!r}")
+    for what, v, low in (("minibatch", minibatch, 1), ("per_clock", per_clock, 1)):
+        if not isinstance(v, (int, np.integer)) or v < low:
+            raise ValueError(f"sync_for {name!r}: {what} must be an int >= {low}, got {v!r}")
+    if not isinstance(staleness, (int, np.integer)) or staleness < 0:
+        raise ValueError(f"sync_for {name!r}: staleness must be an int >= 0, got {staleness!r}")
+    check_body(name, body)
+    hybrid = sync == "hybrid"
+    stale = int(staleness) if sync == "ssp" and not getattr(sess, "test_mode", False) else 0
+    inv = sess.next_invocation(name)
+    t0 = time.perf_counter()
+    st, fresh = _state(sess, name, inv, data, int(minibatch), int(per_clock), body, re, hybrid)
+    layout = st.layout
+    assert layout is not None
+    recon_s = time.perf_counter() - t0
+    ctx = SyncContext(
+        sess=sess,
+        name=name,
+        inv=inv,
+        op_key=sess.op_key(name, inv),
+        body=body,
+        data=data,
+        layout=layout,
+        hybrid=hybrid,
+        staleness=stale,
+        aggs=[_AGGREGATIONS.get(d) for d in st.params],
+        caches=st.caches,
+    )
+    cl = sess.cluster
+    t1 = time.perf_counter()
+    sess.mode = "sync"
+    for d in sess.dds:
+        enter_sync_mode(d)
+    try:
+        runs = {p: NodeRun(ctx, p) for p in cl.local_nodes}
+        if cl.is_mpi:
+            drive_mpi(ctx, runs[cl.rank])
+        else:
+            drive_in_process(ctx, runs)
+    finally:
+        sess.set_mode("driver")
+        cl.bind(cl.local_nodes[0])
+    for d in st.params:
+        d._touch()
+    seconds = time.perf_counter() - t1
+    moved = sum(cl.allgather(ctx.sent_bytes[0])) if cl.is_mpi else ctx.sent_bytes[0]
+    sess.op_times.setdefault(name, []).append(seconds)
+    info = layout.describe()
+    entry = sess.planner.setdefault(name, {"recon_s": round(recon_s, 6)})
+    entry.update(
+        strategy=sync,
+        rounds=info["clocks"],
+        imbalance=info["imbalance"],
+        bodies=info["minibatches"],
+        staleness=stale,
+        re=bool(re),
+        params=[d.name for d in st.params],
+        bytes_moved=int(moved),
+        bytes_per_clock=round(moved / info["clocks"], 3) if info["clocks"] else 0.0,
+    )
+    if fresh:
+        entry["recon_s"] = round(recon_s, 6)
+    _report(sess, name, inv, layout, runs, seconds)
+
+
+def _report(
+    sess: Session,
+    name: str,
+    inv: int,
+    layout: SyncLayout,
+    runs: dict[int, NodeRun],
+    seconds: float,
+) -> None:
+    digests = sess.record_digests(name, inv)
+    per_node = layout.bodies_per_node()
+    for k, node in enumerate(sess.cluster.local_nodes):
+        info: dict[str, Any] = {
+            "bodies": int(per_node[node]),
+            "rounds": layout.clocks,
+            "seconds": seconds,
+            "round_seconds": [round(x, 6) for x in runs[node].clock_seconds],
+        }
+        if k == 0:
+            info["digests"] = digests
+        sess.recorder.invocation_done(name, inv, node, info)
+
+
+__all__ = ["SYNC_MODELS", "Batch", "register_aggregation", "sync_for"]

@@ -1,0 +1,279 @@
+"""Who runs which minibatch in which clock, and which parameter rows move where.
+
+The assignment is static: with P nodes, T threads and ``per_clock`` minibatches per
+worker, clock ``c`` covers minibatches ``c*P*T*per_clock ..`` and worker (node p,
+thread t) takes the ``per_clock`` consecutive ones at offset ``(p*T + t)*per_clock``.
+The same assignment is used by BSP, SSP and Hybrid (where a node's threads share its
+cache), so the three differ only in when updates become visible.
+
+Row sets come from reconnaissance (``re=True``: per minibatch read and write sets) or
+are whole DDS (``re=False``).  Every node computes the layout of every node the same
+way, so each one knows the exact size of every message it will receive and posts
+its receives in advance; nothing about sizes travels on the wire.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ._dds import _DDS, SLOT_BITS, SLOT_MASK, dvector
+from ._recon import AccessSets
+
+_EMPTY = np.empty(0, dtype=np.int64)
+
+
+Index = np.ndarray | slice
+
+
+def fast(ix: np.ndarray) -> Index:
+    """``ix`` as a slice when it is a run of consecutive slots (views instead of copies)."""
+    n = len(ix)
+    if n == 0:
+        return slice(0, 0)
+    lo = int(ix[0])
+    if int(ix[-1]) - lo == n - 1 and (n < 3 or bool(np.all(np.diff(ix) == 1))):
+        return slice(lo, lo + n)
+    return ix
+
+
+@dataclass(slots=True)
+class NodeClock:
+    """One node's share of one clock (lists indexed by thread, then by parameter).
+
+    The slot arrays are sorted; the ``f_*`` twins are the same positions as slices
+    where possible, for indexing on the hot path.
+    """
+
+    ms: list[np.ndarray]  # per thread: minibatch numbers, in execution order
+    pref: list[list[np.ndarray]]  # slots refreshed into the thread's cache
+    wr: list[list[np.ndarray]]  # slots the thread writes (its delta rows)
+    rows: list[np.ndarray]  # per parameter: union of the threads' written slots
+    tpos: list[list[np.ndarray]]  # positions of ``wr`` inside ``rows``
+    npref: list[np.ndarray]  # per parameter: union of ``pref`` (Hybrid's node cache)
+    split: list[list[np.ndarray]]  # per owner, per parameter: positions in ``rows`` it owns
+    active_threads: list[int] = field(default_factory=list)
+    f_pref: list[list[Index]] = field(default_factory=list)
+    f_wr: list[list[Index]] = field(default_factory=list)
+    f_rows: list[Index] = field(default_factory=list)
+    f_tpos: list[list[Index]] = field(default_factory=list)
+    f_npref: list[Index] = field(default_factory=list)
+    f_split: list[list[Index]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.active_threads = [t for t, m in enumerate(self.ms) if len(m)]
+        self.f_pref = [[fast(x) for x in row] for row in self.pref]
+        self.f_wr = [[fast(x) for x in row] for row in self.wr]
+        self.f_rows = [fast(x) for x in self.rows]
+        self.f_tpos = [[fast(x) for x in row] for row in self.tpos]
+        self.f_npref = [fast(x) for x in self.npref]
+        self.f_split = [[fast(x) for x in row] for row in self.split]
+
+
+@dataclass(slots=True)
+class OwnerClock:
+    """What one owner aggregates in one clock."""
+
+    rows: list[np.ndarray]  # per parameter: owned slots some node wrote (sorted)
+    pos: list[list[np.ndarray]]  # per source node, per parameter: positions in ``rows``
+    f_rows: list[Index] = field(default_factory=list)
+    f_pos: list[list[Index]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.f_rows = [fast(x) for x in self.rows]
+        self.f_pos = [[fast(x) for x in row] for row in self.pos]
+
+
+def owner_array(dds: _DDS, nodes: int) -> np.ndarray:
+    """The owner node of every slot of ``dds``."""
+    n = len(dds)
+    if isinstance(dds, dvector):
+        return (np.searchsorted(dds._bounds, np.arange(n), side="right") - 1).astype(np.int64)
+    return np.asarray(dds._owners, dtype=np.int64).reshape(n)
+
+
+class SyncLayout:
+    """Assignment and row sets of one ``sync_for`` operator (identical on every node)."""
+
+    def __init__(
+        self,
+        *,
+        n: int,
+        size: int,
+        nodes: int,
+        threads: int,
+        per_clock: int,
+        params: list[_DDS],
+        sets: AccessSets | None,
+        lanes: list[int],
+    ) -> None:
+        self.n = n
+        self.size = size
+        self.minibatches = -(-n // size) if n else 0
+        self.nodes = nodes
+        self.threads = threads
+        self.per_clock = per_clock
+        self.params = params
+        self.sets = sets
+        self.lanes = lanes  # per parameter: delta blocks a node sends (T for custom, else 1)
+        per = nodes * threads * per_clock
+        self.clocks = -(-self.minibatches // per) if self.minibatches else 0
+        self.owners = [owner_array(d, nodes) for d in params]
+        self.row_nbytes = [d.row_nbytes() for d in params]
+        self._all = [np.arange(len(d), dtype=np.int64) for d in params]
+        self._owned_all = [
+            [np.flatnonzero(own == o).astype(np.int64) for o in range(nodes)] for own in self.owners
+        ]
+        self._nodes: dict[tuple[int, int], NodeClock] = {}
+        self._own: dict[tuple[int, int], OwnerClock] = {}
+        self._workers: dict[tuple[int, bool], int] = {}
+        self._per_node: list[int] | None = None
+        self._shapes: dict[tuple[int, int, int], list[tuple[int, ...]]] = {}
+
+    # ------------------------------------------------------------------ assignment
+    def minibatch_slots(self, m: int) -> tuple[int, int]:
+        """The slot range ``lo, hi`` of minibatch ``m``."""
+        return m * self.size, min((m + 1) * self.size, self.n)
+
+    def assigned(self, clock: int, node: int) -> list[np.ndarray]:
+        """Per thread of ``node``: its minibatches in ``clock``."""
+        k, T = self.per_clock, self.threads
+        base = clock * self.nodes * T * k
+        out = []
+        for t in range(T):
+            lo = base + (node * T + t) * k
+            out.append(np.arange(lo, min(lo + k, self.minibatches), dtype=np.int64))
+        return out
+
+    def workers(self, clock: int, hybrid: bool) -> int:
+        """Workers that ran in ``clock``: threads with a minibatch (Hybrid: nodes)."""
+        key = (clock, hybrid)
+        got = self._workers.get(key)
+        if got is None:
+            per_node = [len(self.node(clock, p).active_threads) for p in range(self.nodes)]
+            got = sum(x > 0 for x in per_node) if hybrid else sum(per_node)
+            self._workers[key] = got
+        return got
+
+    def bodies_per_node(self) -> list[int]:
+        """Minibatches each node runs in one invocation."""
+        if self._per_node is None:
+            self._per_node = [
+                sum(len(m) for c in range(self.clocks) for m in self.assigned(c, p))
+                for p in range(self.nodes)
+            ]
+        return self._per_node
+
+    # ------------------------------------------------------------------ row sets
+    def _split_gids(self, gids: np.ndarray) -> list[np.ndarray]:
+        out = []
+        for d in self.params:
+            lo = np.searchsorted(gids, d._id << SLOT_BITS)
+            hi = np.searchsorted(gids, (d._id + 1) << SLOT_BITS)
+            out.append(gids[lo:hi] & SLOT_MASK)
+        return out
+
+    def _sets_of(self, ms: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """(prefetch, write) slots per parameter for minibatches ``ms``."""
+        if not len(ms):
+            return [_EMPTY] * len(self.params), [_EMPTY] * len(self.params)
+        if self.sets is None:
+            return list(self._all), list(self._all)
+        s = self.sets
+        w = [s.writes_of(m) for m in ms.tolist()]
+        r = [s.reads_of(m) for m in ms.tolist()]
+        wg = np.unique(np.concatenate(w)) if len(w) > 1 else w[0]
+        pg = np.union1d(np.concatenate(r), wg)
+        return self._split_gids(pg), self._split_gids(wg)
+
+    def node(self, clock: int, node: int) -> NodeClock:
+        """``node``'s share of ``clock`` (cached)."""
+        key = (clock, node)
+        got = self._nodes.get(key)
+        if got is not None:
+            return got
+        ms = self.assigned(clock, node)
+        pref, wr = [], []
+        for m in ms:
+            p, w = self._sets_of(m)
+            pref.append(p)
+            wr.append(w)
+        D = len(self.params)
+        rows, npref = [], []
+        for d in range(D):
+            if self.sets is None:
+                active = any(len(m) for m in ms)
+                rows.append(self._all[d] if active else _EMPTY)
+                npref.append(rows[-1])
+            else:
+                rows.append(np.unique(np.concatenate([w[d] for w in wr])))
+                npref.append(np.unique(np.concatenate([p[d] for p in pref])))
+        tpos = [[np.searchsorted(rows[d], w[d]) for d in range(D)] for w in wr]
+        split = [
+            [np.flatnonzero(self.owners[d][rows[d]] == o) for d in range(D)]
+            for o in range(self.nodes)
+        ]
+        got = self._nodes[key] = NodeClock(ms, pref, wr, rows, tpos, npref, split)
+        return got
+
+    def owner(self, clock: int, owner: int) -> OwnerClock:
+        """What ``owner`` aggregates in ``clock`` (cached)."""
+        key = (clock, owner)
+        got = self._own.get(key)
+        if got is not None:
+            return got
+        D = len(self.params)
+        srcs = [self.node(clock, p) for p in range(self.nodes)]
+        rows = []
+        for d in range(D):
+            parts = [nc.rows[d][nc.split[owner][d]] for nc in srcs]
+            if self.sets is None and any(len(x) for x in parts):
+                rows.append(self._owned_all[d][owner])
+            else:
+                rows.append(np.unique(np.concatenate(parts)))
+        pos = [
+            [np.searchsorted(rows[d], nc.rows[d][nc.split[owner][d]]) for d in range(D)]
+            for nc in srcs
+        ]
+        got = self._own[key] = OwnerClock(rows, pos)
+        return got
+
+    # ------------------------------------------------------------------ message sizes
+    def delta_shapes(self, clock: int, src: int, owner: int) -> list[tuple[int, ...]]:
+        """Per parameter, the shape of the block ``src`` sends ``owner`` for ``clock``."""
+        key = (clock, src, owner)
+        got = self._shapes.get(key)
+        if got is None:
+            nc = self.node(clock, src)
+            got = self._shapes[key] = [
+                (self.lanes[d], len(nc.split[owner][d]), *(p.shape or ()))
+                for d, p in enumerate(self.params)
+            ]
+        return got
+
+    def delta_nbytes(self, clock: int, src: int, owner: int) -> int:
+        """Payload bytes of the delta ``src`` sends ``owner`` for ``clock``."""
+        return sum(
+            s[0] * s[1] * self.row_nbytes[d]
+            for d, s in enumerate(self.delta_shapes(clock, src, owner))
+        )
+
+    def update_nbytes(self, clock: int, owner: int) -> int:
+        """Payload bytes of the update ``owner`` sends every node for ``clock``."""
+        oc = self.owner(clock, owner)
+        return sum(len(oc.rows[d]) * self.row_nbytes[d] for d in range(len(self.params)))
+
+    def describe(self) -> dict[str, Any]:
+        """Summary numbers for the planner report."""
+        per_node = self.bodies_per_node()
+        mean = sum(per_node) / max(len(per_node), 1)
+        return {
+            "clocks": self.clocks,
+            "minibatches": self.minibatches,
+            "imbalance": round(max(per_node) / mean, 4) if mean else 1.0,
+        }
+
+
+__all__ = ["Index", "NodeClock", "OwnerClock", "SyncLayout", "fast", "owner_array"]

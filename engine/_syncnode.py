@@ -1,0 +1,324 @@
+"""One node's work in a ``sync_for`` clock: caches, bodies, deltas, aggregation, updates.
+
+Everything here is transport-free: the drivers (``_syncdrive``) decide *when* a node
+computes, aggregates or applies, and move the byte buffers this module produces.
+Messages are flat ``uint8`` numpy buffers: an 8-byte clock stamp, then per parameter
+DDS (in a fixed order) the rows of the layout, so they travel with MPI buffer
+methods and are never pickled.
+
+Aggregation arithmetic is fixed so that BSP is bitwise reproducible: a node sums its
+threads' deltas in thread order into a zero block; an owner sums the nodes' blocks in
+node order into a zero block and divides by the number of workers of the clock (the
+default average), or stacks the workers' deltas in (node, thread) order for a
+registered aggregation function.  Arrival order never enters the arithmetic.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from . import _mutants
+from ._errors import AccessOutsideReconError, BodyError, DDSError, SyncProtocolError
+from ._session import _tls
+from ._syncdds import bind_thread, make_batch
+from ._synclayout import NodeClock, SyncLayout
+
+if TYPE_CHECKING:
+    from ._dds import _DDS
+    from ._session import Session
+
+HEADER = 8
+
+
+@dataclass
+class SyncContext:
+    """What every node of one invocation shares (read-only while it runs)."""
+
+    sess: Session
+    name: str
+    inv: int
+    op_key: int
+    body: Callable[[Any], Any]
+    data: _DDS
+    layout: SyncLayout
+    hybrid: bool
+    staleness: int
+    aggs: list[Callable[[np.ndarray], np.ndarray] | None]
+    caches: dict[tuple[int, int], list[np.ndarray]]  # (node, lane) -> per parameter
+    sent_bytes: list[int] = field(default_factory=lambda: [0])
+
+    @property
+    def params(self) -> list[_DDS]:
+        return self.layout.params
+
+
+def _stamp(clock: int, parts: list[np.ndarray]) -> np.ndarray:
+    head = np.array([clock], dtype=np.int64).view(np.uint8)
+    flat = [np.ascontiguousarray(p).view(np.uint8).ravel() for p in parts if p.size]
+    return np.concatenate([head, *flat])
+
+
+def check_stamp(buf: np.ndarray, clock: int, what: str) -> None:
+    """Fail loudly if a message is not the one the layout expects."""
+    got = int(buf[:HEADER].view(np.int64)[0])
+    if got != clock:
+        raise SyncProtocolError(f"sync_for: {what} stamped clock {got}, expected clock {clock}")
+
+
+class NodeRun:
+    """One node's state during one invocation."""
+
+    def __init__(self, ctx: SyncContext, node: int) -> None:
+        self.ctx = ctx
+        self.node = node
+        self.replicas = [d._bufs[node] for d in ctx.params]
+        self.databuf = ctx.data._bufs[node]
+        lanes = 1 if ctx.hybrid else ctx.sess.cluster.threads
+        self.caches = [self._cache(lane) for lane in range(lanes)]
+        base = {d._id: d._bufs[node] for d in ctx.sess.dds}
+        self.rbufs = []
+        self.wbufs = []
+        for cache in self.caches:
+            w = {d._id: c for d, c in zip(ctx.params, cache, strict=True)}
+            self.rbufs.append({**base, **w})
+            self.wbufs.append(w)
+        self.mutex = threading.Lock()
+        self.own: dict[int, list[np.ndarray]] = {}  # clock -> delta blocks, until aggregated
+        self.clock_seconds: list[float] = []
+
+    def _cache(self, lane: int) -> list[np.ndarray]:
+        key = (self.node, lane)
+        got = self.ctx.caches.get(key)
+        if got is None or any(c.shape != r.shape for c, r in zip(got, self.replicas, strict=True)):
+            got = self.ctx.caches[key] = [np.empty_like(r) for r in self.replicas]
+        return got
+
+    # ------------------------------------------------------------------ computing
+    def compute(self, clock: int) -> None:
+        """Run this node's minibatches of ``clock``; keep its delta blocks."""
+        t0 = time.perf_counter()
+        nc = self.ctx.layout.node(clock, self.node)
+        if self.ctx.hybrid:
+            self.own[clock] = self._compute_hybrid(clock, nc)
+        else:
+            self.own[clock] = self._compute_workers(nc)
+        self.clock_seconds.append(time.perf_counter() - t0)
+
+    def _run_bodies(
+        self,
+        lane: int,
+        ms: np.ndarray,
+        grants: list[tuple[int, int]] | None = None,
+        thread: int = 0,
+    ) -> None:
+        """Run minibatches ``ms`` on ``lane``'s buffers; with ``grants``, each body holds
+        the node mutex and (thread, minibatch) is logged in grant order."""
+        ctx = self.ctx
+        layout, data, body, buf = ctx.layout, ctx.data, ctx.body, self.databuf
+        bind_thread(self.rbufs[lane], self.wbufs[lane])
+        _tls.op_key = ctx.op_key
+        m = -1
+        try:
+            for m in ms.tolist():
+                lo, hi = layout.minibatch_slots(m)
+                batch = make_batch(data, buf, m, lo, hi)
+                _tls.index = m
+                if grants is None:
+                    body(batch)
+                else:
+                    with self.mutex:
+                        grants.append((thread, m))
+                        body(batch)
+        except (AccessOutsideReconError, DDSError):
+            raise
+        except Exception as exc:
+            raise BodyError(ctx.name, ctx.inv, m, self.node, exc) from exc
+        finally:
+            _tls.op_key = None
+
+    def _threads(self, work: list[Callable[[], None]]) -> None:
+        if len(work) == 1:
+            work[0]()
+            return
+        pool = self.ctx.sess.cluster.pool(self.node)
+        futures = [pool.submit(fn) for fn in work]
+        errors = [f.exception() for f in futures]
+        for e in errors:
+            if e is not None:
+                raise e
+
+    def _compute_workers(self, nc: NodeClock) -> list[np.ndarray]:
+        """BSP/SSP: each thread on its own cache; node delta blocks per parameter."""
+        ctx = self.ctx
+        reps = self.replicas
+        whole = ctx.layout.sets is None
+        tdeltas: dict[int, list[np.ndarray]] = {}
+
+        def worker(t: int) -> Callable[[], None]:
+            def run() -> None:
+                cache = self.caches[t]
+                for c, r, ix in zip(cache, reps, nc.f_pref[t], strict=True):
+                    if whole:
+                        np.copyto(c, r)
+                    else:
+                        c[ix] = r[ix]
+                self._run_bodies(t, nc.ms[t])
+                tdeltas[t] = [
+                    c[ix] - r[ix] for c, r, ix in zip(cache, reps, nc.f_wr[t], strict=True)
+                ]
+
+            return run
+
+        active = nc.active_threads
+        self._threads([worker(t) for t in active])
+        out = []
+        for d, rep in enumerate(reps):
+            lanes = ctx.layout.lanes[d]
+            blk = np.zeros((lanes, len(nc.rows[d]), *rep.shape[1:]), dtype=rep.dtype)
+            for t in active:  # thread order: part of the fixed aggregation order
+                if lanes == 1:
+                    blk[0, nc.f_tpos[t][d]] += tdeltas[t][d]
+                else:
+                    blk[t, nc.f_tpos[t][d]] = tdeltas[t][d]
+            out.append(blk)
+        return out
+
+    def _compute_hybrid(self, clock: int, nc: NodeClock) -> list[np.ndarray]:
+        """Hybrid: the node's threads share one cache; bodies hold the node mutex."""
+        ctx = self.ctx
+        cache = self.caches[0]
+        for c, r, ix in zip(cache, self.replicas, nc.f_npref, strict=True):
+            if ctx.layout.sets is None:
+                np.copyto(c, r)
+            else:
+                c[ix] = r[ix]
+        grants: list[tuple[int, int]] = []
+
+        def worker(t: int) -> Callable[[], None]:
+            return lambda: self._run_bodies(0, nc.ms[t], grants, t)
+
+        self._threads([worker(t) for t in nc.active_threads])
+        if ctx.sess.cluster.threads > 1 and grants:
+            arr = np.array(grants, dtype=np.int64)
+            ctx.sess.recorder.body_order(
+                ctx.name, ctx.inv, self.node, clock, arr[:, 0].copy(), arr[:, 1].copy()
+            )
+        return [
+            (c[ix] - r[ix])[None] for c, r, ix in zip(cache, self.replicas, nc.f_rows, strict=True)
+        ]
+
+    # ------------------------------------------------------------------ messages
+    def delta_payload(self, clock: int, owner: int) -> np.ndarray:
+        """The message carrying this node's delta of ``clock`` to ``owner``."""
+        nc = self.ctx.layout.node(clock, self.node)
+        blocks = self.own[clock]
+        return _stamp(clock, [blocks[d][:, nc.f_split[owner][d]] for d in range(len(blocks))])
+
+    def _unpack_delta(self, clock: int, src: int, buf: np.ndarray) -> list[np.ndarray]:
+        out, off = [], HEADER
+        shapes = self.ctx.layout.delta_shapes(clock, src, self.node)
+        for r, shape in zip(self.replicas, shapes, strict=True):
+            nb = math.prod(shape) * r.dtype.itemsize
+            out.append(buf[off : off + nb].view(r.dtype).reshape(shape))
+            off += nb
+        if off != len(buf):
+            raise SyncProtocolError(
+                f"sync_for: delta from node {src} for clock {clock} has {len(buf)} bytes, "
+                f"the layout says {off}"
+            )
+        return out
+
+    def aggregate(self, clock: int, received: dict[int, np.ndarray]) -> np.ndarray | None:
+        """Aggregate the deltas of ``clock`` into the owned rows; return the update message
+        for the other nodes (None when there are none)."""
+        ctx, layout, me = self.ctx, self.ctx.layout, self.node
+        oc = layout.owner(clock, me)
+        own = self.own.pop(clock)
+        mine = layout.node(clock, me)
+        blocks: list[list[np.ndarray]] = []
+        for src in range(layout.nodes):
+            if src == me:
+                blocks.append([own[d][:, mine.f_split[me][d]] for d in range(len(own))])
+            else:
+                blocks.append(self._unpack_delta(clock, src, received.pop(src)))
+        workers = layout.workers(clock, ctx.hybrid)
+        srcs = list(range(layout.nodes))
+        if "aggregate_twice" in _mutants.ACTIVE or "reorder_aggregation" in _mutants.ACTIVE:
+            srcs = list(_mutants.aggregation_sources(layout.nodes, me))
+        parts = []
+        for d, rep in enumerate(self.replicas):
+            n = len(oc.rows[d])
+            if not n:
+                continue
+            rows = oc.f_rows[d]
+            fn = ctx.aggs[d]
+            if fn is None:
+                acc = np.zeros((n, *rep.shape[1:]), dtype=rep.dtype)
+                for src in srcs:  # node order, whatever the arrival order
+                    acc[oc.f_pos[src][d]] += blocks[src][d][0]
+                agg = acc / workers
+            else:
+                agg = self._custom(clock, d, fn, blocks, n, workers)
+            rep[rows] = rep[rows] + agg
+            parts.append(rep[rows])
+        return _stamp(clock, parts) if layout.nodes > 1 else None
+
+    def _custom(
+        self,
+        clock: int,
+        d: int,
+        fn: Callable[[np.ndarray], np.ndarray],
+        blocks: list[list[np.ndarray]],
+        n: int,
+        workers: int,
+    ) -> np.ndarray:
+        layout, rep = self.ctx.layout, self.replicas[d]
+        oc = layout.owner(clock, self.node)
+        stack = np.zeros((workers, n, *rep.shape[1:]), dtype=rep.dtype)
+        w = 0
+        for src in range(layout.nodes):
+            nc = layout.node(clock, src)
+            if self.ctx.hybrid:
+                lanes = [0] if nc.active_threads else []
+            else:
+                lanes = nc.active_threads
+            for lane in lanes:  # (node, thread) order
+                stack[w, oc.f_pos[src][d]] = blocks[src][d][lane]
+                w += 1
+        agg = np.asarray(fn(stack))
+        want = (n, *rep.shape[1:])
+        if agg.shape != want:
+            dds = self.ctx.params[d]
+            raise DDSError(
+                f"{dds.name}: the aggregation function registered for it returned shape "
+                f"{agg.shape} for deltas of shape {stack.shape}; it must return {want} "
+                "(one aggregate delta per row)"
+            )
+        return agg
+
+    def apply_update(self, clock: int, owner: int, buf: np.ndarray) -> None:
+        """Write ``owner``'s new values of ``clock`` into this node's replica."""
+        oc = self.ctx.layout.owner(clock, owner)
+        off = HEADER
+        for d, rep in enumerate(self.replicas):
+            n = len(oc.rows[d])
+            if not n:
+                continue
+            nb = n * self.ctx.layout.row_nbytes[d]
+            rep[oc.f_rows[d]] = buf[off : off + nb].view(rep.dtype).reshape((n, *rep.shape[1:]))
+            off += nb
+        if off != len(buf):
+            raise SyncProtocolError(
+                f"sync_for: update from node {owner} for clock {clock} has {len(buf)} bytes, "
+                f"the layout says {off}"
+            )
+
+
+__all__ = ["HEADER", "NodeRun", "SyncContext", "check_stamp"]

@@ -1,0 +1,77 @@
+"""MLR: the digits split, accuracy with BSP on 2 ranks, SSP and Hybrid from the CLI."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import engine as ap
+from apps.mlr import evaluate, train
+from apps.mlr._data import digits_split, synthetic_digits
+from tests.conftest import run_cli
+
+
+def test_digits_split_is_fixed_disjoint_and_scaled() -> None:
+    Xtr, ytr, Xte, yte = digits_split()
+    assert Xtr.shape == (1348, 64) and Xte.shape == (449, 64)
+    assert set(ytr.tolist()) == set(range(10)) == set(yte.tolist())
+    assert 0.0 <= Xtr.min() and Xtr.max() <= 1.0
+    again = digits_split()
+    assert all(np.array_equal(a, b) for a, b in zip((Xtr, ytr, Xte, yte), again, strict=True))
+    rows = {r.tobytes() for r in Xtr}
+    assert sum(r.tobytes() in rows for r in Xte) < 5  # a few digits are pixel-identical
+
+
+def test_synthetic_data_looks_like_digits() -> None:
+    Xtr, ytr, Xte, yte = synthetic_digits(n=200, seed=3)
+    assert Xtr.shape[1] == 64 and len(Xtr) + len(Xte) == 200
+    assert 0.0 <= Xtr.min() and Xtr.max() <= 1.0 and ytr.max() <= 9
+
+
+def test_evaluate_on_a_perfect_model() -> None:
+    X = np.eye(3, 4)
+    W = np.hstack([np.eye(3, 4) * 50, np.zeros((3, 1))])
+    loss, acc = evaluate(W, X, np.arange(3))
+    assert acc == 1.0 and loss < 1e-6
+
+
+def test_bsp_on_two_nodes_reaches_093_and_logs_every_epoch() -> None:
+    res = ap.run(train, {"epochs": 10}, nodes=2)
+    acc, loss = res.objectives["test_accuracy"], res.objectives["loss"]
+    assert len(acc) == len(loss) == 10
+    assert acc[-1] >= 0.93, acc
+    assert loss[-1] < loss[0]
+    assert res.planner["mlr"]["strategy"] == "bsp" and res.planner["mlr"]["params"] == ["W"]
+
+
+@pytest.mark.parametrize("sync,threads", [("ssp", 1), ("hybrid", 2)])
+def test_ssp_and_hybrid_learn_on_synthetic_data(sync: str, threads: int) -> None:
+    res = ap.run(train, {"epochs": 4, "sync": sync, "synthetic": True}, nodes=2, threads=threads)
+    assert res.objectives["test_accuracy"][-1] > 0.8, res.objectives
+
+
+def test_cli_two_ranks_bsp_matches_in_process_and_reaches_093() -> None:
+    proc = run_cli(["run", "mlr", "--ranks", "2", "--json", "-p", "epochs=10"])
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["objectives"]["test_accuracy"][-1] >= 0.93
+    here = ap.run(train, {"epochs": 10}, nodes=2)
+    assert out["objectives"] == here.objectives  # MPI and in-process BSP agree bit for bit
+
+
+@pytest.mark.parametrize("args", [["-p", "sync=ssp"], ["-p", "sync=hybrid", "--threads", "2"]])
+def test_cli_ssp_and_hybrid_run(args: list[str]) -> None:
+    proc = run_cli(["run", "mlr", "--ranks", "2", "--json", "-p", "epochs=3", *args])
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["params"]["sync"] == args[1].split("=")[1]
+    assert out["objectives"]["test_accuracy"][-1] > 0.85
+
+
+def test_cli_rejects_an_unknown_sync_model_in_one_line() -> None:
+    proc = run_cli(["run", "mlr", "-p", "sync=async"])
+    assert proc.returncode == 2
+    assert "sync must be bsp, ssp or hybrid" in proc.stderr
+    assert "Traceback" not in proc.stderr
