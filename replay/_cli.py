@@ -173,6 +173,25 @@ def _with(options: list[Callable[..., Any]]) -> Callable[..., Any]:
     return deco
 
 
+def _trace_options(what: str) -> Callable[..., Any]:
+    """--trace/--no-trace/--json, shared by the commands that record."""
+    return _with(
+        [
+            click.option(
+                "--trace",
+                "trace",
+                type=click.Path(dir_okay=False),
+                default=None,
+                help=f"{what} [default: traces/<app>-<timestamp>.sqlite]",
+            ),
+            click.option("--no-trace", is_flag=True, help="Do not record a trace."),
+            click.option(
+                "--json", "as_json", is_flag=True, help="Print one JSON object on stdout."
+            ),
+        ]
+    )
+
+
 @cli.command("run")
 @click.argument("app")
 @_with(_common)
@@ -183,15 +202,7 @@ def _with(options: list[Callable[..., Any]]) -> Callable[..., Any]:
 @click.option(
     "--timeout", type=float, default=None, help="Kill the MPI job after this many seconds."
 )
-@click.option(
-    "--trace",
-    "trace",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="Trace store to record into. [default: traces/<app>-<timestamp>.sqlite]",
-)
-@click.option("--no-trace", is_flag=True, help="Do not record a trace.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
+@_trace_options("Trace store to record into.")
 def run_cmd(
     app: str,
     params: tuple[str, ...],
@@ -490,15 +501,7 @@ def single_cmd(
     help="Serial order of the forward test.",
 )
 @click.option("--order-seed", type=int, default=0, show_default=True)
-@click.option(
-    "--trace",
-    "trace",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="Trace store for the parallel run and the verdicts. [default: traces/<app>-<timestamp>.sqlite]",
-)
-@click.option("--no-trace", is_flag=True, help="Do not record.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
+@_trace_options("Trace store for the parallel run and the verdicts.")
 def dual_cmd(
     app: str,
     params: tuple[str, ...],
@@ -516,7 +519,7 @@ def dual_cmd(
     from . import testing
     from ._apps import parse_params
     from ._apps import resolve as resolve_app
-    from ._job import _recorder
+    from ._job import _recorder, recording
 
     if ranks < 1 or threads < 1:
         raise UsageError("--ranks and --threads must be >= 1")
@@ -530,7 +533,7 @@ def dual_cmd(
         spec = {"trace": path, "run_id": run_id, "nodes": ranks, "threads": threads, "seed": seed}
         recorder = _recorder(spec, resolved, values, None)
     say(f"dual test of {resolved.name}: {ranks} node(s) x {threads} thread(s), seed {seed}")
-    try:
+    with recording(recorder):
         results = testing.dual(
             resolved.fn,
             values,
@@ -542,12 +545,7 @@ def dual_cmd(
             direction=direction,
             recorder=recorder,
         )
-    except BaseException:
-        if recorder is not None:
-            recorder.close("failed", traceback.format_exc())
-        raise
     if recorder is not None:
-        recorder.close("finished")
         import tracer
 
         with tracer.open_writable(path) as store:

@@ -10,6 +10,7 @@ output and an exit status.  ``mpiexec -n N replay run APP`` started by a user ru
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -21,7 +22,7 @@ import threading
 import time
 import traceback
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -130,6 +131,19 @@ def _recorder(spec: dict[str, Any], app: Any, params: dict[str, Any], comm: Any)
     return tracer.TraceRecorder(path, run_id, nodes, is_primary=rank == 0)
 
 
+@contextlib.contextmanager
+def recording(recorder: Any) -> Iterator[None]:
+    """Close ``recorder`` (if any) as finished, or as failed with the traceback."""
+    try:
+        yield
+    except BaseException:
+        if recorder is not None:
+            recorder.close("failed", traceback.format_exc())
+        raise
+    if recorder is not None:
+        recorder.close("finished")
+
+
 def run_here(
     spec: dict[str, Any], comm: Any = None, progress: Callable[[str], None] | None = None
 ) -> dict[str, Any]:
@@ -150,7 +164,7 @@ def run_here(
     run_id = spec.get("run_id") or uuid.uuid4().hex
     spec = dict(spec, run_id=run_id)
     recorder = _recorder(spec, app, params, comm) if spec.get("trace") else None
-    try:
+    with recording(recorder):
         res = engine.run(
             app.fn,
             params,
@@ -162,12 +176,6 @@ def run_here(
             recorder=recorder,
             progress=say,
         )
-    except BaseException:
-        if recorder is not None:
-            recorder.close("failed", traceback.format_exc())
-        raise
-    if recorder is not None:
-        recorder.close("finished")
     return {
         "run_id": run_id,
         "trace": spec.get("trace"),
