@@ -7,6 +7,7 @@ import os
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -30,11 +31,21 @@ def dataset(synthetic: bool) -> tuple[str, list[str]]:
 
 def replay_run(args: list[str], timeout: float = 1800) -> dict[str, Any]:
     """Run ``replay run ... --json`` and return its JSON object."""
-    cmd = [sys.executable, "-m", "replay", "run", *args, "--json"]
+    return replay_cmd(["run", *args], timeout)
+
+
+def replay_cmd(args: list[str], timeout: float = 1800) -> dict[str, Any]:
+    """Run ``replay ARGS --json``; the JSON object plus ``elapsed_s``, the whole command's
+    wall time (process start, MPI launch, imports, recording set-up and all)."""
+    cmd = [sys.executable, "-m", "replay", *args, "--json"]
+    t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=timeout, cwd=ROOT)
+    elapsed = time.perf_counter() - t0
     if proc.returncode != 0:
-        raise SystemExit(f"benchmark run failed: {' '.join(args)}: {proc.stderr.strip()}")
-    return json.loads(proc.stdout)
+        raise SystemExit(f"benchmark command failed: {' '.join(args)}: {proc.stderr.strip()}")
+    out = json.loads(proc.stdout)
+    out["elapsed_s"] = elapsed
+    return out
 
 
 def steady(times: list[float]) -> float:

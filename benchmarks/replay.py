@@ -11,21 +11,16 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
-import sys
 import tempfile
 from datetime import date
 from pathlib import Path
 
-from _common import ENV, ROOT, dataset, replay_run
+from _common import dataset, replay_cmd, replay_run
 
 
-def replay_cmd(mode: str, trace: Path) -> dict:
-    cmd = [sys.executable, "-m", "replay", mode, str(trace), "--json"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=1800)
-    if proc.returncode != 0:
-        raise SystemExit(f"replay {mode} failed: {proc.stderr.strip()}")
-    res = json.loads(proc.stdout)
+def replay_trace(mode: str, trace: Path) -> dict:
+    """Replay ``trace``; it must be identical."""
+    res = replay_cmd([mode, str(trace)])
     if not res["identical"]:
         raise SystemExit(f"replay {mode} diverged: {res['first_difference']}")
     return res
@@ -43,10 +38,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for k in range(args.repeats):
             path = Path(tmp) / f"t{k}.sqlite"
-            rec.append(replay_run([*common, "--ranks", "2", "--trace", str(path)])["wall_s"])
-            cl.append(replay_cmd("cluster", path)["wall_s"])
-            one.append(replay_run([*common, "--ranks", "1", "--no-trace"])["wall_s"])
-            single.append(replay_cmd("single", path)["wall_s"])
+            rec.append(replay_run([*common, "--ranks", "2", "--trace", str(path)])["elapsed_s"])
+            cl.append(replay_trace("cluster", path)["elapsed_s"])
+            one.append(replay_run([*common, "--ranks", "1", "--no-trace"])["elapsed_s"])
+            single.append(replay_trace("single", path)["elapsed_s"])
     m = statistics.median
     out = {
         "benchmark": "replay",

@@ -34,10 +34,10 @@ def main() -> None:
     traced, untraced, sizes, bodies = [], [], [], 0
     with tempfile.TemporaryDirectory() as tmp:
         for k in range(args.repeats):  # interleaved, so noise hits both alike
-            untraced.append(replay_run([*common, "--no-trace"])["wall_s"])
+            untraced.append(replay_run([*common, "--no-trace"])["elapsed_s"])
             path = Path(tmp) / f"t{k}.sqlite"
             res = replay_run([*common, "--trace", str(path)])
-            traced.append(res["wall_s"])
+            traced.append(res["elapsed_s"])
             sizes.append(store_bytes(path))
             bodies = res["planner"]["sgd"]["bodies"] * args.epochs
     t, u = statistics.median(traced), statistics.median(untraced)
