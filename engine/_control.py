@@ -61,6 +61,25 @@ class Controller:
     def after_invocation(self, op: str, invocation: int) -> None:
         """Called in the driver after every operator invocation completes."""
 
+    # sync_for (the arrival order of deltas never changes a sum, so it has no hook)
+    def ssp_visibility(
+        self, op: str, invocation: int, node: int, clock: int
+    ) -> tuple[int, ...] | None:
+        """Per owner, the last clock whose update ``node`` must have applied — no more, no
+        less — before it runs ``clock`` of an SSP ``sync_for`` (None: whatever arrived)."""
+        return None
+
+    def hybrid_order(
+        self, op: str, invocation: int, node: int, clock: int
+    ) -> list[tuple[int, int]] | None:
+        """Order in which ``node``'s threads take the node mutex in ``clock`` of a Hybrid
+        ``sync_for``, as (thread, minibatch) pairs (None: free)."""
+        return None
+
+    def hybrid_serial(self, op: str, invocation: int, node: int, clock: int) -> bool:
+        """Run the :meth:`hybrid_order` on one thread instead of the node's threads."""
+        return False
+
 
 # ============================================================ turnstile (pure)
 @dataclass(frozen=True, slots=True)

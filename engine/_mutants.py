@@ -10,8 +10,9 @@ of these on and asserting that property-based dual tests fail::
 
 Only tests may touch :data:`ACTIVE`.  In every other run it is empty, and each hook in
 the engine is a single set-membership test outside the per-body hot path (once per
-round, node-round or clock) that changes nothing.  Mutants act on in-process clusters;
-under MPI only the hooks that need no cross-rank cooperation have an effect.
+round, node-round or clock) that changes nothing.  ``skip_writeback`` and
+``stale_prefetch`` act on in-process clusters only (the tests' clusters); the others
+also act under MPI.
 
 * ``skip_writeback`` (``_runtime.InProcessCluster.exchange_rows``): the first row of
   every DDS block of a write-back never reaches the other replicas.

@@ -28,10 +28,18 @@ node that starts clock ``c`` knows that the slowest node has finished clock
 ``c - staleness - 1``: no node runs more than ``staleness`` clocks ahead of the
 slowest.  A node that has finished its last clock waits until it has applied every
 update, so all replicas agree when the operator returns.
+
+Replay gives the machine a *visibility script*: per clock, the exact vector of applied
+clocks the recorded run had when it started that clock.  Then the machine applies
+(and aggregates) up to that vector only — later arrivals stay buffered — waits for
+whatever of it is missing, and answers :class:`ReportMismatch` when the vector can no
+longer be reached.  What each clock reads is then the recorded one, whatever the
+arrival timing; since the arithmetic never depends on arrival order, so is the result.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ._errors import SyncProtocolError
@@ -126,14 +134,30 @@ class Finished:
     """Every clock is done and every update is applied: the invocation is over here."""
 
 
-Instruction = Proceed | Wait | SendDelta | Aggregate | ApplyUpdate | Finished
+@dataclass(frozen=True, slots=True)
+class ReportMismatch:
+    """Replay: ``clock`` cannot start with the scripted ``recorded`` vector of applied
+    clocks (``applied`` is what this node has, ``why`` says what is impossible)."""
+
+    clock: int
+    recorded: tuple[int, ...]
+    applied: tuple[int, ...]
+    why: str
+
+
+Instruction = Proceed | Wait | SendDelta | Aggregate | ApplyUpdate | Finished | ReportMismatch
+
+#: A visibility script: clock -> the applied vector that clock must start with (None: free).
+Script = Callable[[int], tuple[int, ...] | None]
 
 
 # ====================================================================== the machine
 class SspClock:
     """One node's view of the clocks of one ``sync_for`` invocation."""
 
-    def __init__(self, node: int, nodes: int, clocks: int, staleness: int) -> None:
+    def __init__(
+        self, node: int, nodes: int, clocks: int, staleness: int, script: Script | None = None
+    ) -> None:
         if not 0 <= node < nodes:
             raise ValueError(f"node {node} is not in 0..{nodes - 1}")
         if clocks < 0 or staleness < 0:
@@ -149,6 +173,8 @@ class SspClock:
         self._arrivals: dict[int, list[int]] = {}  # clock -> delta sources in arrival order
         self._pending: list[set[int]] = [set() for _ in range(nodes)]  # arrived, not applied
         self._applied = [-1] * nodes  # per owner: last clock applied (own: aggregated)
+        self._script = script
+        self._caps: dict[int, tuple[int, ...] | None] = {}
 
     # ---------------------------------------------------------------- read-only state
     @property
@@ -209,14 +235,43 @@ class SspClock:
         return self._progress()
 
     # ---------------------------------------------------------------- internals
+    def _cap(self) -> tuple[int, ...] | None:
+        """The scripted vector the next clock must start with (None: no script)."""
+        if self._script is None or self._next >= self.clocks:
+            return None
+        c = self._next
+        if c not in self._caps:
+            got = self._script(c)
+            self._caps[c] = None if got is None else tuple(int(v) for v in got)
+        return self._caps[c]
+
+    def _unreachable(self, cap: tuple[int, ...]) -> str | None:
+        """Why the scripted vector ``cap`` cannot be the next clock's (None: it can)."""
+        if len(cap) != self.nodes:
+            return f"it has {len(cap)} entries for {self.nodes} nodes"
+        need = self._next - self.staleness - 1
+        for q, v in enumerate(cap):
+            if v < self._applied[q]:
+                return f"owner {q}'s update of clock {self._applied[q]} is already applied"
+            if v < need:
+                return f"it misses owner {q}'s update of clock {need} (staleness bound)"
+            if v >= self._next:
+                return f"owner {q}'s update of clock {v} needs this node's delta of that clock"
+        return None
+
     def _progress(self) -> list[Instruction]:
         out: list[Instruction] = []
         me, P = self.node, self.nodes
+        cap = self._cap()
+        if cap is not None and (why := self._unreachable(cap)) is not None:
+            return [ReportMismatch(self._next, cap, tuple(self._applied), why)]
         while True:
             k = self._applied[me] + 1
             got = self._arrivals.get(k)
             if k >= self.clocks or got is None or len(got) < P:
                 break
+            if cap is not None and k > cap[me]:
+                break  # replay: the recorded clock started before this aggregation
             del self._arrivals[k]
             out.append(Aggregate(k, tuple(got)))
             self._applied[me] = k
@@ -224,12 +279,17 @@ class SspClock:
             pend = self._pending[q]
             while self._applied[q] + 1 in pend:
                 k = self._applied[q] + 1
+                if cap is not None and k > cap[q]:
+                    break  # replay: buffered until after the recorded clock starts
                 pend.discard(k)
                 self._applied[q] = k
                 out.append(ApplyUpdate(q, k))
         if self._next < self.clocks:
             need = self._next - self.staleness - 1
-            missing = tuple(q for q in range(P) if self._applied[q] < need)
+            if cap is None:
+                missing = tuple(q for q in range(P) if self._applied[q] < need)
+            else:
+                missing = tuple(q for q in range(P) if self._applied[q] < cap[q])
             if missing:
                 out.append(Wait(self._next, missing))
             else:
@@ -267,6 +327,8 @@ __all__ = [
     "Instruction",
     "LoopStarted",
     "Proceed",
+    "ReportMismatch",
+    "Script",
     "SendDelta",
     "SspClock",
     "UpdateArrived",

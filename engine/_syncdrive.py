@@ -14,7 +14,9 @@ on a :class:`~engine._syncnode.NodeRun`:
   in only at clock boundaries, so a clock's reads are fixed when it starts.
 
 Both report to the recorder in the same way: message arrivals, the arrival order of
-the deltas an owner aggregated, and (SSP) which updates each clock could see.
+the deltas an owner aggregated, and (SSP) which updates each clock could see.  Both
+ask the session's controller (replay) which updates each SSP clock must see, and hand
+that script to the clock machine; a script the run cannot follow is a divergence.
 """
 
 from __future__ import annotations
@@ -23,12 +25,14 @@ import contextlib
 import heapq
 import itertools
 import os
+import time
 from collections.abc import Iterator
 from typing import Any, Protocol
 
 import numpy as np
 
-from ._errors import SyncProtocolError
+from ._control import TURN_TIMEOUT_S, Controller
+from ._errors import DivergenceError, SyncProtocolError
 from ._session import Recorder
 from ._ssp import (
     Aggregate,
@@ -39,6 +43,8 @@ from ._ssp import (
     Finished,
     LoopStarted,
     Proceed,
+    ReportMismatch,
+    Script,
     SendDelta,
     SspClock,
     UpdateArrived,
@@ -153,6 +159,26 @@ class _Reporter:
             self.on_message(node, _CHANNELS[kind], src, clock, nbytes)
 
 
+def _script(ctx: SyncContext, node: int) -> Script | None:
+    """The controller's visibility script for ``node`` (None: a free run)."""
+    ctl = ctx.sess.controller
+    if ctx.staleness == 0 or type(ctl).ssp_visibility is Controller.ssp_visibility:
+        return None
+    return lambda clock: ctl.ssp_visibility(ctx.name, ctx.inv, node, clock)
+
+
+def _mismatch(ctx: SyncContext, node: int, ins: ReportMismatch) -> DivergenceError:
+    return DivergenceError(
+        node=node,
+        op=ctx.name,
+        invocation=ctx.inv,
+        event=f"clock {ins.clock}",
+        what="visibility",
+        expected=f"updates applied up to clocks {list(ins.recorded)} per owner",
+        actual=f"{list(ins.applied)} applied, and {ins.why}",
+    )
+
+
 # ====================================================================== in-process
 def drive_in_process(ctx: SyncContext, runs: dict[int, NodeRun]) -> None:
     """Run every local node's clocks to the end in one virtual-time simulation."""
@@ -161,7 +187,7 @@ def drive_in_process(ctx: SyncContext, runs: dict[int, NodeRun]) -> None:
     P = layout.nodes
     delays = DELAYS[-1]
     rep = _Reporter(ctx)
-    machines = {p: SspClock(p, P, layout.clocks, ctx.staleness) for p in runs}
+    machines = {p: SspClock(p, P, layout.clocks, ctx.staleness, _script(ctx, p)) for p in runs}
     seqs = dict.fromkeys(runs, 0)
     heap: list[tuple[float, int, int, Event]] = []
     order = itertools.count()
@@ -206,6 +232,8 @@ def drive_in_process(ctx: SyncContext, runs: dict[int, NodeRun]) -> None:
             run.apply_update(ins.clock, ins.source, mail.pop((p, 1, ins.source, ins.clock)))
         elif isinstance(ins, Finished):
             done.add(p)
+        elif isinstance(ins, ReportMismatch):
+            raise _mismatch(ctx, p, ins)
         elif not isinstance(ins, Wait):
             raise SyncProtocolError(f"sync_for: unknown instruction {ins!r}")
 
@@ -224,6 +252,17 @@ def drive_in_process(ctx: SyncContext, runs: dict[int, NodeRun]) -> None:
         cl.bind(cl.local_nodes[0])
     if len(done) != len(runs):
         stuck = {p: machines[p].applied for p in runs if p not in done}
+        if any(_script(ctx, p) is not None for p in stuck):
+            p = min(stuck)
+            raise DivergenceError(
+                node=p,
+                op=ctx.name,
+                invocation=ctx.inv,
+                event=f"clock {machines[p].completed}",
+                what="visibility",
+                expected="the recorded updates to arrive",
+                actual=f"every node waits; applied per owner: {stuck}",
+            )
         raise SyncProtocolError(f"sync_for {ctx.name!r}: nodes stopped before the end: {stuck}")
 
 
@@ -235,13 +274,16 @@ SPIN_POLLS = 200
 SENDS_KEPT = 16
 
 
-def _wait_some(cl: Any, recvs: list[Any]) -> list[int]:
-    """Indices of completed receives: poll, then poll while yielding the CPU."""
+def _wait_some(cl: Any, recvs: list[Any], deadline: float | None = None) -> list[int] | None:
+    """Indices of completed receives: poll, then poll while yielding the CPU.  Empty when
+    nothing is in flight; None when ``deadline`` (``time.monotonic``) passed first."""
     for k in itertools.count():
         ready = cl.test_some(recvs)
         if ready is None or ready:
             return ready or []
         if k >= SPIN_POLLS:
+            if deadline is not None and k % SPIN_POLLS == 0 and time.monotonic() > deadline:
+                return None
             os.sched_yield()
     return []  # unreachable
 
@@ -252,7 +294,8 @@ def drive_mpi(ctx: SyncContext, run: NodeRun) -> None:
     layout = ctx.layout
     me, P, C = run.node, layout.nodes, layout.clocks
     rep = _Reporter(ctx)
-    machine = SspClock(me, P, C, ctx.staleness)
+    script = _script(ctx, me)
+    machine = SspClock(me, P, C, ctx.staleness, script)
     counter = itertools.count(1)
     # one posted receive per (kind, peer): slot 2*peer + kind
     recvs: list[Any] = [cl.null_request() for _ in range(2 * P)]
@@ -324,13 +367,27 @@ def drive_mpi(ctx: SyncContext, run: NodeRun) -> None:
             if len(sends) > SENDS_KEPT:  # let finished sends go (and their buffers with them)
                 done = set(cl.test_some([r for r, _ in sends]) or [])
                 sends = [s for i, s in enumerate(sends) if i not in done]
-            ready = _wait_some(cl, recvs)
+            deadline = None if script is None else time.monotonic() + TURN_TIMEOUT_S
+            ready = _wait_some(cl, recvs, deadline)
+            if ready is None:
+                raise DivergenceError(
+                    node=me,
+                    op=ctx.name,
+                    invocation=ctx.inv,
+                    event=f"clock {ins.clock}",
+                    what="visibility",
+                    expected=f"the recorded updates of owners {list(ins.missing)}",
+                    actual=f"nothing arrived within {TURN_TIMEOUT_S:g} s "
+                    f"(applied per owner: {list(machine.applied)})",
+                )
             if not ready:
                 raise SyncProtocolError(
                     f"sync_for {ctx.name!r}: node {me} waits for {ins} with nothing in flight"
                 )
             for i in ready:
                 queue += completed(i)
+        elif isinstance(ins, ReportMismatch):
+            raise _mismatch(ctx, me, ins)
         elif isinstance(ins, Finished):
             break
     cl.wait_all([r for r, _ in sends])

@@ -330,6 +330,7 @@ def sync_for(
     if fresh:
         entry["recon_s"] = round(recon_s, 6)
     _report(sess, name, inv, layout, runs, seconds)
+    sess.controller.after_invocation(name, inv)
 
 
 def _report(

@@ -15,6 +15,7 @@ registered aggregation function.  Arrival order never enters the arithmetic.
 
 from __future__ import annotations
 
+import itertools
 import math
 import threading
 import time
@@ -25,7 +26,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import _mutants
-from ._errors import AccessOutsideReconError, BodyError, DDSError, SyncProtocolError
+from ._control import TurnstileDriver
+from ._errors import (
+    AccessOutsideReconError,
+    BodyError,
+    DDSError,
+    DivergenceError,
+    SyncProtocolError,
+)
 from ._session import _tls
 from ._syncdds import bind_thread, make_batch
 from ._synclayout import NodeClock, SyncLayout
@@ -117,11 +125,14 @@ class NodeRun:
         ms: np.ndarray,
         grants: list[tuple[int, int]] | None = None,
         thread: int = 0,
+        turnstile: TurnstileDriver | None = None,
     ) -> None:
         """Run minibatches ``ms`` on ``lane``'s buffers; with ``grants``, each body holds
-        the node mutex and (thread, minibatch) is logged in grant order."""
+        the node mutex (granted by ``turnstile`` in replay) and (thread, minibatch) is
+        logged in grant order."""
         ctx = self.ctx
-        layout, data, body, buf = ctx.layout, ctx.data, ctx.body, self.databuf
+        layout, data, buf = ctx.layout, ctx.data, self.databuf
+        body = ctx.sess.controller.wrap_body(ctx.name, ctx.inv, self.node, ctx.body)
         bind_thread(self.rbufs[lane], self.wbufs[lane])
         _tls.op_key = ctx.op_key
         m = -1
@@ -132,11 +143,18 @@ class NodeRun:
                 _tls.index = m
                 if grants is None:
                     body(batch)
-                else:
+                elif turnstile is None:
                     with self.mutex:
                         grants.append((thread, m))
                         body(batch)
-        except (AccessOutsideReconError, DDSError):
+                else:
+                    turnstile.acquire(0, thread, m)
+                    try:
+                        grants.append((thread, m))
+                        body(batch)
+                    finally:
+                        turnstile.release(0, thread, m)
+        except (AccessOutsideReconError, DDSError, DivergenceError):
             raise
         except Exception as exc:
             raise BodyError(ctx.name, ctx.inv, m, self.node, exc) from exc
@@ -200,11 +218,21 @@ class NodeRun:
             else:
                 c[ix] = r[ix]
         grants: list[tuple[int, int]] = []
+        order = self._hybrid_order(clock, nc)
+        ctl = ctx.sess.controller
+        if order is not None and ctl.hybrid_serial(ctx.name, ctx.inv, self.node, clock):
+            # single-node replay: the recorded grant order, on this thread
+            for t, run in itertools.groupby(order, key=lambda tm: tm[0]):
+                ms = np.array([m for _, m in run], dtype=np.int64)
+                self._run_bodies(0, ms, grants, t)
+        else:
+            where = {"node": self.node, "op": ctx.name, "invocation": ctx.inv}
+            ts = None if order is None else TurnstileDriver({0: order}, where)
 
-        def worker(t: int) -> Callable[[], None]:
-            return lambda: self._run_bodies(0, nc.ms[t], grants, t)
+            def worker(t: int) -> Callable[[], None]:
+                return lambda: self._run_bodies(0, nc.ms[t], grants, t, ts)
 
-        self._threads([worker(t) for t in nc.active_threads])
+            self._threads([worker(t) for t in nc.active_threads])
         if ctx.sess.cluster.threads > 1 and grants:
             arr = np.array(grants, dtype=np.int64)
             ctx.sess.recorder.body_order(
@@ -213,6 +241,33 @@ class NodeRun:
         return [
             (c[ix] - r[ix])[None] for c, r, ix in zip(cache, self.replicas, nc.f_rows, strict=True)
         ]
+
+    def _hybrid_order(self, clock: int, nc: NodeClock) -> list[tuple[int, int]] | None:
+        """The controller's mutex grant order of ``clock`` (None: free), checked up front
+        against what each thread will ask for, so a changed program diverges at once
+        instead of waiting for a turn that never comes."""
+        ctx = self.ctx
+        if ctx.sess.cluster.threads == 1:
+            return None  # one thread: one order, nothing recorded
+        order = ctx.sess.controller.hybrid_order(ctx.name, ctx.inv, self.node, clock)
+        if order is None:
+            return None
+        order = [(int(t), int(m)) for t, m in order]
+        for t in sorted(set(nc.active_threads) | {t for t, _ in order}):
+            want = [m for th, m in order if th == t]
+            got = nc.ms[t].tolist() if t in nc.active_threads else []
+            if want != got:
+                raise DivergenceError(
+                    node=self.node,
+                    op=ctx.name,
+                    invocation=ctx.inv,
+                    event=f"clock {clock}",
+                    what="body order",
+                    expected=f"thread {t} to run minibatches {want[:8]}"
+                    + ("..." if len(want) > 8 else ""),
+                    actual=f"minibatches {got[:8]}" + ("..." if len(got) > 8 else ""),
+                )
+        return order
 
     # ------------------------------------------------------------------ messages
     def delta_payload(self, clock: int, owner: int) -> np.ndarray:

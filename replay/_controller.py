@@ -2,8 +2,9 @@
 
 :class:`TraceController` answers the engine's order questions from a recorded run:
 the plan each operator must use, the source of every receive, the grant order of
-every lock, and — in single-node replay — one causally consistent order in which a
-node runs its bodies.  :class:`ReplayChecker` is a recorder that compares every
+every lock, the updates every SSP ``sync_for`` clock sees, the node-mutex order of a
+Hybrid ``sync_for``, and — in single-node replay — one causally consistent order in
+which a node runs its bodies.  :class:`ReplayChecker` is a recorder that compares every
 digest and objective with the trace as soon as it is produced, so a replay stops at
 the first difference instead of at the end.
 """
@@ -41,6 +42,8 @@ class TraceController(engine.Controller):
         self._plans: dict[tuple[str, int], Any] = {}
         self._sources: dict[tuple[int, str], np.ndarray] = {}
         self._grants: dict[tuple[str, int, int], Any] = {}
+        self._visible: dict[tuple[str, int, int], dict[int, tuple[int, ...]]] = {}
+        self._mutex: dict[tuple[str, int, int], dict[int, list[tuple[int, int]]]] = {}
         self._break = breakpoint_hook
         self._until: Callable[[str, int], None] | None = None
 
@@ -173,6 +176,52 @@ class TraceController(engine.Controller):
                 actual="a cycle",
             ) from None
 
+    # ------------------------------------------------------------ sync_for
+    def ssp_visibility(
+        self, op: str, invocation: int, node: int, clock: int
+    ) -> tuple[int, ...] | None:
+        # both modes: the in-process driver then runs its nodes in an order that gives
+        # every clock the recorded reads, which is all single-node replay needs
+        key = (op, invocation, node)
+        if key not in self._visible:
+            self._visible[key] = {
+                e.clock: tuple(e.applied) for e in self.run.visibility(op, invocation, node)
+            }
+        seen = self._visible[key]
+        if not seen:
+            return None  # not recorded as SSP (or the run crashed before it): free
+        if clock not in seen:
+            raise DivergenceError(
+                node=node,
+                op=op,
+                invocation=invocation,
+                event=f"clock {clock}",
+                what="visibility",
+                expected=f"clocks 0..{max(seen)} only",
+                actual=f"clock {clock} started",
+            )
+        return seen[clock]
+
+    def hybrid_order(
+        self, op: str, invocation: int, node: int, clock: int
+    ) -> list[tuple[int, int]] | None:
+        key = (op, invocation, node)
+        if key not in self._mutex:
+            g = self.run.mutex_grants(op, invocation, node)
+            per_clock: dict[int, list[tuple[int, int]]] = {}
+            for c, t, m in zip(
+                g.clock.tolist(), g.thread.tolist(), g.minibatch.tolist(), strict=True
+            ):
+                per_clock.setdefault(c, []).append((t, m))
+            self._mutex[key] = per_clock
+        per = self._mutex[key]
+        if not per:
+            return None  # no mutex was recorded here (one thread, or not Hybrid)
+        return per.get(clock, [])
+
+    def hybrid_serial(self, op: str, invocation: int, node: int, clock: int) -> bool:
+        return self.single
+
     # ------------------------------------------------------------ debugging hooks
     def wrap_body(self, op: str, invocation: int, node: int, body: Any) -> Any:
         if self._break is None:
@@ -217,6 +266,15 @@ class ReplayChecker(engine.Recorder):
 
     def message_received(self, *args: Any) -> None:
         self.tee.message_received(*args)
+
+    def aggregation_order(self, *args: Any) -> None:
+        self.tee.aggregation_order(*args)
+
+    def ssp_visibility(self, *args: Any) -> None:
+        self.tee.ssp_visibility(*args)
+
+    def body_order(self, *args: Any) -> None:
+        self.tee.body_order(*args)
 
     def close(self, status: str, error: str | None = None) -> None:
         self.tee.close(status, error)

@@ -60,12 +60,12 @@ def _breakpoint(target: tuple[str, int, int, int | None], hits: list[int]) -> Ca
         if op != op_t or invocation != inv_t or (node_t is not None and node != node_t):
             return body
 
-        def stop_at(j: int) -> Any:
-            if j != idx_t:
+        def stop_at(j: Any) -> Any:
+            if getattr(j, "number", j) != idx_t:  # a sync_for body gets a Batch
                 return body(j)
             hits.append(node)
             print(
-                f"replay: stopped in {op}#{invocation} index {j} on node {node} "
+                f"replay: stopped in {op}#{invocation} index {idx_t} on node {node} "
                 "(the DDS hold what this body saw; 'c' continues)",
                 flush=True,
             )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import time
 
 import numpy as np
@@ -34,3 +35,49 @@ def uses_wall_clock(epochs: int = 2) -> None:
 
     for _ in range(epochs):
         ap.async_for(0, 8, body, name="clock")
+
+
+#: Longest sleep of one sync_for body (seconds): random per body, from the global
+#: ``random`` module (seeded from the OS), so only the timing differs between runs.
+SLEEP_S = 0.006
+
+
+def _sync_data(n: int) -> np.ndarray:
+    return np.sin(np.arange(2 * n, dtype=np.float64) * 0.37).reshape(n, 2)
+
+
+def _mix(W: ap.dvector, v: np.ndarray) -> None:
+    """A non-linear update of every row of W: its result depends on what W held."""
+    for k in range(len(W)):
+        w = W[k]
+        W[k] = w + 0.3 * (np.tanh(v * (k + 1) + 2.0 * w) - w)
+
+
+def ssp_delays(epochs: int = 2, n: int = 480, minibatch: int = 10, staleness: int = 2) -> None:
+    """SSP ``sync_for`` whose bodies sleep a random time: which updates a clock sees
+    depends on how far the nodes drift apart, so the result does too."""
+    X = ap.dvector(n, shape=(2,), data=_sync_data(n), name="X")
+    W = ap.dvector(4, shape=(2,), name="W")
+
+    def body(batch: ap.Batch) -> None:
+        time.sleep(random.random() * SLEEP_S)
+        _mix(W, batch.values.mean(axis=0))
+
+    for _ in range(epochs):
+        ap.sync_for(X, minibatch, body, sync="ssp", staleness=staleness, name="ssp")
+        ap.log_objective("sum", float(np.abs(W.gather()).sum()))
+
+
+def hybrid_threads(epochs: int = 2, n: int = 360, minibatch: int = 5, per_clock: int = 4) -> None:
+    """Hybrid ``sync_for``: a node's threads share one cache and take turns on the node
+    mutex in whatever order the scheduler gives, so the result depends on that order."""
+    X = ap.dvector(n, shape=(2,), data=_sync_data(n), name="X")
+    W = ap.dvector(4, shape=(2,), name="W")
+
+    def body(batch: ap.Batch) -> None:
+        time.sleep(random.random() * SLEEP_S / 6)
+        _mix(W, batch.values.mean(axis=0))
+
+    for _ in range(epochs):
+        ap.sync_for(X, minibatch, body, sync="hybrid", per_clock=per_clock, name="hybrid")
+        ap.log_objective("sum", float(np.abs(W.gather()).sum()))

@@ -76,8 +76,23 @@ def test_a_forward_failure_is_localised_to_element_and_index(monkeypatch) -> Non
 def test_cli_pass_json_and_verdicts_in_the_trace(tmp_path: Path) -> None:
     trace = tmp_path / "d.sqlite"
     proc = run_cli(
-        ["dual", "sgdmf", "-p", "synthetic=true", "-p", "epochs=1", "-p", "rank=4",
-         "--ranks", "3", "--threads", "2", "--trace", str(trace), "--json"]
+        [
+            "dual",
+            "sgdmf",
+            "-p",
+            "synthetic=true",
+            "-p",
+            "epochs=1",
+            "-p",
+            "rank=4",
+            "--ranks",
+            "3",
+            "--threads",
+            "2",
+            "--trace",
+            str(trace),
+            "--json",
+        ]
     )
     assert proc.returncode == 0, proc.stderr
     res = json.loads(proc.stdout)
@@ -92,4 +107,6 @@ def test_cli_failure_names_the_place_and_exits_1(tmp_path: Path) -> None:
     proc = run_cli(["dual", app, "--direction", "forward", "--no-trace"], cwd=tmp_path)
     assert proc.returncode == 1, proc.stderr
     assert "forward: FAIL at iteration 0, op clock, invocation 0" in proc.stdout
-    assert "element" in proc.stdout and "serial gave" in proc.stdout and "parallel gave" in proc.stdout
+    assert (
+        "element" in proc.stdout and "serial gave" in proc.stdout and "parallel gave" in proc.stdout
+    )

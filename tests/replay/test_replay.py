@@ -96,9 +96,15 @@ def test_changed_code_diverges_with_exit_3(tmp_path: Path) -> None:
 def test_changed_data_diverges(tmp_path: Path) -> None:
     data = tmp_path / "r.inter"
     lines = ["user_id:token\titem_id:token\trating:float\ttimestamp:float"]
-    lines += [f"{1 + u}\t{1 + (u * 7 + k) % 40}\t{1 + (u + k) % 5}\t0" for u in range(30) for k in range(20)]
+    lines += [
+        f"{1 + u}\t{1 + (u * 7 + k) % 40}\t{1 + (u + k) % 5}\t0"
+        for u in range(30)
+        for k in range(20)
+    ]
     data.write_text("\n".join(lines) + "\n")
-    trace = record(tmp_path, "sgdmf", "--ranks", "2", "-p", f"data={data}", "-p", "epochs=2", "-p", "rank=4")
+    trace = record(
+        tmp_path, "sgdmf", "--ranks", "2", "-p", f"data={data}", "-p", "epochs=2", "-p", "rank=4"
+    )
     data.write_text("\n".join(lines[:-50]) + "\n")
     rc, res = replay("cluster", trace, timeout=120)
     assert rc == 3 and res["first_difference"]["what"] in ("plan", "outcome")
@@ -137,8 +143,11 @@ def test_break_stops_in_pdb_inside_the_body(tmp_path: Path) -> None:
     pexpect = pytest.importorskip("pexpect")
     trace = record(tmp_path, f"{APPS}:hot_locks", "--ranks", "2", "--threads", "2")
     child = pexpect.spawn(
-        sys.executable, ["-m", "replay", "single", str(trace), "--break", "hot:1:17@1"],
-        encoding="utf-8", timeout=60, cwd=str(tmp_path),
+        sys.executable,
+        ["-m", "replay", "single", str(trace), "--break", "hot:1:17@1"],
+        encoding="utf-8",
+        timeout=60,
+        cwd=str(tmp_path),
     )
     child.expect(r"stopped in hot#1 index 17 on node 1")
     child.expect(r"\(Pdb\)")
