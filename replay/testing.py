@@ -40,6 +40,8 @@ class Outcome:
     objectives: dict[str, list[float]]
     orders: dict[tuple[str, int], np.ndarray]
     sync_ops: set[str] = field(default_factory=set)
+    body_orders: BodyOrders = field(default_factory=dict)
+    bodies: int = 0
 
 
 @dataclass
@@ -92,22 +94,71 @@ class OrderSource:
         return rng.permutation(idx)
 
 
-class _Serial(engine.Controller):
+BodyOrders = dict[tuple[str, int, int, int], list[tuple[int, int]]]
+
+
+class _Capture(engine.Recorder):
+    """Keeps the Hybrid body orders of a run (and forwards everything to ``tee``)."""
+
+    def __init__(self, tee: engine.Recorder | None) -> None:
+        self.tee = tee or engine.Recorder()
+        self.body_orders: BodyOrders = {}
+
+    def body_order(self, op, invocation, node, clock, threads, minibatches) -> None:  # noqa: ANN001
+        pairs = list(zip(threads.tolist(), minibatches.tolist(), strict=True))
+        self.body_orders[(op, invocation, node, clock)] = pairs
+        self.tee.body_order(op, invocation, node, clock, threads, minibatches)
+
+    def __getattribute__(self, name: str) -> Any:
+        own = ("tee", "body_orders", "body_order", "__class__", "__dict__")
+        if name in own or name.startswith("__"):
+            return object.__getattribute__(self, name)
+        return getattr(object.__getattribute__(self, "tee"), name)
+
+
+class _Hybrid(engine.Controller):
+    """Makes Hybrid sync_for bodies take the node mutex in recorded orders."""
+
+    body_orders: BodyOrders | None = None
+    serial = False
+
+    def hybrid_order(self, op: str, invocation: int, node: int, clock: int) -> Any:
+        if self.body_orders is None:
+            return None
+        return self.body_orders.get((op, invocation, node, clock))
+
+    def hybrid_serial(self, op: str, invocation: int, node: int, clock: int) -> bool:
+        return self.serial and self.hybrid_order(op, invocation, node, clock) is not None
+
+
+class _Serial(_Hybrid):
     """Every async_for invocation is one plain loop on node 0 in a given order."""
 
-    def __init__(self, orders: Callable[[str, int, int, int], np.ndarray]) -> None:
+    def __init__(
+        self,
+        orders: Callable[[str, int, int, int], np.ndarray],
+        body_orders: BodyOrders | None = None,
+    ) -> None:
         self.orders = orders
+        self.body_orders = body_orders
+        self.serial = True
 
     def plan_override(self, op: str, invocation: int, sets: Any, nodes: int) -> Any:
         return serial_plan(sets, self.orders(op, invocation, sets.start, sets.n), nodes)
 
 
-class _Wavefront(engine.Controller):
+class _Wavefront(_Hybrid):
     """Every async_for invocation runs wavefront levels of a recorded serial order."""
 
-    def __init__(self, orders: dict[tuple[str, int], np.ndarray], threads: int) -> None:
+    def __init__(
+        self,
+        orders: dict[tuple[str, int], np.ndarray],
+        threads: int,
+        body_orders: BodyOrders | None = None,
+    ) -> None:
         self.orders = orders
         self.threads = threads
+        self.body_orders = body_orders
 
     def plan_override(self, op: str, invocation: int, sets: Any, nodes: int) -> Any:
         order = self.orders.get((op, invocation))
@@ -139,6 +190,12 @@ class _Tap(engine.Controller):
     def plan_override(self, op: str, invocation: int, sets: Any, nodes: int) -> Any:
         return self.inner.plan_override(op, invocation, sets, nodes)
 
+    def hybrid_order(self, op: str, invocation: int, node: int, clock: int) -> Any:
+        return self.inner.hybrid_order(op, invocation, node, clock)
+
+    def hybrid_serial(self, op: str, invocation: int, node: int, clock: int) -> bool:
+        return self.inner.hybrid_serial(op, invocation, node, clock)
+
     def after_invocation(self, op: str, invocation: int) -> None:
         if (op, invocation) != self.target:
             return
@@ -159,6 +216,7 @@ def _run(
     controller: engine.Controller | None = None,
     recorder: engine.Recorder | None = None,
 ) -> Outcome:
+    capture = _Capture(recorder)
     res = engine.run(
         fn,
         params,
@@ -166,11 +224,15 @@ def _run(
         threads=threads,
         seed=seed,
         controller=controller,
-        recorder=recorder,
+        recorder=capture,
         test_mode=True,
     )
     sync_ops = {op for op, info in res.planner.items() if "staleness" in info}
-    return Outcome(res.digests, res.objectives, res.orders, sync_ops)
+    bodies = sum(
+        int(info.get("bodies", 0)) * len(res.op_times.get(op, []))
+        for op, info in res.planner.items()
+    )
+    return Outcome(res.digests, res.objectives, res.orders, sync_ops, capture.body_orders, bodies)
 
 
 def _first_difference(serial: Outcome, parallel: Outcome) -> dict[str, Any] | None:
@@ -310,7 +372,7 @@ def forward(
         "nodes": nodes,
         "threads": threads,
         "seed": seed,
-        "controller": _Wavefront(s.orders, threads),
+        "controller": _Wavefront(s.orders, threads, s.body_orders),
     }
     try:
         p = _run(fn, params, **p_cfg, recorder=recorder)
@@ -319,7 +381,7 @@ def forward(
     diff = _first_difference(s, p)
     if diff is not None:
         diff = _localise(diff, fn, params, s_cfg, p_cfg, orders)
-    return DualResult("forward", diff is None, diff, sum(len(o) for o in s.orders.values()))
+    return DualResult("forward", diff is None, diff, s.bodies)
 
 
 def backward(
@@ -354,24 +416,32 @@ def backward(
         return got
 
     s_nodes, s_threads = (nodes, threads) if p.sync_ops else (1, 1)
-    s_cfg = {"nodes": s_nodes, "threads": s_threads, "seed": seed, "controller": _Serial(recorded)}
+    s_cfg = {
+        "nodes": s_nodes,
+        "threads": s_threads,
+        "seed": seed,
+        "controller": _Serial(recorded, p.body_orders),
+    }
     try:
         s = _run(fn, params, **s_cfg)
     except engine.DivergenceError as exc:
         return DualResult("backward", False, exc.as_dict())
     diff = _first_difference(s, p)
     if diff is not None:
-        p_cfg["controller"] = _Replay(p.orders)
+        p_cfg["controller"] = _Replay(p.orders, p.body_orders)
         diff = _localise(diff, fn, params, s_cfg, p_cfg, recorded)
-    return DualResult("backward", diff is None, diff, sum(len(o) for o in p.orders.values()))
+    return DualResult("backward", diff is None, diff, p.bodies)
 
 
-class _Replay(engine.Controller):
+class _Replay(_Hybrid):
     """Re-runs the parallel side with its own recorded serialization orders (for
     localisation: the first run's thread interleavings are not repeatable)."""
 
-    def __init__(self, orders: dict[tuple[str, int], np.ndarray]) -> None:
+    def __init__(
+        self, orders: dict[tuple[str, int], np.ndarray], body_orders: BodyOrders | None
+    ) -> None:
         self.orders = orders
+        self.body_orders = body_orders
 
     def plan_override(self, op: str, invocation: int, sets: Any, nodes: int) -> Any:
         order = self.orders.get((op, invocation))

@@ -110,3 +110,14 @@ def test_cli_failure_names_the_place_and_exits_1(tmp_path: Path) -> None:
     assert (
         "element" in proc.stdout and "serial gave" in proc.stdout and "parallel gave" in proc.stdout
     )
+
+
+@pytest.mark.parametrize("sync", ["bsp", "ssp", "hybrid"])
+@pytest.mark.parametrize("nodes,threads", [(2, 1), (2, 2), (3, 1), (3, 2)])
+def test_mlr_passes_both_directions(sync: str, nodes: int, threads: int) -> None:
+    from apps.mlr import train as mlr
+
+    results = testing.dual(mlr, {"epochs": 2, "sync": sync}, nodes=nodes, threads=threads)
+    for r in results.values():
+        assert r.passed, r.report()
+        assert r.bodies > 0
