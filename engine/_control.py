@@ -76,6 +76,10 @@ class Controller:
         ``sync_for``, as (thread, minibatch) pairs (None: free)."""
         return None
 
+    def sync_executor(self) -> Any:
+        """A callable that runs ``sync_for`` instead of the engine (dual tests' serial side)."""
+        return None
+
     def hybrid_serial(self, op: str, invocation: int, node: int, clock: int) -> bool:
         """Run the :meth:`hybrid_order` on one thread instead of the node's threads."""
         return False

@@ -273,6 +273,18 @@ def sync_for(
             raise ValueError(f"sync_for {name!r}: {what} must be an int >= {low}, got {v!r}")
     if not isinstance(staleness, (int, np.integer)) or staleness < 0:
         raise ValueError(f"sync_for {name!r}: staleness must be an int >= 0, got {staleness!r}")
+    reference = sess.controller.sync_executor()
+    if reference is not None:  # dual tests: the serial side's independent executor
+        reference(
+            data,
+            minibatch,
+            body,
+            sync=sync,
+            name=name,
+            per_clock=per_clock,
+            params=_captured(body, sess),
+        )
+        return
     check_body(name, body)
     hybrid = sync == "hybrid"
     stale = int(staleness) if sync == "ssp" and not getattr(sess, "test_mode", False) else 0

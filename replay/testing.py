@@ -8,10 +8,10 @@ must equal ``Sbaseout`` exactly.  *Backward*: a parallel run in test mode gives
 must give ``Pbaseout`` exactly.  The outcome is every per-invocation DDS digest and
 every logged objective.
 
-A program that uses ``sync_for`` keeps its synchronous semantics on the serial side:
-that side then runs the same nodes and threads in one process, in test mode (no
-staleness, aggregation in node order), with every ``async_for`` still a plain loop
-on one node.
+For ``sync_for`` the serial side runs the synchronous semantics of the same P × T
+workers one worker at a time (``replay._syncref``: written from the definition, not
+from the engine's code), with aggregation in node, thread order and Hybrid bodies in
+the recorded order; test mode turns SSP staleness off.
 
 >>> from replay import testing
 >>> result = testing.forward(train, {"epochs": 2}, nodes=3, threads=2)  # doctest: +SKIP
@@ -138,10 +138,17 @@ class _Serial(_Hybrid):
         self,
         orders: Callable[[str, int, int, int], np.ndarray],
         body_orders: BodyOrders | None = None,
+        sync_shape: tuple[int, int] = (1, 1),
     ) -> None:
         self.orders = orders
         self.body_orders = body_orders
         self.serial = True
+        self.sync_shape = sync_shape
+
+    def sync_executor(self) -> Any:
+        from ._syncref import reference_sync_for
+
+        return reference_sync_for(*self.sync_shape, self.body_orders or {})
 
     def plan_override(self, op: str, invocation: int, sets: Any, nodes: int) -> Any:
         return serial_plan(sets, self.orders(op, invocation, sets.start, sets.n), nodes)
@@ -192,6 +199,9 @@ class _Tap(engine.Controller):
 
     def hybrid_order(self, op: str, invocation: int, node: int, clock: int) -> Any:
         return self.inner.hybrid_order(op, invocation, node, clock)
+
+    def sync_executor(self) -> Any:
+        return self.inner.sync_executor()
 
     def hybrid_serial(self, op: str, invocation: int, node: int, clock: int) -> bool:
         return self.inner.hybrid_serial(op, invocation, node, clock)
@@ -363,11 +373,10 @@ def forward(
     """
     params = dict(params or {})
     orders = OrderSource(order, order_seed)
-    s_cfg = {"nodes": 1, "threads": 1, "seed": seed, "controller": _Serial(orders)}
+    serial = _Serial(orders, sync_shape=(nodes, threads))
+    s_cfg = {"nodes": 1, "threads": 1, "seed": seed, "controller": serial}
     s = _run(fn, params, **s_cfg)
-    if s.sync_ops:  # keep the synchronous semantics of sync_for on the serial side
-        s_cfg = dict(s_cfg, nodes=nodes, threads=threads)
-        s = _run(fn, params, **s_cfg)
+    serial.body_orders = s.body_orders  # localisation re-runs follow the same choices
     p_cfg = {
         "nodes": nodes,
         "threads": threads,
@@ -415,12 +424,11 @@ def backward(
             )
         return got
 
-    s_nodes, s_threads = (nodes, threads) if p.sync_ops else (1, 1)
     s_cfg = {
-        "nodes": s_nodes,
-        "threads": s_threads,
+        "nodes": 1,
+        "threads": 1,
         "seed": seed,
-        "controller": _Serial(recorded, p.body_orders),
+        "controller": _Serial(recorded, p.body_orders, sync_shape=(nodes, threads)),
     }
     try:
         s = _run(fn, params, **s_cfg)

@@ -1,0 +1,134 @@
+"""The serial side of a dual test for ``sync_for``: its semantics, executed one worker
+at a time in one process, independently of the engine's distributed implementation.
+
+A clock of ``sync_for`` on P nodes × T threads: every worker runs its minibatches on
+its own copy of the parameters (Hybrid: the threads of a node share one copy, in the
+recorded body order); the deltas are summed thread by thread, then node by node, and
+the average (or the registered aggregation) is added.  Because this is written against
+the definition and not the engine's code, an aggregation bug in the engine (counting a
+delta twice, summing in another order) makes the two sides differ.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+import engine
+from engine._session import _tls
+from engine._syncdds import bind_thread, enter_sync_mode, make_batch
+from engine._syncfor import _AGGREGATIONS
+
+BodyOrders = dict[tuple[str, int, int, int], list[tuple[int, int]]]
+
+
+def reference_sync_for(nodes: int, threads: int, body_orders: BodyOrders) -> Callable[..., None]:
+    """A ``sync_for`` for a one-node session that simulates ``nodes`` × ``threads`` workers."""
+
+    def sync_for(
+        data: Any,
+        minibatch: int,
+        body: Callable,
+        *,
+        sync: str,
+        name: str,
+        per_clock: int,
+        params: list[Any],
+    ) -> None:
+        sess = engine.current()
+        inv = sess.next_invocation(name)
+        t0 = time.perf_counter()
+        n = len(data)
+        batches = -(-n // minibatch) if n else 0
+        per = nodes * threads * per_clock
+        clocks = -(-batches // per) if batches else 0
+        hybrid = sync == "hybrid"
+        params = [d for d in params if d is not data]
+        key = sess.op_key(name, inv)
+        node0 = sess.cluster.local_nodes[0]
+        databuf = data._bufs[node0]
+
+        def assigned(clock: int, p: int, t: int) -> list[int]:
+            lo = clock * per + (p * threads + t) * per_clock
+            return list(range(lo, min(lo + per_clock, batches)))
+
+        def run(ms: list[int], caches: list[np.ndarray]) -> None:
+            reads = {d._id: d._bufs[node0] for d in sess.dds}
+            writes = {d._id: c for d, c in zip(params, caches, strict=True)}
+            reads.update(writes)
+            bind_thread(reads, writes)
+            _tls.op_key = key
+            try:
+                for m in ms:
+                    _tls.index = m
+                    lo, hi = m * minibatch, min((m + 1) * minibatch, n)
+                    body(make_batch(data, databuf, m, lo, hi))
+            finally:
+                _tls.op_key = None
+
+        sess.mode = "sync"
+        for d in sess.dds:
+            enter_sync_mode(d)
+        try:
+            for clock in range(clocks):
+                base = [d._bufs[node0].copy() for d in params]
+                deltas: list[list[np.ndarray]] = [[] for _ in params]  # (node, thread) order
+                blocks: list[list[np.ndarray]] = [[] for _ in params]  # per node: sum of threads
+                for p in range(nodes):
+                    node_sum = [np.zeros_like(b) for b in base]
+                    if hybrid:
+                        lanes = [_hybrid_order(name, inv, p, clock, assigned, threads, sess)]
+                    else:
+                        lanes = [assigned(clock, p, t) for t in range(threads)]
+                    for ms in lanes:
+                        if not ms:
+                            continue
+                        caches = [b.copy() for b in base]
+                        run(ms, caches)
+                        for k, (c, b) in enumerate(zip(caches, base, strict=True)):
+                            deltas[k].append(c - b)
+                            node_sum[k] += c - b  # a node sums its threads in thread order
+                    for k in range(len(params)):
+                        blocks[k].append(node_sum[k])
+                for k, d in enumerate(params):
+                    if not deltas[k]:
+                        continue
+                    stack = np.stack(deltas[k])
+                    fn = _AGGREGATIONS.get(d)
+                    if fn is None:
+                        total = np.zeros_like(base[k])
+                        for blk in blocks[k]:  # the owner sums the nodes in node order
+                            total += blk
+                        step = total / len(stack)
+                    else:
+                        step = np.asarray(fn(stack))
+                    changed = (stack != 0).reshape(len(stack), len(d), -1).any(axis=(0, 2))
+                    d._bufs[node0][changed] = base[k][changed] + step[changed]
+        finally:
+            sess.set_mode("driver")
+        for d in params:
+            d._touch()
+        sess.planner[name] = {"strategy": sync, "staleness": 0, "bodies": batches, "rounds": clocks}
+        sess.op_times.setdefault(name, []).append(time.perf_counter() - t0)
+        sess.record_digests(name, inv)
+        sess.controller.after_invocation(name, inv)
+
+    def _hybrid_order(
+        name: str, inv: int, p: int, clock: int, assigned: Callable, T: int, sess: Any
+    ) -> list[int]:
+        got = body_orders.get((name, inv, p, clock))
+        if got is not None:
+            return [m for _, m in got]
+        pairs = [(t, m) for t in range(T) for m in assigned(clock, p, t)]
+        if T > 1 and pairs:  # the order this side chose: the other side must follow it
+            arr = np.array(pairs, dtype=np.int64)
+            sess.recorder.body_order(name, inv, p, clock, arr[:, 0].copy(), arr[:, 1].copy())
+        return [m for _, m in pairs]
+
+    return sync_for
+
+
+__all__ = ["reference_sync_for"]

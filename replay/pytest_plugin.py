@@ -1,0 +1,126 @@
+"""pytest plugin: dual-test a training function inside a user's own test suite.
+
+Registered as the ``replay`` entry point of ``pytest11``, so installing the package
+activates it.  Two ways to use it:
+
+* the ``dual_test`` fixture, a callable that runs :func:`replay.testing.dual` and fails
+  the test with the divergence report::
+
+      def test_train_is_serializable(dual_test):
+          dual_test(train, {"epochs": 2}, nodes=3, threads=2)
+
+* the ``dual`` marker: the test *returns* the driver function and the plugin
+  dual-tests it on every combination of the given ``nodes`` and ``threads``::
+
+      @pytest.mark.dual(nodes=(2, 3), threads=(1, 2), params={"epochs": 2})
+      def test_train():
+          return train
+
+Marker and fixture take the keywords of :func:`replay.testing.dual` (``params``,
+``nodes``, ``threads``, ``seed``, ``order``, ``order_seed``, ``direction``).  The engine
+and :mod:`replay.testing` are imported on first use, not when pytest starts.
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+if TYPE_CHECKING:
+    from .testing import DualResult
+
+MARKER_HELP = (
+    "dual(nodes=2, threads=1, params=None, direction='both', order='identity', seed=0): "
+    "dual-test (forward and backward, replay.testing) the driver function the test returns; "
+    "nodes and threads may be sequences (every combination runs)"
+)
+_OPTIONS = ("seed", "order", "order_seed", "direction")
+
+
+def _values(what: str, v: int | Iterable[int]) -> list[int]:
+    vals = [v] if isinstance(v, int) else list(v)
+    if not vals or not all(isinstance(x, int) and x >= 1 for x in vals):
+        raise ValueError(f"dual: {what} must be an int >= 1 or a sequence of them, got {v!r}")
+    return vals
+
+
+def run_dual(
+    fn: Callable[..., Any],
+    params: dict[str, Any] | None = None,
+    *,
+    nodes: int | Iterable[int] = 2,
+    threads: int | Iterable[int] = 1,
+    **options: Any,
+) -> dict[tuple[int, int], dict[str, DualResult]]:
+    """Dual-test ``fn`` on every (nodes, threads) combination; fail the test on a divergence."""
+    from .testing import dual
+
+    unknown = set(options) - set(_OPTIONS)
+    if unknown:
+        raise TypeError(
+            f"dual: unknown option(s) {sorted(unknown)}; known: params, nodes, threads, "
+            f"{', '.join(_OPTIONS)}"
+        )
+    if not callable(fn):
+        raise TypeError(f"dual: needs the driver function to test, got {fn!r}")
+    out: dict[tuple[int, int], dict[str, DualResult]] = {}
+    failed: list[str] = []
+    name = getattr(fn, "__qualname__", repr(fn))
+    for p, t in itertools.product(_values("nodes", nodes), _values("threads", threads)):
+        results = dual(fn, params, nodes=p, threads=t, **options)
+        out[(p, t)] = results
+        failed += [
+            f"{name} on {p} node(s) x {t} thread(s): {r.report()}"
+            for r in results.values()
+            if not r.passed
+        ]
+    if failed:
+        pytest.fail("dual test failed:\n" + "\n".join(failed), pytrace=False)
+    return out
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Register the ``dual`` marker."""
+    config.addinivalue_line("markers", MARKER_HELP)
+
+
+@pytest.fixture
+def dual_test() -> Callable[..., dict[tuple[int, int], dict[str, DualResult]]]:
+    """``dual_test(fn, params=None, nodes=2, threads=1, direction="both", ...)``: dual-test
+    ``fn``, failing the test with the report; returns the results per (nodes, threads)."""
+    return run_dual
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
+    """Run a ``@pytest.mark.dual`` test, then dual-test the function it returned."""
+    marker = pyfuncitem.get_closest_marker("dual")
+    if marker is None:
+        return None
+    if marker.args:
+        pytest.fail(
+            f"{pyfuncitem.nodeid}: @pytest.mark.dual takes keywords only "
+            f"(nodes=, threads=, params=, ...), got positional {marker.args!r}",
+            pytrace=False,
+        )
+    test = pyfuncitem.obj
+    if inspect.iscoroutinefunction(test):
+        pytest.fail(f"{pyfuncitem.nodeid}: @pytest.mark.dual needs a plain function", pytrace=False)
+    names = pyfuncitem._fixtureinfo.argnames
+    fn = test(**{k: pyfuncitem.funcargs[k] for k in names})
+    if not callable(fn):
+        pytest.fail(
+            f"{pyfuncitem.nodeid} is marked @pytest.mark.dual, so it must return the driver "
+            f"function to dual-test; it returned {fn!r}",
+            pytrace=False,
+        )
+    kw = dict(marker.kwargs)
+    run_dual(fn, kw.pop("params", None), **kw)
+    return True
+
+
+__all__ = ["MARKER_HELP", "dual_test", "pytest_configure", "pytest_pyfunc_call", "run_dual"]

@@ -1,0 +1,161 @@
+"""The pytest plugin (``replay.pytest_plugin``): ``dual_test`` fixture and ``dual`` marker."""
+
+from __future__ import annotations
+
+import pytest
+
+import engine  # noqa: F401 - imported once here: in-process pytester runs drop new modules
+import replay.testing  # noqa: F401
+
+pytest_plugins = ["pytester"]
+
+PROGRAMS = """
+import numpy as np
+import engine as ap
+from engine import _mutants
+
+
+def hot():
+    X = ap.dvector(4, shape=(2,), init=ap.init.normal(0, 1), name="X")
+
+    def body(j):
+        k = j % 4
+        X[k] = X[k] * 0.9 + np.sin(j + X[(k + 1) % 4])
+
+    for _ in range(2):
+        ap.async_for(0, 40, body, name="hot")
+        ap.log_objective("norm", float(np.abs(X.gather()).sum()))
+
+
+def lonely(scale=0.5):
+    Y = ap.dvector(1, shape=(1,), init=ap.init.normal(0, 1), name="Y")
+
+    def body(j):
+        Y[0] = Y[0] * scale + 1.0
+
+    ap.async_for(0, 1, body, name="one")
+"""
+
+
+@pytest.fixture
+def suite(pytester: pytest.Pytester) -> pytest.Pytester:
+    pytester.makepyfile(programs=PROGRAMS)
+    return pytester
+
+
+def run(p: pytest.Pytester) -> pytest.RunResult:
+    return p.runpytest("-p", "no:cacheprovider", "-q")
+
+
+def test_the_entry_point_registers_the_plugin_and_its_marker(pytester: pytest.Pytester) -> None:
+    res = pytester.runpytest("--markers")
+    res.stdout.fnmatch_lines(["*@pytest.mark.dual(nodes=2, threads=1, params=None*"])
+    assert pytester.runpytest("--fixtures").stdout.str().count("dual_test") >= 1
+
+
+def test_fixture_passes_a_serializable_program(suite: pytest.Pytester) -> None:
+    suite.makepyfile(
+        test_it="""
+        from programs import hot
+
+        def test_hot(dual_test):
+            results = dual_test(hot, nodes=2, threads=2, order="random", order_seed=3)
+            assert set(results) == {(2, 2)}
+            assert all(r.passed for r in results[(2, 2)].values())
+
+        def test_hot_forward_on_several_shapes(dual_test):
+            results = dual_test(hot, nodes=(1, 3), threads=(1, 2), direction="forward")
+            assert sorted(results) == [(1, 1), (1, 2), (3, 1), (3, 2)]
+            assert all(set(r) == {"forward"} for r in results.values())
+        """
+    )
+    run(suite).assert_outcomes(passed=2)
+
+
+def test_fixture_fails_with_the_divergence_report(suite: pytest.Pytester) -> None:
+    suite.makepyfile(
+        test_it="""
+        from programs import lonely, _mutants
+
+        def test_broken_writeback(dual_test):
+            with _mutants.active("skip_writeback"):
+                dual_test(lonely, {"scale": 0.25}, nodes=2)
+        """
+    )
+    res = run(suite)
+    res.assert_outcomes(failed=1)
+    res.stdout.fnmatch_lines(
+        [
+            "*dual test failed:*",
+            "*lonely on 2 node(s) x 1 thread(s): forward: FAIL at iteration 0, op one, "
+            "invocation 0, index 0, dds Y, element 0: serial gave *, parallel gave *",
+        ]
+    )
+    assert "Traceback" not in res.stdout.str()
+
+
+def test_marker_dual_tests_the_returned_function(suite: pytest.Pytester) -> None:
+    suite.makepyfile(
+        test_it="""
+        import pytest
+        from programs import hot, lonely, _mutants
+
+        @pytest.mark.dual(nodes=(2, 3), threads=(1, 2), order="random")
+        def test_hot():
+            return hot
+
+        @pytest.mark.dual(params={"scale": 0.75})
+        def test_lonely(tmp_path):  # fixtures still work
+            assert tmp_path.exists()
+            return lonely
+
+        @pytest.fixture
+        def broken():
+            with _mutants.active("skip_writeback"):
+                yield
+
+        @pytest.mark.dual(nodes=3, threads=3, direction="backward", seed=5)
+        def test_hot_backward():
+            return hot
+
+        @pytest.mark.dual(nodes=2, direction="forward")
+        def test_forward_sees_it(broken):
+            return lonely
+
+        @pytest.mark.dual(nodes=2)
+        def test_returns_nothing():
+            pass
+
+        def test_unmarked_tests_are_untouched():
+            assert True
+        """
+    )
+    res = run(suite)
+    res.assert_outcomes(passed=4, failed=2)
+    out = res.stdout.str()
+    assert "test_forward_sees_it" in out and "forward: FAIL at iteration 0, op one" in out
+    assert "must return the driver function to dual-test; it returned None" in out
+
+
+def test_marker_and_fixture_reject_bad_options(suite: pytest.Pytester) -> None:
+    suite.makepyfile(
+        test_it="""
+        import pytest
+        from programs import hot
+
+        @pytest.mark.dual(nodes=0)
+        def test_no_nodes():
+            return hot
+
+        @pytest.mark.dual(2)
+        def test_positional():
+            return hot
+
+        def test_unknown_option(dual_test):
+            with pytest.raises(TypeError, match="unknown option"):
+                dual_test(hot, ranks=2)
+        """
+    )
+    res = run(suite)
+    res.assert_outcomes(passed=1, failed=2)
+    res.stdout.fnmatch_lines(["*nodes must be an int >= 1*", "*takes keywords only*"])
