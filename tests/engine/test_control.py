@@ -128,7 +128,9 @@ def test_forced_serial_order_runs_on_one_thread() -> None:
     class Serial(Controller):
         def serial_order(self, op, invocation, node, round):
             plan = ap.plan_of(op)
-            idx = np.concatenate([t.indices for t in plan.rounds[round][node]] or [np.empty(0, int)])
+            idx = np.concatenate(
+                [t.indices for t in plan.rounds[round][node]] or [np.empty(0, int)]
+            )
             order_seen[(invocation, node, round)] = idx[::-1]
             return idx[::-1]
 
