@@ -170,16 +170,21 @@ class _Wavefront(_Hybrid):
     def plan_override(self, op: str, invocation: int, sets: Any, nodes: int) -> Any:
         order = self.orders.get((op, invocation))
         if order is None:
-            raise engine.DivergenceError(
-                node=-1,
-                op=op,
-                invocation=invocation,
-                event="order",
-                what="trace",
-                expected="no such invocation in the serial trace",
-                actual="the program ran it",
-            )
+            raise _not_in_trace(op, invocation, "serial")
         return wavefront_plan(sets, order, nodes, self.threads)
+
+
+def _not_in_trace(op: str, invocation: int, side: str) -> engine.DivergenceError:
+    """The other side's trace has no such invocation: the program is not deterministic."""
+    return engine.DivergenceError(
+        node=-1,
+        op=op,
+        invocation=invocation,
+        event="order",
+        what="trace",
+        expected=f"no such invocation in the {side} trace",
+        actual="the program ran it",
+    )
 
 
 class _Tap(engine.Controller):
@@ -413,15 +418,7 @@ def backward(
     def recorded(op: str, invocation: int, start: int, n: int) -> np.ndarray:
         got = p.orders.get((op, invocation))
         if got is None:
-            raise engine.DivergenceError(
-                node=-1,
-                op=op,
-                invocation=invocation,
-                event="order",
-                what="trace",
-                expected="no such invocation in the parallel trace",
-                actual="the program ran it",
-            )
+            raise _not_in_trace(op, invocation, "parallel")
         return got
 
     s_cfg = {
