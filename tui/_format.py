@@ -11,8 +11,8 @@ import tracer
 
 #: Short names of verdict kinds, for narrow columns.
 VERDICT_SHORT = {
-    "cluster": "cluster",
-    "single": "single",
+    "cluster": "clu",
+    "single": "one",
     "dual-forward": "fwd",
     "dual-backward": "bwd",
 }
@@ -69,7 +69,7 @@ def short_id(run_id: str, width: int = 8) -> str:
 
 
 def verdict_summary(verdicts: list[tracer.VerdictInfo]) -> str:
-    """The latest verdict of each kind, e.g. ``cluster✓ fwd✗``."""
+    """The latest verdict of each kind, e.g. ``clu✓ fwd✗`` (clu: cluster replay, one: single-node replay)."""
     latest: dict[str, bool] = {}
     for v in verdicts:  # oldest first, so later ones win
         latest[v.kind] = v.passed

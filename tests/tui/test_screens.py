@@ -41,7 +41,7 @@ def test_runs_list_shows_runs_verdicts_and_unreadable_files(synth_dir: Path) -> 
         text = await wait_text(pilot, "3 trace file(s), 2 run(s), 1 unreadable")
         assert isinstance(pilot.app.screen, RunsScreen)
         assert "synth" in text and "2×2" in text and "finished" in text
-        assert "cluster✓ fwd✗" in text
+        assert "clu✓ fwd✗" in text
         assert "unreadable" in text and "run run-a" in text
         await pilot.press("down", "down")
         text = await wait_text(pilot, "broken.sqlite", "unreadable:", "not a replay trace")
