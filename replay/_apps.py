@@ -102,7 +102,8 @@ def _convert(name: str, raw: str, kind: Any) -> Any:
         try:
             return kind(raw)
         except ValueError:
-            raise UsageError(f"parameter {name}: {raw!r} is not a {kind.__name__}") from None
+            what = "an integer" if kind is int else "a number"
+            raise UsageError(f"parameter {name}: {raw!r} is not {what}") from None
     if kind in (str, inspect.Parameter.empty, Any):
         return raw
     raise UsageError(f"parameter {name}: cannot convert from the command line to {kind!r}")

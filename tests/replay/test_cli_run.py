@@ -116,7 +116,9 @@ def test_missing_app_file(tmp_path: Path) -> None:
 
 
 def test_bad_param_value_and_unknown_param() -> None:
-    one_line_error(run_cli(["run", "sgdmf", "-p", "epochs=abc"]), 2, "epochs", "'abc' is not a int")
+    one_line_error(
+        run_cli(["run", "sgdmf", "-p", "epochs=abc"]), 2, "epochs", "'abc' is not an integer"
+    )
     one_line_error(
         run_cli(["run", "sgdmf", "-p", "nope=1"]), 2, "unknown parameter 'nope'", "epochs"
     )
