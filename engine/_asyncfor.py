@@ -10,10 +10,11 @@ order.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -211,6 +212,22 @@ def _execute(sess: Session, st: OpState, body: Callable, inv: int, checked: bool
     return round_s
 
 
+@contextlib.contextmanager
+def _running_bodies(op: str, inv: int, op_key: int, node: int) -> Iterator[None]:
+    """Bind this thread to the invocation (for ``rng()``) while bodies run; a body's
+    exception becomes a :class:`BodyError` naming the index, while the engine's own
+    verdicts about the body (checked mode, replay divergence) pass through unchanged."""
+    _tls.op_key = op_key
+    try:
+        yield
+    except (AccessOutsideReconError, DivergenceError):
+        raise
+    except Exception as exc:
+        raise BodyError(op, inv, getattr(_tls, "index", -1), node, exc) from exc
+    finally:
+        _tls.op_key = None
+
+
 def _run_serial(body: Callable, indices: np.ndarray) -> None:
     tls = _tls
     for j in indices.tolist():
@@ -247,16 +264,9 @@ def _run_node_round(
         tasks = [Task(0, np.asarray(forced, dtype=np.int64))]
     body = sess.controller.wrap_body(st.name, inv, node, body)
     if sess.cluster.threads == 1 or len(tasks) == 1 and not tasks[0].locked:
-        _tls.op_key = op_key
-        try:
+        with _running_bodies(st.name, inv, op_key, node):
             for t in tasks:
                 _run_serial(body, t.indices)
-        except (AccessOutsideReconError, DivergenceError):
-            raise
-        except Exception as exc:
-            raise BodyError(st.name, inv, getattr(_tls, "index", -1), node, exc) from exc
-        finally:
-            _tls.op_key = None
         return np.concatenate([t.indices for t in tasks])
     return _run_threads(sess, st, body, inv, op_key, node, r, tasks)
 
@@ -329,8 +339,7 @@ def _run_threads(
         by_thread.setdefault(t.thread, []).append(t)
 
     def work(thread: int, mine: list[Task]) -> None:
-        _tls.op_key = op_key
-        try:
+        with _running_bodies(st.name, inv, op_key, node):
             for t in mine:
                 if not t.locked:
                     _run_serial(body, t.indices)
@@ -353,12 +362,6 @@ def _run_threads(
                     finally:
                         for lk in reversed(held):
                             lk.release()
-        except (AccessOutsideReconError, DivergenceError):
-            raise
-        except Exception as exc:
-            raise BodyError(st.name, inv, getattr(_tls, "index", -1), node, exc) from exc
-        finally:
-            _tls.op_key = None
 
     pool = sess.cluster.pool(node)
     futures = [pool.submit(work, th, mine) for th, mine in sorted(by_thread.items())]
