@@ -26,6 +26,7 @@ from ._errors import DDSError as DDSError
 from ._errors import DivergenceError as DivergenceError
 from ._errors import EngineError as EngineError
 from ._errors import InputFileError as InputFileError
+from ._errors import ReplicaMismatchError as ReplicaMismatchError
 from ._errors import SessionError as SessionError
 from ._errors import SyncProtocolError as SyncProtocolError
 from ._ops import create as create
@@ -58,6 +59,7 @@ __all__ = [
     "InputFileError",
     "Plan",
     "Recorder",
+    "ReplicaMismatchError",
     "RunResult",
     "SessionError",
     "SyncProtocolError",

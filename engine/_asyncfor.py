@@ -23,28 +23,34 @@ import numpy as np
 from . import _dds, _mutants
 from ._closure import check_body
 from ._control import TurnstileDriver
-from ._dds import SLOT_BITS, SLOT_MASK
+from ._dds import ANY_OWN, LOCKED_BODY, SLOT_BITS, SLOT_MASK, _tls
 from ._errors import AccessOutsideReconError, BodyError, DivergenceError, SessionError
-from ._planner import Plan, Task, make_plan, wavefront_plan
+from ._guard import POLICIES, Guard, GuardPlan, PlanViolation, Violation, install
+from ._planner import REPLICATED, Plan, Task, make_plan, replicated_plan, wavefront_plan
 from ._recon import AccessSets, concat_sets, recon_range
 from ._runtime import RoundWrites
-from ._session import Session, _tls, current
+from ._session import Pending, Session, current
 
 
 @dataclass
 class OpState:
-    """Per-operator cache: reconnaissance sets and the plan, reused while valid."""
+    """Per-operator cache: reconnaissance sets and the plan, reused while valid.
+
+    ``stale`` marks a plan that the guard found violated and that was replaced only for
+    one invocation (serial fallback): the next invocation re-plans."""
 
     name: str
     start: int
     stop: int
     code: Any
-    sets: AccessSets
+    sets: AccessSets | None
     plan: Plan
     round_writes: list[list[RoundWrites]]
     written_dds: list[Any]
     round_orders: list[dict[int, np.ndarray]] | None = None
     lock_cache: dict[tuple[int, int], Any] = field(default_factory=dict)
+    guard_plan: GuardPlan | None = None
+    stale: bool = False
 
 
 #: Set by tests/dual tests: force a strategy or a serial order for the next plans.
@@ -93,6 +99,64 @@ def _plan(sess: Session, name: str, sets: AccessSets) -> Plan:
     return make_plan(sets, cl.size, cl.threads, seed=sess.seed, strategy=strategy)
 
 
+def _state(sess: Session, name: str, start: int, stop: int, code: Any, sets: Any, plan: Plan):
+    rw, written = _round_writes(sess, plan)
+    return OpState(name, start, stop, code, sets, plan, rw, written)
+
+
+def _new_state(
+    sess: Session, name: str, inv: int, body: Callable, start: int, stop: int, code: Any
+) -> OpState:
+    """Reconnaissance and planning for invocation ``inv`` (on the current DDS state)."""
+    t0 = time.perf_counter()
+    sets = _recon(sess, name, inv, body, start, stop)
+    plan = _plan(sess, name, sets)
+    st = _state(sess, name, start, stop, code, sets, plan)
+    sess.planner[name] = {
+        "strategy": plan.strategy,
+        "rounds": len(plan.rounds),
+        "imbalance": round(plan.imbalance, 4),
+        "node_imbalance": round(plan.node_imbalance, 4),
+        "bodies": plan.n,
+        "recon_s": round(time.perf_counter() - t0, 6),
+    }
+    if sess.progress is not None:
+        sess.progress(
+            f"plan {name}: {plan.strategy}, {len(plan.rounds)} round(s), "
+            f"imbalance {plan.imbalance:.3f} ({time.perf_counter() - t0:.2f} s)"
+        )
+    return st
+
+
+def _use_override(sess: Session, st: OpState, inv: int) -> None:
+    """Dual tests: replace the planner's plan by the controller's (a given serial order)."""
+    if st.sets is None:
+        return
+    override = sess.controller.plan_override(st.name, inv, st.sets, sess.cluster.size)
+    if override is not None and override is not st.plan:
+        st.plan = override
+        st.round_writes, st.written_dds = _round_writes(sess, override)
+        st.lock_cache.clear()
+        st.guard_plan = None
+
+
+def _replicated(sess: Session, st: OpState, plan: Plan | None = None) -> OpState:
+    """The serial fallback: every node runs the invocation in one order on its replica."""
+    if plan is None:
+        # a plan built to equal one serial order (dual tests) keeps it; otherwise the
+        # index order, the loop the user wrote
+        order = st.plan.order
+        if order is None:
+            order = np.arange(st.start, st.stop, dtype=np.int64)
+        plan = replicated_plan(st.start, order, sess.cluster.size)
+    elif plan.order is None:  # a recorded plan: its single task holds the order
+        tasks = [t.indices for rnd in plan.rounds for per in rnd for t in per]
+        plan.order = np.concatenate(tasks) if tasks else np.empty(0, dtype=np.int64)
+    new = _state(sess, st.name, st.start, st.stop, st.code, st.sets, plan)
+    new.stale = True
+    return new
+
+
 def async_for(
     start: int,
     stop: int,
@@ -100,11 +164,17 @@ def async_for(
     *,
     name: str,
     checked: bool | None = None,
+    replan: str = "auto",
 ) -> None:
     """Run ``body(j)`` for every ``j`` in ``range(start, stop)``, serializably, in parallel.
 
     The result equals *some* serial order of the bodies (the plan's serialization
-    order).  Inside the body only DDS elements may be written.
+    order).  Inside the body only DDS elements may be written.  The plan, made by
+    reconnaissance on the first invocation, is reused while the bodies stay inside it;
+    every access that leaves it is caught, and ``replan`` says what happens then:
+    ``"auto"`` undoes the invocation, re-plans and re-executes it (serially if the new
+    plan fails too), ``"always"`` re-plans every invocation, ``"never"`` raises
+    :class:`AccessOutsideReconError`.
 
     >>> import engine as ap
     >>> X = ap.dvector(8, shape=(), init=ap.init.zeros(), name="X")
@@ -121,49 +191,64 @@ def async_for(
         )
     if not isinstance(name, str) or not name:
         raise TypeError("async_for needs name='...' to identify the operator in plans and traces")
+    if replan not in POLICIES:
+        raise ValueError(
+            f"async_for {name!r}: replan must be one of {', '.join(POLICIES)}, got {replan!r}"
+        )
     start, stop = int(start), int(stop)
     if stop < start:
         raise ValueError(f"async_for {name!r}: stop ({stop}) < start ({start})")
     check_body(name, body)
-    checked = sess.checked if checked is None else checked
+    # test mode checks every body against its own sets: the forward dual test needs the
+    # run to equal one given serial order, not merely some serial order
+    checked = (sess.checked if checked is None else checked) or sess.test_mode
     inv = sess.next_invocation(name)
-    t0 = time.perf_counter()
     st: OpState | None = sess.ops.get(name)
     code = getattr(body, "__code__", body)
-    if st is None or st.start != start or st.stop != stop or st.code is not code:
-        sets = _recon(sess, name, inv, body, start, stop)
-        plan = _plan(sess, name, sets)
-        rw, written = _round_writes(sess, plan)
-        st = OpState(name, start, stop, code, sets, plan, rw, written)
-        sess.ops[name] = st
-        sess.recorder.plan_made(name, plan)
-        if sess.progress is not None:
-            sess.progress(
-                f"plan {name}: {plan.strategy}, {len(plan.rounds)} round(s), "
-                f"imbalance {plan.imbalance:.3f} ({time.perf_counter() - t0:.2f} s)"
-            )
-        sess.planner[name] = {
-            "strategy": plan.strategy,
-            "rounds": len(plan.rounds),
-            "imbalance": round(plan.imbalance, 4),
-            "node_imbalance": round(plan.node_imbalance, 4),
-            "bodies": plan.n,
-            "recon_s": round(time.perf_counter() - t0, 6),
-        }
-    override = sess.controller.plan_override(name, inv, st.sets, sess.cluster.size)
-    if override is not None and override is not st.plan:
-        st.plan = override
-        st.round_writes, st.written_dds = _round_writes(sess, override)
-        st.lock_cache.clear()
+    recorded = sess.controller.fresh_plan(name, inv)
+    made = False
+    if recorded is not None and recorded.strategy == REPLICATED:
+        base = st or OpState(name, start, stop, code, None, recorded, [], [])
+        st = _replicated(sess, base, recorded)
+        made = True
+    elif (
+        st is None
+        or st.start != start
+        or st.stop != stop
+        or st.code is not code
+        or st.stale
+        or replan == "always"
+        or recorded is not None
+    ):
+        st = _new_state(sess, name, inv, body, start, stop, code)
+        made = True
+    _use_override(sess, st, inv)
+    sess.ops[name] = st
     sess.controller.check_plan(name, inv, st.plan)
     t1 = time.perf_counter()
-    round_s = _execute(sess, st, body, inv, checked)
-    for d in st.written_dds:
-        d._touch()
+    round_s, violation = _attempt(sess, st, body, inv, checked, replan)
+    if violation is not None:
+        _note(sess, violation, "re-planned it")
+        st = sess.ops[name] = _new_state(sess, name, inv, body, start, stop, code)
+        _use_override(sess, st, inv)
+        round_s, again = _attempt(sess, st, body, inv, checked, replan)
+        if again is not None:
+            _note(
+                sess,
+                again,
+                "the new plan failed too (the accesses depend on values written in the same "
+                "invocation), so it ran serially on every node",
+            )
+            st = sess.ops[name] = _replicated(sess, st)
+            round_s, _ = _attempt(sess, st, body, inv, checked, replan)
+        made = True
+    if made:
+        sess.recorder.plan_made(name, st.plan)
     seconds = time.perf_counter() - t1
     sess.op_times.setdefault(name, []).append(seconds)
     if sess.capture_orders:
         sess.orders[(name, inv)] = last_order(name)
+    sess.check_replicas(name, inv)
     digests = sess.record_digests(name, inv)
     per_node = st.plan.bodies_per_node()
     for k, node in enumerate(sess.cluster.local_nodes):
@@ -179,37 +264,136 @@ def async_for(
     sess.controller.after_invocation(name, inv)
 
 
-def _execute(sess: Session, st: OpState, body: Callable, inv: int, checked: bool) -> list[float]:
-    """Run every round of the plan; return the wall time of each round on this process."""
+def _note(sess: Session, v: Violation, what: str) -> None:
+    """Say once per operator and process that the guard re-planned an invocation."""
+    if (v.op, what) in sess.noted or sess.cluster.rank != 0:
+        return
+    sess.noted.add((v.op, what))
+    sess.warn(f"note: {v.message()}; {what} (replan='auto')")
+
+
+def _attempt(
+    sess: Session, st: OpState, body: Callable, inv: int, checked: bool, policy: str
+) -> tuple[list[float], Violation | None]:
+    """Execute one invocation under the guard.  On a violation, undo everything it
+    changed (replicas, message counters, recorder calls) and return the violation."""
+    if st.plan.strategy == REPLICATED:
+        round_s = _execute_replicated(sess, st, body, inv)
+        for d in sess.dds:
+            d._touch()
+        return round_s, None
+    if st.guard_plan is None:
+        st.guard_plan = GuardPlan(sess, st.plan, st.sets)
+    gp = st.guard_plan
+    guard = Guard(st.name, inv, policy, gp)
+    guard.prepare(sess)
+    snapshot = [
+        (node, d, s, d.rows(node, s)) for node in sess.cluster.local_nodes for d, s in gp.undo_slots
+    ]
+    mark = sess.cluster.mark()
+    real, pending = sess.recorder, Pending()
+    sess.recorder = pending
+    try:
+        round_s = _execute(sess, st, body, inv, checked, guard)
+    finally:
+        sess.recorder = real
+    if guard.first is None:
+        pending.flush(real)
+        for d in st.written_dds:
+            d._touch()
+        return round_s, None
+    for node, d, s, rows in snapshot:
+        d.set_rows(node, s, rows)
+    sess.cluster.rewind(mark)
+    first = guard.first
+    if sess.cluster.is_mpi:  # every rank reports the violation the lowest node found
+        found = [v for v in sess.cluster.allgather(first) if v.node >= 0]
+        first = min(found, key=lambda v: v.node) if found else first
+    return round_s, first
+
+
+def _execute(
+    sess: Session, st: OpState, body: Callable, inv: int, checked: bool, guard: Guard
+) -> list[float]:
+    """Run every round of the plan; return the wall time of each round on this process.
+
+    A node whose body leaves the plan stops; every node leaves after the round in which
+    any node stopped (the flag travels with the round's write-back)."""
     cl = sess.cluster
     plan = st.plan
     op_key = sess.op_key(st.name, inv)
-    sess.set_mode("checked" if checked else "exec")
+    written = set(map(id, st.written_dds))
     if checked:
+        sess.set_mode("checked")
         _dds.CHECKER = _dds._Checker(st.name, st.sets, st.start, _tls)
+    else:
+        sess.set_mode("guard" if guard.single else "guard_t")
+        for d in sess.dds:
+            if id(d) not in written:
+                _dds.set_mode(d, "guard_ro")
+    install(guard)
     orders: list[dict[int, np.ndarray]] = []  # per round, per local node
     round_s: list[float] = []
+    stopped: set[int] = set()
     try:
         for r, rnd in enumerate(plan.rounds):
             t = time.perf_counter()
+            guard.arm(r)
             done: dict[int, np.ndarray] = {}
             for node in cl.local_nodes:
                 cl.bind(node)
-                done[node] = _run_node_round(sess, st, body, inv, op_key, node, r, rnd[node])
+                guard.node = node
+                try:
+                    done[node] = _run_node_round(sess, st, body, inv, op_key, node, r, rnd[node])
+                except PlanViolation:
+                    done[node] = np.empty(0, dtype=np.int64)
+                if guard.first is not None:
+                    stopped.add(node)
+            guard.arm(r, code=False)
             orders.append(done)
             if "drop_barrier" in _mutants.ACTIVE or "stale_prefetch" in _mutants.ACTIVE:
                 _mutants.round_exchange(cl, st.round_writes, r)
+                anyone = bool(stopped)
             else:
-                cl.exchange_rows(
-                    {p: st.round_writes[r][p] for p in cl.local_nodes}, st.round_writes[r]
+                anyone = cl.exchange_rows(
+                    {p: st.round_writes[r][p] for p in cl.local_nodes},
+                    st.round_writes[r],
+                    stopped=bool(stopped),
                 )
             round_s.append(time.perf_counter() - t)
+            if anyone:
+                if guard.first is None:
+                    guard.first = Violation(
+                        st.name, inv, -1, -1, "-", False, "another node left the plan"
+                    )
+                break
     finally:
+        install(None)
         _dds.CHECKER = None
         sess.set_mode("driver")
         cl.bind(cl.local_nodes[0])
     st.round_orders = orders
     return round_s
+
+
+def _execute_replicated(sess: Session, st: OpState, body: Callable, inv: int) -> list[float]:
+    """Every local node runs the plan's single order on its own replica."""
+    cl = sess.cluster
+    order = st.plan.order if st.plan.order is not None else np.empty(0, dtype=np.int64)
+    op_key = sess.op_key(st.name, inv)
+    t = time.perf_counter()
+    sess.set_mode("exec")
+    try:
+        for node in cl.local_nodes:
+            cl.bind(node)
+            with _running_bodies(st.name, inv, op_key, node):
+                _run_serial(body, order)
+    finally:
+        sess.set_mode("driver")
+        cl.bind(cl.local_nodes[0])
+    empty = np.empty(0, dtype=np.int64)
+    st.round_orders = [{p: (order if p == 0 else empty) for p in cl.local_nodes}]
+    return [time.perf_counter() - t]
 
 
 @contextlib.contextmanager
@@ -264,6 +448,7 @@ def _run_node_round(
         tasks = [Task(0, np.asarray(forced, dtype=np.int64))]
     body = sess.controller.wrap_body(st.name, inv, node, body)
     if sess.cluster.threads == 1 or len(tasks) == 1 and not tasks[0].locked:
+        _tls.gcode = ANY_OWN if forced is not None else tasks[0].thread + 1
         with _running_bodies(st.name, inv, op_key, node):
             for t in tasks:
                 _run_serial(body, t.indices)
@@ -312,6 +497,7 @@ def _run_threads(
 ) -> np.ndarray:
     locked = [t for t in tasks if t.locked]
     lock_of: dict[int, np.ndarray] = {}
+    planned_locks = lock_of
     locks: dict[int, threading.Lock] = {}
     turnstile: TurnstileDriver | None = None
     if locked:
@@ -323,7 +509,7 @@ def _run_threads(
                 dict(zip(all_idx.tolist(), per_body, strict=True)),
                 group_w.tolist(),
             )
-        lock_of = cached[0]
+        lock_of = planned_locks = cached[0]
         if "wrong_lock_order" in _mutants.ACTIVE:
             lock_of = _mutants.write_locks_only(st.sets, st.start, lock_of)
         locks = {g: threading.Lock() for g in cached[1]}
@@ -342,10 +528,16 @@ def _run_threads(
         with _running_bodies(st.name, inv, op_key, node):
             for t in mine:
                 if not t.locked:
+                    _tls.gcode = thread + 1
                     _run_serial(body, t.indices)
                     continue
+                _tls.gcode = LOCKED_BODY
                 for j in t.indices.tolist():
                     ids = lock_of[j].tolist()
+                    # the guard checks the program against the locks the plan calls
+                    # for (a wrong locking discipline is the engine's bug, for the
+                    # dual tests to find, not the program's)
+                    _tls.held = set(planned_locks[j].tolist())
                     if turnstile is not None:
                         _run_turnstile(
                             turnstile, ids, thread, j, body, tickets, tickets_lock, ticket
@@ -365,10 +557,12 @@ def _run_threads(
 
     pool = sess.cluster.pool(node)
     futures = [pool.submit(work, th, mine) for th, mine in sorted(by_thread.items())]
-    errors = [f.exception() for f in futures]
-    for e in errors:
-        if e is not None:
+    errors = [e for e in (f.exception() for f in futures) if e is not None]
+    for e in errors:  # a body that left the plan explains the others' failures
+        if isinstance(e, PlanViolation):
             raise e
+    if errors:
+        raise errors[0]
     unlocked = [t.indices for t in tasks if not t.locked]
     tickets.sort()
     order = unlocked + [np.array([j for _, j, _ in tickets], dtype=np.int64)]

@@ -36,6 +36,11 @@ class Controller:
     def check_plan(self, op: str, invocation: int, plan: Plan) -> None:
         """Raise :class:`DivergenceError` if ``plan`` is not the recorded one."""
 
+    def fresh_plan(self, op: str, invocation: int) -> Plan | None:
+        """Replay: the plan the recorded run made at this invocation (it re-planned
+        there), or None when it reused the previous one."""
+        return None
+
     def message_source(self, node: int, channel: str, k: int) -> int | None:
         """Source of the ``k``-th message ``node`` receives on ``channel`` (None: any)."""
         return None

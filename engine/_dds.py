@@ -25,6 +25,7 @@ write visible to the engine.
 from __future__ import annotations
 
 import hashlib
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +40,27 @@ if TYPE_CHECKING:
 SLOT_BITS = 40
 SLOT_MASK = (1 << SLOT_BITS) - 1
 _MISSING = object()
+
+#: Guard codes, one byte per slot and node (see ``engine._guard``): who may touch a
+#: slot in the running round.  ``FREE``: nobody writes it, anyone may read it;
+#: ``1 .. LOCKED-1``: the thread whose code this is (thread + 1) writes it;
+#: ``LOCKED``: the lock-split tasks write it under per-element locks; ``OTHER``:
+#: another node writes it in this round, so reading it here races with that write.
+FREE = 0
+LOCKED = 254
+OTHER = 255
+#: ``_tls.gcode`` of a body running under per-element locks: never equal to a slot's
+#: code, so every access to a written slot goes through the held-lock check.
+LOCKED_BODY = 253
+#: ``_tls.gcode`` when one thread runs all of a node's tasks in a forced order (single
+#: node replay): any slot of this node's tasks is its own.
+ANY_OWN = 252
+_NO_GUARD = bytearray()
+
+#: Per-thread state of running bodies: ``index`` (the loop index), ``op_key`` (for
+#: ``rng()``), ``gcode`` (guard code of the running task) and ``held`` (element ids
+#: whose locks a lock-split body holds).
+_tls = threading.local()
 
 
 def stable_hash(key: Any) -> int:
@@ -83,6 +105,8 @@ class _Checker:
 # Set by the session while a mode other than driver mode is active.
 RECON: _Recon | None = None
 CHECKER: _Checker | None = None
+#: The plan guard of the running ``async_for`` invocation (``engine._guard.Guard``).
+GUARD: Any = None
 
 
 class _DDS:
@@ -100,6 +124,8 @@ class _DDS:
         "_numeric",
         "_version",
         "_digest",
+        "_gm",
+        "_gms",
         "__weakref__",
     )
     _modes: dict[str, type]
@@ -117,7 +143,9 @@ class _DDS:
         self._id = sess.register(self, name)
         self._gbase = self._id << SLOT_BITS
         self._version = 0
-        self._digest = None
+        self._digest: tuple[int, str] | None = None
+        self._gm = _NO_GUARD
+        self._gms: dict[int, bytearray] = {}
 
     # ----------------------------------------------------------------- identity
     @property
@@ -134,8 +162,8 @@ class _DDS:
         return f"{self._name}[{key!r}]"
 
     def _touch(self) -> None:
+        """Every write path calls this: it is what invalidates the cached digest."""
         self._version += 1
-        self._digest = None
 
     # ----------------------------------------------------------------- storage
     def _new_storage(self, n: int) -> Any:
@@ -178,6 +206,7 @@ class _DDS:
         else:
             for s, v in zip(slots.tolist(), values, strict=True):
                 buf[s] = v
+        self._touch()
 
     def row_nbytes(self) -> int:
         """Bytes of one numeric element."""
@@ -185,13 +214,23 @@ class _DDS:
 
     # ----------------------------------------------------------------- digests
     def digest(self) -> str:
-        """blake2b digest of the authoritative content (owners' replicas)."""
-        if self._digest is None:
-            h = hashlib.blake2b(digest_size=16)
-            h.update(f"{self.kind}:{self._name}:{self._shape}:{self._dtype.str}".encode())
-            self._hash_into(h)
-            self._digest = h.hexdigest()
-        return self._digest
+        """blake2b digest of the authoritative content (owners' replicas); collective."""
+        return self._sess.digests_of([self])[0]
+
+    def _digest_fresh(self) -> bool:
+        """True when the cached digest still describes this process's replicas."""
+        cached = self._digest
+        return cached is not None and cached[0] == self._version
+
+    def _compute_digest(self) -> str:
+        """Hash the authoritative content now (collective) and cache it under the version
+        counter, which every write path bumps."""
+        version = self._version
+        h = hashlib.blake2b(digest_size=16)
+        h.update(f"{self.kind}:{self._name}:{self._shape}:{self._dtype.str}".encode())
+        self._hash_into(h)
+        self._digest = (version, h.hexdigest())
+        return self._digest[1]
 
     def _hash_values(self, h: Any, values: Any) -> None:
         if self._numeric:
@@ -528,6 +567,124 @@ class _MapExec:
         self._buf[s] = self._coerce(value)
 
 
+# ====================================================================== plan guard
+# The guard runs in every async_for execution (not only checked mode).  Before each
+# round, the driver writes one code per slot into ``_gm`` (see FREE .. OTHER above);
+# an access whose code says it could break serializability — a write to a slot the
+# running task does not own, a read of a slot another node writes in this round —
+# goes to ``GUARD.outside``, which decides (replan or fail).  The common case costs
+# one bytearray lookup per access, and DDS that nobody writes in an invocation use
+# the read-only variants whose reads are not checked at all.
+class _DVecNumGuard(dvector):
+    __slots__ = ()
+
+    def __getitem__(self, i: Any) -> Any:
+        if self._gm[i] > 1:
+            GUARD.outside(self, self._slot(i), False)
+        return self._buf[i].copy()
+
+    def __setitem__(self, i: Any, value: Any) -> None:
+        if self._gm[i] != 1:
+            GUARD.outside(self, self._slot(i), True)
+        self._buf[i] = value
+
+
+class _DVecObjGuard(dvector):
+    __slots__ = ()
+
+    def __getitem__(self, i: Any) -> Any:
+        if self._gm[i] > 1:
+            GUARD.outside(self, self._slot(i), False)
+        return self._buf[i]
+
+    def __setitem__(self, i: Any, value: Any) -> None:
+        if self._gm[i] != 1:
+            GUARD.outside(self, self._slot(i), True)
+        self._buf[i] = value
+
+
+class _DVecNumGuardT(dvector):
+    """Several threads per node: the running task's code comes from the thread."""
+
+    __slots__ = ()
+
+    def __getitem__(self, i: Any) -> Any:
+        c = self._gm[i]
+        if c and c != _tls.gcode:
+            GUARD.outside(self, self._slot(i), False)
+        return self._buf[i].copy()
+
+    def __setitem__(self, i: Any, value: Any) -> None:
+        if self._gm[i] != _tls.gcode:
+            GUARD.outside(self, self._slot(i), True)
+        self._buf[i] = value
+
+
+class _DVecObjGuardT(dvector):
+    __slots__ = ()
+
+    def __getitem__(self, i: Any) -> Any:
+        c = self._gm[i]
+        if c and c != _tls.gcode:
+            GUARD.outside(self, self._slot(i), False)
+        return self._buf[i]
+
+    def __setitem__(self, i: Any, value: Any) -> None:
+        if self._gm[i] != _tls.gcode:
+            GUARD.outside(self, self._slot(i), True)
+        self._buf[i] = value
+
+
+class _DVecNumGuardRO(_DVecNumExec):
+    """No task writes this DDS in the invocation: reads are safe, writes are not."""
+
+    __slots__ = ()
+
+    def __setitem__(self, i: Any, value: Any) -> None:
+        GUARD.outside(self, self._slot(i), True)
+
+
+class _DVecObjGuardRO(_DVecObjExec):
+    __slots__ = ()
+
+    def __setitem__(self, i: Any, value: Any) -> None:
+        GUARD.outside(self, self._slot(i), True)
+
+
+class _MapGuard:
+    """The guard for ``dmap``/``dmultimap`` (one or several threads)."""
+
+    __slots__ = ()
+
+    def __getitem__(self, key: Any) -> Any:
+        try:
+            s = self._slots[key]
+        except KeyError:
+            raise DDSError(f"{self._name}: no key {key!r}") from None
+        c = self._gm[s]
+        if c and c != (1 if GUARD.single else _tls.gcode):
+            GUARD.outside(self, s, False)
+        return self._read_slot(self._buf, s)
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        s = self._slots.get(key)
+        if s is None:
+            _MapExec.__setitem__(self, key, value)  # raises the insertion error
+        if self._gm[s] != (1 if GUARD.single else _tls.gcode):
+            GUARD.outside(self, s, True)
+        self._buf[s] = self._coerce(value)
+
+
+class _MapGuardRO(_MapExec):
+    __slots__ = ()
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        s = self._slots.get(key)
+        if s is None:
+            _MapExec.__setitem__(self, key, value)  # raises the insertion error
+        GUARD.outside(self, s, True)
+
+
 # ====================================================================== recon / checked mixins
 class _ReconMixin:
     """Reconnaissance: log element ids, serve reads, keep writes in an overlay."""
@@ -593,6 +750,8 @@ class _CheckedMixin:
         gid = self._gbase | s
         j, reads, writes = CHECKER.allowed()
         if gid not in (writes if write else reads):
+            if GUARD is not None:
+                GUARD.outside(self, s, write, "its reconnaissance")
             what = "wrote" if write else "read"
             kind = "write" if write else "read"
             raise AccessOutsideReconError(
@@ -616,15 +775,28 @@ def _make_modes(public: type, exec_cls: type | None, exec_obj_cls: type | None) 
     def derive(mixin: type, tag: str) -> type:
         return type(f"{public.__name__}[{tag}]", (mixin, public), {"__slots__": ()})
 
+    exec_map = derive(_MapExec, "exec") if exec_cls is None else None
     public._modes = {
         "driver": public,
-        "exec": exec_cls or derive(_MapExec, "exec"),
-        "exec_obj": exec_obj_cls or exec_cls or derive(_MapExec, "exec"),
+        "exec": exec_cls or exec_map,
+        "exec_obj": exec_obj_cls or exec_cls or exec_map,
         "recon": derive(_DVecRecon if public is dvector else _ReconMixin, "recon"),
         "checked": derive(_CheckedMixin, "checked"),
     }
-    if exec_obj_cls is None and exec_cls is None:
-        public._modes["exec_obj"] = public._modes["exec"]
+    if public is dvector:
+        public._modes.update(
+            guard=_DVecNumGuard,
+            guard_obj=_DVecObjGuard,
+            guard_t=_DVecNumGuardT,
+            guard_t_obj=_DVecObjGuardT,
+            guard_ro=_DVecNumGuardRO,
+            guard_ro_obj=_DVecObjGuardRO,
+        )
+    else:
+        g, ro = derive(_MapGuard, "guard"), derive(_MapGuardRO, "guard_ro")
+        public._modes.update(
+            guard=g, guard_obj=g, guard_t=g, guard_t_obj=g, guard_ro=ro, guard_ro_obj=ro
+        )
 
 
 _make_modes(dvector, _DVecNumExec, _DVecObjExec)
@@ -635,8 +807,8 @@ _make_modes(dmultimap, None, None)
 def set_mode(dds: _DDS, mode: str) -> None:
     """Switch ``dds`` to ``mode`` (driver, exec, recon or checked)."""
     modes = type(dds)._modes
-    if mode == "exec" and not dds._numeric:
-        mode = "exec_obj"
+    if not dds._numeric and mode in ("exec", "guard", "guard_t", "guard_ro"):
+        mode += "_obj"
     dds.__class__ = modes[mode]
 
 
@@ -647,6 +819,12 @@ def public_class(dds: _DDS) -> type:
 
 __all__ = [
     "CHECKER",
+    "FREE",
+    "GUARD",
+    "LOCKED",
+    "LOCKED_BODY",
+    "ANY_OWN",
+    "OTHER",
     "RECON",
     "SLOT_BITS",
     "SLOT_MASK",

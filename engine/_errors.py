@@ -12,7 +12,46 @@ class ClosureRuleError(EngineError, TypeError):
 
 
 class AccessOutsideReconError(EngineError, RuntimeError):
-    """In checked mode, a body touched an element outside its reconnaissance sets."""
+    """A body touched an element outside its plan or reconnaissance sets and the
+    operator runs with ``replan="never"``."""
+
+
+class ReplicaMismatchError(EngineError, RuntimeError):
+    """In test or checked mode, a node's replica of a row differs from its owner's."""
+
+    def __init__(
+        self,
+        op: str,
+        invocation: int,
+        dds: str,
+        element: str,
+        node: int,
+        owner: int,
+        mine: str,
+        theirs: str,
+    ) -> None:
+        self.op, self.invocation, self.dds, self.element = op, invocation, dds, element
+        self.node, self.owner, self.mine, self.theirs = node, owner, mine, theirs
+        super().__init__(
+            f"after {op}#{invocation}, node {node}'s replica of {element} is {mine} but its "
+            f"owner, node {owner}, has {theirs}: a write did not reach every replica (an "
+            "engine bug; please report it)"
+        )
+
+    def as_dict(self) -> dict[str, object]:
+        """The JSON form used in dual-test divergences."""
+        return {
+            "what": "replica",
+            "iteration": self.invocation,
+            "op": self.op,
+            "invocation": self.invocation,
+            "dds": self.dds,
+            "element": self.element,
+            "node": self.node,
+            "owner": self.owner,
+            "replica": self.mine,
+            "owner_value": self.theirs,
+        }
 
 
 class DataFormatError(EngineError, ValueError):

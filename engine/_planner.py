@@ -73,6 +73,9 @@ class Plan:
     writes: list[list[np.ndarray]] = field(default_factory=list)
     imbalance: float = 1.0
     node_imbalance: float = 1.0
+    #: the serial order this plan was built to equal (wavefront and serial plans), which
+    #: an invocation that must fall back to serial execution keeps
+    order: np.ndarray | None = None
 
     def serial_order(self) -> np.ndarray:
         """Indices in the plan's serialization order (valid when no task is locked)."""
@@ -349,14 +352,36 @@ def wavefront_plan(sets: AccessSets, order: np.ndarray, nodes: int, threads: int
         members = pos[lv_of_order == lv]
         chunks = np.array_split(members, nodes * threads)
         rounds.append([chunks[p * threads : (p + 1) * threads] for p in range(nodes)])
-    return _finish("wavefront", sets, nodes, threads, rounds)
+    plan = _finish("wavefront", sets, nodes, threads, rounds)
+    plan.order = np.asarray(order, dtype=np.int64)
+    return plan
 
 
 def serial_plan(sets: AccessSets, order: np.ndarray, nodes: int) -> Plan:
     """One round, one task on node 0, running ``order`` (absolute indices) as a plain loop."""
     pos = np.asarray(order, dtype=np.int64) - sets.start
     rounds = [[[pos]] + [[] for _ in range(nodes - 1)]] if sets.n else []
-    return _finish("serial", sets, nodes, 1, rounds)
+    plan = _finish("serial", sets, nodes, 1, rounds)
+    plan.order = np.asarray(order, dtype=np.int64)
+    return plan
+
+
+#: Strategy name of an invocation that every node ran serially on its own replica
+#: (the plan guard's last resort; see ``engine._guard``).
+REPLICATED = "replicated"
+
+
+def replicated_plan(start: int, order: np.ndarray, nodes: int) -> Plan:
+    """Every node runs ``order`` (absolute indices) on its own replica: no write-back is
+    needed because every replica performs every write.  Recorded like any plan, as one
+    task on node 0."""
+    order = np.asarray(order, dtype=np.int64)
+    n = len(order)
+    rounds = [[[Task(0, order)]] + [[] for _ in range(nodes - 1)]] if n else []
+    writes = [[np.empty(0, dtype=np.int64) for _ in range(nodes)] for _ in rounds]
+    plan = Plan(REPLICATED, start, n, nodes, 1, rounds, writes, float(nodes), float(nodes))
+    plan.order = order
+    return plan
 
 
 # ============================================================= entry point
@@ -385,12 +410,14 @@ def make_plan(
 
 
 __all__ = [
+    "REPLICATED",
     "Plan",
     "Task",
     "balanced_blocks",
     "component_labels",
     "conflicts",
     "make_plan",
+    "replicated_plan",
     "rotation_spaces",
     "serial_plan",
     "wavefront_plan",

@@ -79,8 +79,24 @@ class Cluster:
     def run_on_nodes(self, fn: Callable[[int], Any]) -> list[Any]:
         raise NotImplementedError
 
-    def exchange_rows(self, writes: dict[int, RoundWrites], all_writes: list[RoundWrites]) -> int:
+    def exchange_rows(
+        self,
+        writes: dict[int, RoundWrites],
+        all_writes: list[RoundWrites],
+        *,
+        stopped: bool = False,
+    ) -> bool:
+        """Move each node's written rows to every other replica.  ``stopped``: a local node
+        left its plan (see ``engine._guard``); returns True when any node did."""
         raise NotImplementedError
+
+    def mark(self) -> tuple[Any, ...]:
+        """The message counters, to :meth:`rewind` to when an attempt is undone."""
+        return (dict(self._recv_count),)
+
+    def rewind(self, mark: tuple[Any, ...]) -> None:
+        """Forget the messages of an undone attempt (their sequence numbers are reused)."""
+        self._recv_count = dict(mark[0])
 
     def gather_owned(self, dds: _DDS) -> np.ndarray:
         parts = self.run_on_nodes(lambda node: dds.rows(node, dds.owned(node)))
@@ -125,9 +141,21 @@ class InProcessCluster(Cluster):
         self.bind(self.local_nodes[0])
         return out
 
-    def exchange_rows(self, writes: dict[int, RoundWrites], all_writes: list[RoundWrites]) -> int:
+    def mark(self) -> tuple[Any, ...]:
+        return (*super().mark(), dict(self._seqs))
+
+    def rewind(self, mark: tuple[Any, ...]) -> None:
+        super().rewind(mark)
+        self._seqs = dict(mark[1])
+
+    def exchange_rows(
+        self,
+        writes: dict[int, RoundWrites],
+        all_writes: list[RoundWrites],
+        *,
+        stopped: bool = False,
+    ) -> bool:
         """Copy each node's written rows into every other replica, in node order."""
-        moved = 0
         for src, rw in writes.items():
             nbytes = rw.numeric_nbytes()
             for dds, slots in rw.per_dds:
@@ -142,10 +170,9 @@ class InProcessCluster(Cluster):
             self._seqs[src] = seq + 1
             for dst in self.local_nodes:
                 if dst != src:
-                    moved += nbytes
                     if self.on_message is not None:
                         self.on_message(dst, "rows", src, seq, nbytes)
-        return moved
+        return stopped
 
 
 class MpiCluster(Cluster):
@@ -181,20 +208,35 @@ class MpiCluster(Cluster):
     def barrier(self) -> None:
         self.comm.Barrier()
 
-    def exchange_rows(self, writes: dict[int, RoundWrites], all_writes: list[RoundWrites]) -> int:
+    def mark(self) -> tuple[Any, ...]:
+        return (*super().mark(), self._seq_out)
+
+    def rewind(self, mark: tuple[Any, ...]) -> None:
+        super().rewind(mark)
+        self._seq_out = mark[1]
+
+    def exchange_rows(
+        self,
+        writes: dict[int, RoundWrites],
+        all_writes: list[RoundWrites],
+        *,
+        stopped: bool = False,
+    ) -> bool:
         """Send this rank's written rows to every other rank; apply theirs as they arrive.
 
         Receives are wildcard (``ANY_SOURCE``): the arrival order is a real source of
         non-determinism, reported to ``on_message`` with the sender's sequence number.
+        The header carries the sender's sequence number and its ``stopped`` flag, so
+        every rank learns in the same round that some rank left its plan.
         """
         MPI = self._MPI
         comm, me, P = self.comm, self.rank, self.size
         if P == 1:
-            return 0
+            return stopped
         mine = writes[me]
         payload = self._pack(mine)
         has_obj = any(not d._numeric for d, _ in mine.per_dds)
-        header = np.array([self._seq_out], dtype=np.int64).view(np.uint8)
+        header = np.array([self._seq_out, int(stopped)], dtype=np.int64).view(np.uint8)
         msg = np.concatenate([header, payload])
         reqs = [comm.Isend([msg, MPI.BYTE], dst, TAG_ROWS) for dst in range(P) if dst != me]
         if has_obj:
@@ -202,7 +244,7 @@ class MpiCluster(Cluster):
             reqs += [comm.isend(objs, dst, TAG_OBJROWS) for dst in range(P) if dst != me]
         self._seq_out += 1
         status = MPI.Status()
-        moved = 0
+        anyone = stopped
         for _ in range(P - 1):
             k = self._recv_count.get((me, "rows"), 0)
             self._recv_count[(me, "rows")] = k + 1
@@ -212,20 +254,20 @@ class MpiCluster(Cluster):
             nbytes = status.Get_count(MPI.BYTE)
             buf = np.empty(nbytes, dtype=np.uint8)
             comm.Recv([buf, MPI.BYTE], src, TAG_ROWS)
-            seq = int(buf[:8].view(np.int64)[0])
+            seq, flag = (int(x) for x in buf[:16].view(np.int64))
+            anyone = anyone or bool(flag)
             theirs = all_writes[src]
-            self._unpack(theirs, buf[8:])
+            self._unpack(theirs, buf[16:])
             if any(not d._numeric for d, _ in theirs.per_dds):
                 objs = comm.recv(source=src, tag=TAG_OBJROWS)
                 it = iter(objs)
                 for dds, slots in theirs.per_dds:
                     if not dds._numeric:
                         dds.set_rows(me, slots, next(it))
-            moved += nbytes
             if self.on_message is not None:
-                self.on_message(me, "rows", src, seq, nbytes - 8)
+                self.on_message(me, "rows", src, seq, nbytes - 16)
         MPI.Request.Waitall(reqs)
-        return moved
+        return anyone
 
     # ------------------------------------------------------------ sync_for transport
     # Nonblocking buffer methods on raw uint8 blocks (sync_for deltas and updates):

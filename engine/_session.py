@@ -10,7 +10,7 @@ first use so that the API works interactively.
 from __future__ import annotations
 
 import hashlib
-import threading
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,7 +20,8 @@ import numpy as np
 
 from . import _dds
 from ._control import Controller
-from ._errors import SessionError
+from ._dds import _tls
+from ._errors import ReplicaMismatchError, SessionError
 from ._runtime import Cluster, InProcessCluster, MpiCluster
 
 
@@ -97,6 +98,29 @@ class Recorder:
         """The run ended: ``status`` is ``finished`` or ``failed`` (``error``: traceback)."""
 
 
+class Pending(Recorder):
+    """Holds the calls of an attempt at an invocation until the attempt completes, so
+    that an undone attempt leaves nothing in the trace."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, tuple[Any, ...]]] = []
+
+    def lock_grants(self, *args: Any) -> None:
+        self.calls.append(("lock_grants", args))
+
+    def index_order(self, *args: Any) -> None:
+        self.calls.append(("index_order", args))
+
+    def message_received(self, *args: Any) -> None:
+        self.calls.append(("message_received", args))
+
+    def flush(self, into: Recorder) -> None:
+        """Pass every held call on, in order."""
+        for name, args in self.calls:
+            getattr(into, name)(*args)
+        self.calls.clear()
+
+
 @dataclass
 class RunResult:
     """The outcome of :func:`run`."""
@@ -113,7 +137,6 @@ class RunResult:
     orders: dict[tuple[str, int], np.ndarray] = field(default_factory=dict)
 
 
-_tls = threading.local()
 _current: Session | None = None
 
 
@@ -134,6 +157,7 @@ class Session:
         progress: Callable[[str], None] | None = None,
         digests: bool = True,
         controller: Controller | None = None,
+        warn: Callable[[str], None] | None = None,
     ) -> None:
         self.cluster = cluster
         self.controller = controller or Controller()
@@ -141,6 +165,11 @@ class Session:
         self.checked = checked
         self.recorder = recorder or Recorder()
         self.progress = progress
+        self.warn = warn or _stderr
+        #: (operator, outcome) pairs of the plan guard already reported on stderr
+        self.noted: set[tuple[str, str]] = set()
+        #: test mode (dual tests): no relaxation, no staleness, every order kept
+        self.test_mode = False
         self.want_digests = digests
         self.dds: list[_dds._DDS] = []
         self._names: set[str] = set()
@@ -157,8 +186,11 @@ class Session:
         self._driver_rng_count = 0
         self.mode = "driver"
         cluster.bind = self.bind
-        cluster.on_message = self.recorder.message_received
+        cluster.on_message = self._on_message
         cluster.expect_source = self.controller.message_source
+
+    def _on_message(self, node: int, channel: str, source: int, seq: int, nbytes: int) -> None:
+        self.recorder.message_received(node, channel, source, seq, nbytes)
 
     # ------------------------------------------------------------ registry
     def register(self, dds: _dds._DDS, name: str | None) -> int:
@@ -178,6 +210,7 @@ class Session:
         self.current_node = node
         for d in self.dds:
             d._buf = d._bufs[node]
+            d._gm = d._gms.get(node, _dds._NO_GUARD)
 
     def set_mode(self, mode: str, dds: list[_dds._DDS] | None = None) -> None:
         """Switch every DDS (or the given ones) to ``mode``."""
@@ -203,10 +236,47 @@ class Session:
         self.invocations[op] = inv + 1
         return inv
 
+    def digests_of(self, dds: list[_dds._DDS]) -> list[str]:
+        """Digests of ``dds`` (collective).  A cached digest is reused only when no process
+        has bumped that DDS's version since it was computed."""
+        stale = [not d._digest_fresh() for d in dds]
+        if self.cluster.is_mpi:
+            every = self.cluster.allgather(stale)
+            stale = [any(flags[k] for flags in every) for k in range(len(dds))]
+        return [
+            d._compute_digest() if s else d._digest[1]  # type: ignore[index]
+            for d, s in zip(dds, stale, strict=True)
+        ]
+
+    def check_replicas(self, op: str, invocation: int) -> None:
+        """Test and checked mode: every node's replica of every row must equal its
+        owner's after each invocation; raise :class:`ReplicaMismatchError` otherwise."""
+        if not (self.checked or self.test_mode):
+            return
+        for d in self.dds:
+            owners = d.gather()
+            bad = self.cluster.run_on_nodes(
+                lambda node, d=d, owners=owners: _differs(d, node, owners)
+            )
+            for node, found in enumerate(bad):
+                if found is not None:
+                    slot, mine = found
+                    owner = d.owner(d.key_of(slot))
+                    raise ReplicaMismatchError(
+                        op,
+                        invocation,
+                        d.name,
+                        d._desc(d.key_of(slot)),
+                        node,
+                        owner,
+                        _short(mine),
+                        _short(owners[slot]),
+                    )
+
     def record_digests(self, op: str, invocation: int) -> list[tuple[str, str]]:
         if not self.want_digests:
             return []
-        out = [(d.name, d.digest()) for d in self.dds]
+        out = list(zip([d.name for d in self.dds], self.digests_of(self.dds), strict=True))
         for name, dig in out:
             self.digests.append({"op": op, "invocation": invocation, "dds": name, "digest": dig})
         return out
@@ -217,6 +287,30 @@ class Session:
         self.recorder.objective(name, len(vals) - 1, float(value))
         if self.progress is not None:
             self.progress(f"iter {len(vals) - 1:>3}  {name} = {float(value):.6g}")
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _differs(d: _dds._DDS, node: int, owners: Any) -> tuple[int, Any] | None:
+    """The first slot where ``node``'s replica differs from the owners' content."""
+    mine = d.rows(node, np.arange(len(d), dtype=np.int64))
+    if d._numeric:
+        # bitwise, so that NaN equals NaN and 0.0 differs from -0.0
+        a = np.ascontiguousarray(mine).view(np.uint8).reshape(len(mine), -1)
+        b = np.ascontiguousarray(owners).view(np.uint8).reshape(len(owners), -1)
+        bad = np.flatnonzero((a != b).any(axis=1))
+        return None if not len(bad) else (int(bad[0]), mine[int(bad[0])])
+    for k, (a, b) in enumerate(zip(mine, owners, strict=True)):
+        if repr(a) != repr(b):
+            return k, a
+    return None
+
+
+def _short(v: Any) -> str:
+    text = np.array2string(v, precision=6, threshold=8) if isinstance(v, np.ndarray) else repr(v)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def current() -> Session:
@@ -280,8 +374,7 @@ def run(
         progress=progress,
         controller=controller,
     )
-    # test mode (dual tests): no relaxation, no staleness, every order kept
-    sess.test_mode = test_mode  # type: ignore[attr-defined]
+    sess.test_mode = test_mode
     sess.capture_orders = test_mode
     prev = _current
     _current = sess

@@ -40,6 +40,7 @@ class TraceController(engine.Controller):
         self.run = run
         self.single = single
         self._plans: dict[tuple[str, int], Any] = {}
+        self._starts: dict[str, set[int]] = {}
         self._sources: dict[tuple[int, str], np.ndarray] = {}
         self._grants: dict[tuple[str, int, int], Any] = {}
         self._visible: dict[tuple[str, int, int], dict[int, tuple[int, ...]]] = {}
@@ -56,6 +57,13 @@ class TraceController(engine.Controller):
             except KeyError:
                 self._plans[key] = None
         return self._plans[key]
+
+    def fresh_plan(self, op: str, invocation: int) -> Any:
+        if op not in self._starts:
+            self._starts[op] = set(self.run.plan_starts(op))
+        if invocation not in self._starts[op]:
+            return None
+        return self.recorded_plan(op, invocation)
 
     def check_plan(self, op: str, invocation: int, plan: Any) -> None:
         rec = self.recorded_plan(op, invocation)

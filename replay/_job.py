@@ -278,7 +278,11 @@ def launch(
         def pump_err() -> None:
             assert proc.stderr is not None
             for line in proc.stderr:
-                err_lines.append(line.rstrip("\n"))
+                line = line.rstrip("\n")
+                if line.startswith("note: "):  # the engine's one-line notices (plan guard)
+                    print(line, file=sys.stderr, flush=True)
+                else:
+                    err_lines.append(line)
 
         threads = [
             threading.Thread(target=pump_out, daemon=True),

@@ -74,17 +74,38 @@ class Table:
 
 
 @dataclass(frozen=True)
+class Switch:
+    """Value-dependent accesses: when the first value of row ``(table, element)``, read
+    at the start of the body, exceeds ``above``, the body makes the accesses of ``then``
+    instead of its own.  Values change as the program runs, so reconnaissance sees one
+    branch and later invocations (or later bodies of the same one) take the other."""
+
+    table: int
+    element: int
+    above: float
+    then: Access
+
+
+@dataclass(frozen=True)
 class Access:
     """One body: read ``reads`` (table, element), yield, then apply ``writes``
-    (table, element, op name) in order."""
+    (table, element, op name) in order; ``switch`` may replace them by others."""
 
     reads: tuple[tuple[int, int], ...] = ()
     writes: tuple[tuple[int, int, str], ...] = ()
+    switch: Switch | None = None
 
     def __post_init__(self) -> None:
         for w in self.writes:
             if w[2] not in OPS:
                 raise ValueError(f"{self!r}: unknown op {w[2]!r}; known: {sorted(OPS)}")
+
+    def touched(self) -> list[tuple[int, int]]:
+        """Every element this body may read or write, on either branch."""
+        out = [*self.reads, *((t, e) for t, e, _ in self.writes)]
+        if self.switch is not None:
+            out += [(self.switch.table, self.switch.element), *self.switch.then.touched()]
+        return out
 
 
 @dataclass(frozen=True)
@@ -127,8 +148,7 @@ class Program:
     def __post_init__(self) -> None:
         for loop in self.loops:
             for a in loop.bodies:
-                touched = [*a.reads, *((t, e) for t, e, _ in a.writes)]
-                for t, e in touched:
+                for t, e in a.touched():
                     if not (0 <= t < len(self.tables) and 0 <= e < self.tables[t].size):
                         raise ValueError(f"{a!r} touches ({t}, {e}), outside {self.tables!r}")
 
@@ -167,6 +187,9 @@ class Case:
 # ====================================================================== driver
 def _apply(T: list[Any], acc: float, access: Access) -> None:
     """The body of every generated loop: reads, a real thread yield, then the updates."""
+    sw = access.switch
+    if sw is not None and float(T[sw.table][sw.element][0]) > sw.above:
+        access = sw.then
     for t, e in access.reads:
         acc = acc * 0.9 + float(np.sin(T[t][e]).sum())
     time.sleep(0)
@@ -271,15 +294,31 @@ def accesses(
     hot: tuple[tuple[int, int], ...] = (),
     max_reads: int = 3,
     max_writes: int = 2,
+    switches: bool = False,
 ) -> st.SearchStrategy[Access]:
-    """Bodies over tables ``ts``: each element is one of ``hot`` about half the time."""
+    """Bodies over tables ``ts``: each element is one of ``hot`` about half the time.
+    With ``switches``, most bodies make value-dependent accesses (:class:`Switch`)."""
     elem = _elements(ts)
     pick = st.one_of(st.sampled_from(hot), elem) if hot else elem
     write = st.tuples(pick, st.sampled_from(ops)).map(lambda p: (p[0][0], p[0][1], p[1]))
+    plain = st.builds(
+        Access,
+        reads=st.lists(pick, max_size=max_reads).map(tuple),
+        writes=st.lists(write, max_size=max_writes).map(tuple),
+    )
+    if not switches:
+        return plain
+    switch = st.builds(
+        lambda te, above, then: Switch(te[0], te[1], above, then),
+        pick,
+        st.sampled_from([-0.5, 0.0, 0.3, 0.7]),
+        plain,
+    )
     return st.builds(
         Access,
         reads=st.lists(pick, max_size=max_reads).map(tuple),
         writes=st.lists(write, max_size=max_writes).map(tuple),
+        switch=st.one_of(st.none(), switch, switch),
     )
 
 
@@ -295,12 +334,15 @@ def programs(
     max_bodies: int = MAX_BODIES,
     max_loops: int = MAX_LOOPS,
     max_invocations: int = MAX_INVOCATIONS,
+    switches: bool = False,
 ) -> Program:
-    """Random programs: tables, hot elements, a few ops, ``async_for``/``sync_for`` loops."""
+    """Random programs: tables, hot elements, a few ops, ``async_for``/``sync_for`` loops;
+    with ``switches``, bodies whose accesses depend on values (see
+    :func:`value_dependent_programs`)."""
     ts = draw(tables(max_tables, max_size, max_width))
     hot = tuple(draw(st.lists(_elements(ts), max_size=2, unique=True)))
     ops = tuple(draw(st.lists(st.sampled_from(sorted(OPS)), min_size=1, max_size=3, unique=True)))
-    body = accesses(ts, ops, hot)
+    body = accesses(ts, ops, hot, switches=switches)
     bodies = st.lists(body, min_size=1, max_size=max_bodies).map(tuple)
     async_loop = st.builds(AsyncLoop, bodies=bodies, start=st.integers(0, 3))
     sync_loop = st.builds(
@@ -318,6 +360,16 @@ def programs(
         invocations=draw(_counts(max_invocations, 1)),
         rng=draw(st.booleans()),
         objective=draw(st.booleans()),
+    )
+
+
+def value_dependent_programs(**kw: Any) -> st.SearchStrategy[Program]:
+    """Programs whose bodies read a value and choose their other accesses by it, so the
+    plan reconnaissance made can be left by later invocations or by later bodies of the
+    same invocation (the class of program the plan guard exists for)."""
+    kw.setdefault("max_invocations", MAX_INVOCATIONS)
+    return programs(switches=True, **kw).filter(
+        lambda p: p.invocations > 1 and any(a.switch for loop in p.loops for a in loop.bodies)
     )
 
 
@@ -368,6 +420,7 @@ __all__ = [
     "Order",
     "Program",
     "Shape",
+    "Switch",
     "SyncLoop",
     "Table",
     "accesses",
@@ -379,4 +432,5 @@ __all__ = [
     "programs",
     "shapes",
     "tables",
+    "value_dependent_programs",
 ]

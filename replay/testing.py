@@ -32,6 +32,11 @@ from engine._dds import SLOT_BITS, SLOT_MASK
 from engine._planner import serial_plan, wavefront_plan
 
 
+#: Errors of a test-mode run that are a dual test's FAIL verdict, not a crash: the
+#: program is not deterministic, or a replica missed a write.
+_VERDICTS = (engine.DivergenceError, engine.ReplicaMismatchError)
+
+
 @dataclass
 class Outcome:
     """What a run produced: digests per invocation, objectives, loop-index orders."""
@@ -63,6 +68,12 @@ class DualResult:
             for k in ("iteration", "op", "invocation", "index", "dds", "element")
             if d.get(k) is not None
         )
+        if d.get("what") == "replica":
+            return (
+                f"{self.direction}: FAIL at {where}: node {d.get('node')}'s replica is "
+                f"{d.get('replica')} but its owner, node {d.get('owner')}, has "
+                f"{d.get('owner_value')} (a write did not reach every replica)"
+            )
         return (
             f"{self.direction}: FAIL at {where}: serial gave {d.get('serial')}, "
             f"parallel gave {d.get('parallel')}"
@@ -390,7 +401,7 @@ def forward(
     }
     try:
         p = _run(fn, params, **p_cfg, recorder=recorder)
-    except engine.DivergenceError as exc:
+    except _VERDICTS as exc:
         return DualResult("forward", False, exc.as_dict())
     diff = _first_difference(s, p)
     if diff is not None:
@@ -413,7 +424,10 @@ def backward(
     """
     params = dict(params or {})
     p_cfg = {"nodes": nodes, "threads": threads, "seed": seed, "controller": None}
-    p = _run(fn, params, **p_cfg, recorder=recorder)
+    try:
+        p = _run(fn, params, **p_cfg, recorder=recorder)
+    except engine.ReplicaMismatchError as exc:
+        return DualResult("backward", False, exc.as_dict())
 
     def recorded(op: str, invocation: int, start: int, n: int) -> np.ndarray:
         got = p.orders.get((op, invocation))
@@ -429,7 +443,7 @@ def backward(
     }
     try:
         s = _run(fn, params, **s_cfg)
-    except engine.DivergenceError as exc:
+    except _VERDICTS as exc:
         return DualResult("backward", False, exc.as_dict())
     diff = _first_difference(s, p)
     if diff is not None:

@@ -212,6 +212,13 @@ class RunTrace:
         row = rows[0]
         return decode_plan(row, f"table operator_plan row {row.id}")
 
+    def plan_starts(self, op: str) -> list[int]:
+        """The invocations at which ``op`` got a new plan (the first is 0), ascending."""
+        stmt = select(OperatorPlan.first_invocation).where(
+            OperatorPlan.run == self.run_id, OperatorPlan.op == op
+        )
+        return sorted({int(r[0]) for r in self._all(stmt)})
+
     def invocations(self, op: str | None = None, node: int | None = None) -> list[InvocationInfo]:
         """Completed invocations, by operator, invocation and node."""
         stmt = select(Invocation.__table__).where(Invocation.run == self.run_id)

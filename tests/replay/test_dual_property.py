@@ -140,7 +140,9 @@ def _assert_caught(
         print(text)
         assert d.get("op") and d.get("invocation") is not None, text
         assert f"op {d['op']}, invocation {d['invocation']}" in text
-        if "element" in d:  # localised: both values are shown
+        if d.get("what") == "replica":  # checked after every invocation in test mode
+            assert d["replica"] != d["owner_value"] and "replica" in text, text
+        elif "element" in d:  # localised: both values are shown
             assert d["serial"] != d["parallel"], text
 
 

@@ -88,7 +88,8 @@ def test_fixture_fails_with_the_divergence_report(suite: pytest.Pytester) -> Non
         [
             "*dual test failed:*",
             "*lonely on 2 node(s) x 1 thread(s): forward: FAIL at iteration 0, op one, "
-            "invocation 0, index 0, dds Y, element 0: serial gave *, parallel gave *",
+            "invocation 0, dds Y, element Y?0?: node 0's replica is * but its owner, "
+            "node 1, has * (a write did not reach every replica)",
         ]
     )
     assert "Traceback" not in res.stdout.str()

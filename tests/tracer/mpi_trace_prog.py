@@ -28,7 +28,7 @@ def program(epochs: int, kill_at: int) -> None:
 
         def body(j: int) -> None:
             u, i = int(pairs[j, 0]), int(pairs[j, 1])
-            if epoch == kill_at and j == 2000 and ap.current().mode == "exec":  # noqa: B023
+            if epoch == kill_at and j == 2000 and ap.current().mode == "guard":  # noqa: B023
                 os.kill(os.getpid(), signal.SIGKILL)
             w, h = W[u], H[i]
             err = 1.0 - w @ h

@@ -1,0 +1,221 @@
+"""The plan guard: catch, as it happens, every access that could break serializability.
+
+A plan is built from the reconnaissance (RE) sets of one invocation and reused by the
+next ones.  A body whose accesses depend on values (coordinate descent that skips zero
+coefficients, a flag that flips after the first epoch) can leave those sets later, and
+then the plan no longer proves that the result equals a serial order.  So every
+execution checks, per access, the two things that could break it:
+
+* a write to a slot the running task does not own in this round (its node's, or with
+  several threads its thread's, planned writes) — the write would race with another
+  task or never reach the other replicas;
+* a read of a slot that another node (or another thread's task) writes in the same
+  round — the value read would depend on timing.
+
+The check itself lives in the DDS guard modes (``engine._dds``): one byte per slot and
+node says who may touch the slot in the running round, so the common case is one
+bytearray lookup.  This module arms those bytes round by round, snapshots what an
+invocation may change so that it can be undone, and decides what a violation means:
+
+* ``replan="auto"`` (default): the node stops, the invocation is undone on every node,
+  reconnaissance re-runs and the invocation re-executes under the new plan; if that
+  plan is violated too, the invocation runs serially on every replica;
+* ``replan="always"``: reconnaissance on every invocation (for bodies known to depend
+  on values);
+* ``replan="never"``: a violation is an error naming operator, invocation, index and
+  element.
+
+Nodes learn that another node stopped from a flag in the round's write-back message,
+so every node leaves the invocation after the same round and nobody waits for a node
+that has stopped.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from . import _dds
+from ._dds import ANY_OWN, FREE, LOCKED, LOCKED_BODY, OTHER, SLOT_BITS, SLOT_MASK, _tls
+from ._errors import AccessOutsideReconError
+
+if TYPE_CHECKING:
+    from ._planner import Plan
+    from ._recon import AccessSets
+    from ._session import Session
+
+#: The values ``replan=`` accepts.
+POLICIES = ("auto", "always", "never")
+
+
+class PlanViolation(BaseException):
+    """Internal: a body left its plan; unwinds the node's round.
+
+    A ``BaseException`` so that a user's ``except Exception`` around a DDS access cannot
+    swallow it (the guard also keeps the first violation, so a bare ``except:`` does not
+    hide it either)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    """The first access of an invocation that left the plan."""
+
+    op: str
+    invocation: int
+    index: int
+    node: int
+    element: str
+    write: bool
+    reason: str
+
+    def message(self) -> str:
+        what = "wrote" if self.write else "read"
+        return (
+            f"async_for {self.op!r} invocation {self.invocation} index {self.index} on node "
+            f"{self.node} {what} {self.element}, which {self.reason}: the body's accesses "
+            "depend on values that changed since reconnaissance"
+        )
+
+
+def _slot_groups(dds_list: list[Any], gids: np.ndarray) -> list[tuple[Any, np.ndarray]]:
+    """Split sorted element ids into (dds, slots) pairs."""
+    ids = gids >> SLOT_BITS
+    return [(dds_list[d], gids[ids == d] & SLOT_MASK) for d in np.unique(ids).tolist()]
+
+
+def _task_writes(sets: AccessSets, indices: np.ndarray) -> np.ndarray:
+    """Unique element ids written by the bodies ``indices``."""
+    pos = np.asarray(indices, dtype=np.int64) - sets.start
+    if not len(pos):
+        return np.empty(0, dtype=np.int64)
+    counts = np.diff(sets.w_indptr)[pos]
+    starts = sets.w_indptr[pos]
+    idx = np.repeat(starts - np.cumsum(counts) + counts, counts) + np.arange(counts.sum())
+    return np.unique(sets.w_ids[idx])
+
+
+class GuardPlan:
+    """What the guard needs of one plan: per round and node, the codes to arm; per DDS,
+    the slots the plan may change (to snapshot for undo).  Built once per plan."""
+
+    def __init__(self, sess: Session, plan: Plan, sets: AccessSets) -> None:
+        dds = sess.dds
+        nodes = sess.cluster.local_nodes
+        self.single = sess.cluster.threads == 1
+        self.written: list[Any] = []
+        union = (
+            np.unique(np.concatenate([w for per in plan.writes for w in per]))
+            if plan.writes and any(len(w) for per in plan.writes for w in per)
+            else np.empty(0, dtype=np.int64)
+        )
+        self.undo_slots = _slot_groups(dds, union)
+        self.written = [d for d, _ in self.undo_slots]
+        #: per round: per local node: list of (dds, slots, code)
+        self.arms: list[dict[int, list[tuple[Any, np.ndarray, int]]]] = []
+        for r, rnd in enumerate(plan.rounds):
+            per_node: dict[int, list[tuple[Any, np.ndarray, int]]] = {}
+            for p in nodes:
+                entries: list[tuple[Any, np.ndarray, int]] = []
+                for q, gids in enumerate(plan.writes[r]):
+                    if q != p and len(gids):
+                        entries += [(d, s, OTHER) for d, s in _slot_groups(dds, gids)]
+                if self.single:
+                    entries += [(d, s, 1) for d, s in _slot_groups(dds, plan.writes[r][p])]
+                else:
+                    by_code: dict[int, list[np.ndarray]] = {}
+                    for t in rnd[p]:
+                        code = LOCKED if t.locked else t.thread + 1
+                        by_code.setdefault(code, []).append(t.indices)
+                    for code, parts in by_code.items():
+                        gids = _task_writes(sets, np.concatenate(parts))
+                        entries += [(d, s, code) for d, s in _slot_groups(dds, gids)]
+                per_node[p] = entries
+            self.arms.append(per_node)
+
+
+class Guard:
+    """The guard of one attempt at one invocation (``_dds.GUARD`` while it runs)."""
+
+    def __init__(self, op: str, invocation: int, policy: str, gp: GuardPlan) -> None:
+        self.op = op
+        self.invocation = invocation
+        self.policy = policy
+        self.single = gp.single
+        self.node = 0
+        self.first: Violation | None = None
+        self._gp = gp
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------ masks
+    def prepare(self, sess: Session) -> None:
+        """Give every written DDS a zeroed byte per slot on each local node."""
+        for d in self._gp.written:
+            n = len(d)
+            for node in sess.cluster.local_nodes:
+                m = d._gms.get(node)
+                if m is None or len(m) < n:
+                    d._gms[node] = bytearray(n)
+            d._gm = d._gms[sess.current_node]
+
+    def arm(self, r: int, code: bool = True) -> None:
+        """Write (or, with ``code=False``, clear) the codes of round ``r``."""
+        for node, entries in self._gp.arms[r].items():
+            for d, slots, c in entries:
+                np.frombuffer(d._gms[node], dtype=np.uint8)[slots] = c if code else FREE
+
+    # ------------------------------------------------------------ the slow path
+    def outside(self, dds: Any, slot: int, write: bool, strict: str | None = None) -> None:
+        """An access the fast path could not clear: allow it, or report a violation.
+
+        ``strict`` (checked mode) names the sets the access left; it is a violation
+        whatever the codes say."""
+        m = dds._gm
+        c = m[slot] if slot < len(m) else FREE
+        if strict is None:
+            code = 1 if self.single else getattr(_tls, "gcode", 1)
+            if c == code or (code == ANY_OWN and c != OTHER and (c != FREE or not write)):
+                return
+            if code == LOCKED_BODY and c == LOCKED:
+                if (dds._gbase | slot) in _tls.held:
+                    return
+                reason = "a concurrent body writes, and the body does not hold its lock"
+            elif write or c not in (FREE, code):
+                reason = {
+                    FREE: "is outside the plan's write sets",
+                    OTHER: "another node writes in the same round",
+                    LOCKED: "the lock-split bodies write under locks it does not hold",
+                }.get(c, "another thread's task writes in the same round")
+            else:
+                return
+        else:
+            reason = f"is not in {strict} {'write' if write else 'read'} set"
+        v = Violation(
+            self.op,
+            self.invocation,
+            int(getattr(_tls, "index", -1)),
+            self.node,
+            dds._desc(dds.key_of(slot)),
+            write,
+            reason,
+        )
+        with self._lock:
+            if self.first is None:
+                self.first = v
+        if self.policy == "never":
+            raise AccessOutsideReconError(
+                v.message() + "; the operator runs with replan='never' (use replan='auto' "
+                "to re-plan such invocations, or make the accesses depend only on the loop "
+                "index and read-only data)"
+            )
+        raise PlanViolation(v)
+
+
+def install(guard: Guard | None) -> None:
+    """Make ``guard`` the one the DDS guard modes report to."""
+    _dds.GUARD = guard
+
+
+__all__ = ["POLICIES", "Guard", "GuardPlan", "PlanViolation", "Violation", "install"]
