@@ -31,7 +31,6 @@ import engine
 from engine._dds import SLOT_BITS, SLOT_MASK
 from engine._planner import serial_plan, wavefront_plan
 
-
 #: Errors of a test-mode run that are a dual test's FAIL verdict, not a crash: the
 #: program is not deterministic, or a replica missed a write.
 _VERDICTS = (engine.DivergenceError, engine.ReplicaMismatchError)
