@@ -5,6 +5,8 @@ In sync mode a DDS serves each worker thread from the buffers that thread was gi
 own cache, any other DDS to the node's replica, read-only.  The lookup is one
 thread-local dictionary access, so threads of one node never see each other's writes
 inside a clock; the engine turns the cache changes into deltas between clocks.
+With reconnaissance sets, every parameter access is also checked against the rows of
+the running minibatch (one more dictionary and mask lookup; see ``_syncguard``).
 Like every other mode, sync mode is a class switch (see ``_dds``).
 """
 
@@ -62,10 +64,25 @@ def make_batch(data: _DDS, buf: Any, number: int, lo: int, hi: int) -> Batch:
     return Batch(number, keys, values)
 
 
-def bind_thread(rbufs: dict[int, Any], wbufs: dict[int, Any]) -> None:
-    """Serve this thread's DDS accesses: reads from ``rbufs``, writes to ``wbufs`` (by DDS id)."""
+_NO_MASKS: dict[int, np.ndarray] = {}
+
+
+def bind_thread(rbufs: dict[int, Any], wbufs: dict[int, Any], guard: Any = None) -> None:
+    """Serve this thread's DDS accesses: reads from ``rbufs``, writes to ``wbufs`` (by DDS id);
+    with ``guard`` (a ``_syncguard.LaneGuard``) every parameter access is checked against
+    the masks of the minibatch it is running."""
     _stls.rbufs = rbufs
     _stls.wbufs = wbufs
+    _stls.guard = guard
+    _stls.rmask = _NO_MASKS if guard is None else guard.rmask
+    _stls.wmask = _NO_MASKS if guard is None else guard.wmask
+
+
+def _refused(dds: _DDS, key: Any) -> Exception:
+    """The error for a write to a DDS that is not a parameter of this layout."""
+    guard = _stls.guard
+    err = None if guard is None else guard.outside(dds, key, True)
+    return _read_only(dds, key) if err is None else err
 
 
 def _read_only(dds: _DDS, key: Any) -> DDSError:
@@ -83,6 +100,9 @@ class _SyncMixin:
 
     def __getitem__(self, key: Any) -> Any:
         s = self._slot(key)
+        mask = _stls.rmask.get(self._id)
+        if mask is not None and not mask[s]:
+            raise _stls.guard.outside(self, key, False)
         buf = _stls.rbufs[self._id]
         return buf[s].copy() if self._numeric else buf[s]
 
@@ -92,7 +112,10 @@ class _SyncMixin:
         s = self._slot(key)
         buf = _stls.wbufs.get(self._id)
         if buf is None:
-            raise _read_only(self, key)
+            raise _refused(self, key)
+        mask = _stls.wmask.get(self._id)
+        if mask is not None and not mask[s]:
+            raise _stls.guard.outside(self, key, True)
         buf[s] = self._coerce(value)
 
 
@@ -104,6 +127,9 @@ class _SyncDVec(_SyncMixin):
     def __getitem__(self, i: Any) -> Any:
         if type(i) is not int or i < 0:
             return _SyncMixin.__getitem__(self, i)
+        mask = _stls.rmask.get(self._id)
+        if mask is not None and not mask[i]:
+            raise _stls.guard.outside(self, i, False)
         return _stls.rbufs[self._id][i].copy()
 
     def __setitem__(self, i: Any, value: Any) -> None:
@@ -112,7 +138,10 @@ class _SyncDVec(_SyncMixin):
             return
         buf = _stls.wbufs.get(self._id)
         if buf is None:
-            raise _read_only(self, i)
+            raise _refused(self, i)
+        mask = _stls.wmask.get(self._id)
+        if mask is not None and not mask[i]:
+            raise _stls.guard.outside(self, i, True)
         buf[i] = value
 
 

@@ -132,15 +132,56 @@ def _overrides(rec: Recorder, hook: str) -> bool:
     return getattr(type(rec), hook) is not getattr(Recorder, hook)
 
 
+class EventBuffer:
+    """The recorder calls of one attempt of an invocation, held back until every node
+    agrees the attempt stands (an attempt undone after an access outside its
+    reconnaissance rows must leave no trace).  ``flush`` makes them, in call order."""
+
+    def __init__(self, rec: Recorder, on_message: Any) -> None:
+        self.rec = rec
+        self.on_message = on_message
+        self.calls: list[tuple[Any, tuple[Any, ...]]] = []
+
+    def body_order(self, *args: Any) -> None:
+        """Hold ``Recorder.body_order``."""
+        self.calls.append((self.rec.body_order, args))
+
+    def aggregation_order(self, *args: Any) -> None:
+        """Hold ``Recorder.aggregation_order``."""
+        self.calls.append((self.rec.aggregation_order, args))
+
+    def ssp_visibility(self, *args: Any) -> None:
+        """Hold ``Recorder.ssp_visibility``."""
+        self.calls.append((self.rec.ssp_visibility, args))
+
+    def message_received(self, *args: Any) -> None:
+        """Hold the cluster's ``on_message`` callback."""
+        self.calls.append((self.on_message, args))
+
+    def flush(self) -> None:
+        """Make the held calls."""
+        calls, self.calls = self.calls, []
+        for fn, args in calls:
+            fn(*args)
+
+    def drop(self) -> None:
+        """Forget the held calls (the attempt was undone)."""
+        self.calls = []
+
+
 class _Reporter:
-    """Recorder calls shared by both drivers (skipped for hooks the recorder leaves no-op)."""
+    """Recorder calls shared by both drivers (skipped for hooks the recorder leaves no-op),
+    held in the invocation's :class:`EventBuffer`."""
 
     def __init__(self, ctx: SyncContext) -> None:
         self.ctx = ctx
-        self.rec = ctx.sess.recorder
-        self.on_message = ctx.sess.cluster.on_message
-        self.visibility = ctx.staleness > 0 and _overrides(self.rec, "ssp_visibility")
-        self.order = _overrides(self.rec, "aggregation_order")
+        real = ctx.sess.recorder
+        self.rec = ctx.events
+        self.on_message = (
+            None if ctx.sess.cluster.on_message is None else ctx.events.message_received
+        )
+        self.visibility = ctx.staleness > 0 and _overrides(real, "ssp_visibility")
+        self.order = _overrides(real, "aggregation_order")
 
     def proceed(self, node: int, ins: Proceed) -> None:
         if self.visibility:
@@ -398,6 +439,7 @@ def drive_mpi(ctx: SyncContext, run: NodeRun) -> None:
 __all__ = [
     "DELAYS",
     "DelayModel",
+    "EventBuffer",
     "SeededDelays",
     "TAG_DELTA",
     "TAG_UPDATE",

@@ -11,8 +11,10 @@ Execution model (the same on an in-process cluster and on MPI ranks):
   the worker's delta is ``cache_after - cache_before`` of the rows it wrote; its node
   adds its threads' deltas up in thread order.
 * **Aggregation.**  The owner of each row aggregates the nodes' deltas: by default
-  the sum in node order divided by the number of workers of the clock (an average in
-  which a worker that did not touch the row counts as a zero delta);
+  the sum in node order divided by the number of nodes that ran at least one
+  minibatch in the clock, i.e. threads' deltas add up and nodes' deltas average (a
+  node that ran but did not touch the row counts as a zero delta; a node with no
+  minibatch in a clock, which happens in the last clock, does not count);
   :func:`register_aggregation` replaces it for one DDS with a function of the stacked
   deltas in (node, thread) order.  The owner adds the aggregate to its rows and sends
   the new values to every replica.  Arrival order never changes the arithmetic; it is
@@ -32,10 +34,30 @@ Execution model (the same on an in-process cluster and on MPI ranks):
 
 * **Reconnaissance.**  With ``re=True`` (default) the first invocation runs every body
   once in reconnaissance mode to learn which rows each minibatch reads and writes;
-  caches are refreshed, and deltas and updates sent, for those rows only.  The
-  bodies' row sets must then depend only on their minibatch, not on parameter values.
-  With ``re=False`` every numeric DDS the body references (closure or globals) is a
+  caches are refreshed, and deltas and updates sent, for those rows only.  With
+  ``re=False`` every numeric DDS the body references (closure or globals) is a
   parameter and moves whole every clock.
+* **The guard and re-planning** (``replan=``).  Row sets may stop being valid: rows
+  drawn from ``rng()`` (negative sampling), chosen by parameter values, or behind a
+  flag that flips.  Every parameter access outside the running minibatch's rows is
+  detected as it happens (``_syncguard``), in every run; the attempt finishes on every
+  node (so no rank waits on another), the nodes agree on the verdict (an allgather
+  under MPI), and then:
+
+  - ``"auto"`` (default): every parameter DDS is restored to its state before the
+    invocation, its reconnaissance re-runs, and it re-executes; if that attempt
+    violates too (rows depend on values written in the same invocation), it runs
+    once more with every parameter DDS moved whole, which is always correct.  The
+    first re-plan of an operator prints one line on stderr.  The next invocation
+    starts where this one ended: after a re-plan it runs reconnaissance up front
+    (and stops doing so once two reconnaissances in a row agree); after a whole
+    fallback it stays whole.
+  - ``"always"``: reconnaissance before every invocation (whole fallback as above).
+  - ``"never"``: restore, then raise :class:`AccessOutsideReconError` naming the
+    operator, invocation, minibatch and element.
+
+  Only the attempt that stands is reported to the recorder (events are held per
+  attempt in ``_syncdrive.EventBuffer``).
 
 Loop bodies draw random numbers from ``engine.rng()``, seeded by (run seed, operator,
 invocation, minibatch number).  The data DDS is read-only inside the body.
@@ -43,6 +65,7 @@ invocation, minibatch number).  The data DDS is read-only inside the body.
 
 from __future__ import annotations
 
+import sys
 import time
 import weakref
 from collections.abc import Callable
@@ -57,11 +80,17 @@ from ._errors import DDSError, SessionError
 from ._recon import AccessSets, concat_sets, recon_range
 from ._session import Session, current
 from ._syncdds import Batch, enter_sync_mode, make_batch
-from ._syncdrive import drive_in_process, drive_mpi
+from ._syncdrive import EventBuffer, drive_in_process, drive_mpi
+from ._syncguard import Violation, violation_error
 from ._synclayout import SyncLayout
 from ._syncnode import NodeRun, SyncContext
 
 SYNC_MODELS = ("bsp", "ssp", "hybrid")
+REPLANS = ("auto", "always", "never")
+
+#: Attempt levels of one invocation: the operator's cached reconnaissance sets, sets
+#: from a reconnaissance of this very invocation, every parameter DDS moved whole.
+CACHED, FRESH, WHOLE = 0, 1, 2
 
 _AGGREGATIONS: weakref.WeakKeyDictionary[_DDS, Callable[[np.ndarray], np.ndarray]] = (
     weakref.WeakKeyDictionary()
@@ -93,13 +122,18 @@ def register_aggregation(dds: _DDS, fn: Callable[[np.ndarray], np.ndarray] | Non
 
 @dataclass
 class SyncState:
-    """Per-operator cache: reconnaissance sets and layout, reused while valid."""
+    """Per-operator cache: reconnaissance sets and layouts, reused while valid."""
 
     key: tuple[Any, ...]
     sets: AccessSets | None
     params: list[_DDS]
     layout: SyncLayout | None = None
-    caches: dict[tuple[int, int], list[np.ndarray]] = field(default_factory=dict)
+    caches: dict[tuple[int, int, int], np.ndarray] = field(default_factory=dict)
+    whole: SyncLayout | None = None  # the layout of the whole fallback
+    start: int = CACHED  # replan="auto": the level the next invocation starts at
+    warned: set[str] = field(default_factory=set)
+    replans: int = 0
+    wholes: int = 0
 
 
 def _captured(body: Callable[..., Any], sess: Session) -> list[_DDS]:
@@ -177,6 +211,33 @@ def _params_from_sets(sess: Session, name: str, sets: AccessSets, data: _DDS) ->
     return out
 
 
+def _lanes(sess: Session, params: list[_DDS], hybrid: bool) -> list[int]:
+    T = sess.cluster.threads
+    return [1 if hybrid or d not in _AGGREGATIONS else T for d in params]
+
+
+def _layout(
+    sess: Session,
+    data: _DDS,
+    minibatch: int,
+    per_clock: int,
+    params: list[_DDS],
+    sets: AccessSets | None,
+    lanes: list[int],
+) -> SyncLayout:
+    cl = sess.cluster
+    return SyncLayout(
+        n=len(data),
+        size=minibatch,
+        nodes=cl.size,
+        threads=cl.threads,
+        per_clock=per_clock,
+        params=params,
+        sets=sets,
+        lanes=lanes,
+    )
+
+
 def _state(
     sess: Session,
     name: str,
@@ -202,19 +263,125 @@ def _state(
             params = [d for d in _captured(body, sess) if d is not data]
         st = SyncState(key, sets, params)
         sess.ops[f"sync_for:{name}"] = st
-    lanes = [1 if hybrid or d not in _AGGREGATIONS else cl.threads for d in st.params]
+    lanes = _lanes(sess, st.params, hybrid)
     if st.layout is None or st.layout.lanes != lanes:
-        st.layout = SyncLayout(
-            n=len(data),
-            size=minibatch,
-            nodes=cl.size,
-            threads=cl.threads,
-            per_clock=per_clock,
-            params=st.params,
-            sets=st.sets,
-            lanes=lanes,
-        )
+        st.layout = _layout(sess, data, minibatch, per_clock, st.params, st.sets, lanes)
     return st, fresh
+
+
+def _rerecon(
+    sess: Session,
+    st: SyncState,
+    name: str,
+    inv: int,
+    body: Callable[[Batch], Any],
+    data: _DDS,
+    minibatch: int,
+    per_clock: int,
+    hybrid: bool,
+) -> bool:
+    """Reconnaissance of invocation ``inv`` replaces the operator's sets; True when the
+    sets changed."""
+    old = st.sets
+    sets = _recon(sess, name, inv, body, data, minibatch)
+    same = old is not None and all(
+        np.array_equal(getattr(old, a), getattr(sets, a))
+        for a in ("r_indptr", "r_ids", "w_indptr", "w_ids")
+    )
+    if same:
+        return False
+    st.sets = sets
+    st.params = _params_from_sets(sess, name, sets, data)
+    lanes = _lanes(sess, st.params, hybrid)
+    st.layout = _layout(sess, data, minibatch, per_clock, st.params, sets, lanes)
+    return True
+
+
+def _whole(
+    sess: Session,
+    st: SyncState,
+    body: Callable[[Batch], Any],
+    data: _DDS,
+    minibatch: int,
+    per_clock: int,
+    hybrid: bool,
+) -> SyncLayout:
+    """The ``re=False`` layout: every parameter reconnaissance found or the body
+    references, moved whole."""
+    found = {d._id: d for d in st.params}
+    found.update((d._id, d) for d in _captured(body, sess) if d is not data)
+    params = [found[i] for i in sorted(found)]
+    lanes = _lanes(sess, params, hybrid)
+    w = st.whole
+    if w is None or w.params != params or w.lanes != lanes:
+        w = st.whole = _layout(sess, data, minibatch, per_clock, params, None, lanes)
+    return w
+
+
+Snapshot = dict[int, tuple[_DDS, dict[int, np.ndarray]]]
+
+
+def _snapshot(snap: Snapshot, params: list[_DDS], nodes: list[int]) -> None:
+    """Keep the local replicas of ``params`` not kept yet (their state before the
+    invocation: an attempt only ever changes its own parameters' replicas)."""
+    for d in params:
+        if d._id not in snap:
+            snap[d._id] = (d, {p: d._bufs[p].copy() for p in nodes})
+
+
+def _restore(snap: Snapshot) -> None:
+    for d, copies in snap.values():
+        for p, a in copies.items():
+            np.copyto(d._bufs[p], a)
+        d._touch()
+
+
+def _attempt(sess: Session, ctx: SyncContext) -> tuple[dict[int, NodeRun], int, Violation | None]:
+    """Run one attempt of the invocation on every local node; return the node runs,
+    the bytes every node sent, and the first violation of any node (all agree)."""
+    cl = sess.cluster
+    sess.mode = "sync"
+    for d in sess.dds:
+        enter_sync_mode(d)
+    try:
+        runs = {p: NodeRun(ctx, p) for p in cl.local_nodes}
+        if cl.is_mpi:
+            drive_mpi(ctx, runs[cl.rank])
+        else:
+            drive_in_process(ctx, runs)
+    finally:
+        sess.set_mode("driver")
+        cl.bind(cl.local_nodes[0])
+    found = [r.violations.first for r in runs.values() if r.violations.first is not None]
+    moved = ctx.sent_bytes[0]
+    if cl.is_mpi:  # every rank learns every verdict: they undo (or go on) together
+        got = cl.allgather((moved, [(v.minibatch, v.node, v.element, v.write) for v in found]))
+        moved = sum(g[0] for g in got)
+        found = [Violation(*v) for g in got for v in g[1]]
+    return runs, moved, min(found, key=Violation.key, default=None)
+
+
+def _warn(sess: Session, st: SyncState, name: str, inv: int, v: Violation, level: int) -> None:
+    """One line on stderr per operator and kind of re-plan (from the process of node 0)."""
+    kind = "whole" if level == WHOLE else "replan"
+    if kind in st.warned or sess.cluster.local_nodes[0] != 0:
+        return
+    st.warned.add(kind)
+    did = "wrote" if v.write else "read"
+    if level == WHOLE:
+        then = (
+            "the re-planned attempt did too (its rows depend on values written in the same "
+            "invocation), so it ran with every parameter DDS moved whole"
+        )
+    else:
+        then = "undid the invocation, re-ran reconnaissance and re-executed it"
+    print(
+        f"engine: sync_for {name!r} invocation {inv}: minibatch {v.minibatch} {did} "
+        f"{v.element} outside its reconnaissance rows; {then} (printed once; the planner "
+        "report counts re-plans)",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def sync_for(
@@ -225,6 +392,7 @@ def sync_for(
     sync: str = "bsp",
     staleness: int = 2,
     re: bool = True,
+    replan: str = "auto",
     name: str,
     per_clock: int = 1,
 ) -> None:
@@ -245,7 +413,12 @@ def sync_for(
     (Hogwild) but runs each body under a node mutex, so the interleaving is recorded
     and replayable, and synchronises nodes every clock.  ``re=True`` moves only the
     rows reconnaissance saw each minibatch touch; ``re=False`` moves every numeric DDS
-    the body references, whole.  See the ``engine._syncfor`` module docstring.
+    the body references, whole.  With ``re=True`` any access outside the rows
+    reconnaissance saw is detected; ``replan="auto"`` then undoes the invocation,
+    re-runs reconnaissance and re-executes it (moving parameters whole if that is not
+    enough), ``"always"`` runs reconnaissance before every invocation, and ``"never"``
+    raises :class:`engine.AccessOutsideReconError`.  See the ``engine._syncfor``
+    module docstring.
 
     >>> import engine as ap
     >>> xs = ap.dvector(6, shape=(1,), data=[[1.0], [2.0], [3.0], [4.0], [5.0], [6.0]],
@@ -273,6 +446,8 @@ def sync_for(
             raise ValueError(f"sync_for {name!r}: {what} must be an int >= {low}, got {v!r}")
     if not isinstance(staleness, (int, np.integer)) or staleness < 0:
         raise ValueError(f"sync_for {name!r}: staleness must be an int >= 0, got {staleness!r}")
+    if replan not in REPLANS:
+        raise ValueError(f"sync_for {name!r}: replan must be one of {REPLANS}, got {replan!r}")
     reference = sess.controller.sync_executor()
     if reference is not None:  # dual tests: the serial side's independent executor
         reference(
@@ -288,43 +463,66 @@ def sync_for(
     check_body(name, body)
     hybrid = sync == "hybrid"
     stale = int(staleness) if sync == "ssp" and not getattr(sess, "test_mode", False) else 0
+    mb, pc = int(minibatch), int(per_clock)
     inv = sess.next_invocation(name)
     t0 = time.perf_counter()
-    st, fresh = _state(sess, name, inv, data, int(minibatch), int(per_clock), body, re, hybrid)
-    layout = st.layout
-    assert layout is not None
+    st, fresh = _state(sess, name, inv, data, mb, pc, body, re, hybrid)
+    again = (body, data, mb, pc, hybrid)
+    level = CACHED
+    if not re:
+        level = WHOLE
+    elif fresh:
+        level = FRESH
+    elif replan == "always" or (replan == "auto" and st.start == FRESH):
+        level = FRESH
+        if not _rerecon(sess, st, name, inv, *again[:3], pc, hybrid) and replan == "auto":
+            st.start = CACHED  # two reconnaissances agree: the cached sets will do
+    elif replan == "auto" and st.start == WHOLE:
+        level = WHOLE
     recon_s = time.perf_counter() - t0
-    ctx = SyncContext(
-        sess=sess,
-        name=name,
-        inv=inv,
-        op_key=sess.op_key(name, inv),
-        body=body,
-        data=data,
-        layout=layout,
-        hybrid=hybrid,
-        staleness=stale,
-        aggs=[_AGGREGATIONS.get(d) for d in st.params],
-        caches=st.caches,
-    )
     cl = sess.cluster
+    snap: Snapshot = {}
     t1 = time.perf_counter()
-    sess.mode = "sync"
-    for d in sess.dds:
-        enter_sync_mode(d)
-    try:
-        runs = {p: NodeRun(ctx, p) for p in cl.local_nodes}
-        if cl.is_mpi:
-            drive_mpi(ctx, runs[cl.rank])
+    while True:
+        if level == WHOLE and re:
+            layout = _whole(sess, st, *again)
         else:
-            drive_in_process(ctx, runs)
-    finally:
-        sess.set_mode("driver")
-        cl.bind(cl.local_nodes[0])
-    for d in st.params:
+            layout = st.layout
+        assert layout is not None
+        if layout.sets is not None:  # guarded: this attempt may be undone
+            _snapshot(snap, layout.params, cl.local_nodes)
+        ctx = SyncContext(
+            sess=sess,
+            name=name,
+            inv=inv,
+            op_key=sess.op_key(name, inv),
+            body=body,
+            data=data,
+            layout=layout,
+            hybrid=hybrid,
+            staleness=stale,
+            aggs=[_AGGREGATIONS.get(d) for d in layout.params],
+            caches=st.caches,
+            events=EventBuffer(sess.recorder, cl.on_message),
+        )
+        runs, moved, violation = _attempt(sess, ctx)
+        if violation is None:
+            break
+        _restore(snap)
+        if replan == "never":
+            raise violation_error(name, inv, violation)
+        st.replans += 1
+        if level == CACHED and _rerecon(sess, st, name, inv, *again[:3], pc, hybrid):
+            level = FRESH
+        else:  # fresh sets violated (or recon saw nothing new): values decide the rows
+            level = WHOLE
+            st.wholes += 1
+        if replan == "auto":
+            st.start = level
+        _warn(sess, st, name, inv, violation, level)
+    for d in layout.params:
         d._touch()
     seconds = time.perf_counter() - t1
-    moved = sum(cl.allgather(ctx.sent_bytes[0])) if cl.is_mpi else ctx.sent_bytes[0]
     sess.op_times.setdefault(name, []).append(seconds)
     info = layout.describe()
     entry = sess.planner.setdefault(name, {"recon_s": round(recon_s, 6)})
@@ -335,12 +533,16 @@ def sync_for(
         bodies=info["minibatches"],
         staleness=stale,
         re=bool(re),
-        params=[d.name for d in st.params],
+        replan=replan,
+        replans=st.replans,
+        whole_fallbacks=st.wholes,
+        params=[d.name for d in layout.params],
         bytes_moved=int(moved),
         bytes_per_clock=round(moved / info["clocks"], 3) if info["clocks"] else 0.0,
     )
     if fresh:
         entry["recon_s"] = round(recon_s, 6)
+    ctx.events.flush()
     _report(sess, name, inv, layout, runs, seconds)
     sess.controller.after_invocation(name, inv)
 

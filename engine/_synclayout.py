@@ -129,6 +129,9 @@ class SyncLayout:
         self._nodes: dict[tuple[int, int], NodeClock] = {}
         self._own: dict[tuple[int, int], OwnerClock] = {}
         self._workers: dict[tuple[int, bool], int] = {}
+        self._contrib: dict[int, int] = {}
+        self._allowed: dict[int, tuple[list[np.ndarray], list[np.ndarray]]] = {}
+        self._interned: dict[tuple[int, bytes], np.ndarray] = {}
         self._per_node: list[int] | None = None
         self._shapes: dict[tuple[int, int, int], list[tuple[int, ...]]] = {}
 
@@ -155,6 +158,15 @@ class SyncLayout:
             per_node = [len(self.node(clock, p).active_threads) for p in range(self.nodes)]
             got = sum(x > 0 for x in per_node) if hybrid else sum(per_node)
             self._workers[key] = got
+        return got
+
+    def contributors(self, clock: int) -> int:
+        """Nodes that ran at least one minibatch in ``clock`` (what the average divides by)."""
+        got = self._contrib.get(clock)
+        if got is None:
+            got = self._contrib[clock] = sum(
+                bool(self.node(clock, p).active_threads) for p in range(self.nodes)
+            )
         return got
 
     def bodies_per_node(self) -> list[int]:
@@ -187,6 +199,22 @@ class SyncLayout:
         wg = np.unique(np.concatenate(w)) if len(w) > 1 else w[0]
         pg = np.union1d(np.concatenate(r), wg)
         return self._split_gids(pg), self._split_gids(wg)
+
+    def allowed(self, m: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """Per parameter, the slots minibatch ``m`` may read (its reads and writes) and
+        write, as seen by reconnaissance (cached; equal arrays are one object, which is
+        what lets the guard skip re-masking between minibatches with the same rows)."""
+        got = self._allowed.get(m)
+        if got is None:
+            r, w = self._sets_of(np.array([m], dtype=np.int64))
+            got = self._allowed[m] = (
+                [self._intern(d, x) for d, x in enumerate(r)],
+                [self._intern(d, x) for d, x in enumerate(w)],
+            )
+        return got
+
+    def _intern(self, d: int, ix: np.ndarray) -> np.ndarray:
+        return self._interned.setdefault((d, ix.tobytes()), ix)
 
     def node(self, clock: int, node: int) -> NodeClock:
         """``node``'s share of ``clock`` (cached)."""

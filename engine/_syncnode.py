@@ -8,9 +8,16 @@ methods and are never pickled.
 
 Aggregation arithmetic is fixed so that BSP is bitwise reproducible: a node sums its
 threads' deltas in thread order into a zero block; an owner sums the nodes' blocks in
-node order into a zero block and divides by the number of workers of the clock (the
-default average), or stacks the workers' deltas in (node, thread) order for a
-registered aggregation function.  Arrival order never enters the arithmetic.
+node order into a zero block and divides by the number of nodes that ran a minibatch
+in the clock (the default: threads add up, nodes average), or stacks the workers'
+deltas in (node, thread) order for a registered aggregation function.  Arrival order
+never enters the arithmetic.
+
+With reconnaissance sets, every lane runs its bodies under a ``_syncguard.LaneGuard``:
+an access outside the running minibatch's rows is recorded in ``NodeRun.violations``
+and the lane's remaining bodies are skipped (their mutex turns and the clock protocol
+still happen), so the driver can finish the attempt everywhere and let ``_syncfor``
+undo it.
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ from ._errors import (
 )
 from ._session import _tls
 from ._syncdds import bind_thread, make_batch
+from ._syncguard import LaneGuard, NodeViolations
 from ._synclayout import NodeClock, SyncLayout
 
 if TYPE_CHECKING:
@@ -59,7 +67,8 @@ class SyncContext:
     hybrid: bool
     staleness: int
     aggs: list[Callable[[np.ndarray], np.ndarray] | None]
-    caches: dict[tuple[int, int], list[np.ndarray]]  # (node, lane) -> per parameter
+    caches: dict[tuple[int, int, int], np.ndarray]  # (node, lane, dds id) -> cache
+    events: Any = None  # where recorder calls go (``_syncdrive.EventBuffer``)
     sent_bytes: list[int] = field(default_factory=lambda: [0])
 
     @property
@@ -90,6 +99,13 @@ class NodeRun:
         self.databuf = ctx.data._bufs[node]
         lanes = 1 if ctx.hybrid else ctx.sess.cluster.threads
         self.caches = [self._cache(lane) for lane in range(lanes)]
+        self.violations = NodeViolations(node)
+        self.guards: list[LaneGuard | None] = [
+            None
+            if ctx.layout.sets is None
+            else LaneGuard(ctx.layout, ctx.data, self.violations, ctx.name, ctx.inv)
+            for _ in range(lanes)
+        ]
         base = {d._id: d._bufs[node] for d in ctx.sess.dds}
         self.rbufs = []
         self.wbufs = []
@@ -102,17 +118,24 @@ class NodeRun:
         self.clock_seconds: list[float] = []
 
     def _cache(self, lane: int) -> list[np.ndarray]:
-        key = (self.node, lane)
-        got = self.ctx.caches.get(key)
-        if got is None or any(c.shape != r.shape for c, r in zip(got, self.replicas, strict=True)):
-            got = self.ctx.caches[key] = [np.empty_like(r) for r in self.replicas]
-        return got
+        out = []
+        for d, r in zip(self.ctx.params, self.replicas, strict=True):
+            key = (self.node, lane, d._id)
+            got = self.ctx.caches.get(key)
+            if got is None or got.shape != r.shape:
+                got = self.ctx.caches[key] = np.empty_like(r)
+            out.append(got)
+        return out
 
     # ------------------------------------------------------------------ computing
     def compute(self, clock: int) -> None:
         """Run this node's minibatches of ``clock``; keep its delta blocks."""
         t0 = time.perf_counter()
         nc = self.ctx.layout.node(clock, self.node)
+        if self.violations.first is not None:  # decided per clock: deterministic per lane
+            for g in self.guards:
+                if g is not None:
+                    g.hit = True
         if self.ctx.hybrid:
             self.own[clock] = self._compute_hybrid(clock, nc)
         else:
@@ -132,9 +155,26 @@ class NodeRun:
         logged in grant order."""
         ctx = self.ctx
         layout, data, buf = ctx.layout, ctx.data, self.databuf
-        body = ctx.sess.controller.wrap_body(ctx.name, ctx.inv, self.node, ctx.body)
-        bind_thread(self.rbufs[lane], self.wbufs[lane])
+        wrapped = ctx.sess.controller.wrap_body(ctx.name, ctx.inv, self.node, ctx.body)
+        guard = self.guards[lane]
+        bind_thread(self.rbufs[lane], self.wbufs[lane], guard)
         _tls.op_key = ctx.op_key
+
+        def body(m: int, batch: Any) -> None:
+            if guard is None:
+                wrapped(batch)
+                return
+            if guard.hit:
+                return  # this attempt is void: skip, but keep the mutex turns
+            guard.enter(m)
+            try:
+                wrapped(batch)
+            except Exception:
+                if not guard.hit:
+                    raise
+                # a violation of this body (maybe caught and re-raised as something
+                # else): the attempt will be undone, the error is not the user's
+
         m = -1
         try:
             for m in ms.tolist():
@@ -142,16 +182,16 @@ class NodeRun:
                 batch = make_batch(data, buf, m, lo, hi)
                 _tls.index = m
                 if grants is None:
-                    body(batch)
+                    body(m, batch)
                 elif turnstile is None:
                     with self.mutex:
                         grants.append((thread, m))
-                        body(batch)
+                        body(m, batch)
                 else:
                     turnstile.acquire(0, thread, m)
                     try:
                         grants.append((thread, m))
-                        body(batch)
+                        body(m, batch)
                     finally:
                         turnstile.release(0, thread, m)
         except (AccessOutsideReconError, DDSError, DivergenceError):
@@ -235,7 +275,7 @@ class NodeRun:
             self._threads([worker(t) for t in nc.active_threads])
         if ctx.sess.cluster.threads > 1 and grants:
             arr = np.array(grants, dtype=np.int64)
-            ctx.sess.recorder.body_order(
+            ctx.events.body_order(
                 ctx.name, ctx.inv, self.node, clock, arr[:, 0].copy(), arr[:, 1].copy()
             )
         return [
@@ -304,6 +344,7 @@ class NodeRun:
             else:
                 blocks.append(self._unpack_delta(clock, src, received.pop(src)))
         workers = layout.workers(clock, ctx.hybrid)
+        contributors = layout.contributors(clock)
         srcs = list(range(layout.nodes))
         if "aggregate_twice" in _mutants.ACTIVE or "reorder_aggregation" in _mutants.ACTIVE:
             srcs = list(_mutants.aggregation_sources(layout.nodes, me))
@@ -318,7 +359,7 @@ class NodeRun:
                 acc = np.zeros((n, *rep.shape[1:]), dtype=rep.dtype)
                 for src in srcs:  # node order, whatever the arrival order
                     acc[oc.f_pos[src][d]] += blocks[src][d][0]
-                agg = acc / workers
+                agg = acc / contributors
             else:
                 agg = self._custom(clock, d, fn, blocks, n, workers)
             rep[rows] = rep[rows] + agg

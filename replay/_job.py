@@ -64,6 +64,9 @@ def _describe(exc: BaseException) -> tuple[str, int]:
 
     if isinstance(exc, engine.DivergenceError):
         return str(exc), EXIT_DIVERGED
+    if isinstance(exc, engine.AccessOutsideReconError):
+        # the program's accesses broke what its plan relied on: a failed run, not bad input
+        return str(exc), EXIT_FAILED
     if isinstance(exc, engine.BodyError):
         cause = exc.cause
         where = ""

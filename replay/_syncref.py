@@ -3,8 +3,9 @@ at a time in one process, independently of the engine's distributed implementati
 
 A clock of ``sync_for`` on P nodes × T threads: every worker runs its minibatches on
 its own copy of the parameters (Hybrid: the threads of a node share one copy, in the
-recorded body order); the deltas are summed thread by thread, then node by node, and
-the average (or the registered aggregation) is added.  Because this is written against
+recorded body order); a node's delta is the sum of its threads' deltas, and what is
+added is the average of the nodes' deltas over the nodes that ran a minibatch in the
+clock (or the registered aggregation of the (node, thread)-ordered deltas).  Because this is written against
 the definition and not the engine's code, an aggregation bug in the engine (counting a
 delta twice, summing in another order) makes the two sides differ.
 """
@@ -77,12 +78,14 @@ def reference_sync_for(nodes: int, threads: int, body_orders: BodyOrders) -> Cal
                 base = [d._bufs[node0].copy() for d in params]
                 deltas: list[list[np.ndarray]] = [[] for _ in params]  # (node, thread) order
                 blocks: list[list[np.ndarray]] = [[] for _ in params]  # per node: sum of threads
+                ran = 0  # nodes with a minibatch in this clock: the average's denominator
                 for p in range(nodes):
                     node_sum = [np.zeros_like(b) for b in base]
                     if hybrid:
                         lanes = [_hybrid_order(name, inv, p, clock, assigned, threads, sess)]
                     else:
                         lanes = [assigned(clock, p, t) for t in range(threads)]
+                    ran += any(lanes)
                     for ms in lanes:
                         if not ms:
                             continue
@@ -102,7 +105,7 @@ def reference_sync_for(nodes: int, threads: int, body_orders: BodyOrders) -> Cal
                         total = np.zeros_like(base[k])
                         for blk in blocks[k]:  # the owner sums the nodes in node order
                             total += blk
-                        step = total / len(stack)
+                        step = total / ran
                     else:
                         step = np.asarray(fn(stack))
                     changed = (stack != 0).reshape(len(stack), len(d), -1).any(axis=(0, 2))

@@ -117,16 +117,17 @@ def bsp_reference(
     agg: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The same BSP semantics as plain numpy: per worker a full copy, deltas summed in
-    thread order per node, nodes summed in node order, divided by the active workers
-    (or ``agg`` on the (node, thread)-ordered stack) and added."""
+    thread order per node, nodes summed in node order, divided by the nodes that ran a
+    minibatch (or ``agg`` on the (node, thread)-ordered stack) and added."""
     data = make_data(7, n, *shape)
     params = [init[0].copy(), init[1].copy()]
     M = -(-n // minibatch)
     per = nodes * threads * per_clock
     for inv in range(invocations):
         for c in range(-(-M // per)):
-            node_sums, stacks = [], []
+            node_sums, stacks, active = [], [], 0
             for p in range(nodes):
+                before = len(stacks)
                 node_sum = [np.zeros_like(x) for x in params]
                 for t in range(threads):
                     lo = c * per + (p * threads + t) * per_clock
@@ -142,7 +143,7 @@ def bsp_reference(
                     for s, dx in zip(node_sum, delta, strict=True):
                         s += dx
                 node_sums.append(node_sum)
-            workers = len(stacks)
+                active += len(stacks) > before
             for i, x in enumerate(params):
                 if agg is not None and i == 0:
                     x += agg(np.stack([s[0] for s in stacks]))
@@ -150,7 +151,7 @@ def bsp_reference(
                 total = np.zeros_like(x)
                 for ns in node_sums:
                     total += ns[i]
-                x += total / workers
+                x += total / active
     return params[0], params[1]
 
 

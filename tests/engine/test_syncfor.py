@@ -92,7 +92,7 @@ def test_aggregation_can_be_reset_and_is_checked() -> None:
 
     summed, averaged = ap.run(prog, nodes=2, threads=2).value
     assert summed == 28.0  # every minibatch's delta counts in full
-    assert averaged == 7.0  # 4 workers, one clock: the mean of their sums
+    assert averaged == 14.0  # one clock: threads add up (6 and 22), the 2 nodes average
 
 
 # ---------------------------------------------------------------- SSP
