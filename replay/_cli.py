@@ -323,7 +323,14 @@ def demo_cmd(ranks: int, epochs: int) -> None:
     app = resolve_app("sgdmf")
     dual_params = parse_params(app.fn, [p for p in params if not p.startswith("epochs=")])
     dual_params["epochs"] = min(epochs, 2)
-    duals = testing.dual(app.fn, dual_params, nodes=ranks, threads=1, order="random")
+    duals = testing.dual(
+        "sgdmf",
+        dual_params,
+        nodes=ranks,
+        threads=1,
+        order="random",
+        parallel="mpi" if ranks > 1 else "in-process",
+    )
     import tracer
 
     with tracer.open_writable(trace) as store:
