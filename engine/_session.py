@@ -135,6 +135,9 @@ class RunResult:
     op_times: dict[str, list[float]] = field(default_factory=dict)
     value: Any = None
     orders: dict[tuple[str, int], np.ndarray] = field(default_factory=dict)
+    #: the outcome in program order: ("digest", op, invocation, dds) and
+    #: ("objective", name, iteration) entries (dual tests report the earliest difference)
+    outcome_log: list[tuple[Any, ...]] = field(default_factory=list)
 
 
 _current: Session | None = None
@@ -177,6 +180,7 @@ class Session:
         self.invocations: dict[str, int] = {}
         self.objectives: dict[str, list[float]] = {}
         self.digests: list[dict[str, Any]] = []
+        self.outcome_log: list[tuple[Any, ...]] = []
         self.planner: dict[str, dict[str, Any]] = {}
         self.op_times: dict[str, list[float]] = {}
         #: dual tests: keep every invocation's serialization order in ``orders``
@@ -279,11 +283,13 @@ class Session:
         out = list(zip([d.name for d in self.dds], self.digests_of(self.dds), strict=True))
         for name, dig in out:
             self.digests.append({"op": op, "invocation": invocation, "dds": name, "digest": dig})
+            self.outcome_log.append(("digest", op, invocation, name))
         return out
 
     def log_objective(self, name: str, value: float) -> None:
         vals = self.objectives.setdefault(name, [])
         vals.append(float(value))
+        self.outcome_log.append(("objective", name, len(vals) - 1))
         self.recorder.objective(name, len(vals) - 1, float(value))
         if self.progress is not None:
             self.progress(f"iter {len(vals) - 1:>3}  {name} = {float(value):.6g}")
@@ -398,6 +404,7 @@ def run(
         op_times=sess.op_times,
         value=value,
         orders=sess.orders,
+        outcome_log=sess.outcome_log,
     )
 
 

@@ -323,7 +323,14 @@ def demo_cmd(ranks: int, epochs: int) -> None:
     app = resolve_app("sgdmf")
     dual_params = parse_params(app.fn, [p for p in params if not p.startswith("epochs=")])
     dual_params["epochs"] = min(epochs, 2)
-    duals = testing.dual(app.fn, dual_params, nodes=ranks, threads=1, order="random")
+    duals = testing.dual(
+        "sgdmf",
+        dual_params,
+        nodes=ranks,
+        threads=1,
+        order="random",
+        parallel="mpi" if ranks > 1 else "in-process",
+    )
     import tracer
 
     with tracer.open_writable(trace) as store:
@@ -485,7 +492,13 @@ def single_cmd(
     type=int,
     default=2,
     show_default=True,
-    help="Nodes of the parallel side (simulated in this process).",
+    help="Nodes of the parallel side (MPI ranks under mpiexec when > 1).",
+)
+@click.option(
+    "--in-process",
+    "in_process",
+    is_flag=True,
+    help="Host the parallel side's nodes in this process instead of under mpiexec.",
 )
 @click.option(
     "--direction",
@@ -501,6 +514,9 @@ def single_cmd(
     help="Serial order of the forward test.",
 )
 @click.option("--order-seed", type=int, default=0, show_default=True)
+@click.option(
+    "--timeout", type=float, default=None, help="Kill each MPI job after this many seconds."
+)
 @_trace_options("Trace store for the parallel run and the verdicts.")
 def dual_cmd(
     app: str,
@@ -508,9 +524,11 @@ def dual_cmd(
     threads: int,
     seed: int,
     ranks: int,
+    in_process: bool,
     direction: str,
     order: str,
     order_seed: int,
+    timeout: float | None,
     trace: str | None,
     no_trace: bool,
     as_json: bool,
@@ -523,19 +541,25 @@ def dual_cmd(
 
     if ranks < 1 or threads < 1:
         raise UsageError("--ranks and --threads must be >= 1")
+    if _under_launcher():
+        raise UsageError(
+            "replay dual starts its own MPI job for the parallel side; run it without mpiexec"
+        )
     resolved = resolve_app(app)
     values = parse_params(resolved.fn, params)
+    parallel = "in-process" if in_process or ranks == 1 else "mpi"
     say = _printer(as_json)
     path = None if no_trace else trace_path(app, trace)
     recorder = None
     run_id = uuid.uuid4().hex
-    if path is not None:
+    if path is not None and parallel == "in-process":
         spec = {"trace": path, "run_id": run_id, "nodes": ranks, "threads": threads, "seed": seed}
         recorder = _recorder(spec, resolved, values, None)
-    say(f"dual test of {resolved.name}: {ranks} node(s) x {threads} thread(s), seed {seed}")
+    where = f"{ranks} MPI rank(s)" if parallel == "mpi" else f"{ranks} in-process node(s)"
+    say(f"dual test of {resolved.name}: {where} x {threads} thread(s), seed {seed}")
     with recording(recorder):
         results = testing.dual(
-            resolved.fn,
+            app if parallel == "mpi" else resolved.fn,
             values,
             nodes=ranks,
             threads=threads,
@@ -544,8 +568,11 @@ def dual_cmd(
             order_seed=order_seed,
             direction=direction,
             recorder=recorder,
+            parallel=parallel,
+            timeout=timeout,
+            mpi_trace=(path, run_id) if path is not None and parallel == "mpi" else None,
         )
-    if recorder is not None:
+    if path is not None:
         import tracer
 
         with tracer.open_writable(path) as store:
@@ -554,6 +581,7 @@ def dual_cmd(
     if as_json:
         out: dict[str, Any] = {d: r.as_dict() for d, r in results.items()}
         out["trace"] = path
+        out["parallel"] = parallel
         click.echo(json.dumps(out))
     else:
         for r in results.values():

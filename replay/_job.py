@@ -233,11 +233,16 @@ def launch(
     *,
     timeout: float | None = None,
     out: Callable[[str], None] = print,
+    job_dir: str | None = None,
 ) -> dict[str, Any]:
-    """Run ``spec`` on ``ranks`` MPI ranks under mpiexec; return rank 0's result."""
+    """Run ``spec`` on ``ranks`` MPI ranks under mpiexec; return rank 0's result.
+
+    ``job_dir`` (optional) is a directory the caller owns, holding its input files
+    and keeping the ranks' output files after the job; by default a temporary one.
+    """
     mpiexec = find_mpiexec()
     with tempfile.TemporaryDirectory(prefix="replay-job-") as tmp:
-        job = Path(tmp)
+        job = Path(job_dir or tmp)
         spec = dict(spec, job_dir=str(job))
         (job / "spec.json").write_text(json.dumps(spec))
         cmd = [

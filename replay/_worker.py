@@ -1,4 +1,5 @@
-"""Entry point of one MPI rank started by ``replay run --ranks N`` (``python -m replay._worker``)."""
+"""Entry point of one MPI rank started by ``replay run --ranks N`` or ``replay dual``
+(``python -m replay._worker``)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ def main(argv: list[str]) -> int:
     job = Path(spec["job_dir"])
     from mpi4py import MPI
 
+    from ._dualjob import dual_here
     from ._job import describe, run_here
     from ._replay import replay_here
 
@@ -36,6 +38,13 @@ def main(argv: list[str]) -> int:
             result = replay_here(spec, comm=comm, progress=progress)
             if not result["identical"]:
                 # this rank left its recorded path: stop the others, which may wait on it
+                _write(job / f"diverged.{rank:04d}.json", result)
+                sys.stdout.flush()
+                comm.Abort(3)
+        elif spec.get("kind") == "dual":
+            result = dual_here(spec, comm=comm)
+            if "divergence" in result:
+                # this rank left the orders it was given: stop the others, which may wait on it
                 _write(job / f"diverged.{rank:04d}.json", result)
                 sys.stdout.flush()
                 comm.Abort(3)

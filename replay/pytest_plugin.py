@@ -17,7 +17,11 @@ activates it.  Two ways to use it:
           return train
 
 Marker and fixture take the keywords of :func:`replay.testing.dual` (``params``,
-``nodes``, ``threads``, ``seed``, ``order``, ``order_seed``, ``direction``).  The engine
+``nodes``, ``threads``, ``seed``, ``order``, ``order_seed``, ``direction``,
+``parallel``, ``timeout``).  ``parallel="mpi"`` runs the parallel side under
+``mpiexec -n nodes`` (the driver must then be a module-level function of an
+importable module, or a ``"path/to/file.py:function"`` string); the default
+``"in-process"`` hosts every node in the test's process.  The engine
 and :mod:`replay.testing` are imported on first use, not when pytest starts.
 """
 
@@ -34,11 +38,13 @@ if TYPE_CHECKING:
     from .testing import DualResult
 
 MARKER_HELP = (
-    "dual(nodes=2, threads=1, params=None, direction='both', order='identity', seed=0): "
+    "dual(nodes=2, threads=1, params=None, direction='both', order='identity', seed=0, "
+    "parallel='in-process', timeout=None): "
     "dual-test (forward and backward, replay.testing) the driver function the test returns; "
-    "nodes and threads may be sequences (every combination runs)"
+    "nodes and threads may be sequences (every combination runs); parallel='mpi' runs the "
+    "parallel side under mpiexec"
 )
-_OPTIONS = ("seed", "order", "order_seed", "direction")
+_OPTIONS = ("seed", "order", "order_seed", "direction", "parallel", "timeout")
 
 
 def _values(what: str, v: int | Iterable[int]) -> list[int]:
@@ -49,7 +55,7 @@ def _values(what: str, v: int | Iterable[int]) -> list[int]:
 
 
 def run_dual(
-    fn: Callable[..., Any],
+    fn: Callable[..., Any] | str,
     params: dict[str, Any] | None = None,
     *,
     nodes: int | Iterable[int] = 2,
@@ -65,16 +71,19 @@ def run_dual(
             f"dual: unknown option(s) {sorted(unknown)}; known: params, nodes, threads, "
             f"{', '.join(_OPTIONS)}"
         )
-    if not callable(fn):
-        raise TypeError(f"dual: needs the driver function to test, got {fn!r}")
+    if not callable(fn) and not isinstance(fn, str):
+        raise TypeError(
+            f"dual: needs the driver function (or 'path/to/file.py:function') to test, got {fn!r}"
+        )
     out: dict[tuple[int, int], dict[str, DualResult]] = {}
     failed: list[str] = []
     name = getattr(fn, "__qualname__", repr(fn))
+    where = " under mpiexec" if options.get("parallel") == "mpi" else ""
     for p, t in itertools.product(_values("nodes", nodes), _values("threads", threads)):
         results = dual(fn, params, nodes=p, threads=t, **options)
         out[(p, t)] = results
         failed += [
-            f"{name} on {p} node(s) x {t} thread(s): {r.report()}"
+            f"{name} on {p} node(s) x {t} thread(s){where}: {r.report()}"
             for r in results.values()
             if not r.passed
         ]
@@ -112,7 +121,7 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
         pytest.fail(f"{pyfuncitem.nodeid}: @pytest.mark.dual needs a plain function", pytrace=False)
     names = pyfuncitem._fixtureinfo.argnames
     fn = test(**{k: pyfuncitem.funcargs[k] for k in names})
-    if not callable(fn):
+    if not callable(fn) and not isinstance(fn, str):
         pytest.fail(
             f"{pyfuncitem.nodeid} is marked @pytest.mark.dual, so it must return the driver "
             f"function to dual-test; it returned {fn!r}",

@@ -13,39 +13,50 @@ workers one worker at a time (``replay._syncref``: written from the definition, 
 from the engine's code), with aggregation in node, thread order and Hybrid bodies in
 the recorded order; test mode turns SSP staleness off.
 
+Where the parallel side runs is ``parallel=``: ``"in-process"`` (default) hosts its
+nodes in this process; ``"mpi"`` runs it under ``mpiexec`` (``replay._dualjob``),
+where each node has its own interpreter — the only way to see a program that keeps
+per-process Python state.  The serial side always runs in this process.  The first
+divergence reported is the earliest in program order: digests and objectives are
+compared in the order the program produced them.
+
 >>> from replay import testing
 >>> result = testing.forward(train, {"epochs": 2}, nodes=3, threads=2)  # doctest: +SKIP
 >>> assert result.passed, result.report()                                # doctest: +SKIP
+>>> testing.assert_dual("path/to/train.py:train", nodes=2, parallel="mpi")  # doctest: +SKIP
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 import engine
 from engine._dds import SLOT_BITS, SLOT_MASK
-from engine._planner import serial_plan, wavefront_plan
+
+from ._dualctl import (
+    Capture,
+    Outcome,
+    Replayed,
+    Serial,
+    Tap,
+    Wavefront,
+    comparable,
+    not_in_trace,
+    outcome_of,
+)
+from ._dualjob import MpiSide, importable_target
 
 #: Errors of a test-mode run that are a dual test's FAIL verdict, not a crash: the
 #: program is not deterministic, or a replica missed a write.
 _VERDICTS = (engine.DivergenceError, engine.ReplicaMismatchError)
 
-
-@dataclass
-class Outcome:
-    """What a run produced: digests per invocation, objectives, loop-index orders."""
-
-    digests: list[dict[str, Any]]
-    objectives: dict[str, list[float]]
-    orders: dict[tuple[str, int], np.ndarray]
-    sync_ops: set[str] = field(default_factory=set)
-    body_orders: BodyOrders = field(default_factory=dict)
-    bodies: int = 0
+#: Where the parallel side of a dual test may run.
+PARALLEL = ("in-process", "mpi")
 
 
 @dataclass
@@ -62,11 +73,8 @@ class DualResult:
         if self.passed:
             return f"{self.direction}: PASS ({self.bodies} bodies compared)"
         d = self.divergence or {}
-        where = ", ".join(
-            f"{k} {d[k]}"
-            for k in ("iteration", "op", "invocation", "index", "dds", "element")
-            if d.get(k) is not None
-        )
+        keys = ("objective", "iteration", "op", "invocation", "index", "dds", "element")
+        where = ", ".join(f"{k} {d[k]}" for k in keys if d.get(k) is not None)
         if d.get("what") == "replica":
             return (
                 f"{self.direction}: FAIL at {where}: node {d.get('node')}'s replica is "
@@ -104,133 +112,7 @@ class OrderSource:
         return rng.permutation(idx)
 
 
-BodyOrders = dict[tuple[str, int, int, int], list[tuple[int, int]]]
-
-
-class _Capture(engine.Recorder):
-    """Keeps the Hybrid body orders of a run (and forwards everything to ``tee``)."""
-
-    def __init__(self, tee: engine.Recorder | None) -> None:
-        self.tee = tee or engine.Recorder()
-        self.body_orders: BodyOrders = {}
-
-    def body_order(self, op, invocation, node, clock, threads, minibatches) -> None:  # noqa: ANN001
-        pairs = list(zip(threads.tolist(), minibatches.tolist(), strict=True))
-        self.body_orders[(op, invocation, node, clock)] = pairs
-        self.tee.body_order(op, invocation, node, clock, threads, minibatches)
-
-    def __getattribute__(self, name: str) -> Any:
-        own = ("tee", "body_orders", "body_order", "__class__", "__dict__")
-        if name in own or name.startswith("__"):
-            return object.__getattribute__(self, name)
-        return getattr(object.__getattribute__(self, "tee"), name)
-
-
-class _Hybrid(engine.Controller):
-    """Makes Hybrid sync_for bodies take the node mutex in recorded orders."""
-
-    body_orders: BodyOrders | None = None
-    serial = False
-
-    def hybrid_order(self, op: str, invocation: int, node: int, clock: int) -> Any:
-        if self.body_orders is None:
-            return None
-        return self.body_orders.get((op, invocation, node, clock))
-
-    def hybrid_serial(self, op: str, invocation: int, node: int, clock: int) -> bool:
-        return self.serial and self.hybrid_order(op, invocation, node, clock) is not None
-
-
-class _Serial(_Hybrid):
-    """Every async_for invocation is one plain loop on node 0 in a given order."""
-
-    def __init__(
-        self,
-        orders: Callable[[str, int, int, int], np.ndarray],
-        body_orders: BodyOrders | None = None,
-        sync_shape: tuple[int, int] = (1, 1),
-    ) -> None:
-        self.orders = orders
-        self.body_orders = body_orders
-        self.serial = True
-        self.sync_shape = sync_shape
-
-    def sync_executor(self) -> Any:
-        from ._syncref import reference_sync_for
-
-        return reference_sync_for(*self.sync_shape, self.body_orders or {})
-
-    def plan_override(self, op: str, invocation: int, sets: Any, nodes: int) -> Any:
-        return serial_plan(sets, self.orders(op, invocation, sets.start, sets.n), nodes)
-
-
-class _Wavefront(_Hybrid):
-    """Every async_for invocation runs wavefront levels of a recorded serial order."""
-
-    def __init__(
-        self,
-        orders: dict[tuple[str, int], np.ndarray],
-        threads: int,
-        body_orders: BodyOrders | None = None,
-    ) -> None:
-        self.orders = orders
-        self.threads = threads
-        self.body_orders = body_orders
-
-    def plan_override(self, op: str, invocation: int, sets: Any, nodes: int) -> Any:
-        order = self.orders.get((op, invocation))
-        if order is None:
-            raise _not_in_trace(op, invocation, "serial")
-        return wavefront_plan(sets, order, nodes, self.threads)
-
-
-def _not_in_trace(op: str, invocation: int, side: str) -> engine.DivergenceError:
-    """The other side's trace has no such invocation: the program is not deterministic."""
-    return engine.DivergenceError(
-        node=-1,
-        op=op,
-        invocation=invocation,
-        event="order",
-        what="trace",
-        expected=f"no such invocation in the {side} trace",
-        actual="the program ran it",
-    )
-
-
-class _Tap(engine.Controller):
-    """Wraps another controller; after invocation (op, inv) snapshots every DDS and stops."""
-
-    class Stop(Exception):
-        """Raised to end the run once the snapshot is taken."""
-
-    def __init__(self, inner: engine.Controller, op: str, invocation: int) -> None:
-        self.inner = inner
-        self.target = (op, invocation)
-        self.snapshot: dict[str, np.ndarray] = {}
-        self.sets: Any = None
-
-    def plan_override(self, op: str, invocation: int, sets: Any, nodes: int) -> Any:
-        return self.inner.plan_override(op, invocation, sets, nodes)
-
-    def hybrid_order(self, op: str, invocation: int, node: int, clock: int) -> Any:
-        return self.inner.hybrid_order(op, invocation, node, clock)
-
-    def sync_executor(self) -> Any:
-        return self.inner.sync_executor()
-
-    def hybrid_serial(self, op: str, invocation: int, node: int, clock: int) -> bool:
-        return self.inner.hybrid_serial(op, invocation, node, clock)
-
-    def after_invocation(self, op: str, invocation: int) -> None:
-        if (op, invocation) != self.target:
-            return
-        sess = engine.current()
-        self.snapshot = {d.name: d.gather() for d in sess.dds}
-        st = sess.ops.get(op)
-        self.sets = None if st is None else (st.sets, [d.name for d in sess.dds])
-        raise _Tap.Stop()
-
-
+# ====================================================================== the two sides
 def _run(
     fn: Callable[..., Any],
     params: dict[str, Any],
@@ -241,7 +123,7 @@ def _run(
     controller: engine.Controller | None = None,
     recorder: engine.Recorder | None = None,
 ) -> Outcome:
-    capture = _Capture(recorder)
+    capture = Capture(recorder)
     res = engine.run(
         fn,
         params,
@@ -252,59 +134,165 @@ def _run(
         recorder=capture,
         test_mode=True,
     )
-    sync_ops = {op for op, info in res.planner.items() if "staleness" in info}
-    bodies = sum(
-        int(info.get("bodies", 0)) * len(res.op_times.get(op, []))
-        for op, info in res.planner.items()
+    return outcome_of(res, capture.body_orders)
+
+
+def _tap(
+    fn: Callable[..., Any], params: dict[str, Any], cfg: dict[str, Any], op: str, invocation: int
+) -> Tap:
+    """Run ``cfg``'s side up to invocation (op, invocation); the tap holds its DDS."""
+    tap = Tap(cfg["controller"], op, invocation)
+    try:
+        engine.run(
+            fn,
+            params,
+            nodes=cfg["nodes"],
+            threads=cfg["threads"],
+            seed=cfg["seed"],
+            controller=tap,
+            test_mode=True,
+        )
+    except Tap.Stop:
+        pass
+    return tap
+
+
+class _InProcess:
+    """The parallel side as an in-process cluster (its nodes share every Python object)."""
+
+    kind = "in-process"
+
+    def __init__(
+        self, fn: Callable[..., Any], params: dict[str, Any], nodes: int, threads: int, seed: int
+    ) -> None:
+        self.fn, self.params = fn, params
+        self.cfg = {"nodes": nodes, "threads": threads, "seed": seed}
+
+    def run(
+        self, controller: engine.Controller | None, recorder: engine.Recorder | None = None
+    ) -> Outcome:
+        return _run(self.fn, self.params, **self.cfg, controller=controller, recorder=recorder)
+
+    def snapshot(
+        self, controller: engine.Controller | None, op: str, invocation: int, dds: str
+    ) -> np.ndarray | None:
+        tap = _tap(self.fn, self.params, dict(self.cfg, controller=controller), op, invocation)
+        snap = tap.snapshot.get(dds)
+        return None if snap is None else comparable(snap)
+
+
+class _Mpi:
+    """The parallel side under ``mpiexec`` (``replay._dualjob``), one node per rank."""
+
+    kind = "mpi"
+
+    def __init__(self, side: MpiSide, trace: tuple[str, str] | None) -> None:
+        self.side, self.trace = side, trace
+
+    def run(self, controller: engine.Controller | None, recorder: Any = None) -> Outcome:
+        return self.side.run(controller, self.trace if recorder is not None else None)
+
+    def snapshot(
+        self, controller: engine.Controller | None, op: str, invocation: int, dds: str
+    ) -> np.ndarray | None:
+        return self.side.snapshot(controller, op, invocation, dds)
+
+
+def _sides(
+    fn: Callable[..., Any] | str,
+    params: dict[str, Any] | None,
+    *,
+    nodes: int,
+    threads: int,
+    seed: int,
+    parallel: str,
+    recorder: engine.Recorder | None,
+    mpi_trace: tuple[str, str] | None,
+    timeout: float | None,
+) -> tuple[Callable[..., Any], dict[str, Any], _InProcess | _Mpi, Any]:
+    """The driver, its parameters, the parallel side, and what records the parallel run."""
+    if parallel not in PARALLEL:
+        raise ValueError(f"parallel must be 'in-process' or 'mpi', got {parallel!r}")
+    params = dict(params or {})
+    if isinstance(fn, str):
+        from ._apps import resolve
+
+        driver = resolve(fn).fn
+    else:
+        driver = fn
+    if parallel == "in-process" or nodes == 1:  # one node: nothing to launch
+        if mpi_trace is not None:
+            raise ValueError("mpi_trace needs parallel='mpi' with nodes > 1; use recorder=")
+        return driver, params, _InProcess(driver, params, nodes, threads, seed), recorder
+    if recorder is not None:
+        raise ValueError(
+            "a recorder object cannot follow the parallel side into MPI ranks; "
+            "pass mpi_trace=(path, run_id) to record it with parallel='mpi'"
+        )
+    side = MpiSide(
+        importable_target(fn), params, ranks=nodes, threads=threads, seed=seed, timeout=timeout
     )
-    return Outcome(res.digests, res.objectives, res.orders, sync_ops, capture.body_orders, bodies)
+    return driver, params, _Mpi(side, mpi_trace), mpi_trace
 
 
+# ====================================================================== comparing outcomes
 def _first_difference(serial: Outcome, parallel: Outcome) -> dict[str, Any] | None:
-    for k, (a, b) in enumerate(zip(serial.digests, parallel.digests, strict=False)):
-        if (a["op"], a["invocation"], a["dds"]) != (b["op"], b["invocation"], b["dds"]):
+    """The earliest difference in program order: digests and objectives are compared in
+    the order the program produced them (an objective logged before an invocation is
+    checked before that invocation's digests)."""
+    a_ev, b_ev = serial.events(), parallel.events()
+    for k, ((a, x), (b, y)) in enumerate(zip(a_ev, b_ev, strict=False)):
+        if a != b:
+            return _sequence_difference(k, a, b)
+        if x == y:
+            continue
+        if a[0] == "digest":
             return {
-                "op": b["op"],
-                "invocation": b["invocation"],
-                "event": k,
-                "what": "operator sequence",
-                "serial": f"{a['op']}#{a['invocation']}",
-                "parallel": f"{b['op']}#{b['invocation']}",
-            }
-        if a["digest"] != b["digest"]:
-            return {
-                "op": a["op"],
-                "invocation": a["invocation"],
-                "dds": a["dds"],
+                "op": a[1],
+                "invocation": a[2],
+                "dds": a[3],
                 "what": "digest",
-                "serial": a["digest"],
-                "parallel": b["digest"],
+                "serial": x,
+                "parallel": y,
             }
+        return {
+            "what": "objective",
+            "objective": a[1],
+            "iteration": a[2],
+            "serial": x,
+            "parallel": y,
+        }
+    if len(a_ev) == len(b_ev):
+        return None
     if len(serial.digests) != len(parallel.digests):
         return {
             "what": "invocation count",
             "serial": len(serial.digests),
             "parallel": len(parallel.digests),
         }
-    for name in sorted(set(serial.objectives) | set(parallel.objectives)):
-        a, b = serial.objectives.get(name, []), parallel.objectives.get(name, [])
-        for it, (x, y) in enumerate(zip(a, b, strict=False)):
-            if x != y:
-                return {
-                    "what": "objective",
-                    "objective": name,
-                    "iteration": it,
-                    "serial": x,
-                    "parallel": y,
-                }
-        if len(a) != len(b):
-            return {
-                "what": "objective count",
-                "objective": name,
-                "serial": len(a),
-                "parallel": len(b),
-            }
-    return None
+    longer = a_ev if len(a_ev) > len(b_ev) else b_ev
+    name = longer[min(len(a_ev), len(b_ev))][0][1]
+    return {
+        "what": "objective count",
+        "objective": name,
+        "serial": len(serial.objectives.get(name, [])),
+        "parallel": len(parallel.objectives.get(name, [])),
+    }
+
+
+def _sequence_difference(k: int, a: tuple[Any, ...], b: tuple[Any, ...]) -> dict[str, Any]:
+    """The two sides produced different outcome events at position ``k``."""
+
+    def show(e: tuple[Any, ...]) -> str:
+        return f"{e[1]}#{e[2]}" if e[0] == "digest" else f"objective {e[1]}[{e[2]}]"
+
+    out: dict[str, Any] = {"event": k, "serial": show(a), "parallel": show(b)}
+    if a[0] == b[0] == "digest":
+        return {"op": b[1], "invocation": b[2], "what": "operator sequence", **out}
+    where = b if b[0] == "digest" else a
+    if where[0] == "digest":
+        out.update(op=where[1], invocation=where[2])
+    return {"what": "outcome sequence", **out}
 
 
 def _localise(
@@ -312,38 +300,28 @@ def _localise(
     fn: Callable[..., Any],
     params: dict[str, Any],
     serial_cfg: dict[str, Any],
-    parallel_cfg: dict[str, Any],
+    side: _InProcess | _Mpi,
+    p_controller: engine.Controller | None,
     serial_order: Callable[[str, int, int, int], np.ndarray] | None,
 ) -> dict[str, Any]:
-    """Re-run both sides up to the diverging invocation; name the element and loop index."""
+    """Re-run both sides up to the diverging invocation; name the element and loop index.
+
+    The parallel side is re-run where it ran (under mpiexec for ``parallel="mpi"``): a
+    divergence that comes from per-process state only shows there.
+    """
     if diff.get("what") != "digest":
         return diff
     op, inv, dds = diff["op"], diff["invocation"], diff["dds"]
     diff["iteration"] = inv
-    taps = []
-    for cfg in (serial_cfg, parallel_cfg):
-        tap = _Tap(cfg["controller"], op, inv)
-        try:
-            engine.run(
-                fn,
-                params,
-                nodes=cfg["nodes"],
-                threads=cfg["threads"],
-                seed=cfg["seed"],
-                controller=tap,
-                test_mode=True,
-            )
-        except _Tap.Stop:
-            pass
-        taps.append(tap)
-    a, b = taps[0].snapshot.get(dds), taps[1].snapshot.get(dds)
-    if a is None or b is None or a.shape != b.shape:
+    tap = _tap(fn, params, serial_cfg, op, inv)
+    a = tap.snapshot.get(dds)
+    b = side.snapshot(p_controller, op, inv, dds)
+    if a is None or b is None:
         return diff
-    neq = (
-        (a != b)
-        if a.dtype != object
-        else np.array([repr(x) != repr(y) for x, y in zip(a, b, strict=True)])
-    )
+    a = comparable(a)
+    if a.shape != b.shape:
+        return diff
+    neq = a != b
     if neq.ndim > 1:
         neq = neq.reshape(len(neq), -1).any(axis=1)
     bad = np.flatnonzero(neq)
@@ -353,8 +331,8 @@ def _localise(
     diff["element"] = slot
     diff["serial"] = _show(a[slot])
     diff["parallel"] = _show(b[slot])
-    if taps[0].sets is not None and serial_order is not None:
-        sets, names = taps[0].sets
+    if tap.sets is not None and serial_order is not None:
+        sets, names = tap.sets
         gid = (names.index(dds) << SLOT_BITS) | (slot & SLOT_MASK)
         order = serial_order(op, inv, sets.start, sets.n)
         writers = [j for j in order.tolist() if gid in sets.writes_of(j - sets.start)]
@@ -371,8 +349,9 @@ def _show(v: Any) -> Any:
     return repr(v)
 
 
+# ====================================================================== public API
 def forward(
-    fn: Callable[..., Any],
+    fn: Callable[..., Any] | str,
     params: dict[str, Any] | None = None,
     *,
     nodes: int = 2,
@@ -381,93 +360,103 @@ def forward(
     order: str = "identity",
     order_seed: int = 0,
     recorder: engine.Recorder | None = None,
+    parallel: str = "in-process",
+    timeout: float | None = None,
+    mpi_trace: tuple[str, str] | None = None,
 ) -> DualResult:
     """Serial run over a given order, then a parallel run planned from its trace.
 
-    ``recorder`` (optional) records the parallel run into a trace store.
+    ``fn`` is the driver, or (needed for ``parallel="mpi"`` when it is not a
+    module-level function) its target ``"path/to/train.py:train"``.  ``parallel``:
+    ``"in-process"`` or ``"mpi"`` (the parallel side under ``mpiexec -n nodes``;
+    ``timeout`` seconds per MPI job).  ``recorder`` (in-process) or ``mpi_trace``
+    ((path, run id), MPI) records the parallel run into a trace store.
     """
-    params = dict(params or {})
+    driver, params, side, record = _sides(
+        fn,
+        params,
+        nodes=nodes,
+        threads=threads,
+        seed=seed,
+        parallel=parallel,
+        recorder=recorder,
+        mpi_trace=mpi_trace,
+        timeout=timeout,
+    )
     orders = OrderSource(order, order_seed)
-    serial = _Serial(orders, sync_shape=(nodes, threads))
+    serial = Serial(orders, sync_shape=(nodes, threads))
     s_cfg = {"nodes": 1, "threads": 1, "seed": seed, "controller": serial}
-    s = _run(fn, params, **s_cfg)
+    s = _run(driver, params, **s_cfg)
     serial.body_orders = s.body_orders  # localisation re-runs follow the same choices
-    p_cfg = {
-        "nodes": nodes,
-        "threads": threads,
-        "seed": seed,
-        "controller": _Wavefront(s.orders, threads, s.body_orders),
-    }
+    p_controller = Wavefront(s.orders, threads, s.body_orders)
     try:
-        p = _run(fn, params, **p_cfg, recorder=recorder)
+        p = side.run(p_controller, record)
     except _VERDICTS as exc:
         return DualResult("forward", False, exc.as_dict())
     diff = _first_difference(s, p)
     if diff is not None:
-        diff = _localise(diff, fn, params, s_cfg, p_cfg, orders)
+        diff = _localise(diff, driver, params, s_cfg, side, p_controller, orders)
     return DualResult("forward", diff is None, diff, s.bodies)
 
 
 def backward(
-    fn: Callable[..., Any],
+    fn: Callable[..., Any] | str,
     params: dict[str, Any] | None = None,
     *,
     nodes: int = 2,
     threads: int = 1,
     seed: int = 0,
     recorder: engine.Recorder | None = None,
+    parallel: str = "in-process",
+    timeout: float | None = None,
+    mpi_trace: tuple[str, str] | None = None,
 ) -> DualResult:
     """Parallel run in test mode, then a serial run over its loop-index orders.
 
-    ``recorder`` (optional) records the parallel run (``Ptrace``) into a trace store.
+    ``fn``, ``parallel``, ``timeout``, ``recorder`` and ``mpi_trace`` as for
+    :func:`forward`; the recorded parallel run is ``Ptrace``.
     """
-    params = dict(params or {})
-    p_cfg = {"nodes": nodes, "threads": threads, "seed": seed, "controller": None}
+    driver, params, side, record = _sides(
+        fn,
+        params,
+        nodes=nodes,
+        threads=threads,
+        seed=seed,
+        parallel=parallel,
+        recorder=recorder,
+        mpi_trace=mpi_trace,
+        timeout=timeout,
+    )
     try:
-        p = _run(fn, params, **p_cfg, recorder=recorder)
+        p = side.run(None, record)
     except engine.ReplicaMismatchError as exc:
         return DualResult("backward", False, exc.as_dict())
 
     def recorded(op: str, invocation: int, start: int, n: int) -> np.ndarray:
         got = p.orders.get((op, invocation))
         if got is None:
-            raise _not_in_trace(op, invocation, "parallel")
+            raise not_in_trace(op, invocation, "parallel")
         return got
 
     s_cfg = {
         "nodes": 1,
         "threads": 1,
         "seed": seed,
-        "controller": _Serial(recorded, p.body_orders, sync_shape=(nodes, threads)),
+        "controller": Serial(recorded, p.body_orders, sync_shape=(nodes, threads)),
     }
     try:
-        s = _run(fn, params, **s_cfg)
+        s = _run(driver, params, **s_cfg)
     except _VERDICTS as exc:
         return DualResult("backward", False, exc.as_dict())
     diff = _first_difference(s, p)
     if diff is not None:
-        p_cfg["controller"] = _Replay(p.orders, p.body_orders)
-        diff = _localise(diff, fn, params, s_cfg, p_cfg, recorded)
+        replayed = Replayed(p.orders, p.body_orders)
+        diff = _localise(diff, driver, params, s_cfg, side, replayed, recorded)
     return DualResult("backward", diff is None, diff, p.bodies)
 
 
-class _Replay(_Hybrid):
-    """Re-runs the parallel side with its own recorded serialization orders (for
-    localisation: the first run's thread interleavings are not repeatable)."""
-
-    def __init__(
-        self, orders: dict[tuple[str, int], np.ndarray], body_orders: BodyOrders | None
-    ) -> None:
-        self.orders = orders
-        self.body_orders = body_orders
-
-    def plan_override(self, op: str, invocation: int, sets: Any, nodes: int) -> Any:
-        order = self.orders.get((op, invocation))
-        return None if order is None else wavefront_plan(sets, order, nodes, 1)
-
-
 def dual(
-    fn: Callable[..., Any],
+    fn: Callable[..., Any] | str,
     params: dict[str, Any] | None = None,
     *,
     nodes: int = 2,
@@ -477,34 +466,47 @@ def dual(
     order_seed: int = 0,
     direction: str = "both",
     recorder: engine.Recorder | None = None,
+    parallel: str = "in-process",
+    timeout: float | None = None,
+    mpi_trace: tuple[str, str] | None = None,
 ) -> dict[str, DualResult]:
     """Run the forward and/or backward test; returns {direction: result}.
 
-    ``recorder`` records one parallel run: the backward one when it runs, else the
-    forward one.
+    ``recorder`` (in-process) or ``mpi_trace`` (MPI) records one parallel run: the
+    backward one when it runs, else the forward one.  ``parallel`` and ``timeout``
+    as for :func:`forward`.
     """
     if direction not in ("forward", "backward", "both"):
         raise ValueError(f"direction must be forward, backward or both, got {direction!r}")
+    if parallel not in PARALLEL:
+        raise ValueError(f"parallel must be 'in-process' or 'mpi', got {parallel!r}")
+    common = {
+        "nodes": nodes,
+        "threads": threads,
+        "seed": seed,
+        "parallel": parallel,
+        "timeout": timeout,
+    }
     out: dict[str, DualResult] = {}
     if direction in ("forward", "both"):
+        last = direction == "forward"
         out["forward"] = forward(
             fn,
             params,
-            nodes=nodes,
-            threads=threads,
-            seed=seed,
+            **common,
             order=order,
             order_seed=order_seed,
-            recorder=recorder if direction == "forward" else None,
+            recorder=recorder if last else None,
+            mpi_trace=mpi_trace if last else None,
         )
     if direction in ("backward", "both"):
-        out["backward"] = backward(
-            fn, params, nodes=nodes, threads=threads, seed=seed, recorder=recorder
-        )
+        out["backward"] = backward(fn, params, **common, recorder=recorder, mpi_trace=mpi_trace)
     return out
 
 
-def assert_dual(fn: Callable[..., Any], params: dict[str, Any] | None = None, **kw: Any) -> None:
+def assert_dual(
+    fn: Callable[..., Any] | str, params: dict[str, Any] | None = None, **kw: Any
+) -> None:
     """``dual(...)`` that raises AssertionError with the divergence report on failure."""
     results = dual(fn, params, **kw)
     failed = [r.report() for r in results.values() if not r.passed]

@@ -46,9 +46,10 @@ def test_lock_split_programs_pass_both_directions(nodes: int, threads: int) -> N
 
 def test_a_forward_failure_is_localised_to_element_and_index(monkeypatch) -> None:
     """Break the parallel side on purpose: a wavefront plan that drops a level boundary."""
+    from replay import _dualctl
     from replay import testing as t
 
-    real = t.wavefront_plan
+    real = _dualctl.wavefront_plan
 
     def merged(sets, order, nodes, threads):
         plan = real(sets, order, nodes, threads)
@@ -62,7 +63,7 @@ def test_a_forward_failure_is_localised_to_element_and_index(monkeypatch) -> Non
             plan.writes = _round_writes(plan, sets)
         return plan
 
-    monkeypatch.setattr(t, "wavefront_plan", merged)
+    monkeypatch.setattr(_dualctl, "wavefront_plan", merged)
     res = t.forward(lock_heavy, nodes=1, threads=1)
     assert not res.passed
     d = res.divergence
@@ -121,3 +122,44 @@ def test_mlr_passes_both_directions(sync: str, nodes: int, threads: int) -> None
     for r in results.values():
         assert r.passed, r.report()
         assert r.bodies > 0
+
+
+def test_objectives_are_compared_in_the_order_they_were_logged() -> None:
+    """zloss is logged before acc and diverges first (iteration 1); acc only at 2."""
+    from tests.replay import dual_apps
+
+    for r in testing.dual(dual_apps.zloss_then_acc).values():
+        d = r.divergence
+        assert (d["what"], d["objective"], d["iteration"]) == ("objective", "zloss", 1)
+        assert "objective zloss, iteration 1" in r.report()
+    # both diverge at iteration 1: the one logged first is the first divergence
+    res = testing.forward(dual_apps.zloss_then_acc, {"acc_from": 1})
+    assert res.divergence["objective"] == "zloss"
+
+
+def test_an_objective_before_a_later_digest_is_the_first_divergence(tmp_path: Path) -> None:
+    app = f"{HERE / 'dual_apps.py'}:objective_then_digest"
+    proc = run_cli(["dual", app, "--in-process", "--no-trace"], cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    assert "forward: FAIL at objective probe, iteration 0" in proc.stdout
+    assert "backward: FAIL at objective probe, iteration 0" in proc.stdout
+    proc = run_cli(["dual", app, "--in-process", "--no-trace", "--json"], cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    res = json.loads(proc.stdout)
+    for direction in ("forward", "backward"):
+        d = res[direction]["divergence"]
+        assert (d["what"], d["objective"], d["iteration"]) == ("objective", "probe", 0)
+        assert d["serial"] == 8.0 and d["parallel"] != 8.0
+    assert res["parallel"] == "in-process"
+
+
+def test_a_digest_divergence_still_names_iteration_invocation_index_and_element() -> None:
+    from tests.replay import dual_apps
+
+    # serial side: no rank, so the history grows; a 2-node in-process run agrees with it
+    assert testing.forward(dual_apps.rank0_history).passed
+    res = testing.forward(dual_apps.rank0_history, parallel="mpi", nodes=2, timeout=60)
+    d = res.divergence
+    assert d["what"] == "digest" and (d["op"], d["invocation"], d["iteration"]) == ("decay", 1, 1)
+    assert d["dds"] == "X" and d["element"] == d["index"] and d["serial"] != d["parallel"]
+    assert f"element {d['element']}" in res.report() and "serial gave [" in res.report()

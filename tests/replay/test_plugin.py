@@ -160,3 +160,27 @@ def test_marker_and_fixture_reject_bad_options(suite: pytest.Pytester) -> None:
     res = run(suite)
     res.assert_outcomes(passed=1, failed=2)
     res.stdout.fnmatch_lines(["*nodes must be an int >= 1*", "*takes keywords only*"])
+
+
+def test_marker_and_fixture_run_the_parallel_side_under_mpi(suite: pytest.Pytester) -> None:
+    suite.makepyfile(
+        test_it="""
+        import pytest
+        from programs import hot
+
+        @pytest.mark.dual(nodes=2, params={}, parallel="mpi", timeout=90, direction="forward")
+        def test_hot_on_mpi():
+            return hot
+
+        def test_fixture_on_mpi(dual_test):
+            results = dual_test(hot, nodes=3, parallel="mpi", timeout=90, direction="backward")
+            assert results[(3, 1)]["backward"].passed
+
+        def test_nested_driver_is_refused(dual_test):
+            def inner():
+                pass
+            with pytest.raises(ValueError, match="module-level function"):
+                dual_test(inner, parallel="mpi")
+        """
+    )
+    run(suite).assert_outcomes(passed=3)

@@ -1,0 +1,233 @@
+"""The controllers of dual tests and the outcome of one side.
+
+Every side of a dual test is an ``engine.run`` in test mode steered by one of these
+controllers: :class:`Serial` (one plain loop per invocation in a given order),
+:class:`Wavefront` (a parallel run planned from a serial order), :class:`Replayed`
+(a parallel run re-following its own recorded orders) and :class:`Tap` (any of
+them, stopped after one invocation with every DDS snapshotted).  They hold only
+data — orders and Hybrid body orders — so that the MPI side of a dual test
+(:mod:`replay._dualjob`) rebuilds the same controller on every rank from arrays.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+import engine
+from engine._planner import serial_plan, wavefront_plan
+
+#: Hybrid sync_for body orders: (op, invocation, node, clock) -> [(thread, minibatch), ...].
+BodyOrders = dict[tuple[str, int, int, int], list[tuple[int, int]]]
+
+
+@dataclass
+class Outcome:
+    """What a run produced: digests per invocation, objectives, loop-index orders.
+
+    ``log`` is the outcome in program order (``RunResult.outcome_log``): digest and
+    objective entries interleaved as the program produced them.
+    """
+
+    digests: list[dict[str, Any]]
+    objectives: dict[str, list[float]]
+    orders: dict[tuple[str, int], np.ndarray]
+    sync_ops: set[str] = field(default_factory=set)
+    body_orders: BodyOrders = field(default_factory=dict)
+    bodies: int = 0
+    log: list[tuple[Any, ...]] = field(default_factory=list)
+
+    def events(self) -> list[tuple[tuple[Any, ...], Any]]:
+        """(key, value) per outcome event in program order: key ``("digest", op, inv,
+        dds)`` or ``("objective", name, iteration)``."""
+        log = self.log or [("digest", d["op"], d["invocation"], d["dds"]) for d in self.digests] + [
+            ("objective", name, it)
+            for name, vals in self.objectives.items()
+            for it in range(len(vals))
+        ]
+        digests = iter(self.digests)
+        out = []
+        for entry in log:
+            key = tuple(entry)
+            if key[0] == "digest":
+                out.append((key, next(digests)["digest"]))
+            else:
+                out.append((key, self.objectives[key[1]][key[2]]))
+        return out
+
+
+class Capture(engine.Recorder):
+    """Keeps the Hybrid body orders of a run (and forwards everything to ``tee``)."""
+
+    def __init__(self, tee: engine.Recorder | None) -> None:
+        self.tee = tee or engine.Recorder()
+        self.body_orders: BodyOrders = {}
+
+    def body_order(self, op, invocation, node, clock, threads, minibatches) -> None:  # noqa: ANN001
+        pairs = list(zip(threads.tolist(), minibatches.tolist(), strict=True))
+        self.body_orders[(op, invocation, node, clock)] = pairs
+        self.tee.body_order(op, invocation, node, clock, threads, minibatches)
+
+    def __getattribute__(self, name: str) -> Any:
+        own = ("tee", "body_orders", "body_order", "__class__", "__dict__")
+        if name in own or name.startswith("__"):
+            return object.__getattribute__(self, name)
+        return getattr(object.__getattribute__(self, "tee"), name)
+
+
+def outcome_of(res: engine.RunResult, body_orders: BodyOrders) -> Outcome:
+    """The :class:`Outcome` of a finished ``engine.run``."""
+    sync_ops = {op for op, info in res.planner.items() if "staleness" in info}
+    bodies = sum(
+        int(info.get("bodies", 0)) * len(res.op_times.get(op, []))
+        for op, info in res.planner.items()
+    )
+    return Outcome(
+        res.digests, res.objectives, res.orders, sync_ops, body_orders, bodies, res.outcome_log
+    )
+
+
+class Hybrid(engine.Controller):
+    """Makes Hybrid sync_for bodies take the node mutex in recorded orders."""
+
+    body_orders: BodyOrders | None = None
+    serial = False
+
+    def hybrid_order(self, op: str, invocation: int, node: int, clock: int) -> Any:
+        if self.body_orders is None:
+            return None
+        return self.body_orders.get((op, invocation, node, clock))
+
+    def hybrid_serial(self, op: str, invocation: int, node: int, clock: int) -> bool:
+        return self.serial and self.hybrid_order(op, invocation, node, clock) is not None
+
+
+class Serial(Hybrid):
+    """Every async_for invocation is one plain loop on node 0 in a given order."""
+
+    def __init__(
+        self,
+        orders: Callable[[str, int, int, int], np.ndarray],
+        body_orders: BodyOrders | None = None,
+        sync_shape: tuple[int, int] = (1, 1),
+    ) -> None:
+        self.orders = orders
+        self.body_orders = body_orders
+        self.serial = True
+        self.sync_shape = sync_shape
+
+    def sync_executor(self) -> Any:
+        from ._syncref import reference_sync_for
+
+        return reference_sync_for(*self.sync_shape, self.body_orders or {})
+
+    def plan_override(self, op: str, invocation: int, sets: Any, nodes: int) -> Any:
+        return serial_plan(sets, self.orders(op, invocation, sets.start, sets.n), nodes)
+
+
+class Wavefront(Hybrid):
+    """Every async_for invocation runs wavefront levels of a recorded serial order."""
+
+    def __init__(
+        self,
+        orders: dict[tuple[str, int], np.ndarray],
+        threads: int,
+        body_orders: BodyOrders | None = None,
+    ) -> None:
+        self.orders = orders
+        self.threads = threads
+        self.body_orders = body_orders
+
+    def plan_override(self, op: str, invocation: int, sets: Any, nodes: int) -> Any:
+        order = self.orders.get((op, invocation))
+        if order is None:
+            raise not_in_trace(op, invocation, "serial")
+        return wavefront_plan(sets, order, nodes, self.threads)
+
+
+class Replayed(Hybrid):
+    """Re-runs the parallel side with its own recorded serialization orders (for
+    localisation: the first run's thread interleavings are not repeatable)."""
+
+    def __init__(
+        self, orders: dict[tuple[str, int], np.ndarray], body_orders: BodyOrders | None
+    ) -> None:
+        self.orders = orders
+        self.body_orders = body_orders
+
+    def plan_override(self, op: str, invocation: int, sets: Any, nodes: int) -> Any:
+        order = self.orders.get((op, invocation))
+        return None if order is None else wavefront_plan(sets, order, nodes, 1)
+
+
+def not_in_trace(op: str, invocation: int, side: str) -> engine.DivergenceError:
+    """The other side's trace has no such invocation: the program is not deterministic."""
+    return engine.DivergenceError(
+        node=-1,
+        op=op,
+        invocation=invocation,
+        event="order",
+        what="trace",
+        expected=f"no such invocation in the {side} trace",
+        actual="the program ran it",
+    )
+
+
+class Tap(engine.Controller):
+    """Wraps another controller; after invocation (op, inv) snapshots every DDS and stops."""
+
+    class Stop(Exception):
+        """Raised to end the run once the snapshot is taken."""
+
+    def __init__(self, inner: engine.Controller | None, op: str, invocation: int) -> None:
+        self.inner = inner or engine.Controller()
+        self.target = (op, invocation)
+        self.snapshot: dict[str, np.ndarray] = {}
+        self.sets: Any = None
+
+    def plan_override(self, op: str, invocation: int, sets: Any, nodes: int) -> Any:
+        return self.inner.plan_override(op, invocation, sets, nodes)
+
+    def hybrid_order(self, op: str, invocation: int, node: int, clock: int) -> Any:
+        return self.inner.hybrid_order(op, invocation, node, clock)
+
+    def sync_executor(self) -> Any:
+        return self.inner.sync_executor()
+
+    def hybrid_serial(self, op: str, invocation: int, node: int, clock: int) -> bool:
+        return self.inner.hybrid_serial(op, invocation, node, clock)
+
+    def after_invocation(self, op: str, invocation: int) -> None:
+        if (op, invocation) != self.target:
+            return
+        sess = engine.current()
+        self.snapshot = {d.name: d.gather() for d in sess.dds}  # collective under MPI
+        st = sess.ops.get(op)
+        self.sets = None if st is None else (st.sets, [d.name for d in sess.dds])
+        raise Tap.Stop()
+
+
+def comparable(a: np.ndarray) -> np.ndarray:
+    """``a`` as an array whose elements compare by value: Python-object elements become
+    their ``repr`` (how the MPI side ships them: never pickled)."""
+    if a.dtype != object:
+        return a
+    return np.array([repr(x) for x in a], dtype=str).reshape(len(a))
+
+
+__all__ = [
+    "BodyOrders",
+    "Capture",
+    "Hybrid",
+    "Outcome",
+    "Replayed",
+    "Serial",
+    "Tap",
+    "Wavefront",
+    "comparable",
+    "not_in_trace",
+    "outcome_of",
+]

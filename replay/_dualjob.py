@@ -1,0 +1,284 @@
+"""The parallel side of a dual test as an MPI job: the program runs where it runs.
+
+An in-process cluster shares every Python object between its nodes; under
+``mpiexec`` each rank has its own interpreter, so a program that keeps per-process
+Python state (a module-level list the driver fills on one rank only, a cache built
+from the process's environment) can pass in-process and still compute something
+else on a cluster.  :class:`MpiSide` therefore runs the parallel side of a dual test
+with :func:`replay._job.launch` — the path of ``replay run --ranks N``, with its
+timeouts, rank-death and error reporting — while the serial side stays in the
+calling process.
+
+What crosses the process boundary is data only, never a pickle:
+
+* parent → ranks: ``spec.json`` (app target, parameter values, controller kind,
+  Hybrid body orders) and ``orders.npz`` (one int64 array per invocation, keyed
+  by ``orders.json``);
+* rank 0 → parent: ``result.json`` (digests, objectives, the outcome log, body
+  orders, body count) and ``out.npz`` (the run's own orders, or the snapshot of
+  one DDS when the job stops after an invocation to localise a divergence;
+  Python-object elements travel as their ``repr``).
+
+Ranks run :func:`dual_here`; a rank that diverges from the orders it was given
+writes ``diverged.<rank>.json`` and aborts the job so that no rank waits forever.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import engine
+
+from ._dualctl import (
+    BodyOrders,
+    Capture,
+    Outcome,
+    Replayed,
+    Tap,
+    Wavefront,
+    comparable,
+    outcome_of,
+)
+from ._errors import UsageError
+
+
+# ====================================================================== wire format
+def _write_orders(path: Path, orders: dict[tuple[str, int], np.ndarray]) -> list[list[Any]]:
+    """Save ``orders`` as ``path`` (npz, one array per invocation); return the key index."""
+    keys = sorted(orders)
+    np.savez(
+        path, **{f"o{k}": np.asarray(orders[key], dtype=np.int64) for k, key in enumerate(keys)}
+    )
+    return [[op, inv] for op, inv in keys]
+
+
+def _read_orders(path: Path, index: list[list[Any]]) -> dict[tuple[str, int], np.ndarray]:
+    if not index:
+        return {}
+    with np.load(path, allow_pickle=False) as z:
+        return {(op, int(inv)): z[f"o{k}"] for k, (op, inv) in enumerate(index)}
+
+
+def _body_orders_json(body_orders: BodyOrders | None) -> list[list[Any]]:
+    return [
+        [op, inv, node, clock, [[int(t), int(m)] for t, m in pairs]]
+        for (op, inv, node, clock), pairs in sorted((body_orders or {}).items())
+    ]
+
+
+def _body_orders_of(rows: list[list[Any]]) -> BodyOrders:
+    return {
+        (op, int(inv), int(node), int(clock)): [(int(t), int(m)) for t, m in pairs]
+        for op, inv, node, clock, pairs in rows
+    }
+
+
+# ====================================================================== function targets
+def importable_target(fn: Callable[..., Any] | str) -> str:
+    """``module:function`` or ``path/to/file.py:function`` naming ``fn`` for a fresh process.
+
+    Raises :class:`UsageError` when a worker could not import it (a lambda, a nested
+    function, a method).
+    """
+    if isinstance(fn, str):
+        return fn
+    name = getattr(fn, "__qualname__", None) or repr(fn)
+    mod_name = getattr(fn, "__module__", None)
+    module = sys.modules.get(mod_name or "")
+    if "." in name or "<" in name or module is None or getattr(module, name, None) is not fn:
+        raise UsageError(
+            f"parallel='mpi' needs a driver the MPI ranks can import, and {name!r} "
+            f"(module {mod_name!r}) is not a module-level function of an importable module; "
+            "define it at module level, pass 'path/to/file.py:function', "
+            "or use parallel='in-process'"
+        )
+    if mod_name == "__main__" or mod_name.startswith("replay_user_"):
+        path = inspect.getsourcefile(fn)
+        if not path:
+            raise UsageError(f"parallel='mpi': cannot find the source file of {name!r}")
+        return f"{Path(path).resolve()}:{name}"
+    return f"{mod_name}:{name}"
+
+
+# ====================================================================== parent side
+class MpiSide:
+    """Runs the parallel side of a dual test on ``ranks`` MPI ranks (see module doc)."""
+
+    def __init__(
+        self,
+        app: str,
+        params: dict[str, Any],
+        *,
+        ranks: int,
+        threads: int,
+        seed: int,
+        timeout: float | None = None,
+        out: Callable[[str], None] | None = None,
+    ) -> None:
+        try:
+            json.dumps(params)
+        except TypeError as exc:
+            raise UsageError(
+                f"parallel='mpi' sends the parameters to the ranks as JSON, and {params!r} "
+                f"is not JSON ({exc}); use numbers, strings and booleans"
+            ) from None
+        self.app, self.params = app, params
+        self.ranks, self.threads, self.seed = ranks, threads, seed
+        self.timeout = timeout
+        self.out = out or (lambda line: print(line, file=sys.stderr))
+
+    def _job(
+        self,
+        controller: engine.Controller | None,
+        extra: dict[str, Any],
+        read: Callable[[Path, dict[str, Any]], Any],
+    ) -> Any:
+        from ._job import launch
+
+        orders: dict[tuple[str, int], np.ndarray] = {}
+        kind = None
+        if isinstance(controller, Wavefront):
+            kind, orders = "wavefront", controller.orders
+        elif isinstance(controller, Replayed):
+            kind, orders = "replay", controller.orders
+        elif controller is not None:
+            raise TypeError(f"the MPI side cannot ship controller {controller!r}")
+        with tempfile.TemporaryDirectory(prefix="replay-dual-") as tmp:
+            job = Path(tmp)
+            spec = {
+                "kind": "dual",
+                "app": self.app,
+                "values": self.params,
+                "threads": self.threads,
+                "seed": self.seed,
+                "sys_path": [p for p in sys.path if p],
+                "controller": kind,
+                "orders": _write_orders(job / "orders.npz", orders),
+                "body_orders": _body_orders_json(getattr(controller, "body_orders", None)),
+                **extra,
+            }
+            res = launch(spec, self.ranks, timeout=self.timeout, out=self.out, job_dir=str(job))
+            if "divergence" in res:
+                raise engine.DivergenceError(**res["divergence"])
+            if "replica" in res:
+                d = res["replica"]
+                raise engine.ReplicaMismatchError(
+                    d["op"],
+                    d["invocation"],
+                    d["dds"],
+                    d["element"],
+                    d["node"],
+                    d["owner"],
+                    d["replica"],
+                    d["owner_value"],
+                )
+            return read(job, res)
+
+    def run(
+        self, controller: engine.Controller | None, trace: tuple[str, str] | None = None
+    ) -> Outcome:
+        """One test-mode run; ``trace`` (path, run id) records it into a trace store."""
+        extra = {} if trace is None else {"trace": trace[0], "run_id": trace[1]}
+
+        def read(job: Path, res: dict[str, Any]) -> Outcome:
+            return Outcome(
+                digests=res["digests"],
+                objectives=res["objectives"],
+                orders=_read_orders(job / "out.npz", res["orders"]),
+                sync_ops=set(res["sync_ops"]),
+                body_orders=_body_orders_of(res["body_orders"]),
+                bodies=res["bodies"],
+                log=[tuple(e) for e in res["log"]],
+            )
+
+        return self._job(controller, extra, read)
+
+    def snapshot(
+        self, controller: engine.Controller | None, op: str, invocation: int, dds: str
+    ) -> np.ndarray | None:
+        """DDS ``dds`` right after invocation (op, invocation), in comparable form."""
+
+        def read(job: Path, res: dict[str, Any]) -> np.ndarray | None:
+            if not res.get("snapshot"):
+                return None
+            with np.load(job / "out.npz", allow_pickle=False) as z:
+                return z["snapshot"]
+
+        return self._job(controller, {"stop": [op, invocation, dds]}, read)
+
+
+# ====================================================================== rank side
+def dual_here(spec: dict[str, Any], comm: Any) -> dict[str, Any]:
+    """One rank of a dual-test job; rank 0's return value is the job's ``result.json``."""
+    from ._apps import resolve
+    from ._job import _recorder, recording
+
+    for p in reversed(spec.get("sys_path", [])):
+        if p not in sys.path:
+            sys.path.insert(0, p)
+    job = Path(spec["job_dir"])
+    app = resolve(spec["app"])
+    params = dict(spec.get("values", {}))
+    orders = _read_orders(job / "orders.npz", spec["orders"])
+    body_orders = _body_orders_of(spec["body_orders"])
+    controller: engine.Controller | None = None
+    if spec["controller"] == "wavefront":
+        controller = Wavefront(orders, spec["threads"], body_orders)
+    elif spec["controller"] == "replay":
+        controller = Replayed(orders, body_orders)
+    stop = spec.get("stop")
+    if stop:
+        controller = Tap(controller, stop[0], int(stop[1]))
+    recorder = _recorder(spec, app, params, comm) if spec.get("trace") else None
+    capture = Capture(recorder)
+    try:
+        with recording(recorder):
+            res = engine.run(
+                app.fn,
+                params,
+                comm=comm,
+                threads=spec["threads"],
+                seed=spec["seed"],
+                controller=controller,
+                recorder=capture,
+                test_mode=True,
+            )
+    except engine.DivergenceError as exc:
+        return {"divergence": exc.as_dict()}
+    except engine.ReplicaMismatchError as exc:  # raised on every rank alike
+        return {"replica": exc.as_dict()}
+    except Tap.Stop:
+        assert isinstance(controller, Tap)
+        snap = controller.snapshot.get(stop[2])
+        if comm.Get_rank() == 0 and snap is not None:
+            np.savez(job / "out.npz", snapshot=comparable(snap))
+        return {"snapshot": snap is not None}
+    if stop:  # the program never reached (op, invocation)
+        return {"snapshot": False}
+    body = {}
+    for part in comm.allgather(capture.body_orders):  # each rank logged its own node
+        body.update(part)
+    out = outcome_of(res, body)
+    index: list[list[Any]] = []
+    if comm.Get_rank() == 0:
+        index = _write_orders(job / "out.npz", out.orders)
+    return {
+        "digests": out.digests,
+        "objectives": out.objectives,
+        "log": [list(e) for e in out.log],
+        "orders": index,
+        "sync_ops": sorted(out.sync_ops),
+        "body_orders": _body_orders_json(out.body_orders),
+        "bodies": out.bodies,
+    }
+
+
+__all__ = ["MpiSide", "dual_here", "importable_target"]

@@ -1,0 +1,86 @@
+"""Driver programs for the dual tests: importable by MPI ranks (module-level functions)."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+import engine as ap
+
+
+def hot_rows(epochs: int = 2, n: int = 60) -> None:
+    """A correct program with conflicts: bodies share a few hot rows."""
+    X = ap.dvector(4, shape=(2,), init=ap.init.normal(0, 1), name="X")
+
+    def body(j: int) -> None:
+        k = j % 4
+        X[k] = X[k] * 0.9 + np.sin(j + X[(k + 1) % 4])
+
+    for _ in range(epochs):
+        ap.async_for(0, n, body, name="hot")
+        ap.log_objective("norm", float(np.abs(X.gather()).sum()))
+
+
+#: Losses the driver keeps for printing, on the "main" process only: per-process state.
+HISTORY: list[float] = []
+
+
+def rank0_history(epochs: int = 3, n: int = 24) -> None:
+    """Wrong on a cluster, right in one process: the driver appends to ``HISTORY`` only
+    where ``PMI_RANK`` is 0 (as ``if rank == 0: log(...)`` code does) and the body uses
+    ``len(HISTORY)`` as its epoch counter for a step-size decay.  An in-process
+    cluster shares the list, so every node sees the same epoch; under mpiexec the
+    other ranks stay at epoch 0 and compute something else from the second epoch on."""
+    X = ap.dvector(n, shape=(2,), init=ap.init.normal(0, 1), name="X")
+    HISTORY.clear()
+    for _ in range(epochs):
+
+        def body(j: int) -> None:
+            step = 0.5 ** len(HISTORY)
+            X[j] = X[j] * (1.0 - step) + np.sin(j + X[j])
+
+        ap.async_for(0, n, body, name="decay")
+        loss = float(np.abs(X.gather()).sum())
+        if os.environ.get("PMI_RANK", "0") == "0":
+            HISTORY.append(loss)
+        ap.log_objective("loss", loss)
+
+
+def _parallel() -> bool:
+    """True on the parallel side (more than one node), False on the serial side."""
+    return ap.current().cluster.size > 1
+
+
+def zloss_then_acc(epochs: int = 3, n: int = 8, acc_from: int = 2) -> None:
+    """Objectives logged as ``zloss`` then ``acc`` (not alphabetical); the parallel
+    side's ``zloss`` differs from iteration 1, its ``acc`` from ``acc_from``; the DDS
+    never differ."""
+    X = ap.dvector(n, shape=(), name="X")
+    bump = 1e-9 if _parallel() else 0.0
+
+    def body(j: int) -> None:
+        X[j] = X[j] + 1.0
+
+    for it in range(epochs):
+        ap.async_for(0, n, body, name="inc")
+        total = float(X.gather().sum())
+        ap.log_objective("zloss", total + (bump if it >= 1 else 0.0))
+        ap.log_objective("acc", total + (bump if it >= acc_from else 0.0))
+
+
+def objective_then_digest(n: int = 8) -> None:
+    """An objective that differs (iteration 0) before the digest of a later invocation
+    differs (``inc`` #1): the report must name the objective."""
+    X = ap.dvector(n, shape=(), name="X")
+    parallel = _parallel()
+
+    def first(j: int) -> None:
+        X[j] = X[j] + 1.0
+
+    def second(j: int) -> None:
+        X[j] = X[j] + (2.0 if parallel else 1.0)
+
+    ap.async_for(0, n, first, name="inc")
+    ap.log_objective("probe", float(X.gather().sum()) + (1e-9 if parallel else 0.0))
+    ap.async_for(0, n, second, name="inc")
