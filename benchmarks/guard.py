@@ -1,0 +1,138 @@
+"""The plan guard's cost on SGDMF, measured side by side in one run; prints one JSON object.
+
+Budget (issue "No silent wrong answers"): the guard costs at most 5% of SGDMF epoch
+time on 1 and 2 ranks.  Each measurement runs the same SGDMF training twice in one
+process (per rank), alternating, once as shipped and once with the guard switched off
+by this script (the DDS guard modes replaced by the plain exec modes, no per-round
+arming, no undo snapshot), so machine noise hits both alike.
+
+Usage: python benchmarks/guard.py [--epochs 5] [--rank 32] [--repeats 3] [--synthetic]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import subprocess
+import sys
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+from _common import ENV, ROOT, dataset, steady
+
+sys.path.insert(0, str(ROOT))
+
+
+class _Switch:
+    """Turns the guard off and on again in this process (the baseline; the product never
+    does this)."""
+
+    def __init__(self) -> None:
+        from engine import _dds, _guard
+
+        self._dds, self._guard = _dds, _guard
+        self._modes = {cls: dict(cls._modes) for cls in (_dds.dvector, _dds.dmap, _dds.dmultimap)}
+        self._arm, self._prepare = _guard.Guard.arm, _guard.Guard.prepare
+        self._init = _guard.GuardPlan.__init__
+
+    def off(self) -> None:
+        for cls, modes in self._modes.items():
+            for tag in ("guard", "guard_t", "guard_ro"):
+                cls._modes[tag] = modes["exec"]
+                cls._modes[tag + "_obj"] = modes["exec_obj"]
+        init = self._init
+
+        def no_undo(gp: Any, *a: Any) -> None:
+            init(gp, *a)
+            gp.undo_slots = []
+
+        self._guard.Guard.arm = lambda self, r, code=True: None
+        self._guard.Guard.prepare = lambda self, sess: None
+        self._guard.GuardPlan.__init__ = no_undo
+
+    def on(self) -> None:
+        for cls, modes in self._modes.items():
+            cls._modes.update(modes)
+        self._guard.Guard.arm, self._guard.Guard.prepare = self._arm, self._prepare
+        self._guard.GuardPlan.__init__ = self._init
+
+
+def worker(args: argparse.Namespace) -> None:
+    """One rank (or the only process): guarded and unguarded trainings, alternating."""
+    import engine
+    from apps.sgdmf._app import train
+
+    comm = None
+    if args.ranks > 1:
+        from mpi4py import MPI
+
+        comm = MPI.COMM_WORLD
+    params = {"epochs": args.epochs, "rank": args.rank, "synthetic": args.synthetic}
+    switch = _Switch()
+    out: dict[str, list[float]] = {"guarded": [], "unguarded": []}
+    for k in range(args.repeats):
+        for mode in ("guarded", "unguarded") if k % 2 == 0 else ("unguarded", "guarded"):
+            switch.on() if mode == "guarded" else switch.off()
+            res = engine.run(train, params, comm=comm)
+            out[mode].append(steady(res.op_times["sgd"]))
+    if comm is None or comm.Get_rank() == 0:
+        print(json.dumps(out))
+
+
+def measure(ranks: int, args: argparse.Namespace, data: list[str]) -> dict[str, list[float]]:
+    """Run the worker on ``ranks`` ranks; per mode, the median epoch of each training."""
+    cmd = [sys.executable, __file__, "--worker", "--ranks", str(ranks)]
+    cmd += ["--epochs", str(args.epochs), "--rank", str(args.rank)]
+    cmd += ["--repeats", str(args.repeats)]
+    if data:
+        cmd.append("--synthetic")
+    if ranks > 1:
+        mpiexec = Path(sys.executable).parent / "mpiexec"
+        cmd = [str(mpiexec), "-n", str(ranks), *cmd]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=ENV, cwd=ROOT)
+    if proc.returncode != 0:
+        raise SystemExit(f"guard benchmark failed on {ranks} rank(s): {proc.stderr}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--epochs", type=int, default=5)
+    ap.add_argument("--rank", type=int, default=32)
+    ap.add_argument("--repeats", type=int, default=4)
+    ap.add_argument("--ranks", type=int, default=1)
+    ap.add_argument("--synthetic", action="store_true")
+    ap.add_argument("--worker", action="store_true")
+    args = ap.parse_args()
+    if args.worker:
+        worker(args)
+        return
+    label, data = dataset(args.synthetic)
+    out: dict[str, Any] = {
+        "benchmark": "guard",
+        "date": date.today().isoformat(),
+        "data": label,
+        "rank": args.rank,
+        "epochs": args.epochs,
+        "machine": f"{platform.machine()} {platform.python_version()}",
+        "ratios": {},
+        "spread": {},
+    }
+    for ranks in (1, 2):
+        got = measure(ranks, args, data)
+        g, u = min(got["guarded"]), min(got["unguarded"])
+        out[f"{ranks}rank_epoch_s"] = {"guarded": round(g, 4), "unguarded": round(u, 4)}
+        out["spread"][f"{ranks}rank"] = {k: [round(x, 4) for x in v] for k, v in got.items()}
+        ratio = round(g / u, 3)
+        out["ratios"][f"guarded_over_unguarded_{ranks}rank"] = {
+            "value": ratio,
+            "budget": 1.05,
+            "met": ratio <= 1.05,
+        }
+    print(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()
