@@ -18,6 +18,7 @@ from typing import Any
 
 import click
 
+from engine import DriverDivergenceError
 from tui import register as register_browse
 
 from ._errors import UsageError
@@ -133,12 +134,15 @@ def execute(
             return run_here(spec, comm=comm, progress=say)
         except BaseException as exc:  # noqa: BLE001 - one rank failing must stop them all
             message, status = describe(exc)
+            if isinstance(exc, DriverDivergenceError) and comm.Get_rank() != 0:
+                comm.Barrier()  # every rank raised it alike: rank 0 reports it once, aborts
             try:
                 click.echo(f"replay: error (rank {comm.Get_rank()}): {message}", err=True)
                 sys.stderr.flush()
             finally:
                 comm.Abort(status)
-            raise
+                # MPICH's Abort can return before mpiexec kills this rank: no second report
+                os._exit(status)
     ranks = 1 if ranks is None else ranks
     if ranks < 1:
         raise UsageError(f"--ranks must be >= 1, got {ranks}")

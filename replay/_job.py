@@ -64,6 +64,8 @@ def _describe(exc: BaseException) -> tuple[str, int]:
 
     if isinstance(exc, engine.DivergenceError):
         return str(exc), EXIT_DIVERGED
+    if isinstance(exc, engine.DriverDivergenceError):
+        return str(exc), EXIT_FAILED
     if isinstance(exc, engine.BodyError):
         cause = exc.cause
         where = ""
