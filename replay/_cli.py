@@ -430,7 +430,7 @@ def cluster_cmd(
     if _under_launcher() or info.ranks == 1:
         _environment.ensure(hash_seed)  # replay_here warns about what still differs
     else:
-        _environment.warn_replay_environment(info.environment, info.versions)
+        _environment.warn_replay_environment(info.environment, info.versions, here=False)
     spec: dict[str, Any] = {
         "kind": "replay",
         "mode": "cluster",

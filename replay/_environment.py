@@ -185,10 +185,14 @@ def version_change(recorded: Mapping[str, Any], current: Mapping[str, Any]) -> s
     )
 
 
-def warn_replay_environment(environment: Mapping[str, Any], recorded: Mapping[str, Any]) -> None:
+def warn_replay_environment(
+    environment: Mapping[str, Any], recorded: Mapping[str, Any], *, here: bool = True
+) -> None:
     """Warn about what in this process differs from a recorded run's environment
-    (hash seed) and ``recorded`` versions."""
-    for msg in (hash_seed_problem(environment), version_change(recorded, versions())):
+    (hash seed; only if the replay runs ``here``, not in ranks that get it from
+    :func:`worker_env`) and ``recorded`` versions."""
+    problem = hash_seed_problem(environment) if here else None
+    for msg in (problem, version_change(recorded, versions())):
         if msg is not None:
             warnings.warn(msg, ReplayEnvironmentWarning, stacklevel=2)
 
