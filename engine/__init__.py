@@ -24,6 +24,7 @@ from ._errors import ClosureRuleError as ClosureRuleError
 from ._errors import DataFormatError as DataFormatError
 from ._errors import DDSError as DDSError
 from ._errors import DivergenceError as DivergenceError
+from ._errors import DriverDivergenceError as DriverDivergenceError
 from ._errors import EngineError as EngineError
 from ._errors import InputFileError as InputFileError
 from ._errors import ReplicaMismatchError as ReplicaMismatchError
@@ -55,6 +56,7 @@ __all__ = [
     "DDSError",
     "DataFormatError",
     "DivergenceError",
+    "DriverDivergenceError",
     "EngineError",
     "InputFileError",
     "Plan",

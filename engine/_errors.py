@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import struct
+
 
 class EngineError(Exception):
     """Base class of every error the engine raises on purpose."""
@@ -133,3 +135,30 @@ class DivergenceError(EngineError, RuntimeError):
 class SyncProtocolError(EngineError, RuntimeError):
     """The ``sync_for`` clock machine got an event impossible in its state (a transport
     or replay bug, or a trace that does not belong to this run)."""
+
+
+class DriverDivergenceError(EngineError, RuntimeError):
+    """The SPMD driver computed different values on different MPI ranks.
+
+    Every rank runs the same driver, so its logged objectives must be bitwise equal;
+    a difference means some state lives in one rank's Python objects.  Raised on
+    every rank alike, so none waits for the others.
+    """
+
+    def __init__(self, name: str, iteration: int, values: list[float]) -> None:
+        self.name = name
+        self.iteration = iteration
+        self.values = values
+        groups: dict[bytes, list[int]] = {}
+        for rank, v in enumerate(values):
+            groups.setdefault(struct.pack("<d", v), []).append(rank)
+        shown = "; ".join(
+            f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}: "
+            f"{values[ranks[0]]!r}"
+            for ranks in groups.values()
+        )
+        super().__init__(
+            f"the driver diverged between MPI ranks: objective {name!r} at iteration "
+            f"{iteration} is {shown}; the driver must compute the same values on every rank "
+            "(state kept in one rank's Python objects, outside DDS, breaks this)"
+        )

@@ -10,6 +10,7 @@ first use so that the API works interactively.
 from __future__ import annotations
 
 import hashlib
+import struct
 import sys
 import time
 from collections.abc import Callable
@@ -21,7 +22,7 @@ import numpy as np
 from . import _dds
 from ._control import Controller
 from ._dds import _tls
-from ._errors import ReplicaMismatchError, SessionError
+from ._errors import DriverDivergenceError, ReplicaMismatchError, SessionError
 from ._runtime import Cluster, InProcessCluster, MpiCluster
 
 
@@ -287,12 +288,21 @@ class Session:
         return out
 
     def log_objective(self, name: str, value: float) -> None:
+        value = float(value)
         vals = self.objectives.setdefault(name, [])
-        vals.append(float(value))
+        self._check_spmd(name, len(vals), value)
+        vals.append(value)
         self.outcome_log.append(("objective", name, len(vals) - 1))
-        self.recorder.objective(name, len(vals) - 1, float(value))
+        self.recorder.objective(name, len(vals) - 1, value)
         if self.progress is not None:
             self.progress(f"iter {len(vals) - 1:>3}  {name} = {float(value):.6g}")
+
+    def _check_spmd(self, name: str, iteration: int, value: float) -> None:
+        """Every driver process must log the same bits (one small allgather under MPI)."""
+        bits = self.cluster.allgather(struct.pack("<d", value))
+        if len(set(bits)) > 1:  # bitwise: NaN equals NaN, 0.0 differs from -0.0
+            values = [struct.unpack("<d", b)[0] for b in bits]
+            raise DriverDivergenceError(name, iteration, values)
 
 
 def _stderr(line: str) -> None:

@@ -18,8 +18,10 @@ from typing import Any
 
 import click
 
+from engine import DriverDivergenceError
 from tui import register as register_browse
 
+from . import _environment
 from ._errors import UsageError
 from ._job import EXIT_DIVERGED, EXIT_FAILED, JobFailed, describe, launch, run_here
 from ._replay import open_run, parse_break, parse_until, replay_here, store_verdict
@@ -116,7 +118,9 @@ def execute(
     }
     if threads < 1:
         raise UsageError(f"--threads must be >= 1, got {threads}")
+    hash_seed = _environment.choose_hash_seed()
     if _under_launcher():
+        _environment.ensure(hash_seed)  # re-executes this rank: before MPI is initialised
         from mpi4py import MPI
 
         comm = MPI.COMM_WORLD
@@ -133,18 +137,23 @@ def execute(
             return run_here(spec, comm=comm, progress=say)
         except BaseException as exc:  # noqa: BLE001 - one rank failing must stop them all
             message, status = describe(exc)
+            if isinstance(exc, DriverDivergenceError) and comm.Get_rank() != 0:
+                comm.Barrier()  # every rank raised it alike: rank 0 reports it once, aborts
             try:
                 click.echo(f"replay: error (rank {comm.Get_rank()}): {message}", err=True)
                 sys.stderr.flush()
             finally:
                 comm.Abort(status)
-            raise
+                # MPICH's Abort can return before mpiexec kills this rank: no second report
+                os._exit(status)
     ranks = 1 if ranks is None else ranks
     if ranks < 1:
         raise UsageError(f"--ranks must be >= 1, got {ranks}")
     spec["run_id"] = uuid.uuid4().hex
     if ranks == 1:
+        _environment.ensure(hash_seed)
         return run_here(spec, progress=say)
+    spec["hash_seed"] = hash_seed
     return launch(spec, ranks, timeout=timeout, out=say)
 
 
@@ -269,6 +278,7 @@ def _rank() -> int:
 def demo_cmd(ranks: int, epochs: int) -> None:
     """The main job: train SGDMF on MovieLens-100K on 2 MPI ranks with recording, replay the
     trace on the cluster and in one process, and summarise."""
+    _environment.ensure(_environment.choose_hash_seed())
     say = _printer(False)
     params: tuple[str, ...] = (f"epochs={epochs}",)
     try:
@@ -423,12 +433,18 @@ def cluster_cmd(
     say = _printer(as_json)
     path = str(Path(trace).resolve())
     info = open_run(path, run_id).info
+    hash_seed = _environment.recorded_hash_seed(info.environment)
+    if _under_launcher() or info.ranks == 1:
+        _environment.ensure(hash_seed)  # replay_here warns about what still differs
+    else:
+        _environment.warn_replay_environment(info.environment, info.versions, here=False)
     spec: dict[str, Any] = {
         "kind": "replay",
         "mode": "cluster",
         "trace": path,
         "run_id": info.run_id,
         "json": as_json,
+        "hash_seed": hash_seed,
     }
     if out_trace is not None:
         spec["out_trace"] = trace_path("replay", out_trace)
@@ -469,10 +485,13 @@ def single_cmd(
 ) -> None:
     """Replay every node of TRACE inside this process (pdb can stop in any body)."""
     say = _printer(as_json)
+    path = str(Path(trace).resolve())
+    info = open_run(path, run_id).info
+    _environment.ensure(_environment.recorded_hash_seed(info.environment))
     spec: dict[str, Any] = {
         "kind": "replay",
         "mode": "single",
-        "trace": str(Path(trace).resolve()),
+        "trace": path,
         "run_id": run_id,
         "json": as_json,
         "break": list(parse_break(brk)) if brk else None,
@@ -534,6 +553,7 @@ def dual_cmd(
     as_json: bool,
 ) -> None:
     """Dual-test APP: its parallel runs must equal its serial version exactly."""
+    _environment.ensure(_environment.choose_hash_seed())
     from . import testing
     from ._apps import parse_params
     from ._apps import resolve as resolve_app
@@ -598,6 +618,9 @@ register_browse(cli)
 
 def main() -> None:
     """Console-script entry point."""
+    # only the real command line may re-execute itself (not click's test runner)
+    _environment.allow_reexec(sys.argv[1:])
+    _environment.one_line_warnings()
     cli(prog_name="replay")
 
 

@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from . import _environment
 from ._apps import all_params, parse_params, resolve
 from ._errors import LaunchError, ReplayError, UsageError
 
@@ -64,8 +65,8 @@ def _describe(exc: BaseException) -> tuple[str, int]:
 
     if isinstance(exc, engine.DivergenceError):
         return str(exc), EXIT_DIVERGED
-    if isinstance(exc, engine.AccessOutsideReconError):
-        # the program's accesses broke what its plan relied on: a failed run, not bad input
+    if isinstance(exc, (engine.AccessOutsideReconError, engine.DriverDivergenceError)):
+        # the program broke what its plan relied on, or its ranks disagree: a failed run
         return str(exc), EXIT_FAILED
     if isinstance(exc, engine.BodyError):
         cause = exc.cause
@@ -78,19 +79,6 @@ def _describe(exc: BaseException) -> tuple[str, int]:
     if isinstance(exc, user_error_types()):
         return str(exc), EXIT_USAGE
     return f"internal error: {type(exc).__name__}: {exc} (set REPLAY_DEBUG=1 for a traceback)", 70
-
-
-def _versions() -> dict[str, str]:
-    import platform
-    from importlib.metadata import PackageNotFoundError, version
-
-    out = {"python": platform.python_version()}
-    for pkg in ("strads-replay", "numpy", "scipy", "mpi4py", "mpich", "SQLAlchemy"):
-        try:
-            out[pkg] = version(pkg)
-        except PackageNotFoundError:
-            pass
-    return out
 
 
 def code_digest(fn: Callable[..., Any]) -> str:
@@ -125,7 +113,8 @@ def _recorder(spec: dict[str, Any], app: Any, params: dict[str, Any], comm: Any)
             "ranks": ranks,
             "threads": spec.get("threads", 1),
             "seed": spec.get("seed", 0),
-            "versions": _versions(),
+            "versions": _environment.versions(),
+            "environment": _environment.record(),
         }
         tracer.start_run(path, run_id, meta)
     if comm is not None:
@@ -159,6 +148,8 @@ def run_here(
     say = progress if rank == 0 else None
     ranks = comm.Get_size() if comm is not None else spec.get("nodes", 1)
     threads = spec.get("threads", 1)
+    if comm is not None:
+        _environment.check_ranks_agree(comm)
     if say is not None:
         say(
             f"{app.name}: {ranks} rank{'s' if ranks != 1 else ''} x {threads} "
@@ -255,11 +246,7 @@ def launch(
             str(job / "spec.json"),
         ]
         env = dict(
-            os.environ,
-            PYTHONUNBUFFERED="1",
-            OMP_NUM_THREADS="1",
-            OPENBLAS_NUM_THREADS="1",
-            MKL_NUM_THREADS="1",
+            os.environ, PYTHONUNBUFFERED="1", **_environment.worker_env(spec.get("hash_seed"))
         )
         try:
             proc = subprocess.Popen(

@@ -20,6 +20,7 @@ from typing import Any
 import engine
 import tracer
 
+from . import _environment
 from ._apps import BUILTIN_APPS, resolve
 from ._controller import ReplayChecker, ReplayFinished, TraceController
 from ._errors import UsageError
@@ -101,6 +102,10 @@ def replay_here(
                 f"replay it with 'replay cluster TRACE' (it starts {info.ranks} ranks itself)"
             )
     rank = comm.Get_rank() if comm is not None else 0
+    if mode == "cluster" and comm is not None:
+        _environment.check_ranks_agree(comm)
+    if rank == 0:  # the CLI re-executed itself to match; a library caller gets warned
+        _environment.warn_replay_environment(info.environment, info.versions)
     say = progress if rank == 0 else None
     if say is not None:
         say(

@@ -45,6 +45,7 @@ def _run_dict(run: tracer.RunTrace) -> dict[str, Any]:
         "threads": info.threads,
         "seed": info.seed,
         "versions": info.versions,
+        "environment": info.environment,
         "started_at": info.started_at,
         "ended_at": info.ended_at,
         "status": info.status,
@@ -164,6 +165,14 @@ def show_cmd(trace_path: str, run_id: str | None, as_json: bool) -> None:
             f"{r['ranks']} rank(s) x {r['threads']} thread(s)  seed {r['seed']}"
         )
         click.echo(f"  started {_when(r['started_at'])}, took {r['duration_s']:.2f} s")
+        env = r["environment"]
+        if env:
+            click.echo(
+                f"  environment: PYTHONHASHSEED={env.get('PYTHONHASHSEED', '?')}, "
+                f"BLAS threads {env.get('blas_threads') or '?'}, "
+                f"python {r['versions'].get('python', '?')}, "
+                f"numpy {r['versions'].get('numpy', '?')}"
+            )
         if r["params"]:
             click.echo("  params: " + " ".join(f"{k}={v}" for k, v in sorted(r["params"].items())))
         for name, vals in r["objectives"].items():

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ from ._errors import RunNotFoundError, TraceFormatError
 from ._run import RunTrace
 from ._schema import (
     BLOB_COLUMNS,
+    ENVIRONMENT_KEY,
     VERDICT_KINDS,
     Invocation,
     Run,
@@ -36,7 +37,11 @@ CRASH_AFTER_S = 30.0
 
 @dataclass(frozen=True, slots=True)
 class RunInfo:
-    """Metadata and status of one run (``status`` may say crashed where the row says running)."""
+    """Metadata and status of one run (``status`` may say crashed where the row says running).
+
+    ``environment``: the interpreter environment of the run (``PYTHONHASHSEED``, BLAS
+    thread variables and pools); empty for traces recorded before it was kept.
+    """
 
     run_id: str
     app: str
@@ -53,6 +58,7 @@ class RunInfo:
     error: str | None
     last_commit_at: float | None
     duration: float
+    environment: dict[str, Any] = field(default_factory=dict)
 
 
 class Trace:
@@ -109,6 +115,9 @@ class Trace:
             raise TraceFormatError(
                 f"table run row {r.run_id!r} column params/versions is not JSON; the trace is damaged"
             ) from None
+        environment = versions.pop(ENVIRONMENT_KEY, None) if isinstance(versions, dict) else None
+        if not isinstance(environment, dict):
+            environment = {}
         status = r.status
         latest = max(r.started_at, last_commit or 0.0)
         if status == "running" and r.ended_at is None:
@@ -131,6 +140,7 @@ class Trace:
             error=r.error,
             last_commit_at=last_commit,
             duration=max(0.0, end - r.started_at),
+            environment=environment,
         )
 
     def run(self, run_id: str | None = None) -> RunTrace:

@@ -67,6 +67,11 @@ class SchemaInfo(Base):
     created_at: Mapped[float] = mapped_column(Float)
 
 
+#: Key of the run's environment record (hash seed, BLAS threads) inside the JSON of
+#: ``run.versions``: kept there so that adding it needed no schema version bump.
+ENVIRONMENT_KEY = "_environment"
+
+
 class Run(Base):
     """Metadata and status of one recorded run."""
 

@@ -29,7 +29,7 @@ from ._errors import (
     TraceNotFoundError,
     TraceWriteError,
 )
-from ._schema import APP_ID, SCHEMA_VERSION, Base, Run, SchemaInfo
+from ._schema import APP_ID, ENVIRONMENT_KEY, SCHEMA_VERSION, Base, Run, SchemaInfo
 
 #: Milliseconds a writer waits for another rank's transaction before giving up.
 BUSY_TIMEOUT_MS = 60_000
@@ -154,9 +154,20 @@ def start_run(store: Any, run_id: str, meta: dict[str, Any]) -> None:
     """Insert the row of a new run (status ``running``); creates the store if needed.
 
     ``meta`` keys: app, target, params (dict), code_digest, ranks, threads, seed,
-    versions (dict).  Unknown keys are an error, missing ones get neutral defaults.
+    versions (dict), environment (dict: hash seed, BLAS threads).  Unknown keys are an
+    error, missing ones get neutral defaults.
     """
-    allowed = {"app", "target", "params", "code_digest", "ranks", "threads", "seed", "versions"}
+    allowed = {
+        "app",
+        "target",
+        "params",
+        "code_digest",
+        "ranks",
+        "threads",
+        "seed",
+        "versions",
+        "environment",
+    }
     extra = set(meta) - allowed
     if extra:
         raise ValueError(
@@ -172,7 +183,7 @@ def start_run(store: Any, run_id: str, meta: dict[str, Any]) -> None:
         "ranks": int(meta.get("ranks", 1)),
         "threads": int(meta.get("threads", 1)),
         "seed": int(meta.get("seed", 0)),
-        "versions": json.dumps(meta.get("versions", {}), sort_keys=True, default=repr),
+        "versions": json.dumps(_versions_column(meta), sort_keys=True, default=repr),
         "started_at": time.time(),
         "status": "running",
     }
@@ -188,6 +199,14 @@ def start_run(store: Any, run_id: str, meta: dict[str, Any]) -> None:
     finally:
         if not isinstance(store, Engine):
             engine.dispose()
+
+
+def _versions_column(meta: dict[str, Any]) -> dict[str, Any]:
+    """The ``versions`` JSON also holds the environment record (no schema change)."""
+    out = dict(meta.get("versions", {}))
+    if "environment" in meta:
+        out[ENVIRONMENT_KEY] = dict(meta["environment"])
+    return out
 
 
 def finish_run(

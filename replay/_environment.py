@@ -1,0 +1,254 @@
+"""The interpreter environment a run depends on: hash seed, BLAS threads, versions.
+
+A deterministic program can still depend on its interpreter: the iteration order of
+a ``set`` (or of a dict built from one) of strings follows ``PYTHONHASHSEED``, and a
+multi-threaded BLAS may sum in another order.  So every run fixes both, records
+them (with the Python, numpy and project versions) in the trace, and every replay
+reuses them.
+
+A running interpreter cannot change its hash seed.  The ``replay`` CLI therefore
+re-executes itself under the seed it needs (:func:`ensure`) wherever it would run the
+program in its own process, and puts the seed into the environment of the ranks it
+starts with ``mpiexec`` (:func:`worker_env`).  Library callers cannot be re-executed:
+they get a :class:`ReplayEnvironmentWarning` instead (:func:`warn_replay_environment`).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+HASH_SEED = "PYTHONHASHSEED"
+#: Variables that pin BLAS/OpenMP pools to one thread (exact float sums, DESIGN §8).
+BLAS_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+#: Set by a re-executing CLI to the hash seed it re-executed for: if the new process
+#: still lacks that seed (``python -E`` ignores PYTHONHASHSEED), it warns instead of
+#: re-executing forever.
+REEXEC_MARKER = "STRADS_REPLAY_REEXEC_HASHSEED"
+#: Hash seed of a run whose user did not set PYTHONHASHSEED.
+DEFAULT_HASH_SEED = "0"
+#: Versions whose change between a run and its replay is worth a warning.
+VERSION_KEYS = ("python", "numpy", "strads-replay")
+
+#: The command line to re-execute (set by the CLI's ``main``; None: no re-exec).
+_reexec_args: list[str] | None = None
+
+
+def _valid_seed(text: str | None) -> str | None:
+    """``text`` as a canonical hash seed (0..4294967295), or None if it is not one."""
+    if text is None or not text.strip().isdigit():
+        return None
+    n = int(text)
+    return str(n) if n <= 4294967295 else None
+
+
+def current_hash_seed() -> str | None:
+    """This interpreter's hash seed, or None when it is randomized (unknown)."""
+    if sys.flags.hash_randomization == 0:
+        return "0"
+    if sys.flags.ignore_environment:
+        return None
+    seed = _valid_seed(os.environ.get(HASH_SEED))
+    return None if seed == "0" else seed  # "0" would have cleared hash_randomization
+
+
+def choose_hash_seed() -> str:
+    """The hash seed of a new run: the user's PYTHONHASHSEED if it is a number, else 0."""
+    return _valid_seed(os.environ.get(HASH_SEED)) or DEFAULT_HASH_SEED
+
+
+def recorded_hash_seed(environment: Mapping[str, Any]) -> str | None:
+    """The hash seed a recorded run had (None: randomized, or not recorded)."""
+    return _valid_seed(environment.get(HASH_SEED))
+
+
+def worker_env(hash_seed: str | None) -> dict[str, str]:
+    """Variables for processes that run a program: the hash seed and one BLAS thread."""
+    env = dict.fromkeys(BLAS_VARS, "1")
+    env[HASH_SEED] = hash_seed if hash_seed is not None else choose_hash_seed()
+    return env
+
+
+def pin_blas() -> None:
+    """Limit the BLAS pools of this process to one thread (the variables only act on
+    libraries not loaded yet; threadpoolctl, if installed, limits loaded ones)."""
+    os.environ.update(dict.fromkeys(BLAS_VARS, "1"))
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        return
+    threadpool_limits(1, user_api="blas")
+
+
+def blas_threads() -> int | None:
+    """Most threads of any loaded BLAS pool (None: threadpoolctl is not installed)."""
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return None
+    pools = [p["num_threads"] for p in threadpool_info() if p.get("user_api") == "blas"]
+    return max(pools) if pools else None
+
+
+def record() -> dict[str, Any]:
+    """The environment record of a run started in this process (stored in the trace)."""
+    env: dict[str, Any] = {HASH_SEED: current_hash_seed() or "random"}
+    for var in BLAS_VARS:
+        env[var] = os.environ.get(var)
+    env["blas_threads"] = blas_threads()
+    return env
+
+
+# ------------------------------------------------------------------ the CLI re-exec
+def allow_reexec(args: list[str]) -> None:
+    """Let :func:`ensure` re-execute this process as ``replay ARGS`` (the CLI's entry)."""
+    global _reexec_args
+    _reexec_args = list(args)
+
+
+def ensure(hash_seed: str | None) -> None:
+    """Run the rest of this process under ``hash_seed`` with BLAS pinned to one thread.
+
+    Re-executes the CLI with the same arguments when the seed differs (before MPI is
+    initialised: mpiexec's ranks can do it too); where it cannot, warns instead.
+    ``hash_seed`` None (an old trace, or a run recorded with a random seed) keeps
+    this interpreter's seed.
+    """
+    if hash_seed is not None and current_hash_seed() != hash_seed:
+        if (
+            _reexec_args is not None
+            and os.environ.get(REEXEC_MARKER) != hash_seed
+            and "mpi4py.MPI" not in sys.modules  # MPI_Init cannot run twice in one pid
+        ):
+            _reexec(hash_seed, _reexec_args)
+        msg = hash_seed_problem({HASH_SEED: hash_seed})
+        if msg is not None:
+            warnings.warn(msg, ReplayEnvironmentWarning, stacklevel=2)
+    pin_blas()
+
+
+def _reexec(hash_seed: str, args: list[str]) -> None:
+    env = dict(os.environ, **worker_env(hash_seed))
+    env[REEXEC_MARKER] = hash_seed
+    # keep interpreter options (-X, -W, ...) and how replay was started, when known
+    orig = list(getattr(sys, "orig_argv", []))
+    n = len(orig) - len(args)
+    ok = n >= 2 and orig[n:] == args and "-c" not in orig[1:n]
+    argv = [sys.executable, *(orig[1:n] if ok else ["-m", "replay"]), *args]
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, argv, env)
+
+
+class ReplayEnvironmentWarning(RuntimeWarning):
+    """A replay runs in another environment than its run: it may diverge for that reason."""
+
+
+def hash_seed_problem(environment: Mapping[str, Any]) -> str | None:
+    """Why this process's hash seed may not reproduce a run's set orders (None: it does).
+
+    ``environment`` is the run's record; an old trace without one gives None.
+    """
+    if HASH_SEED not in environment:
+        return None
+    needed = recorded_hash_seed(environment)
+    if needed is None:
+        return (
+            "the run was recorded with a random PYTHONHASHSEED: sets of strings may "
+            "iterate in another order in this replay"
+        )
+    have = current_hash_seed()
+    if have == needed:
+        return None
+    return (
+        f"this process has PYTHONHASHSEED={have or 'random'} but the run had {needed}: "
+        f"sets of strings may iterate in another order; start Python with "
+        f"PYTHONHASHSEED={needed} (the replay CLI does this itself)"
+    )
+
+
+def version_change(recorded: Mapping[str, Any], current: Mapping[str, Any]) -> str | None:
+    """One line naming the versions that differ (recorded → current), or None."""
+    diffs = [
+        f"{k} {recorded[k]} → {current.get(k, 'none')}"
+        for k in VERSION_KEYS
+        if k in recorded and recorded[k] != current.get(k, "none")
+    ]
+    if not diffs:
+        return None
+    return (
+        f"the trace was recorded under other versions ({', '.join(diffs)}); "
+        "the replay may diverge for that reason"
+    )
+
+
+def warn_replay_environment(
+    environment: Mapping[str, Any], recorded: Mapping[str, Any], *, here: bool = True
+) -> None:
+    """Warn about what in this process differs from a recorded run's environment
+    (hash seed; only if the replay runs ``here``, not in ranks that get it from
+    :func:`worker_env`) and ``recorded`` versions."""
+    problem = hash_seed_problem(environment) if here else None
+    for msg in (problem, version_change(recorded, versions())):
+        if msg is not None:
+            warnings.warn(msg, ReplayEnvironmentWarning, stacklevel=2)
+
+
+def versions() -> dict[str, str]:
+    """Python and package versions of this process (recorded with every run)."""
+    import platform
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {"python": platform.python_version()}
+    for pkg in ("strads-replay", "numpy", "scipy", "mpi4py", "mpich", "SQLAlchemy"):
+        try:
+            out[pkg] = version(pkg)
+        except PackageNotFoundError:
+            pass
+    return out
+
+
+def one_line_warnings() -> None:
+    """Show :class:`ReplayEnvironmentWarning` as one ``replay: warning:`` line (the CLI)."""
+    original = warnings.formatwarning
+
+    def fmt(message: Any, category: Any, *args: Any, **kwargs: Any) -> str:
+        if issubclass(category, ReplayEnvironmentWarning):
+            return f"replay: warning: {message}\n"
+        return original(message, category, *args, **kwargs)
+
+    warnings.formatwarning = fmt  # type: ignore[assignment]
+
+
+def check_ranks_agree(comm: Any) -> None:
+    """Every rank of ``comm`` must have the same hash seed (set orders agree)."""
+    from ._errors import UsageError
+
+    seeds = comm.allgather(current_hash_seed() or "random")
+    if len(set(seeds)) > 1:
+        shown = ", ".join(f"rank {r}: {s}" for r, s in enumerate(seeds))
+        raise UsageError(
+            f"the MPI ranks run with different PYTHONHASHSEED values ({shown}); "
+            "give every rank the same value, e.g. 'PYTHONHASHSEED=0 mpiexec ...'"
+        )
+
+
+__all__ = [
+    "ReplayEnvironmentWarning",
+    "allow_reexec",
+    "check_ranks_agree",
+    "choose_hash_seed",
+    "current_hash_seed",
+    "ensure",
+    "one_line_warnings",
+    "pin_blas",
+    "record",
+    "recorded_hash_seed",
+    "version_change",
+    "versions",
+    "warn_replay_environment",
+    "worker_env",
+]
