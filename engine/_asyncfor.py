@@ -21,10 +21,16 @@ from typing import Any
 import numpy as np
 
 from . import _dds, _mutants
-from ._closure import check_body
+from ._closure import check_body, guard
 from ._control import TurnstileDriver
 from ._dds import SLOT_BITS, SLOT_MASK
-from ._errors import AccessOutsideReconError, BodyError, DivergenceError, SessionError
+from ._errors import (
+    AccessOutsideReconError,
+    BodyError,
+    ClosureRuleError,
+    DivergenceError,
+    SessionError,
+)
 from ._planner import Plan, Task, make_plan, wavefront_plan
 from ._recon import AccessSets, concat_sets, recon_range
 from ._runtime import RoundWrites
@@ -70,6 +76,7 @@ def _round_writes(sess: Session, plan: Plan) -> tuple[list[list[RoundWrites]], l
 def _recon(sess: Session, name: str, inv: int, body: Callable, start: int, stop: int):
     cl = sess.cluster
     n = stop - start
+    body = guard(body, name, inv)  # every body runs once here: catch mutation through calls
     sess.set_mode("recon")
     try:
 
@@ -157,6 +164,8 @@ def async_for(
         st.lock_cache.clear()
     sess.controller.check_plan(name, inv, st.plan)
     t1 = time.perf_counter()
+    if checked or getattr(sess, "test_mode", False):
+        body = guard(body, name, inv)
     round_s = _execute(sess, st, body, inv, checked)
     for d in st.written_dds:
         d._touch()
@@ -220,7 +229,7 @@ def _running_bodies(op: str, inv: int, op_key: int, node: int) -> Iterator[None]
     _tls.op_key = op_key
     try:
         yield
-    except (AccessOutsideReconError, DivergenceError):
+    except (AccessOutsideReconError, ClosureRuleError, DivergenceError):
         raise
     except Exception as exc:
         raise BodyError(op, inv, getattr(_tls, "index", -1), node, exc) from exc

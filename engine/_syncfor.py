@@ -51,7 +51,7 @@ from typing import Any
 
 import numpy as np
 
-from ._closure import check_body
+from ._closure import check_body, guard
 from ._dds import _DDS, SLOT_BITS
 from ._errors import DDSError, SessionError
 from ._recon import AccessSets, concat_sets, recon_range
@@ -141,6 +141,7 @@ def _recon(
     cl = sess.cluster
     n = len(data)
     M = -(-n // size) if n else 0
+    body = guard(body, name, inv, kind="sync_for", what="minibatch")
     sess.set_mode("recon")
     try:
 
@@ -278,7 +279,7 @@ def sync_for(
         reference(
             data,
             minibatch,
-            body,
+            guard(body, name, sess.invocations.get(name, 0), kind="sync_for", what="minibatch"),
             sync=sync,
             name=name,
             per_clock=per_clock,
@@ -290,6 +291,9 @@ def sync_for(
     stale = int(staleness) if sync == "ssp" and not getattr(sess, "test_mode", False) else 0
     inv = sess.next_invocation(name)
     t0 = time.perf_counter()
+    run_body = body
+    if sess.checked or getattr(sess, "test_mode", False):
+        run_body = guard(body, name, inv, kind="sync_for", what="minibatch")
     st, fresh = _state(sess, name, inv, data, int(minibatch), int(per_clock), body, re, hybrid)
     layout = st.layout
     assert layout is not None
@@ -299,7 +303,7 @@ def sync_for(
         name=name,
         inv=inv,
         op_key=sess.op_key(name, inv),
-        body=body,
+        body=run_body,
         data=data,
         layout=layout,
         hybrid=hybrid,

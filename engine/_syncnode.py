@@ -30,6 +30,7 @@ from ._control import TurnstileDriver
 from ._errors import (
     AccessOutsideReconError,
     BodyError,
+    ClosureRuleError,
     DDSError,
     DivergenceError,
     SyncProtocolError,
@@ -154,7 +155,7 @@ class NodeRun:
                         body(batch)
                     finally:
                         turnstile.release(0, thread, m)
-        except (AccessOutsideReconError, DDSError, DivergenceError):
+        except (AccessOutsideReconError, ClosureRuleError, DDSError, DivergenceError):
             raise
         except Exception as exc:
             raise BodyError(ctx.name, ctx.inv, m, self.node, exc) from exc
