@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from . import _dds, _mutants
-from ._closure import check_body, guard
+from ._closure import check_body, finish, guard
 from ._control import TurnstileDriver
 from ._dds import SLOT_BITS, SLOT_MASK
 from ._errors import (
@@ -86,6 +86,7 @@ def _recon(sess: Session, name: str, inv: int, body: Callable, start: int, stop:
             return recon_range(sess, name, inv, body, lo, hi)
 
         parts = cl.run_on_nodes(share)
+        finish(body)
     finally:
         sess.set_mode("driver")
     return concat_sets(parts)
@@ -167,6 +168,7 @@ def async_for(
     if checked or getattr(sess, "test_mode", False):
         body = guard(body, name, inv)
     round_s = _execute(sess, st, body, inv, checked)
+    finish(body)
     for d in st.written_dds:
         d._touch()
     seconds = time.perf_counter() - t1

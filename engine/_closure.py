@@ -26,13 +26,13 @@ import collections
 import contextlib
 import dis
 import functools
-import hashlib
 import inspect
 import os
 import site
 import sys
 import sysconfig
 import textwrap
+import threading
 import types
 import weakref
 from collections.abc import Callable
@@ -191,6 +191,14 @@ MAX_DEPTH = 12
 MAX_OBJECTS = 20_000
 #: User functions followed from one body (helpers calling helpers); cost vs. reach.
 MAX_FUNCTIONS = 200
+#: Containers with more elements are summarised (length, and the identities of the first
+#: and last few elements) instead of compared element by element; cost vs. reach.
+LARGE_ITEMS = 1024
+_ENDS = 16
+#: Arrays up to this size are copied and compared byte for byte after every body; larger
+#: ones are write-protected while bodies run instead (a copy per body would cost more than
+#: the body).  Cost vs. reach: a write through an alias the body cannot reach escapes.
+COPY_BYTES = 64 * 1024
 
 _ROOT = Path(__file__).resolve().parent.parent
 _OWN = tuple(str(_ROOT / p) + os.sep for p in ("engine", "tracer", "replay", "tui"))
@@ -448,27 +456,29 @@ _ATOMIC_BASES = (int, float, complex, str, bytes, type(None), np.generic, type, 
 
 
 class _Fingerprint:
-    """One pass over the roots.  Tokens are ids and digests, never values, so NaN and
-    objects with odd ``__eq__`` compare correctly; ``keep`` holds what the ids name, so no id
-    is reused while the fingerprint is alive."""
+    """One pass over the roots.  Tokens are ids and raw bytes, never values, so NaN and
+    objects with odd ``__eq__`` compare correctly; ``keep`` holds what the ids name, so no
+    id is reused while the fingerprint is alive.  Arrays larger than :data:`COPY_BYTES`
+    are not copied but collected in ``large`` (the guard write-protects them instead)."""
 
-    __slots__ = ("keep", "seen", "budget")
+    __slots__ = ("keep", "seen", "budget", "large")
 
     def __init__(self) -> None:
         self.keep: list[Any] = []
         self.seen: set[int] = set()
         self.budget = MAX_OBJECTS
+        self.large: list[tuple[int, np.ndarray]] = []  # (root number, array)
 
     def of(self, values: list[Any]) -> list[list[Any]]:
         """Tokens of each root value."""
         out = []
-        for v in values:
+        for k, v in enumerate(values):
             toks: list[Any] = []
-            self.value(v, toks, 0)
+            self.value(v, toks, 0, k)
             out.append(toks)
         return out
 
-    def value(self, v: Any, out: list[Any], depth: int) -> None:
+    def value(self, v: Any, out: list[Any], depth: int, k: int) -> None:
         tp = type(v)
         out.append(id(v))
         if tp in _ATOMIC or isinstance(v, _DDS):
@@ -478,56 +488,69 @@ class _Fingerprint:
         self.seen.add(id(v))
         self.budget -= 1
         if isinstance(v, np.ndarray):
-            self.array(v, out, depth)
+            self.array(v, out, depth, k)
         elif isinstance(v, (list, tuple, collections.deque)):
-            self.items(list(v), out, depth)
+            self.items(list(v), out, depth, k)
         elif isinstance(v, dict):
-            keys = list(v)
-            self.keep.append(keys)
-            out.append(tuple(map(id, keys)))
-            self.items(list(v.values()), out, depth)
+            self.items(list(v), out, MAX_DEPTH, k)  # keys: identities only
+            self.items(list(v.values()), out, depth, k)
         elif isinstance(v, (set, frozenset)):
-            members = tuple(v)
-            self.keep.append(members)
-            out.append(frozenset(map(id, members)))
+            out.append(len(v))
+            if len(v) <= LARGE_ITEMS:
+                members = tuple(v)
+                self.keep.append(members)
+                out.append(frozenset(map(id, members)))
         elif isinstance(v, (bytearray, array.array)):
-            out.append(hashlib.blake2b(v).digest())
+            out.append(bytes(v))
         elif isinstance(v, (types.MethodType, types.BuiltinFunctionType)):
             owner = getattr(v, "__self__", None)  # seen.append: fingerprint seen
             if owner is not None and not isinstance(owner, types.ModuleType):
-                self.value(owner, out, depth + 1)
+                self.value(owner, out, depth + 1, k)
         elif isinstance(v, functools.partial):
-            self.items([v.func, v.args, v.keywords], out, depth)
+            self.items([v.func, v.args, v.keywords], out, depth, k)
         elif isinstance(v, _ATOMIC_BASES):
             return
         if _user_type(tp):
-            self.instance(v, tp, out, depth)
+            self.instance(v, tp, out, depth, k)
 
-    def items(self, items: list[Any], out: list[Any], depth: int) -> None:
+    def items(self, items: list[Any], out: list[Any], depth: int, k: int) -> None:
+        n = len(items)
+        out.append(n)
+        if n > LARGE_ITEMS:  # a summary: length and the identities at both ends
+            items = items[:_ENDS] + items[-_ENDS:]
+            self.keep.append(items)
+            out.append(tuple(map(id, items)))
+            return
         self.keep.append(items)
         out.append(tuple(map(id, items)))
-        if set(map(type, items)) <= _ATOMIC:
+        if depth >= MAX_DEPTH or set(map(type, items)) <= _ATOMIC:
             return
         for x in items:
             if type(x) not in _ATOMIC:
-                self.value(x, out, depth + 1)
+                self.value(x, out, depth + 1, k)
 
-    def array(self, a: np.ndarray, out: list[Any], depth: int) -> None:
-        out.append((a.shape, a.dtype.str, a.strides))
+    def array(self, a: np.ndarray, out: list[Any], depth: int, k: int) -> None:
+        out.append((a.shape, a.dtype.str, a.strides, a.__array_interface__["data"][0]))
         if a.dtype.hasobject:
-            self.items(a.ravel().tolist(), out, depth)
-            return
-        c = a if a.flags.c_contiguous else np.ascontiguousarray(a)
-        out.append(hashlib.blake2b(c.data, digest_size=16).digest())
+            self.items(a.ravel().tolist(), out, depth, k)
+        elif a.nbytes <= COPY_BYTES:
+            out.append(a.tobytes())
+        else:
+            self.large.append((k, a))
 
-    def instance(self, v: Any, tp: type, out: list[Any], depth: int) -> None:
+    def instance(self, v: Any, tp: type, out: list[Any], depth: int, k: int) -> None:
         d = getattr(v, "__dict__", None)
         if isinstance(d, dict):
-            self.value(d, out, depth + 1)
+            self.value(d, out, depth + 1, k)
         for klass in tp.__mro__:
             for slot in klass.__dict__.get("__slots__", ()):
                 if isinstance(slot, str) and slot not in ("__dict__", "__weakref__"):
-                    self.value(getattr(v, slot, _EMPTY), out, depth + 1)
+                    self.value(getattr(v, slot, _EMPTY), out, depth + 1, k)
+
+
+def _index(arg: Any) -> Any:
+    """The loop index of an ``async_for`` body, the minibatch number of a ``sync_for`` one."""
+    return getattr(arg, "number", arg)
 
 
 class BodyGuard:
@@ -535,11 +558,34 @@ class BodyGuard:
     :class:`ClosureRuleError` naming what changed and the first index that changed it.
 
     The baseline is taken when the guard is made (before the first body of an invocation)
-    and compared after every call.  Bodies on several threads share one guard; the index
-    named is then the body that finished when the change was seen.
+    and compared after every call.  Arrays larger than :data:`COPY_BYTES` are handled
+    apart, so that a body is not dominated by comparing them: they are write-protected
+    while any body runs (a write through them fails at once, naming the index), and
+    compared with a baseline copy every few bodies (about :data:`COPY_BYTES` compared per
+    body) and by :meth:`finish` — which catches what the write flag cannot (``ufunc.at``
+    ignores it in numpy 2.x) and writes through aliases, naming a range of bodies.
+    Bodies on several threads share one guard; the index named is then the body that
+    finished when the change was seen.
     """
 
-    __slots__ = ("fn", "op", "kind", "inv", "what", "roots", "values", "deep", "base", "_keep")
+    __slots__ = (
+        "fn",
+        "op",
+        "kind",
+        "inv",
+        "what",
+        "roots",
+        "values",
+        "deep",
+        "base",
+        "large",
+        "every",
+        "calls",
+        "since",
+        "_keep",
+        "_active",
+        "_mu",
+    )
 
     def __init__(self, fn: Callable[..., Any], op: str, kind: str, inv: int, what: str) -> None:
         self.fn = fn
@@ -558,32 +604,90 @@ class BodyGuard:
         fp = _Fingerprint()
         self.base = fp.of([self.values[k] for k in self.deep])
         self._keep = fp.keep
+        self.large = [(self.deep[k], a, a.copy(), a.flags.writeable) for k, a in fp.large]
+        self.every = max(1, sum(a.nbytes for _, a in fp.large) // COPY_BYTES)
+        self.calls = 0
+        self.since: Any = None  # the first body since large arrays were last compared
+        self._active = 0
+        self._mu = threading.Lock()
 
     def __call__(self, arg: Any) -> Any:
-        out = self.fn(arg)
+        if not self.large:
+            out = self.fn(arg)
+            self.check(arg)
+            return out
+        with self._mu:
+            if self._active == 0:
+                for _, a, _, writeable in self.large:
+                    if writeable:
+                        a.flags.writeable = False
+            self._active += 1
+            self.calls += 1
+            if self.since is None:
+                self.since = arg
+        try:
+            out = self.fn(arg)
+        except ValueError as exc:
+            if "read-only" not in str(exc):
+                raise
+            names = ", ".join(f"{self.roots[k].describe()}" for k, *_ in self.large)
+            raise ClosureRuleError(
+                f"{self.kind} {self.op!r}: at {self._where(arg)} the loop body raised "
+                f"'ValueError: {exc}' while the large captured arrays it can reach were "
+                f"write-protected ({names}); inside a loop body everything except DDS is "
+                "read-only (closure rule). Keep the state in a DDS, or build it in the "
+                "driver after the loop"
+            ) from exc
+        finally:
+            with self._mu:
+                self._active -= 1
+                if self._active == 0:
+                    for _, a, _, writeable in self.large:
+                        if writeable:
+                            with contextlib.suppress(ValueError):
+                                a.flags.writeable = True
         self.check(arg)
+        if self.calls % self.every == 0:
+            self._check_large(arg)
         return out
 
     def check(self, arg: Any) -> None:
-        """Raise :class:`ClosureRuleError` if a root changed since the baseline."""
+        """Raise :class:`ClosureRuleError` if a root changed since the baseline (large
+        arrays apart)."""
         now = [r.read() for r in self.roots]
         for k, (a, b) in enumerate(zip(now, self.values, strict=True)):
             if a is not b:
-                self._fail(k, arg)
+                self._fail(k, self._where(arg))
         if self.deep:
             toks = _Fingerprint().of([now[k] for k in self.deep])
             if toks != self.base:
                 k = next(i for i, (a, b) in enumerate(zip(toks, self.base, strict=True)) if a != b)
-                self._fail(self.deep[k], arg)
+                self._fail(self.deep[k], self._where(arg))
 
-    def _fail(self, k: int, arg: Any) -> None:
-        index = getattr(arg, "number", arg)
+    def finish(self) -> None:
+        """Compare the large arrays once more after the last body of the invocation."""
+        if self.large and self.since is not None:
+            self._check_large(None)
+
+    def _check_large(self, arg: Any) -> None:
+        since, self.since = self.since, None
+        for k, a, copy, _ in self.large:
+            now = a if a.flags.c_contiguous else np.ascontiguousarray(a)
+            if not np.array_equal(now.reshape(-1).view(np.uint8), copy.reshape(-1).view(np.uint8)):
+                last = "the last body" if arg is None else f"{self.what} {_index(arg)}"
+                first = f"{self.what} {_index(since)}"
+                self._fail(k, f"a body between {first} and {last} (invocation {self.inv})")
+
+    def _where(self, arg: Any) -> str:
+        return f"{self.what} {_index(arg)} (invocation {self.inv})"
+
+    def _fail(self, k: int, where: str) -> None:
         raise ClosureRuleError(
             f"{self.kind} {self.op!r}: the loop body changed {self.roots[k].describe()} at "
-            f"{self.what} {index} (invocation {self.inv}); inside a loop body everything "
-            "except DDS is read-only (closure rule), and on other nodes, threads or replays "
-            "that change would be lost or made a different number of times. Keep the state "
-            "in a DDS, or build it in the driver after the loop"
+            f"{where}; inside a loop body everything except DDS is read-only "
+            "(closure rule), and on other nodes, threads or replays that change would be "
+            "lost or made a different number of times. Keep the state in a DDS, or build "
+            "it in the driver after the loop"
         )
 
 
@@ -597,4 +701,10 @@ def guard(
     return BodyGuard(fn, op, kind, inv, what)
 
 
-__all__ = ["BodyGuard", "check_body", "guard", "reachable"]
+def finish(body: Callable[..., Any]) -> None:
+    """After the last body of an invocation: the final check of a guarded body."""
+    if isinstance(body, BodyGuard):
+        body.finish()
+
+
+__all__ = ["BodyGuard", "check_body", "finish", "guard", "reachable"]

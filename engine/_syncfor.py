@@ -51,7 +51,7 @@ from typing import Any
 
 import numpy as np
 
-from ._closure import check_body, guard
+from ._closure import check_body, finish, guard
 from ._dds import _DDS, SLOT_BITS
 from ._errors import DDSError, SessionError
 from ._recon import AccessSets, concat_sets, recon_range
@@ -154,6 +154,7 @@ def _recon(
             return recon_range(sess, name, inv, one, M * node // cl.size, M * (node + 1) // cl.size)
 
         parts = cl.run_on_nodes(share)
+        finish(body)
     finally:
         sess.set_mode("driver")
     return concat_sets(parts)
@@ -276,15 +277,18 @@ def sync_for(
         raise ValueError(f"sync_for {name!r}: staleness must be an int >= 0, got {staleness!r}")
     reference = sess.controller.sync_executor()
     if reference is not None:  # dual tests: the serial side's independent executor
+        inv = sess.invocations.get(name, 0)
+        run_body = guard(body, name, inv, kind="sync_for", what="minibatch")
         reference(
             data,
             minibatch,
-            guard(body, name, sess.invocations.get(name, 0), kind="sync_for", what="minibatch"),
+            run_body,
             sync=sync,
             name=name,
             per_clock=per_clock,
             params=_captured(body, sess),
         )
+        finish(run_body)
         return
     check_body(name, body)
     hybrid = sync == "hybrid"
@@ -322,6 +326,7 @@ def sync_for(
             drive_mpi(ctx, runs[cl.rank])
         else:
             drive_in_process(ctx, runs)
+        finish(run_body)
     finally:
         sess.set_mode("driver")
         cl.bind(cl.local_nodes[0])

@@ -144,7 +144,25 @@ def _array_view() -> tuple[Callable[[int], None], str]:
     return (lambda j: np.copyto(col, j + 1.0)), "'col' (ndarray)"
 
 
+def _large_array() -> tuple[Callable[[int], None], str]:
+    big = np.zeros(100_000)  # above COPY_BYTES: write-protected while bodies run
+    return (lambda j: np.copyto(big[j : j + 1], 1.0)), "'big' (ndarray)"
+
+
+def _large_list() -> tuple[Callable[[int], None], str]:
+    many = list(range(5000))  # above LARGE_ITEMS: compared by length and ends
+    return (lambda j: many.append(j)), "'many' (list)"
+
+
+def _large_dict() -> tuple[Callable[[int], None], str]:
+    table = {k: [k] for k in range(5000)}
+    return (lambda j: table.setdefault(-j - 1, [])), "'table' (dict)"
+
+
 MUTATIONS: dict[str, Callable[[], tuple[Callable[[int], None], str]]] = {
+    "large array": _large_array,
+    "large list": _large_list,
+    "large dict": _large_dict,
     "append": _append,
     "extend": _extend,
     "np.add.at": _add_at,
@@ -439,6 +457,54 @@ def test_the_driver_may_change_captured_state_between_invocations() -> None:
 
     ap.run(driver, checked=True)
     ap.run(driver, test_mode=True)
+
+
+def test_large_arrays_are_write_protected_only_while_bodies_run() -> None:
+    big = np.zeros(100_000)
+    flags: list[bool] = []
+
+    def driver(write: bool) -> None:
+        X = ap.dvector(N, shape=(), name="X")
+
+        def body(j: int) -> None:
+            X[j] = big[j] + 1.0  # reading is fine
+            if write and j == 4:
+                big.sort()  # in place, through a method: the write flag stops it
+
+        for _ in range(2):
+            ap.async_for(0, N, body, name="big")
+            flags.append(big.flags.writeable)
+            big[0] = 0.0  # the driver may write between invocations
+
+    ap.run(driver, {"write": False}, checked=True)
+    assert flags == [True, True]
+    with pytest.raises(ap.ClosureRuleError, match="at index 4 .*'big' \\(ndarray\\)"):
+        ap.run(driver, {"write": True}, nodes=2)
+    assert big.flags.writeable
+
+
+@pytest.mark.parametrize("n", [N, 200])
+def test_large_arrays_changed_past_the_write_flag_are_caught_by_comparison(n: int) -> None:
+    """``np.add.at`` ignores the write flag (numpy 2.x): the periodic comparison with the
+    baseline copy, or the one after the last body, names a range of bodies."""
+    big = np.zeros(100_000)
+
+    def driver() -> None:
+        X = ap.dvector(n, shape=(), name="X")
+
+        def body(j: int) -> None:
+            X[j] = 1.0
+            if j == 5:
+                np.add.at(big, [0], 1.0)
+
+        ap.async_for(0, n, body, name="big")
+
+    with pytest.raises(ap.ClosureRuleError) as info:
+        ap.run(driver)
+    msg = str(info.value)
+    assert "'big' (ndarray)" in msg and "invocation 0" in msg, msg
+    last = "the last body" if n == N else "index 11"  # compared every 12 bodies (800 kB)
+    assert f"a body between index 0 and {last}" in msg, msg
 
 
 # --------------------------------------------------------------------- what is reached
