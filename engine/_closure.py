@@ -27,6 +27,7 @@ import contextlib
 import dis
 import functools
 import inspect
+import operator
 import os
 import site
 import sys
@@ -196,8 +197,9 @@ MAX_FUNCTIONS = 200
 LARGE_ITEMS = 1024
 _ENDS = 16
 #: Arrays up to this size are copied and compared byte for byte after every body; larger
-#: ones are write-protected while bodies run instead (a copy per body would cost more than
-#: the body).  Cost vs. reach: a write through an alias the body cannot reach escapes.
+#: ones are write-protected while bodies run and compared with one baseline copy every
+#: few bodies and after the last (a copy per body would cost more than the body), so a
+#: change the write flag misses is reported as a range of bodies.
 COPY_BYTES = 64 * 1024
 
 _ROOT = Path(__file__).resolve().parent.parent
@@ -286,8 +288,16 @@ class _Root:
             return self.holder.get(self.key, _EMPTY)
         return self.holder
 
+    def reader(self) -> Callable[[], Any]:
+        """:meth:`read` as a C-level callable (a ``ValueError`` for an emptied cell)."""
+        if self.kind == "cell":
+            return functools.partial(getattr, self.holder, "cell_contents")
+        if self.kind == "name":
+            return functools.partial(self.holder.get, self.key, _EMPTY)
+        return functools.partial(operator.itemgetter(0), (self.holder,))
+
     def describe(self) -> str:
-        """``'seen' (list)``, ``'helpers.CACHE' (dict) via helper()``."""
+        """``'seen' (list)``, ``'CACHE' (dict, global in helpers.py) via helper()``."""
         value = self.read()
         what = "deleted" if value is _EMPTY else type(value).__name__
         note = f", {self.note}" if self.note else ""
@@ -344,14 +354,15 @@ class _Collector:
         code = fn.__code__
         names = _names(code)
         g = fn.__globals__
-        modname = g.get("__name__", "?")
+        file = g.get("__file__")
+        where = os.path.basename(file) if isinstance(file, str) else g.get("__name__", "?")
         for name, cell in zip(code.co_freevars, fn.__closure__ or (), strict=False):
             root = _Root(repr(name), "cell", cell, via=via)
             self._add(("cell", id(cell)), root, names, via)
         for name in sorted(names):
             if name in g:
-                label = repr(name) if not via else repr(f"{modname}.{name}")
-                root = _Root(label, "name", g, name, via=via)
+                note = f"global in {where}" if via else ""
+                root = _Root(repr(name), "name", g, name, note=note, via=via)
                 self._add(("name", id(g), name), root, names, via)
         argnames = code.co_varnames[: code.co_argcount]
         for k, v in enumerate(fn.__defaults__ or ()):
@@ -576,6 +587,7 @@ class BodyGuard:
         "what",
         "roots",
         "values",
+        "readers",
         "deep",
         "base",
         "large",
@@ -596,6 +608,7 @@ class BodyGuard:
         self.roots = reachable(fn)
         # roots holding immutable values or DDS only need an identity check per body
         self.values = [r.read() for r in self.roots]
+        self.readers = [r.reader() for r in self.roots]
         self.deep = [
             k
             for k, v in enumerate(self.values)
@@ -612,10 +625,18 @@ class BodyGuard:
         self._mu = threading.Lock()
 
     def __call__(self, arg: Any) -> Any:
-        if not self.large:
-            out = self.fn(arg)
+        if self.large:
+            return self._call_protected(arg)
+        out = self.fn(arg)
+        try:  # check() inlined for the common case: every root still holds the same object
+            same = all(map(operator.is_, map(operator.call, self.readers), self.values))
+        except ValueError:
+            same = False
+        if not same or self.deep:
             self.check(arg)
-            return out
+        return out
+
+    def _call_protected(self, arg: Any) -> Any:
         with self._mu:
             if self._active == 0:
                 for _, a, _, writeable in self.large:
@@ -654,10 +675,13 @@ class BodyGuard:
     def check(self, arg: Any) -> None:
         """Raise :class:`ClosureRuleError` if a root changed since the baseline (large
         arrays apart)."""
-        now = [r.read() for r in self.roots]
-        for k, (a, b) in enumerate(zip(now, self.values, strict=True)):
-            if a is not b:
-                self._fail(k, self._where(arg))
+        try:  # the common case, in C: every root still holds the same object
+            now = list(map(operator.call, self.readers))
+        except ValueError:  # a cell was emptied (del)
+            now = [r.read() for r in self.roots]
+        if not all(map(operator.is_, now, self.values)):
+            k = next(k for k, (a, b) in enumerate(zip(now, self.values, strict=True)) if a is not b)
+            self._fail(k, self._where(arg))
         if self.deep:
             toks = _Fingerprint().of([now[k] for k in self.deep])
             if toks != self.base:
