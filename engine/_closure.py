@@ -27,6 +27,7 @@ import contextlib
 import dis
 import functools
 import inspect
+import itertools
 import operator
 import os
 import site
@@ -34,6 +35,7 @@ import sys
 import sysconfig
 import textwrap
 import threading
+import time
 import types
 import weakref
 from collections.abc import Callable
@@ -201,6 +203,13 @@ _ENDS = 16
 #: few bodies and after the last (a copy per body would cost more than the body), so a
 #: change the write flag misses is reported as a range of bodies.
 COPY_BYTES = 64 * 1024
+
+#: Comparing contents after every body may cost up to this share of the first body's time;
+#: when it would cost more it runs every few bodies (and after the last), so a change is
+#: still caught but named as a range of bodies.  Cost vs. precision of the index.
+CHECK_SHARE = 1.0
+#: The most bodies between two comparisons of contents.
+MAX_EVERY = 1000
 
 _ROOT = Path(__file__).resolve().parent.parent
 _OWN = tuple(str(_ROOT / p) + os.sep for p in ("engine", "tracer", "replay", "tui"))
@@ -500,11 +509,14 @@ class _Fingerprint:
         self.budget -= 1
         if isinstance(v, np.ndarray):
             self.array(v, out, depth, k)
-        elif isinstance(v, (list, tuple, collections.deque)):
-            self.items(list(v), out, depth, k)
-        elif isinstance(v, dict):
-            self.items(list(v), out, MAX_DEPTH, k)  # keys: identities only
-            self.items(list(v.values()), out, depth, k)
+        elif isinstance(v, (list, tuple, collections.deque, dict)):
+            if len(v) > LARGE_ITEMS:
+                self.summary(v, out)
+            elif isinstance(v, dict):
+                self.items(list(v), out, MAX_DEPTH, k)  # keys: identities only
+                self.items(list(v.values()), out, depth, k)
+            else:
+                self.items(list(v), out, depth, k)
         elif isinstance(v, (set, frozenset)):
             out.append(len(v))
             if len(v) <= LARGE_ITEMS:
@@ -524,14 +536,18 @@ class _Fingerprint:
         if _user_type(tp):
             self.instance(v, tp, out, depth, k)
 
+    def summary(self, v: Any, out: list[Any]) -> None:
+        """A large container, without copying it: its length and the identities of the
+        elements (of a dict: keys and values) at both ends."""
+        out.append(len(v))
+        parts = [v, v.values()] if isinstance(v, dict) else [v]
+        for part in parts:
+            ends = [*itertools.islice(part, _ENDS), *itertools.islice(reversed(part), _ENDS)]
+            self.keep.append(ends)
+            out.append(tuple(map(id, ends)))
+
     def items(self, items: list[Any], out: list[Any], depth: int, k: int) -> None:
-        n = len(items)
-        out.append(n)
-        if n > LARGE_ITEMS:  # a summary: length and the identities at both ends
-            items = items[:_ENDS] + items[-_ENDS:]
-            self.keep.append(items)
-            out.append(tuple(map(id, items)))
-            return
+        out.append(len(items))
         self.keep.append(items)
         out.append(tuple(map(id, items)))
         if depth >= MAX_DEPTH or set(map(type, items)) <= _ATOMIC:
@@ -568,13 +584,19 @@ class BodyGuard:
     """A loop body wrapped so that a change to anything it reaches, other than DDS, is a
     :class:`ClosureRuleError` naming what changed and the first index that changed it.
 
-    The baseline is taken when the guard is made (before the first body of an invocation)
-    and compared after every call.  Arrays larger than :data:`COPY_BYTES` are handled
-    apart, so that a body is not dominated by comparing them: they are write-protected
-    while any body runs (a write through them fails at once, naming the index), and
-    compared with a baseline copy every few bodies (about :data:`COPY_BYTES` compared per
-    body) and by :meth:`finish` — which catches what the write flag cannot (``ufunc.at``
-    ignores it in numpy 2.x) and writes through aliases, naming a range of bodies.
+    The baseline is taken when the guard is made (before the first body of an invocation).
+    After every body, every root is checked to still hold the same object (cheap), and
+    the contents of the mutable ones are compared with the baseline.  Two things keep a
+    check from costing more than the body:
+
+    * arrays larger than :data:`COPY_BYTES` are write-protected while any body runs (a
+      write through them fails at once, naming the index) and compared with a baseline
+      copy only every few bodies — about :data:`COPY_BYTES` per body;
+    * when comparing the contents costs more than :data:`CHECK_SHARE` times the first
+      body, it runs only every few bodies.
+
+    A change found by such a deferred comparison names the range of bodies since the last
+    one; :meth:`finish` runs the last comparison after the last body, so nothing is missed.
     Bodies on several threads share one guard; the index named is then the body that
     finished when the change was seen.
     """
@@ -594,6 +616,7 @@ class BodyGuard:
         "every",
         "calls",
         "since",
+        "_fp_s",
         "_keep",
         "_active",
         "_mu",
@@ -614,29 +637,33 @@ class BodyGuard:
             for k, v in enumerate(self.values)
             if type(v) not in _ATOMIC and not isinstance(v, _DDS) and v is not _EMPTY
         ]
+        t0 = time.perf_counter()
         fp = _Fingerprint()
         self.base = fp.of([self.values[k] for k in self.deep])
+        self._fp_s = time.perf_counter() - t0
         self._keep = fp.keep
         self.large = [(self.deep[k], a, a.copy(), a.flags.writeable) for k, a in fp.large]
         self.every = max(1, sum(a.nbytes for _, a in fp.large) // COPY_BYTES)
         self.calls = 0
-        self.since: Any = None  # the first body since large arrays were last compared
+        self.since: Any = _EMPTY  # the first body since contents were last compared
         self._active = 0
         self._mu = threading.Lock()
 
     def __call__(self, arg: Any) -> Any:
-        if self.large:
-            return self._call_protected(arg)
+        if self.large or self.every > 1 or self.calls == 0:
+            return self._call_slow(arg)
         out = self.fn(arg)
-        try:  # check() inlined for the common case: every root still holds the same object
+        try:  # the common case, in C: every root still holds the same object
             same = all(map(operator.is_, map(operator.call, self.readers), self.values))
-        except ValueError:
+        except ValueError:  # a cell was emptied (del)
             same = False
-        if not same or self.deep:
-            self.check(arg)
+        if not same:
+            self._check_identity(arg)
+        if self.deep:
+            self._check_contents(arg, arg)
         return out
 
-    def _call_protected(self, arg: Any) -> Any:
+    def _call_slow(self, arg: Any) -> Any:
         with self._mu:
             if self._active == 0:
                 for _, a, _, writeable in self.large:
@@ -644,12 +671,14 @@ class BodyGuard:
                         a.flags.writeable = False
             self._active += 1
             self.calls += 1
-            if self.since is None:
+            n = self.calls
+            if self.since is _EMPTY:
                 self.since = arg
+        t0 = time.perf_counter()
         try:
             out = self.fn(arg)
         except ValueError as exc:
-            if "read-only" not in str(exc):
+            if not self.large or "read-only" not in str(exc):
                 raise
             names = ", ".join(f"{self.roots[k].describe()}" for k, *_ in self.large)
             raise ClosureRuleError(
@@ -667,40 +696,47 @@ class BodyGuard:
                         if writeable:
                             with contextlib.suppress(ValueError):
                                 a.flags.writeable = True
-        self.check(arg)
-        if self.calls % self.every == 0:
-            self._check_large(arg)
+        if n == 1:  # compare contents at most every few bodies if that costs more than one
+            body_s = max(time.perf_counter() - t0, 1e-6)
+            self.every = max(self.every, min(MAX_EVERY, int(self._fp_s / (CHECK_SHARE * body_s))))
+        self._check_identity(arg)
+        if n % self.every == 0:
+            self._check_contents(arg, None)
         return out
 
-    def check(self, arg: Any) -> None:
-        """Raise :class:`ClosureRuleError` if a root changed since the baseline (large
-        arrays apart)."""
-        try:  # the common case, in C: every root still holds the same object
-            now = list(map(operator.call, self.readers))
-        except ValueError:  # a cell was emptied (del)
-            now = [r.read() for r in self.roots]
-        if not all(map(operator.is_, now, self.values)):
-            k = next(k for k, (a, b) in enumerate(zip(now, self.values, strict=True)) if a is not b)
-            self._fail(k, self._where(arg))
+    def finish(self) -> None:
+        """After the last body of an invocation: compare what was compared only every few
+        bodies once more."""
+        if self.since is not _EMPTY:
+            self._check_contents(None, None)
+
+    def _check_identity(self, arg: Any) -> None:
+        now = [r.read() for r in self.roots]
+        for k, (a, b) in enumerate(zip(now, self.values, strict=True)):
+            if a is not b:
+                self._fail(k, self._where(arg))
+
+    def _check_contents(self, arg: Any, exact: Any) -> None:
+        """Compare contents with the baseline; ``exact``: the one body since the last
+        comparison (else the range since ``self.since``, up to ``arg`` or the last body)."""
+        since, self.since = self.since, _EMPTY
+        if exact is None and since is not _EMPTY and since is arg:
+            exact = arg
+        if exact is not None:
+            where = self._where(exact)
+        else:
+            last = "the last body" if arg is None else f"{self.what} {_index(arg)}"
+            first = f"{self.what} {_index(since)}"
+            where = f"a body between {first} and {last} (invocation {self.inv})"
         if self.deep:
-            toks = _Fingerprint().of([now[k] for k in self.deep])
+            toks = _Fingerprint().of([r.read() for r in (self.roots[k] for k in self.deep)])
             if toks != self.base:
                 k = next(i for i, (a, b) in enumerate(zip(toks, self.base, strict=True)) if a != b)
-                self._fail(self.deep[k], self._where(arg))
-
-    def finish(self) -> None:
-        """Compare the large arrays once more after the last body of the invocation."""
-        if self.large and self.since is not None:
-            self._check_large(None)
-
-    def _check_large(self, arg: Any) -> None:
-        since, self.since = self.since, None
+                self._fail(self.deep[k], where)
         for k, a, copy, _ in self.large:
             now = a if a.flags.c_contiguous else np.ascontiguousarray(a)
             if not np.array_equal(now.reshape(-1).view(np.uint8), copy.reshape(-1).view(np.uint8)):
-                last = "the last body" if arg is None else f"{self.what} {_index(arg)}"
-                first = f"{self.what} {_index(since)}"
-                self._fail(k, f"a body between {first} and {last} (invocation {self.inv})")
+                self._fail(k, where)
 
     def _where(self, arg: Any) -> str:
         return f"{self.what} {_index(arg)} (invocation {self.inv})"

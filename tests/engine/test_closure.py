@@ -19,6 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import engine as ap
+from engine import _closure as closure
 from engine._closure import reachable
 from replay import testing
 
@@ -60,10 +61,12 @@ class Stats:
 
 
 @pytest.fixture(autouse=True)
-def _reset() -> None:
+def _reset(monkeypatch: pytest.MonkeyPatch) -> None:
     LOG.clear()
     MODLIST.clear()
     Registry.items.clear()
+    # compare contents after every body however slow, so the indices named are exact
+    monkeypatch.setattr(closure, "CHECK_SHARE", float("inf"))
 
 
 # --------------------------------------------------------------------- the mutations
@@ -509,6 +512,29 @@ def test_large_arrays_changed_past_the_write_flag_are_caught_by_comparison(n: in
     assert "'big' (ndarray)" in msg and "invocation 0" in msg, msg
     last = "the last body" if n == N else "index 11"  # compared every 12 bodies (800 kB)
     assert f"a body between index 0 and {last}" in msg, msg
+
+
+@pytest.mark.parametrize("every,last", [(1000, "the last body"), (10, "index 9")])
+def test_costly_comparisons_run_every_few_bodies_and_after_the_last(
+    monkeypatch: pytest.MonkeyPatch, every: int, last: str
+) -> None:
+    monkeypatch.setattr(closure, "CHECK_SHARE", 1e-12)  # any comparison costs too much
+    monkeypatch.setattr(closure, "MAX_EVERY", every)
+    seen: list[int] = []
+
+    def driver() -> None:
+        X = ap.dvector(50, shape=(), name="X")
+
+        def body(j: int) -> None:
+            X[j] = 1.0
+            if j == 5:
+                seen.append(j)
+
+        ap.async_for(0, 50, body, name="slow")
+
+    with pytest.raises(ap.ClosureRuleError) as info:
+        ap.run(driver)
+    assert f"'seen' (list) at a body between index 0 and {last} (invocation 0)" in str(info.value)
 
 
 # --------------------------------------------------------------------- what is reached
