@@ -272,8 +272,7 @@ def _user_type(tp: type) -> bool:
 
 
 def _user_function(fn: Any) -> bool:
-    code = getattr(fn, "__code__", None)
-    return isinstance(fn, types.FunctionType) and _user_file(code.co_filename)
+    return isinstance(fn, types.FunctionType) and _user_file(fn.__code__.co_filename)
 
 
 @dataclass(frozen=True, slots=True)
@@ -410,11 +409,11 @@ class _Collector:
         for klass in tp.__mro__:
             if not _user_type(klass) or klass is types.SimpleNamespace:
                 continue
-            ns = klass.__dict__
+            cls_ns = klass.__dict__
             for name in sorted(names | {"__call__"}):
-                if name not in ns:
+                if name not in cls_ns:
                     continue
-                attr = ns[name]
+                attr = cls_ns[name]
                 if isinstance(attr, (staticmethod, classmethod)):
                     attr = attr.__func__
                 if isinstance(attr, property):
@@ -426,8 +425,8 @@ class _Collector:
                         self.function(attr, (*via, _short(attr)))
                 elif not name.startswith("__"):  # a class attribute: Registry.items
                     label = repr(f"{klass.__qualname__}.{name}")
-                    root = _Root(label, "name", ns, name, via=via)
-                    self._add(("name", id(ns), name), root, names, via)
+                    root = _Root(label, "name", cls_ns, name, via=via)
+                    self._add(("name", id(cls_ns), name), root, names, via)
 
 
 _roots_cache: dict[tuple[Any, ...], tuple[Any, list[_Root]]] = {}
@@ -540,7 +539,7 @@ class _Fingerprint:
         """A large container, without copying it: its length and the identities of the
         elements (of a dict: keys and values) at both ends."""
         out.append(len(v))
-        parts = [v, v.values()] if isinstance(v, dict) else [v]
+        parts: list[Any] = [v, v.values()] if isinstance(v, dict) else [v]
         for part in parts:
             ends = [*itertools.islice(part, _ENDS), *itertools.islice(reversed(part), _ENDS)]
             self.keep.append(ends)
