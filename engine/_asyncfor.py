@@ -22,9 +22,17 @@ import numpy as np
 
 from . import _dds, _mutants
 from ._closure import check_body
+from ._closure import finish as finish_closure
+from ._closure import guard as closure_guard
 from ._control import TurnstileDriver
 from ._dds import ANY_OWN, LOCKED_BODY, SLOT_BITS, SLOT_MASK, _tls
-from ._errors import AccessOutsideReconError, BodyError, DivergenceError, SessionError
+from ._errors import (
+    AccessOutsideReconError,
+    BodyError,
+    ClosureRuleError,
+    DivergenceError,
+    SessionError,
+)
 from ._guard import POLICIES, Guard, GuardPlan, PlanViolation, Violation, install
 from ._planner import REPLICATED, Plan, Task, make_plan, replicated_plan, wavefront_plan
 from ._recon import AccessSets, concat_sets, recon_range
@@ -76,6 +84,7 @@ def _round_writes(sess: Session, plan: Plan) -> tuple[list[list[RoundWrites]], l
 def _recon(sess: Session, name: str, inv: int, body: Callable, start: int, stop: int):
     cl = sess.cluster
     n = stop - start
+    body = closure_guard(body, name, inv)  # every body runs once here: catch mutation through calls
     sess.set_mode("recon")
     try:
 
@@ -85,6 +94,7 @@ def _recon(sess: Session, name: str, inv: int, body: Callable, start: int, stop:
             return recon_range(sess, name, inv, body, lo, hi)
 
         parts = cl.run_on_nodes(share)
+        finish_closure(body)
     finally:
         sess.set_mode("driver")
     return concat_sets(parts)
@@ -226,12 +236,14 @@ def async_for(
     sess.ops[name] = st
     sess.controller.check_plan(name, inv, st.plan)
     t1 = time.perf_counter()
-    round_s, violation = _attempt(sess, st, body, inv, checked, replan)
+    # checked and test mode: every body's fingerprints (closure rule)
+    run_body = closure_guard(body, name, inv) if checked else body
+    round_s, violation = _attempt(sess, st, run_body, inv, checked, replan)
     if violation is not None:
         _note(sess, violation, "re-planned it")
         st = sess.ops[name] = _new_state(sess, name, inv, body, start, stop, code)
         _use_override(sess, st, inv)
-        round_s, again = _attempt(sess, st, body, inv, checked, replan)
+        round_s, again = _attempt(sess, st, run_body, inv, checked, replan)
         if again is not None:
             _note(
                 sess,
@@ -240,8 +252,9 @@ def async_for(
                 "invocation), so it ran serially on every node",
             )
             st = sess.ops[name] = _replicated(sess, st)
-            round_s, _ = _attempt(sess, st, body, inv, checked, replan)
+            round_s, _ = _attempt(sess, st, run_body, inv, checked, replan)
         made = True
+    finish_closure(run_body)
     if made:
         sess.recorder.plan_made(name, st.plan)
     seconds = time.perf_counter() - t1
@@ -404,7 +417,7 @@ def _running_bodies(op: str, inv: int, op_key: int, node: int) -> Iterator[None]
     _tls.op_key = op_key
     try:
         yield
-    except (AccessOutsideReconError, DivergenceError):
+    except (AccessOutsideReconError, ClosureRuleError, DivergenceError):
         raise
     except Exception as exc:
         raise BodyError(op, inv, getattr(_tls, "index", -1), node, exc) from exc

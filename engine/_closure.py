@@ -1,26 +1,49 @@
 """The closure rule: inside a loop body, everything except DDS is read-only.
 
 A body runs on many nodes and threads, and may be re-run by reconnaissance, replay
-or a dual test; a write to a captured Python variable would be lost or applied a
-different number of times on each of them.  So a body that assigns to a captured
-non-DDS variable is rejected before it runs.
+or a dual test; a change to a captured Python object would be lost or applied a
+different number of times on each of them.  Two checks enforce the rule:
 
-The check reads the body's source (``ast``) when it is available, which catches
-``nonlocal``/``global`` rebinding and item/attribute assignment through a captured
-object (``counts[k] += 1`` on a captured list).  Without source it falls back to the
-bytecode, which still catches rebinding.  Mutating method calls (``lst.append``) are
-not detected.
+* **Static, before the body runs** (:func:`check_body`).  The body's source (``ast``),
+  when available, catches ``nonlocal``/``global`` rebinding and item/attribute
+  assignment through a captured object (``counts[k] += 1`` on a captured list); without
+  source the bytecode still catches rebinding.
+* **Dynamic, while bodies run** (:func:`guard`).  Mutation through calls —
+  ``seen.append(j)``, ``np.add.at(counts, idx, 1)``, ``d.setdefault(k, [])``, a helper
+  that appends to a module-level list — is invisible to the first check.  Under
+  reconnaissance (every first invocation), checked mode and test mode (dual tests), the
+  body is wrapped in a :class:`BodyGuard` that fingerprints every non-DDS object the
+  body can reach before the first body and after each one; what it covers is listed at
+  the head of that section.  Normal execution after reconnaissance runs the bare body.
 """
 
 from __future__ import annotations
 
+import array
 import ast
 import builtins
+import collections
+import contextlib
 import dis
+import functools
 import inspect
+import itertools
+import operator
+import os
+import site
+import sys
+import sysconfig
 import textwrap
+import threading
+import time
+import types
+import weakref
 from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from ._dds import _DDS
 from ._errors import ClosureRuleError
@@ -152,4 +175,595 @@ def check_body(op: str, fn: Callable[..., Any]) -> None:
     _checked[key] = None
 
 
-__all__ = ["check_body"]
+# ====================================================================== mutation through calls
+# The static check above cannot see ``seen.append(j)``, ``np.add.at(counts, idx, 1)`` or a
+# helper that appends to a module-level list.  So, whenever bodies run under
+# reconnaissance, checked mode or test mode, the body is wrapped in a guard that
+# fingerprints every non-DDS object the body can reach before the first body and compares
+# after each one.  The reachable *roots* are computed once per body function: its closure
+# cells, the globals its code names, its default arguments, and the same, transitively, for
+# the user functions it can call (see ``_user_file``), for user classes and modules it names
+# (only the attributes its code names) and for methods of captured user objects.
+
+_EMPTY = object()
+
+#: Containers nested deeper than this below a root are not descended into (cost vs. reach).
+MAX_DEPTH = 12
+#: Objects descended into per fingerprint before it stops descending (cost vs. reach); the
+#: identity of every element of a container already visited is still compared.
+MAX_OBJECTS = 20_000
+#: User functions followed from one body (helpers calling helpers); cost vs. reach.
+MAX_FUNCTIONS = 200
+#: Containers with more elements are summarised (length, and the identities of the first
+#: and last few elements) instead of compared element by element; cost vs. reach.
+LARGE_ITEMS = 1024
+_ENDS = 16
+#: Arrays up to this size are copied and compared byte for byte after every body; larger
+#: ones are write-protected while bodies run and compared with one baseline copy every
+#: few bodies and after the last (a copy per body would cost more than the body), so a
+#: change the write flag misses is reported as a range of bodies.
+COPY_BYTES = 64 * 1024
+
+#: Comparing contents after every body may cost up to this share of the first body's time;
+#: when it would cost more it runs every few bodies (and after the last), so a change is
+#: still caught but named as a range of bodies.  Cost vs. precision of the index.
+CHECK_SHARE = 1.0
+#: The most bodies between two comparisons of contents.
+MAX_EVERY = 1000
+
+_ROOT = Path(__file__).resolve().parent.parent
+_OWN = tuple(str(_ROOT / p) + os.sep for p in ("engine", "tracer", "replay", "tui"))
+
+
+def _library_dirs() -> tuple[str, ...]:
+    dirs: set[str] = set()
+    for prefix in {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}:
+        vars_ = {"base": prefix, "platbase": prefix, "installed_base": prefix}
+        for key in ("stdlib", "platstdlib", "purelib", "platlib"):
+            with contextlib.suppress(KeyError):
+                dirs.add(sysconfig.get_path(key, vars=vars_))
+    with contextlib.suppress(AttributeError):
+        dirs.update(site.getsitepackages())
+    with contextlib.suppress(AttributeError):
+        dirs.add(site.getusersitepackages())
+    return tuple(os.path.realpath(d) + os.sep for d in dirs if d)
+
+
+_LIBS: tuple[str, ...] = ()
+
+
+@functools.lru_cache(maxsize=4096)
+def _user_file(filename: str) -> bool:
+    """True for code the user wrote (their modules, tests, ``apps``, code built with
+    ``exec``); False for the standard library, site-packages and engine/tracer/replay/tui."""
+    global _LIBS
+    if filename.startswith("<"):
+        return not filename.startswith("<frozen")
+    if not _LIBS:
+        _LIBS = _library_dirs()
+    path = os.path.realpath(filename)
+    return not path.startswith(_LIBS) and not path.startswith(_OWN)
+
+
+_user_types: weakref.WeakKeyDictionary[type, bool] = weakref.WeakKeyDictionary()
+
+
+def _user_module(mod: Any) -> bool:
+    if not isinstance(mod, types.ModuleType):
+        return False
+    file = getattr(mod, "__file__", None)
+    return isinstance(file, str) and _user_file(file)
+
+
+def _user_type(tp: type) -> bool:
+    """Classes defined in user code (instances are fingerprinted through ``__dict__``)."""
+    got = _user_types.get(tp)
+    if got is None:
+        name = getattr(tp, "__module__", None)
+        mod = sys.modules.get(name) if isinstance(name, str) else None
+        if mod is None:
+            got = name not in sys.builtin_module_names and name != "builtins"
+        else:
+            got = _user_module(mod)
+        got = got or tp is types.SimpleNamespace
+        with contextlib.suppress(TypeError):
+            _user_types[tp] = got
+    return got
+
+
+def _user_function(fn: Any) -> bool:
+    return isinstance(fn, types.FunctionType) and _user_file(fn.__code__.co_filename)
+
+
+@dataclass(frozen=True, slots=True)
+class _Root:
+    """A place a body can reach: ``holder[key]`` (a namespace), a cell, or a fixed value."""
+
+    label: str
+    kind: str  # "cell" | "name" | "value"
+    holder: Any
+    key: Any = None
+    note: str = ""
+    via: tuple[str, ...] = ()
+
+    def read(self) -> Any:
+        if self.kind == "cell":
+            try:
+                return self.holder.cell_contents
+            except ValueError:
+                return _EMPTY
+        if self.kind == "name":
+            return self.holder.get(self.key, _EMPTY)
+        return self.holder
+
+    def reader(self) -> Callable[[], Any]:
+        """:meth:`read` as a C-level callable (a ``ValueError`` for an emptied cell)."""
+        if self.kind == "cell":
+            return functools.partial(getattr, self.holder, "cell_contents")
+        if self.kind == "name":
+            return functools.partial(self.holder.get, self.key, _EMPTY)
+        return functools.partial(operator.itemgetter(0), (self.holder,))
+
+    def describe(self) -> str:
+        """``'seen' (list)``, ``'CACHE' (dict, global in helpers.py) via helper()``."""
+        value = self.read()
+        what = "deleted" if value is _EMPTY else type(value).__name__
+        note = f", {self.note}" if self.note else ""
+        via = f" via {' -> '.join(f'{v}()' for v in self.via)}" if self.via else ""
+        return f"{self.label} ({what}{note}){via}"
+
+
+def _short(fn: Any) -> str:
+    """``Stats.note``, ``helper``; the ``outer.<locals>.`` part of nested functions dropped."""
+    return fn.__qualname__.rsplit("<locals>.", 1)[-1]
+
+
+def _names(code: types.CodeType) -> set[str]:
+    """Names used by ``code`` and the code objects nested in it (lambdas, comprehensions)."""
+    names: set[str] = set()
+    stack = [code]
+    while stack:
+        c = stack.pop()
+        names.update(c.co_names)
+        stack += [k for k in c.co_consts if isinstance(k, types.CodeType)]
+    return names
+
+
+class _Collector:
+    """Breadth-first walk from the body to every root it reaches (shortest ``via`` first)."""
+
+    def __init__(self) -> None:
+        self.roots: list[_Root] = []
+        self.seen: set[tuple[Any, ...]] = set()
+        self.queue: list[tuple[Any, tuple[str, ...]]] = []
+        self.fns: set[int] = set()
+
+    def function(self, fn: Any, via: tuple[str, ...]) -> None:
+        if id(fn) in self.fns or len(self.fns) >= MAX_FUNCTIONS:
+            return
+        self.fns.add(id(fn))
+        self.queue.append((fn, via))
+
+    def run(self, body: Any) -> list[_Root]:
+        self.function(body, ())
+        while self.queue:
+            fn, via = self.queue.pop(0)
+            self._visit(fn, via)
+        return self.roots
+
+    def _add(self, key: tuple[Any, ...], root: _Root, names: set[str], via: tuple[str, ...]):
+        if key in self.seen:
+            return
+        self.seen.add(key)
+        self.roots.append(root)
+        self._expand(root.read(), names, via)
+
+    def _visit(self, fn: Any, via: tuple[str, ...]) -> None:
+        code = fn.__code__
+        names = _names(code)
+        g = fn.__globals__
+        file = g.get("__file__")
+        where = os.path.basename(file) if isinstance(file, str) else g.get("__name__", "?")
+        for name, cell in zip(code.co_freevars, fn.__closure__ or (), strict=False):
+            root = _Root(repr(name), "cell", cell, via=via)
+            self._add(("cell", id(cell)), root, names, via)
+        for name in sorted(names):
+            if name in g:
+                note = f"global in {where}" if via else ""
+                root = _Root(repr(name), "name", g, name, note=note, via=via)
+                self._add(("name", id(g), name), root, names, via)
+        argnames = code.co_varnames[: code.co_argcount]
+        for k, v in enumerate(fn.__defaults__ or ()):
+            arg = argnames[len(argnames) - len(fn.__defaults__) + k]
+            note = f"default argument of {_short(fn)}"
+            root = _Root(repr(arg), "value", v, note=note, via=via)
+            self._add(("value", id(fn), k), root, names, via)
+        for arg, v in (fn.__kwdefaults__ or {}).items():
+            note = f"default argument of {_short(fn)}"
+            root = _Root(repr(arg), "value", v, note=note, via=via)
+            self._add(("value", id(fn), arg), root, names, via)
+
+    def _expand(self, v: Any, names: set[str], via: tuple[str, ...]) -> None:
+        """Follow what a root's value lets the code reach beyond the value itself."""
+        if isinstance(v, _DDS) or v is _EMPTY:
+            return
+        if isinstance(v, types.MethodType):
+            v = v.__func__
+        elif isinstance(v, functools.partial):
+            v = v.func
+        if isinstance(v, types.FunctionType):
+            if _user_function(v):
+                self.function(v, (*via, _short(v)))
+            return
+        if isinstance(v, types.ModuleType):
+            if _user_module(v):
+                ns, prefix = vars(v), v.__name__
+                for name in sorted(names):
+                    if name in ns and not name.startswith("__"):
+                        root = _Root(repr(f"{prefix}.{name}"), "name", ns, name, via=via)
+                        self._add(("name", id(ns), name), root, names, via)
+            return
+        tp = v if isinstance(v, type) else type(v)
+        if not _user_type(tp):
+            return
+        for klass in tp.__mro__:
+            if not _user_type(klass) or klass is types.SimpleNamespace:
+                continue
+            cls_ns = klass.__dict__
+            for name in sorted(names | {"__call__"}):
+                if name not in cls_ns:
+                    continue
+                attr = cls_ns[name]
+                if isinstance(attr, (staticmethod, classmethod)):
+                    attr = attr.__func__
+                if isinstance(attr, property):
+                    for f in (attr.fget, attr.fset, attr.fdel):
+                        if _user_function(f):
+                            self.function(f, (*via, _short(f)))
+                elif isinstance(attr, types.FunctionType):
+                    if _user_function(attr):
+                        self.function(attr, (*via, _short(attr)))
+                elif not name.startswith("__"):  # a class attribute: Registry.items
+                    label = repr(f"{klass.__qualname__}.{name}")
+                    root = _Root(label, "name", cls_ns, name, via=via)
+                    self._add(("name", id(cls_ns), name), root, names, via)
+
+
+_roots_cache: dict[tuple[Any, ...], tuple[Any, list[_Root]]] = {}
+
+
+def reachable(fn: Callable[..., Any]) -> list[_Root]:
+    """The roots body ``fn`` can reach, cached by code object, closure cells, globals
+    and defaults (the cache keeps those alive, so their ids stay unique while cached)."""
+    code = fn.__code__
+    pins = (fn.__closure__, fn.__globals__, fn.__defaults__, fn.__kwdefaults__)
+    key = (code, *(id(p) for p in pins))
+    got = _roots_cache.get(key)
+    if got is not None:
+        return got[1]
+    roots = _Collector().run(fn)
+    if len(_roots_cache) > 256:
+        _roots_cache.clear()
+    _roots_cache[key] = (pins, roots)
+    return roots
+
+
+_ATOMIC: frozenset[type] = frozenset(
+    {
+        int,
+        float,
+        complex,
+        str,
+        bytes,
+        bool,
+        type(None),
+        type(...),
+        range,
+        types.FunctionType,
+        types.ModuleType,
+        types.CodeType,
+        type,
+        np.float64,
+        np.float32,
+        np.int64,
+        np.int32,
+        np.bool_,
+        np.dtype,
+    }
+)
+_ATOMIC_BASES = (int, float, complex, str, bytes, type(None), np.generic, type, np.dtype)
+
+
+class _Fingerprint:
+    """One pass over the roots.  Tokens are ids and raw bytes, never values, so NaN and
+    objects with odd ``__eq__`` compare correctly; ``keep`` holds what the ids name, so no
+    id is reused while the fingerprint is alive.  Arrays larger than :data:`COPY_BYTES`
+    are not copied but collected in ``large`` (the guard write-protects them instead)."""
+
+    __slots__ = ("keep", "seen", "budget", "large")
+
+    def __init__(self) -> None:
+        self.keep: list[Any] = []
+        self.seen: set[int] = set()
+        self.budget = MAX_OBJECTS
+        self.large: list[tuple[int, np.ndarray]] = []  # (root number, array)
+
+    def of(self, values: list[Any]) -> list[list[Any]]:
+        """Tokens of each root value."""
+        out = []
+        for k, v in enumerate(values):
+            toks: list[Any] = []
+            self.value(v, toks, 0, k)
+            out.append(toks)
+        return out
+
+    def value(self, v: Any, out: list[Any], depth: int, k: int) -> None:
+        tp = type(v)
+        out.append(id(v))
+        if tp in _ATOMIC or isinstance(v, _DDS):
+            return
+        if id(v) in self.seen or depth > MAX_DEPTH or self.budget <= 0:
+            return
+        self.seen.add(id(v))
+        self.budget -= 1
+        if isinstance(v, np.ndarray):
+            self.array(v, out, depth, k)
+        elif isinstance(v, (list, tuple, collections.deque, dict)):
+            if len(v) > LARGE_ITEMS:
+                self.summary(v, out)
+            elif isinstance(v, dict):
+                self.items(list(v), out, MAX_DEPTH, k)  # keys: identities only
+                self.items(list(v.values()), out, depth, k)
+            else:
+                self.items(list(v), out, depth, k)
+        elif isinstance(v, (set, frozenset)):
+            out.append(len(v))
+            if len(v) <= LARGE_ITEMS:
+                members = tuple(v)
+                self.keep.append(members)
+                out.append(frozenset(map(id, members)))
+        elif isinstance(v, (bytearray, array.array)):
+            out.append(bytes(v))
+        elif isinstance(v, (types.MethodType, types.BuiltinFunctionType)):
+            owner = getattr(v, "__self__", None)  # seen.append: fingerprint seen
+            if owner is not None and not isinstance(owner, types.ModuleType):
+                self.value(owner, out, depth + 1, k)
+        elif isinstance(v, functools.partial):
+            self.items([v.func, v.args, v.keywords], out, depth, k)
+        elif isinstance(v, _ATOMIC_BASES):
+            return
+        if _user_type(tp):
+            self.instance(v, tp, out, depth, k)
+
+    def summary(self, v: Any, out: list[Any]) -> None:
+        """A large container, without copying it: its length and the identities of the
+        elements (of a dict: keys and values) at both ends."""
+        out.append(len(v))
+        parts: list[Any] = [v, v.values()] if isinstance(v, dict) else [v]
+        for part in parts:
+            ends = [*itertools.islice(part, _ENDS), *itertools.islice(reversed(part), _ENDS)]
+            self.keep.append(ends)
+            out.append(tuple(map(id, ends)))
+
+    def items(self, items: list[Any], out: list[Any], depth: int, k: int) -> None:
+        out.append(len(items))
+        self.keep.append(items)
+        out.append(tuple(map(id, items)))
+        if depth >= MAX_DEPTH or set(map(type, items)) <= _ATOMIC:
+            return
+        for x in items:
+            if type(x) not in _ATOMIC:
+                self.value(x, out, depth + 1, k)
+
+    def array(self, a: np.ndarray, out: list[Any], depth: int, k: int) -> None:
+        out.append((a.shape, a.dtype.str, a.strides, a.__array_interface__["data"][0]))
+        if a.dtype.hasobject:
+            self.items(a.ravel().tolist(), out, depth, k)
+        elif a.nbytes <= COPY_BYTES:
+            out.append(a.tobytes())
+        else:
+            self.large.append((k, a))
+
+    def instance(self, v: Any, tp: type, out: list[Any], depth: int, k: int) -> None:
+        d = getattr(v, "__dict__", None)
+        if isinstance(d, dict):
+            self.value(d, out, depth + 1, k)
+        for klass in tp.__mro__:
+            for slot in klass.__dict__.get("__slots__", ()):
+                if isinstance(slot, str) and slot not in ("__dict__", "__weakref__"):
+                    self.value(getattr(v, slot, _EMPTY), out, depth + 1, k)
+
+
+def _index(arg: Any) -> Any:
+    """The loop index of an ``async_for`` body, the minibatch number of a ``sync_for`` one."""
+    return getattr(arg, "number", arg)
+
+
+class BodyGuard:
+    """A loop body wrapped so that a change to anything it reaches, other than DDS, is a
+    :class:`ClosureRuleError` naming what changed and the first index that changed it.
+
+    The baseline is taken when the guard is made (before the first body of an invocation).
+    After every body, every root is checked to still hold the same object (cheap), and
+    the contents of the mutable ones are compared with the baseline.  Two things keep a
+    check from costing more than the body:
+
+    * arrays larger than :data:`COPY_BYTES` are write-protected while any body runs (a
+      write through them fails at once, naming the index) and compared with a baseline
+      copy only every few bodies — about :data:`COPY_BYTES` per body;
+    * when comparing the contents costs more than :data:`CHECK_SHARE` times the first
+      body, it runs only every few bodies.
+
+    A change found by such a deferred comparison names the range of bodies since the last
+    one; :meth:`finish` runs the last comparison after the last body, so nothing is missed.
+    Bodies on several threads share one guard; the index named is then the body that
+    finished when the change was seen.
+    """
+
+    __slots__ = (
+        "fn",
+        "op",
+        "kind",
+        "inv",
+        "what",
+        "roots",
+        "values",
+        "readers",
+        "deep",
+        "base",
+        "large",
+        "every",
+        "calls",
+        "since",
+        "_fp_s",
+        "_keep",
+        "_active",
+        "_mu",
+    )
+
+    def __init__(self, fn: Callable[..., Any], op: str, kind: str, inv: int, what: str) -> None:
+        self.fn = fn
+        self.op = op
+        self.kind = kind
+        self.inv = inv
+        self.what = what
+        self.roots = reachable(fn)
+        # roots holding immutable values or DDS only need an identity check per body
+        self.values = [r.read() for r in self.roots]
+        self.readers = [r.reader() for r in self.roots]
+        self.deep = [
+            k
+            for k, v in enumerate(self.values)
+            if type(v) not in _ATOMIC and not isinstance(v, _DDS) and v is not _EMPTY
+        ]
+        t0 = time.perf_counter()
+        fp = _Fingerprint()
+        self.base = fp.of([self.values[k] for k in self.deep])
+        self._fp_s = time.perf_counter() - t0
+        self._keep = fp.keep
+        self.large = [(self.deep[k], a, a.copy(), a.flags.writeable) for k, a in fp.large]
+        self.every = max(1, sum(a.nbytes for _, a in fp.large) // COPY_BYTES)
+        self.calls = 0
+        self.since: Any = _EMPTY  # the first body since contents were last compared
+        self._active = 0
+        self._mu = threading.Lock()
+
+    def __call__(self, arg: Any) -> Any:
+        if self.large or self.every > 1 or self.calls == 0:
+            return self._call_slow(arg)
+        out = self.fn(arg)
+        try:  # the common case, in C: every root still holds the same object
+            same = all(map(operator.is_, map(operator.call, self.readers), self.values))
+        except ValueError:  # a cell was emptied (del)
+            same = False
+        if not same:
+            self._check_identity(arg)
+        if self.deep:
+            self._check_contents(arg, arg)
+        return out
+
+    def _call_slow(self, arg: Any) -> Any:
+        with self._mu:
+            if self._active == 0:
+                for _, a, _, writeable in self.large:
+                    if writeable:
+                        a.flags.writeable = False
+            self._active += 1
+            self.calls += 1
+            n = self.calls
+            if self.since is _EMPTY:
+                self.since = arg
+        t0 = time.perf_counter()
+        try:
+            out = self.fn(arg)
+        except ValueError as exc:
+            if not self.large or "read-only" not in str(exc):
+                raise
+            names = ", ".join(f"{self.roots[k].describe()}" for k, *_ in self.large)
+            raise ClosureRuleError(
+                f"{self.kind} {self.op!r}: at {self._where(arg)} the loop body raised "
+                f"'ValueError: {exc}' while the large captured arrays it can reach were "
+                f"write-protected ({names}); inside a loop body everything except DDS is "
+                "read-only (closure rule). Keep the state in a DDS, or build it in the "
+                "driver after the loop"
+            ) from exc
+        finally:
+            with self._mu:
+                self._active -= 1
+                if self._active == 0:
+                    for _, a, _, writeable in self.large:
+                        if writeable:
+                            with contextlib.suppress(ValueError):
+                                a.flags.writeable = True
+        if n == 1:  # compare contents at most every few bodies if that costs more than one
+            body_s = max(time.perf_counter() - t0, 1e-6)
+            self.every = max(self.every, min(MAX_EVERY, int(self._fp_s / (CHECK_SHARE * body_s))))
+        self._check_identity(arg)
+        if n % self.every == 0:
+            self._check_contents(arg, None)
+        return out
+
+    def finish(self) -> None:
+        """After the last body of an invocation: compare what was compared only every few
+        bodies once more."""
+        if self.since is not _EMPTY:
+            self._check_contents(None, None)
+
+    def _check_identity(self, arg: Any) -> None:
+        now = [r.read() for r in self.roots]
+        for k, (a, b) in enumerate(zip(now, self.values, strict=True)):
+            if a is not b:
+                self._fail(k, self._where(arg))
+
+    def _check_contents(self, arg: Any, exact: Any) -> None:
+        """Compare contents with the baseline; ``exact``: the one body since the last
+        comparison (else the range since ``self.since``, up to ``arg`` or the last body)."""
+        since, self.since = self.since, _EMPTY
+        if exact is None and since is not _EMPTY and since is arg:
+            exact = arg
+        if exact is not None:
+            where = self._where(exact)
+        else:
+            last = "the last body" if arg is None else f"{self.what} {_index(arg)}"
+            first = f"{self.what} {_index(since)}"
+            where = f"a body between {first} and {last} (invocation {self.inv})"
+        if self.deep:
+            toks = _Fingerprint().of([r.read() for r in (self.roots[k] for k in self.deep)])
+            if toks != self.base:
+                k = next(i for i, (a, b) in enumerate(zip(toks, self.base, strict=True)) if a != b)
+                self._fail(self.deep[k], where)
+        for k, a, copy, _ in self.large:
+            now = a if a.flags.c_contiguous else np.ascontiguousarray(a)
+            if not np.array_equal(now.reshape(-1).view(np.uint8), copy.reshape(-1).view(np.uint8)):
+                self._fail(k, where)
+
+    def _where(self, arg: Any) -> str:
+        return f"{self.what} {_index(arg)} (invocation {self.inv})"
+
+    def _fail(self, k: int, where: str) -> None:
+        raise ClosureRuleError(
+            f"{self.kind} {self.op!r}: the loop body changed {self.roots[k].describe()} at "
+            f"{where}; inside a loop body everything except DDS is read-only "
+            "(closure rule), and on other nodes, threads or replays that change would be "
+            "lost or made a different number of times. Keep the state in a DDS, or build "
+            "it in the driver after the loop"
+        )
+
+
+def guard(
+    fn: Callable[..., Any], op: str, inv: int, *, kind: str = "async_for", what: str = "index"
+) -> Callable[..., Any]:
+    """``fn`` wrapped in a :class:`BodyGuard` (``fn`` itself when it is not a Python
+    function or reaches nothing to check)."""
+    if not isinstance(fn, types.FunctionType) or not reachable(fn):
+        return fn
+    return BodyGuard(fn, op, kind, inv, what)
+
+
+def finish(body: Callable[..., Any]) -> None:
+    """After the last body of an invocation: the final check of a guarded body."""
+    if isinstance(body, BodyGuard):
+        body.finish()
+
+
+__all__ = ["BodyGuard", "check_body", "finish", "guard", "reachable"]

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import _dds
-from ._errors import BodyError
+from ._errors import BodyError, ClosureRuleError
 
 if TYPE_CHECKING:
     from ._session import Session
@@ -121,6 +121,8 @@ def recon_range(
             w_ends.append(len(writes))
             if overlay:
                 overlay.clear()
+    except ClosureRuleError:
+        raise
     except Exception as exc:
         raise BodyError(op, invocation, j, sess.current_node, exc) from exc
     finally:

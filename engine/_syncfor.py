@@ -74,7 +74,7 @@ from typing import Any
 
 import numpy as np
 
-from ._closure import check_body
+from ._closure import check_body, finish, guard
 from ._dds import _DDS, SLOT_BITS
 from ._errors import DDSError, SessionError
 from ._recon import AccessSets, concat_sets, recon_range
@@ -175,6 +175,7 @@ def _recon(
     cl = sess.cluster
     n = len(data)
     M = -(-n // size) if n else 0
+    body = guard(body, name, inv, kind="sync_for", what="minibatch")
     sess.set_mode("recon")
     try:
 
@@ -187,6 +188,7 @@ def _recon(
             return recon_range(sess, name, inv, one, M * node // cl.size, M * (node + 1) // cl.size)
 
         parts = cl.run_on_nodes(share)
+        finish(body)
     finally:
         sess.set_mode("driver")
     return concat_sets(parts)
@@ -450,15 +452,18 @@ def sync_for(
         raise ValueError(f"sync_for {name!r}: replan must be one of {REPLANS}, got {replan!r}")
     reference = sess.controller.sync_executor()
     if reference is not None:  # dual tests: the serial side's independent executor
+        inv = sess.invocations.get(name, 0)
+        run_body = guard(body, name, inv, kind="sync_for", what="minibatch")
         reference(
             data,
             minibatch,
-            body,
+            run_body,
             sync=sync,
             name=name,
             per_clock=per_clock,
             params=_captured(body, sess),
         )
+        finish(run_body)
         return
     check_body(name, body)
     hybrid = sync == "hybrid"
@@ -466,6 +471,9 @@ def sync_for(
     mb, pc = int(minibatch), int(per_clock)
     inv = sess.next_invocation(name)
     t0 = time.perf_counter()
+    run_body = body
+    if sess.checked or getattr(sess, "test_mode", False):
+        run_body = guard(body, name, inv, kind="sync_for", what="minibatch")
     st, fresh = _state(sess, name, inv, data, mb, pc, body, re, hybrid)
     again = (body, data, mb, pc, hybrid)
     level = CACHED
@@ -496,7 +504,7 @@ def sync_for(
             name=name,
             inv=inv,
             op_key=sess.op_key(name, inv),
-            body=body,
+            body=run_body,
             data=data,
             layout=layout,
             hybrid=hybrid,
@@ -520,6 +528,7 @@ def sync_for(
         if replan == "auto":
             st.start = level
         _warn(sess, st, name, inv, violation, level)
+    finish(run_body)
     for d in layout.params:
         d._touch()
     seconds = time.perf_counter() - t1

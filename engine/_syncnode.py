@@ -37,6 +37,7 @@ from ._control import TurnstileDriver
 from ._errors import (
     AccessOutsideReconError,
     BodyError,
+    ClosureRuleError,
     DDSError,
     DivergenceError,
     SyncProtocolError,
@@ -194,7 +195,7 @@ class NodeRun:
                         body(m, batch)
                     finally:
                         turnstile.release(0, thread, m)
-        except (AccessOutsideReconError, DDSError, DivergenceError):
+        except (AccessOutsideReconError, ClosureRuleError, DDSError, DivergenceError):
             raise
         except Exception as exc:
             raise BodyError(ctx.name, ctx.inv, m, self.node, exc) from exc

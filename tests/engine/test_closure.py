@@ -1,0 +1,557 @@
+"""The closure rule against mutation through calls (engine/_closure.py, ``guard``).
+
+Every mutation below passes the static check (no assignment to a captured name); the
+dynamic guard must catch it in reconnaissance, in checked mode, and on both sides of the
+dual tests, and name what changed and the first index (or minibatch) that changed it.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import engine as ap
+from engine import _closure as closure
+from engine._closure import reachable
+from replay import testing
+
+N = 8  # loop indices (async_for) / data elements (sync_for, minibatch 1)
+
+LOG: list[int] = []  # appended to by helpers, two calls deep
+MODLIST: list[int] = []  # appended to through the module object
+CONST = (1.0, 2.0)
+
+
+def helper(j: int) -> None:
+    LOG.append(j)
+
+
+def outer(j: int) -> None:
+    helper(j)
+
+
+def reading_helper(j: int) -> float:
+    scratch = [CONST[0], float(j)]
+    scratch.append(math.sqrt(j + 1.0))
+    return sum(scratch)
+
+
+class Registry:
+    items: list[int] = []
+
+
+@dataclass
+class Stats:
+    log: list[int] = field(default_factory=list)
+    scale: float = 1.0
+
+    def note(self, j: int) -> None:
+        self.log.append(j)
+
+    def factor(self) -> float:
+        return self.scale * 2.0
+
+
+@pytest.fixture(autouse=True)
+def _reset(monkeypatch: pytest.MonkeyPatch) -> None:
+    LOG.clear()
+    MODLIST.clear()
+    Registry.items.clear()
+    # compare contents after every body however slow, so the indices named are exact
+    monkeypatch.setattr(closure, "CHECK_SHARE", float("inf"))
+
+
+# --------------------------------------------------------------------- the mutations
+# Each maker returns (mutate(j), the name the error must give).  ``mutate`` captures the
+# state it changes the way a user's body would.
+def _append() -> tuple[Callable[[int], None], str]:
+    seen: list[int] = []
+    return (lambda j: seen.append(j)), "'seen' (list)"
+
+
+def _extend() -> tuple[Callable[[int], None], str]:
+    seen: list[int] = []
+    return (lambda j: seen.extend([j, j])), "'seen' (list)"
+
+
+def _add_at() -> tuple[Callable[[int], None], str]:
+    counts = np.zeros(N)
+    return (lambda j: np.add.at(counts, [j], 1.0)), "'counts' (ndarray)"
+
+
+def _setdefault() -> tuple[Callable[[int], None], str]:
+    d: dict[int, list[int]] = {}
+    return (lambda j: d.setdefault(j, [])), "'d' (dict)"
+
+
+def _nested_append() -> tuple[Callable[[int], None], str]:
+    d: dict[str, list[int]] = {"a": []}
+    return (lambda j: d["a"].append(j)), "'d' (dict)"
+
+
+def _set_add() -> tuple[Callable[[int], None], str]:
+    s: set[int] = set()
+    return (lambda j: s.add(j)), "'s' (set)"
+
+
+def _attribute() -> tuple[Callable[[int], None], str]:
+    obj = Stats()
+    return (lambda j: obj.log.append(j)), "'obj' (Stats)"
+
+
+def _method() -> tuple[Callable[[int], None], str]:
+    obj = Stats()
+    return (lambda j: obj.note(j)), "'obj' (Stats)"
+
+
+def _helper() -> tuple[Callable[[int], None], str]:
+    return (
+        lambda j: helper(j)
+    ), "'LOG' (list, global in test_closure.py) via <lambda>() -> helper()"
+
+
+def _helper_deep() -> tuple[Callable[[int], None], str]:
+    return (
+        lambda j: outer(j)
+    ), "'LOG' (list, global in test_closure.py) via <lambda>() -> outer() -> helper()"
+
+
+def _module_attr() -> tuple[Callable[[int], None], str]:
+    mod = sys.modules[__name__]
+    return (lambda j: mod.MODLIST.append(j)), f"'{__name__}.MODLIST' (list)"
+
+
+def _class_attr() -> tuple[Callable[[int], None], str]:
+    return (lambda j: Registry.items.append(j)), "'Registry.items' (list)"
+
+
+def _default() -> tuple[Callable[[int], None], str]:
+    def mutate(j: int, acc: list[int] = []) -> None:  # noqa: B006 - the point of the test
+        acc.append(j)
+
+    return mutate, "'acc' (list, default argument of"
+
+
+def _bytearray() -> tuple[Callable[[int], None], str]:
+    buf = bytearray(N)
+    return (lambda j: buf.__setitem__(j, 1)), "'buf' (bytearray)"
+
+
+def _array_view() -> tuple[Callable[[int], None], str]:
+    a = np.zeros((N, 2))
+    col = a[:, 1]  # a strided view: hashed through a contiguous copy
+    return (lambda j: np.copyto(col, j + 1.0)), "'col' (ndarray)"
+
+
+def _large_array() -> tuple[Callable[[int], None], str]:
+    big = np.zeros(100_000)  # above COPY_BYTES: write-protected while bodies run
+    return (lambda j: np.copyto(big[j : j + 1], 1.0)), "'big' (ndarray)"
+
+
+def _large_list() -> tuple[Callable[[int], None], str]:
+    many = list(range(5000))  # above LARGE_ITEMS: compared by length and ends
+    return (lambda j: many.append(j)), "'many' (list)"
+
+
+def _large_dict() -> tuple[Callable[[int], None], str]:
+    table = {k: [k] for k in range(5000)}
+    return (lambda j: table.setdefault(-j - 1, [])), "'table' (dict)"
+
+
+MUTATIONS: dict[str, Callable[[], tuple[Callable[[int], None], str]]] = {
+    "large array": _large_array,
+    "large list": _large_list,
+    "large dict": _large_dict,
+    "append": _append,
+    "extend": _extend,
+    "np.add.at": _add_at,
+    "dict.setdefault": _setdefault,
+    "nested append": _nested_append,
+    "set.add": _set_add,
+    "attribute": _attribute,
+    "method": _method,
+    "helper": _helper,
+    "helper two deep": _helper_deep,
+    "module attribute": _module_attr,
+    "class attribute": _class_attr,
+    "default argument": _default,
+    "bytearray": _bytearray,
+    "strided view": _array_view,
+}
+
+
+def program(
+    kind: str, mutation: str, at: int, invocation: int, outcome: dict[str, Any] | None = None
+) -> Callable[[], None]:
+    """A driver with two invocations of one loop; ``mutation`` runs only at index (or
+    minibatch) ``at`` of invocation ``invocation`` (1: after reconnaissance)."""
+
+    def driver() -> None:
+        mutate, label = MUTATIONS[mutation]()
+        if outcome is not None:
+            outcome["label"] = label
+        X = ap.dvector(N, shape=(), name="X")
+        data = ap.dvector(N, shape=(1,), init=ap.init.uniform(0, 1), name="data")
+        current = [0]  # the driver's invocation counter, read-only in the body
+
+        def body(j: int) -> None:
+            X[j] = X[j] + 1.0
+            if current[0] == invocation and j == at:
+                mutate(j)
+
+        def sync_body(batch: ap.Batch) -> None:
+            X[batch.number] = X[batch.number] + float(batch.values[0, 0])
+            if current[0] == invocation and batch.number == at:
+                mutate(batch.number)
+
+        for it in range(2):
+            current[0] = it
+            if kind == "async":
+                ap.async_for(0, N, body, name="loop")
+            else:
+                ap.sync_for(data, 1, sync_body, name="loop")
+            ap.log_objective("x", float(X.gather().sum()))
+
+    return driver
+
+
+def _expect(info: pytest.ExceptionInfo, kind: str, label: str, at: int, invocation: int) -> None:
+    msg = str(info.value)
+    assert label in msg, msg
+    where = "index" if kind == "async" else "minibatch"
+    assert f"{where} {at} (invocation {invocation})" in msg, msg
+    assert f"{kind}_for 'loop'" in msg and "closure rule" in msg, msg
+
+
+# --------------------------------------------------------------------- reconnaissance
+@pytest.mark.parametrize("mutation", sorted(MUTATIONS))
+@pytest.mark.parametrize("kind", ["async", "sync"])
+def test_reconnaissance_catches_mutation_through_calls(kind: str, mutation: str) -> None:
+    out: dict[str, Any] = {}
+    with pytest.raises(ap.ClosureRuleError) as info:
+        ap.run(program(kind, mutation, at=3, invocation=0, outcome=out), nodes=2)
+    _expect(info, kind, out["label"], 3, 0)
+
+
+def test_reconnaissance_exits_at_the_first_body_that_mutates() -> None:
+    ran: list[int] = []
+    X = []
+
+    def driver() -> None:
+        seen: list[int] = []
+        Y = ap.dvector(N, shape=(), name="Y")
+        X.append(Y)
+
+        def body(j: int) -> None:
+            Y[j] = 1.0
+            if j >= 2:
+                seen.append(j)
+
+        try:
+            ap.async_for(0, N, body, name="loop")
+        finally:
+            ran.append(len(seen))
+
+    with pytest.raises(ap.ClosureRuleError, match="index 2 "):
+        ap.run(driver)
+    assert ran == [1]  # stopped right after the first offending body
+    assert X[0].gather().sum() == 0.0  # reconnaissance committed nothing
+
+
+def direct_bodies() -> list[tuple[Callable[[int], None], str]]:
+    """Bodies that mutate captured state themselves (no helper in between)."""
+    seen: list[int] = []
+    counts = np.zeros(N)
+    d: dict[int, int] = {}
+    s: set[int] = set()
+    obj = Stats()
+
+    def append(j: int) -> None:
+        seen.append(j)
+
+    def add_at(j: int) -> None:
+        np.add.at(counts, [j], 1.0)
+
+    def setdefault(j: int) -> None:
+        d.setdefault(j, 0)
+
+    def set_add(j: int) -> None:
+        s.add(j)
+
+    def attribute(j: int) -> None:
+        obj.log.append(j)
+
+    def default(j: int, acc: list[int] = []) -> None:  # noqa: B006
+        acc.append(j)
+
+    def in_place(j: int) -> None:
+        np.multiply(counts, 1.0, out=counts)  # writing the same bytes is no change
+        counts.sort()  # nor is sorting sorted data
+        if j == 1:
+            np.add(counts, 1.0, out=counts)
+
+    return [
+        (append, "'seen' (list)"),
+        (add_at, "'counts' (ndarray)"),
+        (setdefault, "'d' (dict)"),
+        (set_add, "'s' (set)"),
+        (attribute, "'obj' (Stats)"),
+        (default, "'acc' (list, default argument of default)"),
+        (in_place, "'counts' (ndarray)"),
+    ]
+
+
+@pytest.mark.parametrize("k", range(7))
+@pytest.mark.parametrize("kind", ["async", "sync"])
+def test_reconnaissance_catches_direct_mutation_in_the_body(kind: str, k: int) -> None:
+    labels: list[str] = []
+
+    def driver() -> None:
+        fn, label = direct_bodies()[k]
+        labels.append(label)
+        X = ap.dvector(N, shape=(), name="X")
+        data = ap.dvector(N, shape=(1,), name="data")
+
+        def sync_body(batch: ap.Batch) -> None:
+            fn(batch.number)
+
+        if kind == "async":
+            ap.async_for(0, N, fn, name="loop")
+        else:
+            ap.sync_for(data, 1, sync_body, name="loop")
+        X[0] = 1.0
+
+    with pytest.raises(ap.ClosureRuleError) as info:
+        ap.run(driver)
+    assert labels[0] in str(info.value)
+    first = 1 if k == 6 else 0
+    assert f"{'index' if kind == 'async' else 'minibatch'} {first} " in str(info.value)
+
+
+# --------------------------------------------------------------------- checked mode
+@pytest.mark.parametrize("mutation", ["append", "np.add.at", "helper two deep", "default argument"])
+@pytest.mark.parametrize("kind", ["async", "sync"])
+def test_checked_mode_catches_mutation_after_reconnaissance(kind: str, mutation: str) -> None:
+    out: dict[str, Any] = {}
+    prog = program(kind, mutation, at=5, invocation=1, outcome=out)
+    ap.run(prog, nodes=2)  # unchecked: reconnaissance never saw it, nothing else looks
+    with pytest.raises(ap.ClosureRuleError) as info:
+        ap.run(program(kind, mutation, at=5, invocation=1, outcome=out), nodes=2, checked=True)
+    _expect(info, kind, out["label"], 5, 1)
+
+
+def test_checked_mode_with_threads_names_the_variable() -> None:
+    out: dict[str, Any] = {}
+    with pytest.raises(ap.ClosureRuleError, match="'seen' \\(list\\)"):
+        ap.run(program("async", "append", 5, 1, out), nodes=2, threads=2, checked=True)
+
+
+# --------------------------------------------------------------------- dual tests
+@pytest.mark.parametrize("direction", ["forward", "backward"])
+@pytest.mark.parametrize("kind", ["async", "sync"])
+@pytest.mark.parametrize("mutation", ["append", "helper"])
+def test_dual_tests_catch_mutation_on_either_side(kind: str, mutation: str, direction: str) -> None:
+    # forward runs the serial side first, backward the parallel side first
+    out: dict[str, Any] = {}
+    with pytest.raises(ap.ClosureRuleError) as info:
+        testing.dual(program(kind, mutation, 5, 1, out), nodes=2, direction=direction)
+    _expect(info, kind, out["label"], 5, 1)
+
+
+def test_test_mode_checks_every_body_of_both_loops() -> None:
+    for kind in ("async", "sync"):
+        out: dict[str, Any] = {}
+        with pytest.raises(ap.ClosureRuleError, match="invocation 1"):
+            ap.run(program(kind, "set.add", 5, 1, out), nodes=3, test_mode=True)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    kind=st.sampled_from(["async", "sync"]),
+    mutation=st.sampled_from(sorted(MUTATIONS)),
+    at=st.integers(0, N - 1),
+    invocation=st.integers(0, 1),
+    nodes=st.integers(1, 3),
+)
+def test_any_mutation_anywhere_is_caught_in_checked_mode(
+    kind: str, mutation: str, at: int, invocation: int, nodes: int
+) -> None:
+    LOG.clear()
+    MODLIST.clear()
+    Registry.items.clear()
+    out: dict[str, Any] = {}
+    with pytest.raises(ap.ClosureRuleError) as info:
+        ap.run(program(kind, mutation, at, invocation, out), nodes=nodes, checked=True)
+    _expect(info, kind, out["label"], at, invocation)
+
+
+# --------------------------------------------------------------------- no false positives
+GEN = np.random.default_rng(0)  # a global generator the body never touches
+TABLE = np.arange(N, dtype=np.float64)  # a global array, only read
+NAMES = {"a": 1, "b": 2}  # a global dict, only read
+
+
+def typical() -> None:
+    """Bodies that read captured lists, arrays, dicts, objects, globals and helpers, use
+    ``ap.rng()``, numpy and math, and mutate only locals and DDS."""
+    X = ap.dvector(N, shape=(2,), name="X")
+    Y = ap.dvector(N, shape=(), name="Y")
+    tables = [X, Y]
+    by_name = {"X": X, "Y": Y}
+    weights = np.linspace(0.0, 1.0, N)
+    nan_row = np.array([np.nan, 1.0])  # NaN != NaN must not look like a change
+    stats = Stats(scale=0.5)
+    shape = (N, 2)
+    data = ap.dvector(N, shape=(1,), init=ap.init.uniform(0, 1), name="data")
+
+    def body(j: int, scale: float = 2.0) -> None:
+        local: list[float] = []
+        local.append(weights[j] * scale)
+        local.extend([TABLE[j], float(NAMES["a"])])
+        noise = float(ap.rng().random())
+        row = np.zeros(2)
+        np.add.at(row, [0], 1.0)
+        row += nan_row[1] + stats.factor() + reading_helper(j)
+        vals = [math.sqrt(abs(v)) for v in local]
+        X[j] = row + sum(vals) * noise
+        tables[1][j] = Y[j] + len(shape)
+        by_name["Y"][j] += 1.0
+        _ = sorted(NAMES.items(), key=lambda kv: kv[1])
+
+    def sync_body(batch: ap.Batch) -> None:
+        m = batch.number
+        grad = batch.values.mean(axis=0) * weights[m] + float(ap.rng().random())
+        Y[m] = Y[m] + float(grad[0]) + stats.factor()
+
+    for _ in range(2):
+        ap.async_for(0, N, body, name="typical")
+        ap.sync_for(data, 1, sync_body, name="typical_sync")
+        ap.log_objective("s", float(X.gather().sum() + Y.gather().sum()))
+
+
+@pytest.mark.parametrize(
+    "kw", [{}, {"checked": True}, {"test_mode": True}, {"nodes": 3, "threads": 2, "checked": True}]
+)
+def test_typical_bodies_are_not_flagged(kw: dict[str, Any]) -> None:
+    state = GEN.bit_generator.state
+    ap.run(typical, **kw)
+    assert GEN.bit_generator.state == state
+
+
+def test_typical_bodies_pass_the_dual_tests() -> None:
+    testing.assert_dual(typical, nodes=2, threads=2, order="random")
+
+
+def test_the_driver_may_change_captured_state_between_invocations() -> None:
+    def driver() -> None:
+        X = ap.dvector(N, shape=(), name="X")
+        rates = [0.1]
+
+        def body(j: int) -> None:
+            X[j] = X[j] + rates[-1]
+
+        for _ in range(3):
+            ap.async_for(0, N, body, name="decay")
+            rates.append(rates[-1] * 0.5)  # the driver, between invocations: allowed
+
+    ap.run(driver, checked=True)
+    ap.run(driver, test_mode=True)
+
+
+def test_large_arrays_are_write_protected_only_while_bodies_run() -> None:
+    big = np.zeros(100_000)
+    flags: list[bool] = []
+
+    def driver(write: bool) -> None:
+        X = ap.dvector(N, shape=(), name="X")
+
+        def body(j: int) -> None:
+            X[j] = big[j] + 1.0  # reading is fine
+            if write and j == 4:
+                big.sort()  # in place, through a method: the write flag stops it
+
+        for _ in range(2):
+            ap.async_for(0, N, body, name="big")
+            flags.append(big.flags.writeable)
+            big[0] = 0.0  # the driver may write between invocations
+
+    ap.run(driver, {"write": False}, checked=True)
+    assert flags == [True, True]
+    with pytest.raises(ap.ClosureRuleError, match="at index 4 .*'big' \\(ndarray\\)"):
+        ap.run(driver, {"write": True}, nodes=2)
+    assert big.flags.writeable
+
+
+@pytest.mark.parametrize("n", [N, 200])
+def test_large_arrays_changed_past_the_write_flag_are_caught_by_comparison(n: int) -> None:
+    """``np.add.at`` ignores the write flag (numpy 2.x): the periodic comparison with the
+    baseline copy, or the one after the last body, names a range of bodies."""
+    big = np.zeros(100_000)
+
+    def driver() -> None:
+        X = ap.dvector(n, shape=(), name="X")
+
+        def body(j: int) -> None:
+            X[j] = 1.0
+            if j == 5:
+                np.add.at(big, [0], 1.0)
+
+        ap.async_for(0, n, body, name="big")
+
+    with pytest.raises(ap.ClosureRuleError) as info:
+        ap.run(driver)
+    msg = str(info.value)
+    assert "'big' (ndarray)" in msg and "invocation 0" in msg, msg
+    last = "the last body" if n == N else "index 11"  # compared every 12 bodies (800 kB)
+    assert f"a body between index 0 and {last}" in msg, msg
+
+
+@pytest.mark.parametrize("every,last", [(1000, "the last body"), (10, "index 9")])
+def test_costly_comparisons_run_every_few_bodies_and_after_the_last(
+    monkeypatch: pytest.MonkeyPatch, every: int, last: str
+) -> None:
+    monkeypatch.setattr(closure, "CHECK_SHARE", 1e-12)  # any comparison costs too much
+    monkeypatch.setattr(closure, "MAX_EVERY", every)
+    seen: list[int] = []
+
+    def driver() -> None:
+        X = ap.dvector(50, shape=(), name="X")
+
+        def body(j: int) -> None:
+            X[j] = 1.0
+            if j == 5:
+                seen.append(j)
+
+        ap.async_for(0, 50, body, name="slow")
+
+    with pytest.raises(ap.ClosureRuleError) as info:
+        ap.run(driver)
+    assert f"'seen' (list) at a body between index 0 and {last} (invocation 0)" in str(info.value)
+
+
+# --------------------------------------------------------------------- what is reached
+def test_reachable_roots_follow_user_code_only() -> None:
+    stats = Stats()
+    weights = np.zeros(3)
+
+    def body(j: int, acc: list[int] = []) -> None:  # noqa: B006
+        outer(j)
+        stats.factor()
+        f = lambda: Registry.items  # noqa: E731 - a nested code object
+        f()
+        np.add(weights, 1.0)
+        ap.rng()
+
+    labels = {r.label for r in reachable(body)}
+    assert {"'stats'", "'weights'", "'acc'", "'Registry'", "'Registry.items'"} <= labels
+    assert "'LOG'" in labels and "'np'" in labels and "'ap'" in labels
+    # engine, numpy and math are not user code: nothing inside them is a root
+    assert not any(label.startswith(("'engine.", "'numpy.")) for label in labels)
