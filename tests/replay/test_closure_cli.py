@@ -1,0 +1,74 @@
+"""The closure rule through calls, from the command line, in-process and under mpiexec.
+
+A loop body that mutates captured Python state through a call (a helper appending to a
+module-level list) would be applied a different number of times on each node, thread,
+replay or serial run.  Reconnaissance catches it on the first invocation; a mutation that
+only starts later is caught by ``--checked`` and by the dual tests, on 1, 2 and 3 ranks.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_cli
+
+APP = '''
+import numpy as np
+import engine as ap
+
+SEEN = []
+
+
+def note(j):
+    SEEN.append(j)
+
+
+def train(epochs: int = 2, late: bool = False):
+    X = ap.dvector(12, shape=(), init=ap.init.zeros(), name="X")
+    counts = np.zeros(12)
+
+    def body(j):
+        X[j] = X[j] + 1.0
+        if not late or X[j] > 1.0:
+            if j == 5:
+                note(j)
+            if j == 7:
+                np.add.at(counts, [j], 1)
+
+    for _ in range(epochs):
+        ap.async_for(0, 12, body, name="count")
+        ap.log_objective("sum", float(X.gather().sum()))
+'''
+
+
+@pytest.fixture
+def app(tmp_path: Path) -> str:
+    path = tmp_path / "seen.py"
+    path.write_text(APP)
+    return f"{path}:train"
+
+
+@pytest.mark.parametrize("ranks", [1, 2, 3])
+def test_reconnaissance_catches_a_helper_that_appends(app: str, ranks: int) -> None:
+    res = run_cli(["run", app, "--ranks", str(ranks), "--no-trace"])
+    assert res.returncode == 2, res.stdout + res.stderr
+    last = res.stderr.strip().splitlines()[-1]
+    assert "'count'" in last and "'SEEN'" in last and "closure rule" in last, last
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_a_mutation_after_reconnaissance_needs_checked_or_the_dual_tests(
+    app: str, ranks: int
+) -> None:
+    plain = run_cli(["run", app, "-p", "late=true", "--ranks", str(ranks), "--no-trace"])
+    assert plain.returncode == 0, plain.stderr  # documented: normal runs check RE only
+    checked = run_cli(
+        ["run", app, "-p", "late=true", "--ranks", str(ranks), "--no-trace", "--checked"]
+    )
+    assert checked.returncode == 2, checked.stderr
+    assert "invocation 1" in checked.stderr and "'count'" in checked.stderr
+    dual = run_cli(["dual", app, "-p", "late=true", "--ranks", str(ranks), "--no-trace"])
+    assert dual.returncode != 0, dual.stdout + dual.stderr
+    assert "'count'" in dual.stderr and "closure rule" in dual.stderr
