@@ -14,7 +14,7 @@ import pytest
 
 from tests.conftest import run_cli
 
-APP = '''
+APP = """
 import numpy as np
 import engine as ap
 
@@ -40,7 +40,7 @@ def train(epochs: int = 2, late: bool = False):
     for _ in range(epochs):
         ap.async_for(0, 12, body, name="count")
         ap.log_objective("sum", float(X.gather().sum()))
-'''
+"""
 
 
 @pytest.fixture
