@@ -335,8 +335,13 @@ def abandon(spec: dict[str, Any], rank: int) -> None:
         return
     who = spec.get("parent", {}).get("pid", "?")
     _mark_crashed(spec, f"the replay process (pid {who}) died; the run was abandoned")
-    if spec.get("tmp_dir"):
-        shutil.rmtree(spec["tmp_dir"], ignore_errors=True)
+    for d in {str(spec.get(k)) for k in ("tmp_dir", "job_dir") if spec.get(k)}:
+        try:  # only directories the dead process created for this job (not a user's)
+            owner = json.loads((Path(d) / _procs.OWNER_FILE).read_text())
+        except (OSError, ValueError):
+            continue
+        if owner.get("pid") == spec["parent"]["pid"]:
+            shutil.rmtree(d, ignore_errors=True)
 
 
 def _mark_crashed(spec: dict[str, Any], message: str) -> None:
