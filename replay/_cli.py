@@ -21,7 +21,7 @@ import click
 from engine import DriverDivergenceError
 from tui import register as register_browse
 
-from . import _environment
+from . import _environment, _procs
 from ._errors import UsageError
 from ._job import EXIT_DIVERGED, EXIT_FAILED, JobFailed, describe, launch, run_here
 from ._replay import open_run, parse_break, parse_until, replay_here, store_verdict
@@ -40,6 +40,8 @@ class _Group(click.Group):
             _fail(str(exc), exc.status)
         except KeyboardInterrupt:
             _fail("interrupted", 130)
+        except _procs.Interrupted as exc:
+            _fail(str(exc), exc.status)
         except Exception as exc:  # noqa: BLE001 - the CLI never shows a raw traceback
             if os.environ.get("REPLAY_DEBUG"):
                 traceback.print_exc()
@@ -367,6 +369,29 @@ def demo_cmd(ranks: int, epochs: int) -> None:
         sys.exit(EXIT_FAILED)
 
 
+def _limit_options() -> Callable[..., Any]:
+    """--max-ranks/--max-threads: how much of the machine a trace may ask for."""
+    limit = _procs.default_limit()
+    return _with(
+        [
+            click.option(
+                "--max-ranks",
+                type=click.IntRange(min=1),
+                default=limit,
+                show_default="4 x CPUs",
+                help="Refuse a trace that records more ranks (nodes) than this.",
+            ),
+            click.option(
+                "--max-threads",
+                type=click.IntRange(min=1),
+                default=limit,
+                show_default="4 x CPUs",
+                help="Refuse a trace that records more threads per node than this.",
+            ),
+        ]
+    )
+
+
 def _replay_report(res: dict[str, Any], as_json: bool) -> None:
     """Print a replay result, store its verdict in the trace, exit 3 on divergence."""
     try:
@@ -426,13 +451,21 @@ def _replay_report(res: dict[str, Any], as_json: bool) -> None:
     "--timeout", type=float, default=None, help="Kill the MPI job after this many seconds."
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
+@_limit_options()
 def cluster_cmd(
-    trace: str, run_id: str | None, out_trace: str | None, timeout: float | None, as_json: bool
+    trace: str,
+    run_id: str | None,
+    out_trace: str | None,
+    timeout: float | None,
+    as_json: bool,
+    max_ranks: int,
+    max_threads: int,
 ) -> None:
     """Replay TRACE on the recorded number of MPI ranks, enforcing its recorded orders."""
     say = _printer(as_json)
     path = str(Path(trace).resolve())
     info = open_run(path, run_id).info
+    _procs.check_shape(info.ranks, info.threads, max_ranks=max_ranks, max_threads=max_threads)
     hash_seed = _environment.recorded_hash_seed(info.environment)
     if _under_launcher() or info.ranks == 1:
         _environment.ensure(hash_seed)  # replay_here warns about what still differs
@@ -480,13 +513,22 @@ def cluster_cmd(
     help="Stop in pdb in the driver after that invocation.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
+@_limit_options()
 def single_cmd(
-    trace: str, run_id: str | None, brk: str | None, until: str | None, as_json: bool
+    trace: str,
+    run_id: str | None,
+    brk: str | None,
+    until: str | None,
+    as_json: bool,
+    max_ranks: int,
+    max_threads: int,
 ) -> None:
     """Replay every node of TRACE inside this process (pdb can stop in any body)."""
     say = _printer(as_json)
     path = str(Path(trace).resolve())
     info = open_run(path, run_id).info
+    # every recorded node becomes threads of this one process
+    _procs.check_shape(info.ranks, info.threads, max_ranks=max_ranks, max_threads=max_threads)
     _environment.ensure(_environment.recorded_hash_seed(info.environment))
     spec: dict[str, Any] = {
         "kind": "replay",
@@ -621,6 +663,7 @@ def main() -> None:
     # only the real command line may re-execute itself (not click's test runner)
     _environment.allow_reexec(sys.argv[1:])
     _environment.one_line_warnings()
+    _procs.install_signal_handlers()
     cli(prog_name="replay")
 
 

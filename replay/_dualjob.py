@@ -37,6 +37,7 @@ import numpy as np
 
 import engine
 
+from . import _procs
 from ._dualctl import (
     BodyOrders,
     Capture,
@@ -151,7 +152,8 @@ class MpiSide:
             kind, orders = "replay", controller.orders
         elif controller is not None:
             raise TypeError(f"the MPI side cannot ship controller {controller!r}")
-        with tempfile.TemporaryDirectory(prefix="replay-dual-") as tmp:
+        with tempfile.TemporaryDirectory(prefix=_procs.JOB_PREFIX) as tmp:
+            _procs.write_owner(tmp)  # swept at a later launch if this process is SIGKILLed
             job = Path(tmp)
             spec = {
                 "kind": "dual",

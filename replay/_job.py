@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from . import _environment
+from . import _environment, _procs
 from ._apps import all_params, parse_params, resolve
 from ._errors import LaunchError, ReplayError, UsageError
 
@@ -125,9 +125,14 @@ def _recorder(spec: dict[str, Any], app: Any, params: dict[str, Any], comm: Any)
 
 @contextlib.contextmanager
 def recording(recorder: Any) -> Iterator[None]:
-    """Close ``recorder`` (if any) as finished, or as failed with the traceback."""
+    """Close ``recorder`` (if any) as finished, or as failed with the traceback
+    (``crashed``, "interrupted by SIGINT/SIGTERM/SIGHUP", when the user stopped it)."""
     try:
         yield
+    except (KeyboardInterrupt, _procs.Interrupted) as exc:
+        if recorder is not None:
+            recorder.close("crashed", _procs.interrupt_reason(exc))
+        raise
     except BaseException:
         if recorder is not None:
             recorder.close("failed", traceback.format_exc())
@@ -232,9 +237,12 @@ def launch(
     and keeping the ranks' output files after the job; by default a temporary one.
     """
     mpiexec = find_mpiexec()
-    with tempfile.TemporaryDirectory(prefix="replay-job-") as tmp:
+    _procs.sweep_stale()
+    with tempfile.TemporaryDirectory(prefix=_procs.JOB_PREFIX) as tmp:
+        _procs.write_owner(tmp)
         job = Path(job_dir or tmp)
-        spec = dict(spec, job_dir=str(job))
+        # each rank watches this process and cleans up after it if it is SIGKILLed
+        spec = dict(spec, job_dir=str(job), tmp_dir=tmp, parent=_procs.identity())
         (job / "spec.json").write_text(json.dumps(spec))
         cmd = [
             mpiexec,
@@ -294,8 +302,12 @@ def launch(
                 f"the {ranks}-rank job did not finish within {timeout:g} s and was killed; "
                 "a rank may be deadlocked or the run needs a longer --timeout"
             ) from None
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, _procs.Interrupted) as exc:
             _kill(proc)
+            _mark_crashed(spec, _procs.interrupt_reason(exc))
+            raise
+        except BaseException:
+            _kill(proc)  # whatever went wrong here, no rank outlives this call
             raise
         for t in threads:
             t.join(timeout=5)
@@ -315,9 +327,26 @@ def launch(
         raise LaunchError(message)
 
 
+def abandon(spec: dict[str, Any], rank: int) -> None:
+    """A rank's watchdog found the parent CLI dead: clean up after it (rank 0 marks the
+    run crashed and removes the job directory; the others give it a moment first)."""
+    if rank != 0:
+        time.sleep(1.0)  # an early exit would make mpiexec kill rank 0 mid-cleanup
+        return
+    who = spec.get("parent", {}).get("pid", "?")
+    _mark_crashed(spec, f"the replay process (pid {who}) died; the run was abandoned")
+    for d in {str(spec.get(k)) for k in ("tmp_dir", "job_dir") if spec.get(k)}:
+        try:  # only directories the dead process created for this job (not a user's)
+            owner = json.loads((Path(d) / _procs.OWNER_FILE).read_text())
+        except (OSError, ValueError):
+            continue
+        if owner.get("pid") == spec["parent"]["pid"]:
+            shutil.rmtree(d, ignore_errors=True)
+
+
 def _mark_crashed(spec: dict[str, Any], message: str) -> None:
     """A rank died or aborted: a still-running traced run becomes ``crashed``."""
-    if not spec.get("trace") or not Path(spec["trace"]).exists():
+    if not spec.get("trace") or not Path(spec["trace"]).is_file():
         return
     try:
         import tracer

@@ -16,6 +16,8 @@ import click
 
 import tracer
 
+from ._paths import check_output, refuse_special
+
 #: File name patterns ``replay ls`` treats as trace stores.
 TRACE_GLOBS = ("*.sqlite", "*.db")
 
@@ -93,7 +95,9 @@ def ls_cmd(directory: str, as_json: bool) -> None:
             f"{directory} does not exist: record a run with 'replay run APP --trace PATH' "
             "or pass the directory that holds your traces"
         )
-    files = [root] if root.is_file() else sorted({p for g in TRACE_GLOBS for p in root.glob(g)})
+    if not root.is_dir():
+        refuse_special(root)  # a FIFO given by name: one line, exit 2
+    files = [root] if not root.is_dir() else sorted({p for g in TRACE_GLOBS for p in root.glob(g)})
     listed: list[dict[str, Any]] = []
     errors: list[dict[str, str]] = []
     for path in files:
@@ -119,8 +123,11 @@ def ls_cmd(directory: str, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps({"traces": listed, "errors": errors}))
         return
-    if not listed and not errors:
-        click.echo(f"no traces in {directory}")
+    if not listed:
+        click.echo(f"no readable traces in {directory}" if errors else f"no traces in {directory}")
+    for e in errors:  # FIFOs, devices, foreign or damaged files: never opened or listed
+        click.echo(f"{e['path']}: skipped: {e['error']}", err=True)
+    if not listed:
         return
     rows = [["path", "app", "started", "ranks x threads", "status", "duration", "size"]]
     for r in listed:
@@ -137,8 +144,6 @@ def ls_cmd(directory: str, as_json: bool) -> None:
         )
     for line in _table(rows, {3, 5, 6}):
         click.echo(line)
-    for e in errors:
-        click.echo(f"{e['path']}: skipped: {e['error']}", err=True)
 
 
 @click.command("show")
@@ -223,8 +228,10 @@ def show_cmd(trace_path: str, run_id: str | None, as_json: bool) -> None:
     "-o", "--output", required=True, type=click.Path(dir_okay=False), help="File to write."
 )
 @click.option("--run", "run_id", default=None, help="Run to export (default: the latest).")
-def export_cmd(trace_path: str, fmt: str, output: str, run_id: str | None) -> None:
+@click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists (never a trace).")
+def export_cmd(trace_path: str, fmt: str, output: str, run_id: str | None, force: bool) -> None:
     """Export a run of TRACE for a timeline viewer."""
+    check_output(output, force=force, reading=[trace_path])
     with tracer.open(trace_path) as trace:
         n = tracer.export_chrome(trace, run_id, output)
     click.echo(f"wrote {n} events to {output} (open it in https://ui.perfetto.dev)")

@@ -28,6 +28,11 @@ def main(argv: list[str]) -> int:
 
     comm = MPI.COMM_WORLD
     rank = comm.Get_rank()
+    if spec.get("parent"):
+        from ._job import abandon
+        from ._procs import start_watchdog
+
+        start_watchdog(spec["parent"], lambda: abandon(spec, rank))
 
     def progress(line: str) -> None:
         # always stdout: the parent forwards it to its stdout, or stderr under --json

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import stat
 import time
 from pathlib import Path
 from typing import Any
@@ -94,10 +95,14 @@ def create_store(target: str | os.PathLike[str] | Engine) -> Engine:
         if engine.dialect.name == "sqlite":
             _tune_sqlite(engine)
             path = sqlite_path(target)
-            if path is not None and path.exists() and path.stat().st_size > 0:
-                open_engine(path, allow_empty=True).dispose()
+            if path is not None and path.exists():
+                refuse_special(path)
+                if path.stat().st_size > 0:
+                    open_engine(path, allow_empty=True).dispose()
     else:
         path = Path(os.fspath(target))
+        if path.exists():
+            refuse_special(path)
         if path.exists() and (path.is_dir() or path.stat().st_size > 0):
             open_engine(path, allow_empty=True).dispose()  # never touch a foreign file
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -246,13 +251,49 @@ def mark_crashed(store: Any, run_id: str, error: str | None = None) -> bool:
 
 
 # ====================================================================== readers
+#: What ``os.stat`` says a non-regular file is, for the one-line refusal.
+_KINDS = (
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
+
+
+def special_kind(path: str | os.PathLike[str]) -> str | None:
+    """What ``path`` is if it exists and is neither a regular file nor a directory.
+
+    Uses ``os.stat`` only: opening a FIFO blocks until a writer appears, so nothing
+    that may be one is ever opened before this check.
+    """
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    return next((what for test, what in _KINDS if test(mode)), "not a regular file")
+
+
+def refuse_special(path: str | os.PathLike[str]) -> None:
+    """Raise :class:`TraceFormatError` if ``path`` is a FIFO, socket or device."""
+    kind = special_kind(path)
+    if kind is not None:
+        raise TraceFormatError(f"{os.fspath(path)} is {kind}, not a trace file: {HINT}")
+
+
 def check_file(path: Path) -> None:
     """Refuse, in one line, a path that is missing or not an intact SQLite file."""
     shown = os.fspath(path)
-    if not path.exists():
-        raise TraceNotFoundError(f"{shown} does not exist: {HINT}")
-    if path.is_dir():
+    try:
+        mode = os.stat(path).st_mode  # never open() first: a FIFO would block forever
+    except FileNotFoundError:
+        raise TraceNotFoundError(f"{shown} does not exist: {HINT}") from None
+    except OSError as exc:
+        raise TraceNotFoundError(f"cannot read {shown}: {exc.strerror}") from None
+    if stat.S_ISDIR(mode):
         raise TraceFormatError(f"{shown} is a directory, not a trace file: {HINT}")
+    refuse_special(path)
     try:
         size = path.stat().st_size
         with path.open("rb") as fh:
@@ -383,5 +424,7 @@ __all__ = [
     "finish_run",
     "mark_crashed",
     "open_engine",
+    "refuse_special",
+    "special_kind",
     "start_run",
 ]

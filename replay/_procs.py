@@ -1,0 +1,188 @@
+"""Keeping MPI jobs tied to the ``replay`` process that started them.
+
+The CLI starts ``mpiexec`` in a session of its own, so that one ``killpg`` stops it
+and every rank.  Three ways the CLI can go away must not leave ranks or job
+directories behind:
+
+* it returns or raises (errors, ``--timeout``, Ctrl-C): ``launch`` kills the group and
+  its ``TemporaryDirectory`` is removed on the way out;
+* it receives SIGTERM or SIGHUP: :func:`install_signal_handlers` turns them into
+  :class:`Interrupted`, which unwinds through the same path;
+* it is killed outright (SIGKILL): nothing runs in the CLI, so each rank watches it
+  (:func:`start_watchdog`; ``PR_SET_PDEATHSIG`` cannot help, a rank's parent is the
+  hydra proxy, not the CLI), marks the traced run crashed, removes the job directory
+  and exits.  A job directory left by a CLI that died some other way is removed by
+  :func:`sweep_stale` at the next launch, once its owner is known to be dead.
+
+Limits on what a trace may ask for (``--max-ranks``, ``--max-threads``) live here too:
+a trace is input, and 999 ranks from an edited file must not start 999 processes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from ._errors import UsageError
+
+#: Seconds between two checks of a rank's watchdog: how long orphaned ranks may run on.
+WATCH_INTERVAL_S = 0.5
+#: Name of the file in a job directory that names the process owning it.
+OWNER_FILE = "owner.json"
+#: Prefix of the job directories ``launch`` creates in the temporary directory.
+JOB_PREFIX = "replay-job-"
+
+
+def default_limit() -> int:
+    """Default of ``--max-ranks`` and ``--max-threads``: 4 x the CPUs of this machine."""
+    return 4 * (os.cpu_count() or 1)
+
+
+def check_shape(ranks: int, threads: int, *, max_ranks: int, max_threads: int) -> None:
+    """Refuse a trace that asks for more ranks or threads than the limits allow."""
+    if ranks > max_ranks:
+        raise UsageError(
+            f"the trace asks for {ranks} ranks, more than the limit of {max_ranks}; "
+            f"pass --max-ranks {ranks} if you really want that many processes"
+        )
+    if threads > max_threads:
+        raise UsageError(
+            f"the trace asks for {threads} threads per node, more than the limit of "
+            f"{max_threads}; pass --max-threads {threads} if you really want that many"
+        )
+    if ranks < 1 or threads < 1:
+        raise UsageError(
+            f"the trace records {ranks} rank(s) x {threads} thread(s); both must be >= 1 "
+            "(the trace is damaged)"
+        )
+
+
+# ====================================================================== signals
+class Interrupted(BaseException):
+    """The CLI received SIGTERM or SIGHUP (a ``BaseException``, like Ctrl-C)."""
+
+    def __init__(self, signo: int) -> None:
+        self.signo = signo
+        super().__init__(f"interrupted by {signal.Signals(signo).name}")
+
+    @property
+    def status(self) -> int:
+        """The conventional exit status: 128 + the signal number."""
+        return 128 + self.signo
+
+
+def _raise(signo: int, _frame: FrameType | None) -> None:
+    raise Interrupted(signo)
+
+
+def install_signal_handlers() -> None:
+    """Make SIGTERM and SIGHUP unwind the CLI like Ctrl-C (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _raise)
+
+
+def interrupt_reason(exc: BaseException) -> str:
+    """``interrupted by SIGTERM`` (or SIGINT for Ctrl-C)."""
+    return str(exc) if isinstance(exc, Interrupted) else "interrupted by SIGINT"
+
+
+# ====================================================================== liveness
+def _start_time(pid: int) -> str | None:
+    """The kernel's start time of ``pid`` ("" where /proc is missing, None if dead)."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return None if Path("/proc/self/stat").exists() else ""
+    except OSError:
+        return ""
+    fields = text.rsplit(")", 1)[1].split()
+    if fields[0] in ("Z", "X"):  # a zombie has exited: its parent just has not reaped it
+        return None
+    return fields[19]
+
+
+def identity(pid: int | None = None) -> dict[str, Any]:
+    """What :func:`alive` needs to recognise ``pid`` (default: this process) later."""
+    pid = os.getpid() if pid is None else pid
+    return {"pid": pid, "start": _start_time(pid) or ""}
+
+
+def alive(who: dict[str, Any]) -> bool:
+    """Whether the process :func:`identity` described still runs (not a reused pid)."""
+    pid = int(who["pid"])
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # exists, owned by someone else: a reused pid, or judge by start time
+    start = _start_time(pid)
+    if start is None:
+        return False
+    return not who.get("start") or not start or start == who["start"]
+
+
+def start_watchdog(
+    parent: dict[str, Any], on_orphan: Callable[[], None], interval: float = WATCH_INTERVAL_S
+) -> threading.Thread:
+    """A daemon thread that calls ``on_orphan`` once ``parent`` has died (and then
+    ``os._exit(1)`` if ``on_orphan`` returns)."""
+
+    def watch() -> None:
+        while alive(parent):
+            time.sleep(interval)
+        try:
+            on_orphan()
+        finally:
+            os._exit(1)
+
+    t = threading.Thread(target=watch, name="replay-watchdog", daemon=True)
+    t.start()
+    return t
+
+
+# ====================================================================== job directories
+def write_owner(job_dir: str | os.PathLike[str]) -> None:
+    """Record this process as the owner of ``job_dir`` (for :func:`sweep_stale`)."""
+    (Path(job_dir) / OWNER_FILE).write_text(json.dumps(identity()))
+
+
+def sweep_stale(root: str | os.PathLike[str] | None = None) -> list[str]:
+    """Remove this user's job directories whose owner process is dead; their paths."""
+    base = Path(root if root is not None else tempfile.gettempdir())
+    removed = []
+    for d in base.glob(JOB_PREFIX + "*"):
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            if d.is_symlink() or not d.is_dir() or d.stat().st_uid != os.getuid():
+                continue
+            owner = json.loads((d / OWNER_FILE).read_text())
+            if not alive(owner):
+                shutil.rmtree(d, ignore_errors=True)
+                removed.append(str(d))
+    return removed
+
+
+__all__ = [
+    "Interrupted",
+    "alive",
+    "check_shape",
+    "default_limit",
+    "identity",
+    "install_signal_handlers",
+    "interrupt_reason",
+    "start_watchdog",
+    "sweep_stale",
+    "write_owner",
+]

@@ -1,0 +1,177 @@
+"""The CLI's MPI job never outlives it: SIGTERM, SIGKILL, limits and job directories."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from replay import _procs
+from tests.conftest import ROOT
+
+#: Seconds the whole scenario may take before the test fails instead of hanging.
+DEADLINE = 90
+
+
+def _children() -> dict[int, list[int]]:
+    kids: dict[int, list[int]] = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            kids.setdefault(ppid, []).append(int(d.name))
+    return kids
+
+
+def _descendants(pid: int) -> set[int]:
+    kids, out, todo = _children(), set(), [pid]
+    while todo:
+        for k in kids.get(todo.pop(), []):
+            out.add(k)
+            todo.append(k)
+    return out
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
+
+
+def _job_dir(owner: int) -> Path | None:
+    for d in Path(tempfile.gettempdir()).glob("replay-job-*"):
+        try:
+            if json.loads((d / "owner.json").read_text())["pid"] == owner:
+                return d
+        except (OSError, ValueError, KeyError):
+            continue
+    return None
+
+
+def _run_row(trace: Path) -> tuple[str, str | None]:
+    with sqlite3.connect(f"file:{trace}?mode=ro", uri=True) as db:
+        return db.execute("SELECT status, error FROM run").fetchone()
+
+
+def _start(trace: Path) -> tuple[subprocess.Popen[str], Path, set[int]]:
+    """A 2-rank traced run that takes minutes; once both ranks run: (cli, job, pids)."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    argv = ["run", "sgdmf", "--ranks", "2", "-p", "synthetic=true", "-p", "epochs=200"]
+    cli = subprocess.Popen(
+        [sys.executable, "-m", "replay", *argv, "--trace", str(trace)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    deadline = time.monotonic() + DEADLINE
+    while time.monotonic() < deadline:
+        assert cli.poll() is None, cli.stderr.read() if cli.stderr else ""
+        job = _job_dir(cli.pid)
+        pids = _descendants(cli.pid)
+        workers = [p for p in pids if "replay._worker" in _cmdline(p)]
+        if job is not None and len(workers) >= 2 and trace.exists():
+            try:
+                if _run_row(trace)[0] == "running":
+                    return cli, job, pids
+            except sqlite3.Error:
+                pass
+        time.sleep(0.2)
+    cli.kill()
+    pytest.fail("the 2-rank run did not start in time")
+
+
+def _wait_gone(pids: set[int], seconds: float) -> set[int]:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        left = {p for p in pids if _running(p)}
+        if not left:
+            return left
+        time.sleep(0.1)
+    return {p for p in pids if _running(p)}
+
+
+def _reap(pids: set[int]) -> None:
+    for p in pids:
+        if _running(p):
+            os.kill(p, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
+def test_a_signal_to_the_cli_kills_the_job_removes_its_dir_and_marks_the_run(
+    tmp_path: Path, sig: signal.Signals
+) -> None:
+    trace = tmp_path / "t.sqlite"
+    cli, job, pids = _start(trace)
+    try:
+        cli.send_signal(sig)
+        status = cli.wait(timeout=20)
+        assert status == 128 + sig, cli.stderr.read() if cli.stderr else ""
+        assert not _wait_gone(pids, 5), [_cmdline(p) for p in pids if _running(p)]
+        assert not job.exists()
+        assert _run_row(trace) == ("crashed", f"interrupted by {sig.name}")
+    finally:
+        cli.kill()
+        _reap(pids)
+
+
+def test_sigkill_of_the_cli_stops_the_ranks_and_marks_the_run_crashed(tmp_path: Path) -> None:
+    trace = tmp_path / "t.sqlite"
+    cli, job, pids = _start(trace)
+    try:
+        cli.kill()
+        cli.wait(timeout=10)
+        t0 = time.monotonic()
+        left = _wait_gone(pids, 5)
+        assert not left, [_cmdline(p) for p in left]
+        assert time.monotonic() - t0 < 4
+        assert not job.exists()
+        status, error = _run_row(trace)
+        assert status == "crashed" and f"pid {cli.pid}" in (error or "")
+    finally:
+        _reap(pids)
+
+
+def test_sweep_removes_only_dirs_of_dead_owners(tmp_path: Path) -> None:
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale, live, foreign = (tmp_path / f"replay-job-{n}" for n in ("stale", "live", "none"))
+    for d in (stale, live, foreign):
+        d.mkdir()
+    (stale / "owner.json").write_text(json.dumps({"pid": dead.pid, "start": "1"}))
+    _procs.write_owner(live)
+    assert _procs.sweep_stale(tmp_path) == [str(stale)]
+    assert not stale.exists() and live.exists() and foreign.exists()
+
+
+def test_alive_sees_through_zombies_and_reused_pids() -> None:
+    me = _procs.identity()
+    assert _procs.alive(me)
+    assert not _procs.alive(dict(me, start="1"))  # same pid, another process
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    who = _procs.identity(child.pid)
+    deadline = time.monotonic() + 10
+    while _running(child.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _procs.alive(who)  # exited, not yet reaped: a zombie is dead
+    child.wait()
+    assert not _procs.alive(who)
