@@ -429,9 +429,11 @@ def _replay_report(res: dict[str, Any], as_json: bool) -> None:
             )
         else:
             d = res["first_difference"]
+            event = str(d["event"])
+            what = event if event.startswith(str(d["what"])) else f"{d['what']} {event}"
             say(
-                f"DIVERGED on node {d['node']} at {d['op']}#{d['invocation']}, {d['what']} "
-                f"{d['event']}: the trace expected {d['expected']}, the program did {d['actual']}"
+                f"DIVERGED on node {d['node']} at {d['op']}#{d['invocation']}, {what}: "
+                f"the trace expected {d['expected']}, the program did {d['actual']}"
             )
     if not stopped and not res["identical"]:
         sys.exit(EXIT_DIVERGED)

@@ -379,7 +379,7 @@ class ReplayChecker(engine.Recorder):
                 event="end",
                 what="invocation",
                 expected="no such invocation (the recorded run ended before it)",
-                actual="the program ran it",
+                actual="run it",
             )
         self._seen_invocations.add((op, invocation))
         for dds, got in info["digests"]:
