@@ -38,23 +38,30 @@ def load(
     """
     p = Path(path)
     try:
-        fh = p.open("r", encoding="utf-8", newline="")
+        # bytes, decoded line by line: a text-mode reader decodes ahead in chunks, so
+        # its UnicodeDecodeError would not say which physical line holds the bad byte
+        fh = p.open("rb")
     except FileNotFoundError:
         raise InputFileError(f"input file {str(p)!r} does not exist") from None
     except OSError as exc:
         raise InputFileError(f"cannot read input file {str(p)!r}: {exc.strerror}") from None
     records: list[Any] = []
     with fh:
-        lineno = 0
-        try:
-            for lineno, line in enumerate(fh, start=1):  # noqa: B007 - used in the error
+        for lineno, raw in enumerate(fh, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                bad = raw[exc.start : exc.start + 1]
+                raise DataFormatError(
+                    f"{p}:{lineno}: not UTF-8 text (byte 0x{bad.hex()} at column "
+                    f"{exc.start + 1}: {exc.reason})"
+                ) from None
+            try:
                 rec = parse(line.rstrip("\r\n"))
-                if rec is not None:
-                    records.append(rec)
-        except UnicodeDecodeError as exc:
-            raise DataFormatError(f"{p}:{lineno + 1}: not UTF-8 text ({exc.reason})") from None
-        except Exception as exc:  # noqa: BLE001 - any parser failure is a data error
-            raise DataFormatError(f"{p}:{lineno}: {exc}") from None
+            except Exception as exc:  # noqa: BLE001 - any parser failure is a data error
+                raise DataFormatError(f"{p}:{lineno}: {exc}") from None
+            if rec is not None:
+                records.append(rec)
     return dvector(len(records), data=records, name=name)
 
 

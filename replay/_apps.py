@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ._errors import UsageError
+from ._target import check_function, target_file
 
 #: Built-in apps: name -> "module:function".
 BUILTIN_APPS = {
@@ -69,10 +70,10 @@ def resolve(spec: str) -> App:
             f"unknown app {spec!r}: use a built-in app ({names}) or path/to/train.py:function"
         )
     where, func = target.rsplit(":", 1)
+    if spec not in BUILTIN_APPS:
+        # where the code is, found without running any of it (stdlib, C modules refused)
+        path = target_file(target)
     if where.endswith(".py") or "/" in where or os.sep in where:
-        path = Path(where).expanduser().resolve()
-        if not path.is_file():
-            raise UsageError(f"app file {where!r} does not exist")
         module = _load_file(path)
         target = f"{path}:{func}"
     else:
@@ -80,9 +81,12 @@ def resolve(spec: str) -> App:
             module = importlib.import_module(where)
         except ImportError as exc:
             raise UsageError(f"cannot import module {where!r} for app {spec!r}: {exc}") from exc
+        except Exception as exc:  # noqa: BLE001 - the user's module failed on import
+            raise UsageError(f"importing {where!r} failed: {type(exc).__name__}: {exc}") from exc
     fn = getattr(module, func, None)
-    if not callable(fn):
+    if fn is None:
         raise UsageError(f"{where!r} has no function {func!r}")
+    check_function(fn, target)
     return App(spec, target, fn)
 
 

@@ -24,7 +24,14 @@ from tui import register as register_browse
 from . import _environment, _procs
 from ._errors import UsageError
 from ._job import EXIT_DIVERGED, EXIT_FAILED, JobFailed, describe, launch, run_here
-from ._replay import open_run, parse_break, parse_until, replay_here, store_verdict
+from ._replay import (
+    open_run,
+    parse_break,
+    parse_until,
+    recorded_app,
+    replay_here,
+    store_verdict,
+)
 from ._tracecmds import register as register_trace_commands
 
 
@@ -58,6 +65,18 @@ def _fail(message: str, status: int) -> None:
 @click.version_option(package_name="strads-replay", prog_name="replay")
 def cli() -> None:
     """Record, replay and dual-test distributed ML training runs."""
+
+
+#: ``--timeout``: seconds, strictly positive (0 would kill every job at once).
+POSITIVE_SECONDS = click.FloatRange(min=0, min_open=True)
+
+_allow_changed = click.option(
+    "--allow-changed-code",
+    "allow_changed",
+    is_flag=True,
+    help="Replay even if the app's source differs from the recorded digest (then exit 3 "
+    "at the first divergence).",
+)
 
 
 def _printer(as_json: bool) -> Callable[[str], None]:
@@ -211,7 +230,10 @@ def _trace_options(what: str) -> Callable[..., Any]:
 )
 @click.option("--checked", is_flag=True, help="Fail on any access outside the reconnaissance sets.")
 @click.option(
-    "--timeout", type=float, default=None, help="Kill the MPI job after this many seconds."
+    "--timeout",
+    type=POSITIVE_SECONDS,
+    default=None,
+    help="Kill the MPI job after this many seconds.",
 )
 @_trace_options("Trace store to record into.")
 def run_cmd(
@@ -393,48 +415,64 @@ def _limit_options() -> Callable[..., Any]:
 
 
 def _replay_report(res: dict[str, Any], as_json: bool) -> None:
-    """Print a replay result, store its verdict in the trace, exit 3 on divergence."""
-    try:
-        store_verdict(res)
-    except Exception as exc:  # noqa: BLE001 - the verdict is a convenience, not the result
-        click.echo(f"replay: warning: could not store the verdict in the trace: {exc}", err=True)
-    if as_json:
-        click.echo(
-            json.dumps(
-                {
-                    k: res[k]
-                    for k in (
-                        "identical",
-                        "first_difference",
-                        "wall_s",
-                        "complete",
-                        "checked",
-                        "run_id",
-                        "mode",
-                        "out_trace",
-                    )
-                }
+    """Print a replay result, store its verdict in the trace, exit 3 on divergence.
+
+    A replay the user stopped in pdb has no verdict: it is neither identical nor not.
+    """
+    stopped = bool(res.get("stopped"))
+    if not stopped:
+        try:
+            store_verdict(res)
+        except Exception as exc:  # noqa: BLE001 - the verdict is a convenience, not the result
+            click.echo(
+                f"replay: warning: could not store the verdict in the trace: {exc}", err=True
             )
+    if as_json:
+        keys = (
+            "identical",
+            "first_difference",
+            "wall_s",
+            "complete",
+            "stopped",
+            "replayed_up_to",
+            "recorded_status",
+            "checked",
+            "run_id",
+            "mode",
+            "out_trace",
         )
+        click.echo(json.dumps({k: res.get(k) for k in keys}))
     else:
         say = _printer(False)
         c = res["checked"]
-        if res["identical"]:
-            part = (
-                "" if res["complete"] else " (the recorded run ended early; replayed all it holds)"
-            )
+        if stopped:
+            say("stopped by the user (no verdict stored)")
+        elif res["identical"]:
             say(
-                f"identical: {c['digests']} digest(s) and {c['objectives']} objective value(s) "
-                f"match the trace{part} ({res['wall_s']:.2f} s)"
+                f"{_identical_head(res)}: {c['digests']} digest(s) and {c['objectives']} "
+                f"objective value(s) match the trace ({res['wall_s']:.2f} s)"
             )
         else:
             d = res["first_difference"]
+            event = str(d["event"])
+            what = event if event.startswith(str(d["what"])) else f"{d['what']} {event}"
             say(
-                f"DIVERGED on node {d['node']} at {d['op']}#{d['invocation']}, {d['what']} "
-                f"{d['event']}: the trace expected {d['expected']}, the program did {d['actual']}"
+                f"DIVERGED on node {d['node']} at {d['op']}#{d['invocation']}, {what}: "
+                f"the trace expected {d['expected']}, the program did {d['actual']}"
             )
-    if not res["identical"]:
+    if not stopped and not res["identical"]:
         sys.exit(EXIT_DIVERGED)
+
+
+def _identical_head(res: dict[str, Any]) -> str:
+    """``identical``, qualified when the recorded run ended early (crashed or failed)."""
+    if res["complete"]:
+        return "identical"
+    how = {"crashed": "crashed", "failed": "failed"}.get(str(res.get("recorded_status")), "ended")
+    up_to = res.get("replayed_up_to")
+    if up_to is None:
+        return f"identical (nothing was completed before the run {how})"
+    return f"identical (up to {up_to}, the run {how} after it)"
 
 
 @cli.command("cluster")
@@ -448,8 +486,12 @@ def _replay_report(res: dict[str, Any], as_json: bool) -> None:
     help="Also record the replay into this new trace.",
 )
 @click.option(
-    "--timeout", type=float, default=None, help="Kill the MPI job after this many seconds."
+    "--timeout",
+    type=POSITIVE_SECONDS,
+    default=None,
+    help="Kill the MPI job after this many seconds.",
 )
+@_allow_changed
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
 @_limit_options()
 def cluster_cmd(
@@ -457,6 +499,7 @@ def cluster_cmd(
     run_id: str | None,
     out_trace: str | None,
     timeout: float | None,
+    allow_changed: bool,
     as_json: bool,
     max_ranks: int,
     max_threads: int,
@@ -466,6 +509,7 @@ def cluster_cmd(
     path = str(Path(trace).resolve())
     info = open_run(path, run_id).info
     _procs.check_shape(info.ranks, info.threads, max_ranks=max_ranks, max_threads=max_threads)
+    recorded_app(info, allow_changed=allow_changed)  # before anything runs or launches
     hash_seed = _environment.recorded_hash_seed(info.environment)
     if _under_launcher() or info.ranks == 1:
         _environment.ensure(hash_seed)  # replay_here warns about what still differs
@@ -478,6 +522,7 @@ def cluster_cmd(
         "run_id": info.run_id,
         "json": as_json,
         "hash_seed": hash_seed,
+        "allow_changed_code": allow_changed,
     }
     if out_trace is not None:
         spec["out_trace"] = trace_path("replay", out_trace)
@@ -512,6 +557,7 @@ def cluster_cmd(
     metavar="OP:INVOCATION",
     help="Stop in pdb in the driver after that invocation.",
 )
+@_allow_changed
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
 @_limit_options()
 def single_cmd(
@@ -519,6 +565,7 @@ def single_cmd(
     run_id: str | None,
     brk: str | None,
     until: str | None,
+    allow_changed: bool,
     as_json: bool,
     max_ranks: int,
     max_threads: int,
@@ -529,6 +576,7 @@ def single_cmd(
     info = open_run(path, run_id).info
     # every recorded node becomes threads of this one process
     _procs.check_shape(info.ranks, info.threads, max_ranks=max_ranks, max_threads=max_threads)
+    recorded_app(info, allow_changed=allow_changed)  # before anything runs
     _environment.ensure(_environment.recorded_hash_seed(info.environment))
     spec: dict[str, Any] = {
         "kind": "replay",
@@ -538,6 +586,7 @@ def single_cmd(
         "json": as_json,
         "break": list(parse_break(brk)) if brk else None,
         "until": list(parse_until(until)) if until else None,
+        "allow_changed_code": allow_changed,
     }
     res = replay_here(spec, progress=say)
     if brk and not res["breakpoint_hits"] and res["identical"]:
@@ -576,7 +625,10 @@ def single_cmd(
 )
 @click.option("--order-seed", type=int, default=0, show_default=True)
 @click.option(
-    "--timeout", type=float, default=None, help="Kill each MPI job after this many seconds."
+    "--timeout",
+    type=POSITIVE_SECONDS,
+    default=None,
+    help="Kill each MPI job after this many seconds.",
 )
 @_trace_options("Trace store for the parallel run and the verdicts.")
 def dual_cmd(

@@ -33,6 +33,61 @@ def _tasks_equal(a: Any, b: Any) -> bool:
     )
 
 
+#: Indices listed in a plan-difference message before "and N more".
+SHOWN_INDICES = 8
+
+
+def _listed(idx: list[int]) -> str:
+    head = ", ".join(map(str, idx[:SHOWN_INDICES]))
+    more = len(idx) - SHOWN_INDICES
+    return head + (f" and {more} more" if more > 0 else "")
+
+
+def plan_difference(r: int, node: int, want: Any, got: Any) -> tuple[str, str]:
+    """(expected, actual) for the first task of ``node`` in round ``r`` that differs."""
+    owner: dict[int, tuple[int, int]] = {}
+    for n, tasks in enumerate(got):
+        for t, task in enumerate(tasks):
+            for j in np.asarray(task.indices).tolist():
+                owner[j] = (n, t)
+    wt, gt = want[node], got[node]
+    for t in range(max(len(wt), len(gt))):
+        if t < len(wt) and t < len(gt) and _tasks_equal(wt[t], gt[t]):
+            continue
+        where = f"task {t} of node {node} in round {r}"
+        if t >= len(wt):
+            extra = np.asarray(gt[t].indices).tolist()
+            return f"{where} not to exist", f"an extra task with indices {_listed(extra)}"
+        w = np.asarray(wt[t].indices).tolist()
+        expected = f"{where} with {len(w)} bodies as recorded"
+        if t >= len(gt):
+            return expected, f"no such task (its indices {_listed(w)} went elsewhere)"
+        g = np.asarray(gt[t].indices).tolist()
+        moved: dict[str, list[int]] = {}
+        for j in w:
+            if owner.get(j) != (node, t):
+                n_t = owner.get(j)
+                dest = (
+                    "no task"
+                    if n_t is None
+                    else f"node {n_t[0]}" + (f" task {n_t[1]}" if n_t[0] == node else "")
+                )
+                moved.setdefault(dest, []).append(j)
+        parts = [f"indices {_listed(js)} moved to {dest}" for dest, js in moved.items()]
+        added = sorted(set(g) - set(w))
+        if added:
+            parts.append(f"indices {_listed(added)} joined it")
+        if not parts and w != g:
+            k = next(i for i, (a, b) in enumerate(zip(w, g, strict=True)) if a != b)
+            parts.append(f"the same indices in another order (position {k}: {g[k]}, not {w[k]})")
+        if wt[t].thread != gt[t].thread:
+            parts.append(f"thread {gt[t].thread}, not {wt[t].thread}")
+        if bool(wt[t].locked) != bool(gt[t].locked):
+            parts.append("locked" if gt[t].locked else "not locked")
+        return expected, "; ".join(parts) or "a different task"
+    return f"round {r} of node {node} as recorded", "a different round"
+
+
 class TraceController(engine.Controller):
     """Enforces the orders of one recorded run."""
 
@@ -47,6 +102,8 @@ class TraceController(engine.Controller):
         self._mutex: dict[tuple[str, int, int], dict[int, list[tuple[int, int]]]] = {}
         self._break = breakpoint_hook
         self._until: Callable[[str, int], None] | None = None
+        #: The operator invocation being replayed (named in message divergences).
+        self.current: tuple[str, int] = ("-", -1)
 
     # ------------------------------------------------------------ plans
     def recorded_plan(self, op: str, invocation: int) -> Any:
@@ -59,6 +116,7 @@ class TraceController(engine.Controller):
         return self._plans[key]
 
     def fresh_plan(self, op: str, invocation: int) -> Any:
+        self.current = (op, invocation)
         if op not in self._starts:
             self._starts[op] = set(self.run.plan_starts(op))
         if invocation not in self._starts[op]:
@@ -66,15 +124,23 @@ class TraceController(engine.Controller):
         return self.recorded_plan(op, invocation)
 
     def check_plan(self, op: str, invocation: int, plan: Any) -> None:
+        self.current = (op, invocation)
         rec = self.recorded_plan(op, invocation)
         if rec is None:
+            if self.run.info.status != "finished":
+                # the run died before it committed this plan: all it holds is replayed
+                raise ReplayFinished()
             raise DivergenceError(
                 node=-1,
                 op=op,
                 invocation=invocation,
                 event="plan",
                 what="plan",
-                expected="no operator of this name",
+                expected=(
+                    f"no invocation {invocation} of {op!r} (the recorded run ran it fewer times)"
+                    if self._starts.get(op)
+                    else "no operator of this name"
+                ),
                 actual=f"an async_for named {op!r}",
             )
         if len(rec.rounds) != len(plan.rounds):
@@ -90,16 +156,15 @@ class TraceController(engine.Controller):
         for r, (want, got) in enumerate(zip(rec.rounds, plan.rounds, strict=True)):
             for node, (wt, gt) in enumerate(zip(want, got, strict=True)):
                 if len(wt) != len(gt) or not all(map(_tasks_equal, wt, gt)):
-                    exp = sum(len(t.indices) for t in wt)
-                    act = sum(len(t.indices) for t in gt)
+                    expected, actual = plan_difference(r, node, want, got)
                     raise DivergenceError(
                         node=node,
                         op=op,
                         invocation=invocation,
                         event=f"round {r}",
                         what="plan",
-                        expected=f"{len(wt)} task(s) with {exp} bodies as recorded",
-                        actual=f"{len(gt)} task(s) with {act} bodies (code or data changed)",
+                        expected=expected,
+                        actual=actual + " (code or data changed)",
                     )
 
     # ------------------------------------------------------------ messages
@@ -114,10 +179,11 @@ class TraceController(engine.Controller):
         if k >= len(arr):
             if self.run.info.status != "finished":
                 raise ReplayFinished()
+            op, inv = self.current
             raise DivergenceError(
                 node=node,
-                op="-",
-                invocation=-1,
+                op=op,
+                invocation=inv,
                 event=f"message {k} on {channel!r}",
                 what="message",
                 expected=f"only {len(arr)} message(s)",
@@ -135,6 +201,7 @@ class TraceController(engine.Controller):
     def lock_orders(
         self, op: str, invocation: int, node: int, round: int
     ) -> dict[int, list[tuple[int, int]]] | None:
+        self.current = (op, invocation)
         g = self._grant_arrays(op, invocation, node)
         sel = g.round == round
         out: dict[int, list[tuple[int, int]]] = {}
@@ -190,6 +257,7 @@ class TraceController(engine.Controller):
     ) -> tuple[int, ...] | None:
         # both modes: the in-process driver then runs its nodes in an order that gives
         # every clock the recorded reads, which is all single-node replay needs
+        self.current = (op, invocation)
         key = (op, invocation, node)
         if key not in self._visible:
             self._visible[key] = {
@@ -213,6 +281,7 @@ class TraceController(engine.Controller):
     def hybrid_order(
         self, op: str, invocation: int, node: int, clock: int
     ) -> list[tuple[int, int]] | None:
+        self.current = (op, invocation)
         key = (op, invocation, node)
         if key not in self._mutex:
             g = self.run.mutex_grants(op, invocation, node)
@@ -241,6 +310,7 @@ class TraceController(engine.Controller):
         self._until = hook
 
     def after_invocation(self, op: str, invocation: int) -> None:
+        self.current = (op, invocation)  # driver messages after it still belong to it
         if self._until is not None:
             self._until(op, invocation)
 
@@ -261,6 +331,8 @@ class ReplayChecker(engine.Recorder):
         self.checked_digests = 0
         self.checked_objectives = 0
         self._seen_invocations: set[tuple[str, int]] = set()
+        #: The last invocation whose digests all matched (``None``: none yet).
+        self.last_completed: tuple[str, int] | None = None
 
     # forwarded events
     def plan_made(self, op: str, plan: Any) -> None:
@@ -307,7 +379,7 @@ class ReplayChecker(engine.Recorder):
                 event="end",
                 what="invocation",
                 expected="no such invocation (the recorded run ended before it)",
-                actual="the program ran it",
+                actual="run it",
             )
         self._seen_invocations.add((op, invocation))
         for dds, got in info["digests"]:
@@ -323,6 +395,7 @@ class ReplayChecker(engine.Recorder):
                     actual=got,
                 )
             self.checked_digests += 1
+        self.last_completed = (op, invocation)
 
     def objective(self, name: str, iteration: int, value: float) -> None:
         self.tee.objective(name, iteration, value)

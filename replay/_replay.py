@@ -10,6 +10,8 @@ stop at the first difference.
 
 from __future__ import annotations
 
+import bdb
+import inspect
 import pdb
 import sys
 import time
@@ -21,9 +23,11 @@ import engine
 import tracer
 
 from . import _environment
-from ._apps import BUILTIN_APPS, resolve
+from ._apps import BUILTIN_APPS, App, resolve
 from ._controller import ReplayChecker, ReplayFinished, TraceController
 from ._errors import UsageError
+from ._job import code_digest
+from ._target import CodeChangedError, check_digest, check_params, file_digest, target_file
 
 
 def parse_break(text: str) -> tuple[str, int, int, int | None]:
@@ -54,6 +58,16 @@ def _int(s: str, what: str, whole: str) -> int:
         raise UsageError(f"{what} in {whole!r} must be an integer, got {s!r}") from None
 
 
+class _Pdb(pdb.Pdb):
+    """pdb that remembers whether the user quit (``q``, EOF)."""
+
+    user_quit = False
+
+    def set_quit(self) -> None:
+        self.user_quit = True
+        super().set_quit()
+
+
 def _breakpoint(target: tuple[str, int, int, int | None], hits: list[int]) -> Callable:
     op_t, inv_t, idx_t, node_t = target
 
@@ -70,17 +84,57 @@ def _breakpoint(target: tuple[str, int, int, int | None], hits: list[int]) -> Ca
                 "(the DDS hold what this body saw; 'c' continues)",
                 flush=True,
             )
-            return pdb.Pdb().runcall(body, j)
+            dbg = _Pdb()
+            res = dbg.runcall(body, j)
+            if dbg.user_quit:  # runcall swallows BdbQuit: end the replay, not the body
+                raise bdb.BdbQuit()
+            return res
 
         return stop_at
 
     return wrap
 
 
+def _user_quit(exc: BaseException | None) -> bool:
+    """Whether ``exc`` is (or wraps) the user quitting pdb (``q`` raises BdbQuit)."""
+    seen = 0
+    while exc is not None and seen < 10:
+        if isinstance(exc, bdb.BdbQuit):
+            return True
+        exc = getattr(exc, "cause", None) or exc.__cause__ or exc.__context__
+        seen += 1
+    return False
+
+
 def open_run(path: str, run_id: str | None) -> Any:
     """The recorded run to replay (read-only)."""
     trace = tracer.open(path, assume_finished=True)
     return trace.run(run_id)
+
+
+def recorded_app(info: Any, *, allow_changed: bool = False) -> App:
+    """The app a trace names, checked before any of its code runs (see ``_target``).
+
+    A built-in app is ours and imported as usual; a user target must be a module file
+    or importable module of this machine whose source has the recorded digest.
+    """
+    builtin = info.app in BUILTIN_APPS
+    target = info.app if builtin else (info.target or info.app)
+    try:
+        if not builtin:
+            path = target_file(target)
+            check_digest(
+                info.code_digest, file_digest(path), str(path), allow_changed=allow_changed
+            )
+        app = resolve(target)
+    except CodeChangedError:
+        raise
+    except UsageError as exc:
+        raise UsageError(f"the trace's app cannot be found or is refused: {exc}") from None
+    where = inspect.getsourcefile(app.fn) or app.target
+    check_digest(info.code_digest, code_digest(app.fn), where, allow_changed=allow_changed)
+    check_params(app.fn, info.params, app.target)
+    return app
 
 
 def replay_here(
@@ -90,10 +144,7 @@ def replay_here(
     mode = spec["mode"]
     run = open_run(spec["trace"], spec.get("run_id"))
     info = run.info
-    try:
-        app = resolve(info.app if info.app in BUILTIN_APPS else info.target or info.app)
-    except UsageError as exc:
-        raise UsageError(f"the trace's app cannot be found: {exc}") from None
+    app = recorded_app(info, allow_changed=bool(spec.get("allow_changed_code")))
     if mode == "cluster":
         size = comm.Get_size() if comm is not None else 1
         if size != info.ranks:
@@ -147,6 +198,7 @@ def replay_here(
     t0 = time.perf_counter()
     first_difference = None
     complete = True
+    stopped = False
     try:
         engine.run(
             app.fn,
@@ -163,16 +215,24 @@ def replay_here(
         complete = False
     except engine.DivergenceError as exc:
         first_difference = exc.as_dict()
+    except Exception as exc:
+        if not _user_quit(exc):
+            raise
+        stopped = True
     finally:
         if tee is not None:
-            tee.close("finished" if first_difference is None else "failed")
+            tee.close("finished" if first_difference is None and not stopped else "failed")
     wall = time.perf_counter() - t0
     return {
         "trace": spec["trace"],
         "run_id": info.run_id,
         "mode": mode,
-        "identical": first_difference is None,
-        "complete": complete,
+        "identical": first_difference is None and not stopped,
+        "complete": complete and not stopped,
+        "stopped": stopped,
+        "replayed_up_to": (
+            None if checker.last_completed is None else "{}#{}".format(*checker.last_completed)
+        ),
         "first_difference": first_difference,
         "checked": {"digests": checker.checked_digests, "objectives": checker.checked_objectives},
         "recorded_status": info.status,

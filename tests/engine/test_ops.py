@@ -7,6 +7,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import engine as ap
 
@@ -51,6 +53,29 @@ def test_load_reports_file_line_and_parser_message(tmp_path: Path) -> None:
         ap.run(prog)
     msg = str(info.value)
     assert str(p) in msg and ":2:" in msg and "could not convert string to float: 'oops'" in msg
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    bad_line=st.integers(min_value=1, max_value=3000),
+    total=st.integers(min_value=0, max_value=200),
+    bad=st.sampled_from([b"\xff", b"\xfe", b"\x80", b"\xc3(", b"\xe2\x82", b"\xed\xa0\x80"]),
+    column=st.integers(min_value=0, max_value=3),
+)
+def test_load_names_the_physical_line_of_a_non_utf8_byte(
+    tmp_path_factory: pytest.TempPathFactory, bad_line: int, total: int, bad: bytes, column: int
+) -> None:
+    """Whatever the line and the bad byte, the error names that physical line."""
+    p = tmp_path_factory.mktemp("utf8") / "bad.csv"
+    lines = [f"{k},{k * 0.5}".encode() for k in range(bad_line + total)]
+    good = lines[bad_line - 1]
+    lines[bad_line - 1] = good[:column] + bad + good[column:]
+    p.write_bytes(b"\n".join(lines) + b"\n")
+
+    with pytest.raises(ap.DataFormatError) as info:
+        ap.run(lambda: ap.load(p, parse=parse))
+    msg = str(info.value)
+    assert f"{p}:{bad_line}: not UTF-8" in msg, msg
 
 
 def test_load_missing_file(tmp_path: Path) -> None:

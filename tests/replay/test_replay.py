@@ -80,17 +80,22 @@ def test_traced_replay_has_the_same_orders_and_digests(tmp_path: Path) -> None:
         assert ma.source.tolist() == mb.source.tolist()
 
 
-def test_changed_code_diverges_with_exit_3(tmp_path: Path) -> None:
+def test_changed_code_exits_2_naming_both_digests_unless_allowed(tmp_path: Path) -> None:
     app = tmp_path / "app.py"
     shutil.copy(APPS, app)
     trace = record(tmp_path, f"{app}:hot_locks", "--ranks", "2", "--threads", "2")
+    recorded = tracer.open(trace).run().info.code_digest
     app.write_text(app.read_text().replace("v * 0.99", "v * 0.98"))
     for mode in ("cluster", "single"):
-        rc, res = replay(mode, trace, timeout=120)
-        assert rc == 3 and not res["identical"]
-        d = res["first_difference"]
+        proc = run_cli([mode, str(trace)], timeout=120)
+        err = proc.stderr.strip()
+        assert proc.returncode == 2 and err.count("\n") == 0, proc.stderr
+        assert recorded[:12] in err and str(app) in err and "--allow-changed-code" in err
+        proc = run_cli([mode, str(trace), "--allow-changed-code", "--json"], timeout=120)
+        assert proc.returncode == 3, proc.stderr
+        d = json.loads(proc.stdout)["first_difference"]
         assert d["op"] == "hot" and d["invocation"] == 0 and d["what"] == "outcome"
-        assert d["expected"] != d["actual"]
+    assert [v.kind for v in tracer.open(trace).run().verdicts()] == ["cluster", "single"]
 
 
 def test_changed_data_diverges(tmp_path: Path) -> None:

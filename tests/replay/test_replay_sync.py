@@ -286,7 +286,7 @@ def test_changed_sync_body_diverges_with_exit_3(
     trace = record(tmp_path, f"{path}:{app}", "--ranks", "2", "--threads", threads)
     path.write_text(path.read_text().replace("w + 0.3 *", "w + 0.31 *"))
     for mode in ("cluster", "single"):
-        rc, res = replay(mode, trace, timeout=120)
+        rc, res = replay(mode, trace, "--allow-changed-code", timeout=120)
         assert rc == 3 and not res["identical"], res
         d = res["first_difference"]
         assert (d["op"], d["invocation"], d["what"]) == (op, 0, "outcome")
@@ -303,7 +303,7 @@ def test_more_ssp_clocks_than_recorded_diverge_on_visibility(tmp_path: Path) -> 
     assert "n += 40" in text
     path.write_text(text)
     for mode in ("cluster", "single"):
-        rc, res = replay(mode, trace, timeout=120)
+        rc, res = replay(mode, trace, "--allow-changed-code", timeout=120)
         assert rc == 3, res
         d = res["first_difference"]
         assert (d["op"], d["invocation"], d["what"]) == ("ssp", 0, "visibility"), d
@@ -317,7 +317,7 @@ def test_changed_hybrid_schedule_diverges_on_body_order(tmp_path: Path) -> None:
     assert "per_clock - 1" in text
     path.write_text(text)
     for mode in ("cluster", "single"):
-        rc, res = replay(mode, trace, timeout=120)
+        rc, res = replay(mode, trace, "--allow-changed-code", timeout=120)
         assert rc == 3, res
         d = res["first_difference"]
         assert (d["op"], d["invocation"], d["what"], d["event"]) == (

@@ -1,0 +1,285 @@
+"""Replay of untrusted, crashed and interrupted traces (issue "Hardening" 1, 3 and 7).
+
+A trace is data: replay runs only the user's own function at the recorded target,
+with the recorded digest and well-typed parameters.  A crash or a pdb quit is never a
+divergence, and every report names what differs.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tracer
+from engine._planner import Task
+from replay._controller import plan_difference
+from replay._errors import UsageError
+from replay._target import check_params
+from tests.conftest import run_cli
+
+HERE = Path(__file__).parent
+APPS = HERE / "nondet_apps.py"
+CRASH = HERE / "crash_apps.py"
+
+USER_APP = """
+import engine as ap
+
+def train(epochs: int = 2, scale: float = 1.0, tag: str = "", fast: bool = False):
+    X = ap.dvector(40, shape=(2,), init=ap.init.zeros(), name="X")
+
+    def body(j):
+        X[j] = X[j] + scale * j
+
+    for _ in range(epochs):
+        ap.async_for(0, 40, body, name="add")
+        ap.log_objective("total", ap.reduce(X, lambda x: float(x.sum())))
+
+stored_lambda = lambda epochs=1: None
+
+class Model:
+    def __init__(self, epochs: int = 1):
+        pass
+
+import os
+system = os.system
+"""
+
+
+def one_line(proc, status: int, *needles: str) -> str:
+    assert proc.returncode == status, (proc.returncode, proc.stdout, proc.stderr)
+    err = proc.stderr.strip()
+    assert err.count("\n") == 0 and err.startswith("replay: error:"), proc.stderr
+    assert "Traceback" not in proc.stderr and "replay-job-" not in proc.stderr
+    for n in needles:
+        assert n in err, err
+    return err
+
+
+def record(tmp_path: Path, app: str, *args: str, name: str = "t.sqlite", **kw) -> Path:
+    trace = tmp_path / name
+    proc = run_cli(["run", app, *args, "--trace", str(trace), "--json"], **kw)
+    assert proc.returncode == 0, proc.stderr
+    return trace
+
+
+def forge(src: Path, dst: Path, **columns: str) -> Path:
+    """A copy of trace ``src`` whose run row says what ``columns`` say."""
+    shutil.copy(src, dst)
+    with sqlite3.connect(dst) as db:
+        for col, value in columns.items():
+            db.execute(f"UPDATE run SET {col} = ?", (value,))  # noqa: S608 - test columns
+    return dst
+
+
+@pytest.fixture(scope="module")
+def user_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tmp = tmp_path_factory.mktemp("user")
+    app = tmp / "train.py"
+    app.write_text(USER_APP)
+    return record(tmp, f"{app}:train", "--ranks", "2")
+
+
+# ---------------------------------------------------------------- 1. what replay runs
+@pytest.mark.parametrize(
+    "target,params",
+    [
+        ("os:system", {"command": "touch {marker}"}),  # C function in a stdlib module
+        ("subprocess:getoutput", {"cmd": "touch {marker}"}),  # Python function, stdlib
+        ("builtins:exec", {}),  # built-in module
+        ("posix:system", {"command": "touch {marker}"}),  # built-in C module
+        ("{app}:stored_lambda", {}),  # a lambda stored in the user's module
+        ("{app}:Model", {}),  # a class
+        ("{app}:system", {"command": "touch {marker}"}),  # os.system re-exported
+        ("{app}.txt:train", {}),  # not a .py file
+    ],
+)
+def test_a_target_that_is_not_a_python_function_is_refused(
+    tmp_path: Path, user_trace: Path, target: str, params: dict[str, str]
+) -> None:
+    marker = tmp_path / "ran"
+    app = user_trace.parent / "train.py"
+    shutil.copy(app, str(app) + ".txt")
+    target = target.format(app=app)
+    values = {k: v.format(marker=marker) for k, v in params.items()}
+    bad = forge(
+        user_trace, tmp_path / "forged.sqlite", app=target, target=target, params=json.dumps(values)
+    )
+    for mode in ("single", "cluster"):
+        proc = run_cli([mode, str(bad)], timeout=60)
+        one_line(proc, 2)
+        assert not marker.exists(), f"replay {mode} ran {target}"
+
+
+def test_a_file_target_with_another_digest_is_not_even_imported(
+    tmp_path: Path, user_trace: Path
+) -> None:
+    marker = tmp_path / "imported"
+    evil = tmp_path / "evil.py"
+    evil.write_text(f"open({str(marker)!r}, 'w').close()\ndef train(epochs: int = 1): pass\n")
+    bad = forge(user_trace, tmp_path / "f.sqlite", app=f"{evil}:train", target=f"{evil}:train")
+    for mode in ("single", "cluster"):
+        one_line(run_cli([mode, str(bad)], timeout=60), 2, "--allow-changed-code")
+        assert not marker.exists()
+
+
+def test_a_builtin_app_is_checked_against_its_digest_too(tmp_path: Path) -> None:
+    trace = record(tmp_path, "sgdmf", "-p", "epochs=1", "-p", "synthetic=true", "-p", "rank=4")
+    bad = forge(trace, tmp_path / "b.sqlite", code_digest="0" * 32)
+    for mode in ("single", "cluster"):
+        one_line(run_cli([mode, str(bad)], timeout=60), 2, "000000000000 recorded")
+
+
+@pytest.mark.parametrize(
+    "params,needle",
+    [
+        ({"epochs": [1, 2]}, "epochs=[1, 2] (list)"),
+        ({"epochs": "3"}, "epochs='3' (str)"),
+        ({"epochs": True}, "epochs=True (bool)"),
+        ({"epochs": 2.5}, "epochs=2.5 (float)"),
+        ({"scale": "x"}, "scale='x'"),
+        ({"scale": None}, "scale=None"),
+        ({"tag": 3}, "tag=3"),
+        ({"fast": 1}, "fast=1"),
+        ({"bogus": 1}, "parameter 'bogus'"),
+        ([1, 2], "are a list"),
+        ("epochs=3", "are a str"),
+    ],
+)
+def test_recorded_params_must_fit_the_annotations(params: object, needle: str) -> None:
+    ns: dict[str, object] = {}
+    exec(USER_APP.split("stored_lambda")[0].replace("import engine as ap", ""), ns)  # noqa: S102
+    with pytest.raises(UsageError, match=None) as info:
+        check_params(ns["train"], params, "train.py:train")
+    assert needle in str(info.value)
+
+
+def test_well_typed_params_pass() -> None:
+    ns: dict[str, object] = {}
+    exec(USER_APP.split("stored_lambda")[0].replace("import engine as ap", ""), ns)  # noqa: S102
+    ok = {"epochs": 3, "scale": 2, "tag": "a", "fast": True}
+    assert check_params(ns["train"], ok, "t") == ok
+
+
+def test_wrong_recorded_params_exit_2_before_running(tmp_path: Path, user_trace: Path) -> None:
+    for k, values in enumerate(({"epochs": [1, 2]}, [3], {"scale": "fast"})):
+        bad = forge(user_trace, tmp_path / f"p{k}.sqlite", params=json.dumps(values))
+        for mode in ("single", "cluster"):
+            one_line(run_cli([mode, str(bad)], timeout=60), 2, "the trace")
+
+
+# ---------------------------------------------------------------- 7. crashes and pdb
+@pytest.mark.parametrize(
+    "kill_at,head",
+    [
+        (0, "identical (nothing was completed before the run crashed)"),
+        (2, "identical (up to sgd#1, the run crashed after it)"),
+    ],
+)
+def test_a_crashed_trace_replays_what_was_completed(
+    tmp_path: Path, kill_at: int, head: str
+) -> None:
+    trace = tmp_path / "c.sqlite"
+    proc = run_cli(
+        [
+            "run",
+            f"{CRASH}:killed",
+            "--ranks",
+            "2",
+            "-p",
+            f"kill_at={kill_at}",
+            "--trace",
+            str(trace),
+        ],
+        env={"CRASH_APPS_KILL": "1"},
+        timeout=120,
+    )
+    assert proc.returncode != 0 and "signal 9" in proc.stderr, proc.stderr
+    assert tracer.open(trace).run().info.status == "crashed"
+    for mode in ("cluster", "single"):
+        proc = run_cli([mode, str(trace)], timeout=120)
+        assert proc.returncode == 0, (proc.stdout, proc.stderr)
+        assert head in proc.stdout and "DIVERGED" not in proc.stdout
+    verdicts = tracer.open(trace).run().verdicts()
+    assert [(v.kind, v.passed) for v in verdicts] == [("cluster", True), ("single", True)]
+
+
+@pytest.mark.parametrize("how", ["--break", "--until"])
+def test_quitting_pdb_stops_the_replay_without_a_verdict(tmp_path: Path, how: str) -> None:
+    trace = record(tmp_path, f"{APPS}:hot_locks", "--ranks", "2", "--threads", "2")
+    where = "hot:1:17@1" if how == "--break" else "hot:0"
+    proc = run_cli(["single", str(trace), how, where], input="q\n", timeout=60)
+    assert proc.returncode == 0, (proc.stdout, proc.stderr)
+    assert "stopped by the user" in proc.stdout and "DIVERGED" not in proc.stdout
+    assert tracer.open(trace).run().verdicts() == []
+
+
+def test_quitting_pdb_interactively(tmp_path: Path) -> None:
+    pexpect = pytest.importorskip("pexpect")
+    import sys
+
+    trace = record(tmp_path, f"{APPS}:hot_locks", "--ranks", "2", "--threads", "2")
+    child = pexpect.spawn(
+        sys.executable,
+        ["-m", "replay", "single", str(trace), "--break", "hot:1:17@1"],
+        encoding="utf-8",
+        timeout=60,
+        cwd=str(tmp_path),
+    )
+    child.expect(r"\(Pdb\)")
+    child.sendline("n")
+    child.expect(r"\(Pdb\)")
+    child.sendline("q")
+    child.expect("stopped by the user")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
+    assert tracer.open(trace).run().verdicts() == []
+
+
+# ---------------------------------------------------------------- 3. precise reports
+def test_a_cluster_message_divergence_names_the_operator(tmp_path: Path) -> None:
+    app = tmp_path / "k.py"
+    shutil.copy(CRASH, app)
+    trace = record(tmp_path, f"{app}:killed", "--ranks", "2", "-p", "epochs=2")
+    app.write_text(app.read_text().replace("range(epochs)", "range(epochs + 1)"))
+    for mode in ("cluster", "single"):
+        proc = run_cli([mode, str(trace), "--allow-changed-code"], timeout=120)
+        assert proc.returncode == 3, proc.stderr
+        assert "at sgd#2," in proc.stdout and "-#-1" not in proc.stdout, proc.stdout
+
+
+def _task(thread: int, *idx: int, locked: bool = False) -> Task:
+    return Task(thread, np.asarray(idx, dtype=np.int64), locked)
+
+
+def test_plan_difference_names_the_task_and_the_moved_indices() -> None:
+    want = [[_task(0, 1, 17, 18, 5)], [_task(0, 2, 3)]]
+    got = [[_task(0, 1, 5)], [_task(0, 2, 3, 17, 18)]]
+    exp, act = plan_difference(0, 0, want, got)
+    assert exp == "task 0 of node 0 in round 0 with 4 bodies as recorded"
+    assert act == "indices 17, 18 moved to node 1"
+    exp, act = plan_difference(3, 1, want, got)
+    assert exp.startswith("task 0 of node 1 in round 3") and act == "indices 17, 18 joined it"
+    exp, act = plan_difference(0, 0, [[_task(0, 1, 2, 3)]], [[_task(0, 1, 3, 2)]])
+    assert act == "the same indices in another order (position 1: 3, not 2)"
+    exp, act = plan_difference(0, 0, [[_task(0, 1, 2)]], [[_task(1, 1, 2)]])
+    assert act == "thread 1, not 0"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["run", "sgdmf", "--timeout", "0"],
+        ["run", "sgdmf", "--timeout", "-1"],
+        ["cluster", "x.sqlite", "--timeout", "0"],
+        ["dual", "sgdmf", "--timeout", "0"],
+    ],
+)
+def test_timeout_must_be_positive(args: list[str]) -> None:
+    proc = run_cli(args, timeout=60)
+    assert proc.returncode == 2 and "--timeout" in proc.stderr
