@@ -432,7 +432,7 @@ def cluster_cmd(
     """Replay TRACE on the recorded number of MPI ranks, enforcing its recorded orders."""
     say = _printer(as_json)
     path = str(Path(trace).resolve())
-    info = open_run(path, run_id).info
+    info = open_run(path, run_id, check=True).info
     hash_seed = _environment.recorded_hash_seed(info.environment)
     if _under_launcher() or info.ranks == 1:
         _environment.ensure(hash_seed)  # replay_here warns about what still differs
@@ -486,7 +486,7 @@ def single_cmd(
     """Replay every node of TRACE inside this process (pdb can stop in any body)."""
     say = _printer(as_json)
     path = str(Path(trace).resolve())
-    info = open_run(path, run_id).info
+    info = open_run(path, run_id, check=True).info
     _environment.ensure(_environment.recorded_hash_seed(info.environment))
     spec: dict[str, Any] = {
         "kind": "replay",

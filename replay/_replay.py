@@ -77,10 +77,13 @@ def _breakpoint(target: tuple[str, int, int, int | None], hits: list[int]) -> Ca
     return wrap
 
 
-def open_run(path: str, run_id: str | None) -> Any:
-    """The recorded run to replay (read-only)."""
+def open_run(path: str, run_id: str | None, *, check: bool = False) -> Any:
+    """The recorded run to replay (read-only); ``check``: refuse it if damaged."""
     trace = tracer.open(path, assume_finished=True)
-    return trace.run(run_id)
+    run = trace.run(run_id)
+    if check:
+        trace.ensure_intact(run.info.run_id)
+    return run
 
 
 def replay_here(
