@@ -208,7 +208,7 @@ def _check_chains(
                     seq=ln.first_seq,
                     **where,
                 )
-            got = []
+            got: list[tuple[int, int, Any, Any]] = []
             for m in tables:
                 lo = bisect.bisect_left(seqs[m], ln.first_seq)
                 hi = bisect.bisect_left(seqs[m], ln.end_seq)
@@ -431,14 +431,14 @@ def _check_references(run: Any, rows: Mapping[Any, list[Any]], rep: Report) -> N
                 invocation=b.invocation,
             )
     if finished:
-        for (s, chan), per in sorted(sent.items()):
-            if len(set(per.values())) > 1:
-                dst = min(per, key=lambda d: (per[d], d))
+        for (s, chan), counts in sorted(sent.items()):
+            if len(set(counts.values())) > 1:
+                dst = min(counts, key=lambda d: (counts[d], d))
                 _fail(
                     "message_block",
                     dst,
-                    f"received {per[dst]} message(s) from node {s} on "
-                    f"channel {chan}, other nodes received {max(per.values())}",
+                    f"received {counts[dst]} message(s) from node {s} on "
+                    f"channel {chan}, other nodes received {max(counts.values())}",
                 )
 
 
