@@ -5,7 +5,6 @@ from __future__ import annotations
 import shutil
 import sqlite3
 import struct
-import sys
 from pathlib import Path
 
 import pytest
@@ -239,5 +238,44 @@ def test_crashed_trace_verifies_up_to_its_last_invocation(tmp_path: Path) -> Non
     assert _problem(path, full=False) is not None
 
 
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(pytest.main([__file__, "-q"]))
+# --------------------------------------------------------------------- a determined editor
+def _rechain(path: Path) -> None:
+    """Recompute every manifest and link of an unkeyed trace, as an editor could."""
+    from sqlalchemy import create_engine, select
+
+    from tracer._chain import SEQ_COLUMN, link_of, manifest
+    from tracer._schema import ChainLink
+
+    eng = create_engine(f"sqlite:///{path}")
+    with eng.begin() as conn:
+        links = conn.execute(select(ChainLink.__table__).order_by("node", "link_no")).all()
+        prev: dict[int, bytes] = {}
+        for ln in links:
+            entries = []
+            for model, col in SEQ_COLUMN.items():
+                c = getattr(model, col)
+                stmt = select(model.__table__).where(
+                    model.node == ln.node, c >= ln.first_seq, c < ln.end_seq
+                )
+                entries += [(model, r._mapping) for r in conn.execute(stmt)]
+            man = manifest(entries)
+            link = link_of(prev.get(ln.node, b""), ln._mapping, man, None)
+            prev[ln.node] = link
+            conn.execute(
+                ChainLink.__table__.update()
+                .where(ChainLink.id == ln.id)
+                .values(manifest=man, n_rows=len(entries), link=link)
+            )
+    eng.dispose()
+
+
+def test_a_rechained_edit_passes_the_chain_but_not_the_cross_references(
+    traces: dict[int, Path], tmp_path: Path
+) -> None:
+    path = _copy(traces[2], tmp_path)
+    with sqlite3.connect(path) as con:
+        con.execute("DELETE FROM message_block WHERE id = (SELECT max(id) FROM message_block)")
+    _rechain(path)
+    assert _problem(path, full=False) is None  # without a key the chain is no proof
+    bad = _problem(path, full=True)
+    assert bad is not None and "without gaps" in bad.what
