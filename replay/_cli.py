@@ -507,7 +507,7 @@ def cluster_cmd(
     """Replay TRACE on the recorded number of MPI ranks, enforcing its recorded orders."""
     say = _printer(as_json)
     path = str(Path(trace).resolve())
-    info = open_run(path, run_id).info
+    info = open_run(path, run_id, check=True).info
     _procs.check_shape(info.ranks, info.threads, max_ranks=max_ranks, max_threads=max_threads)
     recorded_app(info, allow_changed=allow_changed)  # before anything runs or launches
     hash_seed = _environment.recorded_hash_seed(info.environment)
@@ -573,7 +573,7 @@ def single_cmd(
     """Replay every node of TRACE inside this process (pdb can stop in any body)."""
     say = _printer(as_json)
     path = str(Path(trace).resolve())
-    info = open_run(path, run_id).info
+    info = open_run(path, run_id, check=True).info
     # every recorded node becomes threads of this one process
     _procs.check_shape(info.ranks, info.threads, max_ranks=max_ranks, max_threads=max_threads)
     recorded_app(info, allow_changed=allow_changed)  # before anything runs

@@ -106,10 +106,13 @@ def _user_quit(exc: BaseException | None) -> bool:
     return False
 
 
-def open_run(path: str, run_id: str | None) -> Any:
-    """The recorded run to replay (read-only)."""
+def open_run(path: str, run_id: str | None, *, check: bool = False) -> Any:
+    """The recorded run to replay (read-only); ``check``: refuse it if damaged."""
     trace = tracer.open(path, assume_finished=True)
-    return trace.run(run_id)
+    run = trace.run(run_id)
+    if check:
+        trace.ensure_intact(run.info.run_id)
+    return run
 
 
 def recorded_app(info: Any, *, allow_changed: bool = False) -> App:

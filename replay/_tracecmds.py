@@ -1,4 +1,4 @@
-"""``replay ls``, ``replay show`` and ``replay export``: look at trace stores.
+"""``replay ls``, ``show``, ``export`` and ``verify``: look at trace stores.
 
 Bad input raises the tracer's errors (one line each); the CLI group turns them into
 ``replay: error: ...`` and exit status 2.  :func:`register` adds the commands to a
@@ -154,6 +154,8 @@ def show_cmd(trace_path: str, run_id: str | None, as_json: bool) -> None:
     """Show the runs of TRACE and a per-operator summary."""
     with tracer.open(trace_path) as trace:
         runs = [trace.run(run_id)] if run_id else [trace.run(r.run_id) for r in trace.runs()]
+        for r in runs:
+            trace.ensure_intact(r.info.run_id)
         doc: dict[str, Any] = {
             "trace": trace_path,
             "store_bytes": trace.store_bytes(),
@@ -237,10 +239,48 @@ def export_cmd(trace_path: str, fmt: str, output: str, run_id: str | None, force
     click.echo(f"wrote {n} events to {output} (open it in https://ui.perfetto.dev)")
 
 
+@click.command("verify")
+@click.argument("trace_path", metavar="TRACE", type=click.Path())
+@click.option("--run", "run_id", default=None, help="Only this run (default: every run).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
+def verify_cmd(trace_path: str, run_id: str | None, as_json: bool) -> None:
+    """Check the hash chains and cross-references of TRACE (exit 2 on damage)."""
+    with tracer.open(trace_path, assume_finished=True) as trace:
+        ids = [run_id] if run_id else [r.run_id for r in trace.runs()]
+        if not ids:
+            raise tracer.RunNotFoundError(f"{trace_path} holds no runs yet")
+        reports = []
+        for rid in ids:
+            reports.append(trace.verify(rid, full=True))
+            if not reports[-1].ok:
+                break
+    bad = next((r for r in reports if not r.ok), None)
+    blocks = sum(r.blocks for r in reports)
+    nodes = max(r.nodes for r in reports)
+    if as_json:
+        doc: dict[str, Any] = {
+            "ok": bad is None,
+            "blocks": blocks,
+            "nodes": nodes,
+            "runs": [r.to_json() for r in reports],
+            "problem": None if bad is None else dict(bad.to_json()["problem"], run_id=bad.run_id),
+        }
+        click.echo(json.dumps(doc))
+    elif bad is None:
+        tail = sum(r.tail for r in reports)
+        more = f" ({tail} row(s) of unfinished invocations not covered)" if tail else ""
+        click.echo(f"ok: {blocks} blocks on {nodes} nodes verified{more}")
+    else:
+        assert bad.problem is not None
+        click.echo(f"replay: error: run {bad.run_id}: {bad.problem.line()}", err=True)
+    if bad is not None:
+        raise SystemExit(2)
+
+
 def register(group: click.Group) -> None:
-    """Add ``ls``, ``show`` and ``export`` to the ``replay`` command group."""
-    for cmd in (ls_cmd, show_cmd, export_cmd):
+    """Add ``ls``, ``show``, ``export`` and ``verify`` to the ``replay`` command group."""
+    for cmd in (ls_cmd, show_cmd, export_cmd, verify_cmd):
         group.add_command(cmd)
 
 
-__all__ = ["export_cmd", "ls_cmd", "register", "show_cmd"]
+__all__ = ["export_cmd", "ls_cmd", "register", "show_cmd", "verify_cmd"]

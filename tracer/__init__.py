@@ -19,6 +19,7 @@ from __future__ import annotations
 from ._codec import CODECS as CODECS
 from ._errors import RunExistsError as RunExistsError
 from ._errors import RunNotFoundError as RunNotFoundError
+from ._errors import TraceDamagedError as TraceDamagedError
 from ._errors import TraceFormatError as TraceFormatError
 from ._errors import TraceNotFoundError as TraceNotFoundError
 from ._errors import TracerError as TracerError
@@ -56,6 +57,8 @@ from ._schema import SCHEMA_VERSION as SCHEMA_VERSION
 from ._store import create_store as create_store
 from ._store import mark_crashed as mark_crashed
 from ._store import start_run as start_run
+from ._verify import Problem as Problem
+from ._verify import Report as Report
 
 __all__ = [
     "CODECS",
@@ -76,12 +79,15 @@ __all__ = [
     "ObjectiveLogged",
     "OperatorSummary",
     "PlanMade",
+    "Problem",
+    "Report",
     "RunEnded",
     "RunExistsError",
     "RunInfo",
     "RunNotFoundError",
     "RunTrace",
     "Trace",
+    "TraceDamagedError",
     "TraceFormatError",
     "TraceNotFoundError",
     "TraceRecorder",

@@ -15,6 +15,10 @@ class TraceFormatError(TracerError, ValueError):
     """The file is not a readable trace: not SQLite, foreign, truncated, newer or corrupt."""
 
 
+class TraceDamagedError(TraceFormatError):
+    """A run's hash chain or cross-references show that rows were lost or altered."""
+
+
 class RunNotFoundError(TracerError, LookupError):
     """The trace holds no run with the requested id (or no run at all)."""
 
@@ -30,6 +34,7 @@ class RunExistsError(TracerError, ValueError):
 __all__ = [
     "RunExistsError",
     "RunNotFoundError",
+    "TraceDamagedError",
     "TraceFormatError",
     "TraceNotFoundError",
     "TraceWriteError",

@@ -18,7 +18,8 @@ from typing import Any
 from sqlalchemy import Engine, func, insert, literal, select
 from sqlalchemy.exc import DBAPIError
 
-from ._errors import RunNotFoundError, TraceFormatError
+from ._chain import trace_key
+from ._errors import RunNotFoundError, TraceDamagedError, TraceFormatError
 from ._run import RunTrace
 from ._schema import (
     BLOB_COLUMNS,
@@ -29,6 +30,7 @@ from ._schema import (
     Verdict,
 )
 from ._store import describe, open_engine, sqlite_path, write_error
+from ._verify import Report, check_run
 
 #: A ``running`` run with no commit for this many seconds is reported as crashed.  A
 #: live run whose single invocation takes longer is misreported until it commits.
@@ -155,6 +157,24 @@ class Trace:
                 return RunTrace(self, r)
         ids = ", ".join(r.run_id for r in runs[-5:])
         raise RunNotFoundError(f"{self.source} holds no run {run_id!r} (latest runs: {ids})")
+
+    def verify(self, run_id: str | None = None, *, full: bool = True) -> Report:
+        """Check run ``run_id``'s hash chains (``full``: and cross-references).
+
+        The key comes from ``REPLAY_TRACE_KEY``.  ``full=False`` is the cheap check that
+        replay and the browser run on open; damage is returned, not raised.
+        """
+        rid = run_id if run_id is not None else self.run(None).info.run_id
+        return check_run(self._engine, rid, full=full, key=trace_key())
+
+    def ensure_intact(self, run_id: str | None = None) -> None:
+        """Raise :class:`TraceDamagedError` (one line) if the cheap check finds damage."""
+        rep = self.verify(run_id, full=False)
+        if rep.problem is not None:
+            raise TraceDamagedError(
+                f"{self.source} run {rep.run_id} is damaged: {rep.problem.line()}; "
+                "run 'replay verify' for details, or re-record the run"
+            )
 
     def store_bytes(self) -> int:
         """Size of the store: the SQLite file plus its WAL, else the sum of blob sizes."""

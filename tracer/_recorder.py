@@ -22,11 +22,13 @@ from sqlalchemy.exc import DBAPIError
 
 from engine import Recorder
 
+from ._chain import ChainWriter, trace_key
 from ._codec import encode, int_width
 from ._plans import encode_plan
 from ._schema import (
     CALL_BLOCKS,
     AggregationBlock,
+    ChainLink,
     Digest,
     IndexOrderBlock,
     Invocation,
@@ -101,6 +103,8 @@ class TraceRecorder(Recorder):
         self._objectives: list[dict[str, Any]] = []
         self._plan_no: dict[str, int] = {}
         self._done: dict[str, int] = {}
+        # each node's hash chain; the key (if any) is read once, never stored
+        self._chain = ChainWriter(self.run_id, trace_key())
         self.closed = False
         if self.is_primary:
             with self._engine.connect() as conn:
@@ -220,6 +224,7 @@ class TraceRecorder(Recorder):
             created_at=time.time(),
         )
         self._write({OperatorPlan: [row]})
+        self._chain.written({OperatorPlan: [row]})  # joins the primary node's next link
 
     def invocation_done(self, op: str, invocation: int, node: int, info: dict[str, Any]) -> None:
         """Commit everything buffered for ``node`` together with this invocation."""
@@ -240,6 +245,7 @@ class TraceRecorder(Recorder):
                     )
                 )
                 b.seq += 1
+        n_digests = len(rows[Digest])
         counts, blob_bytes = self._bulk_rows(b, node, op, invocation, rows)
         rsec, rsec_c = encode(np.asarray(info.get("round_seconds", ()), dtype=np.float64))
         rows[Invocation].append(
@@ -251,6 +257,7 @@ class TraceRecorder(Recorder):
                 node=node,
                 seq=b.seq,
                 first_seq=b.mark,
+                n_digests=n_digests,
                 bodies=int(info.get("bodies", 0)),
                 rounds=int(info.get("rounds", 0)),
                 seconds=float(info.get("seconds", 0.0)),
@@ -263,7 +270,11 @@ class TraceRecorder(Recorder):
         b.seq += 1
         if self._objectives:
             rows[Objective] = self._objectives
+        link = self._chain.link(node, b.seq, op, invocation, rows)
+        rows[ChainLink].append(link)
         self._write(rows, (node,))
+        self._chain.advance(link)
+        self._chain.written(rows, but=node)
         self._objectives = []
         b.mark = b.seq
         if node == self._home:
@@ -344,8 +355,17 @@ class TraceRecorder(Recorder):
                 self._bulk_rows(b, node, *(last[:2] if last else ("", -1)), rows)
             if self._objectives:
                 rows[Objective] = self._objectives
-            if rows:
+            links = [
+                self._chain.link(n, b.seq, "", -1, rows)
+                for n, b in self._bufs.items()
+                if self._chain.has_pending(n)
+                or any(r["node"] == n for rs in rows.values() for r in rs)
+            ]
+            if rows or links:
+                rows[ChainLink] = links
                 self._write(rows, pending)
+                for link in links:
+                    self._chain.advance(link)
                 self._objectives = []
             if self.is_primary or status != "finished":
                 b = self._bufs[self._home]

@@ -27,8 +27,9 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-#: Version of this schema; a reader refuses traces with a larger one.
-SCHEMA_VERSION = 1
+#: Version of this schema; a reader refuses traces with another one (2: the hash chain,
+#: ``chain_link`` and ``invocation.n_digests``).
+SCHEMA_VERSION = 2
 #: Identifies a trace store among SQLite files (kept in ``schema_info.app_id``).
 APP_ID = "strads-replay-trace"
 
@@ -151,6 +152,7 @@ class Invocation(Base):
     n_aggregations: Mapped[int] = mapped_column(default=0)
     n_visibility: Mapped[int] = mapped_column(default=0)
     n_mutex_grants: Mapped[int] = mapped_column(default=0)
+    n_digests: Mapped[int] = mapped_column(default=0)
     blob_bytes: Mapped[int] = mapped_column(default=0)
     committed_at: Mapped[float] = mapped_column(Float)
 
@@ -317,6 +319,26 @@ CALL_BLOCKS: dict[Any, CallBlockSpec] = {
 }
 
 
+class ChainLink(Base):
+    """One link of a node's hash chain (see ``_chain``): it covers every chained row of
+    ``node`` whose sequence number lies in [``first_seq``, ``end_seq``)."""
+
+    __tablename__ = "chain_link"
+    __table_args__ = (UniqueConstraint("run", "node", "link_no"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run: Mapped[str] = _run_fk()
+    node: Mapped[int] = mapped_column()
+    link_no: Mapped[int] = mapped_column()
+    first_seq: Mapped[int] = mapped_column()
+    end_seq: Mapped[int] = mapped_column()
+    op: Mapped[str] = mapped_column(String(200))
+    invocation: Mapped[int] = mapped_column()
+    n_rows: Mapped[int] = mapped_column()
+    manifest: Mapped[bytes] = mapped_column(LargeBinary)  # (table, seq, digest) per row
+    keyed: Mapped[int] = mapped_column()  # 1: an HMAC under REPLAY_TRACE_KEY (never stored)
+    link: Mapped[bytes] = mapped_column(LargeBinary)
+
+
 class Verdict(Base):
     """Result of a replay or dual test of a run, written by ``replay``."""
 
@@ -351,6 +373,7 @@ __all__ = [
     "AggregationBlock",
     "Base",
     "CallBlockSpec",
+    "ChainLink",
     "Digest",
     "IndexOrderBlock",
     "Invocation",

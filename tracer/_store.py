@@ -403,6 +403,11 @@ def check_schema_info(engine: Engine, shown: str = "", *, allow_empty: bool = Fa
         )
     if version < 1:
         raise TraceFormatError(f"{shown} has an invalid trace schema version {version}")
+    if version < SCHEMA_VERSION:
+        raise TraceFormatError(
+            f"{shown} is an older trace (schema version {version}; this strads-replay reads "
+            f"{SCHEMA_VERSION}): re-record the run, or read it with the strads-replay that wrote it"
+        )
 
 
 def checkpoint(engine: Engine) -> None:

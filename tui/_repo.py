@@ -299,6 +299,8 @@ class Repository:
     def _entry(self, path: str) -> TraceEntry:
         try:
             trace = self._trace(path)
+            for info in trace.runs():
+                trace.ensure_intact(info.run_id)  # a damaged run is refused like a bad file
             rows = tuple(
                 RunRow(RunRef(path, info.run_id), info, tuple(trace.run(info.run_id).verdicts()))
                 for info in trace.runs()

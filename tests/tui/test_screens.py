@@ -254,30 +254,37 @@ def test_sync_for_run_has_a_rounds_timeline_and_sync_orders(sync_trace: Path) ->
     drive(BrowserApp([sync_trace]), script)
 
 
-def test_damage_found_later_is_shown_not_raised(synth_dir: Path, tmp_path: Path) -> None:
-    """A trace that opens but whose tables are gone: the views say so and keep running."""
+def test_damaged_trace_is_refused_on_open_and_listed_as_unreadable(
+    synth_dir: Path, tmp_path: Path
+) -> None:
+    """Damage is found when the trace is opened (its hash chain), not later in a view:
+    the trace is listed as unreadable, with the first bad block, and nothing crashes."""
     import shutil
     import sqlite3
 
-    path = tmp_path / "damaged.sqlite"
-    shutil.copyfile(synth_dir / "a.sqlite", path)
-    with sqlite3.connect(path) as conn:
+    gone = tmp_path / "gone.sqlite"  # tables dropped
+    shutil.copyfile(synth_dir / "a.sqlite", gone)
+    with sqlite3.connect(gone) as conn:
         tables = [r[0] for r in conn.execute("select name from sqlite_master where type='table'")]
         for name in tables:
             if name not in ("run", "schema_info", "verdict", "invocation"):
                 conn.execute(f"drop table {name}")
+    edited = tmp_path / "edited.sqlite"  # one row altered
+    shutil.copyfile(synth_dir / "a.sqlite", edited)
+    with sqlite3.connect(edited) as conn:
+        conn.execute("update invocation set bodies = bodies + 1 where id = 1")
 
     async def script(pilot: Any) -> None:
-        await wait_text(pilot, "synth")
-        await pilot.press("enter")
-        await wait_text(pilot, "cannot read")
-        assert isinstance(pilot.app.screen, OverviewScreen)
-        await pilot.press("t", "o", "v")
+        await wait_text(pilot, "2 trace file(s), 0 run(s), 2 unreadable")
+        text = await wait_text(pilot, "edited.sqlite", "unreadable:")
+        await pilot.press("down")
+        text = await wait_text(pilot, "is damaged")
+        assert "table invocation node" in text or "gone.sqlite" in text
+        await pilot.press("enter")  # cannot be opened, and nothing crashes
         await pilot.pause()
-        assert pilot.app.is_running
-        assert screen_text(pilot.app)
+        assert pilot.app.is_running and screen_text(pilot.app)
 
-    drive(BrowserApp([path]), script)
+    drive(BrowserApp([tmp_path]), script)
 
 
 def test_empty_directory_explains_what_to_do(tmp_path: Path) -> None:

@@ -1,0 +1,237 @@
+"""Per-node hash chains over a trace's rows, written at commit time, checked on open.
+
+Why a chain: a trace is only worth replaying if it is the trace that was recorded.  A
+row dropped or altered by a bad disk, a copy cut short or a hand edit would otherwise
+replay as "identical" (replay never reads some tables).  Each node already commits once
+per operator invocation; that commit also writes one ``chain_link`` row covering every
+*chained* row of that node whose sequence number lies in [first_seq, end_seq):
+
+* a **manifest**, one entry per covered row in canonical order: table code, the row's
+  sequence number and a 16-byte blake2b of the row's canonical bytes (so a damaged row
+  is named precisely);
+* a **link** = H(previous link || header || manifest), where H is blake2b, or an HMAC
+  (blake2b) under ``REPLAY_TRACE_KEY`` when that is set.  The trace records whether a
+  chain is keyed, never the key.
+
+Rows are assigned to links by (node, sequence number), not by transaction: plans are
+written at once by the primary and objectives may ride along with another node's
+commit, but both take their sequence numbers from the primary node's counter, so they
+fall into that node's next link.  Canonical bytes depend on the schema's column types
+only (ints as int64, floats as float64 with one NaN, strings as UTF-8, blobs raw), never
+on how the database stored them, and nothing is pickled.
+
+Without a key the chain finds damage, not a determined editor, who can recompute it.
+Verification lives in ``_verify``; this module is the pure encoding and the writer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import math
+import os
+import struct
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+from sqlalchemy import Float, LargeBinary, String, Text
+
+from ._schema import (
+    CALL_BLOCKS,
+    ChainLink,
+    Digest,
+    Invocation,
+    MessageBlock,
+    Objective,
+    OperatorPlan,
+)
+
+#: Environment variable holding the key that turns the chain into an HMAC.
+KEY_ENV = "REPLAY_TRACE_KEY"
+#: Bytes of each row's digest in a manifest: long enough that no accident collides and
+#: that forging a row to a recorded digest is infeasible.
+ROW_DIGEST_BYTES = 16
+
+#: Chained tables (their index is the table code in manifests) and their seq column.
+CHAINED: tuple[tuple[Any, str], ...] = (
+    (OperatorPlan, "seq"),
+    (Invocation, "seq"),
+    (Digest, "seq"),
+    (Objective, "seq"),
+    (MessageBlock, "first_seq"),
+    *((model, "first_seq") for model in CALL_BLOCKS),
+)
+CODE = {model: k for k, (model, _) in enumerate(CHAINED)}
+SEQ_COLUMN = dict(CHAINED)
+
+MANIFEST_DTYPE = np.dtype([("table", "u1"), ("seq", "<i8"), ("digest", f"S{ROW_DIGEST_BYTES}")])
+
+_NAN = struct.pack("<d", math.nan)
+
+
+def _kind(col: Any) -> str:
+    t = col.type
+    if isinstance(t, LargeBinary):
+        return "b"
+    if isinstance(t, Float):
+        return "f"
+    if isinstance(t, String | Text):
+        return "s"
+    return "i"
+
+
+#: Per chained table: (column, kind, default) of every column but the database's id.
+COLUMNS: dict[Any, tuple[tuple[str, str, Any], ...]] = {
+    model: tuple(
+        (c.name, _kind(c), c.default.arg if c.default is not None else None)
+        for c in model.__table__.columns
+        if c.name != "id"
+    )
+    for model, _ in CHAINED
+}
+
+
+def trace_key() -> bytes | None:
+    """The chain key from ``REPLAY_TRACE_KEY`` (None when unset or empty)."""
+    key = os.environ.get(KEY_ENV, "")
+    return key.encode() if key else None
+
+
+def _value(kind: str, v: Any) -> bytes:
+    if kind == "f":  # SQLite stores NaN as NULL: both are the one NaN
+        return b"f" + (_NAN if v is None or v != v else struct.pack("<d", float(v)))
+    if v is None:
+        return b"N"
+    if kind == "i":
+        return b"i" + struct.pack("<q", int(v))
+    data = str(v).encode() if kind == "s" else bytes(v)
+    return kind.encode() + struct.pack("<Q", len(data)) + data
+
+
+def row_digest(model: Any, row: Mapping[str, Any]) -> bytes:
+    """blake2b (16 bytes) of a row's canonical bytes: its table, then every column."""
+    h = hashlib.blake2b(model.__tablename__.encode(), digest_size=ROW_DIGEST_BYTES)
+    for name, kind, default in COLUMNS[model]:
+        v = row.get(name, default)
+        if kind == "b" and v is not None:  # blobs are hashed in place, never copied
+            h.update(b"b" + struct.pack("<Q", len(v)))
+            h.update(v)
+        else:
+            h.update(_value(kind, v))
+    return h.digest()
+
+
+def manifest(entries: Iterable[tuple[Any, Mapping[str, Any]]]) -> bytes:
+    """The manifest of ``entries`` (model, row): sorted by (table code, seq)."""
+    items = sorted(
+        ((CODE[m], int(r[SEQ_COLUMN[m]]), row_digest(m, r)) for m, r in entries),
+        key=lambda e: (e[0], e[1]),
+    )
+    return np.array(items, dtype=MANIFEST_DTYPE).tobytes()
+
+
+def link_of(
+    prev: bytes, header: Mapping[str, Any], manifest_bytes: bytes, key: bytes | None
+) -> bytes:
+    """H(prev || header || manifest): blake2b, or HMAC-blake2b under ``key``."""
+    h: Any = hmac.new(key, digestmod=hashlib.blake2b) if key else hashlib.blake2b(digest_size=32)
+    h.update(prev)
+    for name in ("run", "node", "link_no", "first_seq", "end_seq", "op", "invocation", "keyed"):
+        h.update(_value("s" if name in ("run", "op") else "i", header[name]))
+    h.update(manifest_bytes)
+    return h.digest()
+
+
+class _NodeChain:
+    __slots__ = ("prev", "link_no", "first_seq", "pending")
+
+    def __init__(self) -> None:
+        self.prev = b""
+        self.link_no = 0
+        self.first_seq = 0
+        self.pending: list[tuple[Any, Mapping[str, Any]]] = []
+
+
+class ChainWriter:
+    """The chain state of the nodes a recorder hosts (pure: no SQL, no clock)."""
+
+    def __init__(self, run_id: str, key: bytes | None) -> None:
+        self.run_id = run_id
+        self.key = key
+        self._nodes: dict[int, _NodeChain] = {}
+
+    def _node(self, node: int) -> _NodeChain:
+        st = self._nodes.get(node)
+        if st is None:
+            st = self._nodes[node] = _NodeChain()
+        return st
+
+    def written(self, rows: Mapping[Any, list[dict[str, Any]]], *, but: int | None = None) -> None:
+        """Note chained ``rows`` committed without a link (they join their node's next one)."""
+        for model, batch in rows.items():
+            if model in CODE:
+                for r in batch:
+                    if r["node"] != but:
+                        self._node(int(r["node"])).pending.append((model, r))
+
+    def has_pending(self, node: int) -> bool:
+        """True when ``node`` has rows written since its last link."""
+        return bool(self._node(node).pending)
+
+    def link(
+        self,
+        node: int,
+        end_seq: int,
+        op: str,
+        invocation: int,
+        rows: Mapping[Any, list[dict[str, Any]]],
+    ) -> dict[str, Any]:
+        """The ``chain_link`` row for ``node``'s commit of ``rows`` up to ``end_seq``.
+
+        Call :meth:`advance` with it once the transaction that holds it has committed.
+        """
+        st = self._node(node)
+        mine = [
+            (m, r) for m, batch in rows.items() if m in CODE for r in batch if r["node"] == node
+        ]
+        entries = st.pending + mine
+        man = manifest(entries)
+        row = dict(
+            run=self.run_id,
+            node=node,
+            link_no=st.link_no,
+            first_seq=st.first_seq,
+            end_seq=int(end_seq),
+            op=op,
+            invocation=int(invocation),
+            n_rows=len(entries),
+            keyed=int(self.key is not None),
+        )
+        row["manifest"] = man
+        row["link"] = link_of(st.prev, row, man, self.key)
+        return row
+
+    def advance(self, link: Mapping[str, Any]) -> None:
+        """``link`` is durable: the node's next link follows it."""
+        st = self._node(int(link["node"]))
+        st.prev = link["link"]
+        st.link_no += 1
+        st.first_seq = int(link["end_seq"])
+        st.pending = []
+
+
+__all__ = [
+    "CHAINED",
+    "CODE",
+    "COLUMNS",
+    "KEY_ENV",
+    "MANIFEST_DTYPE",
+    "SEQ_COLUMN",
+    "ChainLink",
+    "ChainWriter",
+    "link_of",
+    "manifest",
+    "row_digest",
+    "trace_key",
+]

@@ -1,0 +1,445 @@
+"""Checking a run's hash chains (see ``_chain``) and its cross-references.
+
+Two depths.  The *open check* (``full=False``, run by ``replay cluster``, ``single``,
+``show`` and the browser) reads every chained row once, recomputes each row's digest
+and each node's links, and checks that the links' sequence ranges are contiguous and
+cover every row (a crashed or live run may have an unlinked tail: the invocations it had
+not completed).  ``replay verify`` (``full=True``) also decodes the blobs and checks the
+cross-references: each link's events use exactly its sequence numbers, invocation
+numbers have no gaps, every node completed the same invocations (finished runs),
+digests are present, and message sequence numbers agree between senders and receivers.
+
+The first problem found is returned as a :class:`Problem`; nothing here raises on damage.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hmac
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+from sqlalchemy import Engine, select
+from sqlalchemy.exc import DBAPIError
+
+from ._chain import (
+    CHAINED,
+    CODE,
+    KEY_ENV,
+    MANIFEST_DTYPE,
+    ROW_DIGEST_BYTES,
+    SEQ_COLUMN,
+    link_of,
+    row_digest,
+)
+from ._codec import decode
+from ._errors import TraceFormatError
+from ._schema import CALL_BLOCKS, ChainLink, Digest, Invocation, MessageBlock, Run
+
+#: The channel whose source sequence numbers count every send of a source (0, 1, ...).
+ROWS_CHANNEL = "rows"
+
+
+@dataclass(frozen=True)
+class Problem:
+    """The first bad block: where it is and what is wrong with it."""
+
+    table: str
+    node: int | None
+    what: str
+    seq: int | None = None
+    op: str | None = None
+    invocation: int | None = None
+
+    def line(self) -> str:
+        """One line naming the block."""
+        where = f"table {self.table}"
+        if self.node is not None:
+            where += f" node {self.node}"
+        if self.op is not None and self.invocation is not None and self.invocation >= 0:
+            where += f" invocation {self.op}:{self.invocation}"
+        if self.seq is not None:
+            where += f" seq {self.seq}"
+        return f"{where}: {self.what}"
+
+
+@dataclass
+class Report:
+    """What a check found: ``problem`` is None when the run verified."""
+
+    run_id: str
+    blocks: int = 0
+    nodes: int = 0
+    tail: int = 0  # rows after the last link of a crashed or live run (not verified)
+    keyed: bool = False
+    problem: Problem | None = None
+    checked: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.problem is None
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"ok", "blocks", "nodes", "tail", "keyed", "problem"}``."""
+        return {
+            "ok": self.ok,
+            "run_id": self.run_id,
+            "blocks": self.blocks,
+            "nodes": self.nodes,
+            "tail": self.tail,
+            "keyed": self.keyed,
+            "problem": None if self.problem is None else asdict(self.problem),
+        }
+
+
+class _Found(Exception):
+    def __init__(self, problem: Problem) -> None:
+        self.problem = problem
+
+
+def _fail(table: str, node: int | None, what: str, **kw: Any) -> None:
+    raise _Found(Problem(table, node, what, **kw))
+
+
+def _read(engine: Engine, run_id: str) -> tuple[Any, list[Any], dict[Any, list[Any]]]:
+    try:
+        with engine.connect() as conn:
+            run = conn.execute(select(Run.__table__).where(Run.run_id == run_id)).first()
+            links = list(
+                conn.execute(
+                    select(ChainLink.__table__)
+                    .where(ChainLink.run == run_id)
+                    .order_by(ChainLink.node, ChainLink.link_no)
+                ).all()
+            )
+            rows = {
+                model: list(
+                    conn.execute(
+                        select(model.__table__)
+                        .where(model.run == run_id)
+                        .order_by(model.node, getattr(model, col))
+                    ).all()
+                )
+                for model, col in CHAINED
+            }
+    except DBAPIError as exc:
+        reason = str(getattr(exc, "orig", exc)).splitlines()[0]
+        raise TraceFormatError(f"the trace is damaged ({reason}); re-record the run") from None
+    return run, links, rows
+
+
+def check_run(
+    engine: Engine, run_id: str, *, full: bool = False, key: bytes | None = None
+) -> Report:
+    """Check the chains (and with ``full`` the cross-references) of run ``run_id``.
+
+    ``key``: the chain key; without it a keyed chain's rows are still checked against
+    their manifests, but its links only with ``full=False`` skipped, and ``full=True``
+    reports that the key is needed.
+    """
+    run, links, rows = _read(engine, run_id)
+    rep = Report(run_id)
+    try:
+        if run is None:
+            _fail("run", None, f"no run {run_id!r}")
+        _check_chains(run, links, rows, rep, full=full, key=key)
+        if full:
+            _check_references(run, rows, rep)
+    except _Found as found:
+        rep.problem = found.problem
+    return rep
+
+
+# ---------------------------------------------------------------------- chains
+def _check_chains(
+    run: Any,
+    links: list[Any],
+    rows: dict[Any, list[Any]],
+    rep: Report,
+    *,
+    full: bool,
+    key: bytes | None,
+) -> None:
+    per_node: dict[int, dict[Any, list[Any]]] = defaultdict(lambda: defaultdict(list))
+    for model, batch in rows.items():
+        for r in batch:
+            per_node[int(r.node)][model].append(r)
+    by_node: dict[int, list[Any]] = defaultdict(list)
+    for ln in links:
+        by_node[int(ln.node)].append(ln)
+    nodes = sorted(set(per_node) | set(by_node))
+    rep.nodes = len(nodes)
+    closed = run.status == "finished"
+    rep.keyed = any(ln.keyed for ln in links)
+    if rep.keyed and not all(ln.keyed for ln in links):
+        ln = next(ln for ln in links if not ln.keyed)
+        _fail(
+            "chain_link",
+            int(ln.node),
+            "keyed and unkeyed links are mixed: the chain was edited",
+            seq=ln.first_seq,
+            op=ln.op,
+            invocation=ln.invocation,
+        )
+    if full and rep.keyed and key is None:
+        _fail("chain_link", None, f"the chain is keyed: set {KEY_ENV} to verify it")
+    if full and key is not None and links and not rep.keyed:
+        _fail(
+            "chain_link",
+            None,
+            f"{KEY_ENV} is set but the trace was recorded without a key: its chain cannot "
+            "show that it was not edited",
+        )
+    for node in nodes:
+        tables = per_node[node]
+        seqs = {m: [int(getattr(r, SEQ_COLUMN[m])) for r in tables[m]] for m in tables}
+        prev, end = b"", 0
+        for k, ln in enumerate(by_node[node]):
+            where = dict(op=ln.op, invocation=ln.invocation)
+            if ln.link_no != k or ln.first_seq != end or ln.end_seq < ln.first_seq:
+                _fail(
+                    "chain_link",
+                    node,
+                    f"link {ln.link_no} does not follow link {k - 1} (seqs {ln.first_seq}.."
+                    f"{ln.end_seq}, expected to start at {end}): a link is missing",
+                    seq=ln.first_seq,
+                    **where,
+                )
+            got: list[tuple[int, int, Any, Any]] = []
+            for m in tables:
+                lo = bisect.bisect_left(seqs[m], ln.first_seq)
+                hi = bisect.bisect_left(seqs[m], ln.end_seq)
+                got.extend((CODE[m], seqs[m][i], m, tables[m][i]) for i in range(lo, hi))
+            got.sort(key=lambda e: (e[0], e[1]))
+            _match_manifest(node, ln, got)
+            if ln.keyed and key is None:
+                pass  # the rows match their manifest; the links need the key
+            elif not hmac.compare_digest(
+                link_of(prev, _header(ln), bytes(ln.manifest), key if ln.keyed else None),
+                bytes(ln.link),
+            ):
+                what = "its link does not match the chain (the link rows were edited"
+                what += ", or the key is wrong)" if ln.keyed else ")"
+                _fail("chain_link", node, what, seq=ln.first_seq, **where)
+            prev, end = bytes(ln.link), ln.end_seq
+            rep.blocks += len(got)
+            if full:
+                _check_density(node, ln, got)
+        tail = [(m, r) for m in tables for r, s in zip(tables[m], seqs[m], strict=True) if s >= end]
+        if tail and closed:
+            m, r = min(tail, key=lambda e: int(getattr(e[1], SEQ_COLUMN[e[0]])))
+            _fail(
+                m.__tablename__,
+                node,
+                "row is not covered by the node's chain (links were removed or rows added)",
+                seq=int(getattr(r, SEQ_COLUMN[m])),
+                op=getattr(r, "op", None),
+                invocation=getattr(r, "invocation", None),
+            )
+        rep.tail += len(tail)
+        if closed and run.end_node == node and run.end_seq is not None and run.end_seq != end:
+            _fail(
+                "chain_link",
+                node,
+                f"the chain ends at seq {end} but the run ended at seq {run.end_seq}: "
+                "the last links are missing",
+                seq=end,
+            )
+    if closed and run.end_node is not None and run.end_node not in by_node:
+        _fail("chain_link", run.end_node, "the primary node has no chain at all")
+
+
+def _header(ln: Any) -> dict[str, Any]:
+    return {k: getattr(ln, k) for k in ("run", "node", "link_no", "first_seq", "end_seq", "op")} | {
+        "invocation": ln.invocation,
+        "keyed": ln.keyed,
+    }
+
+
+def _match_manifest(node: int, ln: Any, got: list[tuple[int, int, Any, Any]]) -> None:
+    """Walk the recorded manifest and the rows found side by side (both sorted)."""
+    where = dict(op=ln.op, invocation=ln.invocation)
+    raw = bytes(ln.manifest or b"")
+    if len(raw) % MANIFEST_DTYPE.itemsize or len(raw) // MANIFEST_DTYPE.itemsize != ln.n_rows:
+        _fail("chain_link", node, "its manifest is damaged", seq=ln.first_seq, **where)
+    man = np.frombuffer(raw, dtype=MANIFEST_DTYPE)
+    names = {k: m.__tablename__ for m, k in CODE.items()}
+    end = (1 << 8, 1 << 63)
+    i = j = 0
+    while i < len(man) or j < len(got):
+        want = (int(man[i]["table"]), int(man[i]["seq"])) if i < len(man) else end
+        have = (got[j][0], got[j][1]) if j < len(got) else end
+        if want < have:
+            table = names.get(want[0], f"#{want[0]}")
+            _fail(table, node, "row is missing (deleted)", seq=want[1], **where)
+        model, r = got[j][2], got[j][3]
+        at = dict(seq=have[1], op=getattr(r, "op", None), invocation=getattr(r, "invocation", None))
+        if have < want:
+            _fail(model.__tablename__, node, "row is not in the chain (added or moved)", **at)
+        if row_digest(model, r._mapping) != bytes(man[i]["digest"]).ljust(ROW_DIGEST_BYTES, b"\0"):
+            _fail(
+                model.__tablename__, node, "row does not match its recorded digest (altered)", **at
+            )
+        i, j = i + 1, j + 1
+
+
+# ---------------------------------------------------------------------- events
+def _event_seqs(model: Any, r: Any) -> np.ndarray:
+    """The node sequence numbers of a row's events (decodes its blobs)."""
+    where = f"table {model.__tablename__} row {r.id}"
+    if model is MessageBlock:
+        return decode(r.seqs, r.seqs_codec, r.count, where + " column seqs")
+    spec = CALL_BLOCKS.get(model)
+    if spec is None:
+        return np.array([int(r.seq)], dtype=np.int64)
+    calls = decode(r.calls, r.calls_codec, r.n_calls * spec.width, where + " column calls")
+    calls = calls.reshape(r.n_calls, spec.width)
+    starts, lens = calls[:, -2], calls[:, -1]
+    if not spec.per_value:
+        return starts
+    return np.concatenate(
+        [np.arange(s, s + n) for s, n in zip(starts, lens, strict=True)]
+        or [np.zeros(0, dtype=np.int64)]
+    )
+
+
+def _check_density(node: int, ln: Any, got: list[tuple[int, int, Any, Any]]) -> None:
+    parts = []
+    for _, seq, model, r in got:
+        try:
+            parts.append(_event_seqs(model, r))
+        except TraceFormatError as exc:
+            _fail(
+                model.__tablename__,
+                node,
+                str(exc).split(": ", 1)[-1],
+                seq=seq,
+                op=getattr(r, "op", None),
+                invocation=getattr(r, "invocation", None),
+            )
+    have = np.sort(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
+    want = np.arange(ln.first_seq, ln.end_seq, dtype=np.int64)
+    if have.shape != want.shape or not np.array_equal(have, want):
+        bad = _first_gap(have, want)
+        _fail(
+            "chain_link",
+            node,
+            f"sequence numbers of the link's events are not "
+            f"{ln.first_seq}..{ln.end_seq - 1} without gaps (first wrong: {bad})",
+            seq=ln.first_seq,
+            op=ln.op,
+            invocation=ln.invocation,
+        )
+
+
+def _first_gap(have: np.ndarray, want: np.ndarray) -> int:
+    n = min(len(have), len(want))
+    diff = np.nonzero(have[:n] != want[:n])[0]
+    if len(diff):
+        return int(want[diff[0]])
+    return int(want[n]) if len(want) > n else int(have[n])
+
+
+# ---------------------------------------------------------------------- cross-references
+def _check_references(run: Any, rows: Mapping[Any, list[Any]], rep: Report) -> None:
+    finished = run.status == "finished"
+    invs: dict[str, dict[int, list[int]]] = defaultdict(lambda: defaultdict(list))
+    for r in rows[Invocation]:
+        invs[r.op][int(r.node)].append(int(r.invocation))
+    nodes = sorted({n for per in invs.values() for n in per})
+    for op, per in sorted(invs.items()):
+        longest = max(len(v) for v in per.values())
+        for node in nodes:
+            got = sorted(per.get(node, []))
+            if got != list(range(len(got))):
+                first = next(i for i, v in enumerate(got + [-1]) if v != i)
+                _fail(
+                    "invocation",
+                    node,
+                    "invocation is missing (gap in invocation numbers)",
+                    op=op,
+                    invocation=first,
+                )
+            if finished and len(got) != longest:
+                _fail(
+                    "invocation",
+                    node,
+                    "invocation is missing: other nodes completed it",
+                    op=op,
+                    invocation=len(got),
+                )
+    # digests: each invocation holds as many as it says, and the digesting node digests all
+    count: dict[tuple[str, int, int], int] = defaultdict(int)
+    for d in rows[Digest]:
+        count[(d.op, int(d.invocation), int(d.node))] += 1
+    digesting = {int(d.node) for d in rows[Digest]}
+    for r in rows[Invocation]:
+        k = (r.op, int(r.invocation), int(r.node))
+        if count.get(k, 0) != r.n_digests or (int(r.node) in digesting and r.n_digests == 0):
+            _fail(
+                "digest",
+                int(r.node),
+                f"{count.get(k, 0)} digest(s) for an invocation that recorded {r.n_digests}",
+                op=getattr(r, "op", None),
+                invocation=int(r.invocation),
+            )
+    # messages: per (receiver, source) the source's sequence numbers 0..k-1, and every
+    # receiver saw the same k from a source when the run finished
+    got_from: dict[tuple[int, int, str], list[np.ndarray]] = defaultdict(list)
+    first_block: dict[tuple[int, int, str], Any] = {}
+    for b in rows[MessageBlock]:
+        where = f"table message_block row {b.id}"
+        try:
+            src = decode(b.sources, b.sources_codec, b.count, where + " column sources")
+            sseq = decode(
+                b.source_seqs, b.source_seqs_codec, b.count, where + " column source_seqs"
+            )
+        except TraceFormatError as exc:
+            _fail(
+                "message_block",
+                int(b.node),
+                str(exc).split(": ", 1)[-1],
+                seq=b.first_seq,
+                op=b.op,
+                invocation=b.invocation,
+            )
+        chan = b.channel if b.channel == ROWS_CHANNEL else f"{b.channel}@{b.op}:{b.invocation}"
+        for s in np.unique(src):
+            key = (int(b.node), int(s), chan)
+            got_from[key].append(sseq[src == s])
+            first_block.setdefault(key, b)
+    sent: dict[tuple[int, str], dict[int, int]] = defaultdict(dict)
+    for (dst, s, chan), parts in sorted(got_from.items()):
+        seqs = np.sort(np.concatenate(parts))
+        b = first_block[(dst, s, chan)]
+        if chan == ROWS_CHANNEL:
+            ok = np.array_equal(seqs, np.arange(len(seqs)))
+            sent[(s, chan)][dst] = len(seqs)
+        else:  # sync_for channels number by clock within an invocation: no repeats
+            ok = len(np.unique(seqs)) == len(seqs)
+        if not ok:
+            _fail(
+                "message_block",
+                dst,
+                f"messages from node {s} on channel {b.channel} have "
+                f"source sequence numbers with gaps or repeats",
+                seq=b.first_seq,
+                op=b.op,
+                invocation=b.invocation,
+            )
+    if finished:
+        for (s, chan), counts in sorted(sent.items()):
+            if len(set(counts.values())) > 1:
+                dst = min(counts, key=lambda d: (counts[d], d))
+                _fail(
+                    "message_block",
+                    dst,
+                    f"received {counts[dst]} message(s) from node {s} on "
+                    f"channel {chan}, other nodes received {max(counts.values())}",
+                )
+
+
+__all__ = ["Problem", "Report", "check_run"]
