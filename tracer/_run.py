@@ -335,8 +335,24 @@ class RunTrace:
         return MessageArrays(*(c[order] for c in cols))
 
     def _msg_arrays(self, r: Any) -> tuple[np.ndarray, ...]:
+        if not isinstance(r.count, int) or r.count < 0 or not isinstance(r.channel, str):
+            raise TraceFormatError(
+                f"{_where(MessageBlock, r.id, 'count')}: bad count or channel; the trace is damaged"
+            )
         cols = [_dec(r, MessageBlock, c, r.count) for c in ("seqs", "sources", "source_seqs")]
         nb = _dec(r, MessageBlock, "nbytes", r.count)
+        ranks = self.info.ranks
+        if len(cols[1]) and (cols[1].min() < 0 or cols[1].max() >= ranks):
+            bad = int(cols[1][(cols[1] < 0) | (cols[1] >= ranks)][0])
+            raise TraceFormatError(
+                f"{_where(MessageBlock, r.id, 'sources')}: source {bad} is not a rank of this "
+                f"{ranks}-rank run; the trace is damaged, re-record the run"
+            )
+        for name, col in (("seqs", cols[0]), ("source_seqs", cols[2]), ("nbytes", nb)):
+            if len(col) and col.min() < 0:
+                raise TraceFormatError(
+                    f"{_where(MessageBlock, r.id, name)}: negative value; the trace is damaged"
+                )
         return (cols[0], np.full(r.count, r.channel), cols[1], cols[2], nb)
 
     def events(
