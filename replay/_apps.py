@@ -133,6 +133,34 @@ def parse_params(fn: Callable[..., Any], pairs: tuple[str, ...] | list[str]) -> 
     return out
 
 
+_KINDS: dict[Any, tuple[tuple[type, ...], str]] = {
+    int: ((int,), "an integer"),
+    float: ((int, float), "a number"),
+    bool: ((bool,), "a boolean"),
+    str: ((str,), "text"),
+}
+
+
+def check_params(fn: Callable[..., Any], params: dict[str, Any], where: str) -> None:
+    """Refuse stored ``params`` that ``fn`` does not take or whose type its annotations deny."""
+    sig = inspect.signature(fn)
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception:  # noqa: BLE001 - unresolvable annotations are not checked
+        hints = {}
+    for name, value in params.items():
+        if name not in sig.parameters:
+            known = ", ".join(sig.parameters) or "none"
+            raise UsageError(f"{where}: unknown parameter {name!r}; the app takes: {known}")
+        param = sig.parameters[name]
+        kind = hints.get(name, param.annotation)
+        if kind is inspect.Parameter.empty and param.default is not inspect.Parameter.empty:
+            kind = type(param.default)
+        types, what = _KINDS.get(kind, ((object,), ""))
+        if not isinstance(value, types) or (kind is not bool and isinstance(value, bool)):
+            raise UsageError(f"{where}: parameter {name} is {value!r}, not {what}")
+
+
 def all_params(fn: Callable[..., Any], given: dict[str, Any]) -> dict[str, Any]:
     """``given`` completed with the defaults of ``fn`` (what the run really used)."""
     out = {}
@@ -144,4 +172,4 @@ def all_params(fn: Callable[..., Any], given: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-__all__ = ["BUILTIN_APPS", "App", "all_params", "parse_params", "resolve"]
+__all__ = ["BUILTIN_APPS", "App", "all_params", "check_params", "parse_params", "resolve"]

@@ -21,7 +21,7 @@ import engine
 import tracer
 
 from . import _environment
-from ._apps import BUILTIN_APPS, resolve
+from ._apps import BUILTIN_APPS, check_params, resolve
 from ._controller import ReplayChecker, ReplayFinished, TraceController
 from ._errors import UsageError
 
@@ -83,6 +83,30 @@ def open_run(path: str, run_id: str | None) -> Any:
     return trace.run(run_id)
 
 
+def _app_of(info: Any) -> Any:
+    try:
+        return resolve(info.app if info.app in BUILTIN_APPS else info.target or info.app)
+    except UsageError as exc:
+        raise UsageError(f"the trace's app cannot be found: {exc}") from None
+
+
+def check_replayable(run: Any) -> None:
+    """Refuse a run whose stored parameters or message sources cannot be replayed.
+
+    Run before launching ranks, so a damaged trace is one line and exit 2 rather than
+    a failure inside the app or inside MPI.
+    """
+    info = run.info
+    app = _app_of(info)
+    check_params(
+        app.fn,
+        info.params,
+        f"the trace's run {info.run_id[:12]} cannot be replayed (table run column params)",
+    )
+    for node in range(info.ranks):
+        run.messages(node)  # the tracer checks every recorded source is a rank of the run
+
+
 def replay_here(
     spec: dict[str, Any], comm: Any = None, progress: Callable[[str], None] | None = None
 ) -> dict[str, Any]:
@@ -90,10 +114,7 @@ def replay_here(
     mode = spec["mode"]
     run = open_run(spec["trace"], spec.get("run_id"))
     info = run.info
-    try:
-        app = resolve(info.app if info.app in BUILTIN_APPS else info.target or info.app)
-    except UsageError as exc:
-        raise UsageError(f"the trace's app cannot be found: {exc}") from None
+    app = _app_of(info)
     if mode == "cluster":
         size = comm.Get_size() if comm is not None else 1
         if size != info.ranks:
@@ -198,4 +219,4 @@ def store_verdict(result: dict[str, Any]) -> None:
         )
 
 
-__all__ = ["parse_break", "parse_until", "replay_here", "store_verdict"]
+__all__ = ["check_replayable", "parse_break", "parse_until", "replay_here", "store_verdict"]
