@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -18,6 +19,7 @@ from ._events import DeltasAggregated, DigestRecorded, Event, UpdatesApplied
 from ._plans import decode_plan
 from ._schema import (
     CALL_BLOCKS,
+    VERDICT_KINDS,
     Digest,
     Invocation,
     LockGrantBlock,
@@ -126,6 +128,30 @@ class VerdictInfo:
     passed: bool
     detail: dict[str, Any]
     created_at: float
+    #: Why the row could not be decoded (only from ``verdicts(strict=False)``); None if it could.
+    error: str | None = None
+
+
+def _verdict(v: Any) -> VerdictInfo:
+    """Decode and check one ``verdict`` row."""
+
+    def bad(col: str, what: str) -> TraceFormatError:
+        return TraceFormatError(f"{_where(Verdict, v.id, col)}: {what}; the trace is damaged")
+
+    try:
+        detail = json.loads(v.detail) if isinstance(v.detail, str) else None
+    except (ValueError, RecursionError):
+        raise bad("detail", "not JSON") from None
+    if not isinstance(detail, dict):
+        raise bad("detail", "not a JSON object")
+    if v.kind not in VERDICT_KINDS:
+        raise bad("kind", f"unknown verdict kind {v.kind!r}")
+    if v.passed not in (0, 1) or isinstance(v.passed, float):
+        raise bad("passed", f"{v.passed!r} is not a boolean")
+    t = v.created_at
+    if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t):
+        raise bad("created_at", f"{t!r} is not a finite time")
+    return VerdictInfo(v.id, v.run, v.kind, bool(v.passed), detail, float(t))
 
 
 class RunTrace:
@@ -264,18 +290,24 @@ class RunTrace:
             out.setdefault(name, []).append(float(value))
         return out
 
-    def verdicts(self) -> list[VerdictInfo]:
-        """Replay and dual-test verdicts recorded about this run, oldest first."""
+    def verdicts(self, *, strict: bool = True) -> list[VerdictInfo]:
+        """Replay and dual-test verdicts recorded about this run, oldest first.
+
+        ``strict=False``: a row that cannot be decoded comes back with ``error`` set (kind
+        ``"?"``, failed, empty detail) instead of raising :class:`TraceFormatError`.
+        """
         rows = self._all(
-            select(Verdict.__table__).where(Verdict.run == self.run_id).order_by(Verdict.created_at)
+            select(Verdict.__table__).where(Verdict.run == self.run_id).order_by(Verdict.id)
         )
         out = []
         for v in rows:
             try:
-                detail = json.loads(v.detail or "{}")
-            except ValueError:
-                raise TraceFormatError(f"{_where(Verdict, v.id, 'detail')}: not JSON") from None
-            out.append(VerdictInfo(v.id, v.run, v.kind, bool(v.passed), detail, v.created_at))
+                out.append(_verdict(v))
+            except TraceFormatError as exc:
+                if strict:
+                    raise
+                out.append(VerdictInfo(v.id, self.run_id, "?", False, {}, 0.0, str(exc)))
+        out.sort(key=lambda v: v.created_at)
         return out
 
     # ------------------------------------------------------------ bulk arrays
