@@ -135,10 +135,14 @@ def ls_cmd(directory: str, as_json: bool) -> None:
                 _size(r["store_bytes"]),
             ]
         )
+    if errors:  # an unreadable file is a row too, with why in the last column
+        rows = [r + [""] for r in rows]
+        rows[0][-1] = "problem"
+        rows += [[e["path"], "-", "-", "-", "skipped", "-", "-", e["error"]] for e in errors]
     for line in _table(rows, {3, 5, 6}):
         click.echo(line)
-    for e in errors:
-        click.echo(f"{e['path']}: skipped: {e['error']}", err=True)
+    if errors:
+        click.echo(f"replay: note: skipped {len(errors)} unreadable file(s)", err=True)
 
 
 @click.command("show")
