@@ -104,7 +104,14 @@ def check_replayable(run: Any) -> None:
         f"the trace's run {info.run_id[:12]} cannot be replayed (table run column params)",
     )
     for node in range(info.ranks):
-        run.messages(node)  # the tracer checks every recorded source is a rank of the run
+        sources = run.messages(node).source  # decoding checks the blobs themselves
+        bad = sources[(sources < 0) | (sources >= info.ranks)]
+        if len(bad):
+            raise tracer.TraceFormatError(
+                f"the trace's run {info.run_id[:12]} is damaged: node {node} received a "
+                f"message from rank {int(bad[0])}, but the run had {info.ranks} rank(s) "
+                "(table message_block column sources); re-record the run"
+            )
 
 
 def replay_here(

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 from sqlalchemy import distinct, func, select, union
@@ -14,7 +15,7 @@ from sqlalchemy import distinct, func, select, union
 from . import _stream
 from ._codec import decode_column as _dec
 from ._codec import where as _where
-from ._errors import TraceFormatError
+from ._errors import TraceFormatError, TracerError
 from ._events import DeltasAggregated, DigestRecorded, Event, UpdatesApplied
 from ._plans import decode_plan
 from ._schema import (
@@ -33,6 +34,8 @@ from ._schema import (
 
 if TYPE_CHECKING:
     from ._read import RunInfo, Trace
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 #: ``invocation`` counter columns and the summary fields they fill.
 _COUNTERS = {
@@ -154,6 +157,49 @@ def _verdict(v: Any) -> VerdictInfo:
     return VerdictInfo(v.id, v.run, v.kind, bool(v.passed), detail, float(t))
 
 
+#: Builtin errors that decoding a damaged row raises deep inside numpy, zlib or int().
+_DECODE_ERRORS = (ValueError, TypeError, OverflowError, IndexError, MemoryError, ZeroDivisionError)
+
+
+def _damage(run: RunTrace, what: str, exc: BaseException) -> TraceFormatError:
+    return TraceFormatError(
+        f"{run.trace.source}: cannot read the {what} of run {run.run_id[:12]} "
+        f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else 'no detail'}); "
+        "the trace is damaged, re-record the run"
+    )
+
+
+def _checked(what: str) -> Callable[[F], F]:
+    """A read that a damaged row breaks raises :class:`TraceFormatError`, never a builtin.
+
+    Checks with a precise table/row/column message come first; this is the net under them.
+    """
+
+    def deco(fn: F) -> F:
+        @functools.wraps(fn)
+        def wrapper(self: RunTrace, *args: Any, **kw: Any) -> Any:
+            try:
+                out = fn(self, *args, **kw)
+            except TracerError:
+                raise
+            except _DECODE_ERRORS as exc:
+                raise _damage(self, what, exc) from None
+            return _checked_iter(self, what, out) if isinstance(out, Iterator) else out
+
+        return wrapper  # type: ignore[return-value]
+
+    return deco
+
+
+def _checked_iter(run: RunTrace, what: str, it: Iterator[Any]) -> Iterator[Any]:
+    try:
+        yield from it
+    except TracerError:
+        raise
+    except _DECODE_ERRORS as exc:
+        raise _damage(run, what, exc) from None
+
+
 class RunTrace:
     """One run of a trace: operators, plans, invocations, events and outcomes."""
 
@@ -169,6 +215,7 @@ class RunTrace:
         return self.trace._all(stmt)
 
     # ------------------------------------------------------------ summaries
+    @_checked("node list")
     def nodes(self) -> list[int]:
         """Node ids that recorded anything in this run."""
         models = (Invocation, MessageBlock, OperatorPlan, Objective, *CALL_BLOCKS)
@@ -176,6 +223,7 @@ class RunTrace:
         parts.append(select(Run.end_node).where(Run.run_id == self.run_id))
         return sorted({r[0] for r in self._all(union(*parts)) if r[0] is not None})
 
+    @_checked("operator summaries")
     def operators(self) -> dict[str, OperatorSummary]:
         """Per operator: plan shape and counts of invocations, bodies, grants, messages, bytes."""
         inv = {
@@ -219,12 +267,14 @@ class RunTrace:
             )
         return out
 
+    @_checked("store size")
     def store_bytes(self) -> int:
         """Bytes of this run: the whole file if it is the store's only run, else its blobs."""
         if len(self.trace.runs()) == 1:
             return self.trace.store_bytes()
         return sum(self.trace._blob_bytes(self.run_id).values())
 
+    @_checked("plan")
     def plan(self, op: str, invocation: int | None = None) -> Any:
         """The plan of ``op`` in force at ``invocation`` (None: the latest), as ``engine.Plan``."""
         stmt = select(OperatorPlan.__table__).where(
@@ -238,6 +288,7 @@ class RunTrace:
         row = rows[0]
         return decode_plan(row, f"table operator_plan row {row.id}")
 
+    @_checked("plan starts")
     def plan_starts(self, op: str) -> list[int]:
         """The invocations at which ``op`` got a new plan (the first is 0), ascending."""
         stmt = select(OperatorPlan.first_invocation).where(
@@ -245,6 +296,7 @@ class RunTrace:
         )
         return sorted({int(r[0]) for r in self._all(stmt)})
 
+    @_checked("invocations")
     def invocations(self, op: str | None = None, node: int | None = None) -> list[InvocationInfo]:
         """Completed invocations, by operator, invocation and node."""
         stmt = select(Invocation.__table__).where(Invocation.run == self.run_id)
@@ -270,6 +322,7 @@ class RunTrace:
             committed_at=r.committed_at,
         )
 
+    @_checked("digests")
     def digests(self, op: str | None = None) -> list[DigestRecorded]:
         """DDS digests after each invocation."""
         stmt = select(Digest.__table__).where(Digest.run == self.run_id)
@@ -278,6 +331,7 @@ class RunTrace:
         rows = self._all(stmt.order_by(Digest.node, Digest.seq))
         return [DigestRecorded(r.node, r.seq, r.op, r.invocation, r.dds, r.digest) for r in rows]
 
+    @_checked("objectives")
     def objectives(self) -> dict[str, list[float]]:
         """Objective values per name, by iteration."""
         rows = self._all(
@@ -290,6 +344,7 @@ class RunTrace:
             out.setdefault(name, []).append(float(value))
         return out
 
+    @_checked("verdicts")
     def verdicts(self, *, strict: bool = True) -> list[VerdictInfo]:
         """Replay and dual-test verdicts recorded about this run, oldest first.
 
@@ -311,10 +366,12 @@ class RunTrace:
         return out
 
     # ------------------------------------------------------------ bulk arrays
+    @_checked("lock grants")
     def lock_grants(self, op: str, invocation: int, node: int) -> LockGrantArrays:
         """Lock grants of ``node`` in one invocation, as parallel int64 arrays."""
         return LockGrantArrays(*self._per_value(LockGrantBlock, op, invocation, node))
 
+    @_checked("mutex grants")
     def mutex_grants(self, op: str, invocation: int, node: int) -> MutexGrantArrays:
         """Node-mutex grants of a hybrid ``sync_for`` on ``node`` in one invocation."""
         return MutexGrantArrays(*self._per_value(MutexGrantBlock, op, invocation, node))
@@ -333,6 +390,7 @@ class RunTrace:
             return [np.empty(0, np.int64)] * (1 + len(spec.header) + len(spec.values))
         return [np.concatenate(col) for col in zip(*parts, strict=True)]
 
+    @_checked("aggregations")
     def aggregations(
         self, op: str | None = None, invocation: int | None = None, node: int | None = None
     ) -> list[DeltasAggregated]:
@@ -340,6 +398,7 @@ class RunTrace:
         kinds = [DeltasAggregated]
         return list(_stream.events(self, node, op, invocation, kinds))  # type: ignore[arg-type]
 
+    @_checked("visibility records")
     def visibility(
         self, op: str | None = None, invocation: int | None = None, node: int | None = None
     ) -> list[UpdatesApplied]:
@@ -347,6 +406,7 @@ class RunTrace:
         kinds = [UpdatesApplied]
         return list(_stream.events(self, node, op, invocation, kinds))  # type: ignore[arg-type]
 
+    @_checked("messages")
     def messages(
         self, node: int, op: str | None = None, invocation: int | None = None
     ) -> MessageArrays:
@@ -373,20 +433,19 @@ class RunTrace:
             )
         cols = [_dec(r, MessageBlock, c, r.count) for c in ("seqs", "sources", "source_seqs")]
         nb = _dec(r, MessageBlock, "nbytes", r.count)
-        ranks = self.info.ranks
-        if len(cols[1]) and (cols[1].min() < 0 or cols[1].max() >= ranks):
-            bad = int(cols[1][(cols[1] < 0) | (cols[1] >= ranks)][0])
-            raise TraceFormatError(
-                f"{_where(MessageBlock, r.id, 'sources')}: source {bad} is not a rank of this "
-                f"{ranks}-rank run; the trace is damaged, re-record the run"
-            )
-        for name, col in (("seqs", cols[0]), ("source_seqs", cols[2]), ("nbytes", nb)):
+        for name, col in (
+            ("seqs", cols[0]),
+            ("sources", cols[1]),
+            ("source_seqs", cols[2]),
+            ("nbytes", nb),
+        ):
             if len(col) and col.min() < 0:
                 raise TraceFormatError(
                     f"{_where(MessageBlock, r.id, name)}: negative value; the trace is damaged"
                 )
         return (cols[0], np.full(r.count, r.channel), cols[1], cols[2], nb)
 
+    @_checked("events")
     def events(
         self,
         node: int | None = None,
