@@ -314,3 +314,23 @@ def test_a_bad_verdict_row_shows_as_unreadable_in_its_row(synth_dir: Path, tmp_p
         assert "unreadable verdict" in text and "FAIL" in text
 
     drive(BrowserApp([path]), script)
+
+
+def test_params_stored_as_a_list_make_the_trace_unreadable_not_a_crash(
+    synth_dir: Path, tmp_path: Path
+) -> None:
+    path = tmp_path / "a.sqlite"
+    shutil.copyfile(synth_dir / "a.sqlite", path)
+    with sqlite3.connect(path) as con:
+        con.execute("UPDATE run SET params = '[1, 2]'")
+    con.close()
+
+    async def script(pilot: Any) -> None:
+        await wait_text(pilot, "1 unreadable")
+        text = await wait_text(pilot, "column params is not a JSON object")
+        assert "Traceback" not in text
+        await pilot.press("enter")
+        await pilot.pause()
+        assert isinstance(pilot.app.screen, RunsScreen)
+
+    drive(BrowserApp([path]), script)
