@@ -16,7 +16,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, func, insert, literal, select
+from sqlalchemy import (
+    Boolean,
+    Engine,
+    Float,
+    Integer,
+    LargeBinary,
+    String,
+    func,
+    insert,
+    literal,
+    select,
+)
 from sqlalchemy.exc import DBAPIError
 
 from ._errors import RunNotFoundError, TraceFormatError
@@ -78,6 +89,42 @@ def _float_col(v: Any, where: str, col: str) -> float:
     return float(v)
 
 
+def _expected(col: Any) -> tuple[tuple[type, ...], str] | None:
+    """The Python types a selected column's values must have, and how to name them."""
+    t = getattr(col, "type", None)
+    if isinstance(t, Boolean):
+        return None  # SQLAlchemy has already turned it into a bool
+    if isinstance(t, String):
+        return (str,), "text"
+    if isinstance(t, Integer):
+        return (int,), "an integer"
+    if isinstance(t, Float):
+        return (int, float), "a number"
+    if isinstance(t, LargeBinary):
+        return (bytes, memoryview), "a blob"
+    return None
+
+
+def _check_types(stmt: Any, rows: list[Any]) -> None:
+    """Every value of every row has its column's type (SQLite stores anything anywhere)."""
+    if not rows or not hasattr(stmt, "selected_columns"):
+        return
+    checks = [(k, c, e) for k, c in enumerate(stmt.selected_columns) if (e := _expected(c))]
+    for row in rows:
+        for k, col, (types, what) in checks:
+            v = row[k]
+            if v is None or (isinstance(v, types) and not isinstance(v, bool)):
+                continue
+            table = getattr(getattr(col, "table", None), "name", None) or "a summary"
+            m = row._mapping
+            key = m.get("id", m.get("run_id")) if "id" in m or "run_id" in m else None
+            at = f" row {key!r}" if key is not None else ""
+            raise TraceFormatError(
+                f"table {table}{at} column {col.name} holds {str(repr(v))[:40]}, not {what}; "
+                "the trace is damaged, re-record the run"
+            )
+
+
 @dataclass(frozen=True, slots=True)
 class RunInfo:
     """Metadata and status of one run (``status`` may say crashed where the row says running).
@@ -116,7 +163,7 @@ class Trace:
     def _all(self, stmt: Any) -> list[Any]:
         try:
             with self._engine.connect() as conn:
-                return list(conn.execute(stmt).all())
+                rows = list(conn.execute(stmt).all())
         except DBAPIError as exc:
             reason = str(getattr(exc, "orig", exc)).splitlines()[0]
             raise TraceFormatError(
@@ -126,6 +173,8 @@ class Trace:
             raise TraceFormatError(
                 f"{self.source} holds a value of the wrong type ({exc}); re-record the run"
             ) from None
+        _check_types(stmt, rows)
+        return rows
 
     def close(self) -> None:
         """Release the database connections."""

@@ -30,6 +30,8 @@ from tests.conftest import run_cli
 CI_READ_EXAMPLES = 12
 CI_REPLAY_EXAMPLES = 5
 _LOCAL = int(os.environ.get("STRADS_FUZZ_EXAMPLES", "0"))
+#: A long local run may take longer than the suite's per-test timeout.
+pytestmark = pytest.mark.timeout(0 if _LOCAL else 300)
 
 #: Text columns that hold JSON objects.
 JSON_COLUMNS = {("run", "params"), ("run", "versions"), ("verdict", "detail")}
