@@ -211,8 +211,8 @@ class RunTrace:
     def __repr__(self) -> str:
         return f"<RunTrace {self.run_id} of {self.trace.source}>"
 
-    def _all(self, stmt: Any) -> list[Any]:
-        return self.trace._all(stmt)
+    def _all(self, stmt: Any, *, check: bool = True) -> list[Any]:
+        return self.trace._all(stmt, check=check)
 
     # ------------------------------------------------------------ summaries
     @_checked("node list")
@@ -351,8 +351,9 @@ class RunTrace:
         ``strict=False``: a row that cannot be decoded comes back with ``error`` set (kind
         ``"?"``, failed, empty detail) instead of raising :class:`TraceFormatError`.
         """
-        rows = self._all(
-            select(Verdict.__table__).where(Verdict.run == self.run_id).order_by(Verdict.id)
+        rows = self._all(  # _verdict checks each row, so one bad row need not spoil the rest
+            select(Verdict.__table__).where(Verdict.run == self.run_id).order_by(Verdict.id),
+            check=False,
         )
         out = []
         for v in rows:
