@@ -27,8 +27,8 @@ from hypothesis import strategies as st
 from tests.conftest import run_cli
 
 #: Examples per test in CI: each one starts a ``replay`` process (about 2 s each).
-CI_READ_EXAMPLES = 12
-CI_REPLAY_EXAMPLES = 5
+CI_READ_EXAMPLES = 16
+CI_REPLAY_EXAMPLES = 6
 _LOCAL = int(os.environ.get("STRADS_FUZZ_EXAMPLES", "0"))
 #: A long local run may take longer than the suite's per-test timeout.
 pytestmark = pytest.mark.timeout(0 if _LOCAL else 300)
