@@ -173,10 +173,10 @@ def _damage(path: Path, muts: list[tuple[Any, ...]]) -> None:
         for m in muts:
             if m[0] == "flip":
                 _, table, col, rowid, pos, bit = m
-                (blob,) = con.execute(
-                    f"SELECT {col} FROM {table} WHERE rowid = ?", (rowid,)
-                ).fetchone()
-                blob = bytearray(blob or b"\x00")
+                got = con.execute(f"SELECT {col} FROM {table} WHERE rowid = ?", (rowid,)).fetchone()
+                if got is None:
+                    continue  # an earlier mutation deleted the row
+                blob = bytearray(got[0] or b"\x00")
                 blob[pos % len(blob)] ^= 1 << bit
                 con.execute(f"UPDATE {table} SET {col} = ? WHERE rowid = ?", (bytes(blob), rowid))
             else:
