@@ -279,6 +279,16 @@ class dvector(_DDS):  # noqa: N801 - the name is part of the user API
             raise DDSError(f"dvector length must be >= 0, got {n}")
         self._n = n
         self._setup(sess, name, shape, dtype)
+        try:
+            self._allocate(sess, n, init, data)
+        except (MemoryError, OverflowError) as exc:
+            # a length computed from a bad input line (a huge id) must not be an internal error
+            raise DDSError(
+                f"dvector {self._name}: cannot allocate {n} elements ({type(exc).__name__}); "
+                "check the data its length was computed from"
+            ) from None
+
+    def _allocate(self, sess: Any, n: int, init: Any, data: Any) -> None:
         P = sess.cluster.size
         self._bounds = np.array([n * p // P for p in range(P + 1)], dtype=np.int64)
         if data is not None:

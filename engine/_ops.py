@@ -145,7 +145,10 @@ def reduce(
     ordered = _in_order(len(src), slots, values)
     if initial is None:
         if not ordered:
-            raise ValueError(f"reduce of empty {src.name!r} needs initial=")
+            raise DataFormatError(
+                f"reduce of empty {src.name!r} needs initial= (is the input it was loaded "
+                "from empty?)"
+            )
         return functools.reduce(op, ordered)
     return functools.reduce(op, ordered, initial)
 

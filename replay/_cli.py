@@ -25,6 +25,7 @@ from . import _environment, _procs
 from ._errors import UsageError
 from ._job import EXIT_DIVERGED, EXIT_FAILED, JobFailed, describe, launch, run_here
 from ._replay import (
+    check_replayable,
     open_run,
     parse_break,
     parse_until,
@@ -139,6 +140,7 @@ def execute(
     }
     if threads < 1:
         raise UsageError(f"--threads must be >= 1, got {threads}")
+    _check_seed(seed)
     hash_seed = _environment.choose_hash_seed()
     if _under_launcher():
         _environment.ensure(hash_seed)  # re-executes this rank: before MPI is initialised
@@ -176,6 +178,11 @@ def execute(
         return run_here(spec, progress=say)
     spec["hash_seed"] = hash_seed
     return launch(spec, ranks, timeout=timeout, out=say)
+
+
+def _check_seed(seed: int) -> None:
+    if not 0 <= seed < 2**63:
+        raise UsageError(f"--seed must be an integer in [0, 2**63), got {seed}")
 
 
 _common = [
@@ -507,9 +514,11 @@ def cluster_cmd(
     """Replay TRACE on the recorded number of MPI ranks, enforcing its recorded orders."""
     say = _printer(as_json)
     path = str(Path(trace).resolve())
-    info = open_run(path, run_id, check=True).info
+    run = open_run(path, run_id, check=True)
+    info = run.info
     _procs.check_shape(info.ranks, info.threads, max_ranks=max_ranks, max_threads=max_threads)
     recorded_app(info, allow_changed=allow_changed)  # before anything runs or launches
+    check_replayable(run)  # before any rank starts: damage is one line here, not an MPI error
     hash_seed = _environment.recorded_hash_seed(info.environment)
     if _under_launcher() or info.ranks == 1:
         _environment.ensure(hash_seed)  # replay_here warns about what still differs
@@ -573,10 +582,12 @@ def single_cmd(
     """Replay every node of TRACE inside this process (pdb can stop in any body)."""
     say = _printer(as_json)
     path = str(Path(trace).resolve())
-    info = open_run(path, run_id, check=True).info
+    run = open_run(path, run_id, check=True)
+    info = run.info
     # every recorded node becomes threads of this one process
     _procs.check_shape(info.ranks, info.threads, max_ranks=max_ranks, max_threads=max_threads)
     recorded_app(info, allow_changed=allow_changed)  # before anything runs
+    check_replayable(run)
     _environment.ensure(_environment.recorded_hash_seed(info.environment))
     spec: dict[str, Any] = {
         "kind": "replay",
@@ -655,6 +666,7 @@ def dual_cmd(
 
     if ranks < 1 or threads < 1:
         raise UsageError("--ranks and --threads must be >= 1")
+    _check_seed(seed)
     if _under_launcher():
         raise UsageError(
             "replay dual starts its own MPI job for the parallel side; run it without mpiexec"

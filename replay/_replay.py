@@ -140,6 +140,25 @@ def recorded_app(info: Any, *, allow_changed: bool = False) -> App:
     return app
 
 
+def check_replayable(run: Any) -> None:
+    """Refuse a run whose message sources cannot be replayed (its parameters are checked
+    by :func:`recorded_app`).
+
+    Run before launching ranks, so a damaged trace is one line and exit 2 rather than
+    a failure inside MPI.
+    """
+    info = run.info
+    for node in range(info.ranks):
+        sources = run.messages(node).source  # decoding checks the blobs themselves
+        bad = sources[(sources < 0) | (sources >= info.ranks)]
+        if len(bad):
+            raise tracer.TraceFormatError(
+                f"the trace's run {info.run_id[:12]} is damaged: node {node} received a "
+                f"message from rank {int(bad[0])}, but the run had {info.ranks} rank(s) "
+                "(table message_block column sources); re-record the run"
+            )
+
+
 def replay_here(
     spec: dict[str, Any], comm: Any = None, progress: Callable[[str], None] | None = None
 ) -> dict[str, Any]:
@@ -261,4 +280,4 @@ def store_verdict(result: dict[str, Any]) -> None:
         )
 
 
-__all__ = ["parse_break", "parse_until", "replay_here", "store_verdict"]
+__all__ = ["check_replayable", "parse_break", "parse_until", "replay_here", "store_verdict"]

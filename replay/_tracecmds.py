@@ -123,11 +123,8 @@ def ls_cmd(directory: str, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps({"traces": listed, "errors": errors}))
         return
-    if not listed:
-        click.echo(f"no readable traces in {directory}" if errors else f"no traces in {directory}")
-    for e in errors:  # FIFOs, devices, foreign or damaged files: never opened or listed
-        click.echo(f"{e['path']}: skipped: {e['error']}", err=True)
-    if not listed:
+    if not listed and not errors:
+        click.echo(f"no traces in {directory}")
         return
     rows = [["path", "app", "started", "ranks x threads", "status", "duration", "size"]]
     for r in listed:
@@ -142,8 +139,14 @@ def ls_cmd(directory: str, as_json: bool) -> None:
                 _size(r["store_bytes"]),
             ]
         )
+    if errors:  # an unreadable file is a row too, with why in the last column
+        rows = [r + [""] for r in rows]
+        rows[0][-1] = "problem"
+        rows += [[e["path"], "-", "-", "-", "skipped", "-", "-", e["error"]] for e in errors]
     for line in _table(rows, {3, 5, 6}):
         click.echo(line)
+    if errors:
+        click.echo(f"replay: note: skipped {len(errors)} unreadable file(s)", err=True)
 
 
 @click.command("show")

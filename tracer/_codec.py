@@ -85,7 +85,9 @@ def decode(data: bytes | None, codec: str, count: int | None, where: str) -> np.
 
     ``where`` names the table, row and column for the error message.
     """
-    spec = CODECS.get(codec)
+    if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 0):
+        raise TraceFormatError(f"{where}: count {count!r} is not a length; the trace is damaged")
+    spec = CODECS.get(codec) if isinstance(codec, str) else None
     if spec is None:
         raise TraceFormatError(
             f"{where}: unknown codec {codec!r}; the trace is corrupt or from a newer version"

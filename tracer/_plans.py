@@ -27,6 +27,19 @@ from ._errors import TraceFormatError
 #: Columns of one row of the ``tasks`` array.
 TASK_FIELDS = ("round", "node", "thread", "locked", "explicit", "length")
 _NF = len(TASK_FIELDS)
+#: Integer columns of a plan row and their least valid value.
+_PLAN_INTS = (
+    ("start", 0),
+    ("n", 0),
+    ("nodes", 1),
+    ("threads", 1),
+    ("rounds", 0),
+    ("n_tasks", 0),
+    ("n_explicit", 0),
+)
+#: Most (round, node) task lists a decoded plan may have: a damaged ``rounds`` must not make
+#: decoding allocate without bound.  Real plans have a few rounds per node.
+MAX_ROUND_SLOTS = 1 << 22
 
 
 def encode_plan(plan: Any) -> dict[str, Any]:
@@ -85,8 +98,18 @@ def decode_plan(row: Any, where: str = "operator_plan") -> Any:
     """Rebuild an ``engine.Plan`` (rounds of per-node tasks; no ``writes``) from a row."""
     from engine._planner import Plan, Task
 
+    for col, lo in _PLAN_INTS:
+        v = getattr(row, col)
+        if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+            raise TraceFormatError(
+                f"{where} column {col}: {v!r} is not an integer >= {lo}; the trace is damaged"
+            )
     start, n, nodes, threads = int(row.start), int(row.n), int(row.nodes), int(row.threads)
     n_rounds, n_tasks = int(row.rounds), int(row.n_tasks)
+    if n_rounds * nodes > MAX_ROUND_SLOTS:
+        raise TraceFormatError(
+            f"{where}: {n_rounds} rounds x {nodes} nodes is beyond any plan; the trace is damaged"
+        )
     table = decode(row.tasks, row.tasks_codec, n_tasks * _NF, f"{where} column tasks")
     table = table.reshape(n_tasks, _NF)
     orders = decode(row.orders, row.orders_codec, int(row.n_explicit), f"{where} column orders")

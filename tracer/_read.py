@@ -9,13 +9,25 @@ stays cheap.  Every blob is checked while decoding; damage is reported as
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, func, insert, literal, select
+from sqlalchemy import (
+    Boolean,
+    Engine,
+    Float,
+    Integer,
+    LargeBinary,
+    String,
+    func,
+    insert,
+    literal,
+    select,
+)
 from sqlalchemy.exc import DBAPIError
 
 from ._chain import trace_key
@@ -35,6 +47,84 @@ from ._verify import Report, check_run
 #: A ``running`` run with no commit for this many seconds is reported as crashed.  A
 #: live run whose single invocation takes longer is misreported until it commits.
 CRASH_AFTER_S = 30.0
+
+
+#: Largest rank and thread counts a trace may claim; beyond them the row is damaged.
+MAX_RANKS = 4096
+MAX_THREADS = 1024
+#: The statuses a run row may hold.
+RUN_STATUSES = ("running", "finished", "failed", "crashed")
+
+
+def _damaged(where: str, col: str, what: str) -> TraceFormatError:
+    return TraceFormatError(f"{where} column {col} {what}; the trace is damaged, re-record the run")
+
+
+def _check(ok: bool, where: str, col: str, what: str) -> None:
+    if not ok:
+        raise _damaged(where, col, what)
+
+
+def _json_object(text: Any, where: str) -> dict[str, Any]:
+    """A JSON object column, decoded; anything else is a :class:`TraceFormatError`."""
+    try:
+        value = json.loads(text if text is not None else "{}")
+    except (TypeError, ValueError, RecursionError):
+        value = None
+    if not isinstance(value, dict):
+        raise TraceFormatError(
+            f"{where} is not a JSON object; the trace is damaged, re-record the run"
+        )
+    return value
+
+
+def _int_col(r: Any, col: str, where: str, *, lo: int, hi: int) -> int:
+    v = getattr(r, col)
+    if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+        raise _damaged(where, col, f"holds {v!r}, not an integer in [{lo}, {hi}]")
+    return v
+
+
+def _float_col(v: Any, where: str, col: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise _damaged(where, col, f"holds {v!r}, not a finite number")
+    return float(v)
+
+
+def _expected(col: Any) -> tuple[tuple[type, ...], str] | None:
+    """The Python types a selected column's values must have, and how to name them."""
+    t = getattr(col, "type", None)
+    if isinstance(t, Boolean):
+        return None  # SQLAlchemy has already turned it into a bool
+    if isinstance(t, String):
+        return (str,), "text"
+    if isinstance(t, Integer):
+        return (int,), "an integer"
+    if isinstance(t, Float):
+        return (int, float), "a number"
+    if isinstance(t, LargeBinary):
+        return (bytes, memoryview), "a blob"
+    return None
+
+
+def _check_types(stmt: Any, rows: list[Any]) -> None:
+    """Every value of every row has its column's type (SQLite stores anything anywhere)."""
+    if not rows or not hasattr(stmt, "selected_columns"):
+        return
+    checks = [(k, c, e) for k, c in enumerate(stmt.selected_columns) if (e := _expected(c))]
+    for row in rows:
+        for k, col, (types, what) in checks:
+            v = row[k]
+            if v is None or (isinstance(v, types) and not isinstance(v, bool)):
+                continue
+            table = getattr(getattr(col, "table", None), "name", None) or "a summary"
+            m = row._mapping
+            key = m.get("id", m.get("run_id")) if "id" in m or "run_id" in m else None
+            at = f" row {key!r}" if key is not None else ""
+            raise TraceFormatError(
+                f"table {table}{at} column {col.name} holds {str(repr(v))[:40]}, not {what}; "
+                "the trace is damaged, re-record the run"
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,15 +162,23 @@ class Trace:
         self.assume_finished = assume_finished
 
     # ------------------------------------------------------------ plumbing
-    def _all(self, stmt: Any) -> list[Any]:
+    def _all(self, stmt: Any, *, check: bool = True) -> list[Any]:
+        """Rows of ``stmt``; ``check``: refuse a value whose type does not fit its column."""
         try:
             with self._engine.connect() as conn:
-                return list(conn.execute(stmt).all())
+                rows = list(conn.execute(stmt).all())
         except DBAPIError as exc:
             reason = str(getattr(exc, "orig", exc)).splitlines()[0]
             raise TraceFormatError(
                 f"{self.source} is damaged ({reason}); re-record the run"
             ) from None
+        except (ValueError, TypeError, OverflowError) as exc:  # a column of the wrong type
+            raise TraceFormatError(
+                f"{self.source} holds a value of the wrong type ({exc}); re-record the run"
+            ) from None
+        if check:
+            _check_types(stmt, rows)
+        return rows
 
     def close(self) -> None:
         """Release the database connections."""
@@ -111,37 +209,45 @@ class Trace:
         return [self._info(r, r.last_commit) for r in rows]
 
     def _info(self, r: Any, last_commit: float | None) -> RunInfo:
-        try:
-            params, versions = json.loads(r.params or "{}"), json.loads(r.versions or "{}")
-        except ValueError:
-            raise TraceFormatError(
-                f"table run row {r.run_id!r} column params/versions is not JSON; the trace is damaged"
-            ) from None
-        environment = versions.pop(ENVIRONMENT_KEY, None) if isinstance(versions, dict) else None
+        where = f"table run row {r.run_id!r}"
+        params = _json_object(r.params, f"{where} column params")
+        versions = _json_object(r.versions, f"{where} column versions")
+        environment = versions.pop(ENVIRONMENT_KEY, None)
         if not isinstance(environment, dict):
             environment = {}
+        for col in ("run_id", "app", "target", "code_digest", "status"):
+            _check(isinstance(getattr(r, col), str), where, col, "is not text")
+        _check(r.error is None or isinstance(r.error, str), where, "error", "is not text")
+        _check(r.status in RUN_STATUSES, where, "status", f"is not one of {RUN_STATUSES}")
+        ranks = _int_col(r, "ranks", where, lo=1, hi=MAX_RANKS)
+        threads = _int_col(r, "threads", where, lo=1, hi=MAX_THREADS)
+        seed = _int_col(r, "seed", where, lo=0, hi=2**63 - 1)
+        started = _float_col(r.started_at, where, "started_at")
+        ended = None if r.ended_at is None else _float_col(r.ended_at, where, "ended_at")
+        if last_commit is not None:
+            last_commit = _float_col(last_commit, "table invocation", "committed_at")
         status = r.status
-        latest = max(r.started_at, last_commit or 0.0)
-        if status == "running" and r.ended_at is None:
+        latest = max(started, last_commit or 0.0)
+        if status == "running" and ended is None:
             if self.assume_finished or time.time() - latest > CRASH_AFTER_S:
                 status = "crashed"
-        end = r.ended_at if r.ended_at is not None else latest
+        end = ended if ended is not None else latest
         return RunInfo(
             run_id=r.run_id,
             app=r.app,
             target=r.target,
             params=params,
             code_digest=r.code_digest,
-            ranks=r.ranks,
-            threads=r.threads,
-            seed=r.seed,
+            ranks=ranks,
+            threads=threads,
+            seed=seed,
             versions=versions,
-            started_at=r.started_at,
-            ended_at=r.ended_at,
+            started_at=started,
+            ended_at=ended,
             status=status,
             error=r.error,
             last_commit_at=last_commit,
-            duration=max(0.0, end - r.started_at),
+            duration=max(0.0, end - started),
             environment=environment,
         )
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Iterable, Iterator
+import math
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 from sqlalchemy import distinct, func, select, union
@@ -13,11 +15,12 @@ from sqlalchemy import distinct, func, select, union
 from . import _stream
 from ._codec import decode_column as _dec
 from ._codec import where as _where
-from ._errors import TraceFormatError
+from ._errors import TraceFormatError, TracerError
 from ._events import DeltasAggregated, DigestRecorded, Event, UpdatesApplied
 from ._plans import decode_plan
 from ._schema import (
     CALL_BLOCKS,
+    VERDICT_KINDS,
     Digest,
     Invocation,
     LockGrantBlock,
@@ -31,6 +34,8 @@ from ._schema import (
 
 if TYPE_CHECKING:
     from ._read import RunInfo, Trace
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 #: ``invocation`` counter columns and the summary fields they fill.
 _COUNTERS = {
@@ -126,6 +131,73 @@ class VerdictInfo:
     passed: bool
     detail: dict[str, Any]
     created_at: float
+    #: Why the row could not be decoded (only from ``verdicts(strict=False)``); None if it could.
+    error: str | None = None
+
+
+def _verdict(v: Any) -> VerdictInfo:
+    """Decode and check one ``verdict`` row."""
+
+    def bad(col: str, what: str) -> TraceFormatError:
+        return TraceFormatError(f"{_where(Verdict, v.id, col)}: {what}; the trace is damaged")
+
+    try:
+        detail = json.loads(v.detail) if isinstance(v.detail, str) else None
+    except (ValueError, RecursionError):
+        raise bad("detail", "not JSON") from None
+    if not isinstance(detail, dict):
+        raise bad("detail", "not a JSON object")
+    if v.kind not in VERDICT_KINDS:
+        raise bad("kind", f"unknown verdict kind {v.kind!r}")
+    if v.passed not in (0, 1) or isinstance(v.passed, float):
+        raise bad("passed", f"{v.passed!r} is not a boolean")
+    t = v.created_at
+    if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t):
+        raise bad("created_at", f"{t!r} is not a finite time")
+    return VerdictInfo(v.id, v.run, v.kind, bool(v.passed), detail, float(t))
+
+
+#: Builtin errors that decoding a damaged row raises deep inside numpy, zlib or int().
+_DECODE_ERRORS = (ValueError, TypeError, OverflowError, IndexError, MemoryError, ZeroDivisionError)
+
+
+def _damage(run: RunTrace, what: str, exc: BaseException) -> TraceFormatError:
+    return TraceFormatError(
+        f"{run.trace.source}: cannot read the {what} of run {run.run_id[:12]} "
+        f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else 'no detail'}); "
+        "the trace is damaged, re-record the run"
+    )
+
+
+def _checked(what: str) -> Callable[[F], F]:
+    """A read that a damaged row breaks raises :class:`TraceFormatError`, never a builtin.
+
+    Checks with a precise table/row/column message come first; this is the net under them.
+    """
+
+    def deco(fn: F) -> F:
+        @functools.wraps(fn)
+        def wrapper(self: RunTrace, *args: Any, **kw: Any) -> Any:
+            try:
+                out = fn(self, *args, **kw)
+            except TracerError:
+                raise
+            except _DECODE_ERRORS as exc:
+                raise _damage(self, what, exc) from None
+            return _checked_iter(self, what, out) if isinstance(out, Iterator) else out
+
+        return wrapper  # type: ignore[return-value]
+
+    return deco
+
+
+def _checked_iter(run: RunTrace, what: str, it: Iterator[Any]) -> Iterator[Any]:
+    try:
+        yield from it
+    except TracerError:
+        raise
+    except _DECODE_ERRORS as exc:
+        raise _damage(run, what, exc) from None
 
 
 class RunTrace:
@@ -139,10 +211,11 @@ class RunTrace:
     def __repr__(self) -> str:
         return f"<RunTrace {self.run_id} of {self.trace.source}>"
 
-    def _all(self, stmt: Any) -> list[Any]:
-        return self.trace._all(stmt)
+    def _all(self, stmt: Any, *, check: bool = True) -> list[Any]:
+        return self.trace._all(stmt, check=check)
 
     # ------------------------------------------------------------ summaries
+    @_checked("node list")
     def nodes(self) -> list[int]:
         """Node ids that recorded anything in this run."""
         models = (Invocation, MessageBlock, OperatorPlan, Objective, *CALL_BLOCKS)
@@ -150,6 +223,7 @@ class RunTrace:
         parts.append(select(Run.end_node).where(Run.run_id == self.run_id))
         return sorted({r[0] for r in self._all(union(*parts)) if r[0] is not None})
 
+    @_checked("operator summaries")
     def operators(self) -> dict[str, OperatorSummary]:
         """Per operator: plan shape and counts of invocations, bodies, grants, messages, bytes."""
         inv = {
@@ -193,12 +267,14 @@ class RunTrace:
             )
         return out
 
+    @_checked("store size")
     def store_bytes(self) -> int:
         """Bytes of this run: the whole file if it is the store's only run, else its blobs."""
         if len(self.trace.runs()) == 1:
             return self.trace.store_bytes()
         return sum(self.trace._blob_bytes(self.run_id).values())
 
+    @_checked("plan")
     def plan(self, op: str, invocation: int | None = None) -> Any:
         """The plan of ``op`` in force at ``invocation`` (None: the latest), as ``engine.Plan``."""
         stmt = select(OperatorPlan.__table__).where(
@@ -212,6 +288,7 @@ class RunTrace:
         row = rows[0]
         return decode_plan(row, f"table operator_plan row {row.id}")
 
+    @_checked("plan starts")
     def plan_starts(self, op: str) -> list[int]:
         """The invocations at which ``op`` got a new plan (the first is 0), ascending."""
         stmt = select(OperatorPlan.first_invocation).where(
@@ -219,6 +296,7 @@ class RunTrace:
         )
         return sorted({int(r[0]) for r in self._all(stmt)})
 
+    @_checked("invocations")
     def invocations(self, op: str | None = None, node: int | None = None) -> list[InvocationInfo]:
         """Completed invocations, by operator, invocation and node."""
         stmt = select(Invocation.__table__).where(Invocation.run == self.run_id)
@@ -244,6 +322,7 @@ class RunTrace:
             committed_at=r.committed_at,
         )
 
+    @_checked("digests")
     def digests(self, op: str | None = None) -> list[DigestRecorded]:
         """DDS digests after each invocation."""
         stmt = select(Digest.__table__).where(Digest.run == self.run_id)
@@ -252,6 +331,7 @@ class RunTrace:
         rows = self._all(stmt.order_by(Digest.node, Digest.seq))
         return [DigestRecorded(r.node, r.seq, r.op, r.invocation, r.dds, r.digest) for r in rows]
 
+    @_checked("objectives")
     def objectives(self) -> dict[str, list[float]]:
         """Objective values per name, by iteration."""
         rows = self._all(
@@ -264,25 +344,35 @@ class RunTrace:
             out.setdefault(name, []).append(float(value))
         return out
 
-    def verdicts(self) -> list[VerdictInfo]:
-        """Replay and dual-test verdicts recorded about this run, oldest first."""
-        rows = self._all(
-            select(Verdict.__table__).where(Verdict.run == self.run_id).order_by(Verdict.created_at)
+    @_checked("verdicts")
+    def verdicts(self, *, strict: bool = True) -> list[VerdictInfo]:
+        """Replay and dual-test verdicts recorded about this run, oldest first.
+
+        ``strict=False``: a row that cannot be decoded comes back with ``error`` set (kind
+        ``"?"``, failed, empty detail) instead of raising :class:`TraceFormatError`.
+        """
+        rows = self._all(  # _verdict checks each row, so one bad row need not spoil the rest
+            select(Verdict.__table__).where(Verdict.run == self.run_id).order_by(Verdict.id),
+            check=False,
         )
         out = []
         for v in rows:
             try:
-                detail = json.loads(v.detail or "{}")
-            except ValueError:
-                raise TraceFormatError(f"{_where(Verdict, v.id, 'detail')}: not JSON") from None
-            out.append(VerdictInfo(v.id, v.run, v.kind, bool(v.passed), detail, v.created_at))
+                out.append(_verdict(v))
+            except TraceFormatError as exc:
+                if strict:
+                    raise
+                out.append(VerdictInfo(v.id, self.run_id, "?", False, {}, 0.0, str(exc)))
+        out.sort(key=lambda v: v.created_at)
         return out
 
     # ------------------------------------------------------------ bulk arrays
+    @_checked("lock grants")
     def lock_grants(self, op: str, invocation: int, node: int) -> LockGrantArrays:
         """Lock grants of ``node`` in one invocation, as parallel int64 arrays."""
         return LockGrantArrays(*self._per_value(LockGrantBlock, op, invocation, node))
 
+    @_checked("mutex grants")
     def mutex_grants(self, op: str, invocation: int, node: int) -> MutexGrantArrays:
         """Node-mutex grants of a hybrid ``sync_for`` on ``node`` in one invocation."""
         return MutexGrantArrays(*self._per_value(MutexGrantBlock, op, invocation, node))
@@ -301,6 +391,7 @@ class RunTrace:
             return [np.empty(0, np.int64)] * (1 + len(spec.header) + len(spec.values))
         return [np.concatenate(col) for col in zip(*parts, strict=True)]
 
+    @_checked("aggregations")
     def aggregations(
         self, op: str | None = None, invocation: int | None = None, node: int | None = None
     ) -> list[DeltasAggregated]:
@@ -308,6 +399,7 @@ class RunTrace:
         kinds = [DeltasAggregated]
         return list(_stream.events(self, node, op, invocation, kinds))  # type: ignore[arg-type]
 
+    @_checked("visibility records")
     def visibility(
         self, op: str | None = None, invocation: int | None = None, node: int | None = None
     ) -> list[UpdatesApplied]:
@@ -315,6 +407,7 @@ class RunTrace:
         kinds = [UpdatesApplied]
         return list(_stream.events(self, node, op, invocation, kinds))  # type: ignore[arg-type]
 
+    @_checked("messages")
     def messages(
         self, node: int, op: str | None = None, invocation: int | None = None
     ) -> MessageArrays:
@@ -335,10 +428,25 @@ class RunTrace:
         return MessageArrays(*(c[order] for c in cols))
 
     def _msg_arrays(self, r: Any) -> tuple[np.ndarray, ...]:
+        if not isinstance(r.count, int) or r.count < 0 or not isinstance(r.channel, str):
+            raise TraceFormatError(
+                f"{_where(MessageBlock, r.id, 'count')}: bad count or channel; the trace is damaged"
+            )
         cols = [_dec(r, MessageBlock, c, r.count) for c in ("seqs", "sources", "source_seqs")]
         nb = _dec(r, MessageBlock, "nbytes", r.count)
+        for name, col in (
+            ("seqs", cols[0]),
+            ("sources", cols[1]),
+            ("source_seqs", cols[2]),
+            ("nbytes", nb),
+        ):
+            if len(col) and col.min() < 0:
+                raise TraceFormatError(
+                    f"{_where(MessageBlock, r.id, name)}: negative value; the trace is damaged"
+                )
         return (cols[0], np.full(r.count, r.channel), cols[1], cols[2], nb)
 
+    @_checked("events")
     def events(
         self,
         node: int | None = None,

@@ -395,7 +395,12 @@ def check_schema_info(engine: Engine, shown: str = "", *, allow_empty: bool = Fa
         raise TraceFormatError(
             f"{shown} is a SQLite file of another application (app id {other!r}): {HINT}"
         )
-    version = int(ours[0])
+    version = ours[0]
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise TraceFormatError(
+            f"{shown} has an invalid trace schema version {version!r} (table schema_info): "
+            "the trace is damaged; re-record the run"
+        )
     if version > SCHEMA_VERSION:
         raise TraceFormatError(
             f"{shown} has trace schema version {version}, newer than this strads-replay "

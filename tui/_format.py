@@ -72,8 +72,11 @@ def verdict_summary(verdicts: list[tracer.VerdictInfo]) -> str:
     """The latest verdict of each kind, e.g. ``clu✓ fwd✗`` (clu: cluster replay, one: single-node replay)."""
     latest: dict[str, bool] = {}
     for v in verdicts:  # oldest first, so later ones win
-        latest[v.kind] = v.passed
-    return " ".join(f"{VERDICT_SHORT.get(k, k)}{'✓' if ok else '✗'}" for k, ok in latest.items())
+        if v.error is None:
+            latest[v.kind] = v.passed
+    out = " ".join(f"{VERDICT_SHORT.get(k, k)}{'✓' if ok else '✗'}" for k, ok in latest.items())
+    bad = sum(1 for v in verdicts if v.error is not None)
+    return f"{out} ?{bad}".strip() if bad else out
 
 
 def scalar(value: Any, width: int = 60) -> str:

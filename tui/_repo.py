@@ -158,7 +158,7 @@ class RunView:
 
     def verdicts(self) -> list[tracer.VerdictInfo]:
         """Replay and dual-test verdicts, oldest first."""
-        return self._once("verdicts", "the verdicts", self._run.verdicts)
+        return self._once("verdicts", "the verdicts", lambda: self._run.verdicts(strict=False))
 
     def store_bytes(self) -> int:
         """Bytes this run takes in its store."""
@@ -302,7 +302,11 @@ class Repository:
             for info in trace.runs():
                 trace.ensure_intact(info.run_id)  # a damaged run is refused like a bad file
             rows = tuple(
-                RunRow(RunRef(path, info.run_id), info, tuple(trace.run(info.run_id).verdicts()))
+                RunRow(
+                    RunRef(path, info.run_id),
+                    info,
+                    tuple(trace.run(info.run_id).verdicts(strict=False)),
+                )
                 for info in trace.runs()
             )
             return TraceEntry(path, rows, None, trace.store_bytes())

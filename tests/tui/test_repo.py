@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+import sqlite3
 from pathlib import Path
 
 import numpy as np
@@ -169,3 +171,23 @@ def test_divergence_target_and_highlighting() -> None:
     assert is_highlighted("divergence.expected") and is_highlighted("element")
     assert is_highlighted("serial_value") and not is_highlighted("note")
     assert divergence_target({}).op is None
+
+
+def test_a_bad_verdict_row_is_shown_as_such_not_the_whole_trace(
+    synth_dir: Path, tmp_path: Path
+) -> None:
+    path = tmp_path / "a.sqlite"
+    shutil.copyfile(synth_dir / "a.sqlite", path)
+    with sqlite3.connect(path) as con:
+        con.execute("UPDATE verdict SET detail = '[1, 2]' WHERE id = 1")
+    con.close()
+    repo = Repository([path])
+    assert repo.errors() == []
+    (row,) = repo.rows()
+    bad, good = row.verdicts
+    assert bad.error == (
+        "table verdict row 1 column detail: not a JSON object; the trace is damaged"
+    )
+    assert (good.kind, good.passed, good.error) == ("dual-forward", False, None)
+    with pytest.raises(tracer.TraceFormatError, match="row 1 column detail"):
+        tracer.open(path).run("run-a").verdicts()

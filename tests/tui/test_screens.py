@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import shutil
+import sqlite3
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -302,3 +304,40 @@ def test_keys_that_do_nothing_here_do_not_crash(synth_dir: Path, keys: tuple[str
         assert pilot.app.is_running
 
     drive(BrowserApp([synth_dir]), script)
+
+
+def test_a_bad_verdict_row_shows_as_unreadable_in_its_row(synth_dir: Path, tmp_path: Path) -> None:
+    path = tmp_path / "a.sqlite"
+    shutil.copyfile(synth_dir / "a.sqlite", path)
+    with sqlite3.connect(path) as con:
+        con.execute("UPDATE verdict SET created_at = 'never' WHERE id = 1")
+    con.close()
+
+    async def script(pilot: Any) -> None:
+        text = await wait_text(pilot, "1 trace file(s), 1 run(s)")
+        assert "fwd✗ ?1" in text
+        await pilot.press("v")
+        text = await wait_text(pilot, "2 verdict(s), 1 failed, 1 unreadable")
+        assert "unreadable verdict" in text and "FAIL" in text
+
+    drive(BrowserApp([path]), script)
+
+
+def test_params_stored_as_a_list_make_the_trace_unreadable_not_a_crash(
+    synth_dir: Path, tmp_path: Path
+) -> None:
+    path = tmp_path / "a.sqlite"
+    shutil.copyfile(synth_dir / "a.sqlite", path)
+    with sqlite3.connect(path) as con:
+        con.execute("UPDATE run SET params = '[1, 2]'")
+    con.close()
+
+    async def script(pilot: Any) -> None:
+        await wait_text(pilot, "1 unreadable")
+        text = await wait_text(pilot, "column params is not a JSON object")
+        assert "Traceback" not in text
+        await pilot.press("enter")
+        await pilot.pause()
+        assert isinstance(pilot.app.screen, RunsScreen)
+
+    drive(BrowserApp([path]), script)

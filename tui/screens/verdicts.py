@@ -49,12 +49,19 @@ class VerdictsScreen(BrowserScreen):
             self.query_one("#verdict-summary", Static).update(Text(str(exc), style="bold red"))
             self.show_error(str(exc))
             return
-        failed = sum(1 for v in self.verdicts if not v.passed)
+        failed = sum(1 for v in self.verdicts if not v.passed and v.error is None)
         summary = f"{len(self.verdicts)} verdict(s), {failed} failed"
+        unreadable = sum(1 for v in self.verdicts if v.error is not None)
+        if unreadable:
+            summary += f", {unreadable} unreadable"
         if not self.verdicts:
             summary = "no verdicts yet: run 'replay cluster', 'replay single' or 'replay dual'"
         self.query_one("#verdict-summary", Static).update(summary)
         for k, v in enumerate(self.verdicts):
+            if v.error is not None:  # one bad row is shown as such; the others stay readable
+                bad = Text(f"unreadable verdict: {v.error}", style="bold red")
+                table.add_row(str(v.id), "?", Text("?", style="bold red"), "", bad, key=str(k))
+                continue
             result = Text("pass", style="green") if v.passed else Text("FAIL", style="bold red")
             t = divergence_target(v.detail)
             where = " ".join(
@@ -80,6 +87,9 @@ class VerdictsScreen(BrowserScreen):
         box = self.query_one("#verdict-detail", Static)
         if v is None:
             box.update("")
+            return
+        if v.error is not None:
+            box.update(Text(f"unreadable verdict #{v.id}: {v.error}", style="bold red"))
             return
         head = Text(f"{v.kind} verdict #{v.id}: ")
         head.append("passed" if v.passed else "FAILED", style="green" if v.passed else "bold red")

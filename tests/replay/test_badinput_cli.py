@@ -1,0 +1,115 @@
+"""Inputs that once gave exit 70 or a traceback: each is now one line on stderr and exit 2."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.conftest import ROOT, run_cli
+
+
+def readme_app() -> str:
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## Writing an app") :]
+    return re.search(r"```python\n(# train.py\n.*?)```", section, re.S).group(1)
+
+
+@pytest.fixture(scope="module")
+def mlr1(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("bad") / "mlr1.sqlite"
+    res = run_cli(["run", "mlr", "-p", "synthetic=true", "-p", "epochs=1", "--trace", str(path)])
+    assert res.returncode == 0, res.stderr
+    return path
+
+
+def one_line_exit_2(args: list[str], *needles: str, **kw) -> str:
+    res = run_cli(args, **kw)
+    err = res.stderr.strip()
+    assert res.returncode == 2, (res.returncode, res.stderr)
+    assert len(err.splitlines()) == 1 and err.startswith("replay: error: "), err
+    assert "Traceback" not in res.stderr and "internal error" not in err, err
+    for n in needles:
+        assert n in err, err
+    return err
+
+
+def damaged(src: Path, tmp_path: Path, sql: str, *params: object) -> Path:
+    dst = tmp_path / "t.sqlite"
+    shutil.copyfile(src, dst)
+    with sqlite3.connect(dst) as con:
+        con.execute(sql, params)
+    con.close()
+    return dst
+
+
+def test_schema_version_that_is_not_a_number(mlr1: Path, tmp_path: Path) -> None:
+    t = damaged(mlr1, tmp_path, "UPDATE schema_info SET version = 'abc'")
+    one_line_exit_2(["show", str(t)], "invalid trace schema version 'abc'")
+    res = run_cli(["ls", str(tmp_path)])
+    assert res.returncode == 0 and "invalid trace schema version" in res.stdout
+    assert res.stderr == "replay: note: skipped 1 unreadable file(s)\n"
+
+
+@pytest.mark.parametrize(
+    ("sql", "cmd", "needle"),
+    [
+        ("UPDATE run SET params = '[1, 2]'", "show", "column params is not a JSON object"),
+        ("UPDATE run SET threads = 0", "show", "column threads holds 0"),
+        ("UPDATE run SET ranks = -1", "cluster", "column ranks holds -1"),
+        ("UPDATE run SET ranks = 'two'", "single", "column ranks holds 'two'"),
+        ("UPDATE run SET params = '{\"nope\": 1}'", "single", "unknown parameter 'nope'"),
+        ('UPDATE run SET params = \'{"epochs": "2"}\'', "cluster", "epochs is '2', not an integer"),
+        ("UPDATE verdict SET detail = '[]'", "show", None),
+    ],
+)
+def test_damaged_run_rows(mlr1: Path, tmp_path: Path, sql: str, cmd: str, needle: str) -> None:
+    t = damaged(mlr1, tmp_path, sql)
+    if needle is None:  # show does not read verdicts: a bad one does not stop it
+        assert run_cli([cmd, str(t)]).returncode == 0
+        return
+    one_line_exit_2([cmd, str(t)], needle)
+
+
+def test_message_sources_that_are_not_ranks(tmp_path: Path) -> None:
+    t = tmp_path / "sgdmf2.sqlite"
+    args = ["run", "sgdmf", "--ranks", "2", "-p", "synthetic=true", "-p", "epochs=1"]
+    assert run_cli([*args, "--trace", str(t)]).returncode == 0
+    with sqlite3.connect(t) as con:
+        for row_id, count in con.execute("SELECT id, count FROM message_block").fetchall():
+            blob = np.full(count, 7, np.uint8).tobytes()
+            con.execute(
+                "UPDATE message_block SET sources = ?, sources_codec = 'raw-u8' WHERE id = ?",
+                (blob, row_id),
+            )
+    con.close()
+    one_line_exit_2(["cluster", str(t)], "from rank 7, but the run had 2 rank(s)")
+
+
+@pytest.mark.parametrize("cmd", ["run", "dual"])
+def test_negative_seed(cmd: str) -> None:
+    one_line_exit_2([cmd, "mlr", "--seed", "-1", "--no-trace"], "--seed must be")
+
+
+@pytest.mark.parametrize(
+    ("content", "needle"),
+    [("", "reduce of empty 'A'"), ("1,2,3.0\n99999999999999999999,1,2.0\n", "cannot allocate")],
+)
+def test_bad_data_for_the_readme_app(tmp_path: Path, content: str, needle: str) -> None:
+    (tmp_path / "train.py").write_text(readme_app())
+    (tmp_path / "ratings.csv").write_text(content)
+    one_line_exit_2(["run", "train.py:train", "--no-trace", "-p", "epochs=1"], needle, cwd=tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("content", "needle"),
+    [("", "no ratings"), ("1\t2\t3\t0\n99999999999999\t1\t2\t0\n", "cannot allocate")],
+)
+def test_bad_data_for_sgdmf(tmp_path: Path, content: str, needle: str) -> None:
+    data = tmp_path / "r.tsv"
+    data.write_text(content)
+    one_line_exit_2(["run", "sgdmf", "--no-trace", "-p", f"data={data}", "-p", "epochs=1"], needle)

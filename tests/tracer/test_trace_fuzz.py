@@ -1,0 +1,244 @@
+"""Fuzzing the CLI with damaged traces: never a traceback, never exit 70, never a changed file.
+
+Valid traces are recorded once per module; each example copies one, damages it with sqlite3
+(deleted rows, flipped blob bytes, JSON of the wrong type, out-of-range numbers, wrong-typed
+text) and runs one command on the copy.  Every command must exit 0, 2 or 3 with at most one
+line on stderr, and leave every file as it was, except the verdict a replay writes.
+
+``STRADS_FUZZ_EXAMPLES=N`` runs N examples per test instead of the small CI budget.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import shutil
+import sqlite3
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.conftest import run_cli
+
+#: Examples per test in CI: each one starts a ``replay`` process (about 2 s each).
+CI_READ_EXAMPLES = 16
+CI_REPLAY_EXAMPLES = 6
+_LOCAL = int(os.environ.get("STRADS_FUZZ_EXAMPLES", "0"))
+#: A long local run may take longer than the suite's per-test timeout.
+pytestmark = pytest.mark.timeout(0 if _LOCAL else 300)
+
+#: Text columns that hold JSON objects.
+JSON_COLUMNS = {("run", "params"), ("run", "versions"), ("verdict", "detail")}
+JSON_VALUES = [[1, 2], {"x": [1]}, "text", 7, 1.5, None, {}, {"epochs": "two"}, {"nope": 1}]
+NUMBERS: list[Any] = [-1, 0, -(2**40), 2**62, float("nan"), 1e308, -1e308, 0.5, 2]
+TEXTS: list[Any] = [5, 1.5, b"\xff\x00", "", "two", "zlib-u8", "rotation", None]
+
+
+def _settings(ci: int) -> settings:
+    return settings(
+        max_examples=_LOCAL or ci,
+        deadline=None,
+        derandomize=not _LOCAL,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+        database=None,
+    )
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _files(root: Path, skip: set[str]) -> dict[str, str]:
+    """Hashes of every file under ``root`` except ``skip`` and SQLite's own side files.
+
+    Opening a WAL trace read-only leaves a ``-shm`` index and an empty ``-wal``: the trace's
+    content is unchanged.  A ``-wal`` that holds anything counts.
+    """
+    return {
+        p.name: _sha(p)
+        for p in root.iterdir()
+        if p.is_file()
+        and p.name not in skip
+        and not p.name.endswith("-shm")
+        and not (p.name.endswith("-wal") and p.stat().st_size == 0)
+    }
+
+
+def _schema(path: Path) -> dict[str, dict[str, str]]:
+    """Per table: column name -> declared type."""
+    con = sqlite3.connect(path)
+    try:
+        tables = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+        return {
+            t: {r[1]: r[2].upper() for r in con.execute(f"PRAGMA table_info({t})")} for t in tables
+        }
+    finally:
+        con.close()
+
+
+def _contents(path: Path, skip: str = "verdict") -> dict[str, list[Any]]:
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        tables = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+        out = {}
+        for t in tables:
+            rows = con.execute(f"SELECT rowid, * FROM {t} ORDER BY rowid").fetchall()
+            out[t] = [len(rows)] if t == skip else [repr(r) for r in rows]
+        return out
+    finally:
+        con.close()
+
+
+@pytest.fixture(scope="module")
+def bases() -> Any:
+    """Two valid traces: sgdmf on 2 ranks (2 epochs), mlr's sync_for on 1 rank with a verdict."""
+    root = Path(tempfile.mkdtemp(prefix="fuzz-base-"))
+    two, one = root / "sgdmf2.sqlite", root / "mlr1.sqlite"
+    for args in (
+        ["run", "sgdmf", "--ranks", "2", "-p", "synthetic=true", "-p", "epochs=2"],
+        ["run", "mlr", "-p", "synthetic=true", "-p", "epochs=1"],
+    ):
+        path = two if args[1] == "sgdmf" else one
+        res = run_cli([*args, "--trace", str(path)], timeout=120)
+        assert res.returncode == 0, res.stderr
+    res = run_cli(["single", str(one)], timeout=120)  # a verdict row to damage too
+    assert res.returncode == 0, res.stderr
+    has_verify = "verify" in run_cli(["--help"], timeout=60).stdout
+    yield {"two": two, "one": one, "verify": has_verify}
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def _fits(kind: str, table: str, col: str, ty: str) -> bool:
+    """Whether a mutation of ``kind`` applies to a column of declared type ``ty``."""
+    if kind == "blob":
+        return ty == "BLOB"
+    if kind == "json":
+        return (table, col) in JSON_COLUMNS
+    if kind == "number":
+        return ty in ("INTEGER", "FLOAT", "BOOLEAN")
+    return ty.startswith(("VARCHAR", "TEXT"))
+
+
+@st.composite
+def mutations(draw: Any, path: Path) -> list[tuple[str, ...]]:
+    """1-3 damaging SQL statements (with parameters) for the trace at ``path``."""
+    schema = _schema(path)
+    con = sqlite3.connect(path)
+    try:
+        rowids = {t: [r[0] for r in con.execute(f"SELECT rowid FROM {t}")] for t in schema}
+    finally:
+        con.close()
+    tables = sorted(t for t in schema if rowids[t])
+    out = []
+    for _ in range(draw(st.integers(1, 3))):
+        table = draw(st.sampled_from(tables))
+        rowid = draw(st.sampled_from(rowids[table]))
+        cols = schema[table]
+        kind = draw(st.sampled_from(["delete", "blob", "json", "number", "text"]))
+        if kind == "delete":
+            out.append((f"DELETE FROM {table} WHERE rowid = ?", rowid))
+            continue
+        names = sorted(c for c, ty in cols.items() if _fits(kind, table, c, ty))
+        if not names:
+            names, kind = sorted(cols), "number"
+        col = draw(st.sampled_from(names))
+        sql = f"UPDATE {table} SET {col} = ? WHERE rowid = ?"
+        if kind == "blob":
+            pos, bit = draw(st.integers(0, 4095)), draw(st.integers(0, 7))
+            out.append(("flip", table, col, rowid, pos, bit))
+        elif kind == "json":
+            value = draw(st.sampled_from(JSON_VALUES))
+            raw = draw(st.sampled_from([json.dumps(value), "{not json", json.dumps(value)[:-1]]))
+            out.append((sql, raw, rowid))
+        elif kind == "number":
+            out.append((sql, draw(st.sampled_from(NUMBERS)), rowid))
+        else:
+            out.append((sql, draw(st.sampled_from(TEXTS)), rowid))
+    return out
+
+
+def _nan_as_null(v: Any) -> Any:
+    return None if isinstance(v, float) and math.isnan(v) else v  # what SQLite stores anyway
+
+
+def _damage(path: Path, muts: list[tuple[Any, ...]]) -> None:
+    con = sqlite3.connect(path)
+    try:
+        for m in muts:
+            if m[0] == "flip":
+                _, table, col, rowid, pos, bit = m
+                got = con.execute(f"SELECT {col} FROM {table} WHERE rowid = ?", (rowid,)).fetchone()
+                if got is None:
+                    continue  # an earlier mutation deleted the row
+                blob = bytearray(got[0] or b"\x00")
+                blob[pos % len(blob)] ^= 1 << bit
+                con.execute(f"UPDATE {table} SET {col} = ? WHERE rowid = ?", (bytes(blob), rowid))
+            else:
+                try:
+                    con.execute(m[0], [_nan_as_null(v) for v in m[1:]])
+                except sqlite3.IntegrityError:
+                    pass  # NOT NULL and CHECK constraints: SQLite itself keeps these out
+        con.commit()
+    finally:
+        con.close()
+
+
+def _check_output(res: Any, cmd: list[str], muts: Any) -> None:
+    where = f"replay {' '.join(cmd)} after {muts}"
+    text = res.stdout + res.stderr
+    assert res.returncode in (0, 2, 3), f"{where}: exit {res.returncode}: {res.stderr}"
+    assert "Traceback" not in text, f"{where}: {text}"
+    assert "internal error" not in text, f"{where}: {res.stderr}"
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) <= 1, f"{where}: {len(lines)} lines on stderr: {res.stderr}"
+
+
+@_settings(CI_READ_EXAMPLES)
+@given(data=st.data())
+def test_read_commands_on_damaged_traces(bases: Any, data: Any) -> None:
+    base = bases[data.draw(st.sampled_from(["two", "one"]), label="base")]
+    muts = data.draw(mutations(base), label="mutations")
+    commands = ["show", "show --json", "ls", "export"] + (["verify"] if bases["verify"] else [])
+    which = data.draw(st.sampled_from(commands), label="command")
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        trace = root / "t.sqlite"
+        shutil.copyfile(base, trace)
+        _damage(trace, muts)
+        cmd = which.split() + [str(root if which == "ls" else trace)]
+        if which == "export":
+            cmd += ["-o", str(root / "out.json")]
+        before = _files(root, set())
+        res = run_cli(cmd, timeout=60)
+        _check_output(res, cmd, muts)
+        after = _files(root, {"out.json"})
+        assert after == before, f"replay {' '.join(cmd)} changed files after {muts}"
+
+
+@_settings(CI_REPLAY_EXAMPLES)
+@given(data=st.data())
+def test_replay_commands_on_damaged_traces(bases: Any, data: Any) -> None:
+    base = bases["one"]
+    muts = data.draw(mutations(base), label="mutations")
+    which = data.draw(st.sampled_from(["cluster", "single"]), label="command")
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        trace = root / "t.sqlite"
+        shutil.copyfile(base, trace)
+        _damage(trace, muts)
+        before_files = _files(root, {"t.sqlite", "t.sqlite-wal"})
+        before = _contents(trace)
+        cmd = [which, str(trace), "--timeout", "60"] if which == "cluster" else [which, str(trace)]
+        res = run_cli(cmd, timeout=90)
+        _check_output(res, cmd, muts)
+        assert _files(root, {"t.sqlite", "t.sqlite-wal"}) == before_files
+        after = _contents(trace)
+        grew = after.pop("verdict")[0] - before.pop("verdict")[0]
+        assert after == before, f"replay {' '.join(cmd)} changed the trace after {muts}"
+        assert grew in (0, 1)
