@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import tracer
 from tests.conftest import ROOT, run_cli
 
 
@@ -62,8 +63,8 @@ def test_schema_version_that_is_not_a_number(mlr1: Path, tmp_path: Path) -> None
         ("UPDATE run SET threads = 0", "show", "column threads holds 0"),
         ("UPDATE run SET ranks = -1", "cluster", "column ranks holds -1"),
         ("UPDATE run SET ranks = 'two'", "single", "column ranks holds 'two'"),
-        ("UPDATE run SET params = '{\"nope\": 1}'", "single", "unknown parameter 'nope'"),
-        ('UPDATE run SET params = \'{"epochs": "2"}\'', "cluster", "epochs is '2', not an integer"),
+        ("UPDATE run SET params = '{\"nope\": 1}'", "single", "parameter 'nope' that"),
+        ('UPDATE run SET params = \'{"epochs": "2"}\'', "cluster", "epochs='2' (str)"),
         ("UPDATE verdict SET detail = '[]'", "show", None),
     ],
 )
@@ -87,7 +88,12 @@ def test_message_sources_that_are_not_ranks(tmp_path: Path) -> None:
                 (blob, row_id),
             )
     con.close()
-    one_line_exit_2(["cluster", str(t)], "from rank 7, but the run had 2 rank(s)")
+    # the hash chain sees the edit first; without it, the source check before launch would
+    one_line_exit_2(["cluster", str(t)], "message_block node 0")
+    from replay._replay import check_replayable, open_run
+
+    with pytest.raises(tracer.TraceFormatError, match="from rank 7, but the run had 2 rank"):
+        check_replayable(open_run(str(t), None))
 
 
 @pytest.mark.parametrize("cmd", ["run", "dual"])
