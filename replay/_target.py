@@ -71,7 +71,12 @@ def module_file(name: str) -> Path:
     spec = None
     for k in range(len(parts)):
         full = ".".join(parts[: k + 1])
-        spec = importlib.machinery.PathFinder.find_spec(full, search)
+        # the bare name: a dotted one makes a namespace package look its parent up in
+        # sys.modules, which holds nothing here because nothing is imported
+        try:
+            spec = importlib.machinery.PathFinder.find_spec(parts[k], search)
+        except (ImportError, KeyError, ValueError) as exc:
+            raise UsageError(f"module {full!r} cannot be located: {exc}") from None
         if spec is None:
             raise UsageError(f"module {name!r} is not importable on this machine")
         if k < len(parts) - 1:
