@@ -93,7 +93,7 @@ def _start(trace: Path) -> tuple[subprocess.Popen[str], Path, set[int]]:
             try:
                 if _run_row(trace)[0] == "running":
                     return cli, job, pids
-            except sqlite3.Error:
+            except (sqlite3.Error, TypeError):  # no table yet, or no run row yet
                 pass
         time.sleep(0.2)
     cli.kill()
