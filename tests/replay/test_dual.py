@@ -93,7 +93,8 @@ def test_cli_pass_json_and_verdicts_in_the_trace(tmp_path: Path) -> None:
             "--trace",
             str(trace),
             "--json",
-        ]
+        ],
+        timeout=300,  # 3 ranks x 2 threads under mpiexec, oversubscribed on 2 cores
     )
     assert proc.returncode == 0, proc.stderr
     res = json.loads(proc.stdout)
