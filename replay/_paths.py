@@ -12,25 +12,9 @@ import os
 import stat
 from collections.abc import Iterable
 
+from tracer import special_kind
+
 from ._errors import UsageError
-
-_KINDS = (
-    (stat.S_ISFIFO, "a FIFO (named pipe)"),
-    (stat.S_ISSOCK, "a socket"),
-    (stat.S_ISCHR, "a character device"),
-    (stat.S_ISBLK, "a block device"),
-)
-
-
-def special_kind(path: str | os.PathLike[str]) -> str | None:
-    """What ``path`` is if it exists and is neither a regular file nor a directory."""
-    try:
-        mode = os.stat(path).st_mode
-    except OSError:
-        return None
-    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
-        return None
-    return next((what for test, what in _KINDS if test(mode)), "not a regular file")
 
 
 def refuse_special(path: str | os.PathLike[str], role: str = "trace") -> None:

@@ -56,6 +56,7 @@ from ._run import VerdictInfo as VerdictInfo
 from ._schema import SCHEMA_VERSION as SCHEMA_VERSION
 from ._store import create_store as create_store
 from ._store import mark_crashed as mark_crashed
+from ._store import special_kind as special_kind
 from ._store import start_run as start_run
 from ._verify import Problem as Problem
 from ._verify import Report as Report
@@ -103,5 +104,6 @@ __all__ = [
     "mark_crashed",
     "open",
     "open_writable",
+    "special_kind",
     "start_run",
 ]
