@@ -472,10 +472,13 @@ def _replay_report(res: dict[str, Any], as_json: bool) -> None:
 
 
 def _identical_head(res: dict[str, Any]) -> str:
-    """``identical``, qualified when the recorded run ended early (crashed or failed)."""
+    """``identical``, qualified when the recorded run ended early (crashed, failed or
+    interrupted)."""
     if res["complete"]:
         return "identical"
-    how = {"crashed": "crashed", "failed": "failed"}.get(str(res.get("recorded_status")), "ended")
+    how = {"crashed": "crashed", "failed": "failed", "interrupted": "was interrupted"}.get(
+        str(res.get("recorded_status")), "ended"
+    )
     up_to = res.get("replayed_up_to")
     if up_to is None:
         return f"identical (nothing was completed before the run {how})"

@@ -34,6 +34,9 @@ from ._errors import LaunchError, ReplayError, UsageError
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_DIVERGED = 3
+#: Seconds the other ranks of an abandoned job wait for rank 0 to mark the run and
+#: remove the job directory before they exit.
+ABANDON_WAIT_S = 10.0
 
 
 def user_error_types() -> tuple[type[BaseException], ...]:
@@ -126,12 +129,12 @@ def _recorder(spec: dict[str, Any], app: Any, params: dict[str, Any], comm: Any)
 @contextlib.contextmanager
 def recording(recorder: Any) -> Iterator[None]:
     """Close ``recorder`` (if any) as finished, or as failed with the traceback
-    (``crashed``, "interrupted by SIGINT/SIGTERM/SIGHUP", when the user stopped it)."""
+    (``interrupted``, "interrupted by SIGINT/SIGTERM/SIGHUP", when the user stopped it)."""
     try:
         yield
     except (KeyboardInterrupt, _procs.Interrupted) as exc:
         if recorder is not None:
-            recorder.close("crashed", _procs.interrupt_reason(exc))
+            recorder.close("interrupted", _procs.interrupt_reason(exc))
         raise
     except BaseException:
         if recorder is not None:
@@ -304,7 +307,7 @@ def launch(
             ) from None
         except (KeyboardInterrupt, _procs.Interrupted) as exc:
             _kill(proc)
-            _mark_crashed(spec, _procs.interrupt_reason(exc))
+            _mark_crashed(spec, _procs.interrupt_reason(exc), "interrupted")
             raise
         except BaseException:
             _kill(proc)  # whatever went wrong here, no rank outlives this call
@@ -329,9 +332,13 @@ def launch(
 
 def abandon(spec: dict[str, Any], rank: int) -> None:
     """A rank's watchdog found the parent CLI dead: clean up after it (rank 0 marks the
-    run crashed and removes the job directory; the others give it a moment first)."""
+    run crashed and removes the job directory; the others wait until it has)."""
     if rank != 0:
-        time.sleep(1.0)  # an early exit would make mpiexec kill rank 0 mid-cleanup
+        # an early exit would make mpiexec kill rank 0 mid-cleanup: wait for its last step
+        done = Path(str(spec.get("tmp_dir") or spec["job_dir"]))
+        deadline = time.monotonic() + ABANDON_WAIT_S
+        while done.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
         return
     who = spec.get("parent", {}).get("pid", "?")
     _mark_crashed(spec, f"the replay process (pid {who}) died; the run was abandoned")
@@ -344,14 +351,15 @@ def abandon(spec: dict[str, Any], rank: int) -> None:
             shutil.rmtree(d, ignore_errors=True)
 
 
-def _mark_crashed(spec: dict[str, Any], message: str) -> None:
-    """A rank died or aborted: a still-running traced run becomes ``crashed``."""
+def _mark_crashed(spec: dict[str, Any], message: str, status: str = "crashed") -> None:
+    """A rank died or aborted: a still-running traced run becomes ``crashed`` (or
+    ``interrupted``, when the user stopped the job)."""
     if not spec.get("trace") or not Path(spec["trace"]).is_file():
         return
     try:
         import tracer
 
-        tracer.mark_crashed(spec["trace"], spec["run_id"], message)
+        tracer.mark_crashed(spec["trace"], spec["run_id"], message, status)
     except Exception:  # noqa: BLE001 - the run already failed; report that, not this
         pass
 

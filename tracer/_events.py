@@ -138,7 +138,7 @@ class ObjectiveLogged:
 
 @dataclass(frozen=True, slots=True)
 class RunEnded:
-    """The run ended with ``status`` (finished, failed or crashed) and maybe a traceback."""
+    """The run ended with ``status`` (finished, failed, crashed or interrupted) and maybe a traceback."""
 
     node: int
     seq: int

@@ -36,6 +36,7 @@ from ._run import RunTrace
 from ._schema import (
     BLOB_COLUMNS,
     ENVIRONMENT_KEY,
+    RUN_STATUSES,
     VERDICT_KINDS,
     Invocation,
     Run,
@@ -52,8 +53,6 @@ CRASH_AFTER_S = 30.0
 #: Largest rank and thread counts a trace may claim; beyond them the row is damaged.
 MAX_RANKS = 4096
 MAX_THREADS = 1024
-#: The statuses a run row may hold.
-RUN_STATUSES = ("running", "finished", "failed", "crashed")
 
 
 def _damaged(where: str, col: str, what: str) -> TraceFormatError:

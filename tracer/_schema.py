@@ -28,13 +28,13 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 #: Version of this schema; a reader refuses traces with another one (2: the hash chain,
-#: ``chain_link`` and ``invocation.n_digests``).
-SCHEMA_VERSION = 2
+#: ``chain_link`` and ``invocation.n_digests``; 3: the ``interrupted`` run status).
+SCHEMA_VERSION = 3
 #: Identifies a trace store among SQLite files (kept in ``schema_info.app_id``).
 APP_ID = "strads-replay-trace"
 
 #: Values of ``run.status``.
-RUN_STATUSES = ("running", "finished", "failed", "crashed")
+RUN_STATUSES = ("running", "finished", "failed", "crashed", "interrupted")
 #: Values of ``verdict.kind``.
 VERDICT_KINDS = ("cluster", "single", "dual-forward", "dual-backward")
 

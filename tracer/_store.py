@@ -237,14 +237,17 @@ def finish_run(
         raise write_error(engine, exc) from None
 
 
-def mark_crashed(store: Any, run_id: str, error: str | None = None) -> bool:
-    """Mark a run whose writer died as ``crashed`` (no-op if it ended); True if marked."""
+def mark_crashed(
+    store: Any, run_id: str, error: str | None = None, status: str = "crashed"
+) -> bool:
+    """Mark a run whose writer died as ``crashed`` — or ``interrupted``, when the user
+    stopped it with a signal — (no-op if it ended); True if marked."""
     engine = store if isinstance(store, Engine) else open_engine(store, writable=True)
     try:
         with engine.connect() as conn:
             if conn.execute(select(Run.run_id).where(Run.run_id == run_id)).first() is None:
                 raise RunNotFoundError(f"{describe(engine)} holds no run {run_id!r}")
-        return finish_run(engine, run_id, "crashed", error)
+        return finish_run(engine, run_id, status, error)
     finally:
         if not isinstance(store, Engine):
             engine.dispose()

@@ -1,7 +1,8 @@
 """Apps whose recorded runs crash: the rank that runs body n // 2 kills itself.
 
 The kill happens only while ``CRASH_APPS_KILL=1`` is set (the recording), so a replay
-of the crashed trace runs the same code without dying.
+of the crashed trace runs the same code without dying; ``CRASH_APPS_INTERRUPT=1`` makes
+that body raise ``KeyboardInterrupt`` instead (a user's Ctrl-C).
 """
 
 from __future__ import annotations
@@ -30,6 +31,13 @@ def killed(epochs: int = 4, kill_at: int = 0, n: int = 240) -> None:
                 and ap.current().mode != "recon"
             ):
                 os.kill(os.getpid(), signal.SIGKILL)
+            if (
+                epoch == kill_at  # noqa: B023
+                and j == n // 2
+                and os.environ.get("CRASH_APPS_INTERRUPT") == "1"
+                and ap.current().mode != "recon"
+            ):
+                raise KeyboardInterrupt  # what Ctrl-C does to a 1-rank run's main thread
             u, i = int(pairs[j, 0]), int(pairs[j, 1])
             w, h = W[u], H[i]
             err = 1.0 - w @ h

@@ -208,6 +208,18 @@ def test_a_crashed_trace_replays_what_was_completed(
     assert [(v.kind, v.passed) for v in verdicts] == [("cluster", True), ("single", True)]
 
 
+def test_a_run_stopped_by_ctrl_c_is_interrupted_not_crashed(tmp_path: Path) -> None:
+    trace = tmp_path / "i.sqlite"
+    argv = ["run", f"{CRASH}:killed", "--ranks", "1", "-p", "kill_at=1", "--trace", str(trace)]
+    proc = run_cli(argv, env={"CRASH_APPS_INTERRUPT": "1"}, timeout=120)
+    assert proc.returncode == 130 and "Traceback" not in proc.stderr, proc.stderr
+    info = tracer.open(trace).run().info
+    assert (info.status, info.error) == ("interrupted", "interrupted by SIGINT")
+    proc = run_cli(["single", str(trace)], timeout=120)
+    assert proc.returncode == 0, (proc.stdout, proc.stderr)
+    assert "identical (up to sgd#0, the run was interrupted after it)" in proc.stdout
+
+
 @pytest.mark.parametrize("how", ["--break", "--until"])
 def test_quitting_pdb_stops_the_replay_without_a_verdict(tmp_path: Path, how: str) -> None:
     trace = record(tmp_path, f"{APPS}:hot_locks", "--ranks", "2", "--threads", "2")

@@ -14,7 +14,13 @@ from .._repo import RunRow, TraceEntry
 from ._base import BrowserScreen
 
 #: Colour of each run status.
-STATUS_STYLE = {"finished": "green", "running": "yellow", "failed": "red", "crashed": "red"}
+STATUS_STYLE = {
+    "finished": "green",
+    "running": "yellow",
+    "failed": "red",
+    "crashed": "red",
+    "interrupted": "magenta",
+}
 
 
 def _started(t: float) -> str:
