@@ -54,6 +54,12 @@ def _run_dict(run: tracer.RunTrace) -> dict[str, Any]:
         "error": info.error,
         "duration_s": round(info.duration, 6),
         "objectives": run.objectives(),
+        "verdicts": [
+            {"kind": v.kind, "passed": v.passed, "created_at": v.created_at, "detail": v.detail}
+            if v.error is None
+            else {"kind": v.kind, "error": v.error}
+            for v in run.verdicts(strict=False)
+        ],
         "store_bytes": run.store_bytes(),
         "operators": {
             op: {
@@ -190,6 +196,12 @@ def show_cmd(trace_path: str, run_id: str | None, as_json: bool) -> None:
                 click.echo(f"  {name}: {len(vals)} value(s), final {vals[-1]:.6g}")
         if r["error"]:
             click.echo("  error: " + r["error"].strip().splitlines()[-1])
+        for v in r["verdicts"]:
+            if "error" in v:
+                click.echo(f"  verdict {v['kind']}: unreadable ({v['error']})")
+            else:
+                verdict = "PASS" if v["passed"] else "FAIL"
+                click.echo(f"  verdict {v['kind']}: {verdict} at {_when(v['created_at'])}")
         rows = [
             [
                 "operator",

@@ -42,7 +42,7 @@ from ._schema import (
     Run,
     Verdict,
 )
-from ._store import describe, open_engine, sqlite_path, write_error
+from ._store import checkpoint, describe, open_engine, sqlite_path, write_error
 from ._verify import Report, check_run
 
 #: A ``running`` run with no commit for this many seconds is reported as crashed.  A
@@ -306,6 +306,12 @@ class Trace:
 
 class WritableTrace(Trace):
     """A trace store opened for adding verdicts (use :func:`open_writable`)."""
+
+    def close(self) -> None:
+        """Fold the WAL into the file (a copied ``.sqlite`` then holds the verdicts
+        written so far), then release the connections."""
+        checkpoint(self._engine)
+        super().close()
 
     def add_verdict(
         self, run_id: str, kind: str, passed: bool, detail: dict[str, Any] | None = None

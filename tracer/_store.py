@@ -250,6 +250,7 @@ def mark_crashed(
         return finish_run(engine, run_id, status, error)
     finally:
         if not isinstance(store, Engine):
+            checkpoint(engine)
             engine.dispose()
 
 
@@ -422,11 +423,22 @@ def checkpoint(engine: Engine) -> None:
     """Fold the WAL into the main file so the trace is one self-contained file."""
     if engine.dialect.name != "sqlite":
         return
+    # on the DBAPI connection, outside the BEGIN IMMEDIATE that SQLAlchemy's autobegin
+    # would issue: inside a transaction SQLite refuses to checkpoint, and says so only
+    # in the returned row, so the WAL silently stayed beside the file
     try:
-        with engine.connect() as conn:
-            conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+        raw = engine.raw_connection()
     except DBAPIError:
-        pass  # another rank still writes; the last one to close folds the WAL
+        return
+    try:
+        cur = raw.cursor()
+        cur.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        cur.fetchall()
+        cur.close()
+    except Exception:  # noqa: BLE001 - another rank still writes; the last one folds the WAL
+        pass
+    finally:
+        raw.close()
 
 
 __all__ = [
