@@ -23,7 +23,7 @@ from tui import register as register_browse
 
 from . import _environment, _procs
 from ._errors import UsageError
-from ._job import EXIT_DIVERGED, EXIT_FAILED, JobFailed, describe, launch, run_here
+from ._job import EXIT_DIVERGED, EXIT_FAILED, EXIT_USAGE, JobFailed, describe, launch, run_here
 from ._replay import (
     check_replayable,
     open_run,
@@ -40,25 +40,46 @@ class _Group(click.Group):
     """Turns every expected failure into one line on stderr and an exit status."""
 
     def invoke(self, ctx: click.Context) -> Any:
+        as_json = "--json" in ctx.args  # the subcommand's arguments, not yet parsed
         try:
             return super().invoke(ctx)
-        except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
+        except (click.exceptions.Exit, click.exceptions.Abort):
+            raise
+        except click.ClickException as exc:  # click prints it; --json also gets the object
+            if as_json:
+                _json_error(exc.format_message(), exc.exit_code)
             raise
         except JobFailed as exc:
-            _fail(str(exc), exc.status)
+            _fail(str(exc), exc.status, as_json)
         except KeyboardInterrupt:
-            _fail("interrupted", 130)
+            _fail("interrupted", 130, as_json)
         except _procs.Interrupted as exc:
-            _fail(str(exc), exc.status)
+            _fail(str(exc), exc.status, as_json)
         except Exception as exc:  # noqa: BLE001 - the CLI never shows a raw traceback
             if os.environ.get("REPLAY_DEBUG"):
                 traceback.print_exc()
             message, status = describe(exc)
-            _fail(message, status)
+            _fail(message, status, as_json)
 
 
-def _fail(message: str, status: int) -> None:
+#: ``kind`` of a ``--json`` error object, by exit status (128 + N: stopped by signal N).
+_ERROR_KINDS = {
+    EXIT_FAILED: "failed",
+    EXIT_USAGE: "usage",
+    EXIT_DIVERGED: "diverged",
+    70: "internal",
+}
+
+
+def _json_error(message: str, status: int) -> None:
+    kind = _ERROR_KINDS.get(status, "interrupted" if status > 128 else "failed")
+    click.echo(json.dumps({"error": {"kind": kind, "message": message}}))
+
+
+def _fail(message: str, status: int, as_json: bool = False) -> None:
     click.echo(f"replay: error: {message}", err=True)
+    if as_json:
+        _json_error(message, status)
     sys.exit(status)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import sqlite3
@@ -119,3 +120,29 @@ def test_bad_data_for_sgdmf(tmp_path: Path, content: str, needle: str) -> None:
     data = tmp_path / "r.tsv"
     data.write_text(content)
     one_line_exit_2(["run", "sgdmf", "--no-trace", "-p", f"data={data}", "-p", "epochs=1"], needle)
+
+
+@pytest.mark.parametrize(
+    "args,kind,status",
+    [
+        (["show", "missing.sqlite", "--json"], "usage", 2),
+        (["cluster", "--json", "missing.sqlite"], "usage", 2),
+        (["single", "missing.sqlite", "--json", "--timeout", "0"], "usage", 2),
+        (["run", "no_such_app", "--json"], "usage", 2),
+        (["verify", "missing.sqlite", "--json"], "usage", 2),
+    ],
+)
+def test_json_errors_are_one_object_on_stdout(
+    tmp_path: Path, args: list[str], kind: str, status: int
+) -> None:
+    res = run_cli(args, cwd=tmp_path)
+    assert res.returncode == status, (res.returncode, res.stderr)
+    assert "Traceback" not in res.stderr
+    (line,) = res.stdout.splitlines()
+    err = json.loads(line)["error"]
+    assert err["kind"] == kind and err["message"] and "\n" not in err["message"]
+
+
+def test_a_json_success_carries_no_error_object(tmp_path: Path, mlr1: Path) -> None:
+    res = run_cli(["show", str(mlr1), "--json"])
+    assert res.returncode == 0 and "error" not in json.loads(res.stdout)
