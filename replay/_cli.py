@@ -307,15 +307,47 @@ def trace_path(app: str, given: str | None) -> str:
                 f"trace {given!r} already exists; pass a new path (a trace is never overwritten)"
             )
         return str(p.resolve())
-    name = Path(app.split(":")[-1]).stem if ":" in app else app
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    base = Path("traces") / f"{name}-{stamp}"
+    base = Path("traces") / f"{_trace_stem(app)}-{stamp}"
     p = base.with_suffix(".sqlite")
     k = 1
     while p.exists():
         p = base.parent / f"{base.name}-{k}.sqlite"
         k += 1
+    if not _under_launcher() or _rank() == 0:  # the other ranks use rank 0's path
+        _point_latest(p)
     return str(p.resolve())
+
+
+def _trace_stem(app: str) -> str:
+    """A built-in app's name, else the user's module (``path/train.py:fit`` -> ``train``,
+    ``pkg.models:fit`` -> ``models``)."""
+    if ":" not in app:
+        return app
+    module = app.rsplit(":", 1)[0]
+    if module.endswith(".py"):
+        return Path(module).stem
+    return module.rsplit(".", 1)[-1] or "run"
+
+
+#: The symlink in ``traces/`` naming the newest default-named trace.
+LATEST = "latest"
+
+
+def _point_latest(trace: Path) -> None:
+    """Make ``traces/latest`` name ``trace`` (atomically; a relative link, so the folder
+    can move).  Only a symlink is ever replaced: a user's own file of that name stays."""
+    link = trace.parent / LATEST
+    if link.exists() and not link.is_symlink():
+        return
+    trace.parent.mkdir(parents=True, exist_ok=True)
+    tmp = trace.parent / f".{LATEST}-{os.getpid()}"
+    try:
+        tmp.unlink(missing_ok=True)
+        os.symlink(trace.name, tmp)
+        os.replace(tmp, link)
+    except OSError:
+        tmp.unlink(missing_ok=True)  # an alias is a convenience; the run still records
 
 
 def _rank() -> int:

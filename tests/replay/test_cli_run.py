@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -176,3 +177,23 @@ def test_demo_records_replays_both_ways_and_suggests_browse(tmp_path: Path) -> N
     assert "cluster replay: identical" in out and "single replay: identical" in out
     assert "browse it: replay browse traces/" in out
     assert len(list((tmp_path / "traces").glob("sgdmf-*.sqlite"))) == 1
+    latest = tmp_path / "traces" / "latest"
+    assert latest.is_symlink() and latest.resolve().name.startswith("sgdmf-")
+    proc = run_cli(["show", "traces/latest"], cwd=tmp_path)  # the quick start, literally
+    assert proc.returncode == 0 and "app sgdmf" in proc.stdout, proc.stderr
+
+
+def test_user_traces_are_named_after_the_module_and_latest_follows(
+    tmp_path: Path, user_app: Path
+) -> None:
+    for _ in range(2):
+        proc = run_cli(["run", f"{user_app}:train", "-p", "epochs=1"], cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+    traces = sorted((tmp_path / "traces").glob("*.sqlite"))
+    assert len(traces) == 2 and all(t.name.startswith("train-") for t in traces)
+    latest = tmp_path / "traces" / "latest"
+    assert os.readlink(latest) in {t.name for t in traces}
+    newest = max(traces, key=lambda t: t.stat().st_mtime_ns)
+    assert latest.resolve() == newest.resolve()
+    proc = run_cli(["single", "traces/latest"], cwd=tmp_path)
+    assert proc.returncode == 0 and "identical" in proc.stdout, proc.stderr
