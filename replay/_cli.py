@@ -24,6 +24,7 @@ from tui import register as register_browse
 from . import _environment, _procs
 from ._errors import UsageError
 from ._job import EXIT_DIVERGED, EXIT_FAILED, EXIT_USAGE, JobFailed, describe, launch, run_here
+from ._progress import Printer
 from ._replay import (
     check_replayable,
     open_run,
@@ -568,7 +569,23 @@ def cluster_cmd(
     max_threads: int,
 ) -> None:
     """Replay TRACE on the recorded number of MPI ranks, enforcing its recorded orders."""
-    say = _printer(as_json)
+    with Printer(as_json, "cluster replay") as say:
+        _cluster(
+            trace, run_id, out_trace, timeout, allow_changed, as_json, max_ranks, max_threads, say
+        )
+
+
+def _cluster(
+    trace: str,
+    run_id: str | None,
+    out_trace: str | None,
+    timeout: float | None,
+    allow_changed: bool,
+    as_json: bool,
+    max_ranks: int,
+    max_threads: int,
+    say: Callable[[str], None],
+) -> None:
     path = str(Path(trace).resolve())
     run = open_run(path, run_id, check=True)
     info = run.info
@@ -636,7 +653,22 @@ def single_cmd(
     max_threads: int,
 ) -> None:
     """Replay every node of TRACE inside this process (pdb can stop in any body)."""
-    say = _printer(as_json)
+    # no bar where pdb may take the terminal
+    with Printer(as_json, "single replay", bars=not (brk or until)) as say:
+        _single(trace, run_id, brk, until, allow_changed, as_json, max_ranks, max_threads, say)
+
+
+def _single(
+    trace: str,
+    run_id: str | None,
+    brk: str | None,
+    until: str | None,
+    allow_changed: bool,
+    as_json: bool,
+    max_ranks: int,
+    max_threads: int,
+    say: Callable[[str], None],
+) -> None:
     path = str(Path(trace).resolve())
     run = open_run(path, run_id, check=True)
     info = run.info

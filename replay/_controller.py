@@ -321,9 +321,16 @@ class ReplayChecker(engine.Recorder):
     ``tee`` (optional) also records the replay itself into a new trace.
     """
 
-    def __init__(self, run: Any, tee: engine.Recorder | None = None) -> None:
+    def __init__(
+        self,
+        run: Any,
+        tee: engine.Recorder | None = None,
+        on_progress: Callable[[int, int], None] | None = None,
+    ) -> None:
         self.run = run
         self.tee = tee or engine.Recorder()
+        #: Called with (invocations checked, invocations in the trace) after each one.
+        self.on_progress = on_progress
         self._digests: dict[tuple[str, int], dict[str, str]] = {}
         for d in run.digests():
             self._digests.setdefault((d.op, d.invocation), {})[d.dds] = d.digest
@@ -396,6 +403,8 @@ class ReplayChecker(engine.Recorder):
                 )
             self.checked_digests += 1
         self.last_completed = (op, invocation)
+        if self.on_progress is not None:
+            self.on_progress(len(self._seen_invocations), len(self._digests))
 
     def objective(self, name: str, iteration: int, value: float) -> None:
         self.tee.objective(name, iteration, value)

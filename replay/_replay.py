@@ -27,6 +27,7 @@ from ._apps import BUILTIN_APPS, App, resolve
 from ._controller import ReplayChecker, ReplayFinished, TraceController
 from ._errors import UsageError
 from ._job import code_digest
+from ._progress import tick_line
 from ._target import CodeChangedError, check_digest, check_params, file_digest, target_file
 
 
@@ -216,7 +217,11 @@ def replay_here(
             dict(info.params),
             comm,
         )
-    checker = ReplayChecker(run, tee)
+    checker = ReplayChecker(
+        run,
+        tee,
+        None if say is None else lambda done, total: say(tick_line(done, total, "invocations")),
+    )
     t0 = time.perf_counter()
     first_difference = None
     complete = True

@@ -1,0 +1,115 @@
+"""Progress on long work: a rich bar on a terminal, nothing anywhere else.
+
+Work that runs here or in MPI ranks reports through the same line-based ``progress``
+callback the CLI already gives it: an ordinary line is text for the user, and a line
+made by :func:`tick_line` says how far the work is ("3 of 20 invocations").  The ranks'
+lines reach the CLI through mpiexec's stdout, so one format serves both cases.  The
+:class:`Printer` the CLI hands out turns tick lines into a bar when stderr is a
+terminal and ``--json`` is off, and drops them otherwise, so output for scripts stays
+exactly what it was.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from types import TracebackType
+from typing import Any
+
+import click
+
+#: Prefix of a line that reports progress rather than text (never shown as text).
+TICK = "\x1breplay-progress "
+
+
+def tick_line(done: int, total: int | None, what: str) -> str:
+    """The line that says ``done`` of ``total`` (None: unknown) units of ``what`` are done."""
+    return f"{TICK}{done} {-1 if total is None else total} {what}"
+
+
+def parse_tick(line: str) -> tuple[int, int | None, str] | None:
+    """``(done, total, what)`` of a tick line; None for an ordinary or garbled line."""
+    if not line.startswith(TICK):
+        return None
+    parts = line[len(TICK) :].split(" ", 2)
+    try:
+        done, total = int(parts[0]), int(parts[1])
+    except (ValueError, IndexError):
+        return None
+    return done, (None if total < 0 else total), parts[2] if len(parts) > 2 else ""
+
+
+def bars_wanted(as_json: bool) -> bool:
+    """Bars only for a person: stderr is a terminal, no ``--json``, not a dumb terminal."""
+    if as_json or os.environ.get("TERM") == "dumb":
+        return False
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+class Printer:
+    """The CLI's ``say``: prints text lines (on stderr under ``--json``) and shows tick
+    lines as a bar labelled ``label`` (a context manager: the bar ends with the block)."""
+
+    def __init__(self, as_json: bool, label: str = "working", *, bars: bool = True) -> None:
+        self.as_json = as_json
+        self.label = label
+        self._bars = bars and bars_wanted(as_json)
+        self._progress: Any = None
+        self._tasks: dict[str, Any] = {}
+
+    def __call__(self, line: str) -> None:
+        tick = parse_tick(line)
+        if tick is None:
+            click.echo(line, err=self.as_json)
+        elif self._bars:
+            self._show(*tick)
+
+    def _show(self, done: int, total: int | None, what: str) -> None:
+        if self._progress is None:
+            from rich.console import Console
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+            )
+
+            self._progress = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=Console(stderr=True),
+                transient=True,
+                redirect_stdout=sys.stdout.isatty(),  # else stdout goes to its file as is
+                redirect_stderr=False,
+            )
+            self._progress.start()
+        key = what or self.label
+        task = self._tasks.get(key)
+        if task is None:
+            task = self._tasks[key] = self._progress.add_task(f"{self.label}: {key}", total=total)
+        self._progress.update(task, completed=done, total=total)
+
+    def close(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+
+    def __enter__(self) -> Printer:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+__all__ = ["TICK", "Printer", "bars_wanted", "parse_tick", "tick_line"]

@@ -1,0 +1,98 @@
+"""Progress bars: shown on a terminal, absent from output that scripts read."""
+
+from __future__ import annotations
+
+import os
+import pty
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from replay._progress import TICK, parse_tick, tick_line
+from tests.conftest import MPI_TIMEOUT, ROOT, run_cli
+
+SMALL = ["-p", "synthetic=true", "-p", "epochs=3", "-p", "rank=4"]
+
+
+@given(
+    st.integers(0, 10**9),
+    st.one_of(st.none(), st.integers(0, 10**9)),
+    st.text(st.characters(blacklist_categories=("Cs",)), max_size=20),
+)
+def test_tick_lines_round_trip(done: int, total: int | None, what: str) -> None:
+    assert parse_tick(tick_line(done, total, what)) == (done, total, what)
+
+
+@pytest.mark.parametrize("line", ["", "replaying run", TICK, TICK + "x 3 inv", TICK + "1"])
+def test_other_lines_are_not_ticks(line: str) -> None:
+    assert parse_tick(line) is None
+
+
+@pytest.fixture(scope="module")
+def trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("progress") / "t.sqlite"
+    proc = run_cli(["run", "sgdmf", *SMALL, "--ranks", "2", "--trace", str(path)])
+    assert proc.returncode == 0, proc.stderr
+    return path
+
+
+def _with_terminal_stderr(args: list[str]) -> tuple[int, str, str]:
+    """Run the CLI with stderr on a pseudo-terminal; (status, stdout, terminal output)."""
+    master, slave = pty.openpty()
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TERM="xterm", COLUMNS="100")
+    env.pop("NO_COLOR", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "replay", *args],
+        stdout=subprocess.PIPE,
+        stderr=slave,
+        stdin=subprocess.DEVNULL,
+        env=env,
+        text=True,
+    )
+    os.close(slave)
+    chunks: list[bytes] = []
+
+    def drain() -> None:
+        while True:
+            try:
+                data = os.read(master, 4096)
+            except OSError:  # EIO: the child closed the terminal
+                return
+            if not data:
+                return
+            chunks.append(data)
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    try:
+        out, _ = proc.communicate(timeout=MPI_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail(f"replay {' '.join(args)} timed out")
+    reader.join(timeout=10)
+    os.close(master)
+    return proc.returncode, out, b"".join(chunks).decode(errors="replace")
+
+
+@pytest.mark.parametrize("mode,label", [("cluster", "cluster replay"), ("single", "single replay")])
+def test_a_terminal_gets_a_bar_of_invocations(trace: Path, mode: str, label: str) -> None:
+    status, out, term = _with_terminal_stderr([mode, str(trace)])
+    assert status == 0, (out, term)
+    assert f"{label}: invocations" in term and "3/3" in term, term
+    assert TICK not in out and TICK not in term
+
+
+@pytest.mark.parametrize("mode", ["cluster", "single"])
+def test_no_bar_without_a_terminal_or_with_json(trace: Path, mode: str) -> None:
+    for extra in ([], ["--json"]):
+        proc = run_cli([mode, str(trace), *extra])
+        assert proc.returncode == 0, proc.stderr
+        for text in (proc.stdout, proc.stderr):
+            assert TICK not in text and "invocations ━" not in text
+    status, out, term = _with_terminal_stderr([mode, str(trace), "--json"])
+    assert status == 0 and "invocations" not in term and TICK not in out, term
