@@ -240,6 +240,20 @@ def _sample_pairs(
     return np.concatenate(users), np.concatenate(items)
 
 
+#: Set to 1 by the ``replay`` CLI when a person watches (a terminal, no ``--json``).
+PROGRESS_ENV_VAR = "STRADS_REPLAY_PROGRESS"
+
+
+def show_progress() -> bool:
+    """Whether a download shows a bar: the CLI asked for it and stderr is a terminal."""
+    if os.environ.get(PROGRESS_ENV_VAR) != "1":
+        return False
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
 def _pip_download(spec: str, tmp: pathlib.Path) -> pathlib.Path:
     """Download the wheel for ``spec`` into ``tmp`` with pip and return its path."""
     cmd = [
@@ -254,8 +268,19 @@ def _pip_download(spec: str, tmp: pathlib.Path) -> pathlib.Path:
         str(tmp),
         spec,
     ]
+    # a person at a terminal sees pip's own byte-counting bar (on stderr); pip's error
+    # text is still captured for the one-line reason
+    shown = show_progress()
+    if shown:
+        cmd[4:4] = ["--progress-bar", "on"]
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=PIP_TIMEOUT_S)
+        proc = subprocess.run(
+            cmd,
+            stdout=sys.stderr.fileno() if shown else subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=PIP_TIMEOUT_S,
+        )
     except subprocess.TimeoutExpired:
         raise _unavailable(spec, f"pip download timed out after {PIP_TIMEOUT_S} s") from None
     except OSError as exc:

@@ -24,7 +24,7 @@ from tui import register as register_browse
 from . import _environment, _procs
 from ._errors import UsageError
 from ._job import EXIT_DIVERGED, EXIT_FAILED, EXIT_USAGE, JobFailed, describe, launch, run_here
-from ._progress import Printer
+from ._progress import DOWNLOAD_PROGRESS_ENV, Printer, bars_wanted, reporting
 from ._replay import (
     check_replayable,
     open_run,
@@ -42,6 +42,8 @@ class _Group(click.Group):
 
     def invoke(self, ctx: click.Context) -> Any:
         as_json = "--json" in ctx.args  # the subcommand's arguments, not yet parsed
+        if bars_wanted(as_json):  # downloads in this process (and its ranks) may show bars
+            os.environ.setdefault(DOWNLOAD_PROGRESS_ENV, "1")
         try:
             return super().invoke(ctx)
         except (click.exceptions.Exit, click.exceptions.Abort):
@@ -199,7 +201,22 @@ def execute(
         _environment.ensure(hash_seed)
         return run_here(spec, progress=say)
     spec["hash_seed"] = hash_seed
+    _prefetch(app, params)  # a first download shows its progress here, not in a rank
     return launch(spec, ranks, timeout=timeout, out=say)
+
+
+def _prefetch(app: str, params: tuple[str, ...]) -> None:
+    """Let a built-in app fetch its data set in this process (``prefetch(**values)`` in
+    its module), where a person at the terminal sees the download's progress."""
+    from ._apps import BUILTIN_APPS, parse_params
+    from ._apps import resolve as resolve_app
+
+    if app not in BUILTIN_APPS:
+        return
+    fn = resolve_app(app).fn
+    prefetch = getattr(sys.modules.get(fn.__module__), "prefetch", None)
+    if prefetch is not None:
+        prefetch(**parse_params(fn, params))
 
 
 def _check_seed(seed: int) -> None:
@@ -771,7 +788,7 @@ def dual_cmd(
         recorder = _recorder(spec, resolved, values, None)
     where = f"{ranks} MPI rank(s)" if parallel == "mpi" else f"{ranks} in-process node(s)"
     say(f"dual test of {resolved.name}: {where} x {threads} thread(s), seed {seed}")
-    with recording(recorder):
+    with recording(recorder), Printer(as_json, "dual test") as bar, reporting(bar):
         results = testing.dual(
             app if parallel == "mpi" else resolved.fn,
             values,

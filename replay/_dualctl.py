@@ -20,6 +20,8 @@ import numpy as np
 import engine
 from engine._planner import serial_plan, wavefront_plan
 
+from ._progress import InvocationTicker
+
 #: Hybrid sync_for body orders: (op, invocation, node, clock) -> [(thread, minibatch), ...].
 BodyOrders = dict[tuple[str, int, int, int], list[tuple[int, int]]]
 
@@ -65,14 +67,28 @@ class Capture(engine.Recorder):
     def __init__(self, tee: engine.Recorder | None) -> None:
         self.tee = tee or engine.Recorder()
         self.body_orders: BodyOrders = {}
+        self.ticker = InvocationTicker()  # progress, when someone listens
 
     def body_order(self, op, invocation, node, clock, threads, minibatches) -> None:  # noqa: ANN001
         pairs = list(zip(threads.tolist(), minibatches.tolist(), strict=True))
         self.body_orders[(op, invocation, node, clock)] = pairs
         self.tee.body_order(op, invocation, node, clock, threads, minibatches)
 
+    def invocation_done(self, op: str, invocation: int, node: int, info: dict[str, Any]) -> None:
+        self.tee.invocation_done(op, invocation, node, info)
+        if "digests" in info:  # the invocations an Outcome counts
+            self.ticker.done(op, invocation)
+
     def __getattribute__(self, name: str) -> Any:
-        own = ("tee", "body_orders", "body_order", "__class__", "__dict__")
+        own = (
+            "tee",
+            "body_orders",
+            "body_order",
+            "ticker",
+            "invocation_done",
+            "__class__",
+            "__dict__",
+        )
         if name in own or name.startswith("__"):
             return object.__getattribute__(self, name)
         return getattr(object.__getattribute__(self, "tee"), name)

@@ -49,6 +49,7 @@ from ._dualctl import (
     outcome_of,
 )
 from ._errors import UsageError
+from ._progress import current_stage, reporting, route_ticks
 
 
 # ====================================================================== wire format
@@ -167,7 +168,12 @@ class MpiSide:
                 "body_orders": _body_orders_json(getattr(controller, "body_orders", None)),
                 **extra,
             }
-            res = launch(spec, self.ranks, timeout=self.timeout, out=self.out, job_dir=str(job))
+            out = self.out
+            st = current_stage()
+            if st is not None:  # rank 0 ticks on stdout; the ticks go where this stage's go
+                spec["progress"] = {"what": st.what, "total": st.total}
+                out = route_ticks(st.say, self.out)
+            res = launch(spec, self.ranks, timeout=self.timeout, out=out, job_dir=str(job))
             if "divergence" in res:
                 raise engine.DivergenceError(**res["divergence"])
             if "replica" in res:
@@ -240,7 +246,12 @@ def dual_here(spec: dict[str, Any], comm: Any) -> dict[str, Any]:
     if stop:
         controller = Tap(controller, stop[0], int(stop[1]))
     recorder = _recorder(spec, app, params, comm) if spec.get("trace") else None
-    capture = Capture(recorder)
+    ticks = spec.get("progress") if comm.Get_rank() == 0 else None
+    with reporting(
+        None if not ticks else lambda line: print(line, flush=True),
+        **(ticks or {}),
+    ):
+        capture = Capture(recorder)  # its ticker takes the stage current now
     try:
         with recording(recorder):
             res = engine.run(

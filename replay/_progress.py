@@ -11,13 +11,20 @@ exactly what it was.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
 import click
 
+#: Environment variable that lets a data set download show pip's bar (read by
+#: ``apps._datasets.show_progress``; the CLI sets it when a person watches).
+DOWNLOAD_PROGRESS_ENV = "STRADS_REPLAY_PROGRESS"
 #: Prefix of a line that reports progress rather than text (never shown as text).
 TICK = "\x1breplay-progress "
 
@@ -37,6 +44,15 @@ def parse_tick(line: str) -> tuple[int, int | None, str] | None:
     except (ValueError, IndexError):
         return None
     return done, (None if total < 0 else total), parts[2] if len(parts) > 2 else ""
+
+
+def route_ticks(ticks: Callable[[str], None], text: Callable[[str], None]) -> Callable[[str], None]:
+    """A line callback that sends tick lines to ``ticks`` and the others to ``text``."""
+
+    def out(line: str) -> None:
+        (ticks if parse_tick(line) is not None else text)(line)
+
+    return out
 
 
 def bars_wanted(as_json: bool) -> bool:
@@ -112,4 +128,71 @@ class Printer:
         self.close()
 
 
-__all__ = ["TICK", "Printer", "bars_wanted", "parse_tick", "tick_line"]
+# ====================================================================== stages of a run
+@dataclass(frozen=True)
+class Stage:
+    """Where ticks of the current run go: ``say`` (a Printer or a rank's stdout), under
+    the label ``what``, out of ``total`` invocations (None: not known in advance)."""
+
+    say: Callable[[str], None]
+    what: str = ""
+    total: int | None = None
+
+
+_STAGE: ContextVar[Stage | None] = ContextVar("replay_progress_stage", default=None)
+
+
+def current_stage() -> Stage | None:
+    """The stage set by :func:`reporting` / :func:`stage` (None: nobody listens)."""
+    return _STAGE.get()
+
+
+@contextlib.contextmanager
+def reporting(
+    say: Callable[[str], None] | None, what: str = "", total: int | None = None
+) -> Iterator[None]:
+    """Runs inside this block report their invocations to ``say`` (None: nowhere)."""
+    token = _STAGE.set(None if say is None else Stage(say, what, total))
+    try:
+        yield
+    finally:
+        _STAGE.reset(token)
+
+
+@contextlib.contextmanager
+def stage(what: str, total: int | None = None) -> Iterator[None]:
+    """Relabel the current stage (a no-op when nobody listens)."""
+    cur = _STAGE.get()
+    with reporting(None if cur is None else cur.say, what, total):
+        yield
+
+
+class InvocationTicker:
+    """Counts the distinct (op, invocation) pairs a run completes and reports each new
+    one to the stage current when it was made."""
+
+    def __init__(self) -> None:
+        self.stage = current_stage()
+        self._seen: set[tuple[str, int]] = set()
+
+    def done(self, op: str, invocation: int) -> None:
+        if self.stage is None or (op, invocation) in self._seen:
+            return
+        self._seen.add((op, invocation))
+        self.stage.say(tick_line(len(self._seen), self.stage.total, self.stage.what))
+
+
+__all__ = [
+    "DOWNLOAD_PROGRESS_ENV",
+    "TICK",
+    "InvocationTicker",
+    "Printer",
+    "Stage",
+    "bars_wanted",
+    "current_stage",
+    "parse_tick",
+    "reporting",
+    "route_ticks",
+    "stage",
+    "tick_line",
+]

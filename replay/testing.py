@@ -50,6 +50,7 @@ from ._dualctl import (
     outcome_of,
 )
 from ._dualjob import MpiSide, importable_target
+from ._progress import stage
 
 #: Errors of a test-mode run that are a dual test's FAIL verdict, not a crash: the
 #: program is not deterministic, or a replica missed a write.
@@ -235,6 +236,11 @@ def _sides(
     return driver, params, _Mpi(side, mpi_trace), mpi_trace
 
 
+def _invocations(o: Outcome) -> int:
+    """How many invocations ``o``'s run completed (the other side's progress total)."""
+    return len({(d["op"], d["invocation"]) for d in o.digests})
+
+
 # ====================================================================== comparing outcomes
 def _first_difference(serial: Outcome, parallel: Outcome) -> dict[str, Any] | None:
     """The earliest difference in program order: digests and objectives are compared in
@@ -386,11 +392,13 @@ def forward(
     orders = OrderSource(order, order_seed)
     serial = Serial(orders, sync_shape=(nodes, threads))
     s_cfg = {"nodes": 1, "threads": 1, "seed": seed, "controller": serial}
-    s = _run(driver, params, **s_cfg)
+    with stage("forward: serial run"):
+        s = _run(driver, params, **s_cfg)
     serial.body_orders = s.body_orders  # localisation re-runs follow the same choices
     p_controller = Wavefront(s.orders, threads, s.body_orders)
     try:
-        p = side.run(p_controller, record)
+        with stage("forward: parallel run", _invocations(s)):
+            p = side.run(p_controller, record)
     except _VERDICTS as exc:
         return DualResult("forward", False, exc.as_dict())
     diff = _first_difference(s, p)
@@ -428,7 +436,8 @@ def backward(
         timeout=timeout,
     )
     try:
-        p = side.run(None, record)
+        with stage("backward: parallel run"):
+            p = side.run(None, record)
     except engine.ReplicaMismatchError as exc:
         return DualResult("backward", False, exc.as_dict())
 
@@ -445,7 +454,8 @@ def backward(
         "controller": Serial(recorded, p.body_orders, sync_shape=(nodes, threads)),
     }
     try:
-        s = _run(driver, params, **s_cfg)
+        with stage("backward: serial run", _invocations(p)):
+            s = _run(driver, params, **s_cfg)
     except _VERDICTS as exc:
         return DualResult("backward", False, exc.as_dict())
     diff = _first_difference(s, p)

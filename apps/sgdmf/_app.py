@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import engine as ap
 
@@ -45,6 +46,13 @@ def data_path(data: str = "", synthetic: bool = False, seed: int = 0) -> Path:
             synthetic_ratings(path, seed=seed, **shape)
         return path
     return movielens_100k()
+
+
+def prefetch(synthetic: bool = False, data: str = "", **_: Any) -> None:
+    """Fetch the data set :func:`train` will read, in the calling process (``replay run``
+    calls it before it starts MPI ranks, so a first download can show its progress)."""
+    if not data and not synthetic:
+        movielens_100k()
 
 
 def rmse(A: ap.dvector, W: ap.dvector, H: ap.dvector) -> float:

