@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import functools
 import json
+import os
+import shutil
 import sys
 from collections import defaultdict
 from collections.abc import Callable
@@ -201,6 +203,56 @@ def test_many_task_groups_collapse_into_one_slice(
     tasks = _by_ph(doc, "X", "task")
     assert tasks and all(e["name"].endswith(" task groups") for e in tasks)
     assert len(_by_ph(doc, "i", "lock")) == grants  # every grant is still placed
+
+
+# ------------------------------------------------------------ Perfetto's trace_processor
+def _trace_processor_binary() -> str | None:
+    """A trace_processor_shell on this machine: $PERFETTO_TRACE_PROCESSOR, PATH, or the
+    perfetto package's cache.  Never downloaded here (CI has no internet for it)."""
+    cached = sorted(Path.home().glob(".local/share/perfetto/prebuilts/trace_processor_shell*"))
+    return (
+        os.environ.get("PERFETTO_TRACE_PROCESSOR")
+        or shutil.which("trace_processor_shell")
+        or shutil.which("trace_processor")
+        or (str(cached[-1]) if cached else None)
+    )
+
+
+def test_perfetto_trace_processor_loads_the_export(recorded_trace: Path, tmp_path: Path) -> None:
+    try:
+        from perfetto.trace_processor import TraceProcessor, TraceProcessorConfig
+    except ImportError:
+        pytest.skip("the perfetto Python package is not installed (pip install perfetto)")
+    binary = _trace_processor_binary()
+    if binary is None:
+        pytest.skip(
+            "no trace_processor binary: set PERFETTO_TRACE_PROCESSOR to a trace_processor_shell "
+            "or put one on PATH (the perfetto package would download it; this test never does)"
+        )
+    doc = load(recorded_trace, tmp_path)
+    cfg = TraceProcessorConfig(bin_path=binary)
+    tp = TraceProcessor(trace=str(tmp_path / "run.json"), config=cfg)
+    try:
+
+        def q(sql: str) -> list:
+            return list(tp.query(sql))
+
+        assert q("select count(*) as n from flow")[0].n == len(_by_ph(doc, "s"))
+        bound = q(
+            "select o.name as src, i.name as dst from flow f "
+            "join slice o on f.slice_out = o.id join slice i on f.slice_in = i.id"
+        )
+        assert bound and all(
+            r.src.startswith("round ") and r.dst.startswith("round ") for r in bound
+        )
+        grants = q("select count(*) as n from slice where name like 'lock %'")[0].n
+        assert grants == len(_by_ph(doc, "i", "lock"))
+        values = [r.value for r in q("select value from counter order by ts")]
+        assert values == [e["args"][e["name"]] for e in _by_ph(doc, "C")]
+        procs = {r.name for r in q("select name from process where name like 'node %'")}
+        assert procs == {"node 0", "node 1"}
+    finally:
+        tp.close()
 
 
 # ------------------------------------------------------------ the validator itself
