@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from ._events import ObjectiveLogged
 from ._read import Trace
 from ._run import InvocationInfo, RunTrace
 
@@ -466,7 +467,9 @@ def chrome_events(run: RunTrace) -> list[dict[str, Any]]:
         prev = commits[i.node][-1][0] if commits[i.node] else -1
         b.messages(i, spans, anchors[(i.op, i.invocation, i.node)], prev)
         commits[i.node].append((i.seq, spans[(i.op, i.invocation, i.node)].end))
-    for ev in run.events(kinds=["ObjectiveLogged"]):
+    for ev in run.events(kinds=[ObjectiveLogged]):
+        if not isinstance(ev, ObjectiveLogged):  # narrows the type; kinds= filtered already
+            continue
         done = [end for seq, end in commits.get(ev.node, []) if seq < ev.seq]
         ts = max(done, default=0.0)
         b.events.append(
