@@ -130,6 +130,8 @@ class _Builder:
         )
 
     def instant(self, name: str, cat: str, pid: int, tid: int, ts: float, args: dict) -> None:
+        if tid != NODE_TID:
+            self.threads[pid].add(tid)
         ev = {"name": name, "cat": cat, "ph": "i", "s": "t", "ts": round(ts, 3)}
         self.events.append({**ev, "pid": pid, "tid": tid, "args": args})
 
@@ -333,7 +335,9 @@ class _Builder:
                 "round": r,
                 "placed": _ORDER,
             }
-            self.instant(f"recv {ch} from node {src}", "message", i.node, NODE_TID, t_f, args)
+            # 1 ns after the arrow's end, so the arrow binds to the round, not to this instant
+            name = f"recv {ch} from node {src}"
+            self.instant(name, "message", i.node, NODE_TID, t_f + 1e-3, args)
             sender = spans.get((i.op, i.invocation, src))
             if sender is None:
                 continue
