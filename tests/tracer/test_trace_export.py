@@ -183,6 +183,13 @@ def test_sync_for_clocks_carry_their_bodies(sync_trace: Path, tmp_path: Path) ->
             assert got == set(
                 zip(m.clock.tolist(), m.thread.tolist(), m.minibatch.tolist(), strict=True)
             )
+    for e in _by_ph(doc, "i", "mutex"):  # a mutex grant sits in its thread's clock slice
+        assert any(
+            (t["pid"], t["tid"], t["args"]["clock"]) == (e["pid"], e["tid"], e["args"]["clock"])
+            and e["args"]["minibatch"] in t["args"]["minibatches"]
+            and t["ts"] <= e["ts"] <= t["ts"] + t["dur"]
+            for t in clocks
+        ), e
     for inv, n in total.items():  # every minibatch ran once, on one thread of one node
         ran = [
             b
