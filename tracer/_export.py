@@ -476,6 +476,10 @@ def chrome_events(run: RunTrace) -> list[dict[str, Any]]:
             continue
         done = [end for seq, end in commits.get(ev.node, []) if seq < ev.seq]
         ts = max(done, default=0.0)
+        if not math.isfinite(ev.value):  # JSON has no NaN: a marker instead of a counter value
+            args = {"iteration": ev.iteration, "value": repr(ev.value)}
+            b.instant(f"{ev.name} = {ev.value!r}", "objective", ev.node, NODE_TID, ts, args)
+            continue
         b.events.append(
             {
                 "name": ev.name,
@@ -491,7 +495,7 @@ def chrome_events(run: RunTrace) -> list[dict[str, Any]]:
 
 
 def _metadata(b: _Builder, spans: dict) -> list[dict[str, Any]]:
-    nodes = sorted(set(b.threads) | {node for _, _, node in spans})
+    nodes = sorted({e["pid"] for e in b.events} | {node for _, _, node in spans})
     meta: list[dict[str, Any]] = []
     for node in nodes:
         meta.append(_meta("process_name", node, 0, "name", f"node {node}"))
@@ -524,7 +528,7 @@ def export_chrome(trace: Trace | RunTrace, run_id: str | None, path: str | os.Pa
     }
     out = Path(os.fspath(path))
     tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(json.dumps(doc, separators=(",", ":")))
+    tmp.write_text(json.dumps(doc, separators=(",", ":"), allow_nan=False))
     os.replace(tmp, out)
     return len(doc["traceEvents"])
 
