@@ -1,102 +1,515 @@
 """Export a run as Chrome trace-event JSON (opens in Perfetto and chrome://tracing).
 
-One process per node, one thread track per worker thread, one complete (``X``) slice
-per round and thread.  A round lasts what the node measured (``round_seconds``); a
-thread's slice is scaled by its share of the round's bodies in the plan, so the
-busiest thread fills the round and stragglers are visible.  Times are microseconds
-from the start of the run.
+One process per node (pid = node).  Each node has its own track (``NODE_TID``) and
+one track per worker thread (tid = thread):
+
+* node track: a slice per operator invocation with nested slices per round
+  (``async_for``) or clock (``sync_for``, with its bodies, delta order and SSP
+  visibility), an instant per received message, and a flow arrow (``s``/``f``) from
+  the sender's round to each receive;
+* thread tracks: per round a slice scaled by the thread's share of the round's bodies
+  in the plan, nested slices per task group, and an instant per lock grant naming the
+  DDS element (``W[943]``); per ``sync_for`` clock a slice naming the thread's
+  minibatches, and an instant per hybrid node-mutex grant;
+* a counter track per logged objective.
+
+The trace records order, not time: round/clock durations as each node measured them
+and the per-node sequence of events, but no timestamp per lock grant or message.
+Such events are spread over their round (or task group) in recorded order and say so
+in their args (``"placed": "by order"``); messages are placed by their sequence
+number among those events.  A send is not recorded at all: its flow starts in the
+sender's slice of the round the receiver was in, as late as possible but not after
+the receive.  Invocations start together on every node (the earliest start any node
+measured).  Times are microseconds from the start of the run.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from ._events import ObjectiveLogged
 from ._read import Trace
-from ._run import RunTrace
+from ._run import InvocationInfo, RunTrace
+
+#: tid of each node's own track (worker threads are 0..T-1).
+NODE_TID = 1_000_000
+
+#: A (round, thread) with more task groups than this gets one slice for all of them:
+#: connected-component plans can have thousands of tiny groups (file size vs detail).
+MAX_TASK_SLICES = 200
+
+#: Shortest slice drawn for a round or clock, in µs: a flow binds to the slice
+#: *enclosing* its timestamp, so a slice must have an inside (rounds can measure 0 s).
+MIN_ROUND_US = 1.0
+
+#: Bits of the slot in a lock id: a lock is an element id ``dds << SLOT_BITS | slot``,
+#: where ``dds`` counts the run's DDS in creation order (the order of each invocation's
+#: digests).  This is the trace format; the engine builds ids the same way.
+SLOT_BITS = 40
+
+_ORDER = "by order"  # the args value of events whose position is order, not time
 
 
-def _thread_loads(plan: Any, rnd: int, node: int) -> dict[int, tuple[int, int, bool]]:
-    """Per thread of ``node`` in round ``rnd``: (bodies, tasks, any task locked)."""
-    out: dict[int, tuple[int, int, bool]] = {}
+def element_name(lock: int, names: list[str]) -> str:
+    """``W[943]``: the DDS element a lock id names (``dds<k>`` if the DDS is unnamed)."""
+    dds, slot = lock >> SLOT_BITS, lock & ((1 << SLOT_BITS) - 1)
+    return f"{names[dds] if 0 <= dds < len(names) else f'dds{dds}'}[{slot}]"
+
+
+def dds_names(run: RunTrace) -> list[str]:
+    """DDS names by id: the longest per-invocation digest list, in sequence order."""
+    lists: dict[tuple[int, str, int], list[tuple[int, str]]] = defaultdict(list)
+    for d in run.digests():
+        lists[(d.node, d.op, d.invocation)].append((d.seq, d.dds))
+    best = max(lists.values(), key=len, default=[])
+    return [name for _, name in sorted(best)]
+
+
+@dataclass(frozen=True, slots=True)
+class _Span:
+    """Where one node's invocation sits on the timeline (µs)."""
+
+    start: float
+    rounds: tuple[tuple[float, float], ...]  # (start, duration) per round or clock
+
+    @property
+    def end(self) -> float:
+        s, d = self.rounds[-1]
+        return s + d
+
+    def inside(self, r: int, ts: float) -> float:
+        """``ts`` moved strictly inside round ``r`` (where a flow can bind)."""
+        s, d = self.rounds[min(max(r, 0), len(self.rounds) - 1)]
+        eps = min(0.25, d / 4)
+        return min(max(ts, s + eps), s + d - eps)
+
+
+def _spread(start: float, dur: float, n: int) -> np.ndarray:
+    """``n`` points spread evenly over ``[start, start + dur]``, one per equal share."""
+    return start + (np.arange(n) + 0.5) * (dur / max(n, 1))
+
+
+class _Builder:
+    """Collects the events of one run."""
+
+    def __init__(self, run: RunTrace) -> None:
+        self.run = run
+        self.events: list[dict[str, Any]] = []
+        self.threads: dict[int, set[int]] = defaultdict(set)
+        self.names = dds_names(run)
+        self.nodes = max(len(run.nodes()), 1)
+        self.flow_id = 0
+        self.plans: dict[tuple[str, int], Any] = {}
+        self.minibatches: dict[tuple[str, int, int], dict[int, dict[int, list[int]]]] = {}
+
+    def slice(
+        self, name: str, cat: str, pid: int, tid: int, ts: float, dur: float, args: dict
+    ) -> None:
+        if tid != NODE_TID:
+            self.threads[pid].add(tid)
+        self.events.append(
+            {
+                "name": name,
+                "cat": cat,
+                "ph": "X",
+                "ts": round(ts, 3),
+                # rounding the end, not the duration, keeps nested slices inside their parent
+                "dur": round(max(round(ts + dur, 3) - round(ts, 3), 0.0), 3),
+                "pid": pid,
+                "tid": tid,
+                "args": args,
+            }
+        )
+
+    def instant(self, name: str, cat: str, pid: int, tid: int, ts: float, args: dict) -> None:
+        if tid != NODE_TID:
+            self.threads[pid].add(tid)
+        ev = {"name": name, "cat": cat, "ph": "i", "s": "t", "ts": round(ts, 3)}
+        self.events.append({**ev, "pid": pid, "tid": tid, "args": args})
+
+    # ------------------------------------------------------------ invocations
+    def invocation(self, i: InvocationInfo, span: _Span, plan: Any) -> np.ndarray:
+        """Slices and grants of one node's invocation; returns its anchors (seq, ts, round)."""
+        sync = plan is None
+        self.slice(
+            f"{i.op}#{i.invocation}",
+            "invocation",
+            i.node,
+            NODE_TID,
+            span.start,
+            span.end - span.start,
+            {
+                "op": i.op,
+                "invocation": i.invocation,
+                "kind": "sync_for" if sync else "async_for",
+                "strategy": getattr(plan, "strategy", ""),
+                "bodies": i.bodies,
+                "rounds": i.rounds,
+                "seconds": i.seconds,
+                "lock_grants": i.lock_grants,
+                "messages": i.messages,
+            },
+        )
+        if sync:
+            return self._sync(i, span)
+        anchors = self._grants(i, span, plan)
+        for r, (s, d) in enumerate(span.rounds):
+            loads = _thread_tasks(plan, r, i.node)
+            bodies = sum(len(t.indices) for ts in loads.values() for t in ts)
+            tasks = sum(len(ts) for ts in loads.values())
+            args = {"op": i.op, "invocation": i.invocation, "round": r, "bodies": bodies}
+            self.slice(f"round {r}", "round", i.node, NODE_TID, s, d, {**args, "tasks": tasks})
+        return anchors
+
+    def _thread_slices(
+        self, i: InvocationInfo, span: _Span, plan: Any
+    ) -> dict[tuple[int, int], list[tuple[float, float, Any]]]:
+        """Round and task-group slices of every thread; (round, thread) → task spans."""
+        out: dict[tuple[int, int], list[tuple[float, float, Any]]] = {}
+        for r, (s, d) in enumerate(span.rounds):
+            loads = _thread_tasks(plan, r, i.node)
+            if not loads:  # no plan for this round: one slice on thread 0
+                loads = {0: []}
+            busiest = max((sum(len(t.indices) for t in ts) for ts in loads.values()), default=0)
+            k = 0
+            for thread, tasks in sorted(loads.items()):
+                bodies = sum(len(t.indices) for t in tasks)
+                dur = d * (bodies / busiest if busiest and bodies else 1.0)
+                args = {
+                    "op": i.op,
+                    "invocation": i.invocation,
+                    "round": r,
+                    "bodies": bodies,
+                    "tasks": len(tasks),
+                    "locked": any(t.locked for t in tasks),
+                }
+                self.slice(
+                    f"{i.op}#{i.invocation} round {r}", "round", i.node, thread, s, dur, args
+                )
+                spans: list[tuple[float, float, Any]] = []
+                if len(tasks) > MAX_TASK_SLICES:
+                    name = f"{len(tasks)} task groups"
+                    self.slice(name, "task", i.node, thread, s, dur, {"bodies": bodies})
+                    spans.append((s, dur, None))
+                else:
+                    at = s
+                    for t in tasks:
+                        td = dur * len(t.indices) / bodies if bodies else 0.0
+                        td = min(td, s + dur - at)  # float error must not leave the parent
+                        args = {
+                            "group": k,
+                            "bodies": len(t.indices),
+                            "locked": bool(t.locked),
+                            "first_index": int(t.indices[0]) if len(t.indices) else None,
+                        }
+                        self.slice(f"group {k}", "task", i.node, thread, at, td, args)
+                        spans.append((at, td, t))
+                        at += td
+                        k += 1
+                if not tasks:
+                    spans.append((s, dur, None))
+                out[(r, thread)] = spans
+        return out
+
+    def _grants(self, i: InvocationInfo, span: _Span, plan: Any) -> np.ndarray:
+        """Thread slices and lock-grant instants; anchors (seq, ts, round) of the grants."""
+        tracks = self._thread_slices(i, span, plan)
+        g = self.run.lock_grants(i.op, i.invocation, i.node) if i.lock_grants else None
+        if g is None or not len(g.seq):
+            return np.empty((0, 3))
+        order = np.argsort(g.seq, kind="stable")
+        seq, rnd, lock = g.seq[order], g.round[order], g.lock[order]
+        thread, index = g.thread[order], g.index[order]
+        ts = np.zeros(len(seq))
+        for r in np.unique(rnd):
+            for t in np.unique(thread[rnd == r]):
+                sel = np.flatnonzero((rnd == r) & (thread == t))
+                spans = tracks.get((int(r), int(t))) or [(*span.rounds[_clip(r, span)], None)]
+                where = _task_of(spans, index[sel])
+                for k, (s, d, _) in enumerate(spans):
+                    mine = sel[where == k]
+                    ts[mine] = _spread(s, d, len(mine))
+        for k in range(len(seq)):
+            el = element_name(int(lock[k]), self.names)
+            args = {"element": el, "index": int(index[k]), "seq": int(seq[k]), "placed": _ORDER}
+            self.instant(f"lock {el}", "lock", i.node, int(thread[k]), float(ts[k]), args)
+        return _anchors(seq, rnd, span)
+
+    # ------------------------------------------------------------ sync_for
+    def _sync(self, i: InvocationInfo, span: _Span) -> np.ndarray:
+        """Clock slices (node and threads) and mutex grants of a ``sync_for`` invocation."""
+        run, node, op, inv = self.run, i.node, i.op, i.invocation
+        mb = self.minibatches.get((op, inv, node), {})
+        aggs = {a.clock: a for a in run.aggregations(op, inv, node)} if i.aggregations else {}
+        vis = {v.clock: v for v in run.visibility(op, inv, node)} if i.visibility else {}
+        m = run.mutex_grants(op, inv, node) if i.mutex_grants else None
+        seqs: list[np.ndarray] = [np.array([a.seq for a in aggs.values()], np.int64)]
+        clocks: list[np.ndarray] = [np.array(list(aggs), np.int64)]
+        seqs.append(np.array([v.seq for v in vis.values()], np.int64))
+        clocks.append(np.array(list(vis), np.int64))
+        for c, (s, d) in enumerate(span.rounds):
+            per_thread = mb.get(c, {})
+            args: dict[str, Any] = {
+                "op": op,
+                "invocation": inv,
+                "clock": c,
+                "bodies": sum(len(v) for v in per_thread.values()),
+            }
+            if c in aggs:
+                args["deltas_from"] = list(aggs[c].sources)
+            if c in vis:
+                args["applied"] = list(vis[c].applied)
+            self.slice(f"clock {c}", "clock", node, NODE_TID, s, d, args)
+            busiest = max((len(v) for v in per_thread.values()), default=0)
+            for thread, batches in sorted(per_thread.items()):
+                if not batches:
+                    continue
+                targs = {"op": op, "invocation": inv, "clock": c, "bodies": len(batches)}
+                targs["minibatches"] = batches
+                dur = d * len(batches) / busiest
+                self.slice(f"{op}#{inv} clock {c}", "clock", node, thread, s, dur, targs)
+        if m is not None and len(m.seq):
+            self._mutex(i, span, m, mb)
+            seqs.append(m.seq)
+            clocks.append(m.clock)
+        seq, clock = np.concatenate(seqs), np.concatenate(clocks)
+        order = np.argsort(seq, kind="stable")
+        return _anchors(seq[order], clock[order], span)
+
+    def _mutex(self, i: InvocationInfo, span: _Span, m: Any, mb: dict) -> None:
+        order = np.argsort(m.seq, kind="stable")
+        clock, thread, batch = m.clock[order], m.thread[order], m.minibatch[order]
+        for c in np.unique(clock):
+            s, d = span.rounds[_clip(c, span)]
+            per_thread = mb.get(int(c), {})
+            busiest = max((len(v) for v in per_thread.values()), default=1) or 1
+            sel = np.flatnonzero(clock == c)
+            for t in np.unique(thread[sel]):
+                mine = sel[thread[sel] == t]
+                dur = d * len(per_thread.get(int(t), mine)) / busiest
+                for k, ts in zip(mine, _spread(s, dur, len(mine)), strict=True):
+                    args = {
+                        "clock": int(c),
+                        "minibatch": int(batch[k]),
+                        "grant": int(np.searchsorted(sel, k)),
+                        "placed": _ORDER,
+                    }
+                    name = f"mutex: minibatch {int(batch[k])}"
+                    self.instant(name, "mutex", i.node, int(t), float(ts), args)
+
+    # ------------------------------------------------------------ messages
+    def messages(self, i: InvocationInfo, spans: dict, anchors: np.ndarray, lo: int) -> None:
+        """Receive instants and flows of one node's invocation (``lo``: previous commit seq)."""
+        if not i.messages:
+            return
+        msgs = self.run.messages(i.node, i.op, i.invocation)
+        if not len(msgs.seq):
+            return
+        span = spans[(i.op, i.invocation, i.node)]
+        a = anchors[(anchors[:, 0] > lo) & (anchors[:, 0] < i.seq)] if len(anchors) else anchors
+        xp = np.concatenate([[lo], a[:, 0], [i.seq]]) if len(a) else np.array([lo, i.seq])
+        fp = np.concatenate([[span.start], a[:, 1], [span.end]]) if len(a) else None
+        if fp is None:
+            fp = np.array([span.start, span.end])
+        ts = np.interp(msgs.seq.astype(float), xp.astype(float), fp)
+        # the round of the latest anchor before a receive: the round the node was in
+        before = np.searchsorted(a[:, 0], msgs.seq) - 1 if len(a) else np.full(len(ts), -1)
+        for k in range(len(msgs.seq)):
+            r = int(a[before[k], 2]) if before[k] >= 0 else _round_at(span, float(ts[k]))
+            t_f = span.inside(r, float(ts[k]))
+            ch, src = str(msgs.channel[k]), int(msgs.source[k])
+            args = {
+                "channel": ch,
+                "source": src,
+                "source_seq": int(msgs.source_seq[k]),
+                "nbytes": int(msgs.nbytes[k]),
+                "seq": int(msgs.seq[k]),
+                "round": r,
+                "placed": _ORDER,
+            }
+            # 1 ns after the arrow's end, so the arrow binds to the round, not to this instant
+            name = f"recv {ch} from node {src}"
+            self.instant(name, "message", i.node, NODE_TID, t_f + 1e-3, args)
+            sender = spans.get((i.op, i.invocation, src))
+            if sender is None:
+                continue
+            t_s = sender.inside(r, min(t_f, sender.end))
+            self.flow_id += 1
+            flow = {"name": ch, "cat": "message", "id": self.flow_id, "tid": NODE_TID}
+            self.events.append({**flow, "ph": "s", "ts": round(t_s, 3), "pid": src})
+            self.events.append({**flow, "ph": "f", "bp": "e", "ts": round(t_f, 3), "pid": i.node})
+
+    # ------------------------------------------------------------ sync_for layout
+    def layout(self, invs: list[InvocationInfo]) -> None:
+        """``self.minibatches[(op, inv, node)][clock][thread]``: the minibatches each
+        ``sync_for`` worker ran (from hybrid mutex grants, else from the static layout)."""
+        by_inv: dict[tuple[str, int], list[InvocationInfo]] = defaultdict(list)
+        for i in invs:
+            by_inv[(i.op, i.invocation)].append(i)
+        threads = max(int(self.run.info.threads or 1), 1)
+        for (op, inv), group in by_inv.items():
+            if self.plans.get((op, inv)) is not None:
+                continue
+            total = sum(i.bodies for i in group)
+            want = {i.node: i.bodies for i in group}
+            clocks = max(i.rounds for i in group)
+            pc = _per_clock(total, self.nodes, threads, clocks, want)
+            for i in group:
+                out: dict[int, dict[int, list[int]]] = defaultdict(dict)
+                if i.mutex_grants:
+                    m = self.run.mutex_grants(op, inv, i.node)
+                    for k in np.argsort(m.seq, kind="stable"):
+                        c, t = int(m.clock[k]), int(m.thread[k])
+                        out[c].setdefault(t, []).append(int(m.minibatch[k]))
+                elif pc is not None:
+                    w = self.nodes * threads * pc
+                    for c in range(clocks):
+                        for t in range(threads):
+                            lo = c * w + (i.node * threads + t) * pc
+                            out[c][t] = list(range(lo, min(lo + pc, total)))
+                self.minibatches[(op, inv, i.node)] = out
+
+
+def _per_clock(total: int, nodes: int, threads: int, clocks: int, want: dict) -> int | None:
+    """Minibatches per worker and clock that reproduce the recorded clocks and per-node
+    bodies under ``sync_for``'s static layout (the smallest if several do; None if none)."""
+    for pc in range(1, max(total, 1) + 1):
+        w = nodes * threads * pc
+        if math.ceil(total / w) != clocks:
+            continue
+        got = {
+            p: sum(
+                min(max(total - (c * w + p * threads * pc), 0), threads * pc) for c in range(clocks)
+            )
+            for p in want
+        }
+        if got == want:
+            return pc
+    return None
+
+
+def _thread_tasks(plan: Any, rnd: int, node: int) -> dict[int, list[Any]]:
+    """Task groups of ``node`` in round ``rnd`` by thread, in plan order."""
+    out: dict[int, list[Any]] = {}
     if plan is None or rnd >= len(plan.rounds) or node >= len(plan.rounds[rnd]):
         return out
     for t in plan.rounds[rnd][node]:
-        b, n, lk = out.get(t.thread, (0, 0, False))
-        out[t.thread] = (b + len(t.indices), n + 1, lk or t.locked)
+        out.setdefault(int(t.thread), []).append(t)
+    return out
+
+
+def _task_of(spans: list[tuple[float, float, Any]], index: np.ndarray) -> np.ndarray:
+    """For each loop index, the position in ``spans`` of the task group holding it
+    (the last span when no group does: a grant never goes unplaced)."""
+    where = np.full(len(index), len(spans) - 1)
+    for k, (_, _, task) in enumerate(spans):
+        if task is not None and len(spans) > 1:
+            where[np.isin(index, task.indices)] = k
+    return where
+
+
+def _clip(r: Any, span: _Span) -> int:
+    return min(max(int(r), 0), len(span.rounds) - 1)
+
+
+def _round_at(span: _Span, ts: float) -> int:
+    starts = [s for s, _ in span.rounds]
+    return max(int(np.searchsorted(starts, ts, side="right")) - 1, 0)
+
+
+def _anchors(seq: np.ndarray, rnd: np.ndarray, span: _Span) -> np.ndarray:
+    """(seq, ts, round) of round-tagged events, spread over their round on the node's timeline
+    in sequence order (so ts grows with seq; messages are placed between them)."""
+    out = np.zeros((len(seq), 3))
+    out[:, 0] = seq
+    for r in np.unique(rnd):
+        sel = np.flatnonzero(rnd == r)
+        out[sel, 1] = _spread(*span.rounds[_clip(r, span)], len(sel))
+        out[sel, 2] = _clip(r, span)
     return out
 
 
 def chrome_events(run: RunTrace) -> list[dict[str, Any]]:
-    """The trace events of one run (metadata first, then slices in time order per track)."""
+    """The trace events of one run: metadata first, then every event by time."""
     invs = run.invocations()
     t0 = run.info.started_at
     starts: dict[tuple[str, int], float] = {}
     for i in invs:
         key = (i.op, i.invocation)
-        starts[key] = min(starts.get(key, float("inf")), i.committed_at - i.seconds)
-    plans: dict[tuple[str, int], Any] = {}
+        starts[key] = min(starts.get(key, math.inf), i.committed_at - i.seconds)
+    b = _Builder(run)
+    for key in starts:
+        try:
+            b.plans[key] = run.plan(*key)
+        except KeyError:
+            b.plans[key] = None
+    b.layout(invs)
     track_end: dict[int, float] = defaultdict(float)
-    events: list[dict[str, Any]] = []
-    threads_seen: dict[int, set[int]] = defaultdict(set)
-    for i in sorted(invs, key=lambda i: (starts[(i.op, i.invocation)], i.node)):
-        if (i.op, i.invocation) not in plans:
-            try:
-                plans[(i.op, i.invocation)] = run.plan(i.op, i.invocation)
-            except KeyError:
-                plans[(i.op, i.invocation)] = None
-        plan = plans[(i.op, i.invocation)]
+    spans: dict[tuple[str, int, int], _Span] = {}
+    anchors: dict[tuple[str, int, int], np.ndarray] = {}
+    ordered = sorted(invs, key=lambda i: (starts[(i.op, i.invocation)], i.node))
+    for i in ordered:
         at = max((starts[(i.op, i.invocation)] - t0) * 1e6, track_end[i.node])
-        round_us = [s * 1e6 for s in i.round_seconds] or [i.seconds * 1e6]
-        for r, dur in enumerate(round_us):
-            loads = _thread_loads(plan, r, i.node) or {0: (0, 0, False)}
-            busiest = max(b for b, _, _ in loads.values()) or 1
-            for thread, (bodies, tasks, locked) in sorted(loads.items()):
-                threads_seen[i.node].add(thread)
-                share = bodies / busiest if bodies else 1.0
-                events.append(
-                    {
-                        "name": f"{i.op}#{i.invocation} round {r}",
-                        "cat": "round",
-                        "ph": "X",
-                        "ts": round(at, 3),
-                        "dur": round(max(dur * share, 0.0), 3),
-                        "pid": int(i.node),
-                        "tid": int(thread),
-                        "args": {
-                            "op": i.op,
-                            "invocation": i.invocation,
-                            "round": r,
-                            "bodies": bodies,
-                            "tasks": tasks,
-                            "locked": locked,
-                        },
-                    }
-                )
-            at += dur
-        track_end[i.node] = at
-    meta: list[dict[str, Any]] = []
-    for node in sorted(threads_seen):
-        meta.append(_meta("process_name", node, 0, f"node {node}"))
-        meta.append(
+        rounds = []
+        for sec in i.round_seconds or (i.seconds,):
+            d = max(sec * 1e6, MIN_ROUND_US)
+            rounds.append((at, d))
+            at += d
+        span = spans[(i.op, i.invocation, i.node)] = _Span(rounds[0][0], tuple(rounds))
+        track_end[i.node] = span.end
+        anchors[(i.op, i.invocation, i.node)] = b.invocation(i, span, b.plans[(i.op, i.invocation)])
+    commits: dict[int, list[tuple[int, float]]] = defaultdict(list)
+    for i in sorted(invs, key=lambda i: (i.node, i.seq)):
+        prev = commits[i.node][-1][0] if commits[i.node] else -1
+        b.messages(i, spans, anchors[(i.op, i.invocation, i.node)], prev)
+        commits[i.node].append((i.seq, spans[(i.op, i.invocation, i.node)].end))
+    for ev in run.events(kinds=[ObjectiveLogged]):
+        if not isinstance(ev, ObjectiveLogged):  # narrows the type; kinds= filtered already
+            continue
+        done = [end for seq, end in commits.get(ev.node, []) if seq < ev.seq]
+        ts = max(done, default=0.0)
+        if not math.isfinite(ev.value):  # JSON has no NaN: a marker instead of a counter value
+            args = {"iteration": ev.iteration, "value": repr(ev.value)}
+            b.instant(f"{ev.name} = {ev.value!r}", "objective", ev.node, NODE_TID, ts, args)
+            continue
+        b.events.append(
             {
-                "name": "process_sort_index",
-                "ph": "M",
-                "pid": node,
-                "tid": 0,
-                "args": {"sort_index": node},
+                "name": ev.name,
+                "cat": "objective",
+                "ph": "C",
+                "ts": round(ts, 3),
+                "pid": ev.node,
+                "args": {ev.name: ev.value},
             }
         )
-        for thread in sorted(threads_seen[node]):
-            meta.append(_meta("thread_name", node, thread, f"thread {thread}"))
-    return meta + events
+    b.events.sort(key=lambda e: (e["ts"], -e.get("dur", 0.0)))
+    return _metadata(b, spans) + b.events
 
 
-def _meta(name: str, pid: int, tid: int, value: str) -> dict[str, Any]:
-    return {"name": name, "ph": "M", "pid": pid, "tid": tid, "args": {"name": value}}
+def _metadata(b: _Builder, spans: dict) -> list[dict[str, Any]]:
+    nodes = sorted({e["pid"] for e in b.events} | {node for _, _, node in spans})
+    meta: list[dict[str, Any]] = []
+    for node in nodes:
+        meta.append(_meta("process_name", node, 0, "name", f"node {node}"))
+        meta.append(_meta("process_sort_index", node, 0, "sort_index", node))
+        meta.append(_meta("thread_name", node, NODE_TID, "name", f"node {node}"))
+        meta.append(_meta("thread_sort_index", node, NODE_TID, "sort_index", -1))
+        for thread in sorted(b.threads[node]):
+            meta.append(_meta("thread_name", node, thread, "name", f"thread {thread}"))
+            meta.append(_meta("thread_sort_index", node, thread, "sort_index", thread))
+    return meta
+
+
+def _meta(name: str, pid: int, tid: int, key: str, value: Any) -> dict[str, Any]:
+    return {"name": name, "ph": "M", "pid": pid, "tid": tid, "args": {key: value}}
 
 
 def export_chrome(trace: Trace | RunTrace, run_id: str | None, path: str | os.PathLike[str]) -> int:
@@ -105,13 +518,19 @@ def export_chrome(trace: Trace | RunTrace, run_id: str | None, path: str | os.Pa
     doc = {
         "traceEvents": chrome_events(run),
         "displayTimeUnit": "ms",
-        "otherData": {"run_id": run.run_id, "app": run.info.app, "status": run.info.status},
+        "otherData": {
+            "run_id": run.run_id,
+            "app": run.info.app,
+            "status": run.info.status,
+            "placement": "lock grants, mutex grants and messages are placed by recorded "
+            "order within their round; sends are not recorded",
+        },
     }
     out = Path(os.fspath(path))
     tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(json.dumps(doc))
+    tmp.write_text(json.dumps(doc, separators=(",", ":"), allow_nan=False))
     os.replace(tmp, out)
     return len(doc["traceEvents"])
 
 
-__all__ = ["chrome_events", "export_chrome"]
+__all__ = ["NODE_TID", "SLOT_BITS", "chrome_events", "dds_names", "element_name", "export_chrome"]

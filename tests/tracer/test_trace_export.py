@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
+import functools
 import json
+import os
+import shutil
+import sys
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 
-import tracer
+import pytest
 
-REQUIRED = {"X": {"name", "ph", "ts", "dur", "pid", "tid"}, "M": {"name", "ph", "pid", "args"}}
-META_NAMES = {"process_name", "thread_name", "process_sort_index", "thread_sort_index"}
+import tracer
+from tracer._export import NODE_TID
+
+sys.path.insert(0, str(Path(__file__).parent))
+from chromeformat import problems  # noqa: E402
+from tracehelp import record  # noqa: E402
 
 
 def load(recorded_trace: Path, tmp_path: Path) -> dict:
@@ -24,19 +33,9 @@ def load(recorded_trace: Path, tmp_path: Path) -> dict:
 def test_events_follow_the_trace_event_format(recorded_trace: Path, tmp_path: Path) -> None:
     doc = load(recorded_trace, tmp_path)
     assert doc["displayTimeUnit"] == "ms"
-    assert isinstance(doc["traceEvents"], list) and doc["traceEvents"]
-    for ev in doc["traceEvents"]:
-        assert ev["ph"] in REQUIRED, ev
-        assert REQUIRED[ev["ph"]] <= set(ev), ev
-        assert isinstance(ev["name"], str)
-        assert type(ev["pid"]) is int and type(ev.get("tid", 0)) is int
-        if ev["ph"] == "M":
-            assert ev["name"] in META_NAMES
-            assert isinstance(ev["args"], dict)
-        else:
-            assert isinstance(ev["ts"], int | float) and isinstance(ev["dur"], int | float)
-            assert ev["ts"] >= 0 and ev["dur"] >= 0
-            assert isinstance(ev.get("args", {}), dict)
+    assert problems(doc) == []
+    phases = {e["ph"] for e in doc["traceEvents"]}
+    assert {"M", "X", "i", "s", "f", "C"} <= phases  # slices, grants, flows, counters
 
 
 def test_one_process_per_node_and_one_track_per_thread(
@@ -49,7 +48,7 @@ def test_one_process_per_node_and_one_track_per_thread(
     threads = {(e["pid"], e["tid"]) for e in meta if e["name"] == "thread_name"}
     slices = [e for e in doc["traceEvents"] if e["ph"] == "X"]
     assert {(e["pid"], e["tid"]) for e in slices} == threads
-    assert {tid for _, tid in threads} == {0, 1, 2}  # 3 worker threads per node
+    assert {tid for _, tid in threads} == {0, 1, 2, NODE_TID}  # 3 worker threads per node
     # metadata precedes the slices it names
     first_slice = doc["traceEvents"].index(slices[0])
     assert all(doc["traceEvents"].index(m) < first_slice for m in meta)
@@ -63,7 +62,8 @@ def test_slices_cover_every_round_and_are_ordered_per_track(
         run = trace.run()
         want = {(i.op, i.invocation, i.node) for i in run.invocations()}
         bodies = sum(i.bodies for i in run.invocations())
-    slices = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+    slices = [e for e in doc["traceEvents"] if e["ph"] == "X" and e["cat"] == "round"]
+    slices = [e for e in slices if e["tid"] != NODE_TID]  # the threads' round slices
     got = {(e["args"]["op"], e["args"]["invocation"], e["pid"]) for e in slices}
     assert got == want
     assert sum(e["args"]["bodies"] for e in slices) == bodies
@@ -75,3 +75,277 @@ def test_slices_cover_every_round_and_are_ordered_per_track(
         assert ts == sorted(ts)
         for a, b in zip(evs, evs[1:], strict=False):
             assert a["ts"] + a["dur"] <= b["ts"] + 1e-3  # slices on one track never overlap
+
+
+# ------------------------------------------------------------ what the timeline shows
+def _by_ph(doc: dict, ph: str, cat: str | None = None) -> list[dict]:
+    return [e for e in doc["traceEvents"] if e["ph"] == ph and cat in (None, e.get("cat"))]
+
+
+def test_lock_grants_are_instants_naming_the_dds_element(
+    recorded_trace: Path, tmp_path: Path
+) -> None:
+    doc = load(recorded_trace, tmp_path)
+    want = []
+    with tracer.open(recorded_trace) as trace:
+        run = trace.run()
+        for i in run.invocations():
+            g = run.lock_grants(i.op, i.invocation, i.node)
+            for lock, thread, index in zip(g.lock, g.thread, g.index, strict=True):
+                # the toy program creates X, then Y: ids 0 and 1 in the high bits
+                name = ["X", "Y"][int(lock) >> 40] + f"[{int(lock) & ((1 << 40) - 1)}]"
+                want.append((i.node, int(thread), int(index), name))
+    grants = _by_ph(doc, "i", "lock")
+    assert want and len(grants) == len(want)
+    got = [(e["pid"], e["tid"], e["args"]["index"], e["args"]["element"]) for e in grants]
+    assert sorted(got) == sorted(want)
+    assert all(e["name"] == f"lock {e['args']['element']}" for e in grants)
+    assert all(e["args"]["placed"] == "by order" for e in grants)
+    # every grant sits inside a task-group slice of its thread that holds its loop index
+    tasks = _by_ph(doc, "X", "task")
+    for e in grants[:: max(len(grants) // 50, 1)]:
+        inside = [
+            t
+            for t in tasks
+            if (t["pid"], t["tid"]) == (e["pid"], e["tid"])
+            and t["ts"] <= e["ts"] <= t["ts"] + t["dur"]
+        ]
+        assert inside, e
+
+
+def test_every_received_message_is_a_flow_from_its_sender(
+    recorded_trace: Path, tmp_path: Path
+) -> None:
+    doc = load(recorded_trace, tmp_path)
+    with tracer.open(recorded_trace) as trace:
+        run = trace.run()
+        want = sorted(
+            (int(src), node, str(ch))
+            for node in run.nodes()
+            for src, ch in zip(run.messages(node).source, run.messages(node).channel, strict=True)
+        )
+    starts = {e["id"]: e for e in _by_ph(doc, "s", "message")}
+    finishes = {e["id"]: e for e in _by_ph(doc, "f", "message")}
+    assert want and starts.keys() == finishes.keys()
+    got = sorted((starts[k]["pid"], finishes[k]["pid"], finishes[k]["name"]) for k in starts)
+    assert got == want
+    assert all(e["bp"] == "e" and e["tid"] == NODE_TID for e in finishes.values())
+    recvs = _by_ph(doc, "i", "message")
+    assert sorted((e["args"]["source"], e["pid"], e["args"]["channel"]) for e in recvs) == want
+
+
+def test_objectives_are_counter_tracks(recorded_trace: Path, tmp_path: Path) -> None:
+    doc = load(recorded_trace, tmp_path)
+    with tracer.open(recorded_trace) as trace:
+        want = trace.run().objectives()
+    got: dict[str, list[float]] = defaultdict(list)
+    for e in _by_ph(doc, "C", "objective"):
+        got[e["name"]].append(e["args"][e["name"]])
+    assert got == want == {"total": [0.0, 1.0]}
+    ends = [e["ts"] + e["dur"] for e in _by_ph(doc, "X", "invocation") if e["pid"] == 0]
+    # each value appears when the invocation before it ends on its node
+    assert [e["ts"] for e in _by_ph(doc, "C")] == pytest.approx(sorted(ends), abs=1e-3)
+
+
+@pytest.fixture(scope="module", params=["ssp", "hybrid", "bsp"])
+def sync_trace(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 2-node, 2-thread MLR run (``sync_for``) with the given sync model."""
+    from apps.mlr import train
+
+    path = tmp_path_factory.mktemp("sync") / f"{request.param}.sqlite"
+    program = functools.partial(train, epochs=2, synthetic=True, sync=request.param)
+    record(path, threads=2, program=program)
+    return path
+
+
+def test_sync_for_clocks_carry_their_bodies(sync_trace: Path, tmp_path: Path) -> None:
+    doc = load(sync_trace, tmp_path)
+    assert problems(doc) == []
+    with tracer.open(sync_trace) as trace:
+        run = trace.run()
+        invs = run.invocations()
+        mutex = {(i.invocation, i.node): run.mutex_grants(i.op, i.invocation, i.node) for i in invs}
+    clocks = _by_ph(doc, "X", "clock")
+    total = defaultdict(int)
+    for i in invs:
+        total[i.invocation] += i.bodies
+        mine = [e for e in clocks if e["pid"] == i.node and e["args"]["invocation"] == i.invocation]
+        node = [e for e in mine if e["tid"] == NODE_TID]
+        assert [e["args"]["clock"] for e in node] == list(range(i.rounds))
+        assert sum(e["args"]["bodies"] for e in node) == i.bodies
+        threads = [e for e in mine if e["tid"] != NODE_TID]
+        assert sum(e["args"]["bodies"] for e in threads) == i.bodies
+        m = mutex[(i.invocation, i.node)]
+        if len(m.seq):  # hybrid: the threads' minibatches are the recorded mutex grants
+            got = {
+                (e["args"]["clock"], e["tid"], b) for e in threads for b in e["args"]["minibatches"]
+            }
+            assert got == set(
+                zip(m.clock.tolist(), m.thread.tolist(), m.minibatch.tolist(), strict=True)
+            )
+    for e in _by_ph(doc, "i", "mutex"):  # a mutex grant sits in its thread's clock slice
+        assert any(
+            (t["pid"], t["tid"], t["args"]["clock"]) == (e["pid"], e["tid"], e["args"]["clock"])
+            and e["args"]["minibatch"] in t["args"]["minibatches"]
+            and t["ts"] <= e["ts"] <= t["ts"] + t["dur"]
+            for t in clocks
+        ), e
+    for inv, n in total.items():  # every minibatch ran once, on one thread of one node
+        ran = [
+            b
+            for e in clocks
+            if e["tid"] != NODE_TID and e["args"]["invocation"] == inv
+            for b in e["args"]["minibatches"]
+        ]
+        assert sorted(ran) == list(range(n))
+
+
+def test_many_task_groups_collapse_into_one_slice(
+    recorded_trace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    grants = len(_by_ph(load(recorded_trace, tmp_path), "i", "lock"))
+    monkeypatch.setattr("tracer._export.MAX_TASK_SLICES", 0)
+    doc = load(recorded_trace, tmp_path)
+    assert problems(doc) == []
+    tasks = _by_ph(doc, "X", "task")
+    assert tasks and all(e["name"].endswith(" task groups") for e in tasks)
+    assert len(_by_ph(doc, "i", "lock")) == grants  # every grant is still placed
+
+
+# ------------------------------------------------------------ Perfetto's trace_processor
+def _trace_processor_binary() -> str | None:
+    """A trace_processor_shell on this machine: $PERFETTO_TRACE_PROCESSOR, PATH, or the
+    perfetto package's cache.  Never downloaded here (CI has no internet for it)."""
+    cached = sorted(Path.home().glob(".local/share/perfetto/prebuilts/trace_processor_shell*"))
+    return (
+        os.environ.get("PERFETTO_TRACE_PROCESSOR")
+        or shutil.which("trace_processor_shell")
+        or shutil.which("trace_processor")
+        or (str(cached[-1]) if cached else None)
+    )
+
+
+def test_perfetto_trace_processor_loads_the_export(recorded_trace: Path, tmp_path: Path) -> None:
+    try:
+        from perfetto.trace_processor import TraceProcessor, TraceProcessorConfig
+    except ImportError:
+        pytest.skip("the perfetto Python package is not installed (pip install perfetto)")
+    binary = _trace_processor_binary()
+    if binary is None:
+        pytest.skip(
+            "no trace_processor binary: set PERFETTO_TRACE_PROCESSOR to a trace_processor_shell "
+            "or put one on PATH (the perfetto package would download it; this test never does)"
+        )
+    doc = load(recorded_trace, tmp_path)
+    cfg = TraceProcessorConfig(bin_path=binary)
+    tp = TraceProcessor(trace=str(tmp_path / "run.json"), config=cfg)
+    try:
+
+        def q(sql: str) -> list:
+            return list(tp.query(sql))
+
+        assert q("select count(*) as n from flow")[0].n == len(_by_ph(doc, "s"))
+        bound = q(
+            "select o.name as src, i.name as dst from flow f "
+            "join slice o on f.slice_out = o.id join slice i on f.slice_in = i.id"
+        )
+        assert bound and all(
+            r.src.startswith("round ") and r.dst.startswith("round ") for r in bound
+        )
+        grants = q("select count(*) as n from slice where name like 'lock %'")[0].n
+        assert grants == len(_by_ph(doc, "i", "lock"))
+        values = [r.value for r in q("select value from counter order by ts")]
+        assert values == [e["args"][e["name"]] for e in _by_ph(doc, "C")]
+        procs = {r.name for r in q("select name from process where name like 'node %'")}
+        assert procs == {"node 0", "node 1"}
+    finally:
+        tp.close()
+
+
+# ------------------------------------------------------------ the validator itself
+def _valid() -> dict:
+    meta = [
+        {"name": "process_name", "ph": "M", "pid": 0, "tid": 0, "args": {"name": "node 0"}},
+        *(
+            {"name": "thread_name", "ph": "M", "pid": p, "tid": 0, "args": {"name": "t"}}
+            for p in (0, 1)
+        ),
+        {"name": "process_name", "ph": "M", "pid": 1, "tid": 0, "args": {"name": "node 1"}},
+    ]
+    evs = [
+        {"name": "a", "ph": "X", "ts": 0, "dur": 10, "pid": 0, "tid": 0},
+        {"name": "b", "ph": "X", "ts": 2, "dur": 3, "pid": 0, "tid": 0},
+        {"name": "c", "ph": "X", "ts": 0, "dur": 10, "pid": 1, "tid": 0},
+        {"name": "m", "cat": "msg", "ph": "s", "id": 1, "ts": 4, "pid": 0, "tid": 0},
+        {"name": "m", "cat": "msg", "ph": "f", "bp": "e", "id": 1, "ts": 6, "pid": 1, "tid": 0},
+        {"name": "g", "ph": "i", "s": "t", "ts": 3, "pid": 0, "tid": 0},
+        {"name": "loss", "ph": "C", "ts": 10, "pid": 0, "args": {"loss": 0.5}},
+    ]
+    return {"traceEvents": meta + evs, "displayTimeUnit": "ms"}
+
+
+def _break(doc: dict, name: str, **change: object) -> dict:
+    for e in doc["traceEvents"]:
+        if e["name"] == name and e["ph"] != "M":
+            e.update(change)
+    return doc
+
+
+@pytest.mark.parametrize(
+    ("mutate", "complaint"),
+    [
+        (lambda d: _break(d, "b", dur=20), "overlaps"),
+        (lambda d: _break(d, "b", ts=-1), "non-negative"),
+        (lambda d: _break(d, "a", pid="0"), "not an integer"),
+        (lambda d: _break(d, "loss", args={"loss": "high"}), "not numbers"),
+        (lambda d: _break(d, "g", s="x"), "instant scope"),
+        (lambda d: d["traceEvents"].remove(_by_ph(d, "f")[0]), "start(s)"),
+        (lambda d: _break(d, "m", ts=50), "binds to no slice"),
+        (lambda d: _break(d, "a", ph="Q"), "unknown phase"),
+        (
+            lambda d: d["traceEvents"].append(
+                {"name": "x", "ph": "X", "ts": 0, "pid": 0, "tid": 0}
+            ),
+            "no 'dur'",
+        ),
+        (
+            lambda d: d["traceEvents"].append(
+                {"name": "x", "ph": "i", "ts": 0, "pid": 0, "tid": 7}
+            ),
+            "no thread_name",
+        ),
+        (
+            lambda d: d["traceEvents"].append(
+                {"name": "x", "ph": "E", "ts": 0, "pid": 0, "tid": 0}
+            ),
+            "without a B",
+        ),
+    ],
+)
+def test_the_validator_catches_broken_documents(mutate: Callable, complaint: str) -> None:
+    assert problems(_valid()) == []
+    doc = _valid()
+    mutate(doc)
+    assert any(complaint in p for p in problems(doc)), problems(doc)
+
+
+def test_an_infinite_objective_is_a_marker_and_the_file_stays_strict_json(tmp_path: Path) -> None:
+    import engine as ap
+
+    def program() -> None:
+        X = ap.dvector(8, shape=(), init=ap.init.zeros(), name="X")
+
+        def body(j: int) -> None:
+            X[j] = X[j] + 1.0
+
+        for it in range(2):
+            ap.async_for(0, 8, body, name="inc")
+            ap.log_objective("loss", float("inf") if it else 1.0)
+
+    path = tmp_path / "nan.sqlite"
+    record(path, threads=1, program=program)
+    doc = load(path, tmp_path)
+    assert problems(doc) == []
+    assert [e["args"]["loss"] for e in _by_ph(doc, "C")] == [1.0]
+    marks = _by_ph(doc, "i", "objective")
+    assert [(e["name"], e["args"]["iteration"]) for e in marks] == [("loss = inf", 1)]
