@@ -20,6 +20,8 @@ import numpy as np
 import engine
 from engine import DivergenceError
 
+from ._dualctl import same_value
+
 
 class ReplayFinished(Exception):
     """The trace of a crashed run is exhausted: everything it holds was reproduced."""
@@ -421,7 +423,7 @@ class ReplayChecker(engine.Recorder):
                 expected=f"{len(rec)} value(s)",
                 actual=f"value {iteration} = {value!r}",
             )
-        if rec[iteration] != value:
+        if not same_value(rec[iteration], value, signed_zero=False):  # SQLite: -0.0 is 0
             raise DivergenceError(
                 node=-1,
                 op="objective",

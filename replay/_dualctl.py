@@ -11,6 +11,8 @@ data — orders and Hybrid body orders — so that the MPI side of a dual test
 
 from __future__ import annotations
 
+import math
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -59,6 +61,19 @@ class Outcome:
             else:
                 out.append((key, self.objectives[key[1]][key[2]]))
         return out
+
+
+def same_value(a: Any, b: Any, *, signed_zero: bool = True) -> bool:
+    """Outcome equality: floats by their bits (any NaN equals any NaN, since a trace keeps
+    no NaN payload; 0.0 differs from -0.0 unless ``signed_zero`` is False, for a value
+    read back from SQLite, which stores -0.0 as 0), everything else by ``==``."""
+    if isinstance(a, float) and isinstance(b, float):
+        if math.isnan(a) or math.isnan(b):
+            return math.isnan(a) and math.isnan(b)
+        if not signed_zero:
+            return a == b
+        return struct.pack("<d", a) == struct.pack("<d", b)
+    return bool(a == b)
 
 
 class Capture(engine.Recorder):

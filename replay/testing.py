@@ -48,6 +48,7 @@ from ._dualctl import (
     comparable,
     not_in_trace,
     outcome_of,
+    same_value,
 )
 from ._dualjob import MpiSide, importable_target
 from ._progress import stage
@@ -250,7 +251,7 @@ def _first_difference(serial: Outcome, parallel: Outcome) -> dict[str, Any] | No
     for k, ((a, x), (b, y)) in enumerate(zip(a_ev, b_ev, strict=False)):
         if a != b:
             return _sequence_difference(k, a, b)
-        if x == y:
+        if same_value(x, y):
             continue
         if a[0] == "digest":
             return {

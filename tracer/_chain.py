@@ -99,8 +99,10 @@ def trace_key() -> bytes | None:
 
 
 def _value(kind: str, v: Any) -> bytes:
-    if kind == "f":  # SQLite stores NaN as NULL: both are the one NaN
-        return b"f" + (_NAN if v is None or v != v else struct.pack("<d", float(v)))
+    if kind == "f":  # SQLite stores NaN as NULL (both are the one NaN) and -0.0 as 0
+        if v is None or v != v:
+            return b"f" + _NAN
+        return b"f" + struct.pack("<d", float(v) + 0.0)  # -0.0 + 0.0 is 0.0
     if v is None:
         return b"N"
     if kind == "i":

@@ -340,8 +340,8 @@ class RunTrace:
             .order_by(Objective.seq)
         )
         out: dict[str, list[float]] = {}
-        for name, value in rows:
-            out.setdefault(name, []).append(float(value))
+        for name, value in rows:  # NULL: a NaN the store could not keep as a REAL
+            out.setdefault(name, []).append(math.nan if value is None else float(value))
         return out
 
     @_checked("verdicts")

@@ -181,7 +181,8 @@ class Objective(Base):
     run: Mapped[str] = _run_fk()
     name: Mapped[str] = mapped_column(String(200))
     iteration: Mapped[int] = mapped_column()
-    value: Mapped[float] = mapped_column(Float)
+    #: NULL is NaN: SQLite stores a NaN REAL as NULL (a diverging loss must still record)
+    value: Mapped[float | None] = mapped_column(Float, nullable=True)
     node: Mapped[int] = mapped_column()
     seq: Mapped[int] = mapped_column()
 

@@ -1,0 +1,71 @@
+"""A training run whose loss goes NaN or infinite is recorded, replayed and dual-tested
+like any other (SQLite stores a NaN REAL as NULL; comparisons treat NaN as NaN)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+import tracer
+from replay._dualctl import same_value
+from tests.conftest import run_cli
+
+APP = """
+import math
+import engine as ap
+
+def train(epochs: int = 3):
+    X = ap.dvector(20, shape=(), name="X")
+
+    def body(j):
+        X[j] = X[j] + 1.0
+
+    for epoch in range(epochs):
+        ap.async_for(0, 20, body, name="inc")
+        total = ap.reduce(X, lambda x: float(x))
+        ap.log_objective("loss", [total, math.nan, math.inf][epoch % 3])
+        ap.log_objective("neg", -math.inf if epoch else -0.0)
+"""
+
+
+@pytest.mark.parametrize(
+    "a,b,same",
+    [
+        (math.nan, math.nan, True),
+        (math.nan, -math.nan, True),
+        (math.nan, 1.0, False),
+        (0.0, -0.0, False),
+        (1.0, 1.0 + 2**-52, False),
+        (math.inf, math.inf, True),
+        (1.5, 1.5, True),
+        ("x", "x", True),
+    ],
+)
+def test_same_value(a: object, b: object, same: bool) -> None:
+    assert same_value(a, b) is same
+
+
+def test_a_nan_loss_is_recorded_replayed_and_dual_tested(tmp_path: Path) -> None:
+    app = tmp_path / "diverge.py"
+    app.write_text(APP)
+    trace = tmp_path / "t.sqlite"
+    proc = run_cli(["run", f"{app}:train", "--ranks", "2", "--trace", str(trace)])
+    assert proc.returncode == 0, proc.stderr
+    with tracer.open(trace) as t:
+        run = t.run()
+        assert run.info.status == "finished"
+        loss = run.objectives()["loss"]
+        assert loss[0] == 20.0 and math.isnan(loss[1]) and loss[2] == math.inf
+        assert run.objectives()["neg"] == [0.0, -math.inf, -math.inf]  # SQLite: -0.0 is 0
+    assert run_cli(["verify", str(trace)]).returncode == 0
+    for mode in ("cluster", "single"):
+        proc = run_cli([mode, str(trace), "--json"])
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads(proc.stdout)["identical"] is True
+    proc = run_cli(["dual", f"{app}:train", "--ranks", "2", "--no-trace", "--json"])
+    assert proc.returncode == 0, proc.stderr
+    res = json.loads(proc.stdout)
+    assert res["forward"]["passed"] and res["backward"]["passed"]
