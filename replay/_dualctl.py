@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 import engine
-from engine._planner import serial_plan, wavefront_plan
+from engine.lowlevel import serial_plan, wavefront_plan
 
 #: Hybrid sync_for body orders: (op, invocation, node, clock) -> [(thread, minibatch), ...].
 BodyOrders = dict[tuple[str, int, int, int], list[tuple[int, int]]]
