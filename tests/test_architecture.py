@@ -12,8 +12,8 @@ from __future__ import annotations
 import ast
 import importlib
 import itertools
-from types import ModuleType
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
