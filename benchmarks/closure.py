@@ -14,7 +14,7 @@ import json
 import os
 import statistics
 import sys
-import time
+from contextlib import nullcontext
 from typing import Any
 
 from _common import ROOT
@@ -30,30 +30,17 @@ def main() -> None:
     args = ap_.parse_args()
 
     import engine as ap
-    import engine._asyncfor as asyncfor
     from apps.sgdmf import train
+    from engine.lowlevel import recon_cpu_times, without_closure_guard
 
-    spent: list[float] = []
-    real_recon = asyncfor.recon_range
-
-    def timed(*a: Any, **kw: Any) -> Any:
-        t = time.process_time()
-        try:
-            return real_recon(*a, **kw)
-        finally:
-            spent.append(time.process_time() - t)
-
-    asyncfor.recon_range = timed
-    real_guard = asyncfor.guard
     res: dict[str, list[float]] = {k: [] for k in ("re_off", "re_on", "checked_off", "checked_on")}
     for _ in range(args.repeat):
         for mode in ("off", "on"):
-            asyncfor.guard = real_guard if mode == "on" else (lambda fn, *a, **kw: fn)
-            spent.clear()
-            r = ap.run(train, {"epochs": 2, "synthetic": True}, checked=True)
+            with recon_cpu_times() as spent:
+                with nullcontext() if mode == "on" else without_closure_guard():
+                    r = ap.run(train, {"epochs": 2, "synthetic": True}, checked=True)
             res["re_" + mode].append(sum(spent))
             res["checked_" + mode].append(r.op_times["sgd"][1])
-    asyncfor.guard = real_guard
     out: dict[str, Any] = {"bodies": 20000, "repeat": args.repeat}
     for k, v in res.items():
         out[k] = {"best_s": round(min(v), 4), "median_s": round(statistics.median(v), 4)}

@@ -16,6 +16,7 @@ import json
 import platform
 import subprocess
 import sys
+from contextlib import nullcontext
 from datetime import date
 from pathlib import Path
 from typing import Any
@@ -25,44 +26,11 @@ from _common import ENV, ROOT, dataset, steady
 sys.path.insert(0, str(ROOT))
 
 
-class _Switch:
-    """Turns the guard off and on again in this process (the baseline; the product never
-    does this)."""
-
-    def __init__(self) -> None:
-        from engine import _dds, _guard
-
-        self._dds, self._guard = _dds, _guard
-        self._modes = {cls: dict(cls._modes) for cls in (_dds.dvector, _dds.dmap, _dds.dmultimap)}
-        self._arm, self._prepare = _guard.Guard.arm, _guard.Guard.prepare
-        self._init = _guard.GuardPlan.__init__
-
-    def off(self) -> None:
-        for cls, modes in self._modes.items():
-            for tag in ("guard", "guard_t", "guard_ro"):
-                cls._modes[tag] = modes["exec"]
-                cls._modes[tag + "_obj"] = modes["exec_obj"]
-        init = self._init
-
-        def no_undo(gp: Any, *a: Any) -> None:
-            init(gp, *a)
-            gp.undo_slots = []
-
-        self._guard.Guard.arm = lambda self, r, code=True: None
-        self._guard.Guard.prepare = lambda self, sess: None
-        self._guard.GuardPlan.__init__ = no_undo
-
-    def on(self) -> None:
-        for cls, modes in self._modes.items():
-            cls._modes.update(modes)
-        self._guard.Guard.arm, self._guard.Guard.prepare = self._arm, self._prepare
-        self._guard.GuardPlan.__init__ = self._init
-
-
 def worker(args: argparse.Namespace) -> None:
     """One rank (or the only process): guarded and unguarded trainings, alternating."""
     import engine
-    from apps.sgdmf._app import train
+    from apps.sgdmf import train
+    from engine.lowlevel import without_guard
 
     comm = None
     if args.ranks > 1:
@@ -70,12 +38,11 @@ def worker(args: argparse.Namespace) -> None:
 
         comm = MPI.COMM_WORLD
     params = {"epochs": args.epochs, "rank": args.rank, "synthetic": args.synthetic}
-    switch = _Switch()
     out: dict[str, list[float]] = {"guarded": [], "unguarded": []}
     for k in range(args.repeats):
         for mode in ("guarded", "unguarded") if k % 2 == 0 else ("unguarded", "guarded"):
-            switch.on() if mode == "guarded" else switch.off()
-            res = engine.run(train, params, comm=comm)
+            with nullcontext() if mode == "guarded" else without_guard():
+                res = engine.run(train, params, comm=comm)
             out[mode].append(steady(res.op_times["sgd"]))
     if comm is None or comm.Get_rank() == 0:
         print(json.dumps(out))

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _dds, _mutants
+from . import _dds
 from ._closure import check_body
 from ._closure import finish as finish_closure
 from ._closure import guard as closure_guard
@@ -36,7 +36,7 @@ from ._errors import (
 from ._guard import POLICIES, Guard, GuardPlan, PlanViolation, Violation, install
 from ._planner import REPLICATED, Plan, Task, make_plan, replicated_plan, wavefront_plan
 from ._recon import AccessSets, concat_sets, recon_range
-from ._runtime import RoundWrites
+from ._runtime import Cluster, RoundWrites
 from ._session import Pending, Session, current
 
 
@@ -364,15 +364,7 @@ def _execute(
                     stopped.add(node)
             guard.arm(r, code=False)
             orders.append(done)
-            if "drop_barrier" in _mutants.ACTIVE or "stale_prefetch" in _mutants.ACTIVE:
-                _mutants.round_exchange(cl, st.round_writes, r)
-                anyone = bool(stopped)
-            else:
-                anyone = cl.exchange_rows(
-                    {p: st.round_writes[r][p] for p in cl.local_nodes},
-                    st.round_writes[r],
-                    stopped=bool(stopped),
-                )
+            anyone = write_back(cl, st.round_writes, r, stopped=bool(stopped))
             round_s.append(time.perf_counter() - t)
             if anyone:
                 if guard.first is None:
@@ -478,6 +470,31 @@ def _gather_rows(
     return np.repeat(np.arange(len(pos)), lens), ids[offs]
 
 
+def write_back(
+    cl: Cluster, round_writes: list[list[RoundWrites]], r: int, *, stopped: bool
+) -> bool:
+    """The barrier after round ``r``: every node's writes of that round reach every replica.
+
+    Returns whether any node (here or elsewhere) stopped following the plan.  A driver step
+    of its own, called through this module, so that tests can substitute a broken barrier
+    (``tests/mutants.py``) and prove that the dual tests notice.
+    """
+    return cl.exchange_rows(
+        {p: round_writes[r][p] for p in cl.local_nodes}, round_writes[r], stopped=stopped
+    )
+
+
+def locks_to_take(
+    sets: AccessSets, start: int, planned: dict[int, np.ndarray]
+) -> dict[int, np.ndarray]:
+    """Per lock-split body, the element locks it takes: exactly the ones its plan calls for.
+
+    The guard keeps checking bodies against ``planned``; this step is separate so that tests
+    can substitute a wrong locking discipline (``tests/mutants.py``).
+    """
+    return planned
+
+
 def _lock_ids(st: OpState, indices: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
     """Per body: the sorted element ids to lock (its writes, and its reads that someone
     in the group writes); and the union of ids written by the group."""
@@ -522,9 +539,8 @@ def _run_threads(
                 dict(zip(all_idx.tolist(), per_body, strict=True)),
                 group_w.tolist(),
             )
-        lock_of = planned_locks = cached[0]
-        if "wrong_lock_order" in _mutants.ACTIVE:
-            lock_of = _mutants.write_locks_only(st.sets, st.start, lock_of)
+        planned_locks = cached[0]
+        lock_of = locks_to_take(st.sets, st.start, planned_locks)
         locks = {g: threading.Lock() for g in cached[1]}
         orders = sess.controller.lock_orders(st.name, inv, node, r)
         if orders is not None:

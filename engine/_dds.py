@@ -25,13 +25,13 @@ write visible to the engine.
 from __future__ import annotations
 
 import hashlib
-import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ._errors import AccessOutsideReconError, DDSError
+from ._session import _tls, current
 
 if TYPE_CHECKING:
     from ._session import Session
@@ -56,11 +56,6 @@ LOCKED_BODY = 253
 #: node replay): any slot of this node's tasks is its own.
 ANY_OWN = 252
 _NO_GUARD = bytearray()
-
-#: Per-thread state of running bodies: ``index`` (the loop index), ``op_key`` (for
-#: ``rng()``), ``gcode`` (guard code of the running task) and ``held`` (element ids
-#: whose locks a lock-split body holds).
-_tls = threading.local()
 
 
 def stable_hash(key: Any) -> int:
@@ -164,6 +159,14 @@ class _DDS:
     def _touch(self) -> None:
         """Every write path calls this: it is what invalidates the cached digest."""
         self._version += 1
+
+    def _bind(self, node: int) -> None:
+        """Serve accesses from ``node``'s replica, checked against its guard map."""
+        self._buf = self._bufs[node]
+        self._gm = self._gms.get(node, _NO_GUARD)
+
+    def _set_mode(self, mode: str) -> None:
+        set_mode(self, mode)
 
     # ----------------------------------------------------------------- storage
     def _new_storage(self, n: int) -> Any:
@@ -271,8 +274,6 @@ class dvector(_DDS):  # noqa: N801 - the name is part of the user API
         data: Iterable[Any] | np.ndarray | None = None,
         name: str | None = None,
     ) -> None:
-        from ._session import current
-
         sess = current()
         n = int(n)
         if n < 0:
@@ -413,8 +414,6 @@ class dmap(_DDS):  # noqa: N801 - the name is part of the user API
         init: Callable[..., np.ndarray] | None = None,
         name: str | None = None,
     ) -> None:
-        from ._session import current
-
         sess = current()
         self._setup(sess, name, shape, dtype)
         self._slots: dict[Any, int] = {}

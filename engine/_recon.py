@@ -17,6 +17,7 @@ import numpy as np
 
 from . import _dds
 from ._errors import BodyError, ClosureRuleError
+from ._session import _tls
 
 if TYPE_CHECKING:
     from ._session import Session
@@ -104,8 +105,6 @@ def recon_range(
     sess: Session, op: str, invocation: int, body: Callable[[int], Any], lo: int, hi: int
 ) -> AccessSets:
     """Run RE for indices ``lo .. hi-1`` on the currently bound node."""
-    from ._session import _tls
-
     rec = _dds._Recon()
     _dds.RECON = rec
     reads, writes, overlay = rec.reads, rec.writes, rec.overlay

@@ -22,8 +22,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import _mutants
-
 if TYPE_CHECKING:
     from ._dds import _DDS
 
@@ -148,6 +146,14 @@ class InProcessCluster(Cluster):
         super().rewind(mark)
         self._seqs = dict(mark[1])
 
+    def copy_rows(self, dds: _DDS, src: int, slots: np.ndarray) -> None:
+        """Copy rows ``slots`` of ``dds`` from ``src``'s replica into every other one."""
+        if len(slots):
+            vals = dds.rows(src, slots)
+            for dst in self.local_nodes:
+                if dst != src:
+                    dds.set_rows(dst, slots, vals)
+
     def exchange_rows(
         self,
         writes: dict[int, RoundWrites],
@@ -159,13 +165,7 @@ class InProcessCluster(Cluster):
         for src, rw in writes.items():
             nbytes = rw.numeric_nbytes()
             for dds, slots in rw.per_dds:
-                if "skip_writeback" in _mutants.ACTIVE:
-                    slots = _mutants.skipped(slots)
-                if len(slots):
-                    vals = dds.rows(src, slots)
-                    for dst in self.local_nodes:
-                        if dst != src:
-                            dds.set_rows(dst, slots, vals)
+                self.copy_rows(dds, src, slots)
             seq = self._seqs.get(src, 0)
             self._seqs[src] = seq + 1
             for dst in self.local_nodes:

@@ -12,18 +12,25 @@ from __future__ import annotations
 import hashlib
 import struct
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import _dds
 from ._control import Controller
-from ._dds import _tls
 from ._errors import DriverDivergenceError, ReplicaMismatchError, SessionError
 from ._runtime import Cluster, InProcessCluster, MpiCluster
+
+if TYPE_CHECKING:
+    from . import _dds
+
+#: Per-thread state of running bodies: ``index`` (the loop index), ``op_key`` (for
+#: ``rng()``), ``gcode`` (guard code of the running task) and ``held`` (element ids
+#: whose locks a lock-split body holds).
+_tls = threading.local()
 
 
 class Recorder:
@@ -214,14 +221,13 @@ class Session:
         """Point every DDS at ``node``'s replica."""
         self.current_node = node
         for d in self.dds:
-            d._buf = d._bufs[node]
-            d._gm = d._gms.get(node, _dds._NO_GUARD)
+            d._bind(node)
 
     def set_mode(self, mode: str, dds: list[_dds._DDS] | None = None) -> None:
         """Switch every DDS (or the given ones) to ``mode``."""
         self.mode = mode
         for d in self.dds if dds is None else dds:
-            _dds.set_mode(d, mode)
+            d._set_mode(mode)
 
     # ------------------------------------------------------------ randomness
     def init_rng(self, name: str) -> np.random.Generator:

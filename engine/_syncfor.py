@@ -120,6 +120,11 @@ def register_aggregation(dds: _DDS, fn: Callable[[np.ndarray], np.ndarray] | Non
         _AGGREGATIONS[dds] = fn
 
 
+def aggregation_of(dds: _DDS) -> Callable[[np.ndarray], np.ndarray] | None:
+    """The aggregation registered for ``dds`` (``None``: its deltas are averaged)."""
+    return _AGGREGATIONS.get(dds)
+
+
 @dataclass
 class SyncState:
     """Per-operator cache: reconnaissance sets and layouts, reused while valid."""
@@ -578,4 +583,4 @@ def _report(
         sess.recorder.invocation_done(name, inv, node, info)
 
 
-__all__ = ["SYNC_MODELS", "Batch", "register_aggregation", "sync_for"]
+__all__ = ["SYNC_MODELS", "Batch", "aggregation_of", "register_aggregation", "sync_for"]

@@ -32,7 +32,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import _mutants
 from ._control import TurnstileDriver
 from ._errors import (
     AccessOutsideReconError,
@@ -88,6 +87,15 @@ def check_stamp(buf: np.ndarray, clock: int, what: str) -> None:
     got = int(buf[:HEADER].view(np.int64)[0])
     if got != clock:
         raise SyncProtocolError(f"sync_for: {what} stamped clock {got}, expected clock {clock}")
+
+
+def summation_order(nodes: int, me: int) -> list[int]:
+    """The nodes whose deltas owner ``me`` sums, in summing order: every node once, in node
+    order, whatever order the deltas arrived in (so the sum is the same bits in every run).
+
+    A step of its own so that tests can substitute a broken aggregation (``tests/mutants.py``).
+    """
+    return list(range(nodes))
 
 
 class NodeRun:
@@ -346,9 +354,7 @@ class NodeRun:
                 blocks.append(self._unpack_delta(clock, src, received.pop(src)))
         workers = layout.workers(clock, ctx.hybrid)
         contributors = layout.contributors(clock)
-        srcs = list(range(layout.nodes))
-        if "aggregate_twice" in _mutants.ACTIVE or "reorder_aggregation" in _mutants.ACTIVE:
-            srcs = list(_mutants.aggregation_sources(layout.nodes, me))
+        srcs = summation_order(layout.nodes, me)
         parts = []
         for d, rep in enumerate(self.replicas):
             n = len(oc.rows[d])
@@ -418,4 +424,4 @@ class NodeRun:
             )
 
 
-__all__ = ["HEADER", "NodeRun", "SyncContext", "check_stamp"]
+__all__ = ["HEADER", "NodeRun", "SyncContext", "check_stamp", "summation_order"]

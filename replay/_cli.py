@@ -112,7 +112,7 @@ def _printer(as_json: bool) -> Callable[[str], None]:
 
 
 def _under_launcher() -> bool:
-    from engine._runtime import under_mpi_launcher
+    from engine.lowlevel import under_mpi_launcher
 
     return under_mpi_launcher()
 

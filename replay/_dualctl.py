@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 import engine
-from engine._planner import serial_plan, wavefront_plan
+from engine.lowlevel import serial_plan, wavefront_plan
 
 from ._progress import InvocationTicker
 

@@ -19,9 +19,7 @@ from typing import Any
 import numpy as np
 
 import engine
-from engine._session import _tls
-from engine._syncdds import bind_thread, enter_sync_mode, make_batch
-from engine._syncfor import _AGGREGATIONS
+from engine import lowlevel
 
 BodyOrders = dict[tuple[str, int, int, int], list[tuple[int, int]]]
 
@@ -50,32 +48,23 @@ def reference_sync_for(nodes: int, threads: int, body_orders: BodyOrders) -> Cal
         params = [d for d in params if d is not data]
         key = sess.op_key(name, inv)
         node0 = sess.cluster.local_nodes[0]
-        databuf = data._bufs[node0]
 
         def assigned(clock: int, p: int, t: int) -> list[int]:
             lo = clock * per + (p * threads + t) * per_clock
             return list(range(lo, min(lo + per_clock, batches)))
 
         def run(ms: list[int], caches: list[np.ndarray]) -> None:
-            reads = {d._id: d._bufs[node0] for d in sess.dds}
-            writes = {d._id: c for d, c in zip(params, caches, strict=True)}
-            reads.update(writes)
-            bind_thread(reads, writes)
-            _tls.op_key = key
-            try:
+            with lowlevel.worker(key, node0, params, caches):
                 for m in ms:
-                    _tls.index = m
                     lo, hi = m * minibatch, min((m + 1) * minibatch, n)
-                    body(make_batch(data, databuf, m, lo, hi))
-            finally:
-                _tls.op_key = None
+                    lowlevel.run_minibatch(body, data, node0, m, lo, hi)
 
         sess.mode = "sync"
         for d in sess.dds:
-            enter_sync_mode(d)
+            lowlevel.enter_sync_mode(d)
         try:
             for clock in range(clocks):
-                base = [d._bufs[node0].copy() for d in params]
+                base = [lowlevel.replica(d, node0).copy() for d in params]
                 deltas: list[list[np.ndarray]] = [[] for _ in params]  # (node, thread) order
                 blocks: list[list[np.ndarray]] = [[] for _ in params]  # per node: sum of threads
                 ran = 0  # nodes with a minibatch in this clock: the average's denominator
@@ -100,7 +89,7 @@ def reference_sync_for(nodes: int, threads: int, body_orders: BodyOrders) -> Cal
                     if not deltas[k]:
                         continue
                     stack = np.stack(deltas[k])
-                    fn = _AGGREGATIONS.get(d)
+                    fn = lowlevel.aggregation_of(d)
                     if fn is None:
                         total = np.zeros_like(base[k])
                         for blk in blocks[k]:  # the owner sums the nodes in node order
@@ -109,11 +98,9 @@ def reference_sync_for(nodes: int, threads: int, body_orders: BodyOrders) -> Cal
                     else:
                         step = np.asarray(fn(stack))
                     changed = (stack != 0).reshape(len(stack), len(d), -1).any(axis=(0, 2))
-                    d._bufs[node0][changed] = base[k][changed] + step[changed]
+                    lowlevel.commit_rows(d, node0, changed, base[k] + step)
         finally:
             sess.set_mode("driver")
-        for d in params:
-            d._touch()
         sess.planner[name] = {"strategy": sync, "staleness": 0, "bodies": batches, "rounds": clocks}
         sess.op_times.setdefault(name, []).append(time.perf_counter() - t0)
         sess.record_digests(name, inv)

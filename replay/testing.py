@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 import engine
-from engine._dds import SLOT_BITS, SLOT_MASK
+from engine.lowlevel import SLOT_BITS, SLOT_MASK
 
 from ._dualctl import (
     Capture,

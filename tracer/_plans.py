@@ -96,7 +96,7 @@ def encode_plan(plan: Any) -> dict[str, Any]:
 
 def decode_plan(row: Any, where: str = "operator_plan") -> Any:
     """Rebuild an ``engine.Plan`` (rounds of per-node tasks; no ``writes``) from a row."""
-    from engine._planner import Plan, Task
+    from engine.lowlevel import Plan, Task
 
     for col, lo in _PLAN_INTS:
         v = getattr(row, col)

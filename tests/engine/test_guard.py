@@ -16,9 +16,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import engine as ap
-from engine import _mutants
 from replay import strategies as rs
 from replay.strategies import _apply
+from tests import mutants
 
 SHAPES = [(1, 1), (2, 1), (3, 1), (2, 2), (3, 2)]
 
@@ -321,7 +321,7 @@ def test_checked_mode_finds_a_replica_that_missed_a_write() -> None:
 
         ap.async_for(0, 8, body, name="w")
 
-    with _mutants.active("skip_writeback"):
+    with mutants.active("skip_writeback"):
         with pytest.raises(ap.ReplicaMismatchError) as info:
             ap.run(prog, nodes=2, checked=True)
     msg = str(info.value)

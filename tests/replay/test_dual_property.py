@@ -3,7 +3,7 @@
 The properties run the hypothesis profile's ``max_examples`` (``ci``: 200 each) on
 in-process clusters; a few generated programs also run their parallel side under
 ``mpiexec -n 2`` and ``-n 3`` (``mpi_dual.py``).  Each engine mutant
-(``engine._mutants``) must make the same property fail within a bounded number of
+(``tests/mutants.py``) must make the same property fail within a bounded number of
 generated examples, with a report that names the diverging operator and invocation.
 """
 
@@ -16,9 +16,9 @@ import pytest
 from hypothesis import HealthCheck, Phase, example, given, note, settings
 from hypothesis import strategies as st
 
-from engine import _mutants
 from replay import strategies as rs
 from replay.testing import DualResult
+from tests import mutants
 from tests.conftest import run_mpi
 
 HERE = Path(__file__).parent
@@ -118,12 +118,12 @@ def _hunt(
             found.append((case, results))
         raise _Caught()  # also when hypothesis replays the failing case: never flaky
 
-    with _mutants.active(mutant):
+    with mutants.active(mutant):
         try:
             search()
         except _Caught:
             pass
-    assert not _mutants.ACTIVE
+    assert not mutants.ACTIVE
     return found[0] if found else None
 
 
@@ -169,24 +169,26 @@ def test_a_caught_mutant_shrinks_to_a_small_pasteable_case() -> None:
         seen.append(case)
         _assert_passes(case)
 
-    with _mutants.active("skip_writeback"), pytest.raises(AssertionError):
+    with mutants.active("skip_writeback"), pytest.raises(AssertionError):
         prop()
     minimal = seen[-1]  # hypothesis re-runs the shrunk example last
     assert sum(len(loop.bodies) for loop in minimal.program.loops) <= 3, repr(minimal)
     pasted = eval(repr(minimal), NAMESPACE)  # noqa: S307 - our own repr
-    with _mutants.active("skip_writeback"):
+    with mutants.active("skip_writeback"):
         assert _failures(rs.check(pasted))
     assert not _failures(rs.check(pasted))
 
 
 def test_mutant_switch_is_scoped_and_checked() -> None:
     with pytest.raises(ValueError, match="unknown mutant"):
-        with _mutants.active("no_such_bug"):
+        with mutants.active("no_such_bug"):
             pass
-    with pytest.raises(KeyError), _mutants.active("drop_barrier"):
-        assert _mutants.ACTIVE == {"drop_barrier"}
+    with pytest.raises(KeyError), mutants.active("drop_barrier"):
+        assert mutants.ACTIVE == {"drop_barrier"}
         raise KeyError("inside")
-    assert not _mutants.ACTIVE
+    assert not mutants.ACTIVE
+    for owner, attr, broken in mutants.MUTANTS.values():  # every real step is back
+        assert getattr(owner, attr) is not broken
 
 
 # ====================================================================== MPI

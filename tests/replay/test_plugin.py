@@ -6,13 +6,14 @@ import pytest
 
 import engine  # noqa: F401 - imported once here: in-process pytester runs drop new modules
 import replay.testing  # noqa: F401
+import tests.mutants  # noqa: F401
 
 pytest_plugins = ["pytester"]
 
 PROGRAMS = """
 import numpy as np
 import engine as ap
-from engine import _mutants
+from tests import mutants
 
 
 def hot():
@@ -75,10 +76,10 @@ def test_fixture_passes_a_serializable_program(suite: pytest.Pytester) -> None:
 def test_fixture_fails_with_the_divergence_report(suite: pytest.Pytester) -> None:
     suite.makepyfile(
         test_it="""
-        from programs import lonely, _mutants
+        from programs import lonely, mutants
 
         def test_broken_writeback(dual_test):
-            with _mutants.active("skip_writeback"):
+            with mutants.active("skip_writeback"):
                 dual_test(lonely, {"scale": 0.25}, nodes=2)
         """
     )
@@ -99,7 +100,7 @@ def test_marker_dual_tests_the_returned_function(suite: pytest.Pytester) -> None
     suite.makepyfile(
         test_it="""
         import pytest
-        from programs import hot, lonely, _mutants
+        from programs import hot, lonely, mutants
 
         @pytest.mark.dual(nodes=(2, 3), threads=(1, 2), order="random")
         def test_hot():
@@ -112,7 +113,7 @@ def test_marker_dual_tests_the_returned_function(suite: pytest.Pytester) -> None
 
         @pytest.fixture
         def broken():
-            with _mutants.active("skip_writeback"):
+            with mutants.active("skip_writeback"):
                 yield
 
         @pytest.mark.dual(nodes=3, threads=3, direction="backward", seed=5)
