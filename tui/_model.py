@@ -30,6 +30,8 @@ class Column:
     left: bool = False
     #: a value shown as ``-`` (e.g. the task number of a deviation, which has none)
     missing: int | None = None
+    #: how a value becomes text (default ``str``); called only for rows on screen
+    show: Callable[[Any], str] | None = field(default=None, compare=False)
 
 
 @dataclass
@@ -57,7 +59,11 @@ class RowTable:
     def cells(self, i: int) -> list[str]:
         """The text of row ``i``, one string per column."""
         return [
-            "-" if c.missing is not None and a[i] == c.missing else str(a[i])
+            "-"
+            if c.missing is not None and a[i] == c.missing
+            else c.show(a[i])
+            if c.show is not None
+            else str(a[i])
             for c, a in zip(self.columns, self.arrays, strict=True)
         ]
 
@@ -92,9 +98,48 @@ def _group_ids(*keys: np.ndarray) -> np.ndarray:
     return np.cumsum(change)
 
 
+# ============================================================= element ids
+#: Bits of the slot in an element id: the engine numbers element ``slot`` of the
+#: ``k``-th DDS a run created as ``k << 40 | slot``, and per-element locks are named by
+#: that id.  This is part of the trace format (engine's ``SLOT_BITS``; a test checks
+#: they agree), copied here so the browser does not import the engine's internals.
+ELEMENT_SLOT_BITS = 40
+#: Widest lock column; longer labels are cut with ``…``.
+LOCK_WIDTH_MAX = 24
+
+
+def element_label(element_id: int, names: Sequence[str]) -> str:
+    """``W[943]`` for an element id, given the run's DDS names in creation order.
+
+    The number in brackets is the element's slot: the index of a ``dvector``, the
+    insertion position of a ``dmap`` key.  A DDS the names do not cover shows as
+    ``#k[slot]``; a negative id (no element) as the bare number.
+    """
+    element_id = int(element_id)
+    if element_id < 0:
+        return str(element_id)
+    k, slot = element_id >> ELEMENT_SLOT_BITS, element_id & ((1 << ELEMENT_SLOT_BITS) - 1)
+    name = names[k] if k < len(names) else f"#{k}"
+    return f"{name}[{slot}]"
+
+
+def _lock_column(locks: np.ndarray, names: Sequence[str]) -> Column:
+    """The lock column, as wide as its longest label (within ``LOCK_WIDTH_MAX``)."""
+    names = tuple(names)
+    ids = np.unique(locks)
+    widest = max([4] + [len(str(int(v))) for v in ids[ids < 0][:1]])
+    ids = ids[ids >= 0]
+    dds, slot = ids >> ELEMENT_SLOT_BITS, ids & ((1 << ELEMENT_SLOT_BITS) - 1)
+    for k in np.unique(dds).tolist():
+        name = names[k] if k < len(names) else f"#{k}"
+        widest = max(widest, len(name) + len(str(int(slot[dds == k].max()))) + 2)
+    width = min(widest, LOCK_WIDTH_MAX)
+    return Column("lock", width, left=True, show=lambda v: element_label(v, names))
+
+
 LOCK_COLUMNS = (
     Column("node", 4),
-    Column("lock", 9),
+    Column("lock", 9, left=True),
     Column("#", 7),
     Column("seq", 9),
     Column("round", 5),
@@ -103,8 +148,11 @@ LOCK_COLUMNS = (
 )
 
 
-def lock_table(parts: Sequence[tuple[int, tracer.LockGrantArrays]]) -> RowTable:
-    """Lock grants grouped per (node, lock), each lock's grants in grant order."""
+def lock_table(
+    parts: Sequence[tuple[int, tracer.LockGrantArrays]], names: Sequence[str] = ()
+) -> RowTable:
+    """Lock grants grouped per (node, lock), each lock's grants in grant order; the lock
+    column shows the DDS element each lock guards (``W[943]``, see :func:`element_label`)."""
     parts = [(n, g) for n, g in parts if len(g.seq)]
     if not parts:
         return empty_table(LOCK_COLUMNS)
@@ -118,7 +166,8 @@ def lock_table(parts: Sequence[tuple[int, tracer.LockGrantArrays]]) -> RowTable:
     index = np.concatenate([g.index for _, g in parts])[order]
     group = _group_ids(node, lock)
     pos = _positions(group)
-    return RowTable(LOCK_COLUMNS, (node, lock, pos, seq, rnd, thread, index), group=group)
+    columns = (LOCK_COLUMNS[0], _lock_column(lock, names), *LOCK_COLUMNS[2:])
+    return RowTable(columns, (node, lock, pos, seq, rnd, thread, index), group=group)
 
 
 MESSAGE_COLUMNS = (
@@ -472,7 +521,9 @@ __all__ = [
     "SYNC_COLUMNS",
     "Target",
     "Timeline",
+    "ELEMENT_SLOT_BITS",
     "divergence_target",
+    "element_label",
     "empty_table",
     "event_key",
     "first_difference",

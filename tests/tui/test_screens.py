@@ -103,6 +103,7 @@ def test_orders_tabs_filters_and_search(synth_dir: Path) -> None:
         text = await wait_text(pilot, "24 row(s)")  # node 0 locks each of its 24 bodies
         assert isinstance(pilot.app.screen, OrdersScreen)
         assert "node all  op sgd  invocation 0" in text and "lock" in text
+        assert "W[0]" in text and "W[2]" in text  # each lock names the element it guards
         await pilot.press("greater_than_sign")  # node 0
         await wait_text(pilot, "node 0  op sgd")
         await pilot.press("2")
@@ -225,6 +226,7 @@ def test_real_engine_trace_in_every_view(engine_trace: Path) -> None:
         await wait_text(pilot, "n1 t2", "from recorded round times")
         await pilot.press("escape", "o")
         text = await wait_text(pilot, "30 row(s)")
+        assert "X[0]" in text  # the engine's element ids decoded to the DDS element
         await pilot.press("3")
         await wait_text(pilot, "plan")
         await pilot.press("2")
