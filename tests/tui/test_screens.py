@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tui_helpers import screen_text, wait_for, wait_text
+from textual.widgets import DataTable
+from tui_helpers import EPOCH, screen_text, wait_for, wait_text, write_synthetic
 
 from tui import BrowserApp
 from tui.screens import (
@@ -27,11 +28,13 @@ from tui.widgets import ArrayTable, TimelineView
 SIZE = (80, 24)
 
 
-def drive(app: BrowserApp, script: Callable[[Any], Awaitable[None]]) -> None:
-    """Run ``app`` headless at 80×24 and hand its pilot to ``script``."""
+def drive(
+    app: BrowserApp, script: Callable[[Any], Awaitable[None]], size: tuple[int, int] = SIZE
+) -> None:
+    """Run ``app`` headless (at 80×24 unless told) and hand its pilot to ``script``."""
 
     async def main() -> None:
-        async with app.run_test(size=SIZE) as pilot:
+        async with app.run_test(size=size) as pilot:
             await pilot.pause()
             await script(pilot)
 
@@ -54,6 +57,36 @@ def test_runs_list_shows_runs_verdicts_and_unreadable_files(synth_dir: Path) -> 
         await wait_text(pilot, "2 run(s)")
 
     drive(BrowserApp([synth_dir]), script)
+
+
+@pytest.mark.parametrize("width", [80, 140])
+def test_runs_table_fits_the_width_shows_files_newest_first_and_honours_home_end(
+    tmp_path: Path, width: int, in_utc: None
+) -> None:
+    for name, minutes in (("a", 0), ("zz-newest", 20), ("m", 10)):
+        write_synthetic(tmp_path / f"{name}.sqlite", f"run-{name}", start=EPOCH + 60 * minutes)
+
+    async def script(pilot: Any) -> None:
+        text = await wait_text(pilot, "3 run(s)")
+        table = pilot.app.screen.query_one("#runs", DataTable)
+        rows = [line for line in text.splitlines() if "finished" in line]  # top to bottom
+        assert len(rows) == 3
+        assert any("verdicts" in line for line in text.splitlines() if " started " in line)
+        assert "11-14 22:33:20" in rows[0] and "11-14 22:13:20" in rows[2]  # newest first
+        files = [r.split()[0] for r in rows]
+        if width == 140:  # wide: whole file names
+            assert files == ["zz-newest.sqlite", "m.sqlite", "a.sqlite"]
+        else:  # narrow: what fits of each name, and every other column
+            assert files == ["zz-newest", "m.sqlite", "a.sqlite"]
+        assert "run run-zz-newest" in text
+        await pilot.press("end")
+        assert table.cursor_row == 2
+        await wait_text(pilot, "run run-a")
+        await pilot.press("home")
+        assert table.cursor_row == 0
+        await wait_text(pilot, "run run-zz-newest")
+
+    drive(BrowserApp([tmp_path]), script, size=(width, 24))
 
 
 def test_enter_opens_the_run_overview(synth_dir: Path) -> None:

@@ -13,6 +13,7 @@ from textual.widgets import DataTable, Footer, Header, Static
 from .. import _format as fmt
 from .._model import divergence_target, flatten, is_highlighted
 from .._repo import BrowseError, RunRef
+from ..widgets import ListTable
 from ._base import BrowserScreen
 
 
@@ -33,7 +34,7 @@ class VerdictsScreen(BrowserScreen):
     def compose(self) -> ComposeResult:
         yield Header()
         yield Static(id="verdict-summary")
-        yield DataTable(id="verdicts", cursor_type="row")
+        yield ListTable(id="verdicts", cursor_type="row")
         with VerticalScroll(id="verdict-box"):
             yield Static(id="verdict-detail")
         yield Footer()
