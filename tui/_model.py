@@ -71,6 +71,18 @@ class RowTable:
         """Rows whose search column equals ``value``, in table order."""
         return np.flatnonzero(self.column(self.search) == value)
 
+    def find_where(self, where: Iterable[tuple[str, Any]]) -> np.ndarray:
+        """Rows whose columns equal every (column, value) pair, in table order (a column
+        the table does not have matches nothing)."""
+        keep = np.ones(len(self), bool)
+        for name, value in where:
+            try:
+                col = self.column(name)
+            except KeyError:
+                return np.empty(0, np.int64)
+            keep &= col == (str(value) if col.dtype.kind in "US" else value)
+        return np.flatnonzero(keep)
+
 
 def empty_table(columns: tuple[Column, ...], search: str = "index") -> RowTable:
     """A table with ``columns`` and no rows."""
@@ -246,6 +258,30 @@ def index_table(
     source = np.where(marked, "deviated", "plan")
     arrays = (nodes, threads, _positions(group), rounds, task, index, source)
     return RowTable(INDEX_COLUMNS, arrays, marked=marked, group=group)
+
+
+OUTCOME_COLUMNS = (
+    Column("node", 4),
+    Column("seq", 9),
+    Column("dds", 16, left=True),
+    Column("digest", 32, left=True),
+)
+
+
+def outcome_table(digests: Iterable[tracer.DigestRecorded]) -> RowTable:
+    """The DDS digests each node recorded after one invocation (the outcome replay and
+    dual tests compare), per node in sequence order; ``/`` searches the sequence number."""
+    rows = sorted(((d.node, d.seq, d.dds, d.digest) for d in digests), key=lambda r: r[:2])
+    if not rows:
+        return empty_table(OUTCOME_COLUMNS, search="seq")
+    node, seq, dds, digest = zip(*rows, strict=True)
+    arrays = (
+        np.array(node, np.int64),
+        np.array(seq, np.int64),
+        np.array(dds, dtype=str),
+        np.array(digest, dtype=str),
+    )
+    return RowTable(OUTCOME_COLUMNS, arrays, search="seq", group=arrays[0])
 
 
 #: Event kinds the other order tables (or no order table) already cover.
@@ -451,87 +487,26 @@ def first_difference(
     return NodeDiff(node, seen, None, None, None, list(recent))
 
 
-# ============================================================= divergence targets
-#: Detail keys that locate a divergence; the verdicts view highlights them.
-LOCATION_KEYS = frozenset(
-    {"iteration", "op", "operator", "invocation", "index", "loop_index", "element", "node"}
-    | {"dds", "event", "what", "round", "thread", "lock", "channel"}
-)
-#: Substrings of detail keys that name the two differing values.
-VALUE_HINTS = ("expected", "actual", "value", "serial", "parallel", "recorded", "replayed")
-
-
-def flatten(detail: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
-    """``detail`` as (dotted key, value) pairs, nested dicts expanded, in key order."""
-    out: list[tuple[str, Any]] = []
-    for key, value in detail.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict) and value:
-            out += flatten(value, name + ".")
-        else:
-            out.append((name, value))
-    return out
-
-
-def is_highlighted(key: str) -> bool:
-    """True for detail keys that say where a run diverged or what the two values were."""
-    leaf = key.rsplit(".", 1)[-1].lower()
-    return leaf in LOCATION_KEYS or any(h in leaf for h in VALUE_HINTS)
-
-
-@dataclass(frozen=True, slots=True)
-class Target:
-    """A place in the orders view: operator, invocation, node and loop index."""
-
-    op: str | None
-    invocation: int | None
-    node: int | None
-    index: int | None
-
-
-def _as_int(value: Any) -> int | None:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None
-
-
-def divergence_target(detail: dict[str, Any]) -> Target:
-    """The orders-view location a verdict's detail points at (any key may be missing)."""
-    flat: dict[str, Any] = {}
-    for key, value in flatten(detail):
-        flat.setdefault(key.rsplit(".", 1)[-1].lower(), value)
-    op = flat.get("op", flat.get("operator"))
-    return Target(
-        str(op) if op is not None else None,
-        _as_int(flat.get("invocation")),
-        _as_int(flat.get("node")),
-        _as_int(flat.get("index", flat.get("loop_index"))),
-    )
-
-
 __all__ = [
     "INDEX_COLUMNS",
     "LOCK_COLUMNS",
     "MESSAGE_COLUMNS",
+    "OUTCOME_COLUMNS",
     "Column",
     "Lane",
     "NodeDiff",
     "RowTable",
     "SYNC_COLUMNS",
-    "Target",
     "Timeline",
     "ELEMENT_SLOT_BITS",
-    "divergence_target",
     "element_label",
     "empty_table",
     "event_key",
     "first_difference",
-    "flatten",
     "index_table",
-    "is_highlighted",
     "lock_table",
     "message_table",
+    "outcome_table",
     "round_timeline",
     "sync_kinds",
     "sync_table",

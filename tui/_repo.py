@@ -225,6 +225,20 @@ class RunView:
         what = f"the messages of {op}#{invocation}"
         return self._bulk(("msgs", op, invocation, node), what, load)
 
+    def outcome_table(self, op: str, invocation: int, node: int | None = None) -> _model.RowTable:
+        """The DDS digests recorded after one invocation, per node in sequence order."""
+
+        def load() -> _model.RowTable:
+            digests = self._run.digests(op)
+            return _model.outcome_table(
+                d
+                for d in digests
+                if d.invocation == invocation and (node is None or d.node == node)
+            )
+
+        what = f"the digests of {op}#{invocation}"
+        return self._bulk(("outcome", op, invocation, node), what, load)
+
     def has_plan(self, op: str) -> bool:
         """True when ``op`` recorded a plan (``async_for``; ``sync_for`` has none)."""
         summary = self.operators().get(op)

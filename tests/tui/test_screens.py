@@ -5,15 +5,19 @@ from __future__ import annotations
 import asyncio
 import shutil
 import sqlite3
+import threading
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from textual.widgets import DataTable
 from tui_helpers import EPOCH, screen_text, wait_for, wait_text, write_synthetic
 
+import tracer
 from tui import BrowserApp
+from tui._repo import RunView
 from tui.screens import (
     DiffScreen,
     HelpScreen,
@@ -172,8 +176,10 @@ def test_verdicts_highlight_the_divergence_and_jump_to_it(synth_dir: Path) -> No
         assert "pass" in text and "FAIL" in text and "sgd#1 n1 j=40" in text
         await pilot.press("down")
         text = await wait_text(pilot, "dual-forward verdict #2: FAILED")
-        for key, value in (("index", "40"), ("element", "W[3]"), ("expected", "0.25")):
-            assert f"divergence.{key}" in text and value in text
+        assert "where       sgd invocation 1, node 1, loop index 40, element W[3]" in text
+        assert "expected    0.25" in text and "got         0.5" in text
+        assert "replay single" in text and "--break sgd:1:40@1" in text.replace("\n", "")
+        assert "note" in text and "first differing element" in text  # the rest, listed
         await pilot.press("g")
         text = await wait_text(pilot, "loop index 40: 1 match(es)")
         screen = pilot.app.screen
@@ -182,6 +188,88 @@ def test_verdicts_highlight_the_divergence_and_jump_to_it(synth_dir: Path) -> No
         table = screen.query_one("#t-index", ArrayTable)
         assert table.row_text(table.cursor).split()[5] == "40"
         assert "node 1  op sgd  invocation 1" in text
+
+    drive(BrowserApp([synth_dir]), script)
+
+
+def _replay_verdicts(path: Path) -> None:
+    """A failed single-node replay whose digest of W differed after sgd#1 on node 0, and a
+    failed cluster replay whose lock grants of sgd#0 round 1 on node 0 formed a cycle."""
+    with tracer.open_writable(str(path)) as trace:
+        first = {"node": 0, "op": "sgd", "invocation": 1, "event": "digest of W"}
+        first |= {"what": "outcome", "expected": "01" * 16, "actual": "ff" * 16}
+        trace.add_verdict("run-r", "single", False, {"first_difference": first, "wall_s": 1.5})
+        lock = {"node": 0, "op": "sgd", "invocation": 0, "event": "round 1", "what": "lock"}
+        lock |= {"expected": "grant orders consistent with the plan", "actual": "a cycle"}
+        trace.add_verdict("run-r", "cluster", False, {"first_difference": lock})
+
+
+def test_verdict_detail_is_explained_and_g_lands_on_the_diverging_event(tmp_path: Path) -> None:
+    path = tmp_path / "r.sqlite"
+    write_synthetic(path, "run-r")
+    _replay_verdicts(path)
+
+    async def script(pilot: Any) -> None:
+        await pilot.press("v")
+        text = await wait_text(pilot, "single verdict #1: FAILED")
+        for line in (
+            "what        outcome: digest of W differs",
+            "where       sgd invocation 1, node 0",
+            f"expected    {'01' * 16}  (the trace expected)",
+            f"got         {'ff' * 16}  (the program did)",
+            f"stop there  replay single {path} --until sgd:0",
+            "wall_s",
+        ):
+            assert line in text, line
+        assert "first_difference.event" not in text  # said above, not dumped again
+        await pilot.press("g")  # the digest of W that node 0 recorded after sgd#1
+        text = await wait_text(pilot, "divergence: 1 row(s)")
+        screen = pilot.app.screen
+        assert isinstance(screen, OrdersScreen)
+        assert (screen.tab, screen.op, screen.invocation, screen.node) == ("outcome", "sgd", 1, 0)
+        table = screen.query_one("#t-outcome", ArrayTable)
+        assert table.row_text(table.cursor).split()[2:] == ["W", "01" * 16]
+        assert list(table.matches) == [table.cursor]  # highlighted
+        assert "▸" in text and "5 Outcome" in text
+        await pilot.press("escape", "down")
+        text = await wait_text(pilot, "cluster verdict #2: FAILED", "lock: round 1")
+        assert "stop there" not in text  # no loop index, no invocation before it
+        await pilot.press("g")  # the first lock grant of round 1 on node 0
+        await wait_text(pilot, "divergence: 12 row(s)")
+        screen = pilot.app.screen
+        assert (screen.tab, screen.invocation, screen.node) == ("locks", 0, 0)
+        locks = screen.query_one("#t-locks", ArrayTable)
+        assert locks.table is not None
+        rounds = locks.table.column("round")
+        assert rounds[locks.cursor] == 1 and (rounds[: locks.cursor] == 0).all()
+        assert list(locks.matches) == list(np.flatnonzero(rounds == 1))
+
+    drive(BrowserApp([path]), script, size=(140, 40))
+
+
+def test_cursor_keys_typed_while_the_orders_reload_are_kept(
+    synth_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gate = threading.Event()
+    real = RunView.lock_table
+
+    def slow(self: RunView, op: str, invocation: int, node: int | None = None) -> Any:
+        if invocation == 1:
+            assert gate.wait(20), "the test never let the load finish"
+        return real(self, op, invocation, node)
+
+    monkeypatch.setattr(RunView, "lock_table", slow)
+
+    async def script(pilot: Any) -> None:
+        await pilot.press("enter", "o")
+        await wait_text(pilot, "24 row(s)")
+        await pilot.press("right_square_bracket")  # invocation 1: reloads, held at the gate
+        await wait_text(pilot, "invocation 1", "loading…")
+        await pilot.press("end", "up", "up")  # typed while it loads
+        gate.set()
+        await wait_text(pilot, "24 row(s), row 22")
+        table = pilot.app.screen.query_one("#t-locks", ArrayTable)
+        assert table.cursor == 21
 
     drive(BrowserApp([synth_dir]), script)
 
