@@ -110,7 +110,7 @@ def divergence_target(detail: dict[str, Any]) -> Target:
         return Target(*base, tab="messages", where=(("channel", m.group(1)),), last=True)
     if what == "visibility" and (m := _CLOCK.fullmatch(event)):
         return Target(*base, tab="sync", where=(("clock", int(m.group(1))),))
-    if what == "plan" and (m := _ROUND.fullmatch(event)):
+    if what in ("plan", "task set") and (m := _ROUND.fullmatch(event)):
         return Target(*base, tab="index", where=(("round", int(m.group(1))),))
     if dds is not None:  # a digest (or a replica) differed: the digest row of that DDS
         return Target(*base, tab="outcome", where=(("dds", str(dds)),))

@@ -256,6 +256,9 @@ def test_divergence_targets_of_each_writer() -> None:
     msg["first_difference"]["event"] = "message 2 on 'rows'"
     t = divergence_target(msg)
     assert (t.tab, t.where, t.last) == ("messages", (("channel", "rows"),), True)
+    tasks = {"first_difference": REPLAY_LOCK["first_difference"] | {"what": "task set"}}
+    assert divergence_target(tasks).tab == "index"
+    assert divergence_target(tasks).where == (("round", 1),)
     t = divergence_target(DUAL_DIGEST)
     assert (t.tab, t.index, t.node) == ("index", 17, None)
     objective = {"divergence": {"what": "objective", "objective": "rmse", "iteration": 3}}
