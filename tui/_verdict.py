@@ -16,6 +16,7 @@ Verdicts are stored as JSON by three writers, each with its own shape:
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 from dataclasses import dataclass
@@ -178,6 +179,18 @@ def _where(d: dict[str, Any], target: Target) -> str:
     return ", ".join(str(p) for p in parts) or "-"
 
 
+_PASSWORD = re.compile(r"(://[^:/@]*):[^@/]*@")
+
+
+def trace_argument(path: str) -> str:
+    """How a command names the trace: relative to the working directory when inside it; a
+    URL with its password replaced by ``***`` (passwords never appear on screen)."""
+    if "://" in path:
+        return _PASSWORD.sub(r"\1:***@", path)
+    rel = os.path.relpath(path)
+    return path if rel.startswith("..") else rel
+
+
 def stop_command(d: dict[str, Any], target: Target, trace: str, run_id: str | None) -> str | None:
     """The ``replay single`` command that stops in pdb at (or just before) the divergence.
 
@@ -189,7 +202,7 @@ def stop_command(d: dict[str, Any], target: Target, trace: str, run_id: str | No
     """
     if target.op is None or target.invocation is None:
         return None
-    head = f"replay single {shlex.quote(trace)}"
+    head = f"replay single {shlex.quote(trace_argument(trace))}"
     if run_id is not None:
         head += f" --run {shlex.quote(run_id)}"
     if target.index is not None:
@@ -239,4 +252,5 @@ __all__ = [
     "flatten",
     "is_highlighted",
     "stop_command",
+    "trace_argument",
 ]

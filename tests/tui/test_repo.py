@@ -20,7 +20,7 @@ from tui._model import (
     timeline_layout,
 )
 from tui._repo import BrowseError, Repository, RunRef, expand_paths
-from tui._verdict import divergence_target, explain, flatten, is_highlighted
+from tui._verdict import divergence_target, explain, flatten, is_highlighted, trace_argument
 
 
 def test_expand_paths_lists_trace_files_of_a_directory(synth_dir: Path) -> None:
@@ -288,6 +288,10 @@ def test_explain_says_what_where_both_values_and_the_command_that_stops_there() 
     with_node = {"divergence": DUAL_DIGEST["divergence"] | {"node": 1}}
     assert explain(with_node, "t.sqlite").command.endswith("--break sgd:2:17@1")  # type: ignore[union-attr]
     assert explain({"identical": True}, "t.sqlite") is None
+    url = "postgresql+psycopg://me:secret@db.example/traces"
+    assert trace_argument(url) == "postgresql+psycopg://me:***@db.example/traces"
+    assert trace_argument(str(Path.cwd() / "traces" / "a.sqlite")) == "traces/a.sqlite"
+    assert trace_argument("/elsewhere/a.sqlite") == "/elsewhere/a.sqlite"
     assert explain({"passed": True, "divergence": None}, "t.sqlite") is None
 
 
