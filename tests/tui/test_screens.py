@@ -362,10 +362,13 @@ def test_sync_for_run_has_a_rounds_timeline_and_sync_orders(sync_trace: Path) ->
     async def script(pilot: Any) -> None:
         await wait_text(pilot, "mean")
         await pilot.press("enter", "t", "]")
-        # invocation 1: the first one also pays for reconnaissance, whose wall time can
-        # squeeze the later rounds' labels out of view at the fitted zoom
-        text = await wait_text(pilot, "invocation 1 of", "no plan: rounds only", "r2")
+        # invocation 1: the first one also pays for reconnaissance.  Labels of rounds
+        # that recorded wall times make narrow are left out at the fitted zoom, so the
+        # rounds are counted on the widget, not read off the screen
+        text = await wait_text(pilot, "invocation 1 of", "no plan: rounds only", "r0")
         assert "n0     │" in text and "n1     │" in text
+        timeline = pilot.app.screen.query_one(TimelineView).timeline
+        assert timeline is not None and len(timeline.round_starts) >= 3
         await pilot.press("escape", "o", "4")
         text = await wait_text(pilot, "DeltasAggregated", "UpdatesApplied")
         assert "sources=(" in text and "clock" in text
