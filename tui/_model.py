@@ -30,6 +30,8 @@ class Column:
     left: bool = False
     #: a value shown as ``-`` (e.g. the task number of a deviation, which has none)
     missing: int | None = None
+    #: how a value becomes text (default ``str``); called only for rows on screen
+    show: Callable[[Any], str] | None = field(default=None, compare=False)
 
 
 @dataclass
@@ -57,13 +59,29 @@ class RowTable:
     def cells(self, i: int) -> list[str]:
         """The text of row ``i``, one string per column."""
         return [
-            "-" if c.missing is not None and a[i] == c.missing else str(a[i])
+            "-"
+            if c.missing is not None and a[i] == c.missing
+            else c.show(a[i])
+            if c.show is not None
+            else str(a[i])
             for c, a in zip(self.columns, self.arrays, strict=True)
         ]
 
     def find(self, value: int) -> np.ndarray:
         """Rows whose search column equals ``value``, in table order."""
         return np.flatnonzero(self.column(self.search) == value)
+
+    def find_where(self, where: Iterable[tuple[str, Any]]) -> np.ndarray:
+        """Rows whose columns equal every (column, value) pair, in table order (a column
+        the table does not have matches nothing)."""
+        keep = np.ones(len(self), bool)
+        for name, value in where:
+            try:
+                col = self.column(name)
+            except KeyError:
+                return np.empty(0, np.int64)
+            keep &= col == (str(value) if col.dtype.kind in "US" else value)
+        return np.flatnonzero(keep)
 
 
 def empty_table(columns: tuple[Column, ...], search: str = "index") -> RowTable:
@@ -92,9 +110,48 @@ def _group_ids(*keys: np.ndarray) -> np.ndarray:
     return np.cumsum(change)
 
 
+# ============================================================= element ids
+#: Bits of the slot in an element id: the engine numbers element ``slot`` of the
+#: ``k``-th DDS a run created as ``k << 40 | slot``, and per-element locks are named by
+#: that id.  This is part of the trace format (engine's ``SLOT_BITS``; a test checks
+#: they agree), copied here so the browser does not import the engine's internals.
+ELEMENT_SLOT_BITS = 40
+#: Widest lock column; longer labels are cut with ``…``.
+LOCK_WIDTH_MAX = 24
+
+
+def element_label(element_id: int, names: Sequence[str]) -> str:
+    """``W[943]`` for an element id, given the run's DDS names in creation order.
+
+    The number in brackets is the element's slot: the index of a ``dvector``, the
+    insertion position of a ``dmap`` key.  A DDS the names do not cover shows as
+    ``#k[slot]``; a negative id (no element) as the bare number.
+    """
+    element_id = int(element_id)
+    if element_id < 0:
+        return str(element_id)
+    k, slot = element_id >> ELEMENT_SLOT_BITS, element_id & ((1 << ELEMENT_SLOT_BITS) - 1)
+    name = names[k] if k < len(names) else f"#{k}"
+    return f"{name}[{slot}]"
+
+
+def _lock_column(locks: np.ndarray, names: Sequence[str]) -> Column:
+    """The lock column, as wide as its longest label (within ``LOCK_WIDTH_MAX``)."""
+    names = tuple(names)
+    ids = np.unique(locks)
+    widest = max([4] + [len(str(int(v))) for v in ids[ids < 0][:1]])
+    ids = ids[ids >= 0]
+    dds, slot = ids >> ELEMENT_SLOT_BITS, ids & ((1 << ELEMENT_SLOT_BITS) - 1)
+    for k in np.unique(dds).tolist():
+        name = names[k] if k < len(names) else f"#{k}"
+        widest = max(widest, len(name) + len(str(int(slot[dds == k].max()))) + 2)
+    width = min(widest, LOCK_WIDTH_MAX)
+    return Column("lock", width, left=True, show=lambda v: element_label(v, names))
+
+
 LOCK_COLUMNS = (
     Column("node", 4),
-    Column("lock", 9),
+    Column("lock", 9, left=True),
     Column("#", 7),
     Column("seq", 9),
     Column("round", 5),
@@ -103,8 +160,11 @@ LOCK_COLUMNS = (
 )
 
 
-def lock_table(parts: Sequence[tuple[int, tracer.LockGrantArrays]]) -> RowTable:
-    """Lock grants grouped per (node, lock), each lock's grants in grant order."""
+def lock_table(
+    parts: Sequence[tuple[int, tracer.LockGrantArrays]], names: Sequence[str] = ()
+) -> RowTable:
+    """Lock grants grouped per (node, lock), each lock's grants in grant order; the lock
+    column shows the DDS element each lock guards (``W[943]``, see :func:`element_label`)."""
     parts = [(n, g) for n, g in parts if len(g.seq)]
     if not parts:
         return empty_table(LOCK_COLUMNS)
@@ -118,7 +178,8 @@ def lock_table(parts: Sequence[tuple[int, tracer.LockGrantArrays]]) -> RowTable:
     index = np.concatenate([g.index for _, g in parts])[order]
     group = _group_ids(node, lock)
     pos = _positions(group)
-    return RowTable(LOCK_COLUMNS, (node, lock, pos, seq, rnd, thread, index), group=group)
+    columns = (LOCK_COLUMNS[0], _lock_column(lock, names), *LOCK_COLUMNS[2:])
+    return RowTable(columns, (node, lock, pos, seq, rnd, thread, index), group=group)
 
 
 MESSAGE_COLUMNS = (
@@ -197,6 +258,30 @@ def index_table(
     source = np.where(marked, "deviated", "plan")
     arrays = (nodes, threads, _positions(group), rounds, task, index, source)
     return RowTable(INDEX_COLUMNS, arrays, marked=marked, group=group)
+
+
+OUTCOME_COLUMNS = (
+    Column("node", 4),
+    Column("seq", 9),
+    Column("dds", 16, left=True),
+    Column("digest", 32, left=True),
+)
+
+
+def outcome_table(digests: Iterable[tracer.DigestRecorded]) -> RowTable:
+    """The DDS digests each node recorded after one invocation (the outcome replay and
+    dual tests compare), per node in sequence order; ``/`` searches the sequence number."""
+    rows = sorted(((d.node, d.seq, d.dds, d.digest) for d in digests), key=lambda r: r[:2])
+    if not rows:
+        return empty_table(OUTCOME_COLUMNS, search="seq")
+    node, seq, dds, digest = zip(*rows, strict=True)
+    arrays = (
+        np.array(node, np.int64),
+        np.array(seq, np.int64),
+        np.array(dds, dtype=str),
+        np.array(digest, dtype=str),
+    )
+    return RowTable(OUTCOME_COLUMNS, arrays, search="seq", group=arrays[0])
 
 
 #: Event kinds the other order tables (or no order table) already cover.
@@ -402,85 +487,26 @@ def first_difference(
     return NodeDiff(node, seen, None, None, None, list(recent))
 
 
-# ============================================================= divergence targets
-#: Detail keys that locate a divergence; the verdicts view highlights them.
-LOCATION_KEYS = frozenset(
-    {"iteration", "op", "operator", "invocation", "index", "loop_index", "element", "node"}
-    | {"dds", "event", "what", "round", "thread", "lock", "channel"}
-)
-#: Substrings of detail keys that name the two differing values.
-VALUE_HINTS = ("expected", "actual", "value", "serial", "parallel", "recorded", "replayed")
-
-
-def flatten(detail: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
-    """``detail`` as (dotted key, value) pairs, nested dicts expanded, in key order."""
-    out: list[tuple[str, Any]] = []
-    for key, value in detail.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict) and value:
-            out += flatten(value, name + ".")
-        else:
-            out.append((name, value))
-    return out
-
-
-def is_highlighted(key: str) -> bool:
-    """True for detail keys that say where a run diverged or what the two values were."""
-    leaf = key.rsplit(".", 1)[-1].lower()
-    return leaf in LOCATION_KEYS or any(h in leaf for h in VALUE_HINTS)
-
-
-@dataclass(frozen=True, slots=True)
-class Target:
-    """A place in the orders view: operator, invocation, node and loop index."""
-
-    op: str | None
-    invocation: int | None
-    node: int | None
-    index: int | None
-
-
-def _as_int(value: Any) -> int | None:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None
-
-
-def divergence_target(detail: dict[str, Any]) -> Target:
-    """The orders-view location a verdict's detail points at (any key may be missing)."""
-    flat: dict[str, Any] = {}
-    for key, value in flatten(detail):
-        flat.setdefault(key.rsplit(".", 1)[-1].lower(), value)
-    op = flat.get("op", flat.get("operator"))
-    return Target(
-        str(op) if op is not None else None,
-        _as_int(flat.get("invocation")),
-        _as_int(flat.get("node")),
-        _as_int(flat.get("index", flat.get("loop_index"))),
-    )
-
-
 __all__ = [
     "INDEX_COLUMNS",
     "LOCK_COLUMNS",
     "MESSAGE_COLUMNS",
+    "OUTCOME_COLUMNS",
     "Column",
     "Lane",
     "NodeDiff",
     "RowTable",
     "SYNC_COLUMNS",
-    "Target",
     "Timeline",
-    "divergence_target",
+    "ELEMENT_SLOT_BITS",
+    "element_label",
     "empty_table",
     "event_key",
     "first_difference",
-    "flatten",
     "index_table",
-    "is_highlighted",
     "lock_table",
     "message_table",
+    "outcome_table",
     "round_timeline",
     "sync_kinds",
     "sync_table",

@@ -160,6 +160,20 @@ class RunView:
         """Replay and dual-test verdicts, oldest first."""
         return self._once("verdicts", "the verdicts", lambda: self._run.verdicts(strict=False))
 
+    def dds_names(self) -> list[str]:
+        """The run's DDS names in creation order, which numbers element ids and so lock
+        ids (empty when the run recorded no digests)."""
+
+        def load() -> list[str]:
+            # every digest set lists all DDS alive then, in creation order; the longest
+            # set is the latest and so names every DDS a lock can refer to
+            sets: dict[tuple[int, str, int], list[str]] = {}
+            for d in self._run.digests():  # ordered by node, sequence
+                sets.setdefault((d.node, d.op, d.invocation), []).append(d.dds)
+            return max(sets.values(), key=len, default=[])
+
+        return self._once("dds", "the DDS names", load)
+
     def store_bytes(self) -> int:
         """Bytes this run takes in its store."""
         return self._once("bytes", "the store size", self._run.store_bytes)
@@ -196,7 +210,7 @@ class RunView:
 
         def load() -> _model.RowTable:
             parts = [(n, self._run.lock_grants(op, invocation, n)) for n in self._node_list(node)]
-            return _model.lock_table(parts)
+            return _model.lock_table(parts, self.dds_names())
 
         what = f"the lock grants of {op}#{invocation}"
         return self._bulk(("locks", op, invocation, node), what, load)
@@ -210,6 +224,20 @@ class RunView:
 
         what = f"the messages of {op}#{invocation}"
         return self._bulk(("msgs", op, invocation, node), what, load)
+
+    def outcome_table(self, op: str, invocation: int, node: int | None = None) -> _model.RowTable:
+        """The DDS digests recorded after one invocation, per node in sequence order."""
+
+        def load() -> _model.RowTable:
+            digests = self._run.digests(op)
+            return _model.outcome_table(
+                d
+                for d in digests
+                if d.invocation == invocation and (node is None or d.node == node)
+            )
+
+        what = f"the digests of {op}#{invocation}"
+        return self._bulk(("outcome", op, invocation, node), what, load)
 
     def has_plan(self, op: str) -> bool:
         """True when ``op`` recorded a plan (``async_for``; ``sync_for`` has none)."""

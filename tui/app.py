@@ -80,10 +80,22 @@ class BrowserApp(App[None]):
         node: int | None = None,
         tab: str = "locks",
         search: int | None = None,
+        highlight: tuple[tuple[str, object], ...] = (),
+        last: bool = False,
     ) -> None:
-        """Show recorded orders, optionally filtered and searched for a loop index."""
+        """Show recorded orders, optionally filtered, searched for a loop index, or landed
+        on the rows whose columns equal ``highlight`` (the last of them when ``last``)."""
         self.push_screen(
-            OrdersScreen(ref, op=op, invocation=invocation, node=node, tab=tab, search=search)
+            OrdersScreen(
+                ref,
+                op=op,
+                invocation=invocation,
+                node=node,
+                tab=tab,
+                search=search,
+                highlight=highlight,
+                last=last,
+            )
         )
 
     def open_verdicts(self, ref: RunRef) -> None:

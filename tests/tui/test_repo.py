@@ -11,16 +11,16 @@ import pytest
 
 import tracer
 from tui._model import (
-    divergence_target,
+    ELEMENT_SLOT_BITS,
+    element_label,
     first_difference,
-    flatten,
     index_table,
-    is_highlighted,
     lock_table,
     message_table,
     timeline_layout,
 )
 from tui._repo import BrowseError, Repository, RunRef, expand_paths
+from tui._verdict import divergence_target, explain, flatten, is_highlighted, trace_argument
 
 
 def test_expand_paths_lists_trace_files_of_a_directory(synth_dir: Path) -> None:
@@ -80,6 +80,37 @@ def test_lock_table_groups_grants_per_lock_in_grant_order(synth_dir: Path) -> No
         assert list(seq[rows]) == sorted(seq[rows])
         assert set(table.column("index")[rows] % 3) == {k}
     assert len(view.lock_table("sgd", 0, node=1)) == 0
+
+
+def test_lock_rows_name_the_dds_element_they_guard(synth_dir: Path) -> None:
+    view = Repository([synth_dir]).run(RunRef(str(synth_dir / "a.sqlite"), "run-a"))
+    assert view.dds_names() == ["W"]  # from the digests, in creation order
+    table = view.lock_table("sgd", 0)
+    labels = {table.cells(i)[1] for i in range(len(table))}
+    assert labels == {"W[0]", "W[1]", "W[2]"}
+    (col,) = [c for c in table.columns if c.name == "lock"]
+    assert col.width == 4  # as wide as the longest label, not a fixed cut
+
+
+def test_element_labels_decode_the_engine_element_ids() -> None:
+    from engine._dds import SLOT_BITS  # the trace format the browser decodes
+
+    assert ELEMENT_SLOT_BITS == SLOT_BITS
+    assert element_label((1 << SLOT_BITS) | 943, ["H", "W"]) == "W[943]"
+    assert element_label(7, ["H", "W"]) == "H[7]"
+    assert element_label((5 << SLOT_BITS) | 2, ["H"]) == "#5[2]"  # a DDS the digests do not name
+    big = (1 << SLOT_BITS) | 943
+    grants = tracer.LockGrantArrays(
+        seq=np.array([4, 5, 6], np.int64),
+        round=np.zeros(3, np.int64),
+        lock=np.array([big, 3, big], np.int64),
+        thread=np.array([0, 1, 1], np.int64),
+        index=np.array([943, 3, 944], np.int64),
+    )
+    table = lock_table([(0, grants)], ["H", "W"])
+    assert [table.cells(i)[1] for i in range(3)] == ["H[3]", "W[943]", "W[943]"]
+    assert table.columns[1].width == len("W[943]")
+    assert list(table.column("#")) == [0, 0, 1]  # grant order per lock, not per label
 
 
 def test_message_table_keeps_arrival_order_per_channel(synth_dir: Path) -> None:
@@ -171,6 +202,97 @@ def test_divergence_target_and_highlighting() -> None:
     assert is_highlighted("divergence.expected") and is_highlighted("element")
     assert is_highlighted("serial_value") and not is_highlighted("note")
     assert divergence_target({}).op is None
+
+
+#: The detail shapes the three verdict writers store (see tui/_verdict.py).
+REPLAY_DIGEST = {
+    "first_difference": {
+        "node": 0,
+        "op": "sgd",
+        "invocation": 1,
+        "event": "digest of W",
+        "what": "outcome",
+        "expected": "01" * 16,
+        "actual": "ff" * 16,
+    },
+    "complete": True,
+    "checked": {"digests": 3, "objectives": 1},
+    "wall_s": 0.5,
+}
+REPLAY_LOCK = {
+    "first_difference": {
+        "node": 0,
+        "op": "sgd",
+        "invocation": 0,
+        "event": "round 1",
+        "what": "lock",
+        "expected": "grant orders consistent with the plan",
+        "actual": "a cycle",
+    }
+}
+DUAL_DIGEST = {
+    "passed": False,
+    "divergence": {
+        "op": "sgd",
+        "invocation": 2,
+        "dds": "W",
+        "what": "digest",
+        "serial": "aa",
+        "parallel": "bb",
+        "iteration": 2,
+        "element": 943,
+        "index": 17,
+    },
+}
+
+
+def test_divergence_targets_of_each_writer() -> None:
+    t = divergence_target(REPLAY_DIGEST)
+    assert (t.op, t.invocation, t.node, t.index) == ("sgd", 1, 0, None)
+    assert (t.tab, t.where) == ("outcome", (("dds", "W"),))
+    t = divergence_target(REPLAY_LOCK)
+    assert (t.tab, t.where, t.node) == ("locks", (("round", 1),), 0)
+    msg = {"first_difference": REPLAY_LOCK["first_difference"] | {"what": "message"}}
+    msg["first_difference"]["event"] = "message 2 on 'rows'"
+    t = divergence_target(msg)
+    assert (t.tab, t.where, t.last) == ("messages", (("channel", "rows"),), True)
+    tasks = {"first_difference": REPLAY_LOCK["first_difference"] | {"what": "task set"}}
+    assert divergence_target(tasks).tab == "index"
+    assert divergence_target(tasks).where == (("round", 1),)
+    t = divergence_target(DUAL_DIGEST)
+    assert (t.tab, t.index, t.node) == ("index", 17, None)
+    objective = {"divergence": {"what": "objective", "objective": "rmse", "iteration": 3}}
+    assert divergence_target(objective).op is None
+    no_node = {"first_difference": REPLAY_DIGEST["first_difference"] | {"node": -1}}
+    assert divergence_target(no_node).node is None
+    assert divergence_target({"first_difference": None, "complete": True}).op is None
+
+
+def test_explain_says_what_where_both_values_and_the_command_that_stops_there() -> None:
+    why = explain(REPLAY_DIGEST, "traces/a b.sqlite")
+    assert why is not None
+    assert why.what == "outcome: digest of W differs"
+    assert why.where == "sgd invocation 1, node 0"
+    assert (why.expected_label, why.expected) == ("the trace expected", "01" * 16)
+    assert (why.got_label, why.got) == ("the program did", "ff" * 16)
+    # a replay stops at the divergence itself, so the command stops after the one before
+    assert why.command == "replay single 'traces/a b.sqlite' --until sgd:0"
+    assert "complete" not in why.shown
+    why = explain(DUAL_DIGEST, "t.sqlite", "run-7")
+    assert why is not None
+    assert why.where == "sgd invocation 2, loop index 17, element W[943]"
+    assert (why.expected_label, why.got_label) == ("serial run gave", "parallel run gave")
+    assert why.command == "replay single t.sqlite --run run-7 --break sgd:2:17"
+    lock = explain(REPLAY_LOCK, "t.sqlite")
+    assert lock is not None and lock.what == "lock: round 1" and lock.command is None
+    with_node = {"divergence": DUAL_DIGEST["divergence"] | {"node": 1}}
+    assert explain(with_node, "t.sqlite").command.endswith("--break sgd:2:17@1")  # type: ignore[union-attr]
+    assert explain({"identical": True}, "t.sqlite") is None
+    url = "postgresql+psycopg://me:secret@db.example/traces"
+    assert trace_argument(url) == "postgresql+psycopg://me:***@db.example/traces"
+    assert trace_argument(str(Path.cwd() / "traces" / "a.sqlite")) == "traces/a.sqlite"
+    assert trace_argument("/elsewhere/a.sqlite") == "/elsewhere/a.sqlite"
+    assert explain({"passed": True, "divergence": None}, "t.sqlite") is None
 
 
 def test_a_bad_verdict_row_is_shown_as_such_not_the_whole_trace(

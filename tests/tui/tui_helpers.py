@@ -90,9 +90,9 @@ def record_sync(path: Path, *, nodes: int = 2, threads: int = 2) -> str:
 
 
 # ============================================================= synthetic traces
-def _clock() -> Callable[[], float]:
+def _clock(start: float = EPOCH) -> Callable[[], float]:
     ticks = itertools.count()
-    return lambda: EPOCH + 0.25 * next(ticks)
+    return lambda: start + 0.25 * next(ticks)
 
 
 def synthetic_plan(n: int, nodes: int, threads: int, rounds: int, locked_node: int | None) -> Plan:
@@ -128,6 +128,7 @@ def write_synthetic(
     message_order: tuple[int, ...] = (0, 1),
     deviate: bool = True,
     app: str = "synth",
+    start: float = EPOCH,
 ) -> None:
     """Write a deterministic trace with the recorder alone (no engine, fixed clock).
 
@@ -136,7 +137,7 @@ def write_synthetic(
     ``message_order`` of their source sequence numbers, and node 1 thread 1
     runs its first round of invocation 1 backwards when ``deviate``.
     """
-    with mock.patch("time.time", _clock()):
+    with mock.patch("time.time", _clock(start)):
         meta = {
             "app": app,
             "target": f"tests:{app}",

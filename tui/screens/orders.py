@@ -22,6 +22,7 @@ TABS = {
     "messages": ("2 Messages", "event number", "no messages received"),
     "index": ("3 Index order", "loop index", "no loop indices"),
     "sync": ("4 Sync", "clock", "no sync_for aggregation, visibility or mutex orders"),
+    "outcome": ("5 Outcome", "event number", "no digests recorded for this invocation"),
 }
 
 
@@ -34,6 +35,7 @@ class OrdersScreen(BrowserScreen):
         Binding("2", "tab('messages')", "Messages", show=False),
         Binding("3", "tab('index')", "Index order", show=False),
         Binding("4", "tab('sync')", "Sync orders", show=False),
+        Binding("5", "tab('outcome')", "Outcome digests", show=False),
         Binding("slash", "search", "Find index", key_display="/"),
         Binding("n", "match(1)", "Next match"),
         Binding("N", "match(-1)", "Previous match", key_display="N", show=False),
@@ -61,6 +63,8 @@ class OrdersScreen(BrowserScreen):
         node: int | None = None,
         tab: str = "locks",
         search: int | None = None,
+        highlight: tuple[tuple[str, object], ...] = (),
+        last: bool = False,
     ) -> None:
         super().__init__()
         #: the value searched for, per meaning of the search ("loop index", "event number")
@@ -72,6 +76,11 @@ class OrdersScreen(BrowserScreen):
         self.tab = tab if tab in TABS else "locks"
         self.view: RunView | None = None
         self.loaded: dict[str, tuple[object, ...]] = {}
+        #: rows to land on and highlight (column, value pairs; the last such row when
+        #: ``last``), on the tab and filters the view opened with only
+        self.highlight = highlight
+        self.highlight_last = last
+        self.highlight_key: tuple[object, ...] | None = None
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -99,6 +108,8 @@ class OrdersScreen(BrowserScreen):
             if self.op is not None:
                 self.notify(f"operator {self.op!r} is not in this run", severity="warning")
             self.op = ops[0] if ops else None
+        if self.highlight:
+            self.highlight_key = self._key(self.tab)
         self.refresh_tab()
 
     # ------------------------------------------------------------ loading
@@ -120,7 +131,7 @@ class OrdersScreen(BrowserScreen):
         if self.loaded.get(self.tab) == key:
             return
         self.loaded[self.tab] = key
-        table.show(None, "loading…")
+        table.wait("loading…")
         self._load(self.tab, self.op, self.invocation, self.node)
 
     def _load(self, tab: str, op: str, invocation: int, node: int | None) -> None:
@@ -141,6 +152,7 @@ class OrdersScreen(BrowserScreen):
             "messages": self.view.message_table,
             "index": self.view.index_table,
             "sync": self.view.sync_table,
+            "outcome": self.view.outcome_table,
         }[tab]
         try:
             table = load(op, invocation, node)
@@ -153,9 +165,9 @@ class OrdersScreen(BrowserScreen):
         tab = str(key[0])
         if self.loaded.get(tab) != key:
             return  # the filters moved on while this was loading
-        self._table(tab).show(table, TABS[tab][2])
+        typed = self._table(tab).show(table, TABS[tab][2])
         if tab == self.tab:
-            self._apply_search(first=True)
+            self._apply_search(first=not typed)  # keys typed while loading win
 
     def _failed(self, message: str, key: tuple[object, ...] | None = None) -> None:
         if key is not None:
@@ -187,13 +199,16 @@ class OrdersScreen(BrowserScreen):
             text.append(f"{fmt.count(table.row_count)} row(s)")
             if table.row_count:
                 text.append(f", row {fmt.count(table.cursor + 1)}", style="dim")
+        n = len(table.matches)
         if self.search is not None:
             what = TABS[self.tab][1]
-            n = len(table.matches)
             text.append(f"  {what} {self.search}: ", style="dim")
             text.append(f"{n} match(es)" if n else "not found", style="bold yellow")
-            if n:
-                text.append("  n/N: next/prev", style="dim")
+        elif self._highlighting():
+            text.append("  divergence: ", style="dim")
+            text.append(f"{n} row(s)" if n else "no recorded row", style="bold yellow")
+        if n:
+            text.append("  n/N: next/prev", style="dim")
         self.query_one("#status", Static).update(text)
 
     @on(ArrayTable.CursorMoved)
@@ -214,16 +229,25 @@ class OrdersScreen(BrowserScreen):
         """What the active tab searches for (None: nothing)."""
         return self.searches.get(TABS[self.tab][1])
 
+    def _highlighting(self) -> bool:
+        """True while the view shows the tab and filters it was opened on to highlight."""
+        return bool(self.highlight) and self.highlight_key == self._key(self.tab)
+
     def _apply_search(self, *, first: bool) -> None:
         table = self._table()
-        if self.search is None or table.table is None:
+        if table.table is None or (self.search is None and not self._highlighting()):
             table.set_matches(table.matches[:0])
             self._status()
             return
-        matches = table.table.find(self.search)
+        last = False
+        if self.search is not None:
+            matches = table.table.find(self.search)
+        else:
+            matches = table.table.find_where(self.highlight)
+            last = self.highlight_last
         table.set_matches(matches)
         if len(matches) and first:
-            table.go_to(int(matches[0]))
+            table.go_to(int(matches[-1 if last else 0]))
         self._status()
 
     def action_search(self) -> None:

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
+from textual.events import Resize
 from textual.widgets import DataTable, Footer, Header, Static
 
 from .. import _format as fmt
 from .._repo import RunRow, TraceEntry
+from ..widgets import ListTable
 from ._base import BrowserScreen
 
 #: Colour of each run status.
@@ -23,8 +26,36 @@ STATUS_STYLE = {
 }
 
 
+#: Columns after the file and their widths; the file column takes the width left over.
+#: At 80 columns the file column gets 9 cells; every cell it gets beyond that is width
+#: the terminal has to spare.
+COLUMNS = (("app", 7), ("started", 14), ("r×t", 4), ("status", 11), ("time", 5), ("verdicts", 11))
+#: The narrowest file column (the full path is in the detail line below the table).
+FILE_MIN = 8
+#: Cells each column takes beyond its width (DataTable's padding of one on each side),
+#: plus a scroll bar's width kept free.
+PAD, SCROLLBAR = 2, 2
+
+
 def _started(t: float) -> str:
     return time.strftime("%m-%d %H:%M:%S", time.localtime(t))
+
+
+def _file_cell(path: str, width: int) -> str:
+    """The file's name; without its suffix when too wide, then cut from the left (the
+    directory and whole name are in the detail line)."""
+    name = Path(path).name
+    stem = Path(path).stem
+    if len(name) <= width:
+        return name
+    return stem if len(stem) <= width else "…" + stem[-(width - 1) :]
+
+
+def _newest_first(row: RunRow | TraceEntry) -> tuple[int, float, str, str]:
+    """Runs by start time, newest first (ties by file and run id); unreadable files last."""
+    if isinstance(row, TraceEntry):
+        return (1, 0.0, row.path, "")
+    return (0, -(row.info.started_at or 0.0), row.ref.path, row.ref.run_id)
 
 
 class RunsScreen(BrowserScreen):
@@ -43,43 +74,56 @@ class RunsScreen(BrowserScreen):
         super().__init__()
         self.rows: list[RunRow | TraceEntry] = []
         self.marked: list[int] = []
+        self.file_width = 0
 
     def compose(self) -> ComposeResult:
         yield Header()
         yield Static(id="runs-summary")
-        yield DataTable(id="runs", cursor_type="row", zebra_stripes=True)
+        yield ListTable(id="runs", cursor_type="row", zebra_stripes=True)
         yield Static(id="runs-detail")
         yield Footer()
 
     def on_mount(self) -> None:
         self.title = "Runs"
-        table = self.query_one("#runs", DataTable)
-        for label, width in (
-            (" ", 1),
-            ("app", 10),
-            ("started", 14),
-            ("r×t", 5),
-            ("status", 10),
-            ("time", 6),
-            ("verdicts", 14),
-        ):
-            table.add_column(label, width=width, key=label)
         self.fill()
-        table.focus()
+        self.query_one("#runs", DataTable).focus()
+
+    def on_resize(self, event: Resize) -> None:
+        if self._file_width(event.size.width) != self.file_width:
+            self.fill(reread=False)
 
     # ------------------------------------------------------------ content
-    def fill(self) -> None:
-        """(Re)build the table from the repository."""
+    @staticmethod
+    def _file_width(screen_width: int) -> int:
+        fixed = 1 + PAD + sum(w + PAD for _, w in COLUMNS) + PAD + SCROLLBAR
+        return max(FILE_MIN, screen_width - fixed)
+
+    def _columns(self, table: DataTable) -> None:
+        self.file_width = self._file_width(self.size.width or self.app.size.width)
+        table.clear(columns=True)
+        table.add_column(" ", width=1, key=" ")
+        table.add_column("file", width=self.file_width, key="file")
+        for label, width in COLUMNS:
+            table.add_column(label, width=width, key=label)
+
+    def fill(self, *, reread: bool = True) -> None:
+        """(Re)build the table from the repository (``reread=False``: only re-lay it out
+        for a new width, keeping the cursor)."""
         table = self.query_one("#runs", DataTable)
-        table.clear()
+        cursor = table.cursor_row
+        self._columns(table)
         entries = self.repo.entries()
-        self.rows = []
-        for entry in entries:
-            self.rows += list(entry.runs)
-            if entry.error is not None:
-                self.rows.append(entry)
+        if reread:
+            self.rows = []
+            for entry in entries:
+                self.rows += list(entry.runs)
+                if entry.error is not None:
+                    self.rows.append(entry)
+            self.rows.sort(key=_newest_first)
         for k, row in enumerate(self.rows):
             table.add_row(*self._cells(k, row), key=str(k))
+        if not reread and self.rows:
+            table.move_cursor(row=min(cursor, len(self.rows) - 1))
         runs = sum(len(e.runs) for e in entries)
         bad = sum(1 for e in entries if e.error is not None)
         summary = f"{len(entries)} trace file(s), {runs} run(s)"
@@ -94,12 +138,13 @@ class RunsScreen(BrowserScreen):
     def _cells(self, k: int, row: RunRow | TraceEntry) -> list[str | Text]:
         mark = "●" if k in self.marked else " "
         if isinstance(row, TraceEntry):
-            name = row.path.rsplit("/", 1)[-1]
-            return [mark, name, "-", "-", Text("unreadable", style="bold red"), "-", ""]
+            name = _file_cell(row.path, self.file_width)
+            return [mark, name, "?", "-", "-", Text("unreadable", style="bold red"), "-", ""]
         info = row.info
         status = Text(info.status, style=STATUS_STYLE.get(info.status, ""))
         return [
             mark,
+            _file_cell(row.ref.path, self.file_width),
             info.app or "?",
             _started(info.started_at),
             f"{info.ranks}×{info.threads}",
@@ -122,7 +167,8 @@ class RunsScreen(BrowserScreen):
                 out.append(f"unreadable: {row.error}", style="red")
             else:
                 info = row.info
-                out.append(f"{fmt.short_path(row.ref.path, 40)}  run {info.run_id}\n", style="bold")
+                path = fmt.short_path(row.ref.path, max(20, self.size.width - 45))
+                out.append(f"{path}  run {info.run_id}\n", style="bold")
                 out.append(f"{info.target or info.app}  seed {info.seed}  ")
                 out.append(f"started {fmt.when(info.started_at)}")
                 if info.error:

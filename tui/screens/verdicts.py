@@ -11,8 +11,9 @@ from textual.containers import VerticalScroll
 from textual.widgets import DataTable, Footer, Header, Static
 
 from .. import _format as fmt
-from .._model import divergence_target, flatten, is_highlighted
 from .._repo import BrowseError, RunRef
+from .._verdict import divergence_of, divergence_target, explain, flatten, is_highlighted
+from ..widgets import ListTable
 from ._base import BrowserScreen
 
 
@@ -33,7 +34,7 @@ class VerdictsScreen(BrowserScreen):
     def compose(self) -> ComposeResult:
         yield Header()
         yield Static(id="verdict-summary")
-        yield DataTable(id="verdicts", cursor_type="row")
+        yield ListTable(id="verdicts", cursor_type="row")
         with VerticalScroll(id="verdict-box"):
             yield Static(id="verdict-detail")
         yield Footer()
@@ -93,17 +94,46 @@ class VerdictsScreen(BrowserScreen):
             return
         head = Text(f"{v.kind} verdict #{v.id}: ")
         head.append("passed" if v.passed else "FAILED", style="green" if v.passed else "bold red")
-        grid = Table.grid(padding=(0, 2))
-        grid.add_column(no_wrap=True)
-        grid.add_column()
-        for key, value in flatten(v.detail):
-            hot = is_highlighted(key)
-            style = "bold yellow" if hot and not v.passed else "bold" if hot else "dim"
-            grid.add_row(Text(key, style=style), Text(fmt.scalar(value, 200), style=style))
-        parts: list[Text | Table] = [head, grid]
+        parts: list[Text | Table] = [head]
+        why = explain(v.detail, self.ref.path, self.ref.run_id if self._shared_file() else None)
+        shown: set[str] = set()
+        if why is not None:
+            main = Table.grid(padding=(0, 2))
+            main.add_column(no_wrap=True, style="bold")
+            main.add_column()
+            main.add_row("what", Text(why.what, style="bold yellow"))
+            main.add_row("where", Text(why.where, style="bold yellow"))
+            main.add_row("expected", self._value(why.expected_label, why.expected))
+            main.add_row("got", self._value(why.got_label, why.got))
+            if why.command is not None:
+                main.add_row("stop there", Text(why.command, style="bold cyan"))
+            parts.append(main)
+            # the keys of the divergence the lines above said; everything else follows
+            sub = next((k for k in ("first_difference", "divergence") if k in v.detail), "")
+            shown = {f"{sub}.{k}" if sub else k for k in why.shown}
+        rest = [(k, val) for k, val in flatten(v.detail) if k not in shown]
+        if rest:
+            grid = Table.grid(padding=(0, 2))
+            grid.add_column(no_wrap=True)
+            grid.add_column()
+            for key, value in rest:
+                hot = is_highlighted(key) and why is None
+                style = "bold yellow" if hot and not v.passed else "bold" if hot else "dim"
+                grid.add_row(Text(key, style=style), Text(fmt.scalar(value, 200), style=style))
+            parts += [Text("details", style="dim underline"), grid]
         if not v.passed and divergence_target(v.detail).op is not None:
             parts.append(Text("g: show this place in the orders view", style="italic dim"))
         box.update(Group(*parts))
+
+    @staticmethod
+    def _value(label: str, value: object) -> Text:
+        text = Text(fmt.scalar(value, 200), style="bold")
+        text.append(f"  ({label})", style="dim")
+        return text
+
+    def _shared_file(self) -> bool:
+        """True when the trace file holds more than this run (commands then name it)."""
+        return any(e.path == self.ref.path and len(e.runs) > 1 for e in self.repo.entries())
 
     def on_data_table_row_highlighted(self, _: DataTable.RowHighlighted) -> None:
         self._detail()
@@ -115,15 +145,18 @@ class VerdictsScreen(BrowserScreen):
             return
         t = divergence_target(v.detail)
         if t.op is None:
-            self.notify("this verdict names no operator to go to", severity="warning")
+            what = "names no divergence" if divergence_of(v.detail) is None else "names no operator"
+            self.notify(f"this verdict {what} to go to", severity="warning")
             return
         self.browser.open_orders(
             self.ref,
             op=t.op,
             invocation=t.invocation,
             node=t.node,
-            tab="index",
+            tab=t.tab,
             search=t.index,
+            highlight=t.where,
+            last=t.last,
         )
 
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from .plot import BraillePlot as BraillePlot
+from .rows import ListTable as ListTable
 from .table import ArrayTable as ArrayTable
 from .timeline import TimelineView as TimelineView
 
-__all__ = ["ArrayTable", "BraillePlot", "TimelineView"]
+__all__ = ["ArrayTable", "BraillePlot", "ListTable", "TimelineView"]

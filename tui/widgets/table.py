@@ -67,10 +67,20 @@ class ArrayTable(ScrollView, can_focus=True):
         self.table: RowTable | None = None
         self.note = "loading…"
         self.matches = np.empty(0, np.int64)
+        #: cursor moves typed while loading (None: not loading), replayed when rows arrive
+        self.pending: list[tuple[str, int]] | None = None
 
     # ------------------------------------------------------------ data
-    def show(self, table: RowTable | None, note: str = "") -> None:
-        """Display ``table`` (None: only ``note``), cursor on the first row."""
+    def wait(self, note: str = "loading…") -> None:
+        """Show ``note`` until :meth:`show` brings rows; cursor keys typed meanwhile are
+        kept and applied to those rows."""
+        self.show(None, note)
+        self.pending = []
+
+    def show(self, table: RowTable | None, note: str = "") -> bool:
+        """Display ``table`` (None: only ``note``), cursor on the first row, then apply the
+        cursor keys typed while it loaded; True when there were any."""
+        pending, self.pending = self.pending, None
         self.table = table
         self.note = note
         self.matches = np.empty(0, np.int64)
@@ -78,7 +88,10 @@ class ArrayTable(ScrollView, can_focus=True):
         self.virtual_size = Size(self._row_width(), rows + 1)
         self.scroll_to(y=0, animate=False, immediate=True)
         self.cursor = 0
+        for action, arg in pending or ():
+            getattr(self, f"action_{action}")(arg)
         self.refresh()
+        return bool(pending)
 
     def set_matches(self, rows: np.ndarray) -> None:
         """Mark ``rows`` (sorted row numbers) as search matches."""
@@ -110,14 +123,24 @@ class ArrayTable(ScrollView, can_focus=True):
         """Put the cursor on ``row`` (clamped) and scroll it into view."""
         self.cursor = max(0, min(row, self.row_count - 1))
 
+    def _held(self, action: str, arg: int) -> bool:
+        """Keep a cursor move typed while loading; True when kept."""
+        if self.pending is None:
+            return False
+        self.pending.append((action, arg))
+        return True
+
     def action_move(self, delta: int) -> None:
-        self.go_to(self.cursor + delta)
+        if not self._held("move", delta):
+            self.go_to(self.cursor + delta)
 
     def action_page(self, pages: int) -> None:
-        self.go_to(self.cursor + pages * max(1, self.size.height - 2))
+        if not self._held("page", pages):
+            self.go_to(self.cursor + pages * max(1, self.size.height - 2))
 
     def action_jump(self, row: int) -> None:
-        self.go_to(row if row >= 0 else self.row_count - 1)
+        if not self._held("jump", row):
+            self.go_to(row if row >= 0 else self.row_count - 1)
 
     # ------------------------------------------------------------ drawing
     def _row_width(self) -> int:
