@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from ._elements import dds_names, element_name
 from ._events import ObjectiveLogged
 from ._read import Trace
 from ._run import InvocationInfo, RunTrace
@@ -50,27 +51,7 @@ MAX_TASK_SLICES = 200
 #: *enclosing* its timestamp, so a slice must have an inside (rounds can measure 0 s).
 MIN_ROUND_US = 1.0
 
-#: Bits of the slot in a lock id: a lock is an element id ``dds << SLOT_BITS | slot``,
-#: where ``dds`` counts the run's DDS in creation order (the order of each invocation's
-#: digests).  This is the trace format; the engine builds ids the same way.
-SLOT_BITS = 40
-
 _ORDER = "by order"  # the args value of events whose position is order, not time
-
-
-def element_name(lock: int, names: list[str]) -> str:
-    """``W[943]``: the DDS element a lock id names (``dds<k>`` if the DDS is unnamed)."""
-    dds, slot = lock >> SLOT_BITS, lock & ((1 << SLOT_BITS) - 1)
-    return f"{names[dds] if 0 <= dds < len(names) else f'dds{dds}'}[{slot}]"
-
-
-def dds_names(run: RunTrace) -> list[str]:
-    """DDS names by id: the longest per-invocation digest list, in sequence order."""
-    lists: dict[tuple[int, str, int], list[tuple[int, str]]] = defaultdict(list)
-    for d in run.digests():
-        lists[(d.node, d.op, d.invocation)].append((d.seq, d.dds))
-    best = max(lists.values(), key=len, default=[])
-    return [name for _, name in sorted(best)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -533,4 +514,4 @@ def export_chrome(trace: Trace | RunTrace, run_id: str | None, path: str | os.Pa
     return len(doc["traceEvents"])
 
 
-__all__ = ["NODE_TID", "SLOT_BITS", "chrome_events", "dds_names", "element_name", "export_chrome"]
+__all__ = ["NODE_TID", "chrome_events", "export_chrome"]

@@ -111,28 +111,14 @@ def _group_ids(*keys: np.ndarray) -> np.ndarray:
 
 
 # ============================================================= element ids
-#: Bits of the slot in an element id: the engine numbers element ``slot`` of the
-#: ``k``-th DDS a run created as ``k << 40 | slot``, and per-element locks are named by
-#: that id.  This is part of the trace format (engine's ``SLOT_BITS``; a test checks
-#: they agree), copied here so the browser does not import the engine's internals.
-ELEMENT_SLOT_BITS = 40
 #: Widest lock column; longer labels are cut with ``…``.
 LOCK_WIDTH_MAX = 24
 
 
-def element_label(element_id: int, names: Sequence[str]) -> str:
-    """``W[943]`` for an element id, given the run's DDS names in creation order.
-
-    The number in brackets is the element's slot: the index of a ``dvector``, the
-    insertion position of a ``dmap`` key.  A DDS the names do not cover shows as
-    ``#k[slot]``; a negative id (no element) as the bare number.
-    """
-    element_id = int(element_id)
-    if element_id < 0:
-        return str(element_id)
-    k, slot = element_id >> ELEMENT_SLOT_BITS, element_id & ((1 << ELEMENT_SLOT_BITS) - 1)
-    name = names[k] if k < len(names) else f"#{k}"
-    return f"{name}[{slot}]"
+#: Bits of the slot in an element id, and ``W[943]`` for an element id: the trace
+#: format's rule, kept in tracer.
+ELEMENT_SLOT_BITS = tracer.ELEMENT_SLOT_BITS
+element_label = tracer.element_name
 
 
 def _lock_column(locks: np.ndarray, names: Sequence[str]) -> Column:

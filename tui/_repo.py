@@ -164,15 +164,7 @@ class RunView:
         """The run's DDS names in creation order, which numbers element ids and so lock
         ids (empty when the run recorded no digests)."""
 
-        def load() -> list[str]:
-            # every digest set lists all DDS alive then, in creation order; the longest
-            # set is the latest and so names every DDS a lock can refer to
-            sets: dict[tuple[int, str, int], list[str]] = {}
-            for d in self._run.digests():  # ordered by node, sequence
-                sets.setdefault((d.node, d.op, d.invocation), []).append(d.dds)
-            return max(sets.values(), key=len, default=[])
-
-        return self._once("dds", "the DDS names", load)
+        return self._once("dds", "the DDS names", lambda: tracer.dds_names(self._run))
 
     def store_bytes(self) -> int:
         """Bytes this run takes in its store."""
