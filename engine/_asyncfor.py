@@ -81,7 +81,7 @@ def _round_writes(sess: Session, plan: Plan) -> tuple[list[list[RoundWrites]], l
     return out, [sess.dds[d] for d in sorted(written)]
 
 
-def _recon(sess: Session, name: str, inv: int, body: Callable, start: int, stop: int):
+def _recon(sess: Session, name: str, inv: int, body: Callable, start: int, stop: int) -> AccessSets:
     cl = sess.cluster
     n = stop - start
     body = closure_guard(body, name, inv)  # every body runs once here: catch mutation through calls
@@ -109,7 +109,9 @@ def _plan(sess: Session, name: str, sets: AccessSets) -> Plan:
     return make_plan(sets, cl.size, cl.threads, seed=sess.seed, strategy=strategy)
 
 
-def _state(sess: Session, name: str, start: int, stop: int, code: Any, sets: Any, plan: Plan):
+def _state(
+    sess: Session, name: str, start: int, stop: int, code: Any, sets: Any, plan: Plan
+) -> OpState:
     rw, written = _round_writes(sess, plan)
     return OpState(name, start, stop, code, sets, plan, rw, written)
 
@@ -295,6 +297,7 @@ def _attempt(
         for d in sess.dds:
             d._touch()
         return round_s, None
+    assert st.sets is not None  # only a replicated plan comes without sets
     if st.guard_plan is None:
         st.guard_plan = GuardPlan(sess, st.plan, st.sets)
     gp = st.guard_plan
@@ -482,6 +485,7 @@ def _lock_ids(st: OpState, indices: np.ndarray) -> tuple[list[np.ndarray], np.nd
     """Per body: the sorted element ids to lock (its writes, and its reads that someone
     in the group writes); and the union of ids written by the group."""
     sets = st.sets
+    assert sets is not None  # lock-split tasks exist only in plans made from sets
     pos = np.asarray(indices, dtype=np.int64) - st.start
     w_rows, w_ids = _gather_rows(sets.w_indptr, sets.w_ids, pos)
     r_rows, r_ids = _gather_rows(sets.r_indptr, sets.r_ids, pos)
@@ -524,6 +528,7 @@ def _run_threads(
             )
         lock_of = planned_locks = cached[0]
         if "wrong_lock_order" in _mutants.ACTIVE:
+            assert st.sets is not None
             lock_of = _mutants.write_locks_only(st.sets, st.start, lock_of)
         locks = {g: threading.Lock() for g in cached[1]}
         orders = sess.controller.lock_orders(st.name, inv, node, r)

@@ -208,7 +208,7 @@ def _round_writes(plan: Plan, sets: AccessSets) -> list[list[np.ndarray]]:
 
 
 # ============================================================= strategies
-def _plan_components(sets: AccessSets, nodes: int, threads: int) -> tuple[float, Plan | None]:
+def _plan_components(sets: AccessSets, nodes: int, threads: int) -> tuple[float, Plan]:
     n = sets.n
     best: tuple[float, int] | None = None
     batch = n
