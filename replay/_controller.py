@@ -200,7 +200,7 @@ class TraceController(engine.Controller):
 
     def lock_orders(
         self, op: str, invocation: int, node: int, round: int
-    ) -> dict[int, list[tuple[int, int]]] | None:
+    ) -> dict[int, list[tuple[int, int]]]:
         self.current = (op, invocation)
         g = self._grant_arrays(op, invocation, node)
         sel = g.round == round
