@@ -81,7 +81,9 @@ def _round_writes(sess: Session, plan: Plan) -> tuple[list[list[RoundWrites]], l
     return out, [sess.dds[d] for d in sorted(written)]
 
 
-def _recon(sess: Session, name: str, inv: int, body: Callable, start: int, stop: int) -> AccessSets:
+def _recon(
+    sess: Session, name: str, inv: int, body: Callable[[int], Any], start: int, stop: int
+) -> AccessSets:
     cl = sess.cluster
     n = stop - start
     body = closure_guard(body, name, inv)  # every body runs once here: catch mutation through calls
@@ -117,7 +119,7 @@ def _state(
 
 
 def _new_state(
-    sess: Session, name: str, inv: int, body: Callable, start: int, stop: int, code: Any
+    sess: Session, name: str, inv: int, body: Callable[[int], Any], start: int, stop: int, code: Any
 ) -> OpState:
     """Reconnaissance and planning for invocation ``inv`` (on the current DDS state)."""
     t0 = time.perf_counter()
@@ -288,7 +290,7 @@ def _note(sess: Session, v: Violation, what: str) -> None:
 
 
 def _attempt(
-    sess: Session, st: OpState, body: Callable, inv: int, checked: bool, policy: str
+    sess: Session, st: OpState, body: Callable[[int], Any], inv: int, checked: bool, policy: str
 ) -> tuple[list[float], Violation | None]:
     """Execute one invocation under the guard.  On a violation, undo everything it
     changed (replicas, message counters, recorder calls) and return the violation."""
@@ -329,7 +331,7 @@ def _attempt(
 
 
 def _execute(
-    sess: Session, st: OpState, body: Callable, inv: int, checked: bool, guard: Guard
+    sess: Session, st: OpState, body: Callable[[int], Any], inv: int, checked: bool, guard: Guard
 ) -> list[float]:
     """Run every round of the plan; return the wall time of each round on this process.
 
@@ -392,7 +394,9 @@ def _execute(
     return round_s
 
 
-def _execute_replicated(sess: Session, st: OpState, body: Callable, inv: int) -> list[float]:
+def _execute_replicated(
+    sess: Session, st: OpState, body: Callable[[int], Any], inv: int
+) -> list[float]:
     """Every local node runs the plan's single order on its own replica."""
     cl = sess.cluster
     order = st.plan.order if st.plan.order is not None else np.empty(0, dtype=np.int64)
@@ -428,7 +432,7 @@ def _running_bodies(op: str, inv: int, op_key: int, node: int) -> Iterator[None]
         _tls.op_key = None
 
 
-def _run_serial(body: Callable, indices: np.ndarray) -> None:
+def _run_serial(body: Callable[[int], Any], indices: np.ndarray) -> None:
     tls = _tls
     for j in indices.tolist():
         tls.index = j
@@ -438,7 +442,7 @@ def _run_serial(body: Callable, indices: np.ndarray) -> None:
 def _run_node_round(
     sess: Session,
     st: OpState,
-    body: Callable,
+    body: Callable[[int], Any],
     inv: int,
     op_key: int,
     node: int,
@@ -505,7 +509,7 @@ def _lock_ids(st: OpState, indices: np.ndarray) -> tuple[list[np.ndarray], np.nd
 def _run_threads(
     sess: Session,
     st: OpState,
-    body: Callable,
+    body: Callable[[int], Any],
     inv: int,
     op_key: int,
     node: int,
@@ -604,10 +608,10 @@ def _run_turnstile(
     ids: list[int],
     thread: int,
     j: int,
-    body: Callable,
+    body: Callable[[int], Any],
     tickets: list[tuple[int, int, int]],
     tickets_lock: threading.Lock,
-    ticket: itertools.count,
+    ticket: itertools.count[int],
 ) -> None:
     """Run body ``j`` holding ``ids``, each granted in its recorded turn."""
     taken: list[int] = []

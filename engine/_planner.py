@@ -166,7 +166,13 @@ def _groups_to_tasks(groups: list[np.ndarray], threads: int) -> list[Task]:
     return tasks
 
 
-def _finish(strategy: str, sets: AccessSets, nodes: int, threads: int, rounds_groups: list) -> Plan:
+def _finish(
+    strategy: str,
+    sets: AccessSets,
+    nodes: int,
+    threads: int,
+    rounds_groups: list[list[list[np.ndarray]]],
+) -> Plan:
     """Build a Plan from per-round, per-node lists of groups (positions, not indices)."""
     start = sets.start
     rounds: list[list[list[Task]]] = []

@@ -91,7 +91,9 @@ def plan_difference(r: int, node: int, want: Any, got: Any) -> tuple[str, str]:
 class TraceController(engine.Controller):
     """Enforces the orders of one recorded run."""
 
-    def __init__(self, run: Any, *, single: bool, breakpoint_hook: Callable | None = None):
+    def __init__(
+        self, run: Any, *, single: bool, breakpoint_hook: Callable[..., Any] | None = None
+    ):
         self.run = run
         self.single = single
         self._plans: dict[tuple[str, int], Any] = {}
