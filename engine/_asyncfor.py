@@ -81,7 +81,9 @@ def _round_writes(sess: Session, plan: Plan) -> tuple[list[list[RoundWrites]], l
     return out, [sess.dds[d] for d in sorted(written)]
 
 
-def _recon(sess: Session, name: str, inv: int, body: Callable, start: int, stop: int):
+def _recon(
+    sess: Session, name: str, inv: int, body: Callable[[int], Any], start: int, stop: int
+) -> AccessSets:
     cl = sess.cluster
     n = stop - start
     body = closure_guard(body, name, inv)  # every body runs once here: catch mutation through calls
@@ -109,13 +111,15 @@ def _plan(sess: Session, name: str, sets: AccessSets) -> Plan:
     return make_plan(sets, cl.size, cl.threads, seed=sess.seed, strategy=strategy)
 
 
-def _state(sess: Session, name: str, start: int, stop: int, code: Any, sets: Any, plan: Plan):
+def _state(
+    sess: Session, name: str, start: int, stop: int, code: Any, sets: Any, plan: Plan
+) -> OpState:
     rw, written = _round_writes(sess, plan)
     return OpState(name, start, stop, code, sets, plan, rw, written)
 
 
 def _new_state(
-    sess: Session, name: str, inv: int, body: Callable, start: int, stop: int, code: Any
+    sess: Session, name: str, inv: int, body: Callable[[int], Any], start: int, stop: int, code: Any
 ) -> OpState:
     """Reconnaissance and planning for invocation ``inv`` (on the current DDS state)."""
     t0 = time.perf_counter()
@@ -286,7 +290,7 @@ def _note(sess: Session, v: Violation, what: str) -> None:
 
 
 def _attempt(
-    sess: Session, st: OpState, body: Callable, inv: int, checked: bool, policy: str
+    sess: Session, st: OpState, body: Callable[[int], Any], inv: int, checked: bool, policy: str
 ) -> tuple[list[float], Violation | None]:
     """Execute one invocation under the guard.  On a violation, undo everything it
     changed (replicas, message counters, recorder calls) and return the violation."""
@@ -295,6 +299,7 @@ def _attempt(
         for d in sess.dds:
             d._touch()
         return round_s, None
+    assert st.sets is not None  # only a replicated plan comes without sets
     if st.guard_plan is None:
         st.guard_plan = GuardPlan(sess, st.plan, st.sets)
     gp = st.guard_plan
@@ -326,7 +331,7 @@ def _attempt(
 
 
 def _execute(
-    sess: Session, st: OpState, body: Callable, inv: int, checked: bool, guard: Guard
+    sess: Session, st: OpState, body: Callable[[int], Any], inv: int, checked: bool, guard: Guard
 ) -> list[float]:
     """Run every round of the plan; return the wall time of each round on this process.
 
@@ -381,7 +386,9 @@ def _execute(
     return round_s
 
 
-def _execute_replicated(sess: Session, st: OpState, body: Callable, inv: int) -> list[float]:
+def _execute_replicated(
+    sess: Session, st: OpState, body: Callable[[int], Any], inv: int
+) -> list[float]:
     """Every local node runs the plan's single order on its own replica."""
     cl = sess.cluster
     order = st.plan.order if st.plan.order is not None else np.empty(0, dtype=np.int64)
@@ -417,7 +424,7 @@ def _running_bodies(op: str, inv: int, op_key: int, node: int) -> Iterator[None]
         _tls.op_key = None
 
 
-def _run_serial(body: Callable, indices: np.ndarray) -> None:
+def _run_serial(body: Callable[[int], Any], indices: np.ndarray) -> None:
     tls = _tls
     for j in indices.tolist():
         tls.index = j
@@ -427,7 +434,7 @@ def _run_serial(body: Callable, indices: np.ndarray) -> None:
 def _run_node_round(
     sess: Session,
     st: OpState,
-    body: Callable,
+    body: Callable[[int], Any],
     inv: int,
     op_key: int,
     node: int,
@@ -499,6 +506,7 @@ def _lock_ids(st: OpState, indices: np.ndarray) -> tuple[list[np.ndarray], np.nd
     """Per body: the sorted element ids to lock (its writes, and its reads that someone
     in the group writes); and the union of ids written by the group."""
     sets = st.sets
+    assert sets is not None  # lock-split tasks exist only in plans made from sets
     pos = np.asarray(indices, dtype=np.int64) - st.start
     w_rows, w_ids = _gather_rows(sets.w_indptr, sets.w_ids, pos)
     r_rows, r_ids = _gather_rows(sets.r_indptr, sets.r_ids, pos)
@@ -518,7 +526,7 @@ def _lock_ids(st: OpState, indices: np.ndarray) -> tuple[list[np.ndarray], np.nd
 def _run_threads(
     sess: Session,
     st: OpState,
-    body: Callable,
+    body: Callable[[int], Any],
     inv: int,
     op_key: int,
     node: int,
@@ -540,6 +548,7 @@ def _run_threads(
                 group_w.tolist(),
             )
         planned_locks = cached[0]
+        assert st.sets is not None  # lock-split groups come from a plan made from sets
         lock_of = locks_to_take(st.sets, st.start, planned_locks)
         locks = {g: threading.Lock() for g in cached[1]}
         orders = sess.controller.lock_orders(st.name, inv, node, r)
@@ -615,10 +624,10 @@ def _run_turnstile(
     ids: list[int],
     thread: int,
     j: int,
-    body: Callable,
+    body: Callable[[int], Any],
     tickets: list[tuple[int, int, int]],
     tickets_lock: threading.Lock,
-    ticket: itertools.count,
+    ticket: itertools.count[int],
 ) -> None:
     """Run body ``j`` holding ``ids``, each granted in its recorded turn."""
     taken: list[int] = []

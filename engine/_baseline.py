@@ -33,7 +33,7 @@ def without_guard() -> Iterator[None]:
             cls._modes[tag + "_obj"] = modes["exec_obj"]
     _guard.Guard.arm = lambda self, r, code=True: None  # type: ignore[method-assign]
     _guard.Guard.prepare = lambda self, sess: None  # type: ignore[method-assign]
-    _guard.GuardPlan.__init__ = no_undo  # type: ignore[method-assign]
+    _guard.GuardPlan.__init__ = no_undo  # type: ignore[method-assign,assignment]
     try:
         yield
     finally:

@@ -150,7 +150,8 @@ def _check_bytecode(op: str, fn: Callable[..., Any]) -> None:
         if ins.opname == "STORE_GLOBAL" or (
             ins.opname == "STORE_DEREF" and ins.argval in code.co_freevars
         ):
-            _fail(op, fn, ins.argval, _lookup(fn, ins.argval), ins.positions.lineno)
+            lineno = ins.positions.lineno if ins.positions is not None else None
+            _fail(op, fn, ins.argval, _lookup(fn, ins.argval), lineno)
 
 
 def check_body(op: str, fn: Callable[..., Any]) -> None:
@@ -351,7 +352,9 @@ class _Collector:
             self._visit(fn, via)
         return self.roots
 
-    def _add(self, key: tuple[Any, ...], root: _Root, names: set[str], via: tuple[str, ...]):
+    def _add(
+        self, key: tuple[Any, ...], root: _Root, names: set[str], via: tuple[str, ...]
+    ) -> None:
         if key in self.seen:
             return
         self.seen.add(key)

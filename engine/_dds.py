@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -126,6 +126,35 @@ class _DDS:
     _modes: dict[str, type]
     kind = "dds"
 
+    # The slots above, as ``_setup`` and the subclasses fill them.
+    _name: str
+    _id: int
+    _gbase: int
+    _sess: Session
+    _bufs: dict[int, Any]
+    _buf: Any
+    _shape: Any  # tuple[int, ...] for numeric elements, None for Python objects
+    _dtype: np.dtype[Any]
+    _numeric: bool
+    _version: int
+    _digest: tuple[int, str] | None
+    _gm: bytearray
+    _gms: dict[int, bytearray]
+
+    # Every concrete DDS (dvector, dmap) defines these; code that takes any ``_DDS``
+    # relies on them.  Declared for the type checker only, so lookups stay as they were.
+    if TYPE_CHECKING:
+
+        def __len__(self) -> int: ...
+        def __getitem__(self, key: Any) -> Any: ...
+        def __setitem__(self, key: Any, value: Any) -> None: ...
+        def owner(self, key: Any) -> int: ...
+        def owned(self, node: int) -> np.ndarray: ...
+        def key_of(self, slot: int) -> Any: ...
+        def gather(self) -> np.ndarray: ...
+        def _slot(self, key: Any) -> int: ...
+        def _hash_into(self, h: Any) -> None: ...
+
     def _setup(self, sess: Session, name: str | None, shape: Any, dtype: Any) -> None:
         self._sess = sess
         self._numeric = shape is not None
@@ -138,9 +167,9 @@ class _DDS:
         self._id = sess.register(self, name)
         self._gbase = self._id << SLOT_BITS
         self._version = 0
-        self._digest: tuple[int, str] | None = None
+        self._digest = None
         self._gm = _NO_GUARD
-        self._gms: dict[int, bytearray] = {}
+        self._gms = {}
 
     # ----------------------------------------------------------------- identity
     @property
@@ -290,6 +319,7 @@ class dvector(_DDS):  # noqa: N801 - the name is part of the user API
             ) from None
 
     def _allocate(self, sess: Any, n: int, init: Any, data: Any) -> None:
+        full: Any  # numpy block, list of objects, or None (fresh storage)
         P = sess.cluster.size
         self._bounds = np.array([n * p // P for p in range(P + 1)], dtype=np.int64)
         if data is not None:
@@ -556,24 +586,52 @@ class dmultimap(dmap):  # noqa: N801 - the name is part of the user API
             self[key] = (value,)
 
 
+class _Moded(Protocol):
+    """What the mode mixins below use of ``self``: ``_make_modes`` (and ``_syncdds``) put
+    each mixin before a public class, so ``self`` is always a live dvector or dmap."""
+
+    kind: str
+    _name: str
+    _id: int
+    _gbase: int
+    _numeric: bool
+    _dtype: np.dtype[Any]
+    _shape: Any
+    _buf: Any
+    _gm: bytearray
+    _slots: dict[Any, int]  # dmap only: read after checking ``kind``
+
+    @property
+    def name(self) -> str: ...
+    def _slot(self, key: Any) -> int: ...
+    def _desc(self, key: Any) -> str: ...
+    def _read_slot(self, buf: Any, slot: int) -> Any: ...
+    def _coerce(self, value: Any) -> Any: ...
+
+
 class _MapExec:
     __slots__ = ()
 
-    def __getitem__(self, key: Any) -> Any:
+    def __getitem__(self: _Moded, key: Any) -> Any:
         try:
             s = self._slots[key]
         except KeyError:
             raise DDSError(f"{self._name}: no key {key!r}") from None
         return self._read_slot(self._buf, s)
 
-    def __setitem__(self, key: Any, value: Any) -> None:
+    def __setitem__(self: _Moded, key: Any, value: Any) -> None:
         s = self._slots.get(key)
         if s is None:
-            raise DDSError(
-                f"{self._name}: cannot insert key {key!r} inside a loop body; "
-                "insert keys in the driver before the loop"
-            )
+            raise _insert_refused(self, key)
         self._buf[s] = self._coerce(value)
+
+
+def _insert_refused(dds: _Moded, key: Any) -> DDSError:
+    """The error for inserting a key into a dmap from inside a loop body."""
+    return DDSError(
+        f"{dds._name}: cannot insert key {key!r} inside a loop body; "
+        "insert keys in the driver before the loop"
+    )
 
 
 # ====================================================================== plan guard
@@ -665,7 +723,7 @@ class _MapGuard:
 
     __slots__ = ()
 
-    def __getitem__(self, key: Any) -> Any:
+    def __getitem__(self: _Moded, key: Any) -> Any:
         try:
             s = self._slots[key]
         except KeyError:
@@ -675,10 +733,10 @@ class _MapGuard:
             GUARD.outside(self, s, False)
         return self._read_slot(self._buf, s)
 
-    def __setitem__(self, key: Any, value: Any) -> None:
+    def __setitem__(self: _Moded, key: Any, value: Any) -> None:
         s = self._slots.get(key)
         if s is None:
-            _MapExec.__setitem__(self, key, value)  # raises the insertion error
+            raise _insert_refused(self, key)
         if self._gm[s] != (1 if GUARD.single else _tls.gcode):
             GUARD.outside(self, s, True)
         self._buf[s] = self._coerce(value)
@@ -687,10 +745,10 @@ class _MapGuard:
 class _MapGuardRO(_MapExec):
     __slots__ = ()
 
-    def __setitem__(self, key: Any, value: Any) -> None:
+    def __setitem__(self: _Moded, key: Any, value: Any) -> None:
         s = self._slots.get(key)
         if s is None:
-            _MapExec.__setitem__(self, key, value)  # raises the insertion error
+            raise _insert_refused(self, key)
         GUARD.outside(self, s, True)
 
 
@@ -700,10 +758,11 @@ class _ReconMixin:
 
     __slots__ = ()
 
-    def __getitem__(self, key: Any) -> Any:
+    def __getitem__(self: _Moded, key: Any) -> Any:
         s = self._slot(key)
         gid = self._gbase | s
         rec = RECON
+        assert rec is not None  # recon mode is active only while RECON is set
         rec.reads.append(gid)
         if rec.overlay:
             v = rec.overlay.get(gid, _MISSING)
@@ -711,13 +770,15 @@ class _ReconMixin:
                 return v.copy() if self._numeric else v
         return self._read_slot(self._buf, s)
 
-    def __setitem__(self, key: Any, value: Any) -> None:
+    def __setitem__(self: _Moded, key: Any, value: Any) -> None:
         if self.kind != "dvector" and key not in self._slots:
-            _MapExec.__setitem__(self, key, value)  # raises the insertion error
+            raise _insert_refused(self, key)
         s = self._slot(key)
         gid = self._gbase | s
-        RECON.writes.append(gid)
-        RECON.overlay[gid] = self._coerce(value)
+        rec = RECON
+        assert rec is not None
+        rec.writes.append(gid)
+        rec.overlay[gid] = self._coerce(value)
 
 
 class _DVecRecon(_ReconMixin):
@@ -725,18 +786,19 @@ class _DVecRecon(_ReconMixin):
 
     __slots__ = ()
 
-    def __getitem__(self, i: Any) -> Any:
+    def __getitem__(self: _Moded, i: Any) -> Any:
         if type(i) is not int or i < 0:
             return _ReconMixin.__getitem__(self, i)
         gid = self._gbase | i
         rec = RECON
+        assert rec is not None
         rec.reads.append(gid)
         if rec.overlay and gid in rec.overlay:
             v = rec.overlay[gid]
             return v.copy() if self._numeric else v
         return self._buf[i].copy() if self._numeric else self._buf[i]
 
-    def __setitem__(self, i: Any, value: Any) -> None:
+    def __setitem__(self: _Moded, i: Any, value: Any) -> None:
         if type(i) is not int or i < 0 or not self._numeric:
             _ReconMixin.__setitem__(self, i, value)
             return
@@ -745,8 +807,10 @@ class _DVecRecon(_ReconMixin):
         if v.shape != self._shape:
             v = self._coerce(v)
         gid = self._gbase | i
-        RECON.writes.append(gid)
-        RECON.overlay[gid] = v
+        rec = RECON
+        assert rec is not None
+        rec.writes.append(gid)
+        rec.overlay[gid] = v
 
 
 class _CheckedMixin:
@@ -754,41 +818,43 @@ class _CheckedMixin:
 
     __slots__ = ()
 
-    def _check(self, key: Any, write: bool) -> int:
+    def _check(self: _Moded, key: Any, write: bool) -> int:
         s = self._slot(key)
         gid = self._gbase | s
-        j, reads, writes = CHECKER.allowed()
+        checker = CHECKER
+        assert checker is not None  # checked mode is active only while CHECKER is set
+        j, reads, writes = checker.allowed()
         if gid not in (writes if write else reads):
             if GUARD is not None:
                 GUARD.outside(self, s, write, "its reconnaissance")
             what = "wrote" if write else "read"
             kind = "write" if write else "read"
             raise AccessOutsideReconError(
-                f"async_for {CHECKER.op!r} index {j} {what} {self._desc(key)}, which is not in "
+                f"async_for {checker.op!r} index {j} {what} {self._desc(key)}, which is not in "
                 f"its reconnaissance {kind} set: the body's accesses depend on values that "
                 "changed since reconnaissance; make them depend only on the loop index and "
                 "read-only data"
             )
         return s
 
-    def __getitem__(self, key: Any) -> Any:
-        s = self._check(key, False)
+    def __getitem__(self: _Moded, key: Any) -> Any:
+        s = _CheckedMixin._check(self, key, False)
         return self._read_slot(self._buf, s)
 
-    def __setitem__(self, key: Any, value: Any) -> None:
-        s = self._check(key, True)
+    def __setitem__(self: _Moded, key: Any, value: Any) -> None:
+        s = _CheckedMixin._check(self, key, True)
         self._buf[s] = self._coerce(value)
 
 
-def _make_modes(public: type, exec_cls: type | None, exec_obj_cls: type | None) -> None:
+def _make_modes(public: type[_DDS], exec_cls: type | None, exec_obj_cls: type | None) -> None:
     def derive(mixin: type, tag: str) -> type:
         return type(f"{public.__name__}[{tag}]", (mixin, public), {"__slots__": ()})
 
-    exec_map = derive(_MapExec, "exec") if exec_cls is None else None
+    exec_ = exec_cls if exec_cls is not None else derive(_MapExec, "exec")
     public._modes = {
         "driver": public,
-        "exec": exec_cls or exec_map,
-        "exec_obj": exec_obj_cls or exec_cls or exec_map,
+        "exec": exec_,
+        "exec_obj": exec_obj_cls or exec_,
         "recon": derive(_DVecRecon if public is dvector else _ReconMixin, "recon"),
         "checked": derive(_CheckedMixin, "checked"),
     }

@@ -153,7 +153,7 @@ def reduce(
     return functools.reduce(op, ordered, initial)
 
 
-def join(left: _DDS, right: _DDS, *, name: str | None = None) -> dmap:
+def join(left: dvector | dmap, right: dvector | dmap, *, name: str | None = None) -> dmap:
     """A dmap from every key present in both inputs to the pair ``(left[k], right[k])``."""
     lk = list(range(len(left))) if isinstance(left, dvector) else left.keys()
     rk = set(range(len(right))) if isinstance(right, dvector) else set(right.keys())
@@ -165,7 +165,7 @@ def join(left: _DDS, right: _DDS, *, name: str | None = None) -> dmap:
 
 
 def store(
-    src: _DDS,
+    src: dvector | dmap,
     path: str | os.PathLike[str],
     *,
     fmt: Callable[[Any, Any], str] | None = None,

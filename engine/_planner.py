@@ -166,7 +166,13 @@ def _groups_to_tasks(groups: list[np.ndarray], threads: int) -> list[Task]:
     return tasks
 
 
-def _finish(strategy: str, sets: AccessSets, nodes: int, threads: int, rounds_groups: list) -> Plan:
+def _finish(
+    strategy: str,
+    sets: AccessSets,
+    nodes: int,
+    threads: int,
+    rounds_groups: list[list[list[np.ndarray]]],
+) -> Plan:
     """Build a Plan from per-round, per-node lists of groups (positions, not indices)."""
     start = sets.start
     rounds: list[list[list[Task]]] = []
@@ -208,7 +214,7 @@ def _round_writes(plan: Plan, sets: AccessSets) -> list[list[np.ndarray]]:
 
 
 # ============================================================= strategies
-def _plan_components(sets: AccessSets, nodes: int, threads: int) -> tuple[float, Plan | None]:
+def _plan_components(sets: AccessSets, nodes: int, threads: int) -> tuple[float, Plan]:
     n = sets.n
     best: tuple[float, int] | None = None
     batch = n

@@ -9,6 +9,7 @@ first use so that the API works interactively.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import struct
 import sys
@@ -266,9 +267,7 @@ class Session:
             return
         for d in self.dds:
             owners = d.gather()
-            bad = self.cluster.run_on_nodes(
-                lambda node, d=d, owners=owners: _differs(d, node, owners)
-            )
+            bad = self.cluster.run_on_nodes(functools.partial(_differs, d, owners=owners))
             for node, found in enumerate(bad):
                 if found is not None:
                     slot, mine = found

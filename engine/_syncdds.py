@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from . import _dds
-from ._dds import _DDS, dmap, dmultimap, dvector
+from ._dds import _DDS, _Moded, dmap, dmultimap, dvector
 from ._errors import DDSError
 from ._session import _tls, current
 
@@ -62,7 +62,7 @@ def make_batch(data: _DDS, buf: Any, number: int, lo: int, hi: int) -> Batch:
         values.flags.writeable = False
     else:
         values = buf[lo:hi]
-    keys = np.arange(lo, hi, dtype=np.int64) if isinstance(data, dvector) else data._keys[lo:hi]
+    keys = data._keys[lo:hi] if isinstance(data, dmap) else np.arange(lo, hi, dtype=np.int64)
     return Batch(number, keys, values)
 
 
@@ -80,14 +80,14 @@ def bind_thread(rbufs: dict[int, Any], wbufs: dict[int, Any], guard: Any = None)
     _stls.wmask = _NO_MASKS if guard is None else guard.wmask
 
 
-def _refused(dds: _DDS, key: Any) -> Exception:
+def _refused(dds: _Moded, key: Any) -> Exception:
     """The error for a write to a DDS that is not a parameter of this layout."""
     guard = _stls.guard
     err = None if guard is None else guard.outside(dds, key, True)
     return _read_only(dds, key) if err is None else err
 
 
-def _read_only(dds: _DDS, key: Any) -> DDSError:
+def _read_only(dds: _Moded, key: Any) -> DDSError:
     return DDSError(
         f"{dds._desc(key)}: a sync_for body cannot write {dds.name!r} here: it is the loop's "
         "data, holds Python objects, or was not seen to be written by reconnaissance "
@@ -100,7 +100,7 @@ class _SyncMixin:
 
     __slots__ = ()
 
-    def __getitem__(self, key: Any) -> Any:
+    def __getitem__(self: _Moded, key: Any) -> Any:
         s = self._slot(key)
         mask = _stls.rmask.get(self._id)
         if mask is not None and not mask[s]:
@@ -108,9 +108,9 @@ class _SyncMixin:
         buf = _stls.rbufs[self._id]
         return buf[s].copy() if self._numeric else buf[s]
 
-    def __setitem__(self, key: Any, value: Any) -> None:
+    def __setitem__(self: _Moded, key: Any, value: Any) -> None:
         if self.kind != "dvector" and key not in self._slots:
-            _dds._MapExec.__setitem__(self, key, value)  # raises the insertion error
+            raise _dds._insert_refused(self, key)
         s = self._slot(key)
         buf = _stls.wbufs.get(self._id)
         if buf is None:
@@ -126,7 +126,7 @@ class _SyncDVec(_SyncMixin):
 
     __slots__ = ()
 
-    def __getitem__(self, i: Any) -> Any:
+    def __getitem__(self: _Moded, i: Any) -> Any:
         if type(i) is not int or i < 0:
             return _SyncMixin.__getitem__(self, i)
         mask = _stls.rmask.get(self._id)
@@ -134,7 +134,7 @@ class _SyncDVec(_SyncMixin):
             raise _stls.guard.outside(self, i, False)
         return _stls.rbufs[self._id][i].copy()
 
-    def __setitem__(self, i: Any, value: Any) -> None:
+    def __setitem__(self: _Moded, i: Any, value: Any) -> None:
         if type(i) is not int or i < 0:
             _SyncMixin.__setitem__(self, i, value)
             return

@@ -496,6 +496,7 @@ def sync_for(
     cl = sess.cluster
     snap: Snapshot = {}
     t1 = time.perf_counter()
+    layout: SyncLayout | None
     while True:
         if level == WHOLE and re:
             layout = _whole(sess, st, *again)

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ._dds import _DDS, SLOT_BITS, SLOT_MASK, dvector
+from ._dds import _DDS, SLOT_BITS, SLOT_MASK, dmap, dvector
 from ._recon import AccessSets
 
 _EMPTY = np.empty(0, dtype=np.int64)
@@ -91,6 +91,7 @@ def owner_array(dds: _DDS, nodes: int) -> np.ndarray:
     n = len(dds)
     if isinstance(dds, dvector):
         return (np.searchsorted(dds._bounds, np.arange(n), side="right") - 1).astype(np.int64)
+    assert isinstance(dds, dmap)  # every DDS is a dvector or a dmap
     return np.asarray(dds._owners, dtype=np.int64).reshape(n)
 
 

@@ -93,7 +93,9 @@ def plan_difference(r: int, node: int, want: Any, got: Any) -> tuple[str, str]:
 class TraceController(engine.Controller):
     """Enforces the orders of one recorded run."""
 
-    def __init__(self, run: Any, *, single: bool, breakpoint_hook: Callable | None = None):
+    def __init__(
+        self, run: Any, *, single: bool, breakpoint_hook: Callable[..., Any] | None = None
+    ):
         self.run = run
         self.single = single
         self._plans: dict[tuple[str, int], Any] = {}
@@ -202,7 +204,7 @@ class TraceController(engine.Controller):
 
     def lock_orders(
         self, op: str, invocation: int, node: int, round: int
-    ) -> dict[int, list[tuple[int, int]]] | None:
+    ) -> dict[int, list[tuple[int, int]]]:
         self.current = (op, invocation)
         g = self._grant_arrays(op, invocation, node)
         sel = g.round == round

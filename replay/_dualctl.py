@@ -84,7 +84,15 @@ class Capture(engine.Recorder):
         self.body_orders: BodyOrders = {}
         self.ticker = InvocationTicker()  # progress, when someone listens
 
-    def body_order(self, op, invocation, node, clock, threads, minibatches) -> None:  # noqa: ANN001
+    def body_order(
+        self,
+        op: str,
+        invocation: int,
+        node: int,
+        clock: int,
+        threads: np.ndarray,
+        minibatches: np.ndarray,
+    ) -> None:
         pairs = list(zip(threads.tolist(), minibatches.tolist(), strict=True))
         self.body_orders[(op, invocation, node, clock)] = pairs
         self.tee.body_order(op, invocation, node, clock, threads, minibatches)

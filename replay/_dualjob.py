@@ -56,9 +56,10 @@ from ._progress import current_stage, reporting, route_ticks
 def _write_orders(path: Path, orders: dict[tuple[str, int], np.ndarray]) -> list[list[Any]]:
     """Save ``orders`` as ``path`` (npz, one array per invocation); return the key index."""
     keys = sorted(orders)
-    np.savez(
-        path, **{f"o{k}": np.asarray(orders[key], dtype=np.int64) for k, key in enumerate(keys)}
-    )
+    arrays: dict[str, Any] = {
+        f"o{k}": np.asarray(orders[key], dtype=np.int64) for k, key in enumerate(keys)
+    }
+    np.savez(path, **arrays)
     return [[op, inv] for op, inv in keys]
 
 
@@ -95,7 +96,13 @@ def importable_target(fn: Callable[..., Any] | str) -> str:
     name = getattr(fn, "__qualname__", None) or repr(fn)
     mod_name = getattr(fn, "__module__", None)
     module = sys.modules.get(mod_name or "")
-    if "." in name or "<" in name or module is None or getattr(module, name, None) is not fn:
+    if (
+        mod_name is None
+        or "." in name
+        or "<" in name
+        or module is None
+        or getattr(module, name, None) is not fn
+    ):
         raise UsageError(
             f"parallel='mpi' needs a driver the MPI ranks can import, and {name!r} "
             f"(module {mod_name!r}) is not a module-level function of an importable module; "
@@ -269,7 +276,7 @@ def dual_here(spec: dict[str, Any], comm: Any) -> dict[str, Any]:
     except engine.ReplicaMismatchError as exc:  # raised on every rank alike
         return {"replica": exc.as_dict()}
     except Tap.Stop:
-        assert isinstance(controller, Tap)
+        assert isinstance(controller, Tap) and stop is not None  # only a Tap stops
         snap = controller.snapshot.get(stop[2])
         if comm.Get_rank() == 0 and snap is not None:
             np.savez(job / "out.npz", snapshot=comparable(snap))

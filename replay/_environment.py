@@ -220,7 +220,7 @@ def one_line_warnings() -> None:
             return f"replay: warning: {message}\n"
         return original(message, category, *args, **kwargs)
 
-    warnings.formatwarning = fmt  # type: ignore[assignment]
+    warnings.formatwarning = fmt
 
 
 def check_ranks_agree(comm: Any) -> None:

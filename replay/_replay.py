@@ -69,7 +69,9 @@ class _Pdb(pdb.Pdb):
         super().set_quit()
 
 
-def _breakpoint(target: tuple[str, int, int, int | None], hits: list[int]) -> Callable:
+def _breakpoint(
+    target: tuple[str, int, int, int | None], hits: list[int]
+) -> Callable[[str, int, int, Any], Any]:
     op_t, inv_t, idx_t, node_t = target
 
     def wrap(op: str, invocation: int, node: int, body: Any) -> Any:

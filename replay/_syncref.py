@@ -30,7 +30,7 @@ def reference_sync_for(nodes: int, threads: int, body_orders: BodyOrders) -> Cal
     def sync_for(
         data: Any,
         minibatch: int,
-        body: Callable,
+        body: Callable[..., Any],
         *,
         sync: str,
         name: str,
@@ -107,7 +107,7 @@ def reference_sync_for(nodes: int, threads: int, body_orders: BodyOrders) -> Cal
         sess.controller.after_invocation(name, inv)
 
     def _hybrid_order(
-        name: str, inv: int, p: int, clock: int, assigned: Callable, T: int, sess: Any
+        name: str, inv: int, p: int, clock: int, assigned: Callable[..., Any], T: int, sess: Any
     ) -> list[int]:
         got = body_orders.get((name, inv, p, clock))
         if got is not None:

@@ -8,9 +8,10 @@ import os
 import sys
 import traceback
 from pathlib import Path
+from typing import Any
 
 
-def _write(path: Path, data: dict) -> None:
+def _write(path: Path, data: dict[str, Any]) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(data))
     os.replace(tmp, path)

@@ -392,7 +392,7 @@ def forward(
     )
     orders = OrderSource(order, order_seed)
     serial = Serial(orders, sync_shape=(nodes, threads))
-    s_cfg = {"nodes": 1, "threads": 1, "seed": seed, "controller": serial}
+    s_cfg: dict[str, Any] = {"nodes": 1, "threads": 1, "seed": seed, "controller": serial}
     with stage("forward: serial run"):
         s = _run(driver, params, **s_cfg)
     serial.body_orders = s.body_orders  # localisation re-runs follow the same choices
@@ -448,7 +448,7 @@ def backward(
             raise not_in_trace(op, invocation, "parallel")
         return got
 
-    s_cfg = {
+    s_cfg: dict[str, Any] = {
         "nodes": 1,
         "threads": 1,
         "seed": seed,
@@ -491,7 +491,7 @@ def dual(
         raise ValueError(f"direction must be forward, backward or both, got {direction!r}")
     if parallel not in PARALLEL:
         raise ValueError(f"parallel must be 'in-process' or 'mpi', got {parallel!r}")
-    common = {
+    common: dict[str, Any] = {
         "nodes": nodes,
         "threads": threads,
         "seed": seed,

@@ -92,7 +92,7 @@ class _Builder:
         self.minibatches: dict[tuple[str, int, int], dict[int, dict[int, list[int]]]] = {}
 
     def slice(
-        self, name: str, cat: str, pid: int, tid: int, ts: float, dur: float, args: dict
+        self, name: str, cat: str, pid: int, tid: int, ts: float, dur: float, args: dict[str, Any]
     ) -> None:
         if tid != NODE_TID:
             self.threads[pid].add(tid)
@@ -110,7 +110,9 @@ class _Builder:
             }
         )
 
-    def instant(self, name: str, cat: str, pid: int, tid: int, ts: float, args: dict) -> None:
+    def instant(
+        self, name: str, cat: str, pid: int, tid: int, ts: float, args: dict[str, Any]
+    ) -> None:
         if tid != NODE_TID:
             self.threads[pid].add(tid)
         ev = {"name": name, "cat": cat, "ph": "i", "s": "t", "ts": round(ts, 3)}
@@ -265,7 +267,7 @@ class _Builder:
         order = np.argsort(seq, kind="stable")
         return _anchors(seq[order], clock[order], span)
 
-    def _mutex(self, i: InvocationInfo, span: _Span, m: Any, mb: dict) -> None:
+    def _mutex(self, i: InvocationInfo, span: _Span, m: Any, mb: dict[Any, Any]) -> None:
         order = np.argsort(m.seq, kind="stable")
         clock, thread, batch = m.clock[order], m.thread[order], m.minibatch[order]
         for c in np.unique(clock):
@@ -287,7 +289,9 @@ class _Builder:
                     self.instant(name, "mutex", i.node, int(t), float(ts), args)
 
     # ------------------------------------------------------------ messages
-    def messages(self, i: InvocationInfo, spans: dict, anchors: np.ndarray, lo: int) -> None:
+    def messages(
+        self, i: InvocationInfo, spans: dict[Any, Any], anchors: np.ndarray, lo: int
+    ) -> None:
         """Receive instants and flows of one node's invocation (``lo``: previous commit seq)."""
         if not i.messages:
             return
@@ -359,7 +363,9 @@ class _Builder:
                 self.minibatches[(op, inv, i.node)] = out
 
 
-def _per_clock(total: int, nodes: int, threads: int, clocks: int, want: dict) -> int | None:
+def _per_clock(
+    total: int, nodes: int, threads: int, clocks: int, want: dict[Any, Any]
+) -> int | None:
     """Minibatches per worker and clock that reproduce the recorded clocks and per-node
     bodies under ``sync_for``'s static layout (the smallest if several do; None if none)."""
     for pc in range(1, max(total, 1) + 1):
@@ -475,7 +481,7 @@ def chrome_events(run: RunTrace) -> list[dict[str, Any]]:
     return _metadata(b, spans) + b.events
 
 
-def _metadata(b: _Builder, spans: dict) -> list[dict[str, Any]]:
+def _metadata(b: _Builder, spans: dict[Any, Any]) -> list[dict[str, Any]]:
     nodes = sorted({e["pid"] for e in b.events} | {node for _, _, node in spans})
     meta: list[dict[str, Any]] = []
     for node in nodes:

@@ -14,7 +14,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from sqlalchemy import (
     Boolean,
@@ -183,7 +183,7 @@ class Trace:
         """Release the database connections."""
         self._engine.dispose()
 
-    def __enter__(self) -> Trace:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -281,7 +281,7 @@ class TraceRecorder(Recorder):
             self._done[op] = max(self._done.get(op, 0), invocation + 1)
 
     def _bulk_rows(
-        self, b: _NodeBuf, node: int, op: str, invocation: int, rows: dict[Any, list]
+        self, b: _NodeBuf, node: int, op: str, invocation: int, rows: dict[Any, list[Any]]
     ) -> tuple[dict[tuple[str, int], dict[str, int]], int]:
         """Turn ``b``'s buffered events into block rows (messages go to ``op``/``invocation``);
         return per (op, invocation) event counts and the blob bytes of this invocation."""
