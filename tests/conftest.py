@@ -60,3 +60,17 @@ def _isolated_cache(
         cache = str(tmp_path_factory.getbasetemp() / "cache")
         os.environ["STRADS_REPLAY_TEST_CACHE"] = cache
     monkeypatch.setenv("STRADS_REPLAY_CACHE", cache)
+
+
+@pytest.fixture(scope="session")
+def pg_server():
+    """A real PostgreSQL server for the session (skips with a reason without one)."""
+    from tests.pg import start_server
+
+    yield from start_server()
+
+
+@pytest.fixture
+def pg_url(pg_server) -> str:
+    """The URL, password included, of a new empty PostgreSQL database."""
+    return pg_server.create_database()
