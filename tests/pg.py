@@ -79,6 +79,14 @@ class Server:
         return self.url(name)
 
 
+def _skip(reason: str) -> None:
+    """Skip with ``reason``; fail instead where a server is required (CI sets
+    ``REPLAY_REQUIRE_POSTGRES=1``, so a missing server cannot pass as skipped)."""
+    if os.environ.get("REPLAY_REQUIRE_POSTGRES") == "1":
+        pytest.fail(f"REPLAY_REQUIRE_POSTGRES=1 but {reason}")
+    pytest.skip(reason)
+
+
 def _as_server(cmd: list[str]) -> list[str]:
     """``cmd`` run as an unprivileged account when we are root (initdb refuses root)."""
     if os.geteuid() != 0:
@@ -91,10 +99,10 @@ def start_server() -> Iterator[Server]:
     try:
         import psycopg  # noqa: F401 - the tests talk to it through psycopg
     except ImportError:
-        pytest.skip("psycopg is not installed (pip install 'strads-replay[postgres]')")
+        _skip("psycopg is not installed (pip install 'strads-replay[postgres]')")
     bindir = find_bindir()
     if bindir is None:
-        pytest.skip(
+        _skip(
             "no PostgreSQL server binaries (initdb, pg_ctl, postgres) on PATH or in "
             "/usr/lib/postgresql/*/bin: install Debian's 'postgresql' package"
         )
@@ -103,9 +111,9 @@ def start_server() -> Iterator[Server]:
         try:
             owner = pwd.getpwnam(SERVER_ACCOUNT)
         except KeyError:
-            pytest.skip(f"running as root and there is no {SERVER_ACCOUNT!r} account for initdb")
+            _skip(f"running as root and there is no {SERVER_ACCOUNT!r} account for initdb")
         if shutil.which("runuser") is None:
-            pytest.skip("running as root and 'runuser' is missing to start PostgreSQL")
+            _skip("running as root and 'runuser' is missing to start PostgreSQL")
     root = Path(tempfile.mkdtemp(prefix="replay-pg-"))
     data, log, pwfile = root / "data", root / "server.log", root / "pwfile"
     pwfile.write_text(PASSWORD + "\n")
