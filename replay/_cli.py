@@ -18,6 +18,7 @@ from typing import Any
 
 import click
 
+import tracer
 from engine import DriverDivergenceError
 from tui import register as register_browse
 
@@ -130,6 +131,8 @@ def _summary(res: dict[str, Any], say: Callable[[str], None]) -> None:
 
 
 def _shown(path: str) -> str:
+    if tracer.is_url(path):
+        return tracer.describe(path)  # never the password
     try:
         return str(Path(path).relative_to(Path.cwd()))
     except ValueError:
@@ -257,8 +260,11 @@ def _trace_options(what: str) -> Callable[..., Any]:
                 "--trace",
                 "trace",
                 type=click.Path(dir_okay=False),
+                metavar="PATH|URL",
                 default=None,
-                help=f"{what} [default: traces/<app>-<timestamp>.sqlite]",
+                help=f"{what} A file path (SQLite) or an SQLAlchemy URL such as "
+                "postgresql+psycopg://USER:PASSWORD@HOST/DB "
+                "[default: traces/<app>-<timestamp>.sqlite]",
             ),
             click.option("--no-trace", is_flag=True, help="Do not record a trace."),
             click.option(
@@ -311,13 +317,20 @@ def run_cmd(
     if _under_launcher() and _rank() != 0:
         return
     if as_json:
-        click.echo(json.dumps(res))
+        click.echo(json.dumps(dict(res, trace=res["trace"] and tracer.describe(res["trace"]))))
     else:
         _summary(res, _printer(False))
 
 
 def trace_path(app: str, given: str | None) -> str:
-    """The trace file to write: ``given``, or a new ``traces/<app>-<timestamp>.sqlite``."""
+    """The trace store to write: ``given``, or a new ``traces/<app>-<timestamp>.sqlite``.
+
+    A URL is kept as given (a database holds many runs) once its driver, server and
+    contents are checked, so a bad URL fails before anything runs.
+    """
+    if given is not None and tracer.is_url(given):
+        tracer.probe_store(given)
+        return given
     if given is not None:
         p = Path(given)
         if p.exists():
@@ -366,6 +379,11 @@ def _point_latest(trace: Path) -> None:
         os.replace(tmp, link)
     except OSError:
         tmp.unlink(missing_ok=True)  # an alias is a convenience; the run still records
+
+
+def _trace_arg(trace: str) -> str:
+    """A trace argument as the ranks will see it: a URL as is, a path made absolute."""
+    return trace if tracer.is_url(trace) else str(Path(trace).resolve())
 
 
 def _rank() -> int:
@@ -519,7 +537,10 @@ def _replay_report(res: dict[str, Any], as_json: bool) -> None:
             "mode",
             "out_trace",
         )
-        click.echo(json.dumps({k: res.get(k) for k in keys}))
+        doc = {k: res.get(k) for k in keys}
+        if doc["out_trace"]:
+            doc["out_trace"] = tracer.describe(doc["out_trace"])  # never the password
+        click.echo(json.dumps(doc))
     else:
         say = _printer(False)
         c = res["checked"]
@@ -557,14 +578,15 @@ def _identical_head(res: dict[str, Any]) -> str:
 
 
 @cli.command("cluster")
-@click.argument("trace", type=click.Path(dir_okay=False))
+@click.argument("trace", metavar="TRACE", type=click.Path(dir_okay=False))
 @click.option("--run", "run_id", default=None, help="Run id in the trace. [default: the latest]")
 @click.option(
     "--trace-out",
     "out_trace",
     type=click.Path(dir_okay=False),
+    metavar="PATH|URL",
     default=None,
-    help="Also record the replay into this new trace.",
+    help="Also record the replay into this new trace (a path or an SQLAlchemy URL).",
 )
 @click.option(
     "--timeout",
@@ -603,7 +625,7 @@ def _cluster(
     max_threads: int,
     say: Callable[[str], None],
 ) -> None:
-    path = str(Path(trace).resolve())
+    path = _trace_arg(trace)
     run = open_run(path, run_id, check=True)
     info = run.info
     _procs.check_shape(info.ranks, info.threads, max_ranks=max_ranks, max_threads=max_threads)
@@ -641,7 +663,7 @@ def _cluster(
 
 
 @cli.command("single")
-@click.argument("trace", type=click.Path(dir_okay=False))
+@click.argument("trace", metavar="TRACE", type=click.Path(dir_okay=False))
 @click.option("--run", "run_id", default=None, help="Run id in the trace. [default: the latest]")
 @click.option(
     "--break",
@@ -686,7 +708,7 @@ def _single(
     max_threads: int,
     say: Callable[[str], None],
 ) -> None:
-    path = str(Path(trace).resolve())
+    path = _trace_arg(trace)
     run = open_run(path, run_id, check=True)
     info = run.info
     # every recorded node becomes threads of this one process
@@ -811,7 +833,7 @@ def dual_cmd(
                 store.add_verdict(run_id, f"dual-{d}", r.passed, r.as_dict())
     if as_json:
         out: dict[str, Any] = {d: r.as_dict() for d, r in results.items()}
-        out["trace"] = path
+        out["trace"] = None if path is None else tracer.describe(path)
         out["parallel"] = parallel
         click.echo(json.dumps(out))
     else:

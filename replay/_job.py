@@ -107,7 +107,8 @@ def _recorder(spec: dict[str, Any], app: Any, params: dict[str, Any], comm: Any)
     rank = comm.Get_rank() if comm is not None else 0
     ranks = comm.Get_size() if comm is not None else spec.get("nodes", 1)
     if rank == 0:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        if not tracer.is_url(path):
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
         meta = {
             "app": app.spec,
             "target": app.target,
@@ -354,11 +355,12 @@ def abandon(spec: dict[str, Any], rank: int) -> None:
 def _mark_crashed(spec: dict[str, Any], message: str, status: str = "crashed") -> None:
     """A rank died or aborted: a still-running traced run becomes ``crashed`` (or
     ``interrupted``, when the user stopped the job)."""
-    if not spec.get("trace") or not Path(spec["trace"]).is_file():
+    import tracer
+
+    trace = spec.get("trace")
+    if not trace or not (tracer.is_url(trace) or Path(trace).is_file()):
         return
     try:
-        import tracer
-
         tracer.mark_crashed(spec["trace"], spec["run_id"], message, status)
     except Exception:  # noqa: BLE001 - the run already failed; report that, not this
         pass

@@ -91,10 +91,19 @@ def _table(rows: list[list[str]], right: set[int]) -> list[str]:
 
 
 @click.command("ls")
-@click.argument("directory", default="traces", required=False, type=click.Path())
+@click.argument(
+    "directory", default="traces", required=False, metavar="[DIR|TRACE|URL]", type=click.Path()
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
 def ls_cmd(directory: str, as_json: bool) -> None:
-    """List the trace files in DIRECTORY (default: traces/) and the runs they hold."""
+    """List the trace files in DIRECTORY (default: traces/) and the runs they hold.
+
+    DIRECTORY may also be one trace file or a database URL: then its runs are listed.
+    """
+    if tracer.is_url(directory):
+        tracer.open(directory).close()  # one store named: its failure is the command's
+        _ls([directory], tracer.describe(directory), as_json)
+        return
     root = Path(directory)
     if not root.exists():
         raise tracer.TraceNotFoundError(
@@ -104,16 +113,20 @@ def ls_cmd(directory: str, as_json: bool) -> None:
     if not root.is_dir():
         refuse_special(root)  # a FIFO given by name: one line, exit 2
     files = [root] if not root.is_dir() else sorted({p for g in TRACE_GLOBS for p in root.glob(g)})
+    _ls(files, directory, as_json)
+
+
+def _ls(stores: list[Any], directory: str, as_json: bool) -> None:
     listed: list[dict[str, Any]] = []
     errors: list[dict[str, str]] = []
-    for path in files:
+    for path in stores:
         try:
             with tracer.open(path) as trace:
                 size = trace.store_bytes()
                 for info in trace.runs():
                     listed.append(
                         {
-                            "path": str(path),
+                            "path": tracer.describe(path),
                             "run_id": info.run_id,
                             "app": info.app,
                             "started_at": info.started_at,
@@ -125,7 +138,7 @@ def ls_cmd(directory: str, as_json: bool) -> None:
                         }
                     )
         except tracer.TracerError as exc:
-            errors.append({"path": str(path), "error": str(exc)})
+            errors.append({"path": tracer.describe(path), "error": str(exc)})
     if as_json:
         click.echo(json.dumps({"traces": listed, "errors": errors}))
         return
@@ -166,14 +179,14 @@ def show_cmd(trace_path: str, run_id: str | None, as_json: bool) -> None:
         for r in runs:
             trace.ensure_intact(r.info.run_id)
         doc: dict[str, Any] = {
-            "trace": trace_path,
+            "trace": tracer.describe(trace_path),
             "store_bytes": trace.store_bytes(),
             "runs": [_run_dict(r) for r in runs],
         }
     if as_json:
         click.echo(json.dumps(doc))
         return
-    click.echo(f"{trace_path}: {len(doc['runs'])} run(s), {_size(doc['store_bytes'])}")
+    click.echo(f"{doc['trace']}: {len(doc['runs'])} run(s), {_size(doc['store_bytes'])}")
     for r in doc["runs"]:
         click.echo("")
         click.echo(
@@ -248,7 +261,7 @@ def show_cmd(trace_path: str, run_id: str | None, as_json: bool) -> None:
 @click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists (never a trace).")
 def export_cmd(trace_path: str, fmt: str, output: str, run_id: str | None, force: bool) -> None:
     """Export a run of TRACE for a timeline viewer."""
-    check_output(output, force=force, reading=[trace_path])
+    check_output(output, force=force, reading=[] if tracer.is_url(trace_path) else [trace_path])
     with tracer.open(trace_path) as trace:
         n = tracer.export_chrome(trace, run_id, output)
     click.echo(f"wrote {n} events to {output} (open it in https://ui.perfetto.dev)")
@@ -263,7 +276,7 @@ def verify_cmd(trace_path: str, run_id: str | None, as_json: bool) -> None:
     with tracer.open(trace_path, assume_finished=True) as trace:
         ids = [run_id] if run_id else [r.run_id for r in trace.runs()]
         if not ids:
-            raise tracer.RunNotFoundError(f"{trace_path} holds no runs yet")
+            raise tracer.RunNotFoundError(f"{tracer.describe(trace_path)} holds no runs yet")
         reports = []
         for rid in ids:
             reports.append(trace.verify(rid, full=True))

@@ -60,3 +60,31 @@ def _isolated_cache(
         cache = str(tmp_path_factory.getbasetemp() / "cache")
         os.environ["STRADS_REPLAY_TEST_CACHE"] = cache
     monkeypatch.setenv("STRADS_REPLAY_CACHE", cache)
+
+
+@pytest.fixture(scope="session")
+def pg_server():
+    """A real PostgreSQL server for the session (skips with a reason without one)."""
+    from tests.pg import start_server
+
+    yield from start_server()
+
+
+@pytest.fixture
+def pg_url(pg_server) -> str:
+    """The URL, password included, of a new empty PostgreSQL database."""
+    return pg_server.create_database()
+
+
+@pytest.fixture(scope="session")
+def pg_trace(pg_server, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """A 2-rank SGDMF run recorded into a PostgreSQL database: the ``run --json`` result
+    plus ``url`` (with the password) and ``cwd`` (where the command ran)."""
+    import json
+
+    url = pg_server.create_database()
+    cwd = tmp_path_factory.mktemp("pg-run")
+    args = ["run", "sgdmf", "-p", "synthetic=true", "-p", "epochs=2", "--ranks", "2"]
+    proc = run_cli([*args, "--trace", url, "--json"], cwd=cwd)
+    assert proc.returncode == 0, proc.stderr
+    return dict(json.loads(proc.stdout), url=url, cwd=cwd, stderr=proc.stderr)

@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 from tests.conftest import ROOT, run_cli
+from tests.pg import PASSWORD
 
 
 def test_writing_an_app_example_runs(tmp_path: Path) -> None:
@@ -44,3 +45,22 @@ def test_top_of_readme_has_the_two_commands() -> None:
     assert cmds[0].endswith("replay demo")
     ci = (ROOT / ".ci" / "run").read_text().strip().splitlines()[-1]
     assert ci == cmds[1]
+
+
+def test_postgres_commands_run_as_written(pg_url: str, tmp_path: Path) -> None:
+    """The README's PostgreSQL commands, with its example URL pointed at the test server."""
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("### Trace stores in PostgreSQL") : text.index("## Writing an app")]
+    blocks = re.findall(r"```bash\n(.*?)\n```", section, re.S)
+    example = "postgresql+psycopg://me:secret@localhost/traces"
+    lines = blocks[1].splitlines()
+    assert all(line.startswith("replay ") and example in line for line in lines)
+    assert "replay browse " + example in lines  # the browser needs a terminal: tests/tui
+    for line in lines:
+        if line.startswith("replay browse"):
+            continue
+        args = line.replace(example, pg_url).split()[1:]
+        proc = run_cli(args, cwd=tmp_path, timeout=300)
+        assert proc.returncode == 0, (line, proc.stderr)
+        assert PASSWORD not in proc.stdout + proc.stderr
+    assert (tmp_path / "sgdmf-timeline.json").is_file()

@@ -20,6 +20,7 @@ from ._codec import CODECS as CODECS
 from ._elements import SLOT_BITS as ELEMENT_SLOT_BITS
 from ._elements import dds_names as dds_names
 from ._elements import element_name as element_name
+from ._errors import DriverMissingError as DriverMissingError
 from ._errors import RunExistsError as RunExistsError
 from ._errors import RunNotFoundError as RunNotFoundError
 from ._errors import TraceDamagedError as TraceDamagedError
@@ -58,7 +59,10 @@ from ._run import RunTrace as RunTrace
 from ._run import VerdictInfo as VerdictInfo
 from ._schema import SCHEMA_VERSION as SCHEMA_VERSION
 from ._store import create_store as create_store
+from ._store import describe as describe
+from ._store import is_url as is_url
 from ._store import mark_crashed as mark_crashed
+from ._store import probe_store as probe_store
 from ._store import special_kind as special_kind
 from ._store import start_run as start_run
 from ._verify import Problem as Problem
@@ -73,6 +77,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "DeltasAggregated",
     "DigestRecorded",
+    "DriverMissingError",
     "Event",
     "IndexOrderDeviated",
     "InvocationCompleted",
@@ -105,11 +110,14 @@ __all__ = [
     "WritableTrace",
     "create_store",
     "decode_plan",
+    "describe",
     "encode_plan",
     "export_chrome",
+    "is_url",
     "mark_crashed",
     "open",
     "open_writable",
+    "probe_store",
     "special_kind",
     "start_run",
 ]

@@ -31,7 +31,12 @@ class RunExistsError(TracerError, ValueError):
     """``start_run`` was given a run id that the store already holds."""
 
 
+class DriverMissingError(TracerError, ImportError):
+    """A trace URL names a database driver that is not installed."""
+
+
 __all__ = [
+    "DriverMissingError",
     "RunExistsError",
     "RunNotFoundError",
     "TraceDamagedError",

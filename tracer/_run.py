@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
-from sqlalchemy import distinct, func, select, union
+from sqlalchemy import BigInteger, cast, distinct, func, select, union
 
 from . import _stream
 from ._codec import decode_column as _dec
@@ -232,9 +232,13 @@ class RunTrace:
                 select(
                     Invocation.op,
                     func.count(distinct(Invocation.invocation)).label("invocations"),
-                    func.sum(Invocation.bodies).label("bodies"),
+                    # PostgreSQL sums bigints to numeric (Decimal): cast back in SQL
+                    cast(func.sum(Invocation.bodies), BigInteger).label("bodies"),
                     func.max(Invocation.rounds).label("rounds"),
-                    *(func.sum(getattr(Invocation, c)).label(c) for c in _COUNTERS),
+                    *(
+                        cast(func.sum(getattr(Invocation, c)), BigInteger).label(c)
+                        for c in _COUNTERS
+                    ),
                 )
                 .where(Invocation.run == self.run_id)
                 .group_by(Invocation.op)

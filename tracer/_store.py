@@ -20,10 +20,18 @@ from typing import Any
 from urllib.request import pathname2url
 
 from sqlalchemy import Engine, create_engine, event, insert, inspect, select, update
-from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import (
+    ArgumentError,
+    DBAPIError,
+    IntegrityError,
+    NoSuchModuleError,
+    OperationalError,
+)
 from sqlalchemy.pool import QueuePool
 
 from ._errors import (
+    DriverMissingError,
     RunExistsError,
     RunNotFoundError,
     TraceFormatError,
@@ -38,6 +46,10 @@ BUSY_TIMEOUT_MS = 60_000
 HINT = "pass a file written by 'replay run --trace' (see 'replay ls')"
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
+#: The pip command that installs the PostgreSQL driver (psycopg).
+POSTGRES_EXTRA = "pip install 'strads-replay[postgres]'"
+#: Seconds a connection to a database server may take before the command gives up.
+CONNECT_TIMEOUT_S = 10
 
 
 def is_url(target: Any) -> bool:
@@ -50,10 +62,69 @@ def describe(target: Any) -> str:
     if isinstance(target, Engine):
         return target.url.render_as_string(hide_password=True)
     if is_url(target):
-        from sqlalchemy.engine import make_url
-
-        return make_url(target).render_as_string(hide_password=True)
+        try:
+            return make_url(target).render_as_string(hide_password=True)
+        except ArgumentError:
+            return "<an unparsable URL>"  # never echo it: it may hold a password
     return os.fspath(target)
+
+
+def hide_password(text: str, target: Any) -> str:
+    """``text`` with the password of ``target``'s URL (if any) replaced by ``***``."""
+    try:
+        url = target.url if isinstance(target, Engine) else make_url(target)
+    except (ArgumentError, TypeError):
+        return text
+    pw = url.password
+    return text.replace(str(pw), "***") if pw else text
+
+
+def store_url(target: str) -> URL:
+    """``target`` parsed, with ``postgresql://`` meaning the psycopg driver."""
+    try:
+        url = make_url(target)
+    except ArgumentError:
+        raise TraceFormatError(
+            f"{describe(target)} is not a valid SQLAlchemy URL: write it as "
+            "postgresql+psycopg://USER:PASSWORD@HOST:PORT/DATABASE"
+        ) from None
+    if url.drivername in ("postgresql", "postgres"):
+        url = url.set(drivername="postgresql+psycopg")
+    return url
+
+
+def url_engine(target: str) -> Engine:
+    """An engine on an SQLAlchemy URL; a missing driver is one line naming what to install.
+
+    Nothing is connected here; connection errors surface at first use.
+    """
+    url = store_url(target)
+    kw: dict[str, Any] = {}
+    if url.get_backend_name() == "postgresql":
+        kw["connect_args"] = {"connect_timeout": CONNECT_TIMEOUT_S}
+    try:
+        return create_engine(url, **kw)
+    except NoSuchModuleError:
+        raise DriverMissingError(
+            f"{describe(target)}: SQLAlchemy has no database dialect "
+            f"{url.drivername!r}; for PostgreSQL write postgresql+psycopg://... and "
+            f"install the postgres extra: {POSTGRES_EXTRA}"
+        ) from None
+    except ImportError as exc:
+        module = getattr(exc, "name", None) or url.get_driver_name()
+        if url.get_backend_name() == "postgresql" and url.get_driver_name() == "psycopg":
+            how = f"install the postgres extra: {POSTGRES_EXTRA}"
+        elif url.get_backend_name() == "postgresql":
+            how = (
+                f"install it, or use postgresql+psycopg:// and install the postgres extra: "
+                f"{POSTGRES_EXTRA}"
+            )
+        else:
+            how = f"install it (pip install {module})"
+        raise DriverMissingError(
+            f"{describe(target)} needs the database driver {module!r}, which is not "
+            f"installed: {how}"
+        ) from None
 
 
 def sqlite_path(target: Any) -> Path | None:
@@ -62,9 +133,7 @@ def sqlite_path(target: Any) -> Path | None:
         db = target.url.database if target.dialect.name == "sqlite" else None
         return Path(db) if db and db != ":memory:" and not db.startswith("file:") else None
     if is_url(target):
-        from sqlalchemy.engine import make_url
-
-        url = make_url(target)
+        url = store_url(target)
         db = url.database if url.get_backend_name() == "sqlite" else None
         return Path(db) if db and db != ":memory:" else None
     return Path(os.fspath(target))
@@ -91,7 +160,7 @@ def create_store(target: str | os.PathLike[str] | Engine) -> Engine:
     if isinstance(target, Engine):
         engine = target
     elif is_url(target):
-        engine = create_engine(str(target))
+        engine = url_engine(str(target))
         if engine.dialect.name == "sqlite":
             _tune_sqlite(engine)
             path = sqlite_path(target)
@@ -139,20 +208,25 @@ def ensure_schema(engine: Engine) -> None:
                     )
             return
         except (OperationalError, IntegrityError) as exc:
-            if attempt == 2 or "already exists" not in str(exc) and "UNIQUE" not in str(exc):
+            if attempt == 2 or not any(m in str(exc) for m in _RACES):
                 raise TraceWriteError(
-                    f"cannot create the trace schema in {describe(engine)}: {_reason(exc)}"
+                    f"cannot create the trace schema in {describe(engine)}: {_reason(exc, engine)}"
                 ) from None
 
 
-def _reason(exc: BaseException) -> str:
+#: What a losing schema-creation race says (SQLite; PostgreSQL's catalog unique index).
+_RACES = ("already exists", "UNIQUE", "duplicate key")
+
+
+def _reason(exc: BaseException, target: Any = None) -> str:
     orig = getattr(exc, "orig", None)
-    return str(orig if orig is not None else exc).splitlines()[0]
+    lines = str(orig if orig is not None else exc).strip().splitlines() or [type(exc).__name__]
+    return hide_password(lines[0], target) if target is not None else lines[0]
 
 
 def write_error(engine: Engine, exc: BaseException) -> TraceWriteError:
     """A one-line :class:`TraceWriteError` for a failed write."""
-    return TraceWriteError(f"cannot write trace {describe(engine)}: {_reason(exc)}")
+    return TraceWriteError(f"cannot write trace {describe(engine)}: {_reason(exc, engine)}")
 
 
 def start_run(store: Any, run_id: str, meta: dict[str, Any]) -> None:
@@ -342,7 +416,7 @@ def open_engine(target: Any, *, writable: bool = False, allow_empty: bool = Fals
         check_file(path)
         engine = _open_sqlite_ro(path)
     else:
-        engine = create_engine(str(target))
+        engine = url_engine(str(target))
     try:
         check_schema_info(engine, describe(target), allow_empty=allow_empty)
     except BaseException:
@@ -389,9 +463,18 @@ def check_schema_info(engine: Engine, shown: str = "", *, allow_empty: bool = Fa
                     f"{shown} is not a replay trace (no schema_info table): {HINT}"
                 )
             rows = conn.execute(select(SchemaInfo.app_id, SchemaInfo.version)).all()
-    except DBAPIError as exc:
+    except OperationalError as exc:
+        if engine.dialect.name != "sqlite":  # the server is down, refused us, or is unknown
+            raise TraceNotFoundError(
+                f"cannot connect to {shown}: {_reason(exc, engine)}; check the host, port, "
+                "user, password and database name in the URL"
+            ) from None
         raise TraceFormatError(
             f"{shown} is not a readable trace ({_reason(exc)}): {HINT}"
+        ) from None
+    except DBAPIError as exc:
+        raise TraceFormatError(
+            f"{shown} is not a readable trace ({_reason(exc, engine)}): {HINT}"
         ) from None
     ours = [v for a, v in rows if a == APP_ID]
     if not ours:
@@ -417,6 +500,16 @@ def check_schema_info(engine: Engine, shown: str = "", *, allow_empty: bool = Fa
             f"{shown} is an older trace (schema version {version}; this strads-replay reads "
             f"{SCHEMA_VERSION}): re-record the run, or read it with the strads-replay that wrote it"
         )
+
+
+def probe_store(target: str | os.PathLike[str]) -> None:
+    """Check, before a run starts, that a URL ``target`` can hold a trace.
+
+    Its driver is installed, its server answers, and the database is empty or already a
+    trace store of ours.  Nothing is written.  A path is left to :func:`create_store`.
+    """
+    if is_url(target) and sqlite_path(target) is None:
+        open_engine(target, allow_empty=True).dispose()
 
 
 def checkpoint(engine: Engine) -> None:
@@ -447,9 +540,13 @@ __all__ = [
     "create_store",
     "describe",
     "finish_run",
+    "hide_password",
+    "is_url",
     "mark_crashed",
     "open_engine",
+    "probe_store",
     "refuse_special",
     "special_kind",
     "start_run",
+    "url_engine",
 ]

@@ -21,11 +21,12 @@ from .app import DEFAULT_DIR, run_browser
 def browse_cmd(traces: tuple[str, ...], list_only: bool) -> None:
     """Browse runs, timelines, orders, verdicts and diffs of traces (default: traces/).
 
+    A TRACE may also be an SQLAlchemy URL (postgresql+psycopg://USER:PASSWORD@HOST/DB).
     Given exactly two trace files, opens on the diff of their latest runs.
     """
     paths = list(traces) or [DEFAULT_DIR]
     for p in paths:
-        if not Path(p).exists():
+        if not tracer.is_url(p) and not Path(p).exists():
             raise tracer.TraceNotFoundError(
                 f"{p} does not exist: pass a trace file or a directory of traces "
                 "(record one with 'replay run APP --trace PATH')"

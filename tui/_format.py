@@ -54,7 +54,10 @@ def count(n: int) -> str:
 
 
 def short_path(path: str, width: int = 60) -> str:
-    """``path`` relative to the working directory when inside it, cut from the left."""
+    """``path`` relative to the working directory when inside it, cut from the left
+    (a database URL is kept as it is, already without its password)."""
+    if "://" in path:
+        return path if len(path) <= width else "…" + path[-(width - 1) :]
     try:
         rel = os.path.relpath(path)
         path = rel if not rel.startswith("..") else path

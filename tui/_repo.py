@@ -60,10 +60,15 @@ def _guard(what: str, fn: Callable[[], T]) -> T:
         raise BrowseError(f"cannot read {what}: {_describe(exc)}") from exc
 
 
-def expand_paths(paths: Sequence[str | os.PathLike[str]]) -> list[Path]:
-    """Files as given, directories replaced by the trace files in them (sorted)."""
-    out: list[Path] = []
-    for p in map(Path, paths):
+def expand_paths(paths: Sequence[str | os.PathLike[str]]) -> list[str | Path]:
+    """Files as given, directories replaced by the trace files in them (sorted);
+    database URLs stay strings."""
+    out: list[str | Path] = []
+    for given in paths:
+        if tracer.is_url(given):
+            out.append(str(given))
+            continue
+        p = Path(given)
         if p.is_dir():
             out += sorted({f for g in TRACE_GLOBS for f in p.glob(g)})
         else:
@@ -73,7 +78,11 @@ def expand_paths(paths: Sequence[str | os.PathLike[str]]) -> list[Path]:
 
 @dataclass(frozen=True, slots=True)
 class RunRef:
-    """Names one run: the trace file and the run id in it."""
+    """Names one run: the trace file and the run id in it.
+
+    For a database URL ``path`` is the URL without its password; the repository
+    keeps the real one, so nothing the screens show can leak it.
+    """
 
     path: str
     run_id: str
@@ -295,6 +304,8 @@ class Repository:
 
     def __init__(self, paths: Sequence[str | os.PathLike[str]]) -> None:
         self.paths = expand_paths(paths)
+        #: shown name -> what to open, for URLs (whose shown name hides the password)
+        self._targets = {tracer.describe(p): p for p in self.paths if isinstance(p, str)}
         self._lock = threading.RLock()
         self._traces: dict[str, tracer.Trace] = {}
         self._entries: list[TraceEntry] | None = None
@@ -306,14 +317,14 @@ class Repository:
     def _trace(self, path: str) -> tracer.Trace:
         with self._lock:
             if path not in self._traces:
-                self._traces[path] = tracer.open(path)
+                self._traces[path] = tracer.open(self._targets.get(path, path))
             return self._traces[path]
 
     def entries(self) -> list[TraceEntry]:
         """Every trace file with its runs (or its error), loaded once."""
         with self._lock:
             if self._entries is None:
-                self._entries = [self._entry(str(p)) for p in self.paths]
+                self._entries = [self._entry(tracer.describe(p)) for p in self.paths]
             return self._entries
 
     def _entry(self, path: str) -> TraceEntry:
@@ -343,8 +354,9 @@ class Repository:
 
     def latest(self, path: str | os.PathLike[str]) -> RunRef | None:
         """The latest run of the trace at ``path`` (None: unreadable or empty)."""
+        shown = tracer.describe(path)
         for e in self.entries():
-            if Path(e.path) == Path(path) and e.runs:
+            if (e.path == shown or Path(e.path) == Path(path)) and e.runs:
                 return e.runs[-1].ref
         return None
 

@@ -9,6 +9,8 @@ from pathlib import Path
 from textual.app import App
 from textual.binding import Binding
 
+import tracer
+
 from ._repo import Repository, RunRef
 from .screens import (
     DiffScreen,
@@ -115,7 +117,7 @@ class BrowserApp(App[None]):
 def run_browser(paths: Sequence[str | os.PathLike[str]], *, diff: bool | None = None) -> None:
     """Run the browser in this terminal; ``diff=None`` diffs when given exactly two files."""
     if diff is None:
-        diff = len(paths) == 2 and all(Path(p).is_file() for p in paths)
+        diff = len(paths) == 2 and all(tracer.is_url(p) or Path(p).is_file() for p in paths)
     BrowserApp(list(paths) or [DEFAULT_DIR], diff=diff).run()
 
 
