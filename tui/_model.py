@@ -94,31 +94,32 @@ def _group_ids(*keys: np.ndarray) -> np.ndarray:
 
 LOCK_COLUMNS = (
     Column("node", 4),
-    Column("lock", 9),
+    Column("round", 5),
     Column("#", 7),
     Column("seq", 9),
-    Column("round", 5),
+    Column("position", 9),
     Column("thread", 6),
-    Column("index", 10),
 )
 
 
 def lock_table(parts: Sequence[tuple[int, tracer.LockGrantArrays]]) -> RowTable:
-    """Lock grants grouped per (node, lock), each lock's grants in grant order."""
-    parts = [(n, g) for n, g in parts if len(g.seq)]
+    """Where each (node, round)'s lock-ticket order left its prediction: from body
+    ``position`` of the round's locked bodies on, ``thread`` went (grant order)."""
+    parts = [(n, g) for n, g in parts if len(g.position)]
     if not parts:
         return empty_table(LOCK_COLUMNS)
-    node = np.concatenate([np.full(len(g.seq), n, np.int64) for n, g in parts])
-    lock = np.concatenate([g.lock for _, g in parts])
-    seq = np.concatenate([g.seq for _, g in parts])
-    order = np.lexsort((seq, lock, node))
-    node, lock, seq = node[order], lock[order], seq[order]
-    rnd = np.concatenate([g.round for _, g in parts])[order]
-    thread = np.concatenate([g.thread for _, g in parts])[order]
-    index = np.concatenate([g.index for _, g in parts])[order]
-    group = _group_ids(node, lock)
+    node, rnd, seq = [], [], []
+    for n, g in parts:
+        per = np.diff(g.offset)
+        node.append(np.full(len(g.position), n, np.int64))
+        rnd.append(np.repeat(g.round, per))
+        seq.append(np.repeat(g.seq, per))
+    node_a, rnd_a, seq_a = np.concatenate(node), np.concatenate(rnd), np.concatenate(seq)
+    position = np.concatenate([g.position for _, g in parts])
+    thread = np.concatenate([g.thread for _, g in parts])
+    group = _group_ids(node_a, rnd_a)
     pos = _positions(group)
-    return RowTable(LOCK_COLUMNS, (node, lock, pos, seq, rnd, thread, index), group=group)
+    return RowTable(LOCK_COLUMNS, (node_a, rnd_a, pos, seq_a, position, thread), group=group)
 
 
 MESSAGE_COLUMNS = (

@@ -192,7 +192,7 @@ class RunView:
         return self.nodes() if node is None else [node]
 
     def lock_table(self, op: str, invocation: int, node: int | None = None) -> _model.RowTable:
-        """Lock grants of one invocation per (node, lock) in grant order."""
+        """Deviations of each (node, round)'s lock-ticket order from its prediction."""
 
         def load() -> _model.RowTable:
             parts = [(n, self._run.lock_grants(op, invocation, n)) for n in self._node_list(node)]
