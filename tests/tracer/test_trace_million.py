@@ -5,8 +5,6 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
-import numpy as np
-
 import engine as ap
 import tracer
 
