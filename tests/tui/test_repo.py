@@ -68,17 +68,16 @@ def test_run_view_caches_and_reports_missing_plans(synth_dir: Path) -> None:
         view.plan("nope", 0)
 
 
-def test_lock_table_groups_grants_per_lock_in_grant_order(synth_dir: Path) -> None:
+def test_lock_table_lists_hand_overs_per_round_in_order(synth_dir: Path) -> None:
     view = Repository([synth_dir]).run(RunRef(str(synth_dir / "a.sqlite"), "run-a"))
     table = view.lock_table("sgd", 0)
-    assert len(table) == 24  # node 0 locks all of its 24 bodies
-    lock, pos, seq = table.column("lock"), table.column("#"), table.column("seq")
-    assert list(lock) == sorted(lock)
-    for k in range(3):
-        rows = np.flatnonzero(lock == k)
-        assert list(pos[rows]) == list(range(len(rows)))
-        assert list(seq[rows]) == sorted(seq[rows])
-        assert set(table.column("index")[rows] % 3) == {k}
+    assert len(table) == 24  # the sample hands over at each of node 0's 24 bodies
+    rnd, k, where = table.column("round"), table.column("#"), table.column("position")
+    assert list(rnd) == sorted(rnd)
+    for r in set(rnd.tolist()):
+        rows = np.flatnonzero(rnd == r)
+        assert list(k[rows]) == list(range(len(rows)))
+        assert list(where[rows]) == sorted(where[rows])
     assert len(view.lock_table("sgd", 0, node=1)) == 0
 
 
