@@ -11,7 +11,6 @@ order.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -24,7 +23,6 @@ from . import _dds
 from ._closure import check_body
 from ._closure import finish as finish_closure
 from ._closure import guard as closure_guard
-from ._control import TurnstileDriver
 from ._dds import ANY_OWN, LOCKED_BODY, SLOT_BITS, SLOT_MASK, _tls
 from ._errors import (
     AccessOutsideReconError,
@@ -33,6 +31,10 @@ from ._errors import (
     DivergenceError,
     SessionError,
 )
+from ._grants import GrantOrderError, TurnSequencer
+from ._grants import decode_grant_order as decode
+from ._grants import encode_grant_order as encode
+from ._grants import merge_grant_order as merge
 from ._guard import POLICIES, Guard, GuardPlan, PlanViolation, Violation, install
 from ._planner import REPLICATED, Plan, Task, make_plan, replicated_plan, wavefront_plan
 from ._recon import AccessSets, concat_sets, recon_range
@@ -537,7 +539,20 @@ def _run_threads(
     lock_of: dict[int, np.ndarray] = {}
     planned_locks = lock_of
     locks: dict[int, threading.Lock] = {}
-    turnstile: TurnstileDriver | None = None
+    sequencer: TurnSequencer | None = None
+    by_thread: dict[int, list[Task]] = {}
+    for t in tasks:
+        by_thread.setdefault(t.thread, []).append(t)
+    # each thread's locked bodies in plan order: a ticket order is a merge of these
+    seqs = {
+        th: np.concatenate([t.indices for t in mine if t.locked])
+        for th, mine in by_thread.items()
+        if any(t.locked for t in mine)
+    }
+    lengths = np.zeros(max(seqs, default=-1) + 1, dtype=np.int64)
+    for th, idx in seqs.items():
+        lengths[th] = len(idx)
+    n_grants = 0
     if locked:
         cached = st.lock_cache.get((r, node))
         if cached is None:
@@ -546,21 +561,32 @@ def _run_threads(
             cached = st.lock_cache[(r, node)] = (
                 dict(zip(all_idx.tolist(), per_body, strict=True)),
                 group_w.tolist(),
+                sum(map(len, per_body)),
             )
         planned_locks = cached[0]
+        n_grants = cached[2]
         assert st.sets is not None  # lock-split groups come from a plan made from sets
         lock_of = locks_to_take(st.sets, st.start, planned_locks)
+        if lock_of is not planned_locks:  # a substituted step (tests/mutants.py)
+            n_grants = sum(len(lock_of[j]) for j in lock_of)
         locks = {g: threading.Lock() for g in cached[1]}
-        orders = sess.controller.lock_orders(st.name, inv, node, r)
-        if orders is not None:
+        recorded = sess.controller.grant_order(st.name, inv, node, r)
+        if recorded is not None:
             where = {"node": node, "op": st.name, "invocation": inv}
-            turnstile = TurnstileDriver(orders, where)
-    ticket = itertools.count()
-    tickets: list[tuple[int, int, int]] = []  # (ticket, index, thread)
-    tickets_lock = threading.Lock()
-    by_thread: dict[int, list[Task]] = {}
-    for t in tasks:
-        by_thread.setdefault(t.thread, []).append(t)
+            try:
+                turns = decode(recorded[0], recorded[1], lengths)
+            except GrantOrderError as exc:
+                raise DivergenceError(
+                    node=node,
+                    op=st.name,
+                    invocation=inv,
+                    event=f"round {r}",
+                    what="lock",
+                    expected=f"a grant order of {int(lengths.sum())} locked bodies",
+                    actual=f"a recorded order that does not fit them ({exc})",
+                ) from None
+            sequencer = TurnSequencer(turns, merge(turns, seqs), where)
+    tickets: list[tuple[int, int]] = []  # (index, thread) in ticket order
 
     def work(thread: int, mine: list[Task]) -> None:
         with _running_bodies(st.name, inv, op_key, node):
@@ -571,22 +597,28 @@ def _run_threads(
                     continue
                 _tls.gcode = LOCKED_BODY
                 for j in t.indices.tolist():
-                    ids = lock_of[j].tolist()
                     # the guard checks the program against the locks the plan calls
                     # for (a wrong locking discipline is the engine's bug, for the
                     # dual tests to find, not the program's)
                     _tls.held = set(planned_locks[j].tolist())
-                    if turnstile is not None:
-                        _run_turnstile(
-                            turnstile, ids, thread, j, body, tickets, tickets_lock, ticket
-                        )
+                    if sequencer is not None:
+                        # replay: the recorded ticket order already orders every pair
+                        # of bodies that share a lock, so no element lock is taken
+                        sequencer.wait(thread, j)
+                        try:
+                            tickets.append((j, thread))
+                            _tls.index = j
+                            body(j)
+                        except BaseException:
+                            sequencer.fail()
+                            raise
+                        sequencer.done(thread)
                         continue
-                    held = [locks[g] for g in ids]
+                    held = [locks[g] for g in lock_of[j].tolist()]
                     for lk in held:  # global order: ids are sorted
                         lk.acquire()
                     try:
-                        with tickets_lock:
-                            tickets.append((next(ticket), j, thread))
+                        tickets.append((j, thread))  # one append: atomic, in lock order
                         _tls.index = j
                         body(j)
                     finally:
@@ -599,49 +631,20 @@ def _run_threads(
     for e in errors:  # a body that left the plan explains the others' failures
         if isinstance(e, PlanViolation):
             raise e
+    for e in errors:  # a real failure explains the waiters that stopped because of it
+        if not (isinstance(e, DivergenceError) and e.what == "lock" and e.event == "lock turn"):
+            raise e
     if errors:
         raise errors[0]
     unlocked = [t.indices for t in tasks if not t.locked]
-    tickets.sort()
-    order = unlocked + [np.array([j for _, j, _ in tickets], dtype=np.int64)]
+    ticket_a = np.array(tickets, dtype=np.int64).reshape(-1, 2)
+    order = unlocked + [ticket_a[:, 0]]
     if locked:
-        lk, th, ix = [], [], []
-        for _, j, thread in tickets:
-            ids = lock_of[j]
-            lk.append(ids)
-            th.append(np.full(len(ids), thread, dtype=np.int64))
-            ix.append(np.full(len(ids), j, dtype=np.int64))
-        locks_a, threads_a, idx_a = np.concatenate(lk), np.concatenate(th), np.concatenate(ix)
-        by_lock = np.argsort(locks_a, kind="stable")  # per lock, in grant (ticket) order
+        positions, threads = encode(ticket_a[:, 1], lengths)
         sess.recorder.lock_grants(
-            st.name, inv, node, r, locks_a[by_lock], threads_a[by_lock], idx_a[by_lock]
+            st.name, inv, node, r, len(ticket_a), n_grants, positions, threads
         )
     return np.concatenate(order)
-
-
-def _run_turnstile(
-    ts: TurnstileDriver,
-    ids: list[int],
-    thread: int,
-    j: int,
-    body: Callable[[int], Any],
-    tickets: list[tuple[int, int, int]],
-    tickets_lock: threading.Lock,
-    ticket: itertools.count[int],
-) -> None:
-    """Run body ``j`` holding ``ids``, each granted in its recorded turn."""
-    taken: list[int] = []
-    try:
-        for g in ids:
-            ts.acquire(g, thread, j)
-            taken.append(g)
-        with tickets_lock:
-            tickets.append((next(ticket), j, thread))
-        _tls.index = j
-        body(j)
-    finally:
-        for g in reversed(taken):
-            ts.release(g, thread, j)
 
 
 def last_order(name: str) -> np.ndarray:

@@ -45,10 +45,11 @@ class Controller:
         """Source of the ``k``-th message ``node`` receives on ``channel`` (None: any)."""
         return None
 
-    def lock_orders(
+    def grant_order(
         self, op: str, invocation: int, node: int, round: int
-    ) -> dict[int, list[tuple[int, int]]] | None:
-        """Recorded grant order per lock, as (thread, index) pairs (None: free)."""
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """Recorded ticket order of the node-round's locked bodies, as the (positions,
+        threads) of its deviations from the predicted order (see ``_grants``; None: free)."""
         return None
 
     def serial_order(self, op: str, invocation: int, node: int, round: int) -> np.ndarray | None:

@@ -53,12 +53,15 @@ class Recorder:
         invocation: int,
         node: int,
         round: int,
-        locks: np.ndarray,
+        bodies: int,
+        grants: int,
+        positions: np.ndarray,
         threads: np.ndarray,
-        indices: np.ndarray,
     ) -> None:
-        """Lock grants of one node in one round, in grant order: parallel int64 arrays of
-        (lock = element id, thread, loop index)."""
+        """Lock grants of one node in one round: ``bodies`` locked bodies took ``grants``
+        element locks; their ticket order deviates from the predicted one (the last
+        thread keeps going, see ``engine._grants``) at ``positions``, where ``threads``
+        took over.  Every lock's grant order is the ticket order restricted to it."""
 
     def index_order(
         self, op: str, invocation: int, node: int, round: int, thread: int, indices: np.ndarray

@@ -11,7 +11,6 @@ the first difference instead of at the end.
 
 from __future__ import annotations
 
-import graphlib
 from collections.abc import Callable
 from typing import Any
 
@@ -101,7 +100,7 @@ class TraceController(engine.Controller):
         self._plans: dict[tuple[str, int], Any] = {}
         self._starts: dict[str, set[int]] = {}
         self._sources: dict[tuple[int, str], np.ndarray] = {}
-        self._grants: dict[tuple[str, int, int], Any] = {}
+        self._grants: dict[tuple[str, int, int, int], tuple[np.ndarray, np.ndarray]] = {}
         self._visible: dict[tuple[str, int, int], dict[int, tuple[int, ...]]] = {}
         self._mutex: dict[tuple[str, int, int], dict[int, list[tuple[int, int]]]] = {}
         self._break = breakpoint_hook
@@ -170,6 +169,7 @@ class TraceController(engine.Controller):
                         expected=expected,
                         actual=actual + " (code or data changed)",
                     )
+        self._load_grants(op, invocation, len(rec.rounds[0]) if rec.rounds else 0)
 
     # ------------------------------------------------------------ messages
     def message_source(self, node: int, channel: str, k: int) -> int | None:
@@ -196,24 +196,24 @@ class TraceController(engine.Controller):
         return int(arr[k])
 
     # ------------------------------------------------------------ locks
-    def _grant_arrays(self, op: str, invocation: int, node: int) -> Any:
-        key = (op, invocation, node)
-        if key not in self._grants:
-            self._grants[key] = self.run.lock_grants(op, invocation, node)
-        return self._grants[key]
+    def _load_grants(self, op: str, invocation: int, nodes: int) -> None:
+        """Every node's recorded grant orders of one invocation, read before it starts
+        (so no query runs while its threads wait for their turns)."""
+        self._grants = {}  # only the running invocation is kept
+        for node in range(nodes):
+            g = self.run.lock_grants(op, invocation, node)
+            for k, r in enumerate(g.round.tolist()):
+                self._grants[(op, invocation, node, r)] = g.deviations(k)
 
-    def lock_orders(
+    def grant_order(
         self, op: str, invocation: int, node: int, round: int
-    ) -> dict[int, list[tuple[int, int]]]:
+    ) -> tuple[np.ndarray, np.ndarray]:
         self.current = (op, invocation)
-        g = self._grant_arrays(op, invocation, node)
-        sel = g.round == round
-        out: dict[int, list[tuple[int, int]]] = {}
-        for lk, th, ix in zip(
-            g.lock[sel].tolist(), g.thread[sel].tolist(), g.index[sel].tolist(), strict=True
-        ):
-            out.setdefault(lk, []).append((th, ix))
-        return out
+        got = self._grants.get((op, invocation, node, round))
+        if got is None:
+            e = np.empty(0, dtype=np.int64)
+            return e, e  # no deviation recorded: the predicted order itself
+        return got
 
     def serial_order(self, op: str, invocation: int, node: int, round: int) -> np.ndarray | None:
         if not self.single:
@@ -221,39 +221,32 @@ class TraceController(engine.Controller):
         plan = self.recorded_plan(op, invocation)
         tasks = plan.rounds[round][node]
         free = [t.indices for t in tasks if not t.locked]
-        locked = [t for t in tasks if t.locked]
         order = list(np.concatenate(free).tolist()) if free else []
-        if locked:
-            order += self._causal_order(op, invocation, node, round, locked)
+        seqs: dict[int, list[np.ndarray]] = {}
+        for t in tasks:
+            if t.locked:
+                seqs.setdefault(t.thread, []).append(np.asarray(t.indices, dtype=np.int64))
+        if seqs:
+            # the recorded ticket order: it orders every pair of bodies sharing a lock
+            per = {th: np.concatenate(parts) for th, parts in seqs.items()}
+            lengths = np.zeros(max(per) + 1, dtype=np.int64)
+            for th, idx in per.items():
+                lengths[th] = len(idx)
+            pos, thr = self.grant_order(op, invocation, node, round)
+            try:
+                turns = engine.decode_grant_order(pos, thr, lengths)
+            except engine.GrantOrderError as exc:
+                raise DivergenceError(
+                    node=node,
+                    op=op,
+                    invocation=invocation,
+                    event=f"round {round}",
+                    what="lock",
+                    expected=f"a grant order of {int(lengths.sum())} locked bodies",
+                    actual=f"a recorded order that does not fit them ({exc})",
+                ) from None
+            order += engine.merge_grant_order(turns, per).tolist()
         return np.asarray(order, dtype=np.int64)
-
-    def _causal_order(
-        self, op: str, invocation: int, node: int, round: int, locked: list[Any]
-    ) -> list[int]:
-        """One order of the locked bodies that respects every thread's task order and
-        every lock's recorded grant order (so it gives the recorded outcome)."""
-        ts: graphlib.TopologicalSorter[int] = graphlib.TopologicalSorter()
-        for t in locked:
-            idx = t.indices.tolist()
-            for j in idx:
-                ts.add(j)
-            for a, b in zip(idx, idx[1:], strict=False):
-                ts.add(b, a)
-        for seq in self.lock_orders(op, invocation, node, round).values():
-            for (_, a), (_, b) in zip(seq, seq[1:], strict=False):
-                ts.add(b, a)
-        try:
-            return list(ts.static_order())
-        except graphlib.CycleError:
-            raise DivergenceError(
-                node=node,
-                op=op,
-                invocation=invocation,
-                event=f"round {round}",
-                what="lock",
-                expected="grant orders consistent with the plan",
-                actual="a cycle",
-            ) from None
 
     # ------------------------------------------------------------ sync_for
     def ssp_visibility(

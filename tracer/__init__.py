@@ -17,9 +17,6 @@ Typical use::
 from __future__ import annotations
 
 from ._codec import CODECS as CODECS
-from ._elements import SLOT_BITS as ELEMENT_SLOT_BITS
-from ._elements import dds_names as dds_names
-from ._elements import element_name as element_name
 from ._errors import DriverMissingError as DriverMissingError
 from ._errors import RunExistsError as RunExistsError
 from ._errors import RunNotFoundError as RunNotFoundError
@@ -69,9 +66,6 @@ from ._verify import Problem as Problem
 from ._verify import Report as Report
 
 __all__ = [
-    "ELEMENT_SLOT_BITS",
-    "dds_names",
-    "element_name",
     "CODECS",
     "EVENT_TYPES",
     "SCHEMA_VERSION",

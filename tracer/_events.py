@@ -25,16 +25,18 @@ class PlanMade:
 
 @dataclass(frozen=True, slots=True)
 class LockGranted:
-    """Thread ``thread`` got lock ``lock`` (an element id) to run loop index ``index``."""
+    """In ``round``, ``bodies`` locked bodies took ``grants`` element locks in a ticket
+    order that left its prediction (the last thread keeps going) at the flattened
+    (position, thread) pairs ``deviations``: from that position on, that thread went."""
 
     node: int
     seq: int
     op: str
     invocation: int
     round: int
-    lock: int
-    thread: int
-    index: int
+    bodies: int
+    grants: int
+    deviations: tuple[int, ...]
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,7 +35,6 @@ from typing import Any
 
 import numpy as np
 
-from ._elements import dds_names, element_name
 from ._events import ObjectiveLogged
 from ._read import Trace
 from ._run import InvocationInfo, RunTrace
@@ -85,7 +84,6 @@ class _Builder:
         self.run = run
         self.events: list[dict[str, Any]] = []
         self.threads: dict[int, set[int]] = defaultdict(set)
-        self.names = dds_names(run)
         self.nodes = max(len(run.nodes()), 1)
         self.flow_id = 0
         self.plans: dict[tuple[str, int], Any] = {}
@@ -203,28 +201,36 @@ class _Builder:
         return out
 
     def _grants(self, i: InvocationInfo, span: _Span, plan: Any) -> np.ndarray:
-        """Thread slices and lock-grant instants; anchors (seq, ts, round) of the grants."""
-        tracks = self._thread_slices(i, span, plan)
+        """Thread slices and lock hand-over instants; anchors (seq, ts, round) of the
+        rounds' grant records.
+
+        A trace keeps each round's lock-ticket order as its deviations from a predicted
+        order (where another thread took over), not per-lock grants; which element each
+        grant locked is known only to a replay, which re-runs reconnaissance.  So the
+        timeline shows the hand-overs, each on the thread that took over, placed at its
+        position among the round's locked bodies.
+        """
+        self._thread_slices(i, span, plan)
         g = self.run.lock_grants(i.op, i.invocation, i.node) if i.lock_grants else None
         if g is None or not len(g.seq):
             return np.empty((0, 3))
-        order = np.argsort(g.seq, kind="stable")
-        seq, rnd, lock = g.seq[order], g.round[order], g.lock[order]
-        thread, index = g.thread[order], g.index[order]
-        ts = np.zeros(len(seq))
-        for r in np.unique(rnd):
-            for t in np.unique(thread[rnd == r]):
-                sel = np.flatnonzero((rnd == r) & (thread == t))
-                spans = tracks.get((int(r), int(t))) or [(*span.rounds[_clip(r, span)], None)]
-                where = _task_of(spans, index[sel])
-                for k, (s, d, _) in enumerate(spans):
-                    mine = sel[where == k]
-                    ts[mine] = _spread(s, d, len(mine))
-        for k in range(len(seq)):
-            el = element_name(int(lock[k]), self.names)
-            args = {"element": el, "index": int(index[k]), "seq": int(seq[k]), "placed": _ORDER}
-            self.instant(f"lock {el}", "lock", i.node, int(thread[k]), float(ts[k]), args)
-        return _anchors(seq, rnd, span)
+        for k in range(len(g.seq)):
+            r = int(g.round[k])
+            start, dur = span.rounds[_clip(r, span)]
+            bodies = int(g.bodies[k])
+            positions, threads = g.deviations(k)
+            for p, t in zip(positions.tolist(), threads.tolist(), strict=True):
+                args = {
+                    "round": r,
+                    "position": int(p),
+                    "locked_bodies": bodies,
+                    "grants": int(g.grants[k]),
+                    "seq": int(g.seq[k]),
+                    "placed": _ORDER,
+                }
+                ts = start + dur * int(p) / max(bodies, 1)
+                self.instant(f"hand-over to thread {t}", "lock", i.node, int(t), ts, args)
+        return _anchors(g.seq, g.round, span)
 
     # ------------------------------------------------------------ sync_for
     def _sync(self, i: InvocationInfo, span: _Span) -> np.ndarray:

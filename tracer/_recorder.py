@@ -130,15 +130,19 @@ class TraceRecorder(Recorder):
         invocation: int,
         node: int,
         round: int,
-        locks: np.ndarray,
+        bodies: int,
+        grants: int,
+        positions: np.ndarray,
         threads: np.ndarray,
-        indices: np.ndarray,
     ) -> None:
-        """Buffer one round's lock grants (one event per grant)."""
+        """Buffer one round's lock grants: one event holding the deviations of its
+        ticket order from the predicted one, as flattened (position, thread) pairs."""
         b = self._bufs.get(node) or self._buf(node)
         s = b.seq
-        b.seq = s + len(locks)
-        b.calls[LockGrantBlock].append((op, invocation, (round,), s, (locks, threads, indices)))
+        b.seq = s + 1
+        dev = np.stack([np.asarray(positions, np.int64), np.asarray(threads, np.int64)], 1)
+        head = (round, int(bodies), int(grants))
+        b.calls[LockGrantBlock].append((op, invocation, head, s, (dev.ravel(),)))
 
     def index_order(
         self, op: str, invocation: int, node: int, round: int, thread: int, indices: np.ndarray
@@ -309,7 +313,11 @@ class TraceRecorder(Recorder):
                 if (o, inv) == (op, invocation):
                     nbytes += len(row["calls"]) + sum(len(row[c]) for c in spec.values)
                 rows[model].append(row)
-                counts[(o, inv)][spec.counter] += row["count"]
+                # lock blocks count element grants (one event per round holds many)
+                grants = header[:, spec.header.index("grants")] if "grants" in spec.header else None
+                counts[(o, inv)][spec.counter] += (
+                    row["count"] if grants is None else int(grants.sum())
+                )
         by_chan: dict[str, list[tuple[int, str, int, int, int]]] = defaultdict(list)
         for m in b.msgs:
             by_chan[m[1]].append(m)

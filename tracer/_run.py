@@ -91,13 +91,23 @@ class InvocationInfo:
 
 @dataclass(frozen=True, slots=True)
 class LockGrantArrays:
-    """Lock grants of one node in one invocation, in per-node sequence order."""
+    """Lock grants of one node in one invocation: per round (in sequence order) its
+    locked bodies and element grants, and the deviations of its ticket order from the
+    predicted one — round ``k``'s are ``position[offset[k]:offset[k + 1]]`` (where
+    another thread took over) and the matching ``thread`` entries."""
 
     seq: np.ndarray
     round: np.ndarray
-    lock: np.ndarray
+    bodies: np.ndarray
+    grants: np.ndarray
+    offset: np.ndarray
+    position: np.ndarray
     thread: np.ndarray
-    index: np.ndarray
+
+    def deviations(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """(positions, threads) of the ``k``-th round listed."""
+        a, b = int(self.offset[k]), int(self.offset[k + 1])
+        return self.position[a:b], self.thread[a:b]
 
 
 @dataclass(frozen=True, slots=True)
@@ -373,8 +383,23 @@ class RunTrace:
     # ------------------------------------------------------------ bulk arrays
     @_checked("lock grants")
     def lock_grants(self, op: str, invocation: int, node: int) -> LockGrantArrays:
-        """Lock grants of ``node`` in one invocation, as parallel int64 arrays."""
-        return LockGrantArrays(*self._per_value(LockGrantBlock, op, invocation, node))
+        """Lock grants of ``node`` in one invocation (one query, every round)."""
+        stmt = select(LockGrantBlock.__table__).where(
+            LockGrantBlock.run == self.run_id,
+            LockGrantBlock.op == op,
+            LockGrantBlock.invocation == invocation,
+            LockGrantBlock.node == node,
+        )
+        rows = self._all(stmt.order_by(LockGrantBlock.first_seq))
+        parts = [_stream.decode_calls(LockGrantBlock, r) for r in rows]
+        calls = np.concatenate([c for c, _ in parts]) if parts else np.zeros((0, 5), np.int64)
+        dev = np.concatenate([v for _, (v,) in parts]) if parts else np.zeros(0, np.int64)
+        if len(dev) % 2:
+            raise TraceFormatError("a lock-grant block holds an odd number of deviation values")
+        offset = np.concatenate(([0], np.cumsum(calls[:, -1] // 2)))
+        return LockGrantArrays(
+            calls[:, 3], calls[:, 0], calls[:, 1], calls[:, 2], offset, dev[0::2], dev[1::2]
+        )
 
     @_checked("mutex grants")
     def mutex_grants(self, op: str, invocation: int, node: int) -> MutexGrantArrays:

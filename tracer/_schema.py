@@ -28,7 +28,9 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 #: Version of this schema; a reader refuses traces with another one (2: the hash chain,
-#: ``chain_link`` and ``invocation.n_digests``; 3: the ``interrupted`` run status).
+#: ``chain_link`` and ``invocation.n_digests``; 3: the ``interrupted`` run status, NaN
+#: objectives, and lock grants stored as deviations from a predicted ticket order
+#: instead of raw (lock, thread, index) triples).
 SCHEMA_VERSION = 3
 #: Identifies a trace store among SQLite files (kept in ``schema_info.app_id``).
 APP_ID = "strads-replay-trace"
@@ -221,17 +223,16 @@ class _CallBlock(_BlockKey):
 
 
 class LockGrantBlock(_CallBlock, Base):
-    """Lock grants of one node in one invocation; calls are (round, seq, count)."""
+    """Lock grants of one node in one invocation, one call (event) per round: calls are
+    (round, bodies, grants, seq, length); ``deviations`` holds each round's (position,
+    thread) pairs, flattened, where the ticket order left its prediction (``engine``'s
+    ``_grants`` module says how the prediction and the per-lock orders follow)."""
 
     __tablename__ = "lock_grant_block"
     __table_args__ = _block_indexes()
     run: Mapped[str] = _run_fk()
-    locks: Mapped[bytes] = _blob()
-    locks_codec: Mapped[str] = _codec()
-    threads: Mapped[bytes] = _blob()
-    threads_codec: Mapped[str] = _codec()
-    indices: Mapped[bytes] = _blob()
-    indices_codec: Mapped[str] = _codec()
+    deviations: Mapped[bytes] = _blob()
+    deviations_codec: Mapped[str] = _codec()
 
 
 class IndexOrderBlock(_CallBlock, Base):
@@ -311,7 +312,7 @@ class CallBlockSpec:
 #: Every call-block table and its layout.
 CALL_BLOCKS: dict[Any, CallBlockSpec] = {
     LockGrantBlock: CallBlockSpec(
-        ("round",), ("locks", "threads", "indices"), True, "n_lock_grants"
+        ("round", "bodies", "grants"), ("deviations",), False, "n_lock_grants"
     ),
     IndexOrderBlock: CallBlockSpec(("round", "thread"), ("indices",), False, "n_deviations"),
     AggregationBlock: CallBlockSpec(("clock",), ("sources",), False, "n_aggregations"),

@@ -92,7 +92,10 @@ def event_line(ev: tracer.Event) -> str:
     """One compact line for an event: ``#seq kind what``."""
     head = f"#{ev.seq} "
     if isinstance(ev, tracer.LockGranted):
-        body = f"lock {ev.op}/{ev.invocation} r{ev.round} L{ev.lock} t{ev.thread} j={ev.index}"
+        body = (
+            f"locks {ev.op}/{ev.invocation} r{ev.round} {ev.bodies}b {ev.grants}g "
+            f"{len(ev.deviations) // 2} switch(es)"
+        )
     elif isinstance(ev, tracer.MessageReceived):
         body = f"msg {ev.channel} from n{ev.source}#{ev.source_seq} {ev.nbytes}B"
     elif isinstance(ev, tracer.IndexOrderDeviated):

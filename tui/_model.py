@@ -110,62 +110,34 @@ def _group_ids(*keys: np.ndarray) -> np.ndarray:
     return np.cumsum(change)
 
 
-# ============================================================= element ids
-#: Widest lock column; longer labels are cut with ``…``.
-LOCK_WIDTH_MAX = 24
-
-
-#: Bits of the slot in an element id, and ``W[943]`` for an element id: the trace
-#: format's rule, kept in tracer.
-ELEMENT_SLOT_BITS = tracer.ELEMENT_SLOT_BITS
-element_label = tracer.element_name
-
-
-def _lock_column(locks: np.ndarray, names: Sequence[str]) -> Column:
-    """The lock column, as wide as its longest label (within ``LOCK_WIDTH_MAX``)."""
-    names = tuple(names)
-    ids = np.unique(locks)
-    widest = max([4] + [len(str(int(v))) for v in ids[ids < 0][:1]])
-    ids = ids[ids >= 0]
-    dds, slot = ids >> ELEMENT_SLOT_BITS, ids & ((1 << ELEMENT_SLOT_BITS) - 1)
-    for k in np.unique(dds).tolist():
-        name = names[k] if k < len(names) else f"#{k}"
-        widest = max(widest, len(name) + len(str(int(slot[dds == k].max()))) + 2)
-    width = min(widest, LOCK_WIDTH_MAX)
-    return Column("lock", width, left=True, show=lambda v: element_label(v, names))
-
-
 LOCK_COLUMNS = (
     Column("node", 4),
-    Column("lock", 9, left=True),
+    Column("round", 5),
     Column("#", 7),
     Column("seq", 9),
-    Column("round", 5),
+    Column("position", 9),
     Column("thread", 6),
-    Column("index", 10),
 )
 
 
-def lock_table(
-    parts: Sequence[tuple[int, tracer.LockGrantArrays]], names: Sequence[str] = ()
-) -> RowTable:
-    """Lock grants grouped per (node, lock), each lock's grants in grant order; the lock
-    column shows the DDS element each lock guards (``W[943]``, see :func:`element_label`)."""
-    parts = [(n, g) for n, g in parts if len(g.seq)]
+def lock_table(parts: Sequence[tuple[int, tracer.LockGrantArrays]]) -> RowTable:
+    """Where each (node, round)'s lock-ticket order left its prediction: from body
+    ``position`` of the round's locked bodies on, ``thread`` went (grant order)."""
+    parts = [(n, g) for n, g in parts if len(g.position)]
     if not parts:
         return empty_table(LOCK_COLUMNS)
-    node = np.concatenate([np.full(len(g.seq), n, np.int64) for n, g in parts])
-    lock = np.concatenate([g.lock for _, g in parts])
-    seq = np.concatenate([g.seq for _, g in parts])
-    order = np.lexsort((seq, lock, node))
-    node, lock, seq = node[order], lock[order], seq[order]
-    rnd = np.concatenate([g.round for _, g in parts])[order]
-    thread = np.concatenate([g.thread for _, g in parts])[order]
-    index = np.concatenate([g.index for _, g in parts])[order]
-    group = _group_ids(node, lock)
+    node, rnd, seq = [], [], []
+    for n, g in parts:
+        per = np.diff(g.offset)
+        node.append(np.full(len(g.position), n, np.int64))
+        rnd.append(np.repeat(g.round, per))
+        seq.append(np.repeat(g.seq, per))
+    node_a, rnd_a, seq_a = np.concatenate(node), np.concatenate(rnd), np.concatenate(seq)
+    position = np.concatenate([g.position for _, g in parts])
+    thread = np.concatenate([g.thread for _, g in parts])
+    group = _group_ids(node_a, rnd_a)
     pos = _positions(group)
-    columns = (LOCK_COLUMNS[0], _lock_column(lock, names), *LOCK_COLUMNS[2:])
-    return RowTable(columns, (node, lock, pos, seq, rnd, thread, index), group=group)
+    return RowTable(LOCK_COLUMNS, (node_a, rnd_a, pos, seq_a, position, thread), group=group)
 
 
 MESSAGE_COLUMNS = (
@@ -484,8 +456,6 @@ __all__ = [
     "RowTable",
     "SYNC_COLUMNS",
     "Timeline",
-    "ELEMENT_SLOT_BITS",
-    "element_label",
     "empty_table",
     "event_key",
     "first_difference",

@@ -169,12 +169,6 @@ class RunView:
         """Replay and dual-test verdicts, oldest first."""
         return self._once("verdicts", "the verdicts", lambda: self._run.verdicts(strict=False))
 
-    def dds_names(self) -> list[str]:
-        """The run's DDS names in creation order, which numbers element ids and so lock
-        ids (empty when the run recorded no digests)."""
-
-        return self._once("dds", "the DDS names", lambda: tracer.dds_names(self._run))
-
     def store_bytes(self) -> int:
         """Bytes this run takes in its store."""
         return self._once("bytes", "the store size", self._run.store_bytes)
@@ -207,11 +201,11 @@ class RunView:
         return self.nodes() if node is None else [node]
 
     def lock_table(self, op: str, invocation: int, node: int | None = None) -> _model.RowTable:
-        """Lock grants of one invocation per (node, lock) in grant order."""
+        """Deviations of each (node, round)'s lock-ticket order from its prediction."""
 
         def load() -> _model.RowTable:
             parts = [(n, self._run.lock_grants(op, invocation, n)) for n in self._node_list(node)]
-            return _model.lock_table(parts, self.dds_names())
+            return _model.lock_table(parts)
 
         what = f"the lock grants of {op}#{invocation}"
         return self._bulk(("locks", op, invocation, node), what, load)

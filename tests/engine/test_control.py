@@ -61,23 +61,25 @@ def test_turnstile_any_request_order_yields_the_recorded_grant_order(requests) -
 
 
 class GrantRecorder(ap.Recorder):
-    """Keeps lock grants as the replay controller wants them."""
+    """Keeps each round's grant order (deviations) as the replay controller wants it."""
 
     def __init__(self) -> None:
-        self.orders: dict[tuple, dict[int, list[tuple[int, int]]]] = {}
+        self.orders: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+        self.bodies = 0
 
-    def lock_grants(self, op, invocation, node, round, locks, threads, indices) -> None:
-        per = self.orders.setdefault((op, invocation, node, round), {})
-        for lk, th, ix in zip(locks.tolist(), threads.tolist(), indices.tolist(), strict=True):
-            per.setdefault(lk, []).append((th, ix))
+    def lock_grants(self, op, invocation, node, round, bodies, grants, positions, threads):
+        assert grants >= bodies > 0
+        self.bodies += bodies
+        self.orders[(op, invocation, node, round)] = (positions.copy(), threads.copy())
 
 
 class Replaying(Controller):
     def __init__(self, orders) -> None:
         self.orders = orders
 
-    def lock_orders(self, op, invocation, node, round):
-        return self.orders.get((op, invocation, node, round), {})
+    def grant_order(self, op, invocation, node, round):
+        e = np.empty(0, dtype=np.int64)
+        return self.orders.get((op, invocation, node, round), (e, e))
 
 
 def lock_heavy_program(seed: int):
@@ -112,13 +114,12 @@ def test_replay_with_a_foreign_order_diverges_with_a_report() -> None:
     prog = lock_heavy_program(0)
     ap.run(prog, nodes=1, threads=3, recorder=rec)
     key = next(iter(rec.orders))
-    lock = next(iter(rec.orders[key]))
-    seq = rec.orders[key][lock]
-    rec.orders[key][lock] = [(t, j + 1000) for t, j in seq]  # indices the program never runs
+    rec.orders[key] = (np.array([0]), np.array([7]))  # a thread the node does not have
     with pytest.raises(ap.DivergenceError) as info:
         ap.run(prog, nodes=1, threads=3, controller=Replaying(rec.orders))
     err = info.value
-    assert err.op == "hot" and err.node == 0 and "asked for it to run index" in err.actual
+    assert err.op == "hot" and err.node == 0 and err.what == "lock"
+    assert "does not fit" in err.actual
 
 
 def test_forced_serial_order_runs_on_one_thread() -> None:

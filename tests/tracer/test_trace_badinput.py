@@ -133,10 +133,10 @@ def _damage(path: Path, table: str, column: str, value: object) -> int:
 @pytest.mark.parametrize(
     "column,value,problem",
     [
-        ("locks", b"\x78\x9cgarbage", "corrupt compressed data"),
-        ("threads", b"", r"corrupt compressed data \(incomplete stream\)"),
-        ("threads_codec", "zlib-i64", r"blob decodes to 120 bytes, expected 960 \(zlib-i64\)"),
-        ("indices_codec", "pickle", "unknown codec 'pickle'"),
+        ("deviations", b"\x78\x9cgarbage", r"blob decodes to 9 bytes, expected 0 \(raw-u8\)"),
+        ("calls", b"", r"blob decodes to 0 bytes, expected 5 \(raw-u8\)"),
+        ("calls_codec", "zlib-i64", "corrupt compressed data"),
+        ("deviations_codec", "pickle", "unknown codec 'pickle'"),
     ],
 )
 def test_corrupt_lock_blob_names_table_and_row(

@@ -7,12 +7,14 @@ import json
 import os
 import shutil
 import sys
+import time
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+import engine as ap
 import tracer
 from tracer._export import NODE_TID
 
@@ -82,35 +84,60 @@ def _by_ph(doc: dict, ph: str, cat: str | None = None) -> list[dict]:
     return [e for e in doc["traceEvents"] if e["ph"] == ph and cat in (None, e.get("cat"))]
 
 
-def test_lock_grants_are_instants_naming_the_dds_element(
-    recorded_trace: Path, tmp_path: Path
+@pytest.fixture(scope="module")
+def contended_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 2-node, 3-thread run whose locked bodies sleep, so threads take turns."""
+
+    def program() -> None:
+        X = ap.dvector(4, shape=(), init=ap.init.zeros(), name="X")
+
+        def body(j: int) -> None:
+            X[j % 4] += 1.0
+            time.sleep(0.0002)  # release the GIL inside the locks: hand-overs happen
+
+        ap.async_for(0, 120, body, name="acc")
+
+    path = tmp_path_factory.mktemp("contended") / "c.sqlite"
+    record(path, program=program)
+    return path
+
+
+@pytest.mark.parametrize("which", ["recorded_trace", "contended_trace"])
+def test_lock_hand_overs_are_instants_on_the_thread_that_took_over(
+    which: str, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
-    doc = load(recorded_trace, tmp_path)
+    """A trace keeps each round's ticket order as deviations from its prediction (where
+    another thread took over); each becomes one instant on that thread's track."""
+    path = request.getfixturevalue(which)
+    doc = load(path, tmp_path)
     want = []
-    with tracer.open(recorded_trace) as trace:
+    with tracer.open(path) as trace:
         run = trace.run()
         for i in run.invocations():
             g = run.lock_grants(i.op, i.invocation, i.node)
-            for lock, thread, index in zip(g.lock, g.thread, g.index, strict=True):
-                # the toy program creates X, then Y: ids 0 and 1 in the high bits
-                name = ["X", "Y"][int(lock) >> 40] + f"[{int(lock) & ((1 << 40) - 1)}]"
-                want.append((i.node, int(thread), int(index), name))
-    grants = _by_ph(doc, "i", "lock")
-    assert want and len(grants) == len(want)
-    got = [(e["pid"], e["tid"], e["args"]["index"], e["args"]["element"]) for e in grants]
+            for k in range(len(g.seq)):
+                positions, threads = g.deviations(k)
+                for p, t in zip(positions.tolist(), threads.tolist(), strict=True):
+                    want.append((i.node, t, int(g.round[k]), p, int(g.bodies[k])))
+    handovers = _by_ph(doc, "i", "lock")
+    assert len(handovers) == len(want)
+    assert want or which == "recorded_trace"  # the sleeping bodies must hand over
+    got = [
+        (e["pid"], e["tid"], e["args"]["round"], e["args"]["position"], e["args"]["locked_bodies"])
+        for e in handovers
+    ]
     assert sorted(got) == sorted(want)
-    assert all(e["name"] == f"lock {e['args']['element']}" for e in grants)
-    assert all(e["args"]["placed"] == "by order" for e in grants)
-    # every grant sits inside a task-group slice of its thread that holds its loop index
-    tasks = _by_ph(doc, "X", "task")
-    for e in grants[:: max(len(grants) // 50, 1)]:
-        inside = [
-            t
-            for t in tasks
-            if (t["pid"], t["tid"]) == (e["pid"], e["tid"])
-            and t["ts"] <= e["ts"] <= t["ts"] + t["dur"]
-        ]
-        assert inside, e
+    assert all(e["name"] == f"hand-over to thread {e['tid']}" for e in handovers)
+    assert all(e["args"]["placed"] == "by order" for e in handovers)
+    # every hand-over sits inside its round's slice on the node track
+    rounds = _by_ph(doc, "X", "round")
+    for e in handovers:
+        assert any(
+            r["pid"] == e["pid"]
+            and r["args"].get("round") == e["args"]["round"]
+            and r["ts"] <= e["ts"] <= r["ts"] + r["dur"]
+            for r in rounds
+        ), e
 
 
 def test_every_received_message_is_a_flow_from_its_sender(
@@ -252,7 +279,7 @@ def test_perfetto_trace_processor_loads_the_export(recorded_trace: Path, tmp_pat
         assert bound and all(
             r.src.startswith("round ") and r.dst.startswith("round ") for r in bound
         )
-        grants = q("select count(*) as n from slice where name like 'lock %'")[0].n
+        grants = q("select count(*) as n from slice where name like 'hand-over %'")[0].n
         assert grants == len(_by_ph(doc, "i", "lock"))
         values = [r.value for r in q("select value from counter order by ts")]
         assert values == [e["args"][e["name"]] for e in _by_ph(doc, "C")]

@@ -5,8 +5,6 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
-import numpy as np
-
 import engine as ap
 import tracer
 
@@ -42,8 +40,8 @@ def test_one_million_bodies_nothing_lost(tmp_path: Path) -> None:
     # each body holds two distinct elements, both written inside the group: 2 grants each
     assert op.lock_grants == 2 * N
     grants = [run.lock_grants("m", 0, node) for node in (0, 1)]
-    total = sum(len(g.lock) for g in grants)
-    assert total == 2 * N
-    both = np.concatenate([g.index for g in grants])
-    assert np.array_equal(np.bincount(both, minlength=N), np.full(N, 2))
+    assert sum(int(g.grants.sum()) for g in grants) == 2 * N
+    assert sum(int(g.bodies.sum()) for g in grants) == N  # every body took its turn once
+    # only hand-overs between threads are stored, far fewer than bodies
+    assert sum(len(g.position) for g in grants) < N // 10
     assert op.messages == 2 * rounds  # one write-back per round to the other node

@@ -56,7 +56,9 @@ steps = st.one_of(
         st.just("locks"),
         st.sampled_from(NODES),
         small,
-        st.lists(st.tuples(i64, st.integers(0, 64), i64), max_size=20),
+        small,
+        small,
+        st.lists(st.tuples(i64, st.integers(0, 64)), max_size=20),
     ),
     st.tuples(st.just("order"), st.sampled_from(NODES), small, small, st.lists(i64, max_size=10)),
     st.tuples(
@@ -100,12 +102,11 @@ def replay_steps(rec: tracer.TraceRecorder, script: list[tuple], end: tuple) -> 
             rec.message_received(node, chan, src, sseq, nb)
             out.append(MessageReceived(node, take(node), chan, src, sseq, nb))
         elif kind == "locks":
-            _, node, rnd, grants = step
-            arr = np.array(grants, dtype=np.int64).reshape(-1, 3)
-            rec.lock_grants("op", inv[node], node, rnd, arr[:, 0], arr[:, 1], arr[:, 2])
-            s = take(node, len(grants))
-            for k, (lock, thread, index) in enumerate(grants):
-                out.append(LockGranted(node, s + k, "op", inv[node], rnd, lock, thread, index))
+            _, node, rnd, bodies, grants, devs = step
+            arr = np.array(devs, dtype=np.int64).reshape(-1, 2)
+            rec.lock_grants("op", inv[node], node, rnd, bodies, grants, arr[:, 0], arr[:, 1])
+            flat = tuple(v for pair in devs for v in pair)
+            out.append(LockGranted(node, take(node), "op", inv[node], rnd, bodies, grants, flat))
         elif kind == "order":
             _, node, rnd, thread, idx = step
             rec.index_order("op", inv[node], node, rnd, thread, np.array(idx, dtype=np.int64))
@@ -175,7 +176,7 @@ def test_a_script_with_every_event_type(tmp_path: Path) -> None:
     )
     script = [
         ("plan", "op", plan),
-        ("locks", 1, 0, [(1 << 40, 2, 3), (5, 0, 1)]),
+        ("locks", 1, 0, 2, 3, [(1, 2)]),
         ("msg", 1, "rows", 0, 0, 64),
         ("order", 1, 0, 2, [3, 1]),
         ("msg", 0, "rows", 1, 0, 64),
@@ -200,16 +201,17 @@ def test_a_script_with_every_event_type(tmp_path: Path) -> None:
         stored = run.plan("op")
         assert [[t.indices.tolist() for t in ts] for ts in stored.rounds[0]] == [[[0, 2]], [[3, 1]]]
         g = run.lock_grants("op", 0, 1)
-        assert g.lock.tolist() == [1 << 40, 5] and g.seq.tolist() == [0, 1]
+        assert (g.seq.tolist(), g.bodies.tolist(), g.grants.tolist()) == ([0], [2], [3])
+        assert [a.tolist() for a in g.deviations(0)] == [[1], [2]]
         m = run.messages(1)
-        assert (m.channel.tolist(), m.source.tolist(), m.seq.tolist()) == (["rows"], [0], [2])
+        assert (m.channel.tolist(), m.source.tolist(), m.seq.tolist()) == (["rows"], [0], [1])
         assert run.objectives() == {"rmse": [1.25]}
         assert run.digests() == [e for e in expected if isinstance(e, DigestRecorded)]
         ops = run.operators()["op"]
         assert (ops.invocations, ops.bodies, ops.lock_grants, ops.messages, ops.deviations) == (
             1,
             13,
-            2,
+            3,
             2,
             1,
         )

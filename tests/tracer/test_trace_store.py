@@ -65,7 +65,7 @@ def test_readers_see_commits_while_the_run_records(tmp_path: Path) -> None:
         run = trace.run()
         assert run.info.status == "running"
         for inv in range(3):
-            rec.lock_grants("op", inv, 0, 0, np.arange(5), np.zeros(5), np.arange(5))
+            rec.lock_grants("op", inv, 0, 0, 5, 10, np.array([2]), np.array([1]))
             rec.invocation_done("op", inv, 0, {"bodies": 5, "rounds": 1, "seconds": 0.0})
             assert run.operators()["op"].invocations == inv + 1
         rec.close("finished")

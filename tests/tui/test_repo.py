@@ -11,8 +11,6 @@ import pytest
 
 import tracer
 from tui._model import (
-    ELEMENT_SLOT_BITS,
-    element_label,
     first_difference,
     index_table,
     lock_table,
@@ -68,49 +66,17 @@ def test_run_view_caches_and_reports_missing_plans(synth_dir: Path) -> None:
         view.plan("nope", 0)
 
 
-def test_lock_table_groups_grants_per_lock_in_grant_order(synth_dir: Path) -> None:
+def test_lock_table_lists_hand_overs_per_round_in_order(synth_dir: Path) -> None:
     view = Repository([synth_dir]).run(RunRef(str(synth_dir / "a.sqlite"), "run-a"))
     table = view.lock_table("sgd", 0)
-    assert len(table) == 24  # node 0 locks all of its 24 bodies
-    lock, pos, seq = table.column("lock"), table.column("#"), table.column("seq")
-    assert list(lock) == sorted(lock)
-    for k in range(3):
-        rows = np.flatnonzero(lock == k)
-        assert list(pos[rows]) == list(range(len(rows)))
-        assert list(seq[rows]) == sorted(seq[rows])
-        assert set(table.column("index")[rows] % 3) == {k}
+    assert len(table) == 24  # the sample hands over at each of node 0's 24 bodies
+    rnd, k, where = table.column("round"), table.column("#"), table.column("position")
+    assert list(rnd) == sorted(rnd)
+    for r in set(rnd.tolist()):
+        rows = np.flatnonzero(rnd == r)
+        assert list(k[rows]) == list(range(len(rows)))
+        assert list(where[rows]) == sorted(where[rows])
     assert len(view.lock_table("sgd", 0, node=1)) == 0
-
-
-def test_lock_rows_name_the_dds_element_they_guard(synth_dir: Path) -> None:
-    view = Repository([synth_dir]).run(RunRef(str(synth_dir / "a.sqlite"), "run-a"))
-    assert view.dds_names() == ["W"]  # from the digests, in creation order
-    table = view.lock_table("sgd", 0)
-    labels = {table.cells(i)[1] for i in range(len(table))}
-    assert labels == {"W[0]", "W[1]", "W[2]"}
-    (col,) = [c for c in table.columns if c.name == "lock"]
-    assert col.width == 4  # as wide as the longest label, not a fixed cut
-
-
-def test_element_labels_decode_the_engine_element_ids() -> None:
-    from engine._dds import SLOT_BITS  # the trace format the browser decodes
-
-    assert ELEMENT_SLOT_BITS == SLOT_BITS
-    assert element_label((1 << SLOT_BITS) | 943, ["H", "W"]) == "W[943]"
-    assert element_label(7, ["H", "W"]) == "H[7]"
-    assert element_label((5 << SLOT_BITS) | 2, ["H"]) == "#5[2]"  # a DDS the digests do not name
-    big = (1 << SLOT_BITS) | 943
-    grants = tracer.LockGrantArrays(
-        seq=np.array([4, 5, 6], np.int64),
-        round=np.zeros(3, np.int64),
-        lock=np.array([big, 3, big], np.int64),
-        thread=np.array([0, 1, 1], np.int64),
-        index=np.array([943, 3, 944], np.int64),
-    )
-    table = lock_table([(0, grants)], ["H", "W"])
-    assert [table.cells(i)[1] for i in range(3)] == ["H[3]", "W[943]", "W[943]"]
-    assert table.columns[1].width == len("W[943]")
-    assert list(table.column("#")) == [0, 0, 1]  # grant order per lock, not per label
 
 
 def test_message_table_keeps_arrival_order_per_channel(synth_dir: Path) -> None:

@@ -159,7 +159,9 @@ def write_synthetic(
                     if locked:
                         idx = np.concatenate([t.indices for t in locked])
                         thr = np.concatenate([np.full(len(t.indices), t.thread) for t in locked])
-                        rec.lock_grants("sgd", inv, p, r, idx % 3, thr, idx)
+                        # a display sample: one hand-over row per locked body
+                        pos = np.arange(len(idx), dtype=np.int64)
+                        rec.lock_grants("sgd", inv, p, r, len(idx), 2 * len(idx), pos, thr)
                     if deviate and inv == 1 and p == 1 and r == 0:
                         task = per_node[p][1]
                         rec.index_order("sgd", inv, p, r, task.thread, task.indices[::-1])

@@ -18,7 +18,11 @@ from ._base import BrowserScreen
 
 #: Tabs: id, title, what the search looks for, and what an empty table means.
 TABS = {
-    "locks": ("1 Lock grants", "loop index", "no lock grants (no split groups ran)"),
+    "locks": (
+        "1 Lock grants",
+        "loop index",
+        "no lock hand-overs (no split groups, or grants in the predicted order)",
+    ),
     "messages": ("2 Messages", "event number", "no messages received"),
     "index": ("3 Index order", "loop index", "no loop indices"),
     "sync": ("4 Sync", "clock", "no sync_for aggregation, visibility or mutex orders"),
