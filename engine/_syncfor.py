@@ -558,7 +558,7 @@ def sync_for(
     if fresh:
         entry["recon_s"] = round(recon_s, 6)
     ctx.events.flush()
-    _report(sess, name, inv, layout, runs, seconds)
+    _report(sess, name, inv, layout, runs, seconds, sync)
     sess.controller.after_invocation(name, inv)
 
 
@@ -569,6 +569,7 @@ def _report(
     layout: SyncLayout,
     runs: dict[int, NodeRun],
     seconds: float,
+    sync: str,
 ) -> None:
     digests = sess.record_digests(name, inv)
     per_node = layout.bodies_per_node()
@@ -578,6 +579,7 @@ def _report(
             "rounds": layout.clocks,
             "seconds": seconds,
             "round_seconds": [round(x, 6) for x in runs[node].clock_seconds],
+            "strategy": sync,
         }
         if k == 0:
             info["digests"] = digests

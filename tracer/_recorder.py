@@ -264,6 +264,7 @@ class TraceRecorder(Recorder):
                 n_digests=n_digests,
                 bodies=int(info.get("bodies", 0)),
                 rounds=int(info.get("rounds", 0)),
+                strategy=str(info.get("strategy", "")),
                 seconds=float(info.get("seconds", 0.0)),
                 round_seconds=rsec,
                 round_seconds_codec=rsec_c,

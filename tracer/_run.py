@@ -245,6 +245,7 @@ class RunTrace:
                     # PostgreSQL sums bigints to numeric (Decimal): cast back in SQL
                     cast(func.sum(Invocation.bodies), BigInteger).label("bodies"),
                     func.max(Invocation.rounds).label("rounds"),
+                    func.max(Invocation.strategy).label("strategy"),
                     *(
                         cast(func.sum(getattr(Invocation, c)), BigInteger).label(c)
                         for c in _COUNTERS
@@ -270,7 +271,7 @@ class RunTrace:
             i = inv.get(op)
             out[op] = OperatorSummary(
                 op=op,
-                strategy=last.strategy if last else "",
+                strategy=last.strategy if last else str(i.strategy or "") if i else "",
                 rounds=int(last.rounds) if last else int(i.rounds or 0) if i else 0,
                 imbalance=float(last.imbalance) if last else 1.0,
                 plans=len(plans.get(op, ())),

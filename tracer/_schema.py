@@ -145,6 +145,8 @@ class Invocation(Base):
     first_seq: Mapped[int] = mapped_column()
     bodies: Mapped[int] = mapped_column()
     rounds: Mapped[int] = mapped_column()
+    #: ``sync_for``'s mode (bsp, ssp, hybrid); empty for ``async_for`` (its plan says)
+    strategy: Mapped[str] = mapped_column(String(32), default="")
     seconds: Mapped[float] = mapped_column(Float)
     round_seconds: Mapped[bytes] = mapped_column(LargeBinary)
     round_seconds_codec: Mapped[str] = mapped_column(String(16))

@@ -70,3 +70,16 @@ def test_a_copy_holds_the_dual_verdicts(tmp_path: Path) -> None:
     with _copy(trace, tmp_path / "copy") as copy:
         kinds = sorted(v.kind for v in copy.run().verdicts())
         assert kinds == ["dual-backward", "dual-forward"]
+
+
+def test_show_reports_the_sync_for_mode(tmp_path: Path) -> None:
+    for mode in ("ssp", "hybrid"):
+        trace = tmp_path / f"{mode}.sqlite"
+        argv = ["run", "mlr", "-p", "synthetic=true", "-p", "epochs=1", "-p", f"sync={mode}"]
+        proc = run_cli([*argv, "--threads", "2", "--trace", str(trace)])
+        assert proc.returncode == 0, proc.stderr
+        proc = run_cli(["show", str(trace), "--json"])
+        assert proc.returncode == 0, proc.stderr
+        (run,) = json.loads(proc.stdout)["runs"]
+        assert mode in {op["strategy"] for op in run["operators"].values()}
+        assert f" {mode} " in run_cli(["show", str(trace)]).stdout
