@@ -260,22 +260,33 @@ def launch(
         env = dict(
             os.environ, PYTHONUNBUFFERED="1", **_environment.worker_env(spec.get("hash_seed"))
         )
+        # mpiexec keeps the read ends of its own output pipes open: if this process is
+        # SIGKILLed, its writes then never fail with EPIPE (which made it tear the job
+        # down before rank 0's watchdog could mark the run crashed); they only block
+        # once a pipe's buffer is full, long after the watchdog has acted
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
         try:
             proc = subprocess.Popen(
                 cmd,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
+                stdout=out_w,
+                stderr=err_w,
                 env=env,
                 start_new_session=True,
+                pass_fds=(out_r, err_r),
             )
         except OSError as exc:
+            for fd in (out_r, out_w, err_r, err_w):
+                os.close(fd)
             raise LaunchError(f"cannot start {mpiexec}: {exc.strerror}") from None
+        os.close(out_w)
+        os.close(err_w)
+        job_out = os.fdopen(out_r, encoding="utf-8", errors="replace")
+        job_err = os.fdopen(err_r, encoding="utf-8", errors="replace")
         err_lines: list[str] = []
 
         def pump_out() -> None:
-            assert proc.stdout is not None
-            for line in proc.stdout:
+            for line in job_out:
                 line = line.rstrip("\n")
                 if _is_launcher_noise(line):
                     err_lines.append(line)  # hydra reports dead ranks on stdout
@@ -283,8 +294,7 @@ def launch(
                     out(line)
 
         def pump_err() -> None:
-            assert proc.stderr is not None
-            for line in proc.stderr:
+            for line in job_err:
                 line = line.rstrip("\n")
                 if line.startswith("note: "):  # the engine's one-line notices (plan guard)
                     print(line, file=sys.stderr, flush=True)
@@ -313,8 +323,12 @@ def launch(
         except BaseException:
             _kill(proc)  # whatever went wrong here, no rank outlives this call
             raise
-        for t in threads:
-            t.join(timeout=5)
+        finally:
+            for t in threads:
+                t.join(timeout=5)
+            for f, t in zip((job_out, job_err), threads, strict=True):
+                if not t.is_alive():  # a reader still blocked keeps its file (daemon)
+                    f.close()
         result_file = job / "result.json"
         diverged = sorted(job.glob("diverged.*.json"))
         if diverged:
@@ -387,7 +401,7 @@ def _is_launcher_noise(line: str) -> bool:
     return line.startswith("=") or any(n in line for n in _NOISE)
 
 
-def _kill(proc: subprocess.Popen[str]) -> None:
+def _kill(proc: subprocess.Popen[Any]) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
