@@ -31,10 +31,8 @@ from ._errors import (
     DivergenceError,
     SessionError,
 )
-from ._grants import GrantOrderError, TurnSequencer
-from ._grants import decode_grant_order as decode
+from ._grants import TurnSequencer, recorded_ticket_order, thread_lengths
 from ._grants import encode_grant_order as encode
-from ._grants import merge_grant_order as merge
 from ._guard import POLICIES, Guard, GuardPlan, PlanViolation, Violation, install
 from ._planner import REPLICATED, Plan, Task, make_plan, replicated_plan, wavefront_plan
 from ._recon import AccessSets, concat_sets, recon_range
@@ -549,9 +547,7 @@ def _run_threads(
         for th, mine in by_thread.items()
         if any(t.locked for t in mine)
     }
-    lengths = np.zeros(max(seqs, default=-1) + 1, dtype=np.int64)
-    for th, idx in seqs.items():
-        lengths[th] = len(idx)
+    lengths = thread_lengths(seqs)
     n_grants = 0
     if locked:
         cached = st.lock_cache.get((r, node))
@@ -573,19 +569,10 @@ def _run_threads(
         recorded = sess.controller.grant_order(st.name, inv, node, r)
         if recorded is not None:
             where = {"node": node, "op": st.name, "invocation": inv}
-            try:
-                turns = decode(recorded[0], recorded[1], lengths)
-            except GrantOrderError as exc:
-                raise DivergenceError(
-                    node=node,
-                    op=st.name,
-                    invocation=inv,
-                    event=f"round {r}",
-                    what="lock",
-                    expected=f"a grant order of {int(lengths.sum())} locked bodies",
-                    actual=f"a recorded order that does not fit them ({exc})",
-                ) from None
-            sequencer = TurnSequencer(turns, merge(turns, seqs), where)
+            turns, merged = recorded_ticket_order(
+                recorded[0], recorded[1], seqs, node=node, op=st.name, invocation=inv, round=r
+            )
+            sequencer = TurnSequencer(turns, merged, where)
     tickets: list[tuple[int, int]] = []  # (index, thread) in ticket order
 
     def work(thread: int, mine: list[Task]) -> None:

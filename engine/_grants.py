@@ -118,6 +118,45 @@ def merge_grant_order(ticket_threads: np.ndarray, per_thread: dict[int, np.ndarr
     return out
 
 
+def thread_lengths(per_thread: dict[int, np.ndarray]) -> np.ndarray:
+    """How many locked bodies each thread runs (index: thread), from its plan sequence."""
+    lengths = np.zeros(max(per_thread, default=-1) + 1, dtype=np.int64)
+    for th, idx in per_thread.items():
+        lengths[th] = len(idx)
+    return lengths
+
+
+def recorded_ticket_order(
+    positions: np.ndarray,
+    threads: np.ndarray,
+    per_thread: dict[int, np.ndarray],
+    *,
+    node: int,
+    op: str,
+    invocation: int,
+    round: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(thread of every ticket, loop index of every ticket) of a node-round, from its
+    recorded deviations and each thread's locked bodies in plan order.
+
+    A log that cannot belong to these bodies is a replay divergence (:class:`DivergenceError`).
+    """
+    lengths = thread_lengths(per_thread)
+    try:
+        turns = decode_grant_order(positions, threads, lengths)
+    except GrantOrderError as exc:
+        raise DivergenceError(
+            node=node,
+            op=op,
+            invocation=invocation,
+            event=f"round {round}",
+            what="lock",
+            expected=f"a grant order of {int(lengths.sum())} locked bodies",
+            actual=f"a recorded order that does not fit them ({exc})",
+        ) from None
+    return turns, merge_grant_order(turns, per_thread)
+
+
 class TurnSequencer:
     """Lets the threads of one node-round take tickets in a decoded order.
 
@@ -209,4 +248,6 @@ __all__ = [
     "decode_grant_order",
     "encode_grant_order",
     "merge_grant_order",
+    "recorded_ticket_order",
+    "thread_lengths",
 ]

@@ -16,6 +16,7 @@ from ._baseline import without_guard as without_guard
 from ._control import Turnstile as Turnstile
 from ._dds import SLOT_BITS as SLOT_BITS
 from ._dds import SLOT_MASK as SLOT_MASK
+from ._grants import recorded_ticket_order as recorded_ticket_order
 from ._planner import Plan as Plan
 from ._planner import Task as Task
 from ._planner import serial_plan as serial_plan
@@ -40,6 +41,7 @@ __all__ = [
     "commit_rows",
     "enter_sync_mode",
     "replica",
+    "recorded_ticket_order",
     "run_minibatch",
     "serial_plan",
     "under_mpi_launcher",

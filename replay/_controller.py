@@ -18,6 +18,7 @@ import numpy as np
 
 import engine
 from engine import DivergenceError
+from engine.lowlevel import recorded_ticket_order
 
 from ._dualctl import same_value
 
@@ -229,23 +230,11 @@ class TraceController(engine.Controller):
         if seqs:
             # the recorded ticket order: it orders every pair of bodies sharing a lock
             per = {th: np.concatenate(parts) for th, parts in seqs.items()}
-            lengths = np.zeros(max(per) + 1, dtype=np.int64)
-            for th, idx in per.items():
-                lengths[th] = len(idx)
             pos, thr = self.grant_order(op, invocation, node, round)
-            try:
-                turns = engine.decode_grant_order(pos, thr, lengths)
-            except engine.GrantOrderError as exc:
-                raise DivergenceError(
-                    node=node,
-                    op=op,
-                    invocation=invocation,
-                    event=f"round {round}",
-                    what="lock",
-                    expected=f"a grant order of {int(lengths.sum())} locked bodies",
-                    actual=f"a recorded order that does not fit them ({exc})",
-                ) from None
-            order += engine.merge_grant_order(turns, per).tolist()
+            _, merged = recorded_ticket_order(
+                pos, thr, per, node=node, op=op, invocation=invocation, round=round
+            )
+            order += merged.tolist()
         return np.asarray(order, dtype=np.int64)
 
     # ------------------------------------------------------------ sync_for
