@@ -30,10 +30,6 @@ from ._errors import InputFileError as InputFileError
 from ._errors import ReplicaMismatchError as ReplicaMismatchError
 from ._errors import SessionError as SessionError
 from ._errors import SyncProtocolError as SyncProtocolError
-from ._grants import GrantOrderError as GrantOrderError
-from ._grants import decode_grant_order as decode_grant_order
-from ._grants import encode_grant_order as encode_grant_order
-from ._grants import merge_grant_order as merge_grant_order
 from ._ops import create as create
 from ._ops import join as join
 from ._ops import load as load
@@ -62,7 +58,6 @@ __all__ = [
     "DivergenceError",
     "DriverDivergenceError",
     "EngineError",
-    "GrantOrderError",
     "InputFileError",
     "Plan",
     "Recorder",
@@ -73,18 +68,15 @@ __all__ = [
     "async_for",
     "create",
     "current",
-    "decode_grant_order",
     "dmap",
     "dmultimap",
     "dvector",
-    "encode_grant_order",
     "init",
     "join",
     "last_order",
     "load",
     "log_objective",
     "map",
-    "merge_grant_order",
     "plan_of",
     "reduce",
     "register_aggregation",

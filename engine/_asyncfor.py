@@ -37,6 +37,7 @@ from ._guard import POLICIES, Guard, GuardPlan, PlanViolation, Violation, instal
 from ._planner import REPLICATED, Plan, Task, make_plan, replicated_plan, wavefront_plan
 from ._recon import AccessSets, concat_sets, recon_range
 from ._runtime import Cluster, RoundWrites
+from ._schedule import Schedule, serial_order
 from ._session import Pending, Session, current
 
 
@@ -219,7 +220,8 @@ def async_for(
     inv = sess.next_invocation(name)
     st: OpState | None = sess.ops.get(name)
     code = getattr(body, "__code__", body)
-    recorded = sess.controller.fresh_plan(name, inv)
+    sched = sess.controller.schedule(name, inv, "async_for", sess.cluster.size)
+    recorded = sched.plan if sched is not None and sched.replanned else None
     made = False
     if recorded is not None and recorded.strategy == REPLICATED:
         base = st or OpState(name, start, stop, code, None, recorded, [], [])
@@ -242,12 +244,12 @@ def async_for(
     t1 = time.perf_counter()
     # checked and test mode: every body's fingerprints (closure rule)
     run_body = closure_guard(body, name, inv) if checked else body
-    round_s, violation = _attempt(sess, st, run_body, inv, checked, replan)
+    round_s, violation = _attempt(sess, st, run_body, inv, checked, replan, sched)
     if violation is not None:
         _note(sess, violation, "re-planned it")
         st = sess.ops[name] = _new_state(sess, name, inv, body, start, stop, code)
         _use_override(sess, st, inv)
-        round_s, again = _attempt(sess, st, run_body, inv, checked, replan)
+        round_s, again = _attempt(sess, st, run_body, inv, checked, replan, sched)
         if again is not None:
             _note(
                 sess,
@@ -256,7 +258,7 @@ def async_for(
                 "invocation), so it ran serially on every node",
             )
             st = sess.ops[name] = _replicated(sess, st)
-            round_s, _ = _attempt(sess, st, run_body, inv, checked, replan)
+            round_s, _ = _attempt(sess, st, run_body, inv, checked, replan, sched)
         made = True
     finish_closure(run_body)
     if made:
@@ -290,7 +292,13 @@ def _note(sess: Session, v: Violation, what: str) -> None:
 
 
 def _attempt(
-    sess: Session, st: OpState, body: Callable[[int], Any], inv: int, checked: bool, policy: str
+    sess: Session,
+    st: OpState,
+    body: Callable[[int], Any],
+    inv: int,
+    checked: bool,
+    policy: str,
+    sched: Schedule | None,
 ) -> tuple[list[float], Violation | None]:
     """Execute one invocation under the guard.  On a violation, undo everything it
     changed (replicas, message counters, recorder calls) and return the violation."""
@@ -312,7 +320,7 @@ def _attempt(
     real, pending = sess.recorder, Pending()
     sess.recorder = pending
     try:
-        round_s = _execute(sess, st, body, inv, checked, guard)
+        round_s = _execute(sess, st, body, inv, checked, guard, sched)
     finally:
         sess.recorder = real
     if guard.first is None:
@@ -331,7 +339,13 @@ def _attempt(
 
 
 def _execute(
-    sess: Session, st: OpState, body: Callable[[int], Any], inv: int, checked: bool, guard: Guard
+    sess: Session,
+    st: OpState,
+    body: Callable[[int], Any],
+    inv: int,
+    checked: bool,
+    guard: Guard,
+    sched: Schedule | None,
 ) -> list[float]:
     """Run every round of the plan; return the wall time of each round on this process.
 
@@ -362,7 +376,9 @@ def _execute(
                 cl.bind(node)
                 guard.node = node
                 try:
-                    done[node] = _run_node_round(sess, st, body, inv, op_key, node, r, rnd[node])
+                    done[node] = _run_node_round(
+                        sess, st, body, inv, op_key, node, r, rnd[node], sched
+                    )
                 except PlanViolation:
                     done[node] = np.empty(0, dtype=np.int64)
                 if guard.first is not None:
@@ -440,24 +456,16 @@ def _run_node_round(
     node: int,
     r: int,
     tasks: list[Task],
+    sched: Schedule | None,
 ) -> np.ndarray:
     """Run one node's tasks of one round; return the node's serialization order."""
     if not tasks:
         return np.empty(0, dtype=np.int64)
-    forced = sess.controller.serial_order(st.name, inv, node, r)
-    if forced is not None:
-        planned = np.sort(np.concatenate([t.indices for t in tasks]))
-        if not np.array_equal(np.sort(forced), planned):
-            raise DivergenceError(
-                node=node,
-                op=st.name,
-                invocation=inv,
-                event=f"round {r}",
-                what="task set",
-                expected=f"{len(forced)} recorded bodies",
-                actual=f"{len(planned)} planned bodies",
-            )
-        tasks = [Task(0, np.asarray(forced, dtype=np.int64))]
+    forced = None
+    if sched is not None and sched.serial:
+        # single-process replay: the node-round on one thread, in a recorded order
+        forced = serial_order(sched, node, r, tasks)
+        tasks = [Task(0, forced)]
     body = sess.controller.wrap_body(st.name, inv, node, body)
     if sess.cluster.threads == 1 or len(tasks) == 1 and not tasks[0].locked:
         _tls.gcode = ANY_OWN if forced is not None else tasks[0].thread + 1
@@ -465,7 +473,7 @@ def _run_node_round(
             for t in tasks:
                 _run_serial(body, t.indices)
         return np.concatenate([t.indices for t in tasks])
-    return _run_threads(sess, st, body, inv, op_key, node, r, tasks)
+    return _run_threads(sess, st, body, inv, op_key, node, r, tasks, sched)
 
 
 def _gather_rows(
@@ -532,6 +540,7 @@ def _run_threads(
     node: int,
     r: int,
     tasks: list[Task],
+    sched: Schedule | None,
 ) -> np.ndarray:
     locked = [t for t in tasks if t.locked]
     lock_of: dict[int, np.ndarray] = {}
@@ -566,7 +575,7 @@ def _run_threads(
         if lock_of is not planned_locks:  # a substituted step (tests/mutants.py)
             n_grants = sum(len(lock_of[j]) for j in lock_of)
         locks = {g: threading.Lock() for g in cached[1]}
-        recorded = sess.controller.grant_order(st.name, inv, node, r)
+        recorded = None if sched is None else sched.grant_order(node, r)
         if recorded is not None:
             where = {"node": node, "op": st.name, "invocation": inv}
             turns, merged = recorded_ticket_order(

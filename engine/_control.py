@@ -1,9 +1,9 @@
 """Order control: the hooks replay uses to make a run follow its trace.
 
-The engine asks its session's :class:`Controller` at each point where a run could
-go more than one way — which plan to run, which source the next message must come
-from, in which order locks are granted, in which order a node runs its bodies.
-The default controller allows whatever happens (a normal run).
+The engine asks its session's :class:`Controller` for the :class:`~engine._schedule.Schedule`
+of each invocation before it starts (the plan, lock-grant, SSP-visibility and node-mutex
+orders, all as one value), and per receive for the source of the next message.  The
+default controller allows whatever happens (a normal run).
 
 :class:`Turnstile` is the lock-grant state machine: a plain object whose only
 mutator is ``handle(event) -> list[instruction]``; :class:`TurnstileDriver` is the
@@ -18,12 +18,11 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from ._errors import DivergenceError
 
 if TYPE_CHECKING:
     from ._planner import Plan
+    from ._schedule import Schedule
 
 #: Seconds a thread may wait for its recorded lock turn before replay reports a
 #: divergence instead of hanging.
@@ -31,33 +30,33 @@ TURN_TIMEOUT_S = 60.0
 
 
 class Controller:
-    """What a normal run does: nothing is enforced."""
+    """What a normal run does: nothing is enforced.
+
+    The engine asks :meth:`schedule` once when an invocation starts; everything the
+    invocation could do in more than one way is answered by that value (``None``: free).
+    The other hooks are for the dual tests (a given plan, their own ``sync_for``
+    executor), for debugging (breakpoints, a stop after an invocation) and for checking
+    the plan; messages are a per-run stream, asked per receive.
+    """
+
+    def schedule(self, op: str, invocation: int, kind: str, nodes: int) -> Schedule | None:
+        """The schedule of invocation ``invocation`` of ``op`` (``kind``: ``async_for`` or
+        ``sync_for``) on ``nodes`` nodes, or None for a free run.  Called before it starts."""
+        return None
 
     def check_plan(self, op: str, invocation: int, plan: Plan) -> None:
         """Raise :class:`DivergenceError` if ``plan`` is not the recorded one."""
-
-    def fresh_plan(self, op: str, invocation: int) -> Plan | None:
-        """Replay: the plan the recorded run made at this invocation (it re-planned
-        there), or None when it reused the previous one."""
-        return None
 
     def message_source(self, node: int, channel: str, k: int) -> int | None:
         """Source of the ``k``-th message ``node`` receives on ``channel`` (None: any)."""
         return None
 
-    def grant_order(
-        self, op: str, invocation: int, node: int, round: int
-    ) -> tuple[np.ndarray, np.ndarray] | None:
-        """Recorded ticket order of the node-round's locked bodies, as the (positions,
-        threads) of its deviations from the predicted order (see ``_grants``; None: free)."""
-        return None
-
-    def serial_order(self, op: str, invocation: int, node: int, round: int) -> np.ndarray | None:
-        """Run this node-round's bodies on one thread in this order (None: use threads)."""
-        return None
-
     def plan_override(self, op: str, invocation: int, sets: Any, nodes: int) -> Plan | None:
         """A plan to run instead of the planner's (dual tests: a given serial order)."""
+        return None
+
+    def sync_executor(self) -> Any:
+        """A callable that runs ``sync_for`` instead of the engine (dual tests' serial side)."""
         return None
 
     def wrap_body(self, op: str, invocation: int, node: int, body: Any) -> Any:
@@ -66,29 +65,6 @@ class Controller:
 
     def after_invocation(self, op: str, invocation: int) -> None:
         """Called in the driver after every operator invocation completes."""
-
-    # sync_for (the arrival order of deltas never changes a sum, so it has no hook)
-    def ssp_visibility(
-        self, op: str, invocation: int, node: int, clock: int
-    ) -> tuple[int, ...] | None:
-        """Per owner, the last clock whose update ``node`` must have applied — no more, no
-        less — before it runs ``clock`` of an SSP ``sync_for`` (None: whatever arrived)."""
-        return None
-
-    def hybrid_order(
-        self, op: str, invocation: int, node: int, clock: int
-    ) -> list[tuple[int, int]] | None:
-        """Order in which ``node``'s threads take the node mutex in ``clock`` of a Hybrid
-        ``sync_for``, as (thread, minibatch) pairs (None: free)."""
-        return None
-
-    def sync_executor(self) -> Any:
-        """A callable that runs ``sync_for`` instead of the engine (dual tests' serial side)."""
-        return None
-
-    def hybrid_serial(self, op: str, invocation: int, node: int, clock: int) -> bool:
-        """Run the :meth:`hybrid_order` on one thread instead of the node's threads."""
-        return False
 
 
 # ============================================================ turnstile (pure)

@@ -31,7 +31,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ._control import TURN_TIMEOUT_S, Controller
+from ._control import TURN_TIMEOUT_S
 from ._errors import DivergenceError, SyncProtocolError
 from ._session import Recorder
 from ._ssp import (
@@ -202,10 +202,10 @@ class _Reporter:
 
 def _script(ctx: SyncContext, node: int) -> Script | None:
     """The controller's visibility script for ``node`` (None: a free run)."""
-    ctl = ctx.sess.controller
-    if ctx.staleness == 0 or type(ctl).ssp_visibility is Controller.ssp_visibility:
+    sched = ctx.sched
+    if ctx.staleness == 0 or sched is None or not sched.has_visibility(node):
         return None
-    return lambda clock: ctl.ssp_visibility(ctx.name, ctx.inv, node, clock)
+    return lambda clock: sched.visible(node, clock)
 
 
 def _mismatch(ctx: SyncContext, node: int, ins: ReportMismatch) -> DivergenceError:

@@ -475,6 +475,7 @@ def sync_for(
     stale = int(staleness) if sync == "ssp" and not getattr(sess, "test_mode", False) else 0
     mb, pc = int(minibatch), int(per_clock)
     inv = sess.next_invocation(name)
+    sched = sess.controller.schedule(name, inv, "sync_for", sess.cluster.size)
     t0 = time.perf_counter()
     run_body = body
     if sess.checked or getattr(sess, "test_mode", False):
@@ -518,6 +519,7 @@ def sync_for(
             aggs=[_AGGREGATIONS.get(d) for d in layout.params],
             caches=st.caches,
             events=EventBuffer(sess.recorder, cl.on_message),
+            sched=sched,
         )
         runs, moved, violation = _attempt(sess, ctx)
         if violation is None:

@@ -48,6 +48,7 @@ from ._synclayout import NodeClock, SyncLayout
 
 if TYPE_CHECKING:
     from ._dds import _DDS
+    from ._schedule import Schedule
     from ._session import Session
 
 HEADER = 8
@@ -69,6 +70,7 @@ class SyncContext:
     aggs: list[Callable[[np.ndarray], np.ndarray] | None]
     caches: dict[tuple[int, int, int], np.ndarray]  # (node, lane, dds id) -> cache
     events: Any = None  # where recorder calls go (``_syncdrive.EventBuffer``)
+    sched: Schedule | None = None  # the invocation's schedule (None: free)
     sent_bytes: list[int] = field(default_factory=lambda: [0])
 
     @property
@@ -268,8 +270,7 @@ class NodeRun:
                 c[ix] = r[ix]
         grants: list[tuple[int, int]] = []
         order = self._hybrid_order(clock, nc)
-        ctl = ctx.sess.controller
-        if order is not None and ctl.hybrid_serial(ctx.name, ctx.inv, self.node, clock):
+        if order is not None and ctx.sched is not None and ctx.sched.serial:
             # single-node replay: the recorded grant order, on this thread
             for t, run in itertools.groupby(order, key=lambda tm: tm[0]):
                 ms = np.array([m for _, m in run], dtype=np.int64)
@@ -298,7 +299,7 @@ class NodeRun:
         ctx = self.ctx
         if ctx.sess.cluster.threads == 1:
             return None  # one thread: one order, nothing recorded
-        order = ctx.sess.controller.hybrid_order(ctx.name, ctx.inv, self.node, clock)
+        order = None if ctx.sched is None else ctx.sched.mutex_order(self.node, clock)
         if order is None:
             return None
         order = [(int(t), int(m)) for t, m in order]

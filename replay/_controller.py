@@ -1,10 +1,10 @@
 """Making a run follow its trace: the replay controller and the outcome checker.
 
-:class:`TraceController` answers the engine's order questions from a recorded run:
-the plan each operator must use, the source of every receive, the grant order of
-every lock, the updates every SSP ``sync_for`` clock sees, the node-mutex order of a
-Hybrid ``sync_for``, and — in single-node replay — one causally consistent order in
-which a node runs its bodies.  :class:`ReplayChecker` is a recorder that compares every
+:class:`TraceController` builds, before each invocation starts, the schedule value the
+recorded run followed (``engine.lowlevel.Schedule``): the plan each operator must use, the
+lock-grant order of every node-round, the updates every SSP ``sync_for`` clock sees, the
+node-mutex order of a Hybrid ``sync_for``, and — in single-node replay — that each node
+runs its bodies on one thread.  It also answers the source of every receive.  :class:`ReplayChecker` is a recorder that compares every
 digest and objective with the trace as soon as it is produced, so a replay stops at
 the first difference instead of at the end.
 """
@@ -18,7 +18,7 @@ import numpy as np
 
 import engine
 from engine import DivergenceError
-from engine.lowlevel import recorded_ticket_order
+from engine.lowlevel import GrantLog, MutexLog, Schedule, VisibilityLog
 
 from ._dualctl import same_value
 
@@ -101,9 +101,6 @@ class TraceController(engine.Controller):
         self._plans: dict[tuple[str, int], Any] = {}
         self._starts: dict[str, set[int]] = {}
         self._sources: dict[tuple[int, str], np.ndarray] = {}
-        self._grants: dict[tuple[str, int, int, int], tuple[np.ndarray, np.ndarray]] = {}
-        self._visible: dict[tuple[str, int, int], dict[int, tuple[int, ...]]] = {}
-        self._mutex: dict[tuple[str, int, int], dict[int, list[tuple[int, int]]]] = {}
         self._break = breakpoint_hook
         self._until: Callable[[str, int], None] | None = None
         #: The operator invocation being replayed (named in message divergences).
@@ -119,13 +116,43 @@ class TraceController(engine.Controller):
                 self._plans[key] = None
         return self._plans[key]
 
-    def fresh_plan(self, op: str, invocation: int) -> Any:
+    def schedule(self, op: str, invocation: int, kind: str, nodes: int) -> Schedule:
+        """Everything the recorded run decided in this invocation, read before it starts
+        (so no query runs while its threads wait for their turns)."""
         self.current = (op, invocation)
         if op not in self._starts:
             self._starts[op] = set(self.run.plan_starts(op))
-        if invocation not in self._starts[op]:
-            return None
-        return self.recorded_plan(op, invocation)
+        if kind == "sync_for":
+            visible: dict[tuple[int, int], tuple[int, ...]] = {}
+            mutex: dict[tuple[int, int], list[tuple[int, int]]] = {}
+            for node in range(nodes):
+                for e in self.run.visibility(op, invocation, node):
+                    visible[(node, e.clock)] = tuple(e.applied)
+                g = self.run.mutex_grants(op, invocation, node)
+                for c, t, m in zip(
+                    g.clock.tolist(), g.thread.tolist(), g.minibatch.tolist(), strict=True
+                ):
+                    mutex.setdefault((node, c), []).append((t, m))
+            return Schedule(
+                op,
+                invocation,
+                visibility=VisibilityLog.build(visible),
+                mutex=MutexLog.build(mutex),
+                serial=self.single,
+            )
+        grants: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+        for node in range(nodes):
+            g = self.run.lock_grants(op, invocation, node)
+            for k, r in enumerate(g.round.tolist()):
+                grants[(node, r)] = g.deviations(k)
+        return Schedule(
+            op,
+            invocation,
+            plan=self.recorded_plan(op, invocation),
+            replanned=invocation in self._starts[op],
+            grants=GrantLog.build(grants),
+            serial=self.single,
+        )
 
     def check_plan(self, op: str, invocation: int, plan: Any) -> None:
         self.current = (op, invocation)
@@ -170,7 +197,6 @@ class TraceController(engine.Controller):
                         expected=expected,
                         actual=actual + " (code or data changed)",
                     )
-        self._load_grants(op, invocation, len(rec.rounds[0]) if rec.rounds else 0)
 
     # ------------------------------------------------------------ messages
     def message_source(self, node: int, channel: str, k: int) -> int | None:
@@ -195,95 +221,6 @@ class TraceController(engine.Controller):
                 actual="one more receive",
             )
         return int(arr[k])
-
-    # ------------------------------------------------------------ locks
-    def _load_grants(self, op: str, invocation: int, nodes: int) -> None:
-        """Every node's recorded grant orders of one invocation, read before it starts
-        (so no query runs while its threads wait for their turns)."""
-        self._grants = {}  # only the running invocation is kept
-        for node in range(nodes):
-            g = self.run.lock_grants(op, invocation, node)
-            for k, r in enumerate(g.round.tolist()):
-                self._grants[(op, invocation, node, r)] = g.deviations(k)
-
-    def grant_order(
-        self, op: str, invocation: int, node: int, round: int
-    ) -> tuple[np.ndarray, np.ndarray]:
-        self.current = (op, invocation)
-        got = self._grants.get((op, invocation, node, round))
-        if got is None:
-            e = np.empty(0, dtype=np.int64)
-            return e, e  # no deviation recorded: the predicted order itself
-        return got
-
-    def serial_order(self, op: str, invocation: int, node: int, round: int) -> np.ndarray | None:
-        if not self.single:
-            return None
-        plan = self.recorded_plan(op, invocation)
-        tasks = plan.rounds[round][node]
-        free = [t.indices for t in tasks if not t.locked]
-        order = list(np.concatenate(free).tolist()) if free else []
-        seqs: dict[int, list[np.ndarray]] = {}
-        for t in tasks:
-            if t.locked:
-                seqs.setdefault(t.thread, []).append(np.asarray(t.indices, dtype=np.int64))
-        if seqs:
-            # the recorded ticket order: it orders every pair of bodies sharing a lock
-            per = {th: np.concatenate(parts) for th, parts in seqs.items()}
-            pos, thr = self.grant_order(op, invocation, node, round)
-            _, merged = recorded_ticket_order(
-                pos, thr, per, node=node, op=op, invocation=invocation, round=round
-            )
-            order += merged.tolist()
-        return np.asarray(order, dtype=np.int64)
-
-    # ------------------------------------------------------------ sync_for
-    def ssp_visibility(
-        self, op: str, invocation: int, node: int, clock: int
-    ) -> tuple[int, ...] | None:
-        # both modes: the in-process driver then runs its nodes in an order that gives
-        # every clock the recorded reads, which is all single-node replay needs
-        self.current = (op, invocation)
-        key = (op, invocation, node)
-        if key not in self._visible:
-            self._visible[key] = {
-                e.clock: tuple(e.applied) for e in self.run.visibility(op, invocation, node)
-            }
-        seen = self._visible[key]
-        if not seen:
-            return None  # not recorded as SSP (or the run crashed before it): free
-        if clock not in seen:
-            raise DivergenceError(
-                node=node,
-                op=op,
-                invocation=invocation,
-                event=f"clock {clock}",
-                what="visibility",
-                expected=f"clocks 0..{max(seen)} only",
-                actual=f"clock {clock} started",
-            )
-        return seen[clock]
-
-    def hybrid_order(
-        self, op: str, invocation: int, node: int, clock: int
-    ) -> list[tuple[int, int]] | None:
-        self.current = (op, invocation)
-        key = (op, invocation, node)
-        if key not in self._mutex:
-            g = self.run.mutex_grants(op, invocation, node)
-            per_clock: dict[int, list[tuple[int, int]]] = {}
-            for c, t, m in zip(
-                g.clock.tolist(), g.thread.tolist(), g.minibatch.tolist(), strict=True
-            ):
-                per_clock.setdefault(c, []).append((t, m))
-            self._mutex[key] = per_clock
-        per = self._mutex[key]
-        if not per:
-            return None  # no mutex was recorded here (one thread, or not Hybrid)
-        return per.get(clock, [])
-
-    def hybrid_serial(self, op: str, invocation: int, node: int, clock: int) -> bool:
-        return self.single
 
     # ------------------------------------------------------------ debugging hooks
     def wrap_body(self, op: str, invocation: int, node: int, body: Any) -> Any:

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 import engine
-from engine.lowlevel import serial_plan, wavefront_plan
+from engine.lowlevel import MutexLog, Schedule, serial_plan, wavefront_plan
 
 from ._progress import InvocationTicker
 
@@ -130,18 +130,31 @@ def outcome_of(res: engine.RunResult, body_orders: BodyOrders) -> Outcome:
 
 
 class Hybrid(engine.Controller):
-    """Makes Hybrid sync_for bodies take the node mutex in recorded orders."""
+    """Makes Hybrid sync_for bodies take the node mutex in recorded orders: the schedule
+    of each ``sync_for`` invocation is built from the other side's ``body_orders``."""
 
     body_orders: BodyOrders | None = None
     serial = False
 
-    def hybrid_order(self, op: str, invocation: int, node: int, clock: int) -> Any:
-        if self.body_orders is None:
+    def schedule(self, op: str, invocation: int, kind: str, nodes: int) -> Schedule | None:
+        if kind != "sync_for" or not self.body_orders:
             return None
-        return self.body_orders.get((op, invocation, node, clock))
+        mine = self._by_invocation().get((op, invocation))
+        if not mine:
+            return None
+        return Schedule(op, invocation, mutex=MutexLog.build(mine), serial=self.serial)
 
-    def hybrid_serial(self, op: str, invocation: int, node: int, clock: int) -> bool:
-        return self.serial and self.hybrid_order(op, invocation, node, clock) is not None
+    def _by_invocation(self) -> dict[tuple[str, int], dict[tuple[int, int], list[tuple[int, int]]]]:
+        """``body_orders`` grouped by invocation (built once per orders object and size)."""
+        orders = self.body_orders or {}
+        key = (id(orders), len(orders))
+        cached = getattr(self, "_grouped", None)
+        if cached is None or cached[0] != key:
+            grouped: dict[tuple[str, int], dict[tuple[int, int], list[tuple[int, int]]]] = {}
+            for (o, inv, node, clock), order in orders.items():
+                grouped.setdefault((o, inv), {})[(node, clock)] = order
+            cached = self._grouped = (key, grouped)
+        return cached[1]
 
 
 class Serial(Hybrid):
@@ -230,14 +243,11 @@ class Tap(engine.Controller):
     def plan_override(self, op: str, invocation: int, sets: Any, nodes: int) -> Any:
         return self.inner.plan_override(op, invocation, sets, nodes)
 
-    def hybrid_order(self, op: str, invocation: int, node: int, clock: int) -> Any:
-        return self.inner.hybrid_order(op, invocation, node, clock)
+    def schedule(self, op: str, invocation: int, kind: str, nodes: int) -> Schedule | None:
+        return self.inner.schedule(op, invocation, kind, nodes)
 
     def sync_executor(self) -> Any:
         return self.inner.sync_executor()
-
-    def hybrid_serial(self, op: str, invocation: int, node: int, clock: int) -> bool:
-        return self.inner.hybrid_serial(op, invocation, node, clock)
 
     def after_invocation(self, op: str, invocation: int) -> None:
         if (op, invocation) != self.target:

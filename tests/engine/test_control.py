@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +20,7 @@ from engine._control import (
     ReportDivergence,
     Turnstile,
 )
+from engine.lowlevel import GrantLog, Schedule
 
 sys.path.insert(0, str(Path(__file__).parent))
 from progs import make_program  # noqa: E402
@@ -74,12 +76,18 @@ class GrantRecorder(ap.Recorder):
 
 
 class Replaying(Controller):
+    """Follows recorded grant orders: each invocation's schedule carries its grant log."""
+
     def __init__(self, orders) -> None:
         self.orders = orders
 
-    def grant_order(self, op, invocation, node, round):
-        e = np.empty(0, dtype=np.int64)
-        return self.orders.get((op, invocation, node, round), (e, e))
+    def schedule(self, op, invocation, kind, nodes):
+        mine = {
+            (node, r): v
+            for (o, inv, node, r), v in self.orders.items()
+            if (o, inv) == (op, invocation)
+        }
+        return Schedule(op, invocation, grants=GrantLog.build(mine))
 
 
 def lock_heavy_program(seed: int):
@@ -127,13 +135,16 @@ def test_forced_serial_order_runs_on_one_thread() -> None:
     order_seen = {}
 
     class Serial(Controller):
-        def serial_order(self, op, invocation, node, round):
-            plan = ap.plan_of(op)
-            idx = np.concatenate(
-                [t.indices for t in plan.rounds[round][node]] or [np.empty(0, int)]
-            )
-            order_seen[(invocation, node, round)] = idx[::-1]
-            return idx[::-1]
+        def schedule(self, op, invocation, kind, nodes):
+            return Schedule(op, invocation, grants=GrantLog(), serial=True)
+
+        def wrap_body(self, op, invocation, node, body):
+            def seen(j):
+                order_seen.setdefault((invocation, node), []).append(j)
+                assert threading.current_thread() is threading.main_thread()
+                return body(j)
+
+            return seen
 
     ap.run(program, nodes=2, threads=3, controller=Serial())
     assert order_seen

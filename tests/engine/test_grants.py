@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-import engine as ap
+import engine
+import engine.lowlevel as ap
 from engine._grants import TurnSequencer
 
 
@@ -100,5 +101,5 @@ def test_sequencer_runs_threads_in_the_decoded_order() -> None:
 def test_sequencer_reports_a_body_out_of_turn() -> None:
     turns = np.array([0, 0])
     seqr = TurnSequencer(turns, np.array([4, 5]), {"node": 1, "op": "t", "invocation": 2})
-    with pytest.raises(ap.DivergenceError, match="lock"):
+    with pytest.raises(engine.DivergenceError, match="lock"):
         seqr.wait(0, 5)

@@ -20,7 +20,7 @@ import numpy as np
 from mpi4py import MPI
 
 import engine
-from engine._planner import serial_plan, wavefront_plan
+from engine.lowlevel import MutexLog, Schedule, serial_plan, wavefront_plan
 from replay import strategies as rs
 from replay.testing import OrderSource
 
@@ -54,11 +54,15 @@ class Follow(engine.Controller):
         self.body_orders = body_orders or {}
         self.serial = serial
 
-    def hybrid_order(self, op: str, invocation: int, node: int, clock: int) -> Any:
-        return self.body_orders.get((op, invocation, node, clock))
-
-    def hybrid_serial(self, op: str, invocation: int, node: int, clock: int) -> bool:
-        return self.serial and (op, invocation, node, clock) in self.body_orders
+    def schedule(self, op: str, invocation: int, kind: str, nodes: int) -> Any:
+        mine = {
+            (node, clock): order
+            for (o, inv, node, clock), order in self.body_orders.items()
+            if (o, inv) == (op, invocation)
+        }
+        if kind != "sync_for" or not mine:
+            return None
+        return Schedule(op, invocation, mutex=MutexLog.build(mine), serial=self.serial)
 
 
 class SerialOrders(Follow):

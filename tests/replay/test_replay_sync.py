@@ -28,6 +28,7 @@ from engine._ssp import (
     Wait,
 )
 from engine._syncdrive import SeededDelays, use_delays
+from engine.lowlevel import MutexLog, Schedule, VisibilityLog
 from tests.conftest import run_cli
 from tests.replay import nondet_apps
 
@@ -126,11 +127,14 @@ class _Script(engine.Controller):
     def __init__(self, log: _Log) -> None:
         self.log = log
 
-    def ssp_visibility(self, op: str, invocation: int, node: int, clock: int) -> Any:
-        return self.log.visible.get((invocation, node, clock))
-
-    def hybrid_order(self, op: str, invocation: int, node: int, clock: int) -> Any:
-        return self.log.bodies.get((node, clock))
+    def schedule(self, op: str, invocation: int, kind: str, nodes: int) -> Any:
+        visible = {(n, c): v for (i, n, c), v in self.log.visible.items() if i == invocation}
+        return Schedule(
+            op,
+            invocation,
+            visibility=VisibilityLog.build(visible),
+            mutex=MutexLog.build(self.log.bodies),
+        )
 
 
 def _ssp_app(n: int = 240) -> list[float]:
@@ -157,8 +161,10 @@ def test_in_process_replay_reproduces_the_visibility_of_other_delays() -> None:
 
 def test_in_process_unreachable_visibility_raises_divergence() -> None:
     class Bad(engine.Controller):
-        def ssp_visibility(self, op: str, invocation: int, node: int, clock: int) -> Any:
-            return (clock, clock)  # its own update of the clock it is about to run
+        def schedule(self, op: str, invocation: int, kind: str, nodes: int) -> Any:
+            # every clock: its own update of the clock it is about to run
+            seen = {(n, c): (c,) * nodes for n in range(nodes) for c in range(100)}
+            return Schedule(op, invocation, visibility=VisibilityLog.build(seen))
 
     with pytest.raises(engine.DivergenceError) as info:
         engine.run(_ssp_app, nodes=2, controller=Bad())

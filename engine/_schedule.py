@@ -1,0 +1,232 @@
+"""The schedule of one operator invocation, as a value.
+
+Why it is built this way: every point where a run could go more than one way inside an
+invocation — which plan runs, in which order a node-round's lock-split bodies take their
+tickets, which updates an SSP clock sees, in which order a Hybrid node's threads take the
+node mutex, and whether a node runs its bodies on one thread — is answered by one frozen
+value that the engine asks for once, when the invocation starts.  Replay builds that value
+from the trace before the invocation (so no query runs while threads wait for their
+turns); a dual test builds it from the other side's run; a normal run has none (``None``:
+free).  The value holds numpy arrays and a plan, never a callable or a database object, so
+it can be built, compared and shipped like data.
+
+The lookups here keep the meaning the engine relies on:
+
+- ``grant_order(node, round)`` is the recorded deviation log of that node-round's ticket
+  order (``engine._grants``); an invocation without a grant log is free.
+- ``visibility(node, clock)`` is, per owner, the last clock whose update the node must have
+  applied before it runs ``clock`` (``None`` where the node has nothing recorded: free).
+- ``mutex_order(node, clock)`` is the node's (thread, minibatch) mutex grant order of a
+  Hybrid clock (``None`` where the node has nothing recorded: free).
+- ``serial``: single-process replay runs each node-round on one thread, in the order
+  :func:`serial_order` derives from the plan's tasks and the grant log.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ._errors import DivergenceError
+from ._grants import recorded_ticket_order
+
+if TYPE_CHECKING:
+    from ._planner import Plan, Task
+
+_EMPTY = np.empty(0, dtype=np.int64)
+
+
+def _i64(values: Iterable[int] | np.ndarray) -> np.ndarray:
+    return np.asarray(list(values) if not isinstance(values, np.ndarray) else values, np.int64)
+
+
+@dataclass(frozen=True)
+class GrantLog:
+    """Deviation logs of lock-split node-rounds: row ``k`` is ``(node[k], round[k])`` and its
+    (positions, threads) are ``positions[ptr[k]:ptr[k+1]]`` and ``threads[...]``."""
+
+    node: np.ndarray = field(default_factory=lambda: _EMPTY)
+    round: np.ndarray = field(default_factory=lambda: _EMPTY)
+    ptr: np.ndarray = field(default_factory=lambda: np.zeros(1, np.int64))
+    positions: np.ndarray = field(default_factory=lambda: _EMPTY)
+    threads: np.ndarray = field(default_factory=lambda: _EMPTY)
+
+    @classmethod
+    def build(cls, rows: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]]) -> GrantLog:
+        """From ``{(node, round): (positions, threads)}``."""
+        keys = sorted(rows)
+        for k in keys:
+            if len(rows[k][0]) != len(rows[k][1]):
+                raise ValueError(
+                    f"grant log of node {k[0]}, round {k[1]}: {len(rows[k][0])} positions but "
+                    f"{len(rows[k][1])} threads"
+                )
+        lens = [len(rows[k][0]) for k in keys]
+        pos = [rows[k][0] for k in keys]
+        thr = [rows[k][1] for k in keys]
+        return cls(
+            node=_i64(k[0] for k in keys),
+            round=_i64(k[1] for k in keys),
+            ptr=np.concatenate(([0], np.cumsum(lens, dtype=np.int64))).astype(np.int64),
+            positions=np.concatenate(pos).astype(np.int64) if pos else _EMPTY,
+            threads=np.concatenate(thr).astype(np.int64) if thr else _EMPTY,
+        )
+
+    @cached_property
+    def _row(self) -> dict[tuple[int, int], int]:
+        return {
+            (n, r): k
+            for k, (n, r) in enumerate(zip(self.node.tolist(), self.round.tolist(), strict=True))
+        }
+
+    def of(self, node: int, round: int) -> tuple[np.ndarray, np.ndarray]:
+        """The (positions, threads) of one node-round (empty: the predicted order itself)."""
+        k = self._row.get((node, round))
+        if k is None:
+            return _EMPTY, _EMPTY
+        a, b = int(self.ptr[k]), int(self.ptr[k + 1])
+        return self.positions[a:b], self.threads[a:b]
+
+
+@dataclass(frozen=True)
+class VisibilityLog:
+    """SSP visibility: row ``k`` says node ``node[k]`` ran ``clock[k]`` having applied the
+    updates of owner q up to clock ``applied[k, q]`` (-1: none)."""
+
+    node: np.ndarray = field(default_factory=lambda: _EMPTY)
+    clock: np.ndarray = field(default_factory=lambda: _EMPTY)
+    applied: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.int64))
+
+    @classmethod
+    def build(cls, rows: dict[tuple[int, int], tuple[int, ...]]) -> VisibilityLog:
+        """From ``{(node, clock): applied per owner}``."""
+        keys = sorted(rows)
+        width = max((len(rows[k]) for k in keys), default=0)
+        applied = np.full((len(keys), width), -1, dtype=np.int64)
+        for i, k in enumerate(keys):
+            applied[i, : len(rows[k])] = rows[k]
+        return cls(_i64(k[0] for k in keys), _i64(k[1] for k in keys), applied)
+
+    @cached_property
+    def _per_node(self) -> dict[int, dict[int, tuple[int, ...]]]:
+        out: dict[int, dict[int, tuple[int, ...]]] = {}
+        for i, (n, c) in enumerate(zip(self.node.tolist(), self.clock.tolist(), strict=True)):
+            out.setdefault(n, {})[c] = tuple(self.applied[i].tolist())
+        return out
+
+    def has(self, node: int) -> bool:
+        """Whether anything is recorded for ``node`` (otherwise its clocks are free)."""
+        return node in self._per_node
+
+
+@dataclass(frozen=True)
+class MutexLog:
+    """Hybrid node-mutex grants, in grant order within each (node, clock)."""
+
+    node: np.ndarray = field(default_factory=lambda: _EMPTY)
+    clock: np.ndarray = field(default_factory=lambda: _EMPTY)
+    thread: np.ndarray = field(default_factory=lambda: _EMPTY)
+    minibatch: np.ndarray = field(default_factory=lambda: _EMPTY)
+
+    @classmethod
+    def build(cls, rows: dict[tuple[int, int], list[tuple[int, int]]]) -> MutexLog:
+        """From ``{(node, clock): [(thread, minibatch), ...] in grant order}``."""
+        keys = sorted(rows)
+        flat = [(k[0], k[1], t, m) for k in keys for t, m in rows[k]]
+        cols = np.asarray(flat, dtype=np.int64).reshape(-1, 4)
+        return cls(cols[:, 0].copy(), cols[:, 1].copy(), cols[:, 2].copy(), cols[:, 3].copy())
+
+    @cached_property
+    def _per_node(self) -> dict[int, dict[int, list[tuple[int, int]]]]:
+        out: dict[int, dict[int, list[tuple[int, int]]]] = {}
+        for n, c, t, m in zip(
+            self.node.tolist(),
+            self.clock.tolist(),
+            self.thread.tolist(),
+            self.minibatch.tolist(),
+            strict=True,
+        ):
+            out.setdefault(n, {}).setdefault(c, []).append((t, m))
+        return out
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """What one invocation of operator ``op`` must follow (see the module docstring).
+
+    ``plan``: the plan in force at this invocation in the run being followed (``None``: not
+    known); ``replanned``: that run made it here, so this run uses it instead of reusing or
+    making its own.  ``grants``: ``None`` lets lock-split groups take their locks freely.
+    """
+
+    op: str
+    invocation: int
+    plan: Plan | None = None
+    replanned: bool = False
+    grants: GrantLog | None = None
+    visibility: VisibilityLog = field(default_factory=VisibilityLog)
+    mutex: MutexLog = field(default_factory=MutexLog)
+    serial: bool = False
+
+    def grant_order(self, node: int, round: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """The deviation log of a node-round's ticket order (``None``: take locks freely)."""
+        if self.grants is None:
+            return None
+        return self.grants.of(node, round)
+
+    def visible(self, node: int, clock: int) -> tuple[int, ...] | None:
+        """Per owner, the last clock ``node`` must have applied before running ``clock``
+        (``None``: nothing recorded for the node, so whatever arrived)."""
+        seen = self.visibility._per_node.get(node)
+        if not seen:
+            return None
+        got = seen.get(clock)
+        if got is None:
+            raise DivergenceError(
+                node=node,
+                op=self.op,
+                invocation=self.invocation,
+                event=f"clock {clock}",
+                what="visibility",
+                expected=f"clocks 0..{max(seen)} only",
+                actual=f"clock {clock} started",
+            )
+        return got
+
+    def has_visibility(self, node: int) -> bool:
+        """Whether ``node``'s SSP clocks follow recorded visibility."""
+        return self.visibility.has(node)
+
+    def mutex_order(self, node: int, clock: int) -> list[tuple[int, int]] | None:
+        """``node``'s (thread, minibatch) mutex grant order in ``clock`` (``None``: free)."""
+        per = self.mutex._per_node.get(node)
+        if not per:
+            return None
+        return per.get(clock, [])
+
+
+def serial_order(sched: Schedule, node: int, round: int, tasks: list[Task]) -> np.ndarray:
+    """One causally consistent single-thread order of a node-round: its unlocked tasks in
+    plan order, then its lock-split bodies in the recorded ticket order (which orders every
+    pair of bodies that share a lock)."""
+    free = [t.indices for t in tasks if not t.locked]
+    order = list(np.concatenate(free).tolist()) if free else []
+    seqs: dict[int, list[np.ndarray]] = {}
+    for t in tasks:
+        if t.locked:
+            seqs.setdefault(t.thread, []).append(np.asarray(t.indices, dtype=np.int64))
+    if seqs:
+        per = {th: np.concatenate(parts) for th, parts in seqs.items()}
+        pos, thr = sched.grant_order(node, round) or (_EMPTY, _EMPTY)
+        _, merged = recorded_ticket_order(
+            pos, thr, per, node=node, op=sched.op, invocation=sched.invocation, round=round
+        )
+        order += merged.tolist()
+    return np.asarray(order, dtype=np.int64)
+
+
+__all__ = ["GrantLog", "MutexLog", "Schedule", "VisibilityLog", "serial_order"]
