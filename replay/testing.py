@@ -36,29 +36,21 @@ from typing import Any
 import numpy as np
 
 import engine
-from engine.lowlevel import SLOT_BITS, SLOT_MASK
 
 from ._dualctl import (
-    Capture,
     Outcome,
     Replayed,
     Serial,
-    Tap,
     Wavefront,
-    comparable,
     not_in_trace,
-    outcome_of,
-    same_value,
 )
-from ._dualjob import MpiSide, importable_target
+from ._dualdiff import first_difference, localise
+from ._dualsides import PARALLEL, invocations_of, make_sides, run_side
 from ._progress import stage
 
 #: Errors of a test-mode run that are a dual test's FAIL verdict, not a crash: the
 #: program is not deterministic, or a replica missed a write.
 _VERDICTS = (engine.DivergenceError, engine.ReplicaMismatchError)
-
-#: Where the parallel side of a dual test may run.
-PARALLEL = ("in-process", "mpi")
 
 
 @dataclass
@@ -114,248 +106,6 @@ class OrderSource:
         return rng.permutation(idx)
 
 
-# ====================================================================== the two sides
-def _run(
-    fn: Callable[..., Any],
-    params: dict[str, Any],
-    *,
-    nodes: int,
-    threads: int,
-    seed: int,
-    controller: engine.Controller | None = None,
-    recorder: engine.Recorder | None = None,
-) -> Outcome:
-    capture = Capture(recorder)
-    res = engine.run(
-        fn,
-        params,
-        nodes=nodes,
-        threads=threads,
-        seed=seed,
-        controller=controller,
-        recorder=capture,
-        test_mode=True,
-    )
-    return outcome_of(res, capture.body_orders)
-
-
-def _tap(
-    fn: Callable[..., Any], params: dict[str, Any], cfg: dict[str, Any], op: str, invocation: int
-) -> Tap:
-    """Run ``cfg``'s side up to invocation (op, invocation); the tap holds its DDS."""
-    tap = Tap(cfg["controller"], op, invocation)
-    try:
-        engine.run(
-            fn,
-            params,
-            nodes=cfg["nodes"],
-            threads=cfg["threads"],
-            seed=cfg["seed"],
-            controller=tap,
-            test_mode=True,
-        )
-    except Tap.Stop:
-        pass
-    return tap
-
-
-class _InProcess:
-    """The parallel side as an in-process cluster (its nodes share every Python object)."""
-
-    kind = "in-process"
-
-    def __init__(
-        self, fn: Callable[..., Any], params: dict[str, Any], nodes: int, threads: int, seed: int
-    ) -> None:
-        self.fn, self.params = fn, params
-        self.cfg = {"nodes": nodes, "threads": threads, "seed": seed}
-
-    def run(
-        self, controller: engine.Controller | None, recorder: engine.Recorder | None = None
-    ) -> Outcome:
-        return _run(self.fn, self.params, **self.cfg, controller=controller, recorder=recorder)
-
-    def snapshot(
-        self, controller: engine.Controller | None, op: str, invocation: int, dds: str
-    ) -> np.ndarray | None:
-        tap = _tap(self.fn, self.params, dict(self.cfg, controller=controller), op, invocation)
-        snap = tap.snapshot.get(dds)
-        return None if snap is None else comparable(snap)
-
-
-class _Mpi:
-    """The parallel side under ``mpiexec`` (``replay._dualjob``), one node per rank."""
-
-    kind = "mpi"
-
-    def __init__(self, side: MpiSide, trace: tuple[str, str] | None) -> None:
-        self.side, self.trace = side, trace
-
-    def run(self, controller: engine.Controller | None, recorder: Any = None) -> Outcome:
-        return self.side.run(controller, self.trace if recorder is not None else None)
-
-    def snapshot(
-        self, controller: engine.Controller | None, op: str, invocation: int, dds: str
-    ) -> np.ndarray | None:
-        return self.side.snapshot(controller, op, invocation, dds)
-
-
-def _sides(
-    fn: Callable[..., Any] | str,
-    params: dict[str, Any] | None,
-    *,
-    nodes: int,
-    threads: int,
-    seed: int,
-    parallel: str,
-    recorder: engine.Recorder | None,
-    mpi_trace: tuple[str, str] | None,
-    timeout: float | None,
-) -> tuple[Callable[..., Any], dict[str, Any], _InProcess | _Mpi, Any]:
-    """The driver, its parameters, the parallel side, and what records the parallel run."""
-    if parallel not in PARALLEL:
-        raise ValueError(f"parallel must be 'in-process' or 'mpi', got {parallel!r}")
-    params = dict(params or {})
-    if isinstance(fn, str):
-        from ._apps import resolve
-
-        driver = resolve(fn).fn
-    else:
-        driver = fn
-    if parallel == "in-process" or nodes == 1:  # one node: nothing to launch
-        if mpi_trace is not None:
-            raise ValueError("mpi_trace needs parallel='mpi' with nodes > 1; use recorder=")
-        return driver, params, _InProcess(driver, params, nodes, threads, seed), recorder
-    if recorder is not None:
-        raise ValueError(
-            "a recorder object cannot follow the parallel side into MPI ranks; "
-            "pass mpi_trace=(path, run_id) to record it with parallel='mpi'"
-        )
-    side = MpiSide(
-        importable_target(fn), params, ranks=nodes, threads=threads, seed=seed, timeout=timeout
-    )
-    return driver, params, _Mpi(side, mpi_trace), mpi_trace
-
-
-def _invocations(o: Outcome) -> int:
-    """How many invocations ``o``'s run completed (the other side's progress total)."""
-    return len({(d["op"], d["invocation"]) for d in o.digests})
-
-
-# ====================================================================== comparing outcomes
-def _first_difference(serial: Outcome, parallel: Outcome) -> dict[str, Any] | None:
-    """The earliest difference in program order: digests and objectives are compared in
-    the order the program produced them (an objective logged before an invocation is
-    checked before that invocation's digests)."""
-    a_ev, b_ev = serial.events(), parallel.events()
-    for k, ((a, x), (b, y)) in enumerate(zip(a_ev, b_ev, strict=False)):
-        if a != b:
-            return _sequence_difference(k, a, b)
-        if same_value(x, y):
-            continue
-        if a[0] == "digest":
-            return {
-                "op": a[1],
-                "invocation": a[2],
-                "dds": a[3],
-                "what": "digest",
-                "serial": x,
-                "parallel": y,
-            }
-        return {
-            "what": "objective",
-            "objective": a[1],
-            "iteration": a[2],
-            "serial": x,
-            "parallel": y,
-        }
-    if len(a_ev) == len(b_ev):
-        return None
-    if len(serial.digests) != len(parallel.digests):
-        return {
-            "what": "invocation count",
-            "serial": len(serial.digests),
-            "parallel": len(parallel.digests),
-        }
-    longer = a_ev if len(a_ev) > len(b_ev) else b_ev
-    name = longer[min(len(a_ev), len(b_ev))][0][1]
-    return {
-        "what": "objective count",
-        "objective": name,
-        "serial": len(serial.objectives.get(name, [])),
-        "parallel": len(parallel.objectives.get(name, [])),
-    }
-
-
-def _sequence_difference(k: int, a: tuple[Any, ...], b: tuple[Any, ...]) -> dict[str, Any]:
-    """The two sides produced different outcome events at position ``k``."""
-
-    def show(e: tuple[Any, ...]) -> str:
-        return f"{e[1]}#{e[2]}" if e[0] == "digest" else f"objective {e[1]}[{e[2]}]"
-
-    out: dict[str, Any] = {"event": k, "serial": show(a), "parallel": show(b)}
-    if a[0] == b[0] == "digest":
-        return {"op": b[1], "invocation": b[2], "what": "operator sequence", **out}
-    where = b if b[0] == "digest" else a
-    if where[0] == "digest":
-        out.update(op=where[1], invocation=where[2])
-    return {"what": "outcome sequence", **out}
-
-
-def _localise(
-    diff: dict[str, Any],
-    fn: Callable[..., Any],
-    params: dict[str, Any],
-    serial_cfg: dict[str, Any],
-    side: _InProcess | _Mpi,
-    p_controller: engine.Controller | None,
-    serial_order: Callable[[str, int, int, int], np.ndarray] | None,
-) -> dict[str, Any]:
-    """Re-run both sides up to the diverging invocation; name the element and loop index.
-
-    The parallel side is re-run where it ran (under mpiexec for ``parallel="mpi"``): a
-    divergence that comes from per-process state only shows there.
-    """
-    if diff.get("what") != "digest":
-        return diff
-    op, inv, dds = diff["op"], diff["invocation"], diff["dds"]
-    diff["iteration"] = inv
-    tap = _tap(fn, params, serial_cfg, op, inv)
-    a = tap.snapshot.get(dds)
-    b = side.snapshot(p_controller, op, inv, dds)
-    if a is None or b is None:
-        return diff
-    a = comparable(a)
-    if a.shape != b.shape:
-        return diff
-    neq = a != b
-    if neq.ndim > 1:
-        neq = neq.reshape(len(neq), -1).any(axis=1)
-    bad = np.flatnonzero(neq)
-    if not len(bad):
-        return diff
-    slot = int(bad[0])
-    diff["element"] = slot
-    diff["serial"] = _show(a[slot])
-    diff["parallel"] = _show(b[slot])
-    if tap.sets is not None and serial_order is not None:
-        sets, names = tap.sets
-        gid = (names.index(dds) << SLOT_BITS) | (slot & SLOT_MASK)
-        order = serial_order(op, inv, sets.start, sets.n)
-        writers = [j for j in order.tolist() if gid in sets.writes_of(j - sets.start)]
-        if writers:
-            diff["index"] = writers[0]
-    return diff
-
-
-def _show(v: Any) -> Any:
-    if isinstance(v, np.ndarray):
-        return [float(x) for x in np.ravel(v)][:8]
-    if isinstance(v, np.generic):
-        return v.item()
-    return repr(v)
-
-
 # ====================================================================== public API
 def forward(
     fn: Callable[..., Any] | str,
@@ -379,7 +129,7 @@ def forward(
     ``timeout`` seconds per MPI job).  ``recorder`` (in-process) or ``mpi_trace``
     ((path, run id), MPI) records the parallel run into a trace store.
     """
-    driver, params, side, record = _sides(
+    driver, params, side, record = make_sides(
         fn,
         params,
         nodes=nodes,
@@ -394,17 +144,17 @@ def forward(
     serial = Serial(orders, sync_shape=(nodes, threads))
     s_cfg: dict[str, Any] = {"nodes": 1, "threads": 1, "seed": seed, "controller": serial}
     with stage("forward: serial run"):
-        s = _run(driver, params, **s_cfg)
+        s = run_side(driver, params, **s_cfg)
     serial.body_orders = s.body_orders  # localisation re-runs follow the same choices
     p_controller = Wavefront(s.orders, threads, s.body_orders)
     try:
-        with stage("forward: parallel run", _invocations(s)):
+        with stage("forward: parallel run", invocations_of(s)):
             p = side.run(p_controller, record)
     except _VERDICTS as exc:
         return DualResult("forward", False, exc.as_dict())
-    diff = _first_difference(s, p)
+    diff = first_difference(s, p)
     if diff is not None:
-        diff = _localise(diff, driver, params, s_cfg, side, p_controller, orders)
+        diff = localise(diff, driver, params, s_cfg, side, p_controller, orders)
     return DualResult("forward", diff is None, diff, s.bodies)
 
 
@@ -425,7 +175,7 @@ def backward(
     ``fn``, ``parallel``, ``timeout``, ``recorder`` and ``mpi_trace`` as for
     :func:`forward`; the recorded parallel run is ``Ptrace``.
     """
-    driver, params, side, record = _sides(
+    driver, params, side, record = make_sides(
         fn,
         params,
         nodes=nodes,
@@ -455,14 +205,14 @@ def backward(
         "controller": Serial(recorded, p.body_orders, sync_shape=(nodes, threads)),
     }
     try:
-        with stage("backward: serial run", _invocations(p)):
-            s = _run(driver, params, **s_cfg)
+        with stage("backward: serial run", invocations_of(p)):
+            s = run_side(driver, params, **s_cfg)
     except _VERDICTS as exc:
         return DualResult("backward", False, exc.as_dict())
-    diff = _first_difference(s, p)
+    diff = first_difference(s, p)
     if diff is not None:
         replayed = Replayed(p.orders, p.body_orders)
-        diff = _localise(diff, driver, params, s_cfg, side, replayed, recorded)
+        diff = localise(diff, driver, params, s_cfg, side, replayed, recorded)
     return DualResult("backward", diff is None, diff, p.bodies)
 
 

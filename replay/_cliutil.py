@@ -1,0 +1,286 @@
+"""Pieces every ``replay`` subcommand shares: the error-to-exit-status group, the common
+options, how results are printed, and where a new trace goes."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+import tracer
+
+from . import _procs
+from ._errors import UsageError
+from ._job import EXIT_DIVERGED, EXIT_FAILED, EXIT_USAGE, JobFailed, describe
+from ._progress import DOWNLOAD_PROGRESS_ENV, bars_wanted
+
+
+class Group(click.Group):
+    """Turns every expected failure into one line on stderr and an exit status."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        as_json = "--json" in ctx.args  # the subcommand's arguments, not yet parsed
+        if bars_wanted(as_json):  # downloads in this process (and its ranks) may show bars
+            os.environ.setdefault(DOWNLOAD_PROGRESS_ENV, "1")
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.Exit, click.exceptions.Abort):
+            raise
+        except click.ClickException as exc:  # click prints it; --json also gets the object
+            if as_json:
+                json_error(exc.format_message(), exc.exit_code)
+            raise
+        except JobFailed as exc:
+            fail(str(exc), exc.status, as_json)
+        except KeyboardInterrupt:
+            fail("interrupted", 130, as_json)
+        except _procs.Interrupted as exc:
+            fail(str(exc), exc.status, as_json)
+        except Exception as exc:  # noqa: BLE001 - the CLI never shows a raw traceback
+            if os.environ.get("REPLAY_DEBUG"):
+                traceback.print_exc()
+            message, status = describe(exc)
+            fail(message, status, as_json)
+
+
+#: ``kind`` of a ``--json`` error object, by exit status (128 + N: stopped by signal N).
+_ERROR_KINDS = {
+    EXIT_FAILED: "failed",
+    EXIT_USAGE: "usage",
+    EXIT_DIVERGED: "diverged",
+    70: "internal",
+}
+
+
+def json_error(message: str, status: int) -> None:
+    kind = _ERROR_KINDS.get(status, "interrupted" if status > 128 else "failed")
+    click.echo(json.dumps({"error": {"kind": kind, "message": message}}))
+
+
+def fail(message: str, status: int, as_json: bool = False) -> None:
+    click.echo(f"replay: error: {message}", err=True)
+    if as_json:
+        json_error(message, status)
+    sys.exit(status)
+
+
+#: ``--timeout``: seconds, strictly positive (0 would kill every job at once).
+POSITIVE_SECONDS = click.FloatRange(min=0, min_open=True)
+
+allow_changed = click.option(
+    "--allow-changed-code",
+    "allow_changed",
+    is_flag=True,
+    help="Replay even if the app's source differs from the recorded digest (then exit 3 "
+    "at the first divergence).",
+)
+
+
+def printer(as_json: bool) -> Callable[[str], None]:
+    def say(line: str) -> None:
+        click.echo(line, err=as_json)
+
+    return say
+
+
+def under_launcher() -> bool:
+    from engine.lowlevel import under_mpi_launcher
+
+    return under_mpi_launcher()
+
+
+def summary(res: dict[str, Any], say: Callable[[str], None]) -> None:
+    for op, times in res.get("op_times", {}).items():
+        if times:
+            say(f"{op}: {len(times)} invocation(s), {sum(times) / len(times):.3f} s each")
+    for name, vals in res["objectives"].items():
+        if vals:
+            say(f"final {name} = {vals[-1]:.6g}")
+    say(f"finished in {res['wall_s']:.2f} s")
+    if res.get("trace"):
+        say(f"trace: {shown(res['trace'])}")
+
+
+def shown(path: str) -> str:
+    if tracer.is_url(path):
+        return tracer.describe(path)  # never the password
+    try:
+        return str(Path(path).relative_to(Path.cwd()))
+    except ValueError:
+        return path
+
+
+def check_seed(seed: int) -> None:
+    if not 0 <= seed < 2**63:
+        raise UsageError(f"--seed must be an integer in [0, 2**63), got {seed}")
+
+
+common = [
+    click.option(
+        "-p",
+        "--param",
+        "params",
+        multiple=True,
+        metavar="NAME=VALUE",
+        help="App parameter (repeatable).",
+    ),
+    click.option(
+        "--threads", type=int, default=1, show_default=True, help="Worker threads per node."
+    ),
+    click.option("--seed", type=int, default=0, show_default=True, help="Run seed."),
+]
+
+
+def with_options(options: list[Callable[..., Any]]) -> Callable[..., Any]:
+    def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
+        for opt in reversed(options):
+            fn = opt(fn)
+        return fn
+
+    return deco
+
+
+def trace_options(what: str) -> Callable[..., Any]:
+    """--trace/--no-trace/--json, shared by the commands that record."""
+    return with_options(
+        [
+            click.option(
+                "--trace",
+                "trace",
+                type=click.Path(dir_okay=False),
+                metavar="PATH|URL",
+                default=None,
+                help=f"{what} A file path (SQLite) or an SQLAlchemy URL such as "
+                "postgresql+psycopg://USER:PASSWORD@HOST/DB "
+                "[default: traces/<app>-<timestamp>.sqlite]",
+            ),
+            click.option("--no-trace", is_flag=True, help="Do not record a trace."),
+            click.option(
+                "--json", "as_json", is_flag=True, help="Print one JSON object on stdout."
+            ),
+        ]
+    )
+
+
+def trace_path(app: str, given: str | None) -> str:
+    """The trace store to write: ``given``, or a new ``traces/<app>-<timestamp>.sqlite``.
+
+    A URL is kept as given (a database holds many runs) once its driver, server and
+    contents are checked, so a bad URL fails before anything runs.
+    """
+    if given is not None and tracer.is_url(given):
+        tracer.probe_store(given)
+        return given
+    if given is not None:
+        p = Path(given)
+        if p.exists():
+            raise UsageError(
+                f"trace {given!r} already exists; pass a new path (a trace is never overwritten)"
+            )
+        return str(p.resolve())
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    base = Path("traces") / f"{trace_stem(app)}-{stamp}"
+    p = base.with_suffix(".sqlite")
+    k = 1
+    while p.exists():
+        p = base.parent / f"{base.name}-{k}.sqlite"
+        k += 1
+    if not under_launcher() or rank() == 0:  # the other ranks use rank 0's path
+        point_latest(p)
+    return str(p.resolve())
+
+
+def trace_stem(app: str) -> str:
+    """A built-in app's name, else the user's module (``path/train.py:fit`` -> ``train``,
+    ``pkg.models:fit`` -> ``models``)."""
+    if ":" not in app:
+        return app
+    module = app.rsplit(":", 1)[0]
+    if module.endswith(".py"):
+        return Path(module).stem
+    return module.rsplit(".", 1)[-1] or "run"
+
+
+#: The symlink in ``traces/`` naming the newest default-named trace.
+LATEST = "latest"
+
+
+def point_latest(trace: Path) -> None:
+    """Make ``traces/latest`` name ``trace`` (atomically; a relative link, so the folder
+    can move).  Only a symlink is ever replaced: a user's own file of that name stays."""
+    link = trace.parent / LATEST
+    if link.exists() and not link.is_symlink():
+        return
+    trace.parent.mkdir(parents=True, exist_ok=True)
+    tmp = trace.parent / f".{LATEST}-{os.getpid()}"
+    try:
+        tmp.unlink(missing_ok=True)
+        os.symlink(trace.name, tmp)
+        os.replace(tmp, link)
+    except OSError:
+        tmp.unlink(missing_ok=True)  # an alias is a convenience; the run still records
+
+
+def trace_arg(trace: str) -> str:
+    """A trace argument as the ranks will see it: a URL as is, a path made absolute."""
+    return trace if tracer.is_url(trace) else str(Path(trace).resolve())
+
+
+def rank() -> int:
+    from mpi4py import MPI
+
+    return MPI.COMM_WORLD.Get_rank()
+
+
+def limit_options() -> Callable[..., Any]:
+    """--max-ranks/--max-threads: how much of the machine a trace may ask for."""
+    limit = _procs.default_limit()
+    return with_options(
+        [
+            click.option(
+                "--max-ranks",
+                type=click.IntRange(min=1),
+                default=limit,
+                show_default="4 x CPUs",
+                help="Refuse a trace that records more ranks (nodes) than this.",
+            ),
+            click.option(
+                "--max-threads",
+                type=click.IntRange(min=1),
+                default=limit,
+                show_default="4 x CPUs",
+                help="Refuse a trace that records more threads per node than this.",
+            ),
+        ]
+    )
+
+
+__all__ = [
+    "LATEST",
+    "POSITIVE_SECONDS",
+    "Group",
+    "allow_changed",
+    "check_seed",
+    "common",
+    "fail",
+    "json_error",
+    "limit_options",
+    "point_latest",
+    "printer",
+    "rank",
+    "shown",
+    "summary",
+    "trace_arg",
+    "trace_options",
+    "trace_path",
+    "trace_stem",
+    "under_launcher",
+    "with_options",
+]

@@ -1,0 +1,147 @@
+"""``replay dual``: the forward and backward dual tests of an app, from the command line."""
+
+from __future__ import annotations
+
+import json
+import sys
+import uuid
+from typing import Any
+
+import click
+
+from . import _environment
+from ._cliutil import (
+    POSITIVE_SECONDS,
+    check_seed,
+    common,
+    printer,
+    shown,
+    trace_options,
+    trace_path,
+    under_launcher,
+    with_options,
+)
+from ._errors import UsageError
+from ._job import EXIT_FAILED
+from ._progress import Printer, reporting
+
+
+@click.command("dual")
+@click.argument("app")
+@with_options(common)
+@click.option(
+    "--ranks",
+    type=int,
+    default=2,
+    show_default=True,
+    help="Nodes of the parallel side (MPI ranks under mpiexec when > 1).",
+)
+@click.option(
+    "--in-process",
+    "in_process",
+    is_flag=True,
+    help="Host the parallel side's nodes in this process instead of under mpiexec.",
+)
+@click.option(
+    "--direction",
+    type=click.Choice(["forward", "backward", "both"]),
+    default="both",
+    show_default=True,
+)
+@click.option(
+    "--order",
+    type=click.Choice(["identity", "random"]),
+    default="identity",
+    show_default=True,
+    help="Serial order of the forward test.",
+)
+@click.option("--order-seed", type=int, default=0, show_default=True)
+@click.option(
+    "--timeout",
+    type=POSITIVE_SECONDS,
+    default=None,
+    help="Kill each MPI job after this many seconds.",
+)
+@trace_options("Trace store for the parallel run and the verdicts.")
+def dual_cmd(
+    app: str,
+    params: tuple[str, ...],
+    threads: int,
+    seed: int,
+    ranks: int,
+    in_process: bool,
+    direction: str,
+    order: str,
+    order_seed: int,
+    timeout: float | None,
+    trace: str | None,
+    no_trace: bool,
+    as_json: bool,
+) -> None:
+    """Dual-test APP: its parallel runs must equal its serial version exactly."""
+    _environment.ensure(_environment.choose_hash_seed())
+    from . import testing
+    from ._apps import parse_params
+    from ._apps import resolve as resolve_app
+    from ._job import _recorder, recording
+
+    if ranks < 1 or threads < 1:
+        raise UsageError("--ranks and --threads must be >= 1")
+    check_seed(seed)
+    if under_launcher():
+        raise UsageError(
+            "replay dual starts its own MPI job for the parallel side; run it without mpiexec"
+        )
+    resolved = resolve_app(app)
+    values = parse_params(resolved.fn, params)
+    parallel = "in-process" if in_process or ranks == 1 else "mpi"
+    say = printer(as_json)
+    path = None if no_trace else trace_path(app, trace)
+    recorder = None
+    run_id = uuid.uuid4().hex
+    if path is not None and parallel == "in-process":
+        spec = {"trace": path, "run_id": run_id, "nodes": ranks, "threads": threads, "seed": seed}
+        recorder = _recorder(spec, resolved, values, None)
+    where = f"{ranks} MPI rank(s)" if parallel == "mpi" else f"{ranks} in-process node(s)"
+    say(f"dual test of {resolved.name}: {where} x {threads} thread(s), seed {seed}")
+    with recording(recorder), Printer(as_json, "dual test") as bar, reporting(bar):
+        results = testing.dual(
+            app if parallel == "mpi" else resolved.fn,
+            values,
+            nodes=ranks,
+            threads=threads,
+            seed=seed,
+            order=order,
+            order_seed=order_seed,
+            direction=direction,
+            recorder=recorder,
+            parallel=parallel,
+            timeout=timeout,
+            mpi_trace=(path, run_id) if path is not None and parallel == "mpi" else None,
+        )
+    if path is not None:
+        import tracer
+
+        with tracer.open_writable(path) as store:
+            for d, r in results.items():
+                store.add_verdict(run_id, f"dual-{d}", r.passed, r.as_dict())
+    if as_json:
+        out: dict[str, Any] = {d: r.as_dict() for d, r in results.items()}
+        out["trace"] = None if path is None else tracer.describe(path)
+        out["parallel"] = parallel
+        click.echo(json.dumps(out))
+    else:
+        for r in results.values():
+            say(r.report() if not r.passed else f"{r.direction}: PASS ({r.bodies} bodies)")
+        if path is not None:
+            say(f"trace: {shown(path)}")
+    if not all(r.passed for r in results.values()):
+        sys.exit(EXIT_FAILED)
+
+
+def register(cli: click.Group) -> None:
+    """Add ``dual`` to the command group."""
+    cli.add_command(dual_cmd)
+
+
+__all__ = ["register"]

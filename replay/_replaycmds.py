@@ -1,0 +1,269 @@
+"""``replay cluster`` and ``replay single``: replay a trace on its ranks or in one process,
+and report the verdict."""
+
+from __future__ import annotations
+
+import json
+import sys
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+import tracer
+
+from . import _environment, _procs
+from ._cliutil import (
+    POSITIVE_SECONDS,
+    limit_options,
+    printer,
+    trace_arg,
+    trace_path,
+    under_launcher,
+)
+from ._cliutil import (
+    allow_changed as allow_changed_option,
+)
+from ._job import EXIT_DIVERGED, launch
+from ._progress import Printer
+from ._replay import (
+    check_replayable,
+    open_run,
+    parse_break,
+    parse_until,
+    recorded_app,
+    replay_here,
+    store_verdict,
+)
+
+
+def _replay_report(res: dict[str, Any], as_json: bool) -> None:
+    """Print a replay result, store its verdict in the trace, exit 3 on divergence.
+
+    A replay the user stopped in pdb has no verdict: it is neither identical nor not.
+    """
+    stopped = bool(res.get("stopped"))
+    if not stopped:
+        try:
+            store_verdict(res)
+        except Exception as exc:  # noqa: BLE001 - the verdict is a convenience, not the result
+            click.echo(
+                f"replay: warning: could not store the verdict in the trace: {exc}", err=True
+            )
+    if as_json:
+        keys = (
+            "identical",
+            "first_difference",
+            "wall_s",
+            "complete",
+            "stopped",
+            "replayed_up_to",
+            "recorded_status",
+            "checked",
+            "run_id",
+            "mode",
+            "out_trace",
+        )
+        doc = {k: res.get(k) for k in keys}
+        if doc["out_trace"]:
+            doc["out_trace"] = tracer.describe(doc["out_trace"])  # never the password
+        click.echo(json.dumps(doc))
+    else:
+        say = printer(False)
+        c = res["checked"]
+        if stopped:
+            say("stopped by the user (no verdict stored)")
+        elif res["identical"]:
+            say(
+                f"{_identical_head(res)}: {c['digests']} digest(s) and {c['objectives']} "
+                f"objective value(s) match the trace ({res['wall_s']:.2f} s)"
+            )
+        else:
+            d = res["first_difference"]
+            event = str(d["event"])
+            what = event if event.startswith(str(d["what"])) else f"{d['what']} {event}"
+            say(
+                f"DIVERGED on node {d['node']} at {d['op']}#{d['invocation']}, {what}: "
+                f"the trace expected {d['expected']}, the program did {d['actual']}"
+            )
+    if not stopped and not res["identical"]:
+        sys.exit(EXIT_DIVERGED)
+
+
+def _identical_head(res: dict[str, Any]) -> str:
+    """``identical``, qualified when the recorded run ended early (crashed, failed or
+    interrupted)."""
+    if res["complete"]:
+        return "identical"
+    how = {"crashed": "crashed", "failed": "failed", "interrupted": "was interrupted"}.get(
+        str(res.get("recorded_status")), "ended"
+    )
+    up_to = res.get("replayed_up_to")
+    if up_to is None:
+        return f"identical (nothing was completed before the run {how})"
+    return f"identical (up to {up_to}, the run {how} after it)"
+
+
+@click.command("cluster")
+@click.argument("trace", metavar="TRACE", type=click.Path(dir_okay=False))
+@click.option("--run", "run_id", default=None, help="Run id in the trace. [default: the latest]")
+@click.option(
+    "--trace-out",
+    "out_trace",
+    type=click.Path(dir_okay=False),
+    metavar="PATH|URL",
+    default=None,
+    help="Also record the replay into this new trace (a path or an SQLAlchemy URL).",
+)
+@click.option(
+    "--timeout",
+    type=POSITIVE_SECONDS,
+    default=None,
+    help="Kill the MPI job after this many seconds.",
+)
+@allow_changed_option
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
+@limit_options()
+def cluster_cmd(
+    trace: str,
+    run_id: str | None,
+    out_trace: str | None,
+    timeout: float | None,
+    allow_changed: bool,
+    as_json: bool,
+    max_ranks: int,
+    max_threads: int,
+) -> None:
+    """Replay TRACE on the recorded number of MPI ranks, enforcing its recorded orders."""
+    with Printer(as_json, "cluster replay") as say:
+        _cluster(
+            trace, run_id, out_trace, timeout, allow_changed, as_json, max_ranks, max_threads, say
+        )
+
+
+def _cluster(
+    trace: str,
+    run_id: str | None,
+    out_trace: str | None,
+    timeout: float | None,
+    allow_changed: bool,
+    as_json: bool,
+    max_ranks: int,
+    max_threads: int,
+    say: Callable[[str], None],
+) -> None:
+    path = trace_arg(trace)
+    run = open_run(path, run_id, check=True)
+    info = run.info
+    _procs.check_shape(info.ranks, info.threads, max_ranks=max_ranks, max_threads=max_threads)
+    recorded_app(info, allow_changed=allow_changed)  # before anything runs or launches
+    check_replayable(run)  # before any rank starts: damage is one line here, not an MPI error
+    hash_seed = _environment.recorded_hash_seed(info.environment)
+    if under_launcher() or info.ranks == 1:
+        _environment.ensure(hash_seed)  # replay_here warns about what still differs
+    else:
+        _environment.warn_replay_environment(info.environment, info.versions, here=False)
+    spec: dict[str, Any] = {
+        "kind": "replay",
+        "mode": "cluster",
+        "trace": path,
+        "run_id": info.run_id,
+        "json": as_json,
+        "hash_seed": hash_seed,
+        "allow_changed_code": allow_changed,
+    }
+    if out_trace is not None:
+        spec["out_trace"] = trace_path("replay", out_trace)
+        spec["run_id_out"] = uuid.uuid4().hex
+    if under_launcher():
+        from mpi4py import MPI
+
+        comm = MPI.COMM_WORLD
+        res = replay_here(spec, comm=comm, progress=say)
+        if comm.Get_rank() != 0:
+            return
+    elif info.ranks == 1:
+        res = replay_here(spec, progress=say)
+    else:
+        res = launch(spec, info.ranks, timeout=timeout, out=say)
+    _replay_report(res, as_json)
+
+
+@click.command("single")
+@click.argument("trace", metavar="TRACE", type=click.Path(dir_okay=False))
+@click.option("--run", "run_id", default=None, help="Run id in the trace. [default: the latest]")
+@click.option(
+    "--break",
+    "brk",
+    default=None,
+    metavar="OP:INVOCATION:INDEX[@NODE]",
+    help="Stop in pdb inside that loop body.",
+)
+@click.option(
+    "--until",
+    default=None,
+    metavar="OP:INVOCATION",
+    help="Stop in pdb in the driver after that invocation.",
+)
+@allow_changed_option
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
+@limit_options()
+def single_cmd(
+    trace: str,
+    run_id: str | None,
+    brk: str | None,
+    until: str | None,
+    allow_changed: bool,
+    as_json: bool,
+    max_ranks: int,
+    max_threads: int,
+) -> None:
+    """Replay every node of TRACE inside this process (pdb can stop in any body)."""
+    # no bar where pdb may take the terminal
+    with Printer(as_json, "single replay", bars=not (brk or until)) as say:
+        _single(trace, run_id, brk, until, allow_changed, as_json, max_ranks, max_threads, say)
+
+
+def _single(
+    trace: str,
+    run_id: str | None,
+    brk: str | None,
+    until: str | None,
+    allow_changed: bool,
+    as_json: bool,
+    max_ranks: int,
+    max_threads: int,
+    say: Callable[[str], None],
+) -> None:
+    path = trace_arg(trace)
+    run = open_run(path, run_id, check=True)
+    info = run.info
+    # every recorded node becomes threads of this one process
+    _procs.check_shape(info.ranks, info.threads, max_ranks=max_ranks, max_threads=max_threads)
+    recorded_app(info, allow_changed=allow_changed)  # before anything runs
+    check_replayable(run)
+    _environment.ensure(_environment.recorded_hash_seed(info.environment))
+    spec: dict[str, Any] = {
+        "kind": "replay",
+        "mode": "single",
+        "trace": path,
+        "run_id": run_id,
+        "json": as_json,
+        "break": list(parse_break(brk)) if brk else None,
+        "until": list(parse_until(until)) if until else None,
+        "allow_changed_code": allow_changed,
+    }
+    res = replay_here(spec, progress=say)
+    if brk and not res["breakpoint_hits"] and res["identical"]:
+        click.echo(f"replay: note: breakpoint {brk} was never reached", err=True)
+    _replay_report(res, as_json)
+
+
+def register(cli: click.Group) -> None:
+    """Add ``cluster`` and ``single`` to the command group."""
+    cli.add_command(cluster_cmd)
+    cli.add_command(single_cmd)
+
+
+__all__ = ["register"]

@@ -1,0 +1,268 @@
+"""``replay run`` and ``replay demo``: run an app (here, or as an MPI job), record it, and the
+main job that records, replays and dual-tests SGDMF."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import uuid
+from typing import Any
+
+import click
+
+import tracer
+from engine import DriverDivergenceError
+
+from . import _environment
+from ._cliutil import (
+    POSITIVE_SECONDS,
+    check_seed,
+    common,
+    printer,
+    rank,
+    shown,
+    summary,
+    trace_options,
+    trace_path,
+    under_launcher,
+    with_options,
+)
+from ._errors import UsageError
+from ._job import EXIT_DIVERGED, EXIT_FAILED, describe, launch, run_here
+from ._replay import replay_here, store_verdict
+
+
+def execute(
+    app: str,
+    params: tuple[str, ...],
+    *,
+    ranks: int | None,
+    threads: int,
+    seed: int,
+    checked: bool,
+    as_json: bool,
+    timeout: float | None,
+    trace: str | None = None,
+) -> dict[str, Any]:
+    """Run an app the way ``replay run`` does and return its JSON result.
+
+    ``trace`` is the trace store path (``None``: do not record).
+    """
+    say = printer(as_json)
+    spec = {
+        "app": app,
+        "params": list(params),
+        "threads": threads,
+        "seed": seed,
+        "checked": checked,
+        "json": as_json,
+        "trace": trace,
+    }
+    if threads < 1:
+        raise UsageError(f"--threads must be >= 1, got {threads}")
+    check_seed(seed)
+    hash_seed = _environment.choose_hash_seed()
+    if under_launcher():
+        _environment.ensure(hash_seed)  # re-executes this rank: before MPI is initialised
+        from mpi4py import MPI
+
+        comm = MPI.COMM_WORLD
+        if ranks is not None and ranks != comm.Get_size():
+            raise UsageError(
+                f"--ranks {ranks} disagrees with the {comm.Get_size()} ranks mpiexec started; "
+                "drop --ranks when you launch with mpiexec yourself"
+            )
+        if trace is not None:
+            # every rank must agree on the run id and the path
+            spec["run_id"] = comm.bcast(uuid.uuid4().hex if comm.Get_rank() == 0 else None)
+            spec["trace"] = comm.bcast(trace)
+        try:
+            return run_here(spec, comm=comm, progress=say)
+        except BaseException as exc:  # noqa: BLE001 - one rank failing must stop them all
+            message, status = describe(exc)
+            if isinstance(exc, DriverDivergenceError) and comm.Get_rank() != 0:
+                comm.Barrier()  # every rank raised it alike: rank 0 reports it once, aborts
+            try:
+                click.echo(f"replay: error (rank {comm.Get_rank()}): {message}", err=True)
+                sys.stderr.flush()
+            finally:
+                comm.Abort(status)
+                # MPICH's Abort can return before mpiexec kills this rank: no second report
+                os._exit(status)
+    ranks = 1 if ranks is None else ranks
+    if ranks < 1:
+        raise UsageError(f"--ranks must be >= 1, got {ranks}")
+    spec["run_id"] = uuid.uuid4().hex
+    if ranks == 1:
+        _environment.ensure(hash_seed)
+        return run_here(spec, progress=say)
+    spec["hash_seed"] = hash_seed
+    prefetch(app, params)  # a first download shows its progress here, not in a rank
+    return launch(spec, ranks, timeout=timeout, out=say)
+
+
+def prefetch(app: str, params: tuple[str, ...]) -> None:
+    """Let a built-in app fetch its data set in this process (``prefetch(**values)`` in
+    its module), where a person at the terminal sees the download's progress."""
+    from ._apps import BUILTIN_APPS, parse_params
+    from ._apps import resolve as resolve_app
+
+    if app not in BUILTIN_APPS:
+        return
+    fn = resolve_app(app).fn
+    prefetch = getattr(sys.modules.get(fn.__module__), "prefetch", None)
+    if prefetch is not None:
+        prefetch(**parse_params(fn, params))
+
+
+@click.command("run")
+@click.argument("app")
+@with_options(common)
+@click.option(
+    "--ranks", type=int, default=None, help="MPI ranks (starts mpiexec when > 1). [default: 1]"
+)
+@click.option("--checked", is_flag=True, help="Fail on any access outside the reconnaissance sets.")
+@click.option(
+    "--timeout",
+    type=POSITIVE_SECONDS,
+    default=None,
+    help="Kill the MPI job after this many seconds.",
+)
+@trace_options("Trace store to record into.")
+def run_cmd(
+    app: str,
+    params: tuple[str, ...],
+    threads: int,
+    seed: int,
+    ranks: int | None,
+    checked: bool,
+    timeout: float | None,
+    trace: str | None,
+    no_trace: bool,
+    as_json: bool,
+) -> None:
+    """Run APP (a built-in name such as sgdmf, or path/to/train.py:function)."""
+    if trace is not None and no_trace:
+        raise UsageError("--trace and --no-trace exclude each other")
+    res = execute(
+        app,
+        params,
+        ranks=ranks,
+        threads=threads,
+        seed=seed,
+        checked=checked,
+        as_json=as_json,
+        timeout=timeout,
+        trace=None if no_trace else trace_path(app, trace),
+    )
+    if under_launcher() and rank() != 0:
+        return
+    if as_json:
+        click.echo(json.dumps(dict(res, trace=res["trace"] and tracer.describe(res["trace"]))))
+    else:
+        summary(res, printer(False))
+
+
+@click.command("demo")
+@click.option("--ranks", type=int, default=2, show_default=True, help="MPI ranks.")
+@click.option("--epochs", type=int, default=5, show_default=True, help="Training epochs.")
+def demo_cmd(ranks: int, epochs: int) -> None:
+    """The main job: train SGDMF on MovieLens-100K on 2 MPI ranks with recording, replay the
+    trace on the cluster and in one process, and summarise."""
+    _environment.ensure(_environment.choose_hash_seed())
+    say = printer(False)
+    params: tuple[str, ...] = (f"epochs={epochs}",)
+    try:
+        from apps._datasets import movielens_100k
+
+        movielens_100k()
+        say("data: MovieLens-100K (from the recbole wheel, cached)")
+    except Exception as exc:  # noqa: BLE001 - fall back to generated data offline
+        say(f"data: MovieLens-100K unavailable ({exc}); using synthetic ratings")
+        params += ("synthetic=true",)
+    say("")
+    say(f"== 1. record: replay run sgdmf --ranks {ranks}")
+    trace = trace_path("sgdmf", None)
+    res = execute(
+        "sgdmf",
+        params,
+        ranks=ranks,
+        threads=1,
+        seed=0,
+        checked=False,
+        as_json=False,
+        timeout=None,
+        trace=trace,
+    )
+    summary(res, say)
+    where = shown(trace)
+    verdicts = {}
+    for step, mode in ((2, "cluster"), (3, "single")):
+        say("")
+        say(f"== {step}. replay {mode} {where}")
+        spec = {"kind": "replay", "mode": mode, "trace": trace, "run_id": res["run_id"]}
+        if mode == "cluster" and ranks > 1:
+            rep = launch(spec, ranks, out=say)
+        else:
+            rep = replay_here(spec, progress=say)
+        store_verdict(rep)
+        verdicts[mode] = rep
+        if rep["identical"]:
+            c = rep["checked"]
+            say(
+                f"identical: {c['digests']} digest(s) and {c['objectives']} objective value(s) "
+                f"match the recording ({rep['wall_s']:.2f} s)"
+            )
+        else:
+            say(f"DIVERGED: {rep['first_difference']}")
+    say("")
+    say(f"== 4. replay dual sgdmf --ranks {ranks} (forward and backward, 2 epochs)")
+    from . import testing
+    from ._apps import parse_params
+    from ._apps import resolve as resolve_app
+
+    app = resolve_app("sgdmf")
+    dual_params = parse_params(app.fn, [p for p in params if not p.startswith("epochs=")])
+    dual_params["epochs"] = min(epochs, 2)
+    duals = testing.dual(
+        "sgdmf",
+        dual_params,
+        nodes=ranks,
+        threads=1,
+        order="random",
+        parallel="mpi" if ranks > 1 else "in-process",
+    )
+    import tracer
+
+    with tracer.open_writable(trace) as store:
+        for d, r in duals.items():
+            store.add_verdict(res["run_id"], f"dual-{d}", r.passed, r.as_dict())
+    for r in duals.values():
+        say(r.report())
+    say("")
+    say("== summary")
+    rmse = res["objectives"].get("rmse", [])
+    if rmse:
+        say(
+            f"train RMSE {rmse[0]:.4f} -> {rmse[-1]:.4f} over {len(rmse)} epoch(s) on {ranks} ranks"
+        )
+    for mode, rep in verdicts.items():
+        say(f"{mode} replay: {'identical' if rep['identical'] else 'DIVERGED'}")
+    for d, r in duals.items():
+        say(f"{d} dual test: {'PASS' if r.passed else 'FAIL'}")
+    say(f"trace: {where}")
+    say(f"browse it: replay browse {where}")
+    if not all(r["identical"] for r in verdicts.values()):
+        sys.exit(EXIT_DIVERGED)
+    if not all(r.passed for r in duals.values()):
+        sys.exit(EXIT_FAILED)
+
+
+def register(cli: click.Group) -> None:
+    """Add ``run`` and ``demo`` to the command group."""
+    cli.add_command(run_cmd)
+    cli.add_command(demo_cmd)
+
+
+__all__ = ["execute", "register"]
