@@ -72,7 +72,7 @@ def train(
 def propagate(
     vertices: int = 20000,
     degree: int = 4,
-    labels: int = 32,
+    labels: int = 16,
     sweeps: int = 5,
     alpha: float = 0.2,
     seed: int = 7,
