@@ -21,9 +21,10 @@ Strategies:
   blocks are (p, p+r_2, ..., p+r_k) mod P.
 * ``colouring`` — chromatic scheduling (GraphLab's chromatic engine) for dense conflict
   graphs that are one giant component (Gauss–Seidel sweeps): a greedy colouring of the
-  conflict graph (``_colouring``); each colour class is one round, cut across every
-  node's threads into contiguous chunks of equal estimated work.  Bodies of one colour
-  never conflict, so no task is locked, and the serial order is colour by colour.
+  conflict graph (``_colouring``); each colour class is one round, dealt to every
+  node's threads by estimated work, largest first, each thread's share in ascending
+  index order.  Bodies of one colour never conflict, so no task is locked, and the
+  serial order is colour by colour.
 * ``wavefront`` — levels of a given serial order: a body goes one level after the
   latest earlier conflicting body.  Running the levels in order reproduces that
   serial order exactly (used by the forward dual test).
