@@ -34,7 +34,15 @@ from ._errors import (
 from ._grants import TurnSequencer, recorded_ticket_order, thread_lengths
 from ._grants import encode_grant_order as encode
 from ._guard import POLICIES, Guard, GuardPlan, PlanViolation, Violation, install
-from ._planner import REPLICATED, Plan, Task, make_plan, replicated_plan, wavefront_plan
+from ._planner import (
+    REPLICATED,
+    STRATEGIES,
+    Plan,
+    Task,
+    make_plan,
+    replicated_plan,
+    wavefront_plan,
+)
 from ._recon import AccessSets, concat_sets, recon_range
 from ._runtime import Cluster, RoundWrites
 from ._schedule import Schedule, serial_order
@@ -60,6 +68,8 @@ class OpState:
     lock_cache: dict[tuple[int, int], Any] = field(default_factory=dict)
     guard_plan: GuardPlan | None = None
     stale: bool = False
+    #: the ``strategy=`` the plan was made for; another one re-plans
+    requested: str = "auto"
 
 
 #: Set by tests/dual tests: force a strategy or a serial order for the next plans.
@@ -103,12 +113,12 @@ def _recon(
     return concat_sets(parts)
 
 
-def _plan(sess: Session, name: str, sets: AccessSets) -> Plan:
+def _plan(sess: Session, name: str, sets: AccessSets, requested: str = "auto") -> Plan:
     cl = sess.cluster
     order = PLAN_OVERRIDES.get("order")
     if order is not None:
         return wavefront_plan(sets, order, cl.size, cl.threads)
-    strategy = PLAN_OVERRIDES.get("strategy", "auto")
+    strategy = PLAN_OVERRIDES.get("strategy", requested)
     return make_plan(sets, cl.size, cl.threads, seed=sess.seed, strategy=strategy)
 
 
@@ -120,13 +130,21 @@ def _state(
 
 
 def _new_state(
-    sess: Session, name: str, inv: int, body: Callable[[int], Any], start: int, stop: int, code: Any
+    sess: Session,
+    name: str,
+    inv: int,
+    body: Callable[[int], Any],
+    start: int,
+    stop: int,
+    code: Any,
+    requested: str = "auto",
 ) -> OpState:
     """Reconnaissance and planning for invocation ``inv`` (on the current DDS state)."""
     t0 = time.perf_counter()
     sets = _recon(sess, name, inv, body, start, stop)
-    plan = _plan(sess, name, sets)
+    plan = _plan(sess, name, sets, requested)
     st = _state(sess, name, start, stop, code, sets, plan)
+    st.requested = requested
     sess.planner[name] = {
         "strategy": plan.strategy,
         "rounds": len(plan.rounds),
@@ -135,6 +153,8 @@ def _new_state(
         "bodies": plan.n,
         "recon_s": round(time.perf_counter() - t0, 6),
     }
+    if plan.colours is not None:
+        sess.planner[name]["colours"] = plan.colours
     if sess.progress is not None:
         sess.progress(
             f"plan {name}: {plan.strategy}, {len(plan.rounds)} round(s), "
@@ -180,6 +200,7 @@ def async_for(
     name: str,
     checked: bool | None = None,
     replan: str = "auto",
+    strategy: str = "auto",
 ) -> None:
     """Run ``body(j)`` for every ``j`` in ``range(start, stop)``, serializably, in parallel.
 
@@ -189,7 +210,9 @@ def async_for(
     every access that leaves it is caught, and ``replan`` says what happens then:
     ``"auto"`` undoes the invocation, re-plans and re-executes it (serially if the new
     plan fails too), ``"always"`` re-plans every invocation, ``"never"`` raises
-    :class:`AccessOutsideReconError`.
+    :class:`AccessOutsideReconError`.  ``strategy`` names the planner's strategy
+    (``"components"``, ``"rotation"``, ``"colouring"``) instead of letting its cost model
+    choose (``"auto"``).
 
     >>> import engine as ap
     >>> X = ap.dvector(8, shape=(), init=ap.init.zeros(), name="X")
@@ -209,6 +232,10 @@ def async_for(
     if replan not in POLICIES:
         raise ValueError(
             f"async_for {name!r}: replan must be one of {', '.join(POLICIES)}, got {replan!r}"
+        )
+    if strategy not in STRATEGIES:
+        raise ValueError(
+            f"async_for {name!r}: strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}"
         )
     start, stop = int(start), int(stop)
     if stop < start:
@@ -235,8 +262,9 @@ def async_for(
         or st.stale
         or replan == "always"
         or recorded is not None
+        or st.requested != strategy
     ):
-        st = _new_state(sess, name, inv, body, start, stop, code)
+        st = _new_state(sess, name, inv, body, start, stop, code, strategy)
         made = True
     _use_override(sess, st, inv)
     sess.ops[name] = st
@@ -247,7 +275,7 @@ def async_for(
     round_s, violation = _attempt(sess, st, run_body, inv, checked, replan, sched)
     if violation is not None:
         _note(sess, violation, "re-planned it")
-        st = sess.ops[name] = _new_state(sess, name, inv, body, start, stop, code)
+        st = sess.ops[name] = _new_state(sess, name, inv, body, start, stop, code, strategy)
         _use_override(sess, st, inv)
         round_s, again = _attempt(sess, st, run_body, inv, checked, replan, sched)
         if again is not None:

@@ -19,12 +19,19 @@ Strategies:
   into P blocks of equal *access counts* over a seeded permutation (popular low ids
   would otherwise pile onto one node); in round r node p runs the bodies whose
   blocks are (p, p+r_2, ..., p+r_k) mod P.
+* ``colouring`` — chromatic scheduling (GraphLab's chromatic engine) for dense conflict
+  graphs that are one giant component (Gauss–Seidel sweeps): a greedy colouring of the
+  conflict graph (``_colouring``); each colour class is one round, dealt to every
+  node's threads by estimated work, largest first, each thread's share in ascending
+  index order.  Bodies of one colour never conflict, so no task is locked, and the
+  serial order is colour by colour.
 * ``wavefront`` — levels of a given serial order: a body goes one level after the
   latest earlier conflicting body.  Running the levels in order reproduces that
   serial order exactly (used by the forward dual test).
 
-``auto`` evaluates components and rotation with the same cost model (sum over rounds
-of the busiest node's bodies plus a per-round overhead) and keeps the cheaper.
+``auto`` evaluates components, rotation and colouring with the same cost model, an
+estimate of the makespan (sum over rounds of the busiest node's bodies plus a per-round
+overhead), and keeps the cheapest; on equal cost rotation wins, then components.
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ import numpy as np
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
+from ._colouring import body_weights, colour_bodies, colour_lower_bound
 from ._dds import SLOT_BITS
 from ._recon import AccessSets
 
@@ -76,6 +84,8 @@ class Plan:
     #: the serial order this plan was built to equal (wavefront and serial plans), which
     #: an invocation that must fall back to serial execution keeps
     order: np.ndarray | None = None
+    #: colour classes of a colouring plan (one round each); None for other strategies
+    colours: int | None = None
 
     def serial_order(self) -> np.ndarray:
         """Indices in the plan's serialization order (valid when no task is locked)."""
@@ -172,15 +182,23 @@ def _finish(
     nodes: int,
     threads: int,
     rounds_groups: list[list[list[np.ndarray]]],
+    *,
+    per_thread: bool = False,
 ) -> Plan:
-    """Build a Plan from per-round, per-node lists of groups (positions, not indices)."""
+    """Build a Plan from per-round, per-node lists of groups (positions, not indices).
+
+    ``per_thread``: the groups are already one per thread and their bodies pairwise
+    independent (colouring), so group t is thread t's unlocked task."""
     start = sets.start
     rounds: list[list[list[Task]]] = []
     loads = []
     for rnd in rounds_groups:
         tasks = []
         for groups in rnd:
-            tl = _groups_to_tasks([g + start for g in groups], threads)
+            if per_thread:
+                tl = [Task(t, g + start) for t, g in enumerate(groups) if len(g)]
+            else:
+                tl = _groups_to_tasks([g + start for g in groups], threads)
             tasks.append(tl)
         loads.append([sum(len(g) for g in groups) for groups in rnd])
         rounds.append(tasks)
@@ -329,6 +347,42 @@ def _plan_rotation(
     return cost, _finish("rotation", sets, nodes, threads, rounds)
 
 
+def _balanced_slots(members: np.ndarray, weights: np.ndarray, slots: int) -> list[np.ndarray]:
+    """Deal independent bodies to ``slots`` (node x thread) by estimated work, largest
+    first; each slot runs its bodies in ascending index order (any order is serial-equal,
+    and ascending runs cost the trace nothing)."""
+    if slots == 1 or len(members) == 0:
+        return [members] + [members[:0]] * (slots - 1)
+    where = _lpt(weights[members], slots)
+    return [members[where == s] for s in range(slots)]
+
+
+def _plan_colouring(
+    sets: AccessSets, nodes: int, threads: int, bound: float = float("inf")
+) -> tuple[float, Plan | None]:
+    """One round per colour class; ``(inf, None)`` when even the fewest colours the sets
+    allow could not beat ``bound`` (then the greedy colouring is not run at all)."""
+    n = sets.n
+    overhead = ROUND_OVERHEAD_BODIES if nodes > 1 else 0
+    if colour_lower_bound(sets) * overhead + n / nodes >= bound:
+        return float("inf"), None
+    colour = colour_bodies(sets)
+    n_colours = int(colour.max()) + 1
+    weights = body_weights(sets)
+    by_colour = np.argsort(colour, kind="stable")  # ascending positions inside a class
+    bounds = np.searchsorted(colour[by_colour], np.arange(n_colours + 1))
+    rounds = []
+    cost = 0.0
+    for c in range(n_colours):
+        chunks = _balanced_slots(by_colour[bounds[c] : bounds[c + 1]], weights, nodes * threads)
+        per_node = [chunks[p * threads : (p + 1) * threads] for p in range(nodes)]
+        cost += max(sum(len(g) for g in groups) for groups in per_node) + overhead
+        rounds.append(per_node)
+    plan = _finish("colouring", sets, nodes, threads, rounds, per_thread=True)
+    plan.colours = n_colours
+    return cost, plan
+
+
 def wavefront_plan(sets: AccessSets, order: np.ndarray, nodes: int, threads: int) -> Plan:
     """Levels of the serial ``order`` (absolute indices); running them in order equals it."""
     pos = np.asarray(order, dtype=np.int64) - sets.start
@@ -391,12 +445,18 @@ def replicated_plan(start: int, order: np.ndarray, nodes: int) -> Plan:
 
 
 # ============================================================= entry point
+#: What ``make_plan(strategy=...)`` accepts.
+STRATEGIES = ("auto", "components", "rotation", "colouring")
+
+
 def make_plan(
     sets: AccessSets, nodes: int, threads: int = 1, *, seed: int = 0, strategy: str = "auto"
 ) -> Plan:
     """Plan ``sets`` for ``nodes`` nodes of ``threads`` threads each."""
-    if strategy not in ("auto", "components", "rotation"):
-        raise ValueError(f"unknown strategy {strategy!r}; use auto, components or rotation")
+    if strategy not in STRATEGIES:
+        raise ValueError(
+            f"unknown strategy {strategy!r}; use auto, components, rotation or colouring"
+        )
     if sets.n == 0:
         return _finish("components", sets, nodes, threads, [])
     candidates: list[tuple[float, int, Plan]] = []
@@ -411,12 +471,18 @@ def make_plan(
     if strategy in ("auto", "components"):
         cost, plan = _plan_components(sets, nodes, threads)
         candidates.append((cost, 1, plan))
+    if strategy in ("auto", "colouring"):
+        bound = min((c[0] for c in candidates), default=float("inf"))
+        cost, plan = _plan_colouring(sets, nodes, threads, bound)
+        if plan is not None:
+            candidates.append((cost, 2, plan))
     candidates.sort(key=lambda c: (c[0], c[1]))
     return candidates[0][2]
 
 
 __all__ = [
     "REPLICATED",
+    "STRATEGIES",
     "Plan",
     "Task",
     "balanced_blocks",
