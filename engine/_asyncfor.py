@@ -31,7 +31,7 @@ from ._errors import (
     DivergenceError,
     SessionError,
 )
-from ._grants import TurnSequencer, recorded_ticket_order, thread_lengths
+from ._grants import TurnSequencer, handover_elements, recorded_ticket_order, thread_lengths
 from ._grants import encode_grant_order as encode
 from ._guard import POLICIES, Guard, GuardPlan, PlanViolation, Violation, install
 from ._planner import (
@@ -70,6 +70,9 @@ class OpState:
     stale: bool = False
     #: the ``strategy=`` the plan was made for; another one re-plans
     requested: str = "auto"
+    #: per local node, the last invocation's (round, thread, start, end) of each thread's
+    #: task groups, in seconds from that node's start of the round
+    thread_times: dict[int, list[tuple[int, int, float, float]]] = field(default_factory=dict)
 
 
 #: Set by tests/dual tests: force a strategy or a serial order for the next plans.
@@ -304,6 +307,7 @@ def async_for(
             "rounds": len(st.plan.rounds),
             "seconds": seconds,
             "round_seconds": round_s,
+            "thread_times": st.thread_times.get(node, []),
         }
         if k == 0:
             info["digests"] = digests
@@ -394,6 +398,7 @@ def _execute(
     install(guard)
     orders: list[dict[int, np.ndarray]] = []  # per round, per local node
     round_s: list[float] = []
+    times: dict[int, list[tuple[int, int, float, float]]] = {p: [] for p in cl.local_nodes}
     stopped: set[int] = set()
     try:
         for r, rnd in enumerate(plan.rounds):
@@ -403,12 +408,15 @@ def _execute(
             for node in cl.local_nodes:
                 cl.bind(node)
                 guard.node = node
+                spans: list[tuple[int, float, float]] = []
+                t_node = time.perf_counter()
                 try:
                     done[node] = _run_node_round(
-                        sess, st, body, inv, op_key, node, r, rnd[node], sched
+                        sess, st, body, inv, op_key, node, r, rnd[node], sched, spans
                     )
                 except PlanViolation:
                     done[node] = np.empty(0, dtype=np.int64)
+                times[node] += [(r, th, a - t_node, b - t_node) for th, a, b in sorted(spans)]
                 if guard.first is not None:
                     stopped.add(node)
             guard.arm(r, code=False)
@@ -427,6 +435,7 @@ def _execute(
         sess.set_mode("driver")
         cl.bind(cl.local_nodes[0])
     st.round_orders = orders
+    st.thread_times = times
     return round_s
 
 
@@ -439,11 +448,14 @@ def _execute_replicated(
     op_key = sess.op_key(st.name, inv)
     t = time.perf_counter()
     sess.set_mode("exec")
+    st.thread_times = {}
     try:
         for node in cl.local_nodes:
             cl.bind(node)
+            t_node = time.perf_counter()
             with _running_bodies(st.name, inv, op_key, node):
                 _run_serial(body, order)
+            st.thread_times[node] = [(0, 0, 0.0, time.perf_counter() - t_node)]
     finally:
         sess.set_mode("driver")
         cl.bind(cl.local_nodes[0])
@@ -485,8 +497,12 @@ def _run_node_round(
     r: int,
     tasks: list[Task],
     sched: Schedule | None,
+    spans: list[tuple[int, float, float]],
 ) -> np.ndarray:
-    """Run one node's tasks of one round; return the node's serialization order."""
+    """Run one node's tasks of one round; return the node's serialization order.
+
+    Each thread that ran adds (thread, start, end) of its task groups to ``spans``
+    (``time.perf_counter`` seconds; a handful per round, never per body)."""
     if not tasks:
         return np.empty(0, dtype=np.int64)
     forced = None
@@ -497,11 +513,15 @@ def _run_node_round(
     body = sess.controller.wrap_body(st.name, inv, node, body)
     if sess.cluster.threads == 1 or len(tasks) == 1 and not tasks[0].locked:
         _tls.gcode = ANY_OWN if forced is not None else tasks[0].thread + 1
-        with _running_bodies(st.name, inv, op_key, node):
-            for t in tasks:
-                _run_serial(body, t.indices)
+        start = time.perf_counter()
+        try:
+            with _running_bodies(st.name, inv, op_key, node):
+                for t in tasks:
+                    _run_serial(body, t.indices)
+        finally:
+            spans.append((0 if forced is not None else tasks[0].thread, start, time.perf_counter()))
         return np.concatenate([t.indices for t in tasks])
-    return _run_threads(sess, st, body, inv, op_key, node, r, tasks, sched)
+    return _run_threads(sess, st, body, inv, op_key, node, r, tasks, sched, spans)
 
 
 def _gather_rows(
@@ -569,6 +589,7 @@ def _run_threads(
     r: int,
     tasks: list[Task],
     sched: Schedule | None,
+    spans: list[tuple[int, float, float]],
 ) -> np.ndarray:
     locked = [t for t in tasks if t.locked]
     lock_of: dict[int, np.ndarray] = {}
@@ -613,6 +634,13 @@ def _run_threads(
     tickets: list[tuple[int, int]] = []  # (index, thread) in ticket order
 
     def work(thread: int, mine: list[Task]) -> None:
+        start = time.perf_counter()
+        try:
+            _work(thread, mine)
+        finally:
+            spans.append((thread, start, time.perf_counter()))  # one append: atomic
+
+    def _work(thread: int, mine: list[Task]) -> None:
         with _running_bodies(st.name, inv, op_key, node):
             for t in mine:
                 if not t.locked:
@@ -665,10 +693,34 @@ def _run_threads(
     order = unlocked + [ticket_a[:, 0]]
     if locked:
         positions, threads = encode(ticket_a[:, 1], lengths)
+        gids = handover_elements(ticket_a[:, 0], ticket_a[:, 1], positions, lock_of)
         sess.recorder.lock_grants(
-            st.name, inv, node, r, len(ticket_a), n_grants, positions, threads
+            st.name,
+            inv,
+            node,
+            r,
+            len(ticket_a),
+            n_grants,
+            positions,
+            threads,
+            [_element_name(sess, g) for g in gids.tolist()],
         )
     return np.concatenate(order)
+
+
+#: Longest element name a trace keeps (a ``dmap`` key's repr can be any length).
+MAX_ELEMENT_NAME = 48
+
+
+def _element_name(sess: Session, gid: int) -> str:
+    """``W[943]``: the DDS and user-facing index (a ``dmap`` key's repr) of an element id."""
+    if gid < 0:
+        return "-"
+    d = sess.dds[gid >> SLOT_BITS]
+    key = d.key_of(gid & SLOT_MASK)
+    shown = str(key) if isinstance(key, int | np.integer) else repr(key)
+    name = f"{d.name}[{shown}]".replace("\n", " ")
+    return name if len(name) <= MAX_ELEMENT_NAME else name[: MAX_ELEMENT_NAME - 2] + "…]"
 
 
 def last_order(name: str) -> np.ndarray:

@@ -15,7 +15,7 @@ import struct
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -57,11 +57,14 @@ class Recorder:
         grants: int,
         positions: np.ndarray,
         threads: np.ndarray,
+        elements: Sequence[str] = (),
     ) -> None:
         """Lock grants of one node in one round: ``bodies`` locked bodies took ``grants``
         element locks; their ticket order deviates from the predicted one (the last
         thread keeps going, see ``engine._grants``) at ``positions``, where ``threads``
-        took over.  Every lock's grant order is the ticket order restricted to it."""
+        took over.  Every lock's grant order is the ticket order restricted to it.
+        ``elements`` names, per hand-over, the element lock it took over (``W[943]``,
+        see ``engine._grants.handover_elements``)."""
 
     def index_order(
         self, op: str, invocation: int, node: int, round: int, thread: int, indices: np.ndarray
@@ -100,8 +103,10 @@ class Recorder:
 
     def invocation_done(self, op: str, invocation: int, node: int, info: dict[str, Any]) -> None:
         """A node finished one operator invocation.  ``info`` holds ``bodies`` (int),
-        ``rounds`` (int), ``seconds`` (float), ``round_seconds`` (list of float) and, on
-        the lowest local node only, ``digests`` (list of (dds name, hex digest))."""
+        ``rounds`` (int), ``seconds`` (float), ``round_seconds`` (list of float),
+        ``thread_times`` (``async_for``: (round, thread, start, end) of each thread's
+        task groups, seconds from the node's start of the round) and, on the lowest
+        local node only, ``digests`` (list of (dds name, hex digest))."""
 
     def objective(self, name: str, iteration: int, value: float) -> None:
         """The driver logged an objective value (called once per process)."""

@@ -9,6 +9,7 @@ holds them before compression (plan task ids fit in a byte; element ids do not).
 from __future__ import annotations
 
 import zlib
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -119,6 +120,30 @@ def decode(data: bytes | None, codec: str, count: int | None, where: str) -> np.
     return np.cumsum(a, dtype=np.int64) if delta else a
 
 
+def encode_lines(lines: Sequence[str]) -> tuple[bytes, str]:
+    """Encode short one-line names (element names) as one UTF-8 u8 blob, a line each
+    (an empty name is stored as ``-``, so that no list is ambiguous)."""
+    text = "\n".join(s.replace("\n", " ") or "-" for s in lines).encode()
+    return encode(np.frombuffer(text, dtype=np.uint8))
+
+
+def decode_lines(data: bytes | None, codec: str, count: int, where: str) -> list[str]:
+    """The ``count`` names of a blob written by :func:`encode_lines`."""
+    raw = decode(data, codec, None, where)
+    if raw.size and (raw.min() < 0 or raw.max() > 255):
+        raise TraceFormatError(f"{where}: names are not bytes; the trace is damaged")
+    try:
+        text = raw.astype(np.uint8).tobytes().decode()
+    except UnicodeDecodeError:
+        raise TraceFormatError(f"{where}: names are not UTF-8; the trace is damaged") from None
+    lines = text.split("\n") if text else []
+    if len(lines) != count:
+        raise TraceFormatError(
+            f"{where}: {len(lines)} name(s) for {count} entries; the trace is damaged"
+        )
+    return lines
+
+
 def where(table: Any, row_id: int, col: str) -> str:
     """How errors name a blob: its table, row id and column."""
     return f"table {table.__tablename__} row {row_id} column {col}"
@@ -133,7 +158,9 @@ __all__ = [
     "CODECS",
     "decode",
     "decode_column",
+    "decode_lines",
     "encode",
+    "encode_lines",
     "int_width",
     "smallest_int_dtype",
     "where",

@@ -27,7 +27,8 @@ class PlanMade:
 class LockGranted:
     """In ``round``, ``bodies`` locked bodies took ``grants`` element locks in a ticket
     order that left its prediction (the last thread keeps going) at the flattened
-    (position, thread) pairs ``deviations``: from that position on, that thread went."""
+    (position, thread) pairs ``deviations``: from that position on, that thread went,
+    taking over the element lock named in ``elements`` (``W[943]``; one per pair)."""
 
     node: int
     seq: int
@@ -37,6 +38,7 @@ class LockGranted:
     bodies: int
     grants: int
     deviations: tuple[int, ...]
+    elements: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

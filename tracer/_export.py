@@ -7,17 +7,20 @@ one track per worker thread (tid = thread):
   (``async_for``) or clock (``sync_for``, with its bodies, delta order and SSP
   visibility), an instant per received message, and a flow arrow (``s``/``f``) from
   the sender's round to each receive;
-* thread tracks: per round a slice scaled by the thread's share of the round's bodies
-  in the plan, nested slices per task group, and an instant per lock grant naming the
-  DDS element (``W[943]``); per ``sync_for`` clock a slice naming the thread's
-  minibatches, and an instant per hybrid node-mutex grant;
+* thread tracks: per round a slice from the thread's recorded start and end of its task
+  groups (``"timed": "recorded"``; traces without them: scaled by the thread's share of
+  the round's bodies in the plan), nested slices per task group sharing that time by
+  bodies, and an instant per lock hand-over naming the DDS element the thread took
+  over (``lock W[943]``) and the loop index whose body took it; per ``sync_for`` clock
+  a slice naming the thread's minibatches, and an instant per hybrid node-mutex grant;
 * a counter track per logged objective.
 
-The trace records order, not time: round/clock durations as each node measured them
-and the per-node sequence of events, but no timestamp per lock grant or message.
-Such events are spread over their round (or task group) in recorded order and say so
-in their args (``"placed": "by order"``); messages are placed by their sequence
-number among those events.  A send is not recorded at all: its flow starts in the
+The trace records order, and time only per round and per thread: round/clock durations
+and each thread's task-group span as each node measured them, and the per-node sequence
+of events, but no timestamp per lock grant or message.  Such events are placed by
+recorded order inside their task group (or round) and say so in their args
+(``"placed": "by order"``); messages are placed by their sequence number among those
+events.  A send is not recorded at all: its flow starts in the
 sender's slice of the round the receiver was in, as late as possible but not after
 the receive.  Invocations start together on every node (the earliest start any node
 measured).  Times are microseconds from the start of the run.
@@ -155,7 +158,8 @@ class _Builder:
     ) -> dict[tuple[int, int], list[tuple[float, float, Any]]]:
         """Round and task-group slices of every thread; (round, thread) → task spans."""
         out: dict[tuple[int, int], list[tuple[float, float, Any]]] = {}
-        for r, (s, d) in enumerate(span.rounds):
+        recorded = {(rd, th): (a * 1e6, b * 1e6) for rd, th, a, b in i.thread_times}
+        for r, (s0, d0) in enumerate(span.rounds):
             loads = _thread_tasks(plan, r, i.node)
             if not loads:  # no plan for this round: one slice on thread 0
                 loads = {0: []}
@@ -163,7 +167,13 @@ class _Builder:
             k = 0
             for thread, tasks in sorted(loads.items()):
                 bodies = sum(len(t.indices) for t in tasks)
-                dur = d * (bodies / busiest if busiest and bodies else 1.0)
+                s, dur = s0, d0 * (bodies / busiest if busiest and bodies else 1.0)
+                timed = "by plan share"
+                if (r, thread) in recorded:  # inside the round even if clocks disagree
+                    a, b = recorded[(r, thread)]
+                    s = s0 + min(max(a, 0.0), d0)
+                    dur = min(max(b - a, 0.0), s0 + d0 - s)
+                    timed = "recorded"
                 args = {
                     "op": i.op,
                     "invocation": i.invocation,
@@ -171,6 +181,7 @@ class _Builder:
                     "bodies": bodies,
                     "tasks": len(tasks),
                     "locked": any(t.locked for t in tasks),
+                    "timed": timed,
                 }
                 self.slice(
                     f"{i.op}#{i.invocation} round {r}", "round", i.node, thread, s, dur, args
@@ -205,31 +216,40 @@ class _Builder:
         rounds' grant records.
 
         A trace keeps each round's lock-ticket order as its deviations from a predicted
-        order (where another thread took over), not per-lock grants; which element each
-        grant locked is known only to a replay, which re-runs reconnaissance.  So the
-        timeline shows the hand-overs, each on the thread that took over, placed at its
-        position among the round's locked bodies.
+        order (where another thread took over), each with the element lock it took over,
+        not every per-lock grant (that would cost bytes per body).  So the timeline shows
+        the hand-overs, each on the thread that took over, named by its element, placed
+        at its body inside the task group (the plan tells which body took each ticket),
+        else at its position among the round's locked bodies.
         """
-        self._thread_slices(i, span, plan)
+        tasks = self._thread_slices(i, span, plan)
         g = self.run.lock_grants(i.op, i.invocation, i.node) if i.lock_grants else None
         if g is None or not len(g.seq):
             return np.empty((0, 3))
+        index, before, _ = g.handovers(plan, i.node)
         for k in range(len(g.seq)):
             r = int(g.round[k])
             start, dur = span.rounds[_clip(r, span)]
             bodies = int(g.bodies[k])
+            a = int(g.offset[k])
             positions, threads = g.deviations(k)
-            for p, t in zip(positions.tolist(), threads.tolist(), strict=True):
-                args = {
+            for n, (p, t) in enumerate(zip(positions.tolist(), threads.tolist(), strict=True)):
+                element, j = str(g.element[a + n]), int(index[a + n])
+                args: dict[str, Any] = {
+                    "element": element,
                     "round": r,
                     "position": int(p),
+                    "index": j if j >= 0 else None,
+                    "from_thread": int(before[a + n]) if j >= 0 else None,
                     "locked_bodies": bodies,
                     "grants": int(g.grants[k]),
                     "seq": int(g.seq[k]),
                     "placed": _ORDER,
                 }
-                ts = start + dur * int(p) / max(bodies, 1)
-                self.instant(f"hand-over to thread {t}", "lock", i.node, int(t), ts, args)
+                ts = _at_body(tasks.get((r, int(t)), []), j)
+                if ts is None:
+                    ts = start + dur * int(p) / max(bodies, 1)
+                self.instant(f"lock {element}", "lock", i.node, int(t), ts, args)
         return _anchors(g.seq, g.round, span)
 
     # ------------------------------------------------------------ sync_for
@@ -399,14 +419,16 @@ def _thread_tasks(plan: Any, rnd: int, node: int) -> dict[int, list[Any]]:
     return out
 
 
-def _task_of(spans: list[tuple[float, float, Any]], index: np.ndarray) -> np.ndarray:
-    """For each loop index, the position in ``spans`` of the task group holding it
-    (the last span when no group does: a grant never goes unplaced)."""
-    where = np.full(len(index), len(spans) - 1)
-    for k, (_, _, task) in enumerate(spans):
-        if task is not None and len(spans) > 1:
-            where[np.isin(index, task.indices)] = k
-    return where
+def _at_body(spans: list[tuple[float, float, Any]], index: int) -> float | None:
+    """Where loop ``index`` ran inside its task group's slice, by its place in the group
+    (None: no drawn group holds it)."""
+    for at, dur, task in spans:
+        if task is None or index < 0:
+            continue
+        hit = np.flatnonzero(np.asarray(task.indices) == index)
+        if len(hit):
+            return float(at + dur * (int(hit[0]) + 0.5) / len(task.indices))
+    return None
 
 
 def _clip(r: Any, span: _Span) -> int:

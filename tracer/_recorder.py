@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import time
 from collections import defaultdict
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -23,7 +24,7 @@ from sqlalchemy.exc import DBAPIError
 from engine import Recorder
 
 from ._chain import ChainWriter, trace_key
-from ._codec import encode, int_width
+from ._codec import encode, encode_lines, int_width
 from ._plans import encode_plan
 from ._schema import (
     CALL_BLOCKS,
@@ -63,6 +64,14 @@ class _NodeBuf:
     def clear(self) -> None:
         self.msgs = []
         self.calls = {model: [] for model in CALL_BLOCKS}
+
+
+def _thread_times(times: Sequence[Sequence[float]]) -> np.ndarray:
+    """(round, thread, start µs, end µs) rows, flattened, from (round, thread, s, s) ones."""
+    a = np.asarray(times, dtype=np.float64).reshape(-1, 4)
+    out = a.astype(np.int64)
+    out[:, 2:] = np.rint(a[:, 2:] * 1e6).astype(np.int64)
+    return out.ravel()
 
 
 def _blob(arr: np.ndarray, *, delta: bool | None = False) -> tuple[bytes, str]:
@@ -134,15 +143,19 @@ class TraceRecorder(Recorder):
         grants: int,
         positions: np.ndarray,
         threads: np.ndarray,
+        elements: Sequence[str] = (),
     ) -> None:
         """Buffer one round's lock grants: one event holding the deviations of its
-        ticket order from the predicted one, as flattened (position, thread) pairs."""
+        ticket order from the predicted one, as flattened (position, thread) pairs, and
+        the element each took over (``-`` where the engine named none)."""
         b = self._bufs.get(node) or self._buf(node)
         s = b.seq
         b.seq = s + 1
         dev = np.stack([np.asarray(positions, np.int64), np.asarray(threads, np.int64)], 1)
+        names = list(elements)[: len(dev)]
+        names += ["-"] * (len(dev) - len(names))
         head = (round, int(bodies), int(grants))
-        b.calls[LockGrantBlock].append((op, invocation, head, s, (dev.ravel(),)))
+        b.calls[LockGrantBlock].append((op, invocation, head, s, (dev.ravel(), names)))
 
     def index_order(
         self, op: str, invocation: int, node: int, round: int, thread: int, indices: np.ndarray
@@ -252,6 +265,7 @@ class TraceRecorder(Recorder):
         n_digests = len(rows[Digest])
         counts, blob_bytes = self._bulk_rows(b, node, op, invocation, rows)
         rsec, rsec_c = encode(np.asarray(info.get("round_seconds", ()), dtype=np.float64))
+        tt, tt_c = encode(_thread_times(info.get("thread_times") or ()))
         rows[Invocation].append(
             dict(
                 counts[(op, invocation)],
@@ -268,7 +282,9 @@ class TraceRecorder(Recorder):
                 seconds=float(info.get("seconds", 0.0)),
                 round_seconds=rsec,
                 round_seconds_codec=rsec_c,
-                blob_bytes=blob_bytes + len(rsec),
+                thread_times=tt,
+                thread_times_codec=tt_c,
+                blob_bytes=blob_bytes + len(rsec) + len(tt),
                 committed_at=time.time(),
             )
         )
@@ -311,8 +327,14 @@ class TraceRecorder(Recorder):
                 for k, col in enumerate(spec.values):
                     flat = np.concatenate([np.asarray(c[4][k], dtype=np.int64) for c in calls])
                     row[col], row[col + "_codec"] = _blob(flat, delta=None)
+                extra: tuple[str, ...] = ()
+                if model is LockGrantBlock:  # one element name per deviation, as text
+                    extra = ("elements",)
+                    row["elements"], row["elements_codec"] = encode_lines(
+                        [name for c in calls for name in c[4][1]]
+                    )
                 if (o, inv) == (op, invocation):
-                    nbytes += len(row["calls"]) + sum(len(row[c]) for c in spec.values)
+                    nbytes += len(row["calls"]) + sum(len(row[c]) for c in spec.values + extra)
                 rows[model].append(row)
                 # lock blocks count element grants (one event per round holds many)
                 grants = header[:, spec.header.index("grants")] if "grants" in spec.header else None

@@ -80,6 +80,9 @@ class InvocationInfo:
     rounds: int
     seconds: float
     round_seconds: tuple[float, ...]
+    #: ``async_for``: (round, thread, start, end) of each thread's task groups, in seconds
+    #: from the node's start of the round (empty for ``sync_for`` and older runs)
+    thread_times: tuple[tuple[int, int, float, float], ...]
     lock_grants: int
     messages: int
     deviations: int
@@ -94,7 +97,8 @@ class LockGrantArrays:
     """Lock grants of one node in one invocation: per round (in sequence order) its
     locked bodies and element grants, and the deviations of its ticket order from the
     predicted one — round ``k``'s are ``position[offset[k]:offset[k + 1]]`` (where
-    another thread took over) and the matching ``thread`` entries."""
+    another thread took over) and the matching ``thread`` entries, and ``element`` the
+    element lock each hand-over took over (``W[943]``; ``-``: none named)."""
 
     seq: np.ndarray
     round: np.ndarray
@@ -103,11 +107,56 @@ class LockGrantArrays:
     offset: np.ndarray
     position: np.ndarray
     thread: np.ndarray
+    element: np.ndarray
 
     def deviations(self, k: int) -> tuple[np.ndarray, np.ndarray]:
         """(positions, threads) of the ``k``-th round listed."""
         a, b = int(self.offset[k]), int(self.offset[k + 1])
         return self.position[a:b], self.thread[a:b]
+
+    def handovers(self, plan: Any, node: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per deviation, worked out from ``plan`` alone (no code runs): the loop index
+        whose body took over, the thread that handed over (-1 at the first ticket) and
+        the ticket's rank among its own thread's tickets of the round.  -1 throughout
+        for a round whose deviations the plan does not explain (another plan's run)."""
+        from engine import DivergenceError
+        from engine.lowlevel import recorded_ticket_order
+
+        n = len(self.position)
+        index, before, rank = (np.full(n, -1, np.int64) for _ in range(3))
+        for k in range(len(self.seq)):
+            a, b = int(self.offset[k]), int(self.offset[k + 1])
+            r = int(self.round[k])
+            if a == b or r >= len(plan.rounds) or node >= len(plan.rounds[r]):
+                continue
+            seqs: dict[int, list[np.ndarray]] = {}
+            for t in plan.rounds[r][node]:
+                if t.locked:
+                    seqs.setdefault(int(t.thread), []).append(np.asarray(t.indices, np.int64))
+            per_thread = {th: np.concatenate(parts) for th, parts in seqs.items()}
+            try:
+                turns, merged = recorded_ticket_order(
+                    self.position[a:b],
+                    self.thread[a:b],
+                    per_thread,
+                    node=node,
+                    op="",
+                    invocation=-1,
+                    round=r,
+                )
+            except DivergenceError:
+                continue
+            pos = self.position[a:b]
+            if len(pos) and pos.max() >= len(turns):
+                continue
+            index[a:b] = merged[pos]
+            before[a:b] = np.where(pos > 0, turns[np.maximum(pos - 1, 0)], -1)
+            own = np.empty(len(turns), np.int64)  # each ticket's rank in its thread
+            for th in np.unique(turns).tolist():
+                mine = turns == th
+                own[mine] = np.arange(int(np.count_nonzero(mine)))
+            rank[a:b] = own[pos]
+        return index, before, rank
 
 
 @dataclass(frozen=True, slots=True)
@@ -324,6 +373,15 @@ class RunTrace:
 
     def _inv(self, r: Any) -> InvocationInfo:
         rs = _dec(r, Invocation, "round_seconds", None)
+        tt = _dec(r, Invocation, "thread_times", None)
+        if len(tt) % 4:
+            raise TraceFormatError(
+                f"{_where(Invocation, r.id, 'thread_times')}: {len(tt)} values are not "
+                "(round, thread, start, end) rows; the trace is damaged"
+            )
+        times = tuple(
+            (int(rd), int(th), a / 1e6, b / 1e6) for rd, th, a, b in tt.reshape(-1, 4).tolist()
+        )
         return InvocationInfo(
             op=r.op,
             invocation=r.invocation,
@@ -333,6 +391,7 @@ class RunTrace:
             rounds=r.rounds,
             seconds=r.seconds,
             round_seconds=tuple(rs.tolist()),
+            thread_times=times,
             **{f: getattr(r, c) for c, f in _COUNTERS.items()},
             committed_at=r.committed_at,
         )
@@ -397,9 +456,17 @@ class RunTrace:
         dev = np.concatenate([v for _, (v,) in parts]) if parts else np.zeros(0, np.int64)
         if len(dev) % 2:
             raise TraceFormatError("a lock-grant block holds an odd number of deviation values")
+        names = [n for r in rows for n in _stream.element_names(r)]
         offset = np.concatenate(([0], np.cumsum(calls[:, -1] // 2)))
         return LockGrantArrays(
-            calls[:, 3], calls[:, 0], calls[:, 1], calls[:, 2], offset, dev[0::2], dev[1::2]
+            calls[:, 3],
+            calls[:, 0],
+            calls[:, 1],
+            calls[:, 2],
+            offset,
+            dev[0::2],
+            dev[1::2],
+            np.array(names, dtype=object),
         )
 
     @_checked("mutex grants")

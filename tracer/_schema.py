@@ -30,8 +30,10 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 #: Version of this schema; a reader refuses traces with another one (2: the hash chain,
 #: ``chain_link`` and ``invocation.n_digests``; 3: the ``interrupted`` run status, NaN
 #: objectives, and lock grants stored as deviations from a predicted ticket order
-#: instead of raw (lock, thread, index) triples).
-SCHEMA_VERSION = 3
+#: instead of raw (lock, thread, index) triples; 4: the element each lock hand-over took
+#: over, ``lock_grant_block.elements``, and each thread's task-group times,
+#: ``invocation.thread_times``).
+SCHEMA_VERSION = 4
 #: Identifies a trace store among SQLite files (kept in ``schema_info.app_id``).
 APP_ID = "strads-replay-trace"
 
@@ -150,6 +152,10 @@ class Invocation(Base):
     seconds: Mapped[float] = mapped_column(Float)
     round_seconds: Mapped[bytes] = mapped_column(LargeBinary)
     round_seconds_codec: Mapped[str] = mapped_column(String(16))
+    #: ``async_for``: (round, thread, start, end) per thread that ran task groups in a
+    #: round, flattened; start and end in whole µs from the node's start of that round
+    thread_times: Mapped[bytes] = mapped_column(LargeBinary)
+    thread_times_codec: Mapped[str] = mapped_column(String(16))
     n_lock_grants: Mapped[int] = mapped_column(default=0)
     n_messages: Mapped[int] = mapped_column(default=0)
     n_deviations: Mapped[int] = mapped_column(default=0)
@@ -228,13 +234,17 @@ class LockGrantBlock(_CallBlock, Base):
     """Lock grants of one node in one invocation, one call (event) per round: calls are
     (round, bodies, grants, seq, length); ``deviations`` holds each round's (position,
     thread) pairs, flattened, where the ticket order left its prediction (``engine``'s
-    ``_grants`` module says how the prediction and the per-lock orders follow)."""
+    ``_grants`` module says how the prediction and the per-lock orders follow);
+    ``elements`` names the element lock each of them took over (``W[943]``), as UTF-8
+    lines in the same order (a u8 codec blob)."""
 
     __tablename__ = "lock_grant_block"
     __table_args__ = _block_indexes()
     run: Mapped[str] = _run_fk()
     deviations: Mapped[bytes] = _blob()
     deviations_codec: Mapped[str] = _codec()
+    elements: Mapped[bytes] = _blob()
+    elements_codec: Mapped[str] = _codec()
 
 
 class IndexOrderBlock(_CallBlock, Base):
@@ -362,9 +372,10 @@ class Verdict(Base):
 #: Bulk tables and their blob columns (what ``store_bytes`` and corruption checks visit).
 BLOB_COLUMNS: dict[Any, tuple[str, ...]] = {
     OperatorPlan: ("tasks", "task_of", "orders"),
-    Invocation: ("round_seconds",),
+    Invocation: ("round_seconds", "thread_times"),
     MessageBlock: ("seqs", "sources", "source_seqs", "nbytes"),
     **{model: ("calls", *spec.values) for model, spec in CALL_BLOCKS.items()},
+    LockGrantBlock: ("calls", *CALL_BLOCKS[LockGrantBlock].values, "elements"),
 }
 
 __all__ = [

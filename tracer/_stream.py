@@ -17,6 +17,7 @@ import numpy as np
 from sqlalchemy import func, select
 
 from ._codec import decode_column as _dec
+from ._codec import decode_lines
 from ._codec import where as _where
 from ._errors import TraceFormatError
 from ._events import (
@@ -194,6 +195,13 @@ def decode_calls(model: Any, r: Any) -> tuple[np.ndarray, list[np.ndarray]]:
     return calls, [_dec(r, model, c, r.n_values) for c in spec.values]
 
 
+def element_names(r: Any) -> list[str]:
+    """The element names of a lock-grant block row, one per deviation."""
+    return decode_lines(
+        r.elements, r.elements_codec, r.n_values // 2, _where(LockGrantBlock, r.id, "elements")
+    )
+
+
 def expand(model: Any, r: Any) -> list[np.ndarray]:
     """Per-value events of a block: [seq, header columns..., value arrays...]."""
     calls, values = decode_calls(model, r)
@@ -218,11 +226,15 @@ def block_events(run: RunTrace, node: int, model: Any, row_id: int) -> Iterator[
             yield row[0], cls(node, row[0], r.op, r.invocation, *row[1:])
     else:
         calls, (flat,) = decode_calls(model, r)
+        names = element_names(r) if model is LockGrantBlock else []
         off = 0
         for *header, s, length in calls.tolist():
             vals = tuple(flat[off : off + length].tolist())
+            more: tuple[tuple[str, ...], ...] = ()
+            if model is LockGrantBlock:  # (position, thread) pairs: one name per pair
+                more = (tuple(names[off // 2 : (off + length) // 2]),)
             off += length
-            yield s, cls(node, s, r.op, r.invocation, *header, vals)
+            yield s, cls(node, s, r.op, r.invocation, *header, vals, *more)
 
 
-__all__ = ["BLOCK_EVENTS", "decode_calls", "events", "expand"]
+__all__ = ["BLOCK_EVENTS", "decode_calls", "element_names", "events", "expand"]

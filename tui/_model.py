@@ -110,34 +110,65 @@ def _group_ids(*keys: np.ndarray) -> np.ndarray:
     return np.cumsum(change)
 
 
+#: Widest the element column of the lock table grows (longer names end in ``…``): with
+#: it the table fits an 80-column terminal.
+MAX_ELEMENT_WIDTH = 20
+
 LOCK_COLUMNS = (
     Column("node", 4),
     Column("round", 5),
-    Column("#", 7),
-    Column("seq", 9),
-    Column("position", 9),
+    Column("#", 6),
+    Column("seq", 8),
+    Column("position", 8),
     Column("thread", 6),
+    Column("from", 4, missing=-1),
+    Column("index", 8, missing=-1),
+    Column("element", len("element"), left=True),
 )
 
 
-def lock_table(parts: Sequence[tuple[int, tracer.LockGrantArrays]]) -> RowTable:
+def lock_table(parts: Sequence[tuple[int, tracer.LockGrantArrays]], plan: Any = None) -> RowTable:
     """Where each (node, round)'s lock-ticket order left its prediction: from body
-    ``position`` of the round's locked bodies on, ``thread`` went (grant order)."""
+    ``position`` of the round's locked bodies on, ``thread`` went (grant order), taking
+    over the lock of ``element`` from thread ``from`` to run loop ``index`` (both worked
+    out from ``plan``; ``-`` without one).  The element column is as wide as its
+    longest name, up to :data:`MAX_ELEMENT_WIDTH`."""
     parts = [(n, g) for n, g in parts if len(g.position)]
     if not parts:
         return empty_table(LOCK_COLUMNS)
-    node, rnd, seq = [], [], []
+    node, rnd, seq, index, before = [], [], [], [], []
     for n, g in parts:
         per = np.diff(g.offset)
         node.append(np.full(len(g.position), n, np.int64))
         rnd.append(np.repeat(g.round, per))
         seq.append(np.repeat(g.seq, per))
+        if plan is not None:
+            j, b, _ = g.handovers(plan, n)
+        else:
+            j = b = np.full(len(g.position), -1, np.int64)
+        index.append(j)
+        before.append(b)
     node_a, rnd_a, seq_a = np.concatenate(node), np.concatenate(rnd), np.concatenate(seq)
     position = np.concatenate([g.position for _, g in parts])
     thread = np.concatenate([g.thread for _, g in parts])
+    element = np.concatenate([np.asarray(g.element, dtype=str) for _, g in parts])
     group = _group_ids(node_a, rnd_a)
     pos = _positions(group)
-    return RowTable(LOCK_COLUMNS, (node_a, rnd_a, pos, seq_a, position, thread), group=group)
+    widest = max((len(e) for e in element.tolist()), default=0)
+    width = min(max(widest, len("element")), MAX_ELEMENT_WIDTH)
+    columns = (*LOCK_COLUMNS[:-1], Column("element", width, left=True))
+    arrays = (
+        node_a,
+        rnd_a,
+        pos,
+        seq_a,
+        position,
+        thread,
+        np.concatenate(before),
+        np.concatenate(index),
+        element,
+    )
+    return RowTable(columns, arrays, group=group)
 
 
 MESSAGE_COLUMNS = (
@@ -319,6 +350,8 @@ class Timeline:
     round_starts: list[float] = field(default_factory=list)
     #: False when the operator has no plan, so lanes are whole nodes and rounds only
     planned: bool = True
+    #: True when each thread's bars come from its recorded start and end in the round
+    thread_timed: bool = False
 
 
 def timeline_layout(
@@ -326,8 +359,10 @@ def timeline_layout(
 ) -> Timeline:
     """Lay out the plan's rounds with the recorded per-round seconds of each node.
 
-    Task groups are not timed individually, so within a round a task's width is its
-    share of bodies, scaled so the busiest thread of that node fills the round.
+    Where the trace holds each thread's recorded start and end of its task groups in a
+    round, that thread's groups share that span by bodies (so threads differ as they
+    ran).  Otherwise (older traces, or no times) a task's width is its share of bodies,
+    scaled so the busiest thread of that node fills the round.
     """
     by_node = {i.node: i for i in invocations}
     n_rounds = len(plan.rounds)
@@ -340,8 +375,12 @@ def timeline_layout(
         (p, t): [] for p in range(plan.nodes) for t in range(threads)
     }
     total, round_starts = 0.0, []
+    thread_timed = timed and all(by_node[p].thread_times for p in by_node)
     for p in range(plan.nodes):
         info = by_node.get(p, by_node[min(by_node)] if by_node else None)
+        ran: dict[tuple[int, int], tuple[float, float]] = {}
+        if thread_timed and info is not None and p in by_node:
+            ran = {(r, t): (a, b) for r, t, a, b in info.thread_times}
         clock = 0.0
         for r, per_node in enumerate(plan.rounds):
             tasks = per_node[p] if p < len(per_node) else []
@@ -354,8 +393,15 @@ def timeline_layout(
             if p == 0:
                 round_starts.append(clock)
             cursor = dict.fromkeys(load, clock)
+            scale = dict.fromkeys(load, per_body)
+            for t, n in load.items():
+                if (r, t) in ran and n:  # the thread's own recorded span, inside the round
+                    a, b = ran[(r, t)]
+                    a = min(max(a, 0.0), span)
+                    cursor[t] = clock + a
+                    scale[t] = (min(max(b, a), span) - a) / n
             for task in tasks:
-                width = len(task.indices) * per_body
+                width = len(task.indices) * scale[task.thread]
                 s = cursor[task.thread]
                 acc[(p, task.thread)].append((s, s + width, r, task.locked, len(task.indices)))
                 cursor[task.thread] = s + width
@@ -376,7 +422,7 @@ def timeline_layout(
             )
         )
     unit = "s" if timed else "bodies"
-    return Timeline(op, invocation, unit, total, lanes, round_starts)
+    return Timeline(op, invocation, unit, total, lanes, round_starts, thread_timed=thread_timed)
 
 
 def round_timeline(
@@ -448,6 +494,7 @@ def first_difference(
 __all__ = [
     "INDEX_COLUMNS",
     "LOCK_COLUMNS",
+    "MAX_ELEMENT_WIDTH",
     "MESSAGE_COLUMNS",
     "OUTCOME_COLUMNS",
     "Column",

@@ -205,7 +205,11 @@ class RunView:
 
         def load() -> _model.RowTable:
             parts = [(n, self._run.lock_grants(op, invocation, n)) for n in self._node_list(node)]
-            return _model.lock_table(parts)
+            try:
+                plan = self._run.plan(op, invocation) if parts else None
+            except KeyError:  # no plan (sync_for): no loop index per hand-over
+                plan = None
+            return _model.lock_table(parts, plan)
 
         what = f"the lock grants of {op}#{invocation}"
         return self._bulk(("locks", op, invocation, node), what, load)

@@ -69,7 +69,10 @@ class GrantRecorder(ap.Recorder):
         self.orders: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
         self.bodies = 0
 
-    def lock_grants(self, op, invocation, node, round, bodies, grants, positions, threads):
+    def lock_grants(
+        self, op, invocation, node, round, bodies, grants, positions, threads, elements=()
+    ):
+        assert len(elements) == len(positions)
         assert grants >= bodies > 0
         self.bodies += bodies
         self.orders[(op, invocation, node, round)] = (positions.copy(), threads.copy())

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 import engine
 import engine.lowlevel as ap
-from engine._grants import TurnSequencer
+from engine._grants import TurnSequencer, handover_elements
 
 
 def _merges(draw: st.DrawFn) -> tuple[np.ndarray, np.ndarray]:
@@ -103,3 +103,26 @@ def test_sequencer_reports_a_body_out_of_turn() -> None:
     seqr = TurnSequencer(turns, np.array([4, 5]), {"node": 1, "op": "t", "invocation": 2})
     with pytest.raises(engine.DivergenceError, match="lock"):
         seqr.wait(0, 5)
+
+
+def test_a_hand_over_names_the_lock_it_took_from_another_thread() -> None:
+    """The element is the lowest lock shared with the nearest earlier ticket of another
+    thread; without one, the body's first lock; -1 for a body that locked nothing."""
+    locks = {
+        10: np.array([1, 5]),
+        11: np.array([2, 7]),
+        20: np.array([3, 7]),  # shares 7 with body 11 (thread 0, just before)
+        12: np.array([4, 9]),
+        21: np.array([6, 8]),  # shares nothing with anyone: its first lock
+        22: np.array([], dtype=np.int64),
+    }
+    indices = np.array([10, 11, 20, 12, 21, 22])
+    threads = np.array([0, 0, 1, 0, 1, 1])
+    got = handover_elements(indices, threads, np.array([2, 3, 4]), locks)
+    assert got.tolist() == [7, 4, 6]
+    # the nearest earlier ticket of another thread, skipping the thread's own
+    locks[12] = np.array([1, 3])  # thread 0's third body shares 3 with body 20
+    got = handover_elements(indices, threads, np.array([3]), locks)
+    assert got.tolist() == [3]
+    got = handover_elements(indices, threads, np.array([5]), locks)
+    assert got.tolist() == [-1]

@@ -137,6 +137,8 @@ def _damage(path: Path, table: str, column: str, value: object) -> int:
         ("calls", b"", r"blob decodes to 0 bytes, expected 5 \(raw-u8\)"),
         ("calls_codec", "zlib-i64", "corrupt compressed data"),
         ("deviations_codec", "pickle", "unknown codec 'pickle'"),
+        ("elements", b"X[1]\nX[2]", r"2 name\(s\) for 0 entries; the trace is damaged"),
+        ("elements_codec", "pickle", "unknown codec 'pickle'"),
     ],
 )
 def test_corrupt_lock_blob_names_table_and_row(
@@ -157,6 +159,25 @@ def test_corrupt_lock_blob_names_table_and_row(
                 run.lock_grants(inv.op, 1, node)
         assert run.operators()["acc"].invocations == 2  # summaries need no blobs
     assert digest(trace_copy) == before
+
+
+@pytest.mark.parametrize(
+    "column,value,problem",
+    [
+        ("thread_times", b"\x00\x01\x02", "3 values are not"),
+        ("thread_times_codec", "pickle", "unknown codec 'pickle'"),
+    ],
+)
+def test_corrupt_thread_times_name_table_and_row(
+    trace_copy: Path, column: str, value: object, problem: str
+) -> None:
+    if column == "thread_times":  # bytes that decode, to a count that is no row
+        _damage(trace_copy, "invocation", "thread_times_codec", "raw-u8")
+    row = _damage(trace_copy, "invocation", column, value)
+    where = f"table invocation row {row} column thread_times"
+    with tracer.open(trace_copy) as trace:
+        with pytest.raises(TraceFormatError, match=f"^{where}: .*{problem}"):
+            trace.run().invocations()
 
 
 def test_corrupt_plan_blob_names_table_and_row(trace_copy: Path) -> None:

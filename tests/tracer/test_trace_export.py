@@ -84,6 +84,41 @@ def _by_ph(doc: dict, ph: str, cat: str | None = None) -> list[dict]:
     return [e for e in doc["traceEvents"] if e["ph"] == ph and cat in (None, e.get("cat"))]
 
 
+def test_thread_slices_are_the_recorded_per_thread_times(
+    recorded_trace: Path, tmp_path: Path
+) -> None:
+    """Each thread's round slice starts and ends where that thread's task groups did, as
+    recorded (µs from the node's start of the round), not at a share of the plan."""
+    doc = load(recorded_trace, tmp_path)
+    with tracer.open(recorded_trace) as trace:
+        invs = trace.run().invocations()
+    node_rounds = {
+        (e["pid"], e["args"]["op"], e["args"]["invocation"], e["args"]["round"]): e
+        for e in _by_ph(doc, "X", "round")
+        if e["tid"] == NODE_TID
+    }
+    threads = {
+        (e["pid"], e["tid"], e["args"]["op"], e["args"]["invocation"], e["args"]["round"]): e
+        for e in _by_ph(doc, "X", "round")
+        if e["tid"] != NODE_TID
+    }
+    checked = 0
+    spans: dict[tuple[int, int], set[tuple[float, float]]] = defaultdict(set)
+    for i in invs:
+        assert i.thread_times, "async_for records every thread's task-group times"
+        for r, t, a, b in i.thread_times:
+            assert 0 <= a <= b <= i.round_seconds[r] + 1e-6
+            e = threads[(i.node, t, i.op, i.invocation, r)]
+            start = node_rounds[(i.node, i.op, i.invocation, r)]["ts"]
+            assert e["args"]["timed"] == "recorded"
+            assert e["ts"] - start == pytest.approx(a * 1e6, abs=2e-3)
+            assert e["dur"] == pytest.approx(min(b - a, i.round_seconds[r] - a) * 1e6, abs=2e-3)
+            spans[(i.node, r)].add((round(a, 6), round(b, 6)))
+            checked += 1
+    assert checked and len(threads) == checked
+    assert any(len(v) > 1 for v in spans.values())  # threads ran for different times
+
+
 @pytest.fixture(scope="module")
 def contended_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A 2-node, 3-thread run whose locked bodies sleep, so threads take turns."""
@@ -127,8 +162,23 @@ def test_lock_hand_overs_are_instants_on_the_thread_that_took_over(
         for e in handovers
     ]
     assert sorted(got) == sorted(want)
-    assert all(e["name"] == f"hand-over to thread {e['tid']}" for e in handovers)
+    assert all(e["name"] == f"lock {e['args']['element']}" for e in handovers)
     assert all(e["args"]["placed"] == "by order" for e in handovers)
+    # the element is the lock the body took over (every body locks X[j % 4] only), and the
+    # plan alone tells which body took each ticket and which thread handed over
+    for e in handovers:
+        j = e["args"]["index"]
+        assert j is not None and e["args"]["element"] == f"X[{j % 4}]", e
+        assert e["args"]["from_thread"] not in (None, e["tid"])
+    # and the instant sits in its own thread's round slice, inside the group running j
+    groups = _by_ph(doc, "X", "task")
+    for e in handovers:
+        assert any(
+            g["pid"] == e["pid"]
+            and g["tid"] == e["tid"]
+            and g["ts"] <= e["ts"] <= g["ts"] + g["dur"]
+            for g in groups
+        ), e
     # every hand-over sits inside its round's slice on the node track
     rounds = _by_ph(doc, "X", "round")
     for e in handovers:

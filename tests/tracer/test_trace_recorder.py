@@ -5,6 +5,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -26,10 +27,14 @@ class Counting(tracer.TraceRecorder):
         self.messages = 0
         self.bodies = 0
 
-    def lock_grants(self, op, invocation, node, round, bodies, grants, positions, threads):  # noqa: A002
+    def lock_grants(
+        self, op, invocation, node, round, bodies, grants, positions, threads, elements
+    ):  # noqa: A002
         self.grants += grants
         self.rounds += 1
-        super().lock_grants(op, invocation, node, round, bodies, grants, positions, threads)
+        super().lock_grants(
+            op, invocation, node, round, bodies, grants, positions, threads, elements
+        )
 
     def message_received(self, node, channel, source, seq, nbytes) -> None:
         self.messages += 1
@@ -55,6 +60,55 @@ def test_counts_read_back_equal_counts_executed_on_a_threaded_engine_run(tmp_pat
         assert got == rec.grants
         # one event per node-round that took locks, holding that round's deviations
         assert sum(1 for _ in run.events(kinds=["LockGranted"])) == rec.rounds
+
+
+def test_thread_times_and_element_names_read_back(tmp_path: Path) -> None:
+    """Per-thread times round to whole µs; a recorder call without element names (an
+    older engine) stores ``-`` for each hand-over rather than dropping it."""
+    path = tmp_path / "t.sqlite"
+    rec = tracer.TraceRecorder(path, "r", [0], True)
+    rec.lock_grants("op", 0, 0, 0, 8, 8, np.array([2, 5]), np.array([1, 0]), ["W[3]", "H[17]"])
+    rec.lock_grants("op", 0, 0, 1, 8, 8, np.array([4]), np.array([1]))
+    times = [(0, 0, 0.0, 0.0031234), (0, 1, 0.0000004, 0.0025), (1, 1, 0.001, 0.002)]
+    info = {"bodies": 16, "rounds": 2, "seconds": 0.01, "round_seconds": [0.004, 0.003]}
+    rec.invocation_done("op", 0, 0, info | {"thread_times": times})
+    rec.invocation_done("op", 1, 0, info)  # no times (sync_for): none stored
+    rec.close("finished")
+    with tracer.open(path) as trace:
+        run = trace.run()
+        a, b = run.invocations()
+        assert a.thread_times == ((0, 0, 0.0, 0.003123), (0, 1, 0.0, 0.0025), (1, 1, 0.001, 0.002))
+        assert b.thread_times == ()
+        g = run.lock_grants("op", 0, 0)
+        assert g.element.tolist() == ["W[3]", "H[17]", "-"]
+        events = list(run.events(kinds=["LockGranted"]))
+        assert [e.elements for e in events] == [("W[3]", "H[17]"), ("-",)]
+
+
+def test_an_engine_run_names_each_hand_over_by_the_lock_its_body_took(tmp_path: Path) -> None:
+    """Bodies lock ``X[j % 2]`` and ``Y[j]``; sleeping inside the locks makes threads
+    hand over, and each hand-over names the ``X`` element, the one shared across threads."""
+
+    def program() -> None:
+        X = ap.dvector(2, shape=(), init=ap.init.zeros(), name="X")
+        Y = ap.dvector(90, shape=(), init=ap.init.zeros(), name="Y")
+
+        def body(j: int) -> None:
+            Y[j] = X[j % 2] + 1.0
+            X[j % 2] += 1.0
+            time.sleep(0.0002)  # release the GIL inside the locks
+
+        ap.async_for(0, 90, body, name="hot")
+
+    path = tmp_path / "t.sqlite"
+    record(path, nodes=1, threads=3, program=program)
+    with tracer.open(path) as trace:
+        run = trace.run()
+        g = run.lock_grants("hot", 0, 0)
+        index, before, _ = g.handovers(run.plan("hot", 0), 0)
+    assert len(index) > 0 and (index >= 0).all()
+    assert g.element.tolist() == [f"X[{j % 2}]" for j in index.tolist()]
+    assert (before != g.thread).all()
 
 
 class CountingSync(tracer.TraceRecorder):

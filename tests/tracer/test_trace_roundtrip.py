@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -104,9 +105,11 @@ def replay_steps(rec: tracer.TraceRecorder, script: list[tuple], end: tuple) -> 
         elif kind == "locks":
             _, node, rnd, bodies, grants, devs = step
             arr = np.array(devs, dtype=np.int64).reshape(-1, 2)
-            rec.lock_grants("op", inv[node], node, rnd, bodies, grants, arr[:, 0], arr[:, 1])
+            names = [f"W[{p * 7 + t}]" for p, t in devs]  # one element per hand-over
+            rec.lock_grants("op", inv[node], node, rnd, bodies, grants, arr[:, 0], arr[:, 1], names)
             flat = tuple(v for pair in devs for v in pair)
-            out.append(LockGranted(node, take(node), "op", inv[node], rnd, bodies, grants, flat))
+            ev = LockGranted(node, take(node), "op", inv[node], rnd, bodies, grants, flat)
+            out.append(dataclasses.replace(ev, elements=tuple(names)))
         elif kind == "order":
             _, node, rnd, thread, idx = step
             rec.index_order("op", inv[node], node, rnd, thread, np.array(idx, dtype=np.int64))
@@ -203,6 +206,7 @@ def test_a_script_with_every_event_type(tmp_path: Path) -> None:
         g = run.lock_grants("op", 0, 1)
         assert (g.seq.tolist(), g.bodies.tolist(), g.grants.tolist()) == ([0], [2], [3])
         assert [a.tolist() for a in g.deviations(0)] == [[1], [2]]
+        assert g.element.tolist() == ["W[9]"]
         m = run.messages(1)
         assert (m.channel.tolist(), m.source.tolist(), m.seq.tolist()) == (["rows"], [0], [1])
         assert run.objectives() == {"rmse": [1.25]}

@@ -69,13 +69,19 @@ def test_run_view_caches_and_reports_missing_plans(synth_dir: Path) -> None:
 def test_lock_table_lists_hand_overs_per_round_in_order(synth_dir: Path) -> None:
     view = Repository([synth_dir]).run(RunRef(str(synth_dir / "a.sqlite"), "run-a"))
     table = view.lock_table("sgd", 0)
-    assert len(table) == 24  # the sample hands over at each of node 0's 24 bodies
+    assert len(table) == 20  # node 0's threads alternate: 10 hand-overs in each round
     rnd, k, where = table.column("round"), table.column("#"), table.column("position")
     assert list(rnd) == sorted(rnd)
     for r in set(rnd.tolist()):
         rows = np.flatnonzero(rnd == r)
         assert list(k[rows]) == list(range(len(rows)))
         assert list(where[rows]) == sorted(where[rows])
+    # alternating one body each, a hand-over at position p runs thread t's (p // 2)-th body
+    plan = view.plan("sgd", 0)
+    thread, index = table.column("thread"), table.column("index")
+    for r, p, t, j in zip(rnd, where, thread, index, strict=True):
+        mine = [task.indices for task in plan.rounds[r][0] if task.thread == t][0]
+        assert j == mine[p // 2]
     assert len(view.lock_table("sgd", 0, node=1)) == 0
 
 

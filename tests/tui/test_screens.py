@@ -16,7 +16,7 @@ from textual.widgets import DataTable
 from tui_helpers import EPOCH, screen_text, wait_for, wait_text, write_synthetic
 
 import tracer
-from tui import BrowserApp
+from tui import BrowserApp, _model
 from tui._repo import RunView
 from tui.screens import (
     DiffScreen,
@@ -128,8 +128,80 @@ def test_timeline_zooms_scrolls_and_steps_invocations(synth_dir: Path) -> None:
         await pilot.press("right_square_bracket")
         await wait_text(pilot, "sgd invocation 1 of 2")
         await pilot.press("enter")  # the orders of this invocation
-        text = await wait_text(pilot, "invocation 1 of 0..1", "24 row(s)")
+        text = await wait_text(pilot, "invocation 1 of 0..1", "20 row(s)")
         assert isinstance(pilot.app.screen, OrdersScreen)
+
+    drive(BrowserApp([synth_dir]), script)
+
+
+def test_lock_rows_name_the_element_and_fit_an_80_column_terminal(synth_dir: Path) -> None:
+    """Each hand-over row names the element lock taken over (``X[index % 3]`` in the
+    synthetic trace) and the loop index and thread it came from, worked out from the
+    plan; the rows fit 80 columns and ``/`` finds a loop index among them."""
+
+    async def script(pilot: Any) -> None:
+        await pilot.press("enter", "o")
+        text = await wait_text(pilot, "20 row(s)", "element")
+        table = pilot.app.screen.query_one("#t-locks", ArrayTable)
+        assert table.table is not None
+        index = table.table.column("index")
+        element = table.table.column("element")
+        assert (index >= 0).all()
+        assert element.tolist() == [f"X[{j % 3}]" for j in index.tolist()]
+        before, thread = table.table.column("from"), table.table.column("thread")
+        assert ((before != thread) & (before >= 0)).all()  # another thread handed over
+        first = table.row_text(0).split()
+        assert first[-2:] == [str(index[0]), f"X[{index[0] % 3}]"]
+        assert f"X[{index[0] % 3}]" in text  # on screen, not cut
+        head = next(line for line in text.splitlines() if "element" in line)
+        assert head.split() == [c.name for c in table.table.columns]
+        assert len(table.row_text(0)) + 2 <= 80
+        await pilot.press("slash", *str(index[3]), "enter")
+        await wait_text(pilot, f"loop index {index[3]}: 1 match(es)")
+        assert table.row_text(table.cursor).split()[-1] == element[3]
+
+    drive(BrowserApp([synth_dir]), script)
+
+
+def test_long_element_names_are_cut_to_the_column() -> None:
+    g = tracer.LockGrantArrays(
+        *(np.array([v]) for v in (5, 0, 4, 4)),
+        np.array([0, 2]),
+        np.array([1, 2]),
+        np.array([1, 0]),
+        np.array(["W[943]", "embedding_table_of_words[1234567]"], dtype=object),
+    )
+    table = _model.lock_table([(0, g)])
+    col = table.columns[-1]
+    assert col.name == "element" and col.width == _model.MAX_ELEMENT_WIDTH
+    assert table.cells(0)[-1] == "W[943]" and table.cells(1)[-2] == "-"  # no plan: no index
+    widget = ArrayTable()
+    widget.table = table
+    assert widget.row_text(1).endswith("embedding_table_of_…")
+
+
+def test_timeline_bars_come_from_each_threads_recorded_times(synth_dir: Path) -> None:
+    """Thread t ran from 0.5 t ms to 4 - t ms of each 4 ms round (synthetic trace), so
+    thread 1's bars start later and end sooner than thread 0's."""
+
+    async def script(pilot: Any) -> None:
+        await pilot.press("enter", "t")
+        await wait_text(pilot, "from recorded per-thread times", "n1 t1")
+        timeline = pilot.app.screen.query_one(TimelineView).timeline
+        assert timeline is not None and timeline.thread_timed
+        lanes = {(lane.node, lane.thread): lane for lane in timeline.lanes}
+        t0, t1 = lanes[(0, 0)], lanes[(0, 1)]
+        assert t0.start[0] == pytest.approx(0.0) and t0.end[0] == pytest.approx(0.004)
+        assert t1.start[0] == pytest.approx(0.0005) and t1.end[0] == pytest.approx(0.003)
+        assert t1.start[1] == pytest.approx(0.0045)  # round 1 starts at 4 ms
+        text = screen_text(pilot.app)
+        bars = {
+            line.split("│")[0].strip(): line.split("│")[1]
+            for line in text.splitlines()
+            if line.startswith("n0 t")
+        }
+        assert bars["n0 t0"] != bars["n0 t1"]
+        assert bars["n0 t1"].index("▌") > bars["n0 t0"].index("▌")  # starts later
 
     drive(BrowserApp([synth_dir]), script)
 
@@ -137,7 +209,7 @@ def test_timeline_zooms_scrolls_and_steps_invocations(synth_dir: Path) -> None:
 def test_orders_tabs_filters_and_search(synth_dir: Path) -> None:
     async def script(pilot: Any) -> None:
         await pilot.press("enter", "o")
-        text = await wait_text(pilot, "24 row(s)")  # node 0 locks each of its 24 bodies
+        text = await wait_text(pilot, "20 row(s)")  # node 0's hand-overs: 10 per round
         assert isinstance(pilot.app.screen, OrdersScreen)
         assert "node all  op sgd  invocation 0" in text and "Lock grants" in text
         await pilot.press("greater_than_sign")  # node 0
@@ -234,7 +306,7 @@ def test_verdict_detail_is_explained_and_g_lands_on_the_diverging_event(tmp_path
         text = await wait_text(pilot, "cluster verdict #2: FAILED", "lock: round 1")
         assert "stop there" not in text  # no loop index, no invocation before it
         await pilot.press("g")  # the first lock grant of round 1 on node 0
-        await wait_text(pilot, "divergence: 12 row(s)")
+        await wait_text(pilot, "divergence: 10 row(s)")
         screen = pilot.app.screen
         assert (screen.tab, screen.invocation, screen.node) == ("locks", 0, 0)
         locks = screen.query_one("#t-locks", ArrayTable)
@@ -261,14 +333,14 @@ def test_cursor_keys_typed_while_the_orders_reload_are_kept(
 
     async def script(pilot: Any) -> None:
         await pilot.press("enter", "o")
-        await wait_text(pilot, "24 row(s)")
+        await wait_text(pilot, "20 row(s)")
         await pilot.press("right_square_bracket")  # invocation 1: reloads, held at the gate
         await wait_text(pilot, "invocation 1", "loading…")
         await pilot.press("end", "up", "up")  # typed while it loads
         gate.set()
-        await wait_text(pilot, "24 row(s), row 22")
+        await wait_text(pilot, "20 row(s), row 18")
         table = pilot.app.screen.query_one("#t-locks", ArrayTable)
-        assert table.cursor == 21
+        assert table.cursor == 17
 
     drive(BrowserApp([synth_dir]), script)
 
@@ -344,9 +416,14 @@ def test_real_engine_trace_in_every_view(engine_trace: Path) -> None:
         text = await wait_text(pilot, "operator", "norm: 3 iteration(s)")
         assert "hot" in text and "90" in text
         await pilot.press("t")
-        await wait_text(pilot, "n1 t2", "from recorded round times")
+        await wait_text(pilot, "n1 t2", "from recorded per-thread times")
         await pilot.press("escape", "o")
         text = await wait_text(pilot, "Lock grants")  # hand-overs, if any, one per row
+        locks = pilot.app.screen.query_one("#t-locks", ArrayTable)
+        await wait_for(pilot, lambda _text: locks.table is not None)
+        assert locks.table is not None
+        index, element = locks.table.column("index"), locks.table.column("element")
+        assert element.tolist() == [f"X[{j % 3}]" for j in index.tolist()]  # its one lock
         await pilot.press("3")
         await wait_text(pilot, "plan")
         await pilot.press("2")

@@ -71,7 +71,7 @@ CASES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "help": (("question_mark",), ("Keys: runs",)),
     "overview": (("enter",), ("operator", "loss:")),
     "timeline": (("enter", "t"), ("n1 t1", "zoom")),
-    "orders_locks": (("enter", "o"), ("24 row(s)",)),
+    "orders_locks": (("enter", "o"), ("20 row(s)",)),
     "orders_index": (
         ("enter", "o", "3", "right_square_bracket", "greater_than_sign", "greater_than_sign"),
         ("deviated", "node 1"),

@@ -132,10 +132,12 @@ def write_synthetic(
 ) -> None:
     """Write a deterministic trace with the recorder alone (no engine, fixed clock).
 
-    Node 0 runs its tasks under locks (lock = index % 3), every node receives
-    ``len(message_order)`` messages per invocation from the next node, in
-    ``message_order`` of their source sequence numbers, and node 1 thread 1
-    runs its first round of invocation 1 backwards when ``deviate``.
+    Node 0 runs its tasks under locks (lock = ``X[index % 3]``), its threads taking
+    tickets in turn, one body each (so every change of thread but the last is a
+    hand-over); every node receives ``len(message_order)`` messages per invocation from
+    the next node, in ``message_order`` of their source sequence numbers, and node 1
+    thread 1 runs its first round of invocation 1 backwards when ``deviate``.  Thread
+    ``t`` ran from 0.5 t ms to 4 - t ms of each 4 ms round.
     """
     with mock.patch("time.time", _clock(start)):
         meta = {
@@ -157,11 +159,16 @@ def write_synthetic(
                 for r, per_node in enumerate(plan.rounds):
                     locked = [t for t in per_node[p] if t.locked]
                     if locked:
-                        idx = np.concatenate([t.indices for t in locked])
-                        thr = np.concatenate([np.full(len(t.indices), t.thread) for t in locked])
-                        # a display sample: one hand-over row per locked body
-                        pos = np.arange(len(idx), dtype=np.int64)
-                        rec.lock_grants("sgd", inv, p, r, len(idx), 2 * len(idx), pos, thr)
+                        seqs = {t.thread: t.indices for t in locked}
+                        lengths = [len(seqs.get(t, ())) for t in range(threads)]
+                        turns = np.array(
+                            [t for k in range(max(lengths)) for t in seqs if k < len(seqs[t])]
+                        )
+                        pos, thr = ap.encode_grant_order(turns, lengths)
+                        ran = ap.merge_grant_order(turns, seqs)
+                        names = [f"X[{int(ran[q]) % 3}]" for q in pos.tolist()]
+                        n_locked = len(turns)
+                        rec.lock_grants("sgd", inv, p, r, n_locked, 2 * n_locked, pos, thr, names)
                     if deviate and inv == 1 and p == 1 and r == 0:
                         task = per_node[p][1]
                         rec.index_order("sgd", inv, p, r, task.thread, task.indices[::-1])
@@ -172,6 +179,11 @@ def write_synthetic(
                     "rounds": rounds,
                     "seconds": 0.004 * rounds,
                     "round_seconds": [0.004] * rounds,
+                    "thread_times": [
+                        (r, t, 0.0005 * t, 0.004 - 0.001 * t)
+                        for r in range(rounds)
+                        for t in range(threads)
+                    ],
                 }
                 if p == 0:
                     info["digests"] = [("W", f"{inv:02d}" * 16)]

@@ -70,6 +70,7 @@ class TimelineScreen(BrowserScreen):
         if tl is not None:
             widget = self.query_one(TimelineView)
             how = "from recorded round times" if tl.unit == "s" else "from body counts"
+            how = "from recorded per-thread times" if tl.thread_timed else how
             how = how if tl.planned else "no plan: rounds only"
             text.append(f"  zoom ×{widget.zoom_level:.0f}  {how}", style="dim")
         self.query_one("#where", Static).update(text)
