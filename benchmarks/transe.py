@@ -6,6 +6,9 @@
 * Epoch time for 1 and 2 ranks: (wall time of a full run - wall time of a 1-epoch run) /
   (epochs - 1), which takes process start, MPI launch, data loading, reconnaissance and the
   final evaluation out.
+* Where an epoch's time goes, from a recorded run's per-invocation times (median over
+  epochs, slowest node): the three entity rounds (the bodies' arithmetic plus their
+  write-back) and the three relation updates (25-55 tiny bodies: almost pure round cost).
 * What an epoch costs without the engine: the same bucket arithmetic (``run_bucket``) in a
   plain loop in this process, so the engine's share (DDS row copies, rounds, write-back) is
   the difference.
@@ -17,10 +20,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import sys
+import tempfile
 import time
+from collections import defaultdict
 from datetime import date
 from typing import Any
 
@@ -29,6 +35,7 @@ from _common import ROOT, replay_run
 
 sys.path.insert(0, str(ROOT))
 
+import tracer  # noqa: E402
 from apps.transe._app import entity_blocks, make_buckets, run_bucket  # noqa: E402
 from apps.transe._data import graph_dir, read_graph  # noqa: E402
 
@@ -76,6 +83,35 @@ def bare_epoch_s(name: str, epochs: int = 5) -> float:
     return (time.perf_counter() - t0) / epochs
 
 
+def recorded_split(name: str, ranks: int, epochs: int = 20) -> dict[str, float]:
+    """Median seconds per epoch spent in entity rounds and in relation updates, read from
+    the per-invocation times a recorded run stores (slowest node per invocation)."""
+    fixed = [x for k, v in PARAMS.items() for x in ("-p", f"{k}={v}")]
+    with tempfile.TemporaryDirectory(prefix="transe-bench-") as tmp:
+        path = os.path.join(tmp, "t.sqlite")
+        replay_run(
+            ["transe", *data_args(name), *fixed, "-p", f"epochs={epochs}",
+             "--ranks", str(ranks), "--trace", path]
+        )  # fmt: skip
+        with tracer.open(path) as trace:
+            run = trace.run()
+            ent: dict[int, float] = defaultdict(float)
+            rel: dict[int, float] = defaultdict(float)
+            slowest: dict[tuple[str, int], float] = defaultdict(float)
+            for inv in run.invocations():
+                k = (inv.op, inv.invocation)
+                slowest[k] = max(slowest[k], inv.seconds)
+            for (op, i), sec in slowest.items():
+                if op == "rel":
+                    rel[i // 3] += sec  # three relation updates per epoch
+                else:
+                    ent[i] += sec  # each entity round runs once per epoch
+    # the first epoch pays for reconnaissance and planning
+    ent_s = statistics.median([v for e, v in ent.items() if e > 0])
+    rel_s = statistics.median([v for e, v in rel.items() if e > 0])
+    return {"entity_rounds_s": ent_s, "relation_updates_s": rel_s}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=5)
@@ -88,6 +124,8 @@ def main() -> None:
     out: dict[str, Any] = {
         "date": date.today().isoformat(),
         "machine": platform.node(),
+        "cpus": os.cpu_count(),
+        "load_average_at_start": os.getloadavg(),
         "params": PARAMS,
         "seeds": args.seeds,
         "datasets": {},
@@ -131,8 +169,10 @@ def main() -> None:
         )
         res["epoch_ratio_2_over_1"] = res["ranks2"]["epoch_s"] / res["ranks1"]["epoch_s"]
         res["bare_numpy_epoch_s"] = bare_epoch_s(name)
+        res["recorded_split"] = {f"ranks{r}": recorded_split(name, r) for r in (1, 2)}
         out["datasets"][name] = res
         print(json.dumps({name: res}), file=sys.stderr)
+    out["load_average_at_end"] = os.getloadavg()
     print(json.dumps(out, indent=1))
 
 
