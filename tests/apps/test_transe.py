@@ -302,6 +302,22 @@ def test_cli_two_ranks_equals_the_in_process_run() -> None:
     assert set(out["objectives"]) == {"loss", "mrr", "hits10"}
 
 
+def test_cli_recorded_two_rank_run_replays_on_the_cluster_and_in_one_process(
+    tmp_path: pathlib.Path,
+) -> None:
+    trace = str(tmp_path / "transe.sqlite")
+    proc = run_cli(
+        ["run", "transe", "--ranks", "2", "--threads", "2", "--trace", trace, "--json",
+         "--timeout", str(MPI_TIMEOUT), "-p", "synthetic=true", "-p", "epochs=2"]
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    for mode in ("cluster", "single"):
+        proc = run_cli([mode, trace, "--json"])
+        assert proc.returncode == 0, proc.stderr
+        out = json.loads(proc.stdout)
+        assert out["identical"] and out["first_difference"] is None, (mode, out)
+
+
 def test_cli_dual_forward_and_backward_on_three_ranks() -> None:
     proc = run_cli(
         ["dual", "transe", "--ranks", "3", "--json", "--no-trace", "--timeout", str(MPI_TIMEOUT),
