@@ -8,7 +8,7 @@
   final evaluation out.
 * Where an epoch's time goes, from a recorded run's per-invocation times (median over
   epochs, slowest node): the three entity rounds (the bodies' arithmetic plus their
-  write-back) and the three relation updates (25-55 tiny bodies: almost pure round cost).
+  write-back) and the relation update (25-55 tiny bodies: almost pure round cost).
 * What an epoch costs without the engine: the same bucket arithmetic (``run_bucket``) in a
   plain loop in this process, so the engine's share (DDS row copies, rounds, write-back) is
   the difference.
@@ -103,7 +103,7 @@ def recorded_split(name: str, ranks: int, epochs: int = 20) -> dict[str, float]:
                 slowest[k] = max(slowest[k], inv.seconds)
             for (op, i), sec in slowest.items():
                 if op == "rel":
-                    rel[i // 3] += sec  # three relation updates per epoch
+                    rel[i] += sec  # one relation update per epoch
                 else:
                     ent[i] += sec  # each entity round runs once per epoch
     # the first epoch pays for reconnaissance and planning

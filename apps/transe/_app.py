@@ -21,10 +21,14 @@ the program rather than hidden in the engine:
   body, so a body touches only its own entity rows, and the bodies of a round never
   conflict: the planner places them on different nodes.
 * *Relation gradients are applied after the round*: a body reads relation vectors but does
-  not write them; it writes its summed relation gradient into its own rows of ``Rgrad``, and
-  a second ``async_for`` (one body per relation, no conflicts) adds them to ``R``.  Within a
-  round a relation is therefore updated once, with the gradient of every triple of that
-  round evaluated at its value from the round's start.
+  not write them; it writes its summed relation gradient into its own rows of ``Rgrad``.
+  A body of round k sees each relation as it stands after rounds 0..k-1 of the epoch: ``R``
+  plus one step per earlier round with that round's gradients (read from ``Rgrad``, summed
+  in body order).  Once per epoch a second ``async_for`` (one body per relation, no
+  conflicts) folds the epoch's steps into ``R`` with the same arithmetic.  Within a round a
+  relation is thus updated once, with the gradient of every triple of that round evaluated
+  at its value from the round's start, and an epoch has ``blocks`` synchronised rounds
+  (``blocks - 1`` entity rounds and one relation update), not ``2 * (blocks - 1)``.
 
 Every body's read and write sets are fixed by the buckets (not by the random draws), so one
 reconnaissance serves every epoch and the plan never has to be redone.
@@ -228,42 +232,54 @@ def train(
     E = ap.dvector(nE, shape=(dim,), init=ap.init.uniform(-bound, bound), name="E")
     r0 = ap.rng().uniform(-bound, bound, size=(nR, dim))
     R = ap.dvector(nR, shape=(dim,), data=r0 / np.linalg.norm(r0, axis=1, keepdims=True), name="R")
-    Rgrad = ap.dvector(slots * nR, shape=(dim,), init=ap.init.zeros(), name="Rgrad")
-    Loss = ap.dvector(len(buckets) * slots, shape=(1,), init=ap.init.zeros(), name="Loss")
+    n_rounds = len(buckets)
+    # row (k * slots + i) * nR + r: relation r's summed gradient from body i of round k
+    Rgrad = ap.dvector(n_rounds * slots * nR, shape=(dim,), init=ap.init.zeros(), name="Rgrad")
+    Loss = ap.dvector(n_rounds * slots, shape=(1,), init=ap.init.zeros(), name="Loss")
+
+    def relation_after(r: int, rounds: int) -> np.ndarray:
+        """R[r] after the first ``rounds`` rounds of this epoch: one step per round, with
+        the gradients of that round's bodies summed in body order."""
+        value = R[r]
+        for k in range(rounds):
+            row = k * slots * nR + r
+            step = Rgrad[row]
+            for s in range(1, slots):
+                step = step + Rgrad[row + s * nR]
+            value = value + lr * step
+        return value
 
     def entity_body(k: int) -> Any:
         def body(i: int) -> None:
             bk = buckets[k][i]
             local_e = np.stack([E[e] for e in bk.rows.tolist()])
-            local_r = np.stack([R[r] for r in bk.rels.tolist()]) if len(bk.rels) else None
-            if local_r is None:
-                G, total = np.zeros((0, dim)), 0.0
-            else:
+            if len(bk.rels):
+                local_r = np.stack([relation_after(r, k) for r in bk.rels.tolist()])
                 G, total = run_bucket(
                     bk, local_e, local_r, ap.rng(), lr=lr, margin=margin, norm=norm,
                     minibatch=minibatch,
                 )  # fmt: skip
+            else:
+                G, total = np.zeros((0, dim)), 0.0
             for j, e in enumerate(bk.rows.tolist()):
                 E[e] = local_e[j]
             full = np.zeros((nR, dim))
             full[bk.rels] = G
-            for r in range(nR):
-                Rgrad[i * nR + r] = full[r]
+            base = (k * slots + i) * nR
+            for r in range(nR):  # every row, zeros included: no stale gradient survives
+                Rgrad[base + r] = full[r]
             Loss[k * slots + i] = total
 
         return body
 
     def relation_body(r: int) -> None:
-        step = Rgrad[r]
-        for s in range(1, slots):
-            step = step + Rgrad[s * nR + r]
-        R[r] = R[r] + lr * step
+        R[r] = relation_after(r, n_rounds)
 
-    bodies = [entity_body(k) for k in range(len(buckets))]
+    bodies = [entity_body(k) for k in range(n_rounds)]
     for _ in range(epochs):
         for k, body in enumerate(bodies):
             ap.async_for(0, slots, body, name=f"ent{k}")
-            ap.async_for(0, nR, relation_body, name="rel")
+        ap.async_for(0, nR, relation_body, name="rel")
         ap.log_objective("loss", float(Loss.gather().sum()) / len(kg.train))
     mrr, hits10 = evaluate(E.gather(), R.gather(), kg, norm)
     ap.log_objective("mrr", mrr)
