@@ -4,6 +4,7 @@ reference, the bucket schedule, learning on planted data, and the CLI on 2 MPI r
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import shutil
 import subprocess
@@ -124,6 +125,11 @@ def test_corrupt_split_files_name_the_file_and_line(
     assert "fix the file" in str(info.value)
 
 
+@pytest.mark.network
+@pytest.mark.skipif(
+    os.environ.get("STRADS_REPLAY_NETWORK_TESTS") != "1",
+    reason="set STRADS_REPLAY_NETWORK_TESTS=1 to download from PyPI",
+)
 def test_real_nations_from_the_pykeen_wheel() -> None:
     try:
         kg = read_graph(dataset_dir("nations"))
