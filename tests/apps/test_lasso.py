@@ -3,6 +3,7 @@ and seeded priority sampling, bad parameters, a dual test and a cluster replay."
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -18,6 +19,8 @@ from apps.lasso._data import diabetes, standardise, synthetic
 from apps.lasso._schedule import correlation_violations, independent, priorities, sample
 from replay import testing
 from tests.conftest import run_cli
+from tests.tui.tui_helpers import wait_text
+from tui import BrowserApp
 
 #: Diabetes at alpha = alpha_max / 10, with rounds wide enough to converge in ~260 rounds.
 DIABETES: dict[str, object] = {"dataset": "diabetes", "threshold": 0.2, "floor": 0.5}
@@ -178,3 +181,13 @@ def test_record_then_cluster_replay_is_identical(tmp_path: Path) -> None:
     assert rep.returncode == 0, rep.stderr
     out = json.loads(rep.stdout)
     assert out["identical"] and out["checked"]["objectives"] == 50
+
+    async def browse() -> str:  # the browser's overview shows the objectives
+        async with BrowserApp([tmp_path]).run_test(size=(100, 30)) as pilot:
+            await wait_text(pilot, "lasso", "2×1")
+            await pilot.press("enter")
+            first = await wait_text(pilot, "objective: 25 iteration(s)", "components")
+            await pilot.press("c")
+            return first + await wait_text(pilot, "kkt: 25 iteration(s)")
+
+    assert "verdicts clu✓" in asyncio.run(browse())
