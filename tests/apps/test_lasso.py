@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -71,7 +72,8 @@ def test_small_synthetic_matches_sklearn(nodes: int) -> None:
 def test_stop_is_the_kkt_test_on_the_final_coefficients() -> None:
     def prog() -> tuple[dict, np.ndarray]:
         out = train(**{**DIABETES, "compare": False})
-        return out, ap.current().dds[1].gather()
+        (beta,) = [d for d in ap.current().dds if d.name == "beta"]
+        return out, beta.gather()
 
     out, beta = ap.run(prog).value
     X, y = diabetes()
@@ -172,7 +174,7 @@ def test_dual_forward_and_backward_on_two_nodes() -> None:
         assert r.bodies > 15
 
 
-def test_record_then_cluster_replay_is_identical(tmp_path: Path) -> None:
+def test_record_then_replay_on_the_cluster_and_in_pdb(tmp_path: Path) -> None:
     trace = tmp_path / "lasso.sqlite"
     params = ["-p", "iterations=25", "-p", "compare=false", *DIABETES_CLI]
     rec = run_cli(["run", "lasso", "--ranks", "2", "--trace", str(trace), *params])
@@ -181,6 +183,13 @@ def test_record_then_cluster_replay_is_identical(tmp_path: Path) -> None:
     assert rep.returncode == 0, rep.stderr
     out = json.loads(rep.stdout)
     assert out["identical"] and out["checked"]["objectives"] == 50
+    # pdb inside one body of round 3, with the DDS values that body saw
+    pdb = "p k, int(chosen[k]), float(beta[int(chosen[k])]) == 0.0\nc\n"
+    single = run_cli(["single", str(trace), "--break", "lasso:3:0"], input=pdb)
+    assert single.returncode == 0, single.stderr
+    assert "stopped in lasso#3 index 0" in single.stdout + single.stderr
+    assert re.search(r"\(Pdb\) \(0, \d+, (True|False)\)", single.stdout), single.stdout
+    assert "identical" in single.stdout
 
     async def browse() -> str:  # the browser's overview shows the objectives
         async with BrowserApp([tmp_path]).run_test(size=(100, 30)) as pilot:
