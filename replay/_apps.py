@@ -23,6 +23,7 @@ BUILTIN_APPS = {
     "sgdmf": "apps.sgdmf:train",
     "mlr": "apps.mlr:train",
     "transe": "apps.transe:train",
+    "lasso": "apps.lasso:train",
 }
 
 

@@ -24,7 +24,10 @@ LIBRARY = ("engine", "tracer", "replay", "tui", "apps", "benchmarks")
 GUARDED = ("engine", "tracer")
 #: Every public face, checked for a truthful ``__all__`` (``apps`` itself exports nothing:
 #: each application is its own package).
-FACES = ("engine", "engine.lowlevel", "tracer", "replay", "tui", "apps.sgdmf", "apps.mlr")
+#: Every package's public face, and every built-in app's package.
+FACES = ("engine", "engine.lowlevel", "tracer", "replay", "tui") + tuple(
+    f"apps.{p.name}" for p in sorted((ROOT / "apps").iterdir()) if (p / "__init__.py").is_file()
+)
 
 
 def _module_name(path: Path) -> str:

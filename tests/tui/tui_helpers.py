@@ -17,6 +17,7 @@ from rich.console import Console
 
 import engine as ap
 import tracer
+from engine import lowlevel
 from engine._planner import Plan, Task
 
 #: Fixed wall-clock start of synthetic traces (2023-11-14 22:13:20 UTC).
@@ -164,8 +165,8 @@ def write_synthetic(
                         turns = np.array(
                             [t for k in range(max(lengths)) for t in seqs if k < len(seqs[t])]
                         )
-                        pos, thr = ap.encode_grant_order(turns, lengths)
-                        ran = ap.merge_grant_order(turns, seqs)
+                        pos, thr = lowlevel.encode_grant_order(turns, lengths)
+                        ran = lowlevel.merge_grant_order(turns, seqs)
                         names = [f"X[{int(ran[q]) % 3}]" for q in pos.tolist()]
                         n_locked = len(turns)
                         rec.lock_grants("sgd", inv, p, r, n_locked, 2 * n_locked, pos, thr, names)

@@ -1,0 +1,187 @@
+"""Lasso by coordinate descent, scheduled the STRADS way and run with ``async_for``.
+
+The objective is scikit-learn's, ``(1/(2n)) |y - X beta|^2 + alpha |beta|_1``, on
+standardised columns and a centred target (the intercept is the mean of ``y``).  One
+iteration is one STRADS round:
+
+1. **schedule** (driver, every rank identically): draw candidates from ``ap.rng()`` with
+   probability growing with each coordinate's last change, then keep only candidates whose
+   correlation with every coordinate already taken is below ``threshold``;
+2. **update** (``async_for`` over the chosen coordinates): each body soft-thresholds one
+   coordinate against the residual as it was at the start of the round and writes its new
+   value and its change.  Bodies only *read* the residual, so they never conflict and any
+   order of them gives the same numbers on 1, 2 or 3 nodes;
+3. **aggregate** (driver): the residual becomes ``y - X beta`` for the new ``beta``.
+
+The chosen set changes every round, so the loop runs with ``replan="always"``:
+reconnaissance and planning on every invocation, through the public API.  The run stops
+when the optimality (KKT) violation, computed from the DDS values on the driver, falls
+below ``tol * alpha`` - the same test on every rank, so the stop is deterministic.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+import engine as ap
+
+from .._errors import AppError
+from ._data import diabetes, standardise, synthetic
+from ._schedule import independent, priorities, sample
+
+#: The data sets ``-p dataset=`` accepts.
+DATASETS = ("diabetes", "synthetic")
+
+
+def soft_threshold(z: float, alpha: float) -> float:
+    """``sign(z) * max(|z| - alpha, 0)``."""
+    return float(np.sign(z) * max(abs(z) - alpha, 0.0))
+
+
+def kkt_violation(X: np.ndarray, r: np.ndarray, beta: np.ndarray, alpha: float) -> float:
+    """Largest violation of the Lasso optimality conditions at ``beta`` (residual ``r``):
+    ``x_j.r/n = alpha sign(beta_j)`` where ``beta_j != 0``, ``|x_j.r/n| <= alpha`` elsewhere."""
+    g = X.T @ r / X.shape[0]
+    nz = beta != 0
+    v = np.where(nz, np.abs(g - alpha * np.sign(beta)), np.maximum(np.abs(g) - alpha, 0.0))
+    return float(v.max()) if len(v) else 0.0
+
+
+def objective(r: np.ndarray, beta: np.ndarray, alpha: float) -> float:
+    """``(1/(2n)) |r|^2 + alpha |beta|_1``."""
+    return float(r @ r) / (2 * len(r)) + alpha * float(np.abs(beta).sum())
+
+
+def load(
+    dataset: str, samples: int, features: int, nonzeros: int, rho: float, noise: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """(standardised X, raw y) of the chosen data set."""
+    if dataset == "diabetes":
+        X, y = diabetes()
+    else:
+        X, y = synthetic(samples, features, nonzeros, rho, noise)
+    return standardise(X), y
+
+
+def sklearn_coef(X: np.ndarray, y: np.ndarray, alpha: float) -> np.ndarray:
+    """scikit-learn's Lasso on the same standardised X, fitted to the tolerance the oracle
+    needs (its default tolerance stops far from the optimum on these data)."""
+    from sklearn.linear_model import Lasso
+
+    model = Lasso(alpha=alpha, tol=1e-12, max_iter=10**6, fit_intercept=True)
+    return np.asarray(model.fit(X, y).coef_, dtype=np.float64)
+
+
+def _check(**p: Any) -> None:
+    if p["dataset"] not in DATASETS:
+        raise AppError(f"lasso: dataset must be diabetes or synthetic, got {p['dataset']!r}")
+    bad = [
+        f"{name}={p[name]!r} (need {need})"
+        for name, ok, need in (
+            ("iterations", p["iterations"] >= 0, ">= 0"),
+            ("alpha_ratio", 0.0 < p["alpha_ratio"] < 1.0, "0 < alpha_ratio < 1"),
+            ("block", p["block"] >= 1, ">= 1"),
+            ("candidates", p["candidates"] >= 0, ">= 0, 0 for 2 x block"),
+            ("threshold", 0.0 < p["threshold"] <= 1.0, "0 < threshold <= 1"),
+            ("floor", 0.0 < p["floor"] <= 1.0, "0 < floor <= 1"),
+            ("tol", p["tol"] > 0.0, "> 0"),
+            ("samples", p["samples"] >= 2, ">= 2"),
+            ("features", p["features"] >= 1, ">= 1"),
+            ("nonzeros", 0 <= p["nonzeros"] <= p["features"], "0 <= nonzeros <= features"),
+            ("rho", 0.0 <= p["rho"] < 1.0, "0 <= rho < 1"),
+            ("noise", p["noise"] >= 0.0, ">= 0"),
+        )
+        if not ok
+    ]
+    if bad:
+        raise AppError("lasso: bad parameter " + "; ".join(bad))
+
+
+def train(
+    dataset: str = "diabetes",
+    iterations: int = 5000,
+    alpha_ratio: float = 0.1,
+    block: int = 32,
+    candidates: int = 0,
+    threshold: float = 0.1,
+    floor: float = 0.2,
+    tol: float = 1e-10,
+    compare: bool = True,
+    samples: int = 1000,
+    features: int = 10000,
+    nonzeros: int = 50,
+    rho: float = 0.3,
+    noise: float = 1.0,
+) -> dict[str, Any]:
+    """Fit the Lasso by STRADS-scheduled coordinate descent; logs ``objective`` and ``kkt``
+    per iteration and, with ``compare``, ``max_abs_diff_sklearn`` at the end.
+
+    ``alpha = alpha_ratio * alpha_max`` where ``alpha_max = max|X^T y|/n`` is the smallest
+    alpha whose solution is all zero.  Each round draws ``candidates`` coordinates (0: twice
+    ``block``) and updates at most ``block`` of them whose pairwise correlations stay below
+    ``threshold``.  ``samples``, ``features``, ``nonzeros``, ``rho`` and ``noise`` shape the
+    synthetic problem.
+    """
+    _check(**locals())
+    X, y = load(dataset, samples, features, nonzeros, rho, noise)
+    n, p = X.shape
+    yc = y - y.mean()
+    alpha = alpha_ratio * float(np.abs(X.T @ yc).max()) / n
+    if alpha == 0.0:
+        raise AppError("lasso: the target is constant, so every coefficient is zero")
+    draw = candidates or 2 * block
+    # X column by column: row j of the DDS is feature j (the coordinate a body updates)
+    cols = ap.dvector(p, shape=(n,), data=X.T, name="X")
+    beta = ap.dvector(p, shape=(), init=ap.init.zeros(), name="beta")
+    # the change a first update from zero would make seeds the priorities
+    change = ap.dvector(
+        p, shape=(), data=[soft_threshold(g, alpha) for g in X.T @ yc / n], name="change"
+    )
+    chosen = ap.dvector(min(block, p), shape=(), dtype=np.int64, name="chosen")
+    resid = ap.dvector(1, shape=(n,), data=yc[None, :], name="residual")
+
+    def update(k: int) -> None:
+        j = int(chosen[k])
+        x = cols[j]
+        old = float(beta[j])
+        norm = float(x @ x) / n
+        new = soft_threshold(float(x @ resid[0]) / n + norm * old, alpha) / norm
+        beta[j] = new
+        change[j] = new - old
+
+    b = np.zeros(p)
+    r = yc.copy()
+    kkt = kkt_violation(X, r, b, alpha)
+    done = 0
+    while done < iterations and kkt > tol * alpha:
+        cand = sample(ap.rng(), priorities(change.gather(), floor), draw)
+        round_ = independent(cand, X, threshold, block)
+        for k, j in enumerate(round_.tolist()):
+            chosen[k] = j
+        ap.async_for(0, len(round_), update, name="lasso", replan="always")
+        b = beta.gather()
+        nz = np.flatnonzero(b)
+        r = yc - X[:, nz] @ b[nz]
+        resid[0] = r
+        kkt = kkt_violation(X, r, b, alpha)
+        done += 1
+        ap.log_objective("objective", objective(r, b, alpha))
+        ap.log_objective("kkt", kkt)
+    out: dict[str, Any] = {
+        "dataset": dataset,
+        "samples": n,
+        "features": p,
+        "alpha": alpha,
+        "iterations": done,
+        "converged": kkt <= tol * alpha,
+        "kkt": kkt,
+        "nonzeros": int(np.count_nonzero(b)),
+        "objective": objective(r, b, alpha),
+    }
+    if compare:
+        diff = float(np.abs(sklearn_coef(X, y, alpha) - b).max())
+        ap.log_objective("max_abs_diff_sklearn", diff)
+        out["max_abs_diff_sklearn"] = diff
+    return out
