@@ -22,6 +22,7 @@ from ._target import check_function, target_file
 BUILTIN_APPS = {
     "sgdmf": "apps.sgdmf:train",
     "mlr": "apps.mlr:train",
+    "word2vec": "apps.word2vec:train",
 }
 
 
