@@ -23,6 +23,7 @@ Choices that follow from the workload:
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -59,11 +60,9 @@ def load(
         ]
         questions: list[_data.Question] = []
     else:
-        if not data and corpus not in _data.CORPORA:
-            raise AppError(f"word2vec: corpus must be lee or head500, got {corpus!r}")
+        own = _data.read_corpus(Path(data), sentence_len) if data else None
         where = _data.gensim_test_data()
-        path = Path(data) if data else where / _data.CORPORA[corpus]
-        sentences = _data.read_corpus(path, sentence_len)
+        sentences = own or _data.read_corpus(where / _data.CORPORA[corpus], sentence_len)
         pairs = _data.read_wordsim(where / "wordsim353.tsv")
         questions = _data.read_questions(where / "questions-words.txt")
     vocab = _data.build_vocab(sentences, min_count)
@@ -86,17 +85,21 @@ def train(
     min_alpha: float = 0.0001,
     sentence_len: int = 200,
     minibatch: int = 1,
+    pool: int = 128,
     sync: str = "hybrid",
     staleness: int = 2,
     corpus: str = "lee",
     synthetic: bool = False,
     data: str = "",
 ) -> dict[str, Any]:
-    """Train skip-gram word vectors; logs ``loss`` and ``wordsim`` per epoch and, on a
+    """Train skip-gram word vectors on ``corpus`` (``lee`` or ``head500``), the text file
+    ``data`` (one sentence per line), or a generated corpus (``synthetic``); logs ``loss`` and ``wordsim`` per epoch and, on a
     real corpus, ``analogy`` (3CosAdd accuracy on the covered questions) at the end.
 
     ``minibatch`` sentences (of at most ``sentence_len`` words) per step; the learning
-    rate falls linearly from ``alpha`` to ``min_alpha`` over all steps.
+    rate falls linearly from ``alpha`` to ``min_alpha`` over all steps.  ``pool > 0``
+    shares negatives: a minibatch draws ``pool`` noise words and each pair takes its
+    ``negative`` from them (fewer distinct rows per step; ``0``: independent draws).
     """
     if (
         epochs < 0
@@ -109,16 +112,19 @@ def train(
         or sentence_len < 2
         or minibatch < 1
         or staleness < 0
+        or pool < 0
     ):
         raise AppError(
             "word2vec: need epochs >= 0, dim, window, negative, min_count, minibatch >= 1, "
-            "0 <= sample < 1, 0 < min_alpha <= alpha, sentence_len >= 2, staleness >= 0 "
+            "0 <= sample < 1, 0 < min_alpha <= alpha, sentence_len >= 2, staleness >= 0, pool >= 0 "
             f"(got epochs={epochs}, dim={dim}, window={window}, negative={negative}, "
             f"min_count={min_count}, sample={sample}, alpha={alpha}, min_alpha={min_alpha}, "
-            f"sentence_len={sentence_len}, minibatch={minibatch}, staleness={staleness})"
+            f"sentence_len={sentence_len}, minibatch={minibatch}, staleness={staleness}, pool={pool})"
         )
     if sync not in SYNC_MODELS:
         raise AppError(f"word2vec: sync must be bsp, ssp or hybrid, got {sync!r}")
+    if corpus not in _data.CORPORA:
+        raise AppError(f"word2vec: corpus must be lee or head500, got {corpus!r}")
     rows, vocab, pairs, questions = load(corpus, synthetic, data, sentence_len, min_count)
     V = len(vocab)
     keep = _model.keep_probabilities(vocab.counts, sample)
@@ -135,13 +141,14 @@ def train(
         ap.register_aggregation(d, _sum)
     total_steps = max(epochs * M, 1)
 
-    loss = sim = float("nan")
-    for ep in range(epochs):
-        first = ep * M
+    def body_for(first: int) -> Callable[[ap.Batch], None]:
+        """The loop body of the epoch whose first step is number ``first``."""
 
         def body(batch: ap.Batch) -> None:
             lr = alpha - (alpha - min_alpha) * (first + batch.number) / total_steps
-            got = _model.minibatch_pairs(batch.values, keep, table, window, negative, ap.rng())
+            got = _model.minibatch_pairs(
+                batch.values, keep, table, window, negative, ap.rng(), pool
+            )
             if len(got.target) == 0:
                 L[batch.number] = (0.0, 0.0)
                 return
@@ -156,6 +163,11 @@ def train(
                 W_out[k] = v
             L[batch.number] = (part, float(len(got.target)))
 
+        return body
+
+    loss = sim = float("nan")
+    for ep in range(epochs):
+        body = body_for(ep * M)
         ap.sync_for(
             S, minibatch, body, sync=sync, staleness=staleness, replan="always", name="sgns"
         )

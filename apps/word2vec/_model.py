@@ -73,6 +73,7 @@ def minibatch_pairs(
     window: int,
     negative: int,
     rng: np.random.Generator,
+    pool: int = 0,
 ) -> Pairs:
     """Subsample the words of ``rows``, form skip-gram pairs and draw their noise words."""
     rows = np.asarray(rows)
@@ -97,7 +98,11 @@ def minibatch_pairs(
         tgt_parts.append(ids[left])
     context = np.concatenate(ctx_parts) if ctx_parts else np.zeros(0, dtype=np.int64)
     target = np.concatenate(tgt_parts) if tgt_parts else np.zeros(0, dtype=np.int64)
-    noise = table[rng.integers(0, len(table), size=(len(target), negative))]
+    if pool > 0:  # shared negatives: every pair draws from one small sample of the noise
+        words = table[rng.integers(0, len(table), size=pool)]
+        noise = words[rng.integers(0, pool, size=(len(target), negative))]
+    else:
+        noise = table[rng.integers(0, len(table), size=(len(target), negative))]
     return Pairs(context.astype(np.int64), target.astype(np.int64), noise.astype(np.int64), n)
 
 
