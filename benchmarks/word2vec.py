@@ -45,7 +45,7 @@ HYPER = {
     "min_alpha": 0.0001,
 }
 #: Ours only: words per sentence piece, pieces per minibatch, shared negatives.
-OURS = {"sentence_len": 200, "minibatch": 1, "pool": 128}
+OURS = {"sentence_len": 100, "minibatch": 1, "pool": 128}
 
 
 def gensim_run(

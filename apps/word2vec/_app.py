@@ -83,7 +83,7 @@ def train(
     sample: float = 1e-3,
     alpha: float = 0.025,
     min_alpha: float = 0.0001,
-    sentence_len: int = 200,
+    sentence_len: int = 100,
     minibatch: int = 1,
     pool: int = 128,
     sync: str = "hybrid",
