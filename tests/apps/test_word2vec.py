@@ -135,11 +135,25 @@ def test_cli_missing_or_binary_corpus_file_is_one_line_exit_2(tmp_path: pathlib.
     assert "Traceback" not in proc.stderr
 
 
-def test_cli_bad_parameters_are_one_line_exit_2() -> None:
-    for args in (["-p", "sync=async"], ["-p", "corpus=wiki"], ["-p", "window=0"]):
-        proc = run_cli(["run", "word2vec", "-p", "synthetic=true", *args, "--no-trace"])
-        assert proc.returncode == 2, (args, proc.stderr)
-        assert len(proc.stderr.strip().splitlines()) == 1 and "word2vec" in proc.stderr
+@pytest.mark.parametrize(
+    "bad,match",
+    [
+        ({"sync": "async"}, "sync must be"),
+        ({"corpus": "wiki"}, "corpus must be"),
+        ({"window": 0}, "window=0"),
+        ({"min_alpha": 0.1}, "min_alpha=0.1"),
+        ({"pool": -1}, "pool=-1"),
+    ],
+)
+def test_bad_parameters_are_app_errors(bad: dict, match: str) -> None:
+    with pytest.raises(AppError, match=match):
+        ap.run(train, {**SMALL, **bad}, nodes=1)
+
+
+def test_cli_bad_parameter_is_one_line_exit_2() -> None:
+    proc = run_cli(["run", "word2vec", "-p", "synthetic=true", "-p", "sync=async", "--no-trace"])
+    assert proc.returncode == 2, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "word2vec: sync must" in proc.stderr
 
 
 @pytest.mark.network
