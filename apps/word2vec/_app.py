@@ -88,6 +88,7 @@ def train(
     pool: int = 128,
     sync: str = "hybrid",
     staleness: int = 2,
+    per_clock: int = 1,
     corpus: str = "lee",
     synthetic: bool = False,
     data: str = "",
@@ -113,13 +114,14 @@ def train(
         or minibatch < 1
         or staleness < 0
         or pool < 0
+        or per_clock < 1
     ):
         raise AppError(
             "word2vec: need epochs >= 0, dim, window, negative, min_count, minibatch >= 1, "
-            "0 <= sample < 1, 0 < min_alpha <= alpha, sentence_len >= 2, staleness >= 0, pool >= 0 "
+            "0 <= sample < 1, 0 < min_alpha <= alpha, sentence_len >= 2, staleness >= 0, pool >= 0, per_clock >= 1 "
             f"(got epochs={epochs}, dim={dim}, window={window}, negative={negative}, "
             f"min_count={min_count}, sample={sample}, alpha={alpha}, min_alpha={min_alpha}, "
-            f"sentence_len={sentence_len}, minibatch={minibatch}, staleness={staleness}, pool={pool})"
+            f"sentence_len={sentence_len}, minibatch={minibatch}, staleness={staleness}, pool={pool}, per_clock={per_clock})"
         )
     if sync not in SYNC_MODELS:
         raise AppError(f"word2vec: sync must be bsp, ssp or hybrid, got {sync!r}")
@@ -169,7 +171,14 @@ def train(
     for ep in range(epochs):
         body = body_for(ep * M)
         ap.sync_for(
-            S, minibatch, body, sync=sync, staleness=staleness, replan="always", name="sgns"
+            S,
+            minibatch,
+            body,
+            sync=sync,
+            staleness=staleness,
+            per_clock=per_clock,
+            replan="always",
+            name="sgns",
         )
         sums = L.gather().sum(axis=0)
         loss = float(sums[0] / sums[1]) if sums[1] > 0 else float("nan")

@@ -324,15 +324,25 @@ def serial_wordsim() -> float:
     return ap.run(train, SMALL, nodes=1).objectives["wordsim"][-1]
 
 
-@pytest.mark.parametrize("sync,nodes,threads", [("bsp", 2, 1), ("ssp", 2, 1), ("hybrid", 2, 2)])
+@pytest.mark.parametrize(
+    "sync,nodes,threads,extra",
+    [
+        ("bsp", 2, 1, {}),
+        ("ssp", 2, 1, {}),
+        ("hybrid", 2, 2, {}),
+        ("hybrid", 2, 1, {"per_clock": 2}),
+    ],
+)
 def test_parallel_runs_learn_like_serial(
-    sync: str, nodes: int, threads: int, serial_wordsim: float
+    sync: str, nodes: int, threads: int, extra: dict, serial_wordsim: float
 ) -> None:
     serial = serial_wordsim
-    par = ap.run(train, {**SMALL, "sync": sync}, nodes=nodes, threads=threads)
+    par = ap.run(train, {**SMALL, "sync": sync, **extra}, nodes=nodes, threads=threads)
     assert par.objectives["wordsim"][-1] > serial - 0.1, (serial, par.objectives)
     assert par.planner["sgns"]["strategy"] == sync
     assert par.planner["sgns"]["params"] == ["W_in", "W_out", "loss"]
+    clocks = 400 // (nodes * threads * extra.get("per_clock", 1))  # 400 synthetic sentences
+    assert par.planner["sgns"]["rounds"] == clocks
 
 
 def test_the_same_seed_gives_the_same_run_and_another_seed_does_not() -> None:
