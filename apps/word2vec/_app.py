@@ -16,6 +16,9 @@ Choices that follow from the workload:
 * ``replan="always"``: the noise words (and the subsampled words) of a minibatch
   change every epoch, since ``ap.rng()`` is seeded by the invocation, so each epoch's
   reconnaissance is run up front rather than discovered by a violation.
+* Shared negatives (``pool``): each pair takes its noise words from one small draw per
+  minibatch, so a minibatch reads and writes a few hundred rows instead of about
+  1,500; every row is a Python-level DDS access, and those dominated the body.
 * Each minibatch's loss goes to its own row of the ``loss`` DDS (bodies may write
   only DDS), summed by the driver after the epoch.
 """
