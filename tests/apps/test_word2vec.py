@@ -353,7 +353,7 @@ def test_the_same_seed_gives_the_same_run_and_another_seed_does_not() -> None:
 
 
 # --- the CLI under MPI -------------------------------------------------------------------------
-def test_cli_two_ranks_hybrid_learns_and_replays(tmp_path: pathlib.Path) -> None:
+def test_cli_two_ranks_hybrid_learns_and_replays_both_ways(tmp_path: pathlib.Path) -> None:
     trace = tmp_path / "w2v.sqlite"
     args = ["run", "word2vec", "--ranks", "2", "--json", "--trace", str(trace)]
     proc = run_cli([*args, "-p", "synthetic=true", "-p", "dim=16", "-p", "epochs=3"])
@@ -362,9 +362,10 @@ def test_cli_two_ranks_hybrid_learns_and_replays(tmp_path: pathlib.Path) -> None
     assert out["params"]["sync"] == "hybrid" and out["ranks"] == 2
     assert out["objectives"]["wordsim"][-1] > 0.6, out["objectives"]
     assert out["planner"]["sgns"]["bytes_moved"] > 0
-    replayed = run_cli(["cluster", str(trace), "--json"])
-    assert replayed.returncode == 0, replayed.stderr
-    assert json.loads(replayed.stdout)["identical"] is True
+    for how in ("cluster", "single"):
+        replayed = run_cli([how, str(trace), "--json"])
+        assert replayed.returncode == 0, (how, replayed.stderr)
+        assert json.loads(replayed.stdout)["identical"] is True, how
 
 
 def test_cli_dual_two_ranks_passes_both_ways() -> None:
