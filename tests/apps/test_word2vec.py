@@ -374,3 +374,28 @@ def test_cli_dual_two_ranks_passes_both_ways() -> None:
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["forward"]["passed"] and out["backward"]["passed"], out
+
+
+def test_the_browser_draws_the_objectives(tmp_path: pathlib.Path) -> None:
+    import asyncio
+
+    from tests.tui.tui_helpers import wait_text
+    from tui import BrowserApp
+
+    trace = tmp_path / "w2v.sqlite"
+    args = ["run", "word2vec", "-p", "synthetic=true", "-p", "dim=8", "-p", "epochs=2"]
+    proc = run_cli([*args, "--trace", str(trace)])
+    assert proc.returncode == 0, proc.stderr
+
+    async def main() -> tuple[str, str]:
+        app = BrowserApp([trace])
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.press("enter")
+            first = await wait_text(pilot, "loss: 2 iteration(s)")
+            await pilot.press("c")
+            second = await wait_text(pilot, "wordsim: 2 iteration(s)")
+            return first, second
+
+    first, second = asyncio.run(main())
+    assert "sgns" in first and "hybrid" in first
+    assert "⠉" in second or "⣀" in second or "⠤" in second  # a braille curve
