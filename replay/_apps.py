@@ -24,6 +24,7 @@ BUILTIN_APPS = {
     "mlr": "apps.mlr:train",
     "transe": "apps.transe:train",
     "lasso": "apps.lasso:train",
+    "word2vec": "apps.word2vec:train",
 }
 
 

@@ -1,0 +1,197 @@
+"""Word2vec: skip-gram with negative sampling, trained with ``sync_for`` over sentences.
+
+The serial program is minibatch SGD over the sentences: each minibatch subsamples
+its frequent words, forms (context, centre) pairs within a reduced window, draws
+noise words from the unigram^0.75 table and takes one vectorised step (see
+``_model``).  The changes for the engine: the sentences and the two embedding
+matrices are DDS, the loop over minibatches is a ``sync_for``, and every random draw
+comes from ``ap.rng()`` (seeded by run seed, operator, epoch and minibatch), so a
+minibatch draws the same words on any node, thread, replay or serial run.
+
+Choices that follow from the workload:
+
+* Deltas are *summed*, not averaged (``register_aggregation``): a word's rows are
+  touched by few minibatches, and averaging over nodes would shrink the learning
+  rate of every word by the number of nodes (Hogwild sums, and so does this).
+* ``replan="always"``: the noise words (and the subsampled words) of a minibatch
+  change every epoch, since ``ap.rng()`` is seeded by the invocation, so each epoch's
+  reconnaissance is run up front rather than discovered by a violation.
+* Shared negatives (``pool``): each pair takes its noise words from one small draw per
+  minibatch, so a minibatch reads and writes a few hundred rows instead of about
+  1,500; every row is a Python-level DDS access, and those dominated the body.
+* Each minibatch's loss goes to its own row of the ``loss`` DDS (bodies may write
+  only DDS), summed by the driver after the epoch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import engine as ap
+
+from .._errors import AppError
+from . import _data, _eval, _model
+
+#: The synchronisation models ``-p sync=`` accepts.
+SYNC_MODELS = ("bsp", "ssp", "hybrid")
+
+
+def _sum(deltas: np.ndarray) -> np.ndarray:
+    return deltas.sum(axis=0)
+
+
+def prefetch(corpus: str = "lee", synthetic: bool = False, data: str = "", **_: Any) -> None:
+    """Fetch gensim's test data in the calling process (``replay run`` calls it before
+    it starts MPI ranks, so a first download shows its progress once)."""
+    if not synthetic:
+        _data.gensim_test_data()
+
+
+def load(
+    corpus: str, synthetic: bool, data: str, sentence_len: int, min_count: int
+) -> tuple[np.ndarray, _data.Vocab, list[_data.WordPair], list[_data.Question]]:
+    """(encoded sentences, vocabulary, similarity pairs, analogy questions) of a run."""
+    if synthetic:
+        sentences, pairs = _data.synthetic_corpus()
+        sentences = [
+            s[i : i + sentence_len] for s in sentences for i in range(0, len(s), sentence_len)
+        ]
+        questions: list[_data.Question] = []
+    else:
+        own = _data.read_corpus(Path(data), sentence_len) if data else None
+        where = _data.gensim_test_data()
+        sentences = own or _data.read_corpus(where / _data.CORPORA[corpus], sentence_len)
+        pairs = _data.read_wordsim(where / "wordsim353.tsv")
+        questions = _data.read_questions(where / "questions-words.txt")
+    vocab = _data.build_vocab(sentences, min_count)
+    if len(vocab) < 2:
+        raise AppError(
+            f"word2vec: only {len(vocab)} word(s) occur at least min_count={min_count} times; "
+            "lower min_count or give a larger corpus"
+        )
+    return _data.encode(sentences, vocab, sentence_len), vocab, pairs, questions
+
+
+def train(
+    epochs: int = 5,
+    dim: int = 100,
+    window: int = 5,
+    negative: int = 5,
+    min_count: int = 5,
+    sample: float = 1e-3,
+    alpha: float = 0.025,
+    min_alpha: float = 0.0001,
+    sentence_len: int = 100,
+    minibatch: int = 1,
+    pool: int = 128,
+    sync: str = "hybrid",
+    staleness: int = 2,
+    per_clock: int = 1,
+    corpus: str = "lee",
+    synthetic: bool = False,
+    data: str = "",
+) -> dict[str, Any]:
+    """Train skip-gram word vectors on ``corpus`` (``lee`` or ``head500``), the text file
+    ``data`` (one sentence per line), or a generated corpus (``synthetic``); logs ``loss`` and ``wordsim`` per epoch and, on a
+    real corpus, ``analogy`` (3CosAdd accuracy on the covered questions) at the end.
+
+    ``minibatch`` sentences (of at most ``sentence_len`` words) per step; the learning
+    rate falls linearly from ``alpha`` to ``min_alpha`` over all steps.  ``pool > 0``
+    shares negatives: a minibatch draws ``pool`` noise words and each pair takes its
+    ``negative`` from them (fewer distinct rows per step; ``0``: independent draws).
+    """
+    if (
+        epochs < 0
+        or dim < 1
+        or window < 1
+        or negative < 1
+        or min_count < 1
+        or not 0 <= sample < 1
+        or not 0 < min_alpha <= alpha
+        or sentence_len < 2
+        or minibatch < 1
+        or staleness < 0
+        or pool < 0
+        or per_clock < 1
+    ):
+        raise AppError(
+            "word2vec: need epochs >= 0, dim, window, negative, min_count, minibatch >= 1, "
+            "0 <= sample < 1, 0 < min_alpha <= alpha, sentence_len >= 2, staleness >= 0, pool >= 0, per_clock >= 1 "
+            f"(got epochs={epochs}, dim={dim}, window={window}, negative={negative}, "
+            f"min_count={min_count}, sample={sample}, alpha={alpha}, min_alpha={min_alpha}, "
+            f"sentence_len={sentence_len}, minibatch={minibatch}, staleness={staleness}, pool={pool}, per_clock={per_clock})"
+        )
+    if sync not in SYNC_MODELS:
+        raise AppError(f"word2vec: sync must be bsp, ssp or hybrid, got {sync!r}")
+    if corpus not in _data.CORPORA:
+        raise AppError(f"word2vec: corpus must be lee or head500, got {corpus!r}")
+    rows, vocab, pairs, questions = load(corpus, synthetic, data, sentence_len, min_count)
+    V = len(vocab)
+    keep = _model.keep_probabilities(vocab.counts, sample)
+    table = _model.noise_table(vocab.counts)
+    S = ap.dvector(len(rows), shape=(sentence_len,), dtype=np.int32, data=rows, name="sentences")
+    # gensim's initialisation: small uniform input vectors, zero output vectors
+    W_in = ap.dvector(
+        V, shape=(dim,), dtype=np.float32, init=ap.init.uniform(-0.5 / dim, 0.5 / dim), name="W_in"
+    )
+    W_out = ap.dvector(V, shape=(dim,), dtype=np.float32, init=ap.init.zeros(), name="W_out")
+    M = -(-len(rows) // minibatch)
+    L = ap.dvector(M, shape=(2,), init=ap.init.zeros(), name="loss")
+    for d in (W_in, W_out, L):
+        ap.register_aggregation(d, _sum)
+    total_steps = max(epochs * M, 1)
+
+    def body_for(first: int) -> Callable[[ap.Batch], None]:
+        """The loop body of the epoch whose first step is number ``first``."""
+
+        def body(batch: ap.Batch) -> None:
+            lr = alpha - (alpha - min_alpha) * (first + batch.number) / total_steps
+            got = _model.minibatch_pairs(
+                batch.values, keep, table, window, negative, ap.rng(), pool
+            )
+            if len(got.target) == 0:
+                L[batch.number] = (0.0, 0.0)
+                return
+            plan = _model.gather_plan(got)
+            ins, outs = plan.in_rows.tolist(), plan.out_rows.tolist()
+            h = np.stack([W_in[k] for k in ins])
+            o = np.stack([W_out[k] for k in outs])
+            new_in, new_out, part = _model.step(plan, h, o, lr)
+            for k, v in zip(ins, new_in, strict=True):
+                W_in[k] = v
+            for k, v in zip(outs, new_out, strict=True):
+                W_out[k] = v
+            L[batch.number] = (part, float(len(got.target)))
+
+        return body
+
+    loss = sim = float("nan")
+    for ep in range(epochs):
+        body = body_for(ep * M)
+        ap.sync_for(
+            S,
+            minibatch,
+            body,
+            sync=sync,
+            staleness=staleness,
+            per_clock=per_clock,
+            replan="always",
+            name="sgns",
+        )
+        sums = L.gather().sum(axis=0)
+        loss = float(sums[0] / sums[1]) if sums[1] > 0 else float("nan")
+        sim = _eval.wordsim(W_in.gather(), vocab.index, pairs).value
+        ap.log_objective("loss", loss)
+        ap.log_objective("wordsim", sim)
+    out: dict[str, Any] = {"vocab": V, "sentences": len(rows), "loss": loss, "wordsim": sim}
+    if questions and epochs > 0:
+        acc = _eval.analogies(W_in.gather(), vocab.index, questions).value
+        if not math.isnan(acc):
+            ap.log_objective("analogy", acc)
+        out["analogy"] = acc
+    return out
