@@ -730,22 +730,30 @@ class BodyGuard:
             last = "the last body" if arg is None else f"{self.what} {_index(arg)}"
             first = f"{self.what} {_index(since)}"
             where = f"a body between {first} and {last} (invocation {self.inv})"
+        changed: list[int] = []  # every root that changed: a deferred check may see several
         if self.deep:
             toks = _Fingerprint().of([r.read() for r in (self.roots[k] for k in self.deep)])
             if toks != self.base:
-                k = next(i for i, (a, b) in enumerate(zip(toks, self.base, strict=True)) if a != b)
-                self._fail(self.deep[k], where)
+                changed += [
+                    self.deep[i]
+                    for i, (a, b) in enumerate(zip(toks, self.base, strict=True))
+                    if a != b
+                ]
         for k, a, copy, _ in self.large:
             now = a if a.flags.c_contiguous else np.ascontiguousarray(a)
             if not np.array_equal(now.reshape(-1).view(np.uint8), copy.reshape(-1).view(np.uint8)):
-                self._fail(k, where)
+                changed.append(k)
+        if changed:
+            self._fail(sorted(set(changed)), where)
 
     def _where(self, arg: Any) -> str:
         return f"{self.what} {_index(arg)} (invocation {self.inv})"
 
-    def _fail(self, k: int, where: str) -> None:
+    def _fail(self, k: int | list[int], where: str) -> None:
+        names = [self.roots[i].describe() for i in ([k] if isinstance(k, int) else k)]
+        what = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
         raise ClosureRuleError(
-            f"{self.kind} {self.op!r}: the loop body changed {self.roots[k].describe()} at "
+            f"{self.kind} {self.op!r}: the loop body changed {what} at "
             f"{where}; inside a loop body everything except DDS is read-only "
             "(closure rule), and on other nodes, threads or replays that change would be "
             "lost or made a different number of times. Keep the state in a DDS, or build "

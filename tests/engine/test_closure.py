@@ -555,3 +555,27 @@ def test_reachable_roots_follow_user_code_only() -> None:
     assert "'LOG'" in labels and "'np'" in labels and "'ap'" in labels
     # engine, numpy and math are not user code: nothing inside them is a root
     assert not any(label.startswith(("'engine.", "'numpy.")) for label in labels)
+
+
+def test_a_deferred_comparison_names_every_state_that_changed() -> None:
+    """When contents are compared only every few bodies (fast bodies, costly fingerprint),
+    the check that finds a change may see several: it names all of them, whatever the
+    machine's timing made the comparison interval."""
+    seen: list[int] = []
+    counts = np.zeros(4)
+
+    def body(j: int) -> None:
+        if j == 1:
+            seen.append(j)
+        if j == 2:
+            counts[0] += 1
+
+    g = closure.guard(body, "two", 0)
+    g(0)  # the first body sets the interval; then force a long one
+    g.every = 10
+    g(1)
+    g(2)
+    with pytest.raises(ap.ClosureRuleError) as info:
+        g.finish()
+    msg = str(info.value)
+    assert "'seen'" in msg and "'counts'" in msg and "between index 1 and the last body" in msg
