@@ -142,6 +142,22 @@ def cluster_cmd(
         )
 
 
+def _replayable(
+    trace: str, run_id: str | None, allow_changed: bool, max_ranks: int, max_threads: int
+) -> tuple[str, Any]:
+    """(the trace as the ranks will see it, the run's info), once every check that needs
+    no code to run has passed: the machine can host its shape, the recorded app is found
+    (and unchanged unless allowed), and the trace is replayable.  Done before anything runs
+    or launches, so damage is one line here, not an MPI error."""
+    path = trace_arg(trace)
+    run = open_run(path, run_id, check=True)
+    info = run.info
+    _procs.check_shape(info.ranks, info.threads, max_ranks=max_ranks, max_threads=max_threads)
+    recorded_app(info, allow_changed=allow_changed)
+    check_replayable(run)
+    return path, info
+
+
 def _cluster(
     trace: str,
     run_id: str | None,
@@ -153,12 +169,7 @@ def _cluster(
     max_threads: int,
     say: Callable[[str], None],
 ) -> None:
-    path = trace_arg(trace)
-    run = open_run(path, run_id, check=True)
-    info = run.info
-    _procs.check_shape(info.ranks, info.threads, max_ranks=max_ranks, max_threads=max_threads)
-    recorded_app(info, allow_changed=allow_changed)  # before anything runs or launches
-    check_replayable(run)  # before any rank starts: damage is one line here, not an MPI error
+    path, info = _replayable(trace, run_id, allow_changed, max_ranks, max_threads)
     hash_seed = _environment.recorded_hash_seed(info.environment)
     if under_launcher() or info.ranks == 1:
         _environment.ensure(hash_seed)  # replay_here warns about what still differs
@@ -236,13 +247,8 @@ def _single(
     max_threads: int,
     say: Callable[[str], None],
 ) -> None:
-    path = trace_arg(trace)
-    run = open_run(path, run_id, check=True)
-    info = run.info
     # every recorded node becomes threads of this one process
-    _procs.check_shape(info.ranks, info.threads, max_ranks=max_ranks, max_threads=max_threads)
-    recorded_app(info, allow_changed=allow_changed)  # before anything runs
-    check_replayable(run)
+    path, info = _replayable(trace, run_id, allow_changed, max_ranks, max_threads)
     _environment.ensure(_environment.recorded_hash_seed(info.environment))
     spec: dict[str, Any] = {
         "kind": "replay",
