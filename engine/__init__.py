@@ -10,14 +10,19 @@ Typical use::
 
 from __future__ import annotations
 
-from . import _init as init
-from ._asyncfor import async_for as async_for
-from ._asyncfor import last_order as last_order
-from ._asyncfor import plan_of as plan_of
-from ._control import Controller as Controller
-from ._dds import dmap as dmap
-from ._dds import dmultimap as dmultimap
-from ._dds import dvector as dvector
+from ._asyncfor.loop import async_for as async_for
+from ._asyncfor.loop import last_order as last_order
+from ._asyncfor.loop import plan_of as plan_of
+from ._data import init as init
+from ._data.dds import dmap as dmap
+from ._data.dds import dmultimap as dmultimap
+from ._data.dds import dvector as dvector
+from ._data.ops import create as create
+from ._data.ops import join as join
+from ._data.ops import load as load
+from ._data.ops import map as map  # noqa: A004
+from ._data.ops import reduce as reduce
+from ._data.ops import store as store
 from ._errors import AccessOutsideReconError as AccessOutsideReconError
 from ._errors import BodyError as BodyError
 from ._errors import ClosureRuleError as ClosureRuleError
@@ -30,22 +35,17 @@ from ._errors import InputFileError as InputFileError
 from ._errors import ReplicaMismatchError as ReplicaMismatchError
 from ._errors import SessionError as SessionError
 from ._errors import SyncProtocolError as SyncProtocolError
-from ._ops import create as create
-from ._ops import join as join
-from ._ops import load as load
-from ._ops import map as map  # noqa: A004
-from ._ops import reduce as reduce
-from ._ops import store as store
-from ._planner import Plan as Plan
-from ._session import Recorder as Recorder
-from ._session import RunResult as RunResult
-from ._session import current as current
-from ._session import log_objective as log_objective
-from ._session import rng as rng
-from ._session import run as run
-from ._syncdds import Batch as Batch
-from ._syncfor import register_aggregation as register_aggregation
-from ._syncfor import sync_for as sync_for
+from ._machines.planner import Plan as Plan
+from ._runtime.control import Controller as Controller
+from ._runtime.session import Recorder as Recorder
+from ._runtime.session import RunResult as RunResult
+from ._runtime.session import current as current
+from ._runtime.session import log_objective as log_objective
+from ._runtime.session import rng as rng
+from ._runtime.session import run as run
+from ._syncfor.dds import Batch as Batch
+from ._syncfor.loop import register_aggregation as register_aggregation
+from ._syncfor.loop import sync_for as sync_for
 
 __all__ = [
     "AccessOutsideReconError",

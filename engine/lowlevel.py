@@ -11,34 +11,34 @@ the benchmarks' baselines (the engine with a check off).
 
 from __future__ import annotations
 
-from ._baseline import recon_cpu_times as recon_cpu_times
-from ._baseline import without_closure_guard as without_closure_guard
-from ._baseline import without_guard as without_guard
-from ._control import Turnstile as Turnstile
-from ._dds import SLOT_BITS as SLOT_BITS
-from ._dds import SLOT_MASK as SLOT_MASK
-from ._grants import GrantOrderError as GrantOrderError
-from ._grants import decode_grant_order as decode_grant_order
-from ._grants import encode_grant_order as encode_grant_order
-from ._grants import merge_grant_order as merge_grant_order
-from ._grants import recorded_ticket_order as recorded_ticket_order
-from ._planner import Plan as Plan
-from ._planner import Task as Task
-from ._planner import serial_plan as serial_plan
-from ._planner import wavefront_plan as wavefront_plan
-from ._runtime import under_mpi_launcher as under_mpi_launcher
-from ._schedule import GrantLog as GrantLog
-from ._schedule import MutexLog as MutexLog
-from ._schedule import Schedule as Schedule
-from ._schedule import VisibilityLog as VisibilityLog
-from ._schedule import serial_order as serial_order
-from ._ssp import SspClock as SspClock
-from ._syncdds import commit_rows as commit_rows
-from ._syncdds import enter_sync_mode as enter_sync_mode
-from ._syncdds import replica as replica
-from ._syncdds import run_minibatch as run_minibatch
-from ._syncdds import worker as worker
-from ._syncfor import aggregation_of as aggregation_of
+from ._asyncfor.baseline import recon_cpu_times as recon_cpu_times
+from ._asyncfor.baseline import without_closure_guard as without_closure_guard
+from ._asyncfor.baseline import without_guard as without_guard
+from ._data.dds import SLOT_BITS as SLOT_BITS
+from ._data.dds import SLOT_MASK as SLOT_MASK
+from ._machines.grants import GrantOrderError as GrantOrderError
+from ._machines.grants import decode_grant_order as decode_grant_order
+from ._machines.grants import encode_grant_order as encode_grant_order
+from ._machines.grants import merge_grant_order as merge_grant_order
+from ._machines.grants import recorded_ticket_order as recorded_ticket_order
+from ._machines.planner import Plan as Plan
+from ._machines.planner import Task as Task
+from ._machines.planner import serial_plan as serial_plan
+from ._machines.planner import wavefront_plan as wavefront_plan
+from ._machines.schedule import GrantLog as GrantLog
+from ._machines.schedule import MutexLog as MutexLog
+from ._machines.schedule import Schedule as Schedule
+from ._machines.schedule import VisibilityLog as VisibilityLog
+from ._machines.schedule import serial_order as serial_order
+from ._machines.ssp import SspClock as SspClock
+from ._machines.turnstile import Turnstile as Turnstile
+from ._runtime.transport import under_mpi_launcher as under_mpi_launcher
+from ._syncfor.dds import commit_rows as commit_rows
+from ._syncfor.dds import enter_sync_mode as enter_sync_mode
+from ._syncfor.dds import replica as replica
+from ._syncfor.dds import run_minibatch as run_minibatch
+from ._syncfor.dds import worker as worker
+from ._syncfor.loop import aggregation_of as aggregation_of
 
 __all__ = [
     "SLOT_BITS",

@@ -35,8 +35,10 @@ from typing import Any
 
 import numpy as np
 
-from engine import _asyncfor, _runtime, _syncnode
-from engine._synclayout import owner_array
+from engine._asyncfor import loop as _asyncfor
+from engine._runtime import transport as _runtime
+from engine._syncfor import node as _syncnode
+from engine._syncfor.layout import owner_array
 
 #: The mutants switched on (at most one at a time).
 ACTIVE: set[str] = set()

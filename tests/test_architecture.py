@@ -101,8 +101,8 @@ def _module_graph(package: str) -> dict[str, dict[str, int]]:
     graph: dict[str, dict[str, int]] = {m: {} for m in modules}
     for mod, path in modules.items():
         for line, target in _imports(path):
-            # The longest prefix that is a module of the package: "engine._dds.dvector" ->
-            # "engine._dds", "engine.dvector" -> "engine" (a name from the package's face).
+            # The longest prefix that is a module of the package: "engine._data.dds.dvector" ->
+            # "engine._data.dds", "engine.dvector" -> "engine" (a name from the package's face).
             parts = target.split(".")
             for k in range(len(parts), 0, -1):
                 cand = ".".join(parts[:k])
@@ -151,10 +151,10 @@ def test_cycle_finder_sees_lazy_imports_and_skips_type_checking() -> None:
     src = (
         "from typing import TYPE_CHECKING\n"
         "if TYPE_CHECKING:\n    from engine import _dds\n"
-        "def f():\n    from engine._planner import Plan\n"
+        "def f():\n    from engine._machines.planner import Plan\n"
     )
     tree_targets = [t for _, t in _imports_in(src, "engine")]
-    assert "engine._planner.Plan" in tree_targets and "engine._dds" not in tree_targets
+    assert "engine._machines.planner.Plan" in tree_targets and "engine._dds" not in tree_targets
 
 
 @pytest.mark.parametrize("face", FACES)

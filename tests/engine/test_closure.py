@@ -19,8 +19,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import engine as ap
-from engine import _closure as closure
-from engine._closure import reachable
+from engine._asyncfor import closure
+from engine._asyncfor.closure import reachable
 from replay import testing
 
 N = 8  # loop indices (async_for) / data elements (sync_for, minibatch 1)

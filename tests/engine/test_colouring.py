@@ -14,10 +14,10 @@ from hypothesis import strategies as st
 import engine as ap
 import tracer
 from benchmarks.gauss_seidel import power_law_graph
-from engine import _planner
-from engine._colouring import colour_bodies, colour_lower_bound
-from engine._planner import conflicts, make_plan
-from engine._recon import AccessSets, csr_from_lists
+from engine._asyncfor.recon import AccessSets, csr_from_lists
+from engine._machines import planner as _planner
+from engine._machines.colouring import colour_bodies, colour_lower_bound
+from engine._machines.planner import conflicts, make_plan
 from replay import testing
 from tests.conftest import run_cli
 from tests.engine.test_planner import access_sets, check_plan, gid, make_sets

@@ -12,8 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import engine as ap
-from engine._control import (
-    Controller,
+from engine import Controller
+from engine._machines.turnstile import (
     GrantLock,
     LockReleased,
     LockRequested,

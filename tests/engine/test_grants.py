@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 import engine
 import engine.lowlevel as ap
-from engine._grants import TurnSequencer, handover_elements
+from engine._machines.grants import TurnSequencer, handover_elements
 
 
 def _merges(draw: st.DrawFn) -> tuple[np.ndarray, np.ndarray]:

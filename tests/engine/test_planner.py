@@ -7,15 +7,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from engine._dds import SLOT_BITS
-from engine._planner import (
+from engine._asyncfor.recon import AccessSets, csr_from_lists
+from engine._data.dds import SLOT_BITS
+from engine._machines.planner import (
     balanced_blocks,
     conflicts,
     make_plan,
     rotation_spaces,
     wavefront_plan,
 )
-from engine._recon import AccessSets, csr_from_lists
 
 
 def gid(dds: int, slot: int) -> int:

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from engine import SyncProtocolError
-from engine._ssp import (
+from engine._machines.ssp import (
     Aggregate,
     ApplyUpdate,
     ClockTicked,

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import engine as ap
-from engine._syncdrive import SeededDelays, use_delays
+from engine._syncfor.drive import SeededDelays, use_delays
 from tests.conftest import run_mpi
 
 HERE = Path(__file__).parent

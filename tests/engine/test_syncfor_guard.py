@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import engine as ap
-from engine import _syncfor
+from engine._syncfor import loop as _syncfor
 from tests.conftest import run_cli, run_mpi
 
 HERE = Path(__file__).parent

@@ -58,7 +58,7 @@ def test_a_forward_failure_is_localised_to_element_and_index(monkeypatch) -> Non
             second = plan.rounds[1]
             plan.rounds[0] = [b + a for a, b in zip(first, second, strict=True)]
             del plan.rounds[1]
-            from engine._planner import _round_writes
+            from engine._machines.planner import _round_writes
 
             plan.writes = _round_writes(plan, sets)
         return plan

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import tracer
-from engine._planner import Task
+from engine._machines.planner import Task
 from replay._controller import plan_difference
 from replay._errors import UsageError
 from replay._target import check_params

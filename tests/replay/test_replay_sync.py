@@ -15,7 +15,7 @@ import pytest
 
 import engine
 import tracer
-from engine._ssp import (
+from engine._machines.ssp import (
     ApplyUpdate,
     ClockTicked,
     DeltaArrived,
@@ -27,7 +27,7 @@ from engine._ssp import (
     UpdateArrived,
     Wait,
 )
-from engine._syncdrive import SeededDelays, use_delays
+from engine._syncfor.drive import SeededDelays, use_delays
 from engine.lowlevel import MutexLog, Schedule, VisibilityLog
 from tests.conftest import run_cli
 from tests.replay import nondet_apps

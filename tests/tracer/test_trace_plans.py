@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from engine._dds import SLOT_BITS
-from engine._planner import Plan, Task, make_plan, wavefront_plan
-from engine._recon import AccessSets, csr_from_lists
+from engine._asyncfor.recon import AccessSets, csr_from_lists
+from engine._data.dds import SLOT_BITS
+from engine._machines.planner import Plan, Task, make_plan, wavefront_plan
 from tracer import decode_plan, encode_plan
 
 

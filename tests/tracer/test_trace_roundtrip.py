@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tracer
-from engine._planner import Plan, Task
+from engine._machines.planner import Plan, Task
 from tracer import (
     DeltasAggregated,
     DigestRecorded,

@@ -107,7 +107,7 @@ def test_index_table_applies_recorded_deviations(synth_dir: Path) -> None:
 
 
 def test_index_table_by_hand() -> None:
-    from engine._planner import Plan, Task
+    from engine._machines.planner import Plan, Task
 
     def t(thread: int, idx: list[int], locked: bool = False) -> Task:
         return Task(thread, np.array(idx), locked)
@@ -143,7 +143,7 @@ def test_timeline_uses_recorded_round_seconds(synth_dir: Path) -> None:
 
 
 def test_timeline_falls_back_to_body_counts() -> None:
-    from engine._planner import Plan, Task
+    from engine._machines.planner import Plan, Task
 
     plan = Plan("x", 0, 5, 1, 2, [[[Task(0, np.arange(3)), Task(1, np.arange(3, 5))]]])
     tl = timeline_layout("x", 0, plan, [])

@@ -18,7 +18,7 @@ from rich.console import Console
 import engine as ap
 import tracer
 from engine import lowlevel
-from engine._planner import Plan, Task
+from engine._machines.planner import Plan, Task
 
 #: Fixed wall-clock start of synthetic traces (2023-11-14 22:13:20 UTC).
 EPOCH = 1_700_000_000.0

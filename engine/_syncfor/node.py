@@ -32,8 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._control import TurnstileDriver
-from ._errors import (
+from .._errors import (
     AccessOutsideReconError,
     BodyError,
     ClosureRuleError,
@@ -41,15 +40,16 @@ from ._errors import (
     DivergenceError,
     SyncProtocolError,
 )
-from ._session import _tls
-from ._syncdds import bind_thread, make_batch
-from ._syncguard import LaneGuard, NodeViolations
-from ._synclayout import NodeClock, SyncLayout
+from .._machines.turnstile import TurnstileDriver
+from .._runtime.session import _tls
+from .dds import bind_thread, make_batch
+from .guard import LaneGuard, NodeViolations
+from .layout import NodeClock, SyncLayout
 
 if TYPE_CHECKING:
-    from ._dds import _DDS
-    from ._schedule import Schedule
-    from ._session import Session
+    from .._data.dds import _DDS
+    from .._machines.schedule import Schedule
+    from .._runtime.session import Session
 
 HEADER = 8
 

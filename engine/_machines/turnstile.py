@@ -1,14 +1,9 @@
-"""Order control: the hooks replay uses to make a run follow its trace.
+"""The lock-grant turnstile.
 
-The engine asks its session's :class:`Controller` for the :class:`~engine._schedule.Schedule`
-of each invocation before it starts (the plan, lock-grant, SSP-visibility and node-mutex
-orders, all as one value), and per receive for the source of the next message.  The
-default controller allows whatever happens (a normal run).
-
-:class:`Turnstile` is the lock-grant state machine: a plain object whose only
-mutator is ``handle(event) -> list[instruction]``; :class:`TurnstileDriver` is the
-thin threading layer that performs its instructions.  Because the machine is pure,
-tests feed it hand-made events, and replay and normal runs share the same code.
+:class:`Turnstile` is the lock-grant state machine: a plain object whose only mutator is
+``handle(event) -> list[instruction]``; :class:`TurnstileDriver` is the thin threading
+layer that performs its instructions.  Because the machine is pure, tests feed it
+hand-made events.
 """
 
 from __future__ import annotations
@@ -16,58 +11,12 @@ from __future__ import annotations
 import threading
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ._errors import DivergenceError
-
-if TYPE_CHECKING:
-    from ._planner import Plan
-    from ._schedule import Schedule
-
-#: Seconds a thread may wait for its recorded lock turn before replay reports a
-#: divergence instead of hanging.
-TURN_TIMEOUT_S = 60.0
+from .._errors import DivergenceError
+from .grants import TURN_TIMEOUT_S
 
 
-class Controller:
-    """What a normal run does: nothing is enforced.
-
-    The engine asks :meth:`schedule` once when an invocation starts; everything the
-    invocation could do in more than one way is answered by that value (``None``: free).
-    The other hooks are for the dual tests (a given plan, their own ``sync_for``
-    executor), for debugging (breakpoints, a stop after an invocation) and for checking
-    the plan; messages are a per-run stream, asked per receive.
-    """
-
-    def schedule(self, op: str, invocation: int, kind: str, nodes: int) -> Schedule | None:
-        """The schedule of invocation ``invocation`` of ``op`` (``kind``: ``async_for`` or
-        ``sync_for``) on ``nodes`` nodes, or None for a free run.  Called before it starts."""
-        return None
-
-    def check_plan(self, op: str, invocation: int, plan: Plan) -> None:
-        """Raise :class:`DivergenceError` if ``plan`` is not the recorded one."""
-
-    def message_source(self, node: int, channel: str, k: int) -> int | None:
-        """Source of the ``k``-th message ``node`` receives on ``channel`` (None: any)."""
-        return None
-
-    def plan_override(self, op: str, invocation: int, sets: Any, nodes: int) -> Plan | None:
-        """A plan to run instead of the planner's (dual tests: a given serial order)."""
-        return None
-
-    def sync_executor(self) -> Any:
-        """A callable that runs ``sync_for`` instead of the engine (dual tests' serial side)."""
-        return None
-
-    def wrap_body(self, op: str, invocation: int, node: int, body: Any) -> Any:
-        """The callable to run as the loop body on ``node`` (replay adds breakpoints)."""
-        return body
-
-    def after_invocation(self, op: str, invocation: int) -> None:
-        """Called in the driver after every operator invocation completes."""
-
-
-# ============================================================ turnstile (pure)
 @dataclass(frozen=True, slots=True)
 class LockRequested:
     """A thread asks for a lock to run loop index ``index``."""
@@ -216,7 +165,6 @@ class TurnstileDriver:
 
 
 __all__ = [
-    "Controller",
     "GrantLock",
     "LockReleased",
     "LockRequested",

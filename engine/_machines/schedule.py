@@ -13,7 +13,7 @@ it can be built, compared and shipped like data.
 The lookups here keep the meaning the engine relies on:
 
 - ``grant_order(node, round)`` is the recorded deviation log of that node-round's ticket
-  order (``engine._grants``); an invocation without a grant log is free.
+  order (``engine._machines.grants``); an invocation without a grant log is free.
 - ``visibility(node, clock)`` is, per owner, the last clock whose update the node must have
   applied before it runs ``clock`` (``None`` where the node has nothing recorded: free).
 - ``mutex_order(node, clock)`` is the node's (thread, minibatch) mutex grant order of a
@@ -31,11 +31,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ._errors import DivergenceError
-from ._grants import recorded_ticket_order
+from .._errors import DivergenceError
+from .grants import recorded_ticket_order
 
 if TYPE_CHECKING:
-    from ._planner import Plan, Task
+    from .planner import Plan, Task
 
 _EMPTY = np.empty(0, dtype=np.int64)
 

@@ -42,7 +42,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ._errors import SyncProtocolError
+from .._errors import SyncProtocolError
 
 
 # ====================================================================== events

@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import _dds
-from ._errors import BodyError, ClosureRuleError
-from ._session import _tls
+from .._data import dds as _dds
+from .._errors import BodyError, ClosureRuleError
+from .._runtime.session import _tls
 
 if TYPE_CHECKING:
-    from ._session import Session
+    from .._runtime.session import Session
 
 
 @dataclass(frozen=True, slots=True)

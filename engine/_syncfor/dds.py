@@ -19,10 +19,10 @@ from typing import Any
 
 import numpy as np
 
-from . import _dds
-from ._dds import _DDS, _Moded, dmap, dmultimap, dvector
-from ._errors import DDSError
-from ._session import _tls, current
+from .._data import dds as _dds
+from .._data.dds import _DDS, _Moded, dmap, dmultimap, dvector
+from .._errors import DDSError
+from .._runtime.session import _tls, current
 
 _stls = threading.local()
 

@@ -21,12 +21,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._control import Controller
-from ._errors import DriverDivergenceError, ReplicaMismatchError, SessionError
-from ._runtime import Cluster, InProcessCluster, MpiCluster
+from .._errors import DriverDivergenceError, ReplicaMismatchError, SessionError
+from .control import Controller
+from .transport import Cluster, InProcessCluster, MpiCluster
 
 if TYPE_CHECKING:
-    from . import _dds
+    from .._data import dds as _dds
 
 #: Per-thread state of running bodies: ``index`` (the loop index), ``op_key`` (for
 #: ``rng()``), ``gcode`` (guard code of the running task) and ``held`` (element ids
@@ -61,10 +61,10 @@ class Recorder:
     ) -> None:
         """Lock grants of one node in one round: ``bodies`` locked bodies took ``grants``
         element locks; their ticket order deviates from the predicted one (the last
-        thread keeps going, see ``engine._grants``) at ``positions``, where ``threads``
+        thread keeps going, see ``engine._machines.grants``) at ``positions``, where ``threads``
         took over.  Every lock's grant order is the ticket order restricted to it.
         ``elements`` names, per hand-over, the element lock it took over (``W[943]``,
-        see ``engine._grants.handover_elements``)."""
+        see ``engine._machines.grants.handover_elements``)."""
 
     def index_order(
         self, op: str, invocation: int, node: int, round: int, thread: int, indices: np.ndarray

@@ -45,8 +45,8 @@ from typing import Any
 
 import numpy as np
 
-from ._dds import _DDS
-from ._errors import ClosureRuleError
+from .._data.dds import _DDS
+from .._errors import ClosureRuleError
 
 _checked: dict[Any, None] = {}
 
@@ -212,7 +212,7 @@ CHECK_SHARE = 1.0
 #: The most bodies between two comparisons of contents.
 MAX_EVERY = 1000
 
-_ROOT = Path(__file__).resolve().parent.parent
+_ROOT = Path(__file__).resolve().parents[2]
 _OWN = tuple(str(_ROOT / p) + os.sep for p in ("engine", "tracer", "replay", "tui"))
 
 

@@ -12,7 +12,7 @@ execution checks, per access, the two things that could break it:
 * a read of a slot that another node (or another thread's task) writes in the same
   round — the value read would depend on timing.
 
-The check itself lives in the DDS guard modes (``engine._dds``): one byte per slot and
+The check itself lives in the DDS guard modes (``engine._data.dds``): one byte per slot and
 node says who may touch the slot in the running round, so the common case is one
 bytearray lookup.  This module arms those bytes round by round, snapshots what an
 invocation may change so that it can be undone, and decides what a violation means:
@@ -38,14 +38,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import _dds
-from ._dds import ANY_OWN, FREE, LOCKED, LOCKED_BODY, OTHER, SLOT_BITS, SLOT_MASK, _tls
-from ._errors import AccessOutsideReconError
+from .._data import dds as _dds
+from .._data.dds import ANY_OWN, FREE, LOCKED, LOCKED_BODY, OTHER, SLOT_BITS, SLOT_MASK, _tls
+from .._errors import AccessOutsideReconError
 
 if TYPE_CHECKING:
-    from ._planner import Plan
-    from ._recon import AccessSets
-    from ._session import Session
+    from .._machines.planner import Plan
+    from .._runtime.session import Session
+    from .recon import AccessSets
 
 #: The values ``replan=`` accepts.
 POLICIES = ("auto", "always", "never")

@@ -43,9 +43,9 @@ import numpy as np
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
-from ._colouring import body_weights, colour_bodies, colour_lower_bound
-from ._dds import SLOT_BITS
-from ._recon import AccessSets
+from .._asyncfor.recon import AccessSets
+from .._data.dds import SLOT_BITS
+from .colouring import body_weights, colour_bodies, colour_lower_bound
 
 #: Cost of one round (exchange + barrier) in body-equivalents; more rounds buy smaller
 #: components but each one pays a network round trip.
@@ -427,7 +427,7 @@ def serial_plan(sets: AccessSets, order: np.ndarray, nodes: int) -> Plan:
 
 
 #: Strategy name of an invocation that every node ran serially on its own replica
-#: (the plan guard's last resort; see ``engine._guard``).
+#: (the plan guard's last resort; see ``engine._asyncfor.guard``).
 REPLICATED = "replicated"
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._recon import AccessSets
+from .._asyncfor.recon import AccessSets
 
 
 def _written_incidence(sets: AccessSets) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from ._dds import _DDS, SLOT_BITS, SLOT_MASK, dmap, dvector
-from ._recon import AccessSets
+from .._asyncfor.recon import AccessSets
+from .._data.dds import _DDS, SLOT_BITS, SLOT_MASK, dmap, dvector
 
 _EMPTY = np.empty(0, dtype=np.int64)
 

@@ -1,7 +1,7 @@
 """Drivers of the ``sync_for`` clock machines: the edge where instructions become I/O.
 
-Each driver feeds :class:`~engine._ssp.SspClock` events and performs what it answers
-on a :class:`~engine._syncnode.NodeRun`:
+Each driver feeds :class:`~engine._machines.ssp.SspClock` events and performs what it answers
+on a :class:`~engine._syncfor.node.NodeRun`:
 
 * :func:`drive_in_process` hosts every node in this process and runs a discrete-event
   simulation in virtual time: computing a clock takes ``delays.compute(node, clock)``
@@ -31,10 +31,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ._control import TURN_TIMEOUT_S
-from ._errors import DivergenceError, SyncProtocolError
-from ._session import Recorder
-from ._ssp import (
+from .._errors import DivergenceError, SyncProtocolError
+from .._machines.grants import TURN_TIMEOUT_S
+from .._machines.ssp import (
     Aggregate,
     ApplyUpdate,
     ClockTicked,
@@ -50,7 +49,8 @@ from ._ssp import (
     UpdateArrived,
     Wait,
 )
-from ._syncnode import HEADER, NodeRun, SyncContext, check_stamp
+from .._runtime.session import Recorder
+from .node import HEADER, NodeRun, SyncContext, check_stamp
 
 #: MPI tags of sync_for deltas (node -> owner) and updates (owner -> node).
 TAG_DELTA = 121

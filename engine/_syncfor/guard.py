@@ -31,11 +31,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._errors import AccessOutsideReconError
+from .._errors import AccessOutsideReconError
 
 if TYPE_CHECKING:
-    from ._dds import _DDS
-    from ._synclayout import SyncLayout
+    from .._data.dds import _DDS
+    from .layout import SyncLayout
 
 
 @dataclass(frozen=True, slots=True)

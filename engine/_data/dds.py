@@ -30,18 +30,18 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from ._errors import AccessOutsideReconError, DDSError
-from ._session import _tls, current
+from .._errors import AccessOutsideReconError, DDSError
+from .._runtime.session import _tls, current
 
 if TYPE_CHECKING:
-    from ._session import Session
+    from .._runtime.session import Session
 
 #: Bits reserved for the slot inside a global element id (``dds_id << SLOT_BITS | slot``).
 SLOT_BITS = 40
 SLOT_MASK = (1 << SLOT_BITS) - 1
 _MISSING = object()
 
-#: Guard codes, one byte per slot and node (see ``engine._guard``): who may touch a
+#: Guard codes, one byte per slot and node (see ``engine._asyncfor.guard``): who may touch a
 #: slot in the running round.  ``FREE``: nobody writes it, anyone may read it;
 #: ``1 .. LOCKED-1``: the thread whose code this is (thread + 1) writes it;
 #: ``LOCKED``: the lock-split tasks write it under per-element locks; ``OTHER``:
@@ -100,7 +100,7 @@ class _Checker:
 # Set by the session while a mode other than driver mode is active.
 RECON: _Recon | None = None
 CHECKER: _Checker | None = None
-#: The plan guard of the running ``async_for`` invocation (``engine._guard.Guard``).
+#: The plan guard of the running ``async_for`` invocation (``engine._asyncfor.guard.Guard``).
 GUARD: Any = None
 
 

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ._errors import DivergenceError, EngineError
+from .._errors import DivergenceError, EngineError
 
 #: Seconds a thread may wait for its recorded turn before replay reports a divergence
 #: instead of hanging.

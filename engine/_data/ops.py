@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from ._dds import _DDS, dmap, dvector
-from ._errors import DataFormatError, InputFileError
-from ._session import Session, current
+from .._errors import DataFormatError, InputFileError
+from .._runtime.session import Session, current
+from .dds import _DDS, dmap, dvector
 
 
 def load(

@@ -13,7 +13,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from . import _asyncfor, _dds, _guard
+from .._data import dds as _dds
+from . import guard as _guard
+from . import loop as _asyncfor
 
 
 @contextmanager

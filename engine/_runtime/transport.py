@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from ._dds import _DDS
+    from .._data.dds import _DDS
 
 #: MPI tag of round write-backs (numeric rows); object rows use the next tag.
 TAG_ROWS = 101
@@ -85,7 +85,7 @@ class Cluster:
         stopped: bool = False,
     ) -> bool:
         """Move each node's written rows to every other replica.  ``stopped``: a local node
-        left its plan (see ``engine._guard``); returns True when any node did."""
+        left its plan (see ``engine._asyncfor.guard``); returns True when any node did."""
         raise NotImplementedError
 
     def mark(self) -> tuple[Any, ...]:

@@ -74,16 +74,16 @@ from typing import Any
 
 import numpy as np
 
-from ._closure import check_body, finish, guard
-from ._dds import _DDS, SLOT_BITS
-from ._errors import DDSError, SessionError
-from ._recon import AccessSets, concat_sets, recon_range
-from ._session import Session, current
-from ._syncdds import Batch, enter_sync_mode, make_batch
-from ._syncdrive import EventBuffer, drive_in_process, drive_mpi
-from ._syncguard import Violation, violation_error
-from ._synclayout import SyncLayout
-from ._syncnode import NodeRun, SyncContext
+from .._asyncfor.closure import check_body, finish, guard
+from .._asyncfor.recon import AccessSets, concat_sets, recon_range
+from .._data.dds import _DDS, SLOT_BITS
+from .._errors import DDSError, SessionError
+from .._runtime.session import Session, current
+from .dds import Batch, enter_sync_mode, make_batch
+from .drive import EventBuffer, drive_in_process, drive_mpi
+from .guard import Violation, violation_error
+from .layout import SyncLayout
+from .node import NodeRun, SyncContext
 
 SYNC_MODELS = ("bsp", "ssp", "hybrid")
 REPLANS = ("auto", "always", "never")
@@ -424,7 +424,7 @@ def sync_for(
     reconnaissance saw is detected; ``replan="auto"`` then undoes the invocation,
     re-runs reconnaissance and re-executes it (moving parameters whole if that is not
     enough), ``"always"`` runs reconnaissance before every invocation, and ``"never"``
-    raises :class:`engine.AccessOutsideReconError`.  See the ``engine._syncfor``
+    raises :class:`engine.AccessOutsideReconError`.  See the ``engine._syncfor.loop``
     module docstring.
 
     >>> import engine as ap

@@ -19,22 +19,23 @@ from typing import Any
 
 import numpy as np
 
-from . import _dds
-from ._closure import check_body
-from ._closure import finish as finish_closure
-from ._closure import guard as closure_guard
-from ._dds import ANY_OWN, LOCKED_BODY, SLOT_BITS, SLOT_MASK, _tls
-from ._errors import (
+from .._data import dds as _dds
+from .._data.dds import ANY_OWN, LOCKED_BODY, SLOT_BITS, SLOT_MASK, _tls
+from .._errors import (
     AccessOutsideReconError,
     BodyError,
     ClosureRuleError,
     DivergenceError,
     SessionError,
 )
-from ._grants import TurnSequencer, handover_elements, recorded_ticket_order, thread_lengths
-from ._grants import encode_grant_order as encode
-from ._guard import POLICIES, Guard, GuardPlan, PlanViolation, Violation, install
-from ._planner import (
+from .._machines.grants import (
+    TurnSequencer,
+    handover_elements,
+    recorded_ticket_order,
+    thread_lengths,
+)
+from .._machines.grants import encode_grant_order as encode
+from .._machines.planner import (
     REPLICATED,
     STRATEGIES,
     Plan,
@@ -43,10 +44,14 @@ from ._planner import (
     replicated_plan,
     wavefront_plan,
 )
-from ._recon import AccessSets, concat_sets, recon_range
-from ._runtime import Cluster, RoundWrites
-from ._schedule import Schedule, serial_order
-from ._session import Pending, Session, current
+from .._machines.schedule import Schedule, serial_order
+from .._runtime.session import Pending, Session, current
+from .._runtime.transport import Cluster, RoundWrites
+from .closure import check_body
+from .closure import finish as finish_closure
+from .closure import guard as closure_guard
+from .guard import POLICIES, Guard, GuardPlan, PlanViolation, Violation, install
+from .recon import AccessSets, concat_sets, recon_range
 
 
 @dataclass

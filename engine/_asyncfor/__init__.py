@@ -1,0 +1,1 @@
+"""async_for: reconnaissance, the plan guard, the closure rule, execution."""

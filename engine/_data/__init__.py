@@ -1,0 +1,1 @@
+"""The distributed data structures: DDS, their initialisers, pre-training operators."""

@@ -1,0 +1,1 @@
+"""The pure machines: planner, colouring, schedule value, turnstile, grant codec, SSP clock."""

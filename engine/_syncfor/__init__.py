@@ -1,0 +1,1 @@
+"""sync_for: BSP / SSP / Hybrid minibatch loops and owner aggregation."""
