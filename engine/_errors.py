@@ -9,6 +9,11 @@ class EngineError(Exception):
     """Base class of every error the engine raises on purpose."""
 
 
+class ScheduleExhausted(EngineError):
+    """A run followed a schedule past its end where the schedule says the run it was
+    recorded from stopped (a crashed trace): everything the trace holds was reproduced."""
+
+
 class ClosureRuleError(EngineError, TypeError):
     """A loop body assigns to a captured variable that is not a DDS."""
 

@@ -16,11 +16,14 @@ from ._asyncfor.baseline import without_closure_guard as without_closure_guard
 from ._asyncfor.baseline import without_guard as without_guard
 from ._data.dds import SLOT_BITS as SLOT_BITS
 from ._data.dds import SLOT_MASK as SLOT_MASK
+from ._errors import ScheduleExhausted as ScheduleExhausted
 from ._machines.grants import GrantOrderError as GrantOrderError
 from ._machines.grants import decode_grant_order as decode_grant_order
 from ._machines.grants import encode_grant_order as encode_grant_order
 from ._machines.grants import merge_grant_order as merge_grant_order
 from ._machines.grants import recorded_ticket_order as recorded_ticket_order
+from ._machines.messages import MessageLog as MessageLog
+from ._machines.messages import MessageOrder as MessageOrder
 from ._machines.planner import Plan as Plan
 from ._machines.planner import Task as Task
 from ._machines.planner import serial_plan as serial_plan
@@ -44,10 +47,13 @@ __all__ = [
     "SLOT_BITS",
     "SLOT_MASK",
     "GrantLog",
+    "MessageLog",
+    "MessageOrder",
     "GrantOrderError",
     "MutexLog",
     "Plan",
     "Schedule",
+    "ScheduleExhausted",
     "VisibilityLog",
     "decode_grant_order",
     "encode_grant_order",

@@ -18,7 +18,7 @@ import numpy as np
 
 import engine
 from engine import DivergenceError
-from engine.lowlevel import GrantLog, MutexLog, Schedule, VisibilityLog
+from engine.lowlevel import GrantLog, MessageLog, MutexLog, Schedule, VisibilityLog
 
 from ._dualctl import same_value
 
@@ -100,11 +100,9 @@ class TraceController(engine.Controller):
         self.single = single
         self._plans: dict[tuple[str, int], Any] = {}
         self._starts: dict[str, set[int]] = {}
-        self._sources: dict[tuple[int, str], np.ndarray] = {}
+        self._finished: dict[tuple[str, int], int] | None = None
         self._break = breakpoint_hook
         self._until: Callable[[str, int], None] | None = None
-        #: The operator invocation being replayed (named in message divergences).
-        self.current: tuple[str, int] = ("-", -1)
 
     # ------------------------------------------------------------ plans
     def recorded_plan(self, op: str, invocation: int) -> Any:
@@ -116,10 +114,16 @@ class TraceController(engine.Controller):
                 self._plans[key] = None
         return self._plans[key]
 
-    def schedule(self, op: str, invocation: int, kind: str, nodes: int) -> Schedule:
+    def schedule(
+        self,
+        op: str,
+        invocation: int,
+        kind: str,
+        nodes: int,
+        span: tuple[int, int] | None = None,
+    ) -> Schedule:
         """Everything the recorded run decided in this invocation, read before it starts
         (so no query runs while its threads wait for their turns)."""
-        self.current = (op, invocation)
         if op not in self._starts:
             self._starts[op] = set(self.run.plan_starts(op))
         if kind == "sync_for":
@@ -141,10 +145,15 @@ class TraceController(engine.Controller):
                 serial=self.single,
             )
         grants: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+        messages: dict[tuple[int, str], np.ndarray] = {}
         for node in range(nodes):
             g = self.run.lock_grants(op, invocation, node)
             for k, r in enumerate(g.round.tolist()):
                 grants[(node, r)] = g.deviations(k)
+            if not self.single:  # one process: no MPI receives to order
+                m = self.run.messages(node, op, invocation)
+                for ch in sorted(set(m.channel.tolist())):
+                    messages[(node, ch)] = m.source[m.channel == ch]
         return Schedule(
             op,
             invocation,
@@ -152,10 +161,22 @@ class TraceController(engine.Controller):
             replanned=invocation in self._starts[op],
             grants=GrantLog.build(grants),
             serial=self.single,
+            messages=None if self.single else MessageLog.build(messages),
+            partial=self._partial(op, invocation),
         )
 
+    def _partial(self, op: str, invocation: int) -> bool:
+        """Whether the recorded run stopped inside this invocation (it never finished it)."""
+        if self.run.info.status == "finished":
+            return False
+        if self._finished is None:
+            done: dict[tuple[str, int], int] = {}
+            for i in self.run.invocations():
+                done[(i.op, i.invocation)] = done.get((i.op, i.invocation), 0) + 1
+            self._finished = done
+        return self._finished.get((op, invocation), 0) < self.run.info.ranks
+
     def check_plan(self, op: str, invocation: int, plan: Any) -> None:
-        self.current = (op, invocation)
         rec = self.recorded_plan(op, invocation)
         if rec is None:
             if self.run.info.status != "finished":
@@ -198,30 +219,6 @@ class TraceController(engine.Controller):
                         actual=actual + " (code or data changed)",
                     )
 
-    # ------------------------------------------------------------ messages
-    def message_source(self, node: int, channel: str, k: int) -> int | None:
-        if self.single:
-            return None
-        key = (node, channel)
-        if key not in self._sources:
-            m = self.run.messages(node)
-            self._sources[key] = m.source[m.channel == channel]
-        arr = self._sources[key]
-        if k >= len(arr):
-            if self.run.info.status != "finished":
-                raise ReplayFinished()
-            op, inv = self.current
-            raise DivergenceError(
-                node=node,
-                op=op,
-                invocation=inv,
-                event=f"message {k} on {channel!r}",
-                what="message",
-                expected=f"only {len(arr)} message(s)",
-                actual="one more receive",
-            )
-        return int(arr[k])
-
     # ------------------------------------------------------------ debugging hooks
     def wrap_body(self, op: str, invocation: int, node: int, body: Any) -> Any:
         if self._break is None:
@@ -233,7 +230,6 @@ class TraceController(engine.Controller):
         self._until = hook
 
     def after_invocation(self, op: str, invocation: int) -> None:
-        self.current = (op, invocation)  # driver messages after it still belong to it
         if self._until is not None:
             self._until(op, invocation)
 

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 import engine
-from engine.lowlevel import MutexLog, Schedule, serial_plan, wavefront_plan
+from engine.lowlevel import MutexLog, Schedule
 
 from ._progress import InvocationTicker
 
@@ -130,14 +130,40 @@ def outcome_of(res: engine.RunResult, body_orders: BodyOrders) -> Outcome:
 
 
 class Hybrid(engine.Controller):
-    """Makes Hybrid sync_for bodies take the node mutex in recorded orders: the schedule
-    of each ``sync_for`` invocation is built from the other side's ``body_orders``."""
+    """Builds the schedule of every invocation of a dual-test side: a ``sync_for``'s from
+    the other side's ``body_orders`` (its Hybrid node-mutex orders), an ``async_for``'s
+    from :meth:`order` (the serialization order it must follow; None: the planner's)."""
 
     body_orders: BodyOrders | None = None
     serial = False
+    #: threads per node of the wavefront plan built from an order (0: the run's)
+    order_threads = 0
 
-    def schedule(self, op: str, invocation: int, kind: str, nodes: int) -> Schedule | None:
-        if kind != "sync_for" or not self.body_orders:
+    def order(self, op: str, invocation: int, start: int, n: int) -> np.ndarray | None:
+        """The loop-index order invocation ``invocation`` of ``op`` must serialize to."""
+        return None
+
+    def schedule(
+        self,
+        op: str,
+        invocation: int,
+        kind: str,
+        nodes: int,
+        span: tuple[int, int] | None = None,
+    ) -> Schedule | None:
+        if kind == "async_for":
+            start, stop = span or (0, 0)
+            order = self.order(op, invocation, start, stop - start)
+            if order is None:
+                return None
+            return Schedule(
+                op,
+                invocation,
+                serial=self.serial,
+                order=np.asarray(order, dtype=np.int64),
+                order_threads=self.order_threads,
+            )
+        if not self.body_orders:
             return None
         mine = self._by_invocation().get((op, invocation))
         if not mine:
@@ -176,8 +202,8 @@ class Serial(Hybrid):
 
         return reference_sync_for(*self.sync_shape, self.body_orders or {})
 
-    def plan_override(self, op: str, invocation: int, sets: Any, nodes: int) -> Any:
-        return serial_plan(sets, self.orders(op, invocation, sets.start, sets.n), nodes)
+    def order(self, op: str, invocation: int, start: int, n: int) -> np.ndarray | None:
+        return self.orders(op, invocation, start, n)
 
 
 class Wavefront(Hybrid):
@@ -190,19 +216,21 @@ class Wavefront(Hybrid):
         body_orders: BodyOrders | None = None,
     ) -> None:
         self.orders = orders
-        self.threads = threads
+        self.order_threads = threads
         self.body_orders = body_orders
 
-    def plan_override(self, op: str, invocation: int, sets: Any, nodes: int) -> Any:
-        order = self.orders.get((op, invocation))
-        if order is None:
+    def order(self, op: str, invocation: int, start: int, n: int) -> np.ndarray | None:
+        got = self.orders.get((op, invocation))
+        if got is None:
             raise not_in_trace(op, invocation, "serial")
-        return wavefront_plan(sets, order, nodes, self.threads)
+        return got
 
 
 class Replayed(Hybrid):
-    """Re-runs the parallel side with its own recorded serialization orders (for
-    localisation: the first run's thread interleavings are not repeatable)."""
+    """Re-runs the parallel side with its own recorded serialization orders, one thread per
+    node (for localisation: the first run's thread interleavings are not repeatable)."""
+
+    order_threads = 1
 
     def __init__(
         self, orders: dict[tuple[str, int], np.ndarray], body_orders: BodyOrders | None
@@ -210,9 +238,8 @@ class Replayed(Hybrid):
         self.orders = orders
         self.body_orders = body_orders
 
-    def plan_override(self, op: str, invocation: int, sets: Any, nodes: int) -> Any:
-        order = self.orders.get((op, invocation))
-        return None if order is None else wavefront_plan(sets, order, nodes, 1)
+    def order(self, op: str, invocation: int, start: int, n: int) -> np.ndarray | None:
+        return self.orders.get((op, invocation))
 
 
 def not_in_trace(op: str, invocation: int, side: str) -> engine.DivergenceError:
@@ -240,11 +267,15 @@ class Tap(engine.Controller):
         self.snapshot: dict[str, np.ndarray] = {}
         self.sets: Any = None
 
-    def plan_override(self, op: str, invocation: int, sets: Any, nodes: int) -> Any:
-        return self.inner.plan_override(op, invocation, sets, nodes)
-
-    def schedule(self, op: str, invocation: int, kind: str, nodes: int) -> Schedule | None:
-        return self.inner.schedule(op, invocation, kind, nodes)
+    def schedule(
+        self,
+        op: str,
+        invocation: int,
+        kind: str,
+        nodes: int,
+        span: tuple[int, int] | None = None,
+    ) -> Schedule | None:
+        return self.inner.schedule(op, invocation, kind, nodes, span)
 
     def sync_executor(self) -> Any:
         return self.inner.sync_executor()

@@ -21,6 +21,7 @@ from typing import Any
 
 import engine
 import tracer
+from engine.lowlevel import ScheduleExhausted
 
 from . import _environment
 from ._apps import BUILTIN_APPS, App, resolve
@@ -240,7 +241,7 @@ def replay_here(
             controller=controller,
         )
         checker.finish()
-    except ReplayFinished:
+    except (ReplayFinished, ScheduleExhausted):
         complete = False
     except engine.DivergenceError as exc:
         first_difference = exc.as_dict()

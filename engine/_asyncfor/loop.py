@@ -35,6 +35,7 @@ from .._machines.grants import (
     thread_lengths,
 )
 from .._machines.grants import encode_grant_order as encode
+from .._machines.messages import MessageOrder
 from .._machines.planner import (
     REPLICATED,
     STRATEGIES,
@@ -42,6 +43,7 @@ from .._machines.planner import (
     Task,
     make_plan,
     replicated_plan,
+    serial_plan,
     wavefront_plan,
 )
 from .._machines.schedule import Schedule, serial_order
@@ -78,10 +80,6 @@ class OpState:
     #: per local node, the last invocation's (round, thread, start, end) of each thread's
     #: task groups, in seconds from that node's start of the round
     thread_times: dict[int, list[tuple[int, int, float, float]]] = field(default_factory=dict)
-
-
-#: Set by tests/dual tests: force a strategy or a serial order for the next plans.
-PLAN_OVERRIDES: dict[str, Any] = {}
 
 
 def _round_writes(sess: Session, plan: Plan) -> tuple[list[list[RoundWrites]], list[Any]]:
@@ -123,11 +121,7 @@ def _recon(
 
 def _plan(sess: Session, name: str, sets: AccessSets, requested: str = "auto") -> Plan:
     cl = sess.cluster
-    order = PLAN_OVERRIDES.get("order")
-    if order is not None:
-        return wavefront_plan(sets, order, cl.size, cl.threads)
-    strategy = PLAN_OVERRIDES.get("strategy", requested)
-    return make_plan(sets, cl.size, cl.threads, seed=sess.seed, strategy=strategy)
+    return make_plan(sets, cl.size, cl.threads, seed=sess.seed, strategy=requested)
 
 
 def _state(
@@ -171,16 +165,20 @@ def _new_state(
     return st
 
 
-def _use_override(sess: Session, st: OpState, inv: int) -> None:
-    """Dual tests: replace the planner's plan by the controller's (a given serial order)."""
-    if st.sets is None:
+def _follow_order(sess: Session, st: OpState, sched: Schedule | None) -> None:
+    """Dual tests: plan the schedule's serialization order instead of the planner's choice
+    (one plain loop on node 0 for a serial side, else the order's wavefront levels)."""
+    if sched is None or sched.order is None or st.sets is None:
         return
-    override = sess.controller.plan_override(st.name, inv, st.sets, sess.cluster.size)
-    if override is not None and override is not st.plan:
-        st.plan = override
-        st.round_writes, st.written_dds = _round_writes(sess, override)
-        st.lock_cache.clear()
-        st.guard_plan = None
+    cl = sess.cluster
+    if sched.serial:
+        plan = serial_plan(st.sets, sched.order, cl.size)
+    else:
+        plan = wavefront_plan(st.sets, sched.order, cl.size, sched.order_threads or cl.threads)
+    st.plan = plan
+    st.round_writes, st.written_dds = _round_writes(sess, plan)
+    st.lock_cache.clear()
+    st.guard_plan = None
 
 
 def _replicated(sess: Session, st: OpState, plan: Plan | None = None) -> OpState:
@@ -255,8 +253,11 @@ def async_for(
     inv = sess.next_invocation(name)
     st: OpState | None = sess.ops.get(name)
     code = getattr(body, "__code__", body)
-    sched = sess.controller.schedule(name, inv, "async_for", sess.cluster.size)
+    sched = sess.controller.schedule(name, inv, "async_for", sess.cluster.size, (start, stop))
     recorded = sched.plan if sched is not None and sched.replanned else None
+    sess.cluster.messages = (
+        sched.message_order() if sched is not None else MessageOrder(op=name, invocation=inv)
+    )
     made = False
     if recorded is not None and recorded.strategy == REPLICATED:
         base = st or OpState(name, start, stop, code, None, recorded, [], [])
@@ -274,7 +275,7 @@ def async_for(
     ):
         st = _new_state(sess, name, inv, body, start, stop, code, strategy)
         made = True
-    _use_override(sess, st, inv)
+    _follow_order(sess, st, sched)
     sess.ops[name] = st
     sess.controller.check_plan(name, inv, st.plan)
     t1 = time.perf_counter()
@@ -284,7 +285,7 @@ def async_for(
     if violation is not None:
         _note(sess, violation, "re-planned it")
         st = sess.ops[name] = _new_state(sess, name, inv, body, start, stop, code, strategy)
-        _use_override(sess, st, inv)
+        _follow_order(sess, st, sched)
         round_s, again = _attempt(sess, st, run_body, inv, checked, replan, sched)
         if again is not None:
             _note(
@@ -756,4 +757,4 @@ def plan_of(name: str) -> Plan:
     return st.plan
 
 
-__all__ = ["PLAN_OVERRIDES", "async_for", "last_order", "plan_of"]
+__all__ = ["async_for", "last_order", "plan_of"]

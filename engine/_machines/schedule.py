@@ -20,6 +20,13 @@ The lookups here keep the meaning the engine relies on:
   Hybrid clock (``None`` where the node has nothing recorded: free).
 - ``serial``: single-process replay runs each node-round on one thread, in the order
   :func:`serial_order` derives from the plan's tasks and the grant log.
+- ``messages``: per node and channel, the sources of the invocation's messages in arrival
+  order (``engine._machines.messages``; ``None``: free); ``partial`` says the followed run
+  stopped inside this invocation, so running past its logs means its trace is exhausted.
+- ``order``: the loop-index order an ``async_for`` invocation must serialize to (the dual
+  tests' sides): the engine plans it from its own reconnaissance — one plain loop on node 0
+  when ``serial`` is set, else the wavefront levels of the order on ``order_threads``
+  threads per node (0: the run's threads).
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ import numpy as np
 
 from .._errors import DivergenceError
 from .grants import recorded_ticket_order
+from .messages import MessageLog, MessageOrder
 
 if TYPE_CHECKING:
     from .planner import Plan, Task
@@ -161,6 +169,8 @@ class Schedule:
     ``plan``: the plan in force at this invocation in the run being followed (``None``: not
     known); ``replanned``: that run made it here, so this run uses it instead of reusing or
     making its own.  ``grants``: ``None`` lets lock-split groups take their locks freely.
+    ``order``/``order_threads``: a serialization order to plan from (see the module
+    docstring); ``None`` lets the planner choose.
     """
 
     op: str
@@ -171,6 +181,10 @@ class Schedule:
     visibility: VisibilityLog = field(default_factory=VisibilityLog)
     mutex: MutexLog = field(default_factory=MutexLog)
     serial: bool = False
+    messages: MessageLog | None = None
+    partial: bool = False
+    order: np.ndarray | None = None
+    order_threads: int = 0
 
     def grant_order(self, node: int, round: int) -> tuple[np.ndarray, np.ndarray] | None:
         """The deviation log of a node-round's ticket order (``None``: take locks freely)."""
@@ -200,6 +214,12 @@ class Schedule:
     def has_visibility(self, node: int) -> bool:
         """Whether ``node``'s SSP clocks follow recorded visibility."""
         return self.visibility.has(node)
+
+    def message_order(self) -> MessageOrder:
+        """A fresh message-order machine for this invocation's receives."""
+        return MessageOrder(
+            self.messages, op=self.op, invocation=self.invocation, partial=self.partial
+        )
 
     def mutex_order(self, node: int, clock: int) -> list[tuple[int, int]] | None:
         """``node``'s (thread, minibatch) mutex grant order in ``clock`` (``None``: free)."""

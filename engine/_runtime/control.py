@@ -2,9 +2,8 @@
 
 The engine asks its session's :class:`Controller` for the
 :class:`~engine._machines.schedule.Schedule` of each invocation before it starts (the plan,
-lock-grant, SSP-visibility and node-mutex orders, all as one value), and per receive for
-the source of the next message.  The default controller allows whatever happens (a normal
-run).
+and the lock-grant, SSP-visibility, node-mutex and message orders, all as one value).  The
+default controller allows whatever happens (a normal run).
 """
 
 from __future__ import annotations
@@ -21,26 +20,26 @@ class Controller:
 
     The engine asks :meth:`schedule` once when an invocation starts; everything the
     invocation could do in more than one way is answered by that value (``None``: free).
-    The other hooks are for the dual tests (a given plan, their own ``sync_for``
+    The other hooks are for the dual tests (their own ``sync_for``
     executor), for debugging (breakpoints, a stop after an invocation) and for checking
-    the plan; messages are a per-run stream, asked per receive.
+    the plan.
     """
 
-    def schedule(self, op: str, invocation: int, kind: str, nodes: int) -> Schedule | None:
+    def schedule(
+        self,
+        op: str,
+        invocation: int,
+        kind: str,
+        nodes: int,
+        span: tuple[int, int] | None = None,
+    ) -> Schedule | None:
         """The schedule of invocation ``invocation`` of ``op`` (``kind``: ``async_for`` or
-        ``sync_for``) on ``nodes`` nodes, or None for a free run.  Called before it starts."""
+        ``sync_for``) on ``nodes`` nodes, or None for a free run.  Called before it starts;
+        ``span`` is an ``async_for``'s ``(start, stop)``."""
         return None
 
     def check_plan(self, op: str, invocation: int, plan: Plan) -> None:
         """Raise :class:`DivergenceError` if ``plan`` is not the recorded one."""
-
-    def message_source(self, node: int, channel: str, k: int) -> int | None:
-        """Source of the ``k``-th message ``node`` receives on ``channel`` (None: any)."""
-        return None
-
-    def plan_override(self, op: str, invocation: int, sets: Any, nodes: int) -> Plan | None:
-        """A plan to run instead of the planner's (dual tests: a given serial order)."""
-        return None
 
     def sync_executor(self) -> Any:
         """A callable that runs ``sync_for`` instead of the engine (dual tests' serial side)."""

@@ -208,7 +208,6 @@ class Session:
         self.mode = "driver"
         cluster.bind = self.bind
         cluster.on_message = self._on_message
-        cluster.expect_source = self.controller.message_source
 
     def _on_message(self, node: int, channel: str, source: int, seq: int, nbytes: int) -> None:
         self.recorder.message_received(node, channel, source, seq, nbytes)

@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .._machines.messages import MessageOrder
+
 if TYPE_CHECKING:
     from .._data.dds import _DDS
 
@@ -58,9 +60,8 @@ class Cluster:
         self._pools: dict[int, ThreadPoolExecutor] = {}
         self.bind: Callable[[int], None] = lambda node: None
         self.on_message: Callable[[int, str, int, int, int], None] | None = None
-        #: replay hook: source the k-th message on (node, channel) must come from
-        self.expect_source: Callable[[int, str, int], int | None] = lambda node, ch, k: None
-        self._recv_count: dict[tuple[int, str], int] = {}
+        #: the current invocation's message-order machine (set by the operator; free)
+        self.messages = MessageOrder()
 
     def pool(self, node: int) -> ThreadPoolExecutor:
         """The worker threads of ``node`` (created on first use)."""
@@ -90,11 +91,11 @@ class Cluster:
 
     def mark(self) -> tuple[Any, ...]:
         """The message counters, to :meth:`rewind` to when an attempt is undone."""
-        return (dict(self._recv_count),)
+        return (self.messages.mark(),)
 
     def rewind(self, mark: tuple[Any, ...]) -> None:
         """Forget the messages of an undone attempt (their sequence numbers are reused)."""
-        self._recv_count = dict(mark[0])
+        self.messages.rewind(mark[0])
 
     def gather_owned(self, dds: _DDS) -> np.ndarray:
         parts = self.run_on_nodes(lambda node: dds.rows(node, dds.owned(node)))
@@ -170,6 +171,7 @@ class InProcessCluster(Cluster):
             self._seqs[src] = seq + 1
             for dst in self.local_nodes:
                 if dst != src:
+                    self.messages.arrived(dst, "rows", src)
                     if self.on_message is not None:
                         self.on_message(dst, "rows", src, seq, nbytes)
         return stopped
@@ -246,11 +248,10 @@ class MpiCluster(Cluster):
         status = MPI.Status()
         anyone = stopped
         for _ in range(P - 1):
-            k = self._recv_count.get((me, "rows"), 0)
-            self._recv_count[(me, "rows")] = k + 1
-            want = self.expect_source(me, "rows", k)
+            want = self.messages.expect(me, "rows")
             comm.Probe(MPI.ANY_SOURCE if want is None else want, TAG_ROWS, status)
             src = status.Get_source()
+            self.messages.arrived(me, "rows", src)
             nbytes = status.Get_count(MPI.BYTE)
             buf = np.empty(nbytes, dtype=np.uint8)
             comm.Recv([buf, MPI.BYTE], src, TAG_ROWS)

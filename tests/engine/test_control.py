@@ -84,7 +84,7 @@ class Replaying(Controller):
     def __init__(self, orders) -> None:
         self.orders = orders
 
-    def schedule(self, op, invocation, kind, nodes):
+    def schedule(self, op, invocation, kind, nodes, span=None):
         mine = {
             (node, r): v
             for (o, inv, node, r), v in self.orders.items()
@@ -138,7 +138,7 @@ def test_forced_serial_order_runs_on_one_thread() -> None:
     order_seen = {}
 
     class Serial(Controller):
-        def schedule(self, op, invocation, kind, nodes):
+        def schedule(self, op, invocation, kind, nodes, span=None):
             return Schedule(op, invocation, grants=GrantLog(), serial=True)
 
         def wrap_body(self, op, invocation, node, body):
@@ -151,3 +151,38 @@ def test_forced_serial_order_runs_on_one_thread() -> None:
 
     ap.run(program, nodes=2, threads=3, controller=Serial())
     assert order_seen
+
+
+@pytest.mark.parametrize("serial", [True, False])
+def test_schedule_order_is_the_serialization_order(serial: bool) -> None:
+    """A schedule's ``order`` replaces the planner's choice: the run serializes to it
+    (one plain loop on node 0 when ``serial``, else its wavefront levels)."""
+    rng = np.random.default_rng(3)
+    n = 40
+    want = rng.permutation(n)
+
+    class Ordered(Controller):
+        def schedule(self, op, invocation, kind, nodes, span=None):
+            assert kind == "async_for" and span == (0, n)
+            return Schedule(op, invocation, serial=serial, order=want, order_threads=2)
+
+    def program() -> None:
+        X = ap.dvector(4, shape=(), init=ap.init.zeros(), name="X")
+
+        def body(j: int) -> None:
+            X[j % 4] = X[j % 4] * 1.5 + j
+
+        ap.async_for(0, n, body, name="fold")
+        ap.log_objective("x", float(X.gather().sum()))
+
+    got = ap.run(program, nodes=2, threads=2, controller=Ordered(), test_mode=True)
+    if serial:
+        assert np.array_equal(got.orders[("fold", 0)], want)
+    else:  # wavefront levels keep the order of every pair of bodies that share an element
+        done = got.orders[("fold", 0)]
+        for r in range(4):
+            assert np.array_equal(done[done % 4 == r], want[want % 4 == r])
+    x = np.zeros(4)
+    for j in want:
+        x[j % 4] = x[j % 4] * 1.5 + j
+    assert got.objectives["x"] == [float(x.sum())]

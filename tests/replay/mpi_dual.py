@@ -20,7 +20,7 @@ import numpy as np
 from mpi4py import MPI
 
 import engine
-from engine.lowlevel import MutexLog, Schedule, serial_plan, wavefront_plan
+from engine.lowlevel import MutexLog, Schedule
 from replay import strategies as rs
 from replay.testing import OrderSource
 
@@ -54,7 +54,19 @@ class Follow(engine.Controller):
         self.body_orders = body_orders or {}
         self.serial = serial
 
-    def schedule(self, op: str, invocation: int, kind: str, nodes: int) -> Any:
+    threads = 0
+
+    def order(self, op: str, invocation: int, start: int, stop: int) -> np.ndarray | None:
+        return None
+
+    def schedule(self, op: str, invocation: int, kind: str, nodes: int, span: Any = None) -> Any:
+        if kind == "async_for":
+            order = self.order(op, invocation, *span) if span else None
+            if order is None:
+                return None
+            return Schedule(
+                op, invocation, serial=self.serial, order=order, order_threads=self.threads
+            )
         mine = {
             (node, clock): order
             for (o, inv, node, clock), order in self.body_orders.items()
@@ -72,8 +84,8 @@ class SerialOrders(Follow):
         super().__init__(body_orders, serial=True)
         self.orders = orders
 
-    def plan_override(self, op: str, invocation: int, sets: Any, nodes: int) -> Any:
-        return serial_plan(sets, self.orders(op, invocation, sets.start, sets.n), nodes)
+    def order(self, op: str, invocation: int, start: int, stop: int) -> np.ndarray | None:
+        return self.orders(op, invocation, start, stop - start)
 
 
 class Wavefront(Follow):
@@ -86,8 +98,8 @@ class Wavefront(Follow):
         self.orders = orders
         self.threads = threads
 
-    def plan_override(self, op: str, invocation: int, sets: Any, nodes: int) -> Any:
-        return wavefront_plan(sets, self.orders[(op, invocation)], nodes, self.threads)
+    def order(self, op: str, invocation: int, start: int, stop: int) -> np.ndarray | None:
+        return self.orders[(op, invocation)]
 
 
 def outcome(res: engine.RunResult) -> tuple[list[tuple[str, int, str, str]], Any]:

@@ -46,10 +46,10 @@ def test_lock_split_programs_pass_both_directions(nodes: int, threads: int) -> N
 
 def test_a_forward_failure_is_localised_to_element_and_index(monkeypatch) -> None:
     """Break the parallel side on purpose: a wavefront plan that drops a level boundary."""
-    from replay import _dualctl
+    from engine._asyncfor import loop
     from replay import testing as t
 
-    real = _dualctl.wavefront_plan
+    real = loop.wavefront_plan
 
     def merged(sets, order, nodes, threads):
         plan = real(sets, order, nodes, threads)
@@ -63,7 +63,7 @@ def test_a_forward_failure_is_localised_to_element_and_index(monkeypatch) -> Non
             plan.writes = _round_writes(plan, sets)
         return plan
 
-    monkeypatch.setattr(_dualctl, "wavefront_plan", merged)
+    monkeypatch.setattr(loop, "wavefront_plan", merged)
     res = t.forward(lock_heavy, nodes=1, threads=1)
     assert not res.passed
     d = res.divergence

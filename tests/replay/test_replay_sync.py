@@ -127,7 +127,7 @@ class _Script(engine.Controller):
     def __init__(self, log: _Log) -> None:
         self.log = log
 
-    def schedule(self, op: str, invocation: int, kind: str, nodes: int) -> Any:
+    def schedule(self, op: str, invocation: int, kind: str, nodes: int, span: Any = None) -> Any:
         visible = {(n, c): v for (i, n, c), v in self.log.visible.items() if i == invocation}
         return Schedule(
             op,
@@ -161,7 +161,9 @@ def test_in_process_replay_reproduces_the_visibility_of_other_delays() -> None:
 
 def test_in_process_unreachable_visibility_raises_divergence() -> None:
     class Bad(engine.Controller):
-        def schedule(self, op: str, invocation: int, kind: str, nodes: int) -> Any:
+        def schedule(
+            self, op: str, invocation: int, kind: str, nodes: int, span: Any = None
+        ) -> Any:
             # every clock: its own update of the clock it is about to run
             seen = {(n, c): (c,) * nodes for n in range(nodes) for c in range(100)}
             return Schedule(op, invocation, visibility=VisibilityLog.build(seen))
