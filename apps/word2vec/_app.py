@@ -161,6 +161,8 @@ def train(
             if len(got.target) == 0:
                 L[batch.number] = (0.0, 0.0)
                 return
+            # read each touched row once, run the pairs one by one on the local copies,
+            # write each row back once (sync_for turns the writes into deltas)
             plan = _model.gather_plan(got)
             ins, outs = plan.in_rows.tolist(), plan.out_rows.tolist()
             h = np.stack([W_in[k] for k in ins])
