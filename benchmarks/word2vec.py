@@ -44,8 +44,8 @@ HYPER = {
     "alpha": 0.025,
     "min_alpha": 0.0001,
 }
-#: Ours only: words per sentence piece, pieces per minibatch, shared negatives.
-OURS = {"sentence_len": 100, "minibatch": 1, "pool": 128}
+#: Ours only: words per sentence piece, pieces per minibatch, shared negatives (0: per pair).
+OURS = {"sentence_len": 100, "minibatch": 32, "pool": 0}
 
 
 def gensim_run(

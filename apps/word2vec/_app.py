@@ -1,12 +1,15 @@
 """Word2vec: skip-gram with negative sampling, trained with ``sync_for`` over sentences.
 
-The serial program is minibatch SGD over the sentences: each minibatch subsamples
-its frequent words, forms (context, centre) pairs within a reduced window, draws
-noise words from the unigram^0.75 table and takes one vectorised step (see
-``_model``).  The changes for the engine: the sentences and the two embedding
-matrices are DDS, the loop over minibatches is a ``sync_for``, and every random draw
-comes from ``ap.rng()`` (seeded by run seed, operator, epoch and minibatch), so a
-minibatch draws the same words on any node, thread, replay or serial run.
+The serial program is gensim's: for each sentence, subsample its frequent words,
+form (context, centre) pairs within a reduced window, draw noise words from the
+unigram^0.75 table and update the vectors after every pair.  The changes for the
+engine: the sentences and the two embedding matrices are DDS, the loop over
+minibatches is a ``sync_for``, and every random draw comes from ``ap.rng()`` (seeded
+by run seed, operator, epoch and minibatch), so a minibatch draws the same words on
+any node, thread, replay or serial run.  A body gathers the rows its minibatch
+touches from the DDS once, runs the pairs one after the other on those local copies
+(a numba kernel, ``_kernel``), and writes each row back once; ``sync_for`` turns the
+writes into deltas.
 
 Choices that follow from the workload:
 
@@ -16,9 +19,9 @@ Choices that follow from the workload:
 * ``replan="always"``: the noise words (and the subsampled words) of a minibatch
   change every epoch, since ``ap.rng()`` is seeded by the invocation, so each epoch's
   reconnaissance is run up front rather than discovered by a violation.
-* Shared negatives (``pool``): each pair takes its noise words from one small draw per
-  minibatch, so a minibatch reads and writes a few hundred rows instead of about
-  1,500; every row is a Python-level DDS access, and those dominated the body.
+* Noise words are drawn per pair, as gensim does; ``pool > 0`` instead shares one
+  small draw per minibatch (fewer distinct rows, hence fewer DDS accesses, at the
+  price of correlated negatives).
 * Each minibatch's loss goes to its own row of the ``loss`` DDS (bodies may write
   only DDS), summed by the driver after the epoch.
 """
@@ -35,7 +38,7 @@ import numpy as np
 import engine as ap
 
 from .._errors import AppError
-from . import _data, _eval, _model
+from . import _data, _eval, _kernel, _model
 
 #: The synchronisation models ``-p sync=`` accepts.
 SYNC_MODELS = ("bsp", "ssp", "hybrid")
@@ -87,8 +90,8 @@ def train(
     alpha: float = 0.025,
     min_alpha: float = 0.0001,
     sentence_len: int = 100,
-    minibatch: int = 1,
-    pool: int = 128,
+    minibatch: int = 32,
+    pool: int = 0,
     sync: str = "hybrid",
     staleness: int = 2,
     per_clock: int = 1,
@@ -101,9 +104,9 @@ def train(
     real corpus, ``analogy`` (3CosAdd accuracy on the covered questions) at the end.
 
     ``minibatch`` sentences (of at most ``sentence_len`` words) per step; the learning
-    rate falls linearly from ``alpha`` to ``min_alpha`` over all steps.  ``pool > 0``
-    shares negatives: a minibatch draws ``pool`` noise words and each pair takes its
-    ``negative`` from them (fewer distinct rows per step; ``0``: independent draws).
+    rate falls linearly from ``alpha`` to ``min_alpha`` over all steps.  Each pair
+    draws its ``negative`` noise words (gensim's way); ``pool > 0`` shares them: a
+    minibatch draws ``pool`` noise words and each pair takes its ``negative`` from them.
     """
     if (
         epochs < 0
@@ -130,6 +133,7 @@ def train(
         raise AppError(f"word2vec: sync must be bsp, ssp or hybrid, got {sync!r}")
     if corpus not in _data.CORPORA:
         raise AppError(f"word2vec: corpus must be lee or head500, got {corpus!r}")
+    kernel = _kernel.kernel()  # compile before any data is read: a failure is one line
     rows, vocab, pairs, questions = load(corpus, synthetic, data, sentence_len, min_count)
     V = len(vocab)
     keep = _model.keep_probabilities(vocab.counts, sample)
@@ -137,7 +141,7 @@ def train(
     S = ap.dvector(len(rows), shape=(sentence_len,), dtype=np.int32, data=rows, name="sentences")
     # gensim's initialisation: small uniform input vectors, zero output vectors
     W_in = ap.dvector(
-        V, shape=(dim,), dtype=np.float32, init=ap.init.uniform(-0.5 / dim, 0.5 / dim), name="W_in"
+        V, shape=(dim,), dtype=np.float32, init=ap.init.uniform(-1.0 / dim, 1.0 / dim), name="W_in"
     )
     W_out = ap.dvector(V, shape=(dim,), dtype=np.float32, init=ap.init.zeros(), name="W_out")
     M = -(-len(rows) // minibatch)
@@ -157,11 +161,13 @@ def train(
             if len(got.target) == 0:
                 L[batch.number] = (0.0, 0.0)
                 return
+            # read each touched row once, run the pairs one by one on the local copies,
+            # write each row back once (sync_for turns the writes into deltas)
             plan = _model.gather_plan(got)
             ins, outs = plan.in_rows.tolist(), plan.out_rows.tolist()
             h = np.stack([W_in[k] for k in ins])
             o = np.stack([W_out[k] for k in outs])
-            new_in, new_out, part = _model.step(plan, h, o, lr)
+            new_in, new_out, part = _model.step(plan, h, o, lr, kernel)
             for k, v in zip(ins, new_in, strict=True):
                 W_in[k] = v
             for k, v in zip(outs, new_out, strict=True):

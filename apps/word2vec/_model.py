@@ -1,14 +1,14 @@
 """The numerical core of skip-gram with negative sampling, one minibatch at a time.
 
-Everything here is plain numpy on plain arrays, so the loop body, the tests and the
-benchmark share one implementation of the arithmetic.  A minibatch is a block of
-token-id rows (``-1`` pads the end of a row).  For it :func:`minibatch_pairs` draws,
-from one generator, in a fixed order: which words survive frequent-word subsampling,
-each surviving word's reduced window, and ``negative`` noise words per (context,
-centre) pair from the unigram^0.75 distribution.  :func:`sgns_update` then takes one
-SGD step on the pairs from the rows as they were at the start of the minibatch (the
-gradients of a word that occurs several times add up), which is what lets the body
-be vectorised instead of looping over words in Python.
+The loop body, the tests and the benchmark share this one implementation.  A
+minibatch is a block of token-id rows (``-1`` pads the end of a row).  For it
+:func:`minibatch_pairs` draws, from one generator, in a fixed order: which words
+survive frequent-word subsampling, each surviving word's reduced window, and
+``negative`` noise words per (context, centre) pair from the unigram^0.75
+distribution, and lists the pairs in gensim's order.  :func:`gather_plan` names the
+distinct rows the pairs touch; :func:`step` runs gensim's per-pair SGD over local
+copies of those rows (the compiled kernel of ``_kernel``; :func:`reference_step` is
+the same arithmetic in numpy, for tests), so the body reads and writes each row once.
 
 The pair convention is gensim's: the *input* vector of the context word predicts the
 *output* vector of the centre word (``syn0[context]`` against ``syn1neg[centre]``),
@@ -17,17 +17,17 @@ and a noise word equal to the centre word is skipped.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.sparse as sp
+
+from . import _kernel
 
 #: Exponent of the noise distribution (Mikolov et al.): flattens the unigram counts.
 NOISE_POWER = 0.75
 #: Slots of the noise table: more slots follow count**0.75 more closely for rare words.
 NOISE_TABLE = 1_000_000
-#: Scores are clipped to +-this before the sigmoid, so a saturated pair adds no NaN.
-MAX_SCORE = 30.0
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,12 @@ def minibatch_pairs(
     rng: np.random.Generator,
     pool: int = 0,
 ) -> Pairs:
-    """Subsample the words of ``rows``, form skip-gram pairs and draw their noise words."""
+    """Subsample the words of ``rows``, form skip-gram pairs and draw their noise words.
+
+    The pairs come in gensim's order: centre word by centre word, and for each its
+    context words from left to right.  Draws, in this order: one uniform per word
+    (subsampling), one reduced window per surviving word, then the noise words.
+    """
     rows = np.asarray(rows)
     ids = rows.reshape(-1)
     sent = np.repeat(np.arange(rows.shape[0]), rows.shape[1]) if rows.ndim == 2 else None
@@ -86,18 +91,14 @@ def minibatch_pairs(
     n = len(ids)
     # gensim's reduced window: each centre word looks window - b words either side
     reach = window - rng.integers(0, window, size=n) if n else np.zeros(0, dtype=np.int64)
-    ctx_parts, tgt_parts = [], []
-    for d in range(1, window + 1):
-        centre = np.flatnonzero(reach[: n - d] >= d) if n > d else np.zeros(0, dtype=np.int64)
-        right = centre[sent[centre] == sent[centre + d]]
-        ctx_parts.append(ids[right + d])
-        tgt_parts.append(ids[right])
-        centre = np.flatnonzero(reach[d:] >= d) + d if n > d else np.zeros(0, dtype=np.int64)
-        left = centre[sent[centre] == sent[centre - d]]
-        ctx_parts.append(ids[left - d])
-        tgt_parts.append(ids[left])
-    context = np.concatenate(ctx_parts) if ctx_parts else np.zeros(0, dtype=np.int64)
-    target = np.concatenate(tgt_parts) if tgt_parts else np.zeros(0, dtype=np.int64)
+    offsets = np.concatenate([np.arange(-window, 0), np.arange(1, window + 1)])
+    pos = np.arange(n)[:, None] + offsets[None, :]  # (n, 2 * window), left to right
+    inside = (pos >= 0) & (pos < n) & (np.abs(offsets)[None, :] <= reach[:, None])
+    safe = np.clip(pos, 0, max(n - 1, 0))
+    inside &= sent[safe] == sent[:, None]
+    centre, col = np.nonzero(inside)  # row-major: centre by centre, context left to right
+    target = ids[centre]
+    context = ids[pos[centre, col]]
     if pool > 0:  # shared negatives: every pair draws from one small sample of the noise
         words = table[rng.integers(0, len(table), size=pool)]
         noise = words[rng.integers(0, pool, size=(len(target), negative))]
@@ -125,19 +126,77 @@ def gather_plan(pairs: Pairs) -> Gather:
     in_rows, ctx = np.unique(pairs.context, return_inverse=True)
     outs = np.concatenate([pairs.target[:, None], pairs.noise], axis=1)
     out_rows, out_idx = np.unique(outs, return_inverse=True)
-    return Gather(in_rows, ctx.reshape(-1), out_rows, out_idx.reshape(outs.shape), outs)
+    return Gather(
+        in_rows,
+        np.ascontiguousarray(ctx.reshape(-1), dtype=np.int64),
+        out_rows,
+        np.ascontiguousarray(out_idx.reshape(outs.shape), dtype=np.int64),
+        np.ascontiguousarray(outs, dtype=np.int64),
+    )
 
 
 def step(
+    plan: Gather,
+    h_rows: np.ndarray,
+    o_rows: np.ndarray,
+    lr: float,
+    kernel: _kernel.Kernel | None = None,
+) -> tuple[np.ndarray, np.ndarray, float]:
+    """gensim's sequential SGD over the pairs of ``plan`` on gathered rows.
+
+    ``h_rows`` are the float32 input vectors of ``plan.in_rows``, ``o_rows`` the output
+    vectors of ``plan.out_rows`` (neither is changed).  Returns their values after the
+    pairs and the summed negative log-likelihood.  ``kernel`` defaults to the compiled
+    :func:`~apps.word2vec._kernel.sgns_pairs`; :func:`reference_step` gives the same bits.
+    """
+    h = np.array(h_rows, dtype=np.float32, order="C")
+    o = np.array(o_rows, dtype=np.float32, order="C")
+    run = _kernel.kernel() if kernel is None else kernel
+    loss = run(h, o, plan.ctx, plan.out_idx, plan.outs, float(lr))
+    return h, o, float(loss)
+
+
+def reference_step(
     plan: Gather, h_rows: np.ndarray, o_rows: np.ndarray, lr: float
 ) -> tuple[np.ndarray, np.ndarray, float]:
-    """One SGD step of skip-gram with negative sampling on gathered rows.
+    """:func:`step` written with numpy rows, for tests: the same float32 operations in
+    the same order (the dot product as the kernel's float32 lane sums, the saxpys as
+    float32 row operations), so it matches the compiled kernel bit for bit."""
+    h = np.array(h_rows, dtype=np.float32)
+    o = np.array(o_rows, dtype=np.float32)
+    loss = 0.0
+    for p in range(len(plan.ctx)):
+        c = plan.ctx[p]
+        work = np.zeros(h.shape[1], dtype=np.float32)
+        for d in range(plan.out_idx.shape[1]):
+            if d > 0 and plan.outs[p, d] == plan.outs[p, 0]:
+                continue
+            t = plan.out_idx[p, d]
+            x = float(_dot(h[c], o[t]))
+            z = -x if d == 0 else x
+            loss += max(z, 0.0) + math.log1p(math.exp(-abs(z)))
+            if abs(x) >= _kernel.MAX_EXP:
+                continue
+            label = 1.0 if d == 0 else 0.0
+            g = np.float32((label - 1.0 / (1.0 + math.exp(-x))) * lr)
+            work += g * o[t]
+            o[t] += g * h[c]
+        h[c] += work
+    return h, o, loss
 
-    ``h_rows`` are the input vectors of ``plan.in_rows``, ``o_rows`` the output vectors
-    of ``plan.out_rows``.  Returns their values after the step and the summed negative
-    log-likelihood of the pairs before it.
-    """
-    return _step(h_rows, o_rows, plan.ctx, plan.out_idx, plan.outs, lr)
+
+def _dot(a: np.ndarray, b: np.ndarray) -> np.float32:
+    """The kernel's float32 dot product: lane j sums the products j, j + LANES, ... left
+    to right (a running float32 sum), then the lanes are added in order."""
+    prod = a * b
+    lanes = [
+        np.cumsum(prod[j :: _kernel.LANES], dtype=np.float32)[-1]
+        for j in range(min(_kernel.LANES, len(prod)))
+    ]
+    f = lanes[0]
+    for part in lanes[1:]:
+        f = np.float32(f + part)
+    return np.float32(f)
 
 
 def sgns_update(
@@ -149,46 +208,11 @@ def sgns_update(
     return plan.in_rows, new_in, plan.out_rows, new_out, loss
 
 
-def _step(
-    h_rows: np.ndarray,
-    o_rows: np.ndarray,
-    ctx: np.ndarray,
-    out_idx: np.ndarray,
-    outs: np.ndarray,
-    lr: float,
-) -> tuple[np.ndarray, np.ndarray, float]:
-    """The step on gathered rows: ``ctx`` indexes ``h_rows``, ``out_idx`` ``o_rows``."""
-    dtype = h_rows.dtype
-    P, K1 = out_idx.shape
-    h = h_rows[ctx]  # (P, d)
-    o = o_rows[out_idx]  # (P, 1+K, d)
-    score = np.clip(np.matmul(o, h[:, :, None])[:, :, 0], -MAX_SCORE, MAX_SCORE)
-    # a noise word equal to the centre word is skipped, as in word2vec.c and gensim
-    live = np.ones((P, K1), dtype=bool)
-    live[:, 1:] = outs[:, 1:] != outs[:, :1]
-    signed = score.copy()
-    signed[:, 1:] *= -1.0
-    loss = float(np.logaddexp(0.0, -signed)[live].sum())
-    # label - sigmoid(score): 1 - s(x) = s(-x) for the centre word, -s(x) for noise
-    g = 1.0 / (1.0 + np.exp(signed))
-    g[:, 1:] *= -1.0
-    g *= live
-    g *= lr
-    g = g.astype(dtype, copy=False)
-    grad_h = np.matmul(g[:, None, :], o)[:, 0, :]  # (P, d)
-    cols = np.repeat(np.arange(P), K1)
-    to_out = sp.csr_matrix((g.reshape(-1), (out_idx.reshape(-1), cols)), shape=(len(o_rows), P))
-    to_in = sp.csr_matrix((np.ones(P, dtype=dtype), (ctx, np.arange(P))), shape=(len(h_rows), P))
-    new_out = o_rows + np.asarray(to_out @ h)
-    new_in = h_rows + np.asarray(to_in @ grad_h)
-    return new_in.astype(dtype, copy=False), new_out.astype(dtype, copy=False), loss
-
-
 __all__ = [
     "Gather",
     "gather_plan",
+    "reference_step",
     "step",
-    "MAX_SCORE",
     "NOISE_POWER",
     "Pairs",
     "keep_probabilities",

@@ -18,11 +18,11 @@ import engine as ap
 from apps import _datasets
 from apps._datasets import DatasetUnavailableError, cache_dir
 from apps._errors import AppError
-from apps.word2vec import _data, _eval, _model, train
+from apps.word2vec import _data, _eval, _kernel, _model, train
 from tests.conftest import run_cli
 
 #: A small synthetic run: fast, and still enough to learn the planted synonyms.
-SMALL = {"synthetic": True, "dim": 16, "epochs": 3}
+SMALL = {"synthetic": True, "dim": 16, "epochs": 3, "minibatch": 4}
 
 
 # --- gensim's test data from the wheel -----------------------------------------------------
@@ -271,6 +271,103 @@ def test_a_noise_word_equal_to_the_centre_is_skipped() -> None:
     assert loss == pytest.approx(-np.log(sig2))
 
 
+def test_pairs_come_in_gensims_order() -> None:
+    # centre by centre, each centre's context words left to right, never across sentences
+    rows = np.array([[0, 1, 2], [3, 4, -1]])
+    got = _model.minibatch_pairs(rows, np.ones(5), np.arange(5, dtype=np.int32), 2, 1, FixedReach())
+    assert list(zip(got.target.tolist(), got.context.tolist(), strict=True)) == [
+        (0, 1),
+        (0, 2),
+        (1, 0),
+        (1, 2),
+        (2, 0),
+        (2, 1),
+        (3, 4),
+        (4, 3),
+    ]
+
+
+class FixedReach:
+    """A stand-in generator: keeps every word and gives every word the full window."""
+
+    def random(self, n: int) -> np.ndarray:
+        return np.zeros(n)
+
+    def integers(self, lo: int, hi: int, size: object = None) -> np.ndarray:
+        return np.zeros(size, dtype=np.int64)
+
+
+def tiny_minibatch(seed: int, dim: int = 8, scale: float = 0.5) -> tuple:
+    """(plan, input rows, output rows) of a random two-sentence minibatch over 30 words."""
+    rng = np.random.default_rng(seed)
+    rows = rng.integers(0, 30, size=(2, 25)).astype(np.int32)
+    rows[1, 20:] = -1
+    counts = np.bincount(rows[rows >= 0], minlength=30) + 1
+    keep = _model.keep_probabilities(counts, 1e-2)
+    table = _model.noise_table(counts, size=500)
+    pairs = _model.minibatch_pairs(rows, keep, table, 3, 4, rng)
+    plan = _model.gather_plan(pairs)
+    w_in = rng.normal(0, scale, size=(30, dim)).astype(np.float32)
+    w_out = rng.normal(0, scale, size=(30, dim)).astype(np.float32)
+    return plan, w_in[plan.in_rows], w_out[plan.out_rows]
+
+
+@pytest.mark.parametrize(
+    "seed,dim,scale", [(0, 8, 0.5), (1, 13, 0.5), (2, 100, 0.1), (3, 8, 3.0), (5, 5, 0.5)]
+)
+def test_the_compiled_kernel_equals_the_numpy_reference_bit_for_bit(
+    seed: int, dim: int, scale: float
+) -> None:
+    # bitwise, not approximately: both round every float32 multiply and add separately, sum
+    # the dot product left to right and take exp/log1p in float64 from the C library
+    plan, h, o = tiny_minibatch(seed, dim, scale)
+    assert len(plan.ctx) > 20
+    if seed == 0:  # the skip of a noise word equal to the centre word is exercised
+        assert (plan.outs[:, 1:] == plan.outs[:, :1]).any()
+    got_h, got_o, got_loss = _model.step(plan, h, o, 0.05)
+    ref_h, ref_o, ref_loss = _model.reference_step(plan, h, o, 0.05)
+    assert got_h.dtype == np.float32 and got_o.dtype == np.float32
+    assert np.array_equal(got_h, ref_h) and np.array_equal(got_o, ref_o)
+    assert got_loss == ref_loss
+    assert not np.array_equal(got_h, h) and not np.array_equal(got_o, o)  # it did train
+    if scale == 3.0:  # large vectors: many scores beyond +-MAX_EXP, which are not updated
+        scores = np.einsum("pd,pkd->pk", h[plan.ctx], o[plan.out_idx])
+        assert (np.abs(scores) >= _kernel.MAX_EXP).any()
+
+
+def test_a_later_pair_sees_the_update_of_an_earlier_one() -> None:
+    # the same pair twice is the one-pair update applied twice, not twice its gradient
+    rng = np.random.default_rng(4)
+    w_in, w_out = rng.normal(size=(4, 3)), rng.normal(size=(4, 3))
+    one = _model.Pairs(np.array([0]), np.array([1]), np.array([[2, 3]]), 2)
+    twice = _model.Pairs(np.array([0, 0]), np.array([1, 1]), np.array([[2, 3], [2, 3]]), 2)
+    _, h1, _, o1, _ = _model.sgns_update(one, w_in, w_out, 0.3)
+    w_in2, w_out2 = w_in.astype(np.float32), w_out.astype(np.float32)
+    w_in2[[0]], w_out2[[1, 2, 3]] = h1, o1
+    _, h2, _, o2, _ = _model.sgns_update(one, w_in2, w_out2, 0.3)
+    _, ht, _, ot, _ = _model.sgns_update(twice, w_in, w_out, 0.3)
+    assert np.array_equal(ht, h2) and np.array_equal(ot, o2)
+    summed = w_in[0] + 2 * (h1[0] - w_in[0])  # what one step with summed gradients gives
+    assert not np.allclose(ht[0], summed, atol=1e-4)
+
+
+def test_a_kernel_that_cannot_compile_is_one_line_app_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import numba
+
+    def broken(*args: object, **kwargs: object) -> object:
+        raise numba.core.errors.TypingError("Failed in nopython mode pipeline\nmore lines")
+
+    monkeypatch.setattr(_kernel, "_compiled", [])
+    monkeypatch.setattr(numba, "njit", broken)
+    with pytest.raises(AppError, match="cannot compile the training kernel") as err:
+        _kernel.kernel()
+    assert "\n" not in str(err.value) and "TypingError" in str(err.value)
+    with pytest.raises(AppError, match="cannot compile"):
+        ap.run(train, SMALL, nodes=1)
+
+
 # --- evaluation --------------------------------------------------------------------------------
 def test_wordsim_and_analogies_on_planted_vectors() -> None:
     index = {"king": 0, "queen": 1, "man": 2, "woman": 3, "car": 4}
@@ -341,7 +438,8 @@ def test_parallel_runs_learn_like_serial(
     assert par.objectives["wordsim"][-1] > serial - 0.1, (serial, par.objectives)
     assert par.planner["sgns"]["strategy"] == sync
     assert par.planner["sgns"]["params"] == ["W_in", "W_out", "loss"]
-    clocks = 400 // (nodes * threads * extra.get("per_clock", 1))  # 400 synthetic sentences
+    minibatches = -(-400 // SMALL["minibatch"])  # 400 synthetic sentences
+    clocks = -(-minibatches // (nodes * threads * extra.get("per_clock", 1)))
     assert par.planner["sgns"]["rounds"] == clocks
 
 
