@@ -522,13 +522,14 @@ def _run_node_round(
     if not tasks:
         return np.empty(0, dtype=np.int64)
     forced = None
+    body = sess.controller.wrap_body(st.name, inv, node, body)
     if sched is not None and sched.serial:
         # single-process replay: the node-round on one thread, in a recorded order
         forced = serial_order(sched, node, r, tasks)
         if sess.cluster.threads > 1 and _relaxed.active(sess):
+            # outside the breakpoint wrapper: pdb stops in the body, with its copies bound
             body = _relaxed.per_planned_thread(body, tasks)
         tasks = [Task(0, forced)]
-    body = sess.controller.wrap_body(st.name, inv, node, body)
     if sess.cluster.threads == 1 or len(tasks) == 1 and not tasks[0].locked:
         _tls.gcode = ANY_OWN if forced is not None else tasks[0].thread + 1
         _tls.rthread = tasks[0].thread  # which copy of a relaxed DDS this thread works on

@@ -4,6 +4,7 @@ the CLI under mpiexec with replay, a dual test, bad parameters."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import os
@@ -25,6 +26,8 @@ from apps.lda._app import load, word_blocks
 from apps.lda._model import estimates, loglik, perplexity, sweep
 from replay import testing
 from tests.conftest import run_cli
+from tests.tui.tui_helpers import wait_text
+from tui import BrowserApp
 
 #: Five planted topics: small enough for seconds, and recovered from every seed tried.
 SMALL: dict[str, object] = {"synthetic": True, "topics": 5, "iterations": 40}
@@ -280,6 +283,21 @@ def test_cli_two_ranks_two_threads_replays_bitwise(tmp_path: pathlib.Path) -> No
         rep = run_cli([mode, str(trace), "--json"])
         assert rep.returncode == 0, rep.stderr
         assert json.loads(rep.stdout)["identical"]
+    # pdb inside block 2's body of iteration 3: the relaxed totals it sees count every token
+    pdb = "p b, int(NK[0].sum())\nc\n"
+    single = run_cli(["single", str(trace), "--break", "gibbs:3:2"], input=pdb)
+    assert single.returncode == 0, single.stderr
+    assert "stopped in gibbs#3 index 2" in single.stdout + single.stderr
+    assert f"(Pdb) (2, {here.value['tokens']})" in single.stdout, single.stdout
+    assert "identical" in single.stdout
+
+    async def browse() -> str:  # the browser's overview shows the objectives
+        async with BrowserApp([tmp_path]).run_test(size=(100, 30)) as pilot:
+            await wait_text(pilot, "lda", "2×2")
+            await pilot.press("enter")
+            return await wait_text(pilot, "loglik: 12 iteration(s)", "components")
+
+    assert "verdicts clu✓" in asyncio.run(browse())
 
 
 def test_dual_forward_and_backward_are_exact_on_two_nodes() -> None:
