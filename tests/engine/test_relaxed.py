@@ -190,18 +190,33 @@ def test_cli_bad_relaxed_declaration_is_one_line_exit_2(tmp_path: Path) -> None:
 
 
 # ----------------------------------------------------------------- replay
-@pytest.mark.parametrize("ranks", [2, 3])
-def test_recorded_mpi_run_with_threads_replays_bitwise(ranks: int, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "ranks,params",
+    [
+        (2, {}),
+        (3, {}),
+        (2, {"groups": 1, "strategy": "components"}),  # lock-split groups on each node
+    ],
+)
+def test_recorded_mpi_run_with_threads_replays_bitwise(
+    ranks: int, params: dict[str, Any], tmp_path: Path
+) -> None:
     trace = tmp_path / "relaxed.db"
+    cli = [a for k, v in params.items() for a in ("-p", f"{k}={v}")]
     proc = run_cli(
-        ["run", PROG, "--ranks", str(ranks), "--threads", "2", "--trace", str(trace), "--json"]
+        ["run", PROG, *cli, "--ranks", str(ranks), "--threads", "2", "--trace", str(trace)]
+        + ["--json"]
     )
     assert proc.returncode == 0, proc.stderr
     recorded = json.loads(proc.stdout)
-    # the same program in one process (all nodes, same threads) gives the same bits
-    here = ap.run(train, nodes=ranks, threads=2)
-    assert recorded["objectives"] == here.objectives
-    assert [d["digest"] for d in recorded["digests"]] == [d["digest"] for d in here.digests]
+    if params:
+        assert recorded["planner"]["acc"]["strategy"] == "components"
+        here = ap.run(train, params, nodes=ranks, threads=2).value
+        assert here["plan"].has_locks() and here["C"].tolist() == [3 * 48 // SLOTS] * SLOTS
+    else:  # the same program in one process (all nodes, same threads) gives the same bits
+        here = ap.run(train, nodes=ranks, threads=2)
+        assert recorded["objectives"] == here.objectives
+        assert [d["digest"] for d in recorded["digests"]] == [d["digest"] for d in here.digests]
     for mode in ("cluster", "single"):
         proc = run_cli([mode, str(trace), "--json"])
         assert proc.returncode == 0, proc.stderr
