@@ -306,7 +306,9 @@ class dvector(_DDS):  # noqa: N801 - the name is part of the user API
     (a node's delta being the sum of its threads' deltas in thread order), so replay is
     bitwise with nothing to record.  Test mode (``--checked``, dual tests) turns
     relaxation off: the dvector is then an ordinary one.  Only numeric dvectors can be
-    relaxed, and ``sync_for`` bodies may read but not write them.
+    relaxed, and ``sync_for`` bodies may read but not write them (``sync_for``'s
+    reconnaissance refuses the write; ``re=False`` skips it and treats the dvector as an
+    ordinary parameter).
 
     >>> import engine as ap
     >>> W = ap.dvector(4, shape=(2,), init=ap.init.constant(1.0), name="W")
