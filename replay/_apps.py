@@ -25,6 +25,7 @@ BUILTIN_APPS = {
     "transe": "apps.transe:train",
     "lasso": "apps.lasso:train",
     "word2vec": "apps.word2vec:train",
+    "lda": "apps.lda:train",
 }
 
 

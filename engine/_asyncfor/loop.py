@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from .._data import dds as _dds
+from .._data import relaxed as _relaxed
 from .._data.dds import ANY_OWN, LOCKED_BODY, SLOT_BITS, SLOT_MASK, _tls
 from .._errors import (
     AccessOutsideReconError,
@@ -105,6 +106,7 @@ def _recon(
     n = stop - start
     body = closure_guard(body, name, inv)  # every body runs once here: catch mutation through calls
     sess.set_mode("recon")
+    _relaxed.enter_recon(sess)  # relaxed DDS: out of the sets (or in them, in test mode)
     try:
 
         def share(node: int) -> AccessSets:
@@ -355,10 +357,11 @@ def _attempt(
         (node, d, s, d.rows(node, s)) for node in sess.cluster.local_nodes for d, s in gp.undo_slots
     ]
     mark = sess.cluster.mark()
+    rx = _relaxed.Relaxation.of(sess)
     real, pending = sess.recorder, Pending()
     sess.recorder = pending
     try:
-        round_s = _execute(sess, st, body, inv, checked, guard, sched)
+        round_s = _execute(sess, st, body, inv, checked, guard, sched, rx)
     finally:
         sess.recorder = real
     if guard.first is None:
@@ -368,6 +371,8 @@ def _attempt(
         return round_s, None
     for node, d, s, rows in snapshot:
         d.set_rows(node, s, rows)
+    if rx is not None:
+        rx.restore()
     sess.cluster.rewind(mark)
     first = guard.first
     if sess.cluster.is_mpi:  # every rank reports the violation the lowest node found
@@ -384,11 +389,13 @@ def _execute(
     checked: bool,
     guard: Guard,
     sched: Schedule | None,
+    rx: _relaxed.Relaxation | None = None,
 ) -> list[float]:
     """Run every round of the plan; return the wall time of each round on this process.
 
     A node whose body leaves the plan stops; every node leaves after the round in which
-    any node stopped (the flag travels with the round's write-back)."""
+    any node stopped (the flag travels with the round's write-back).  Relaxed DDS
+    (``rx``) keep their round-start values and are reconciled after every write-back."""
     cl = sess.cluster
     plan = st.plan
     op_key = sess.op_key(st.name, inv)
@@ -410,6 +417,8 @@ def _execute(
         for r, rnd in enumerate(plan.rounds):
             t = time.perf_counter()
             guard.arm(r)
+            if rx is not None:
+                rx.begin_round()
             done: dict[int, np.ndarray] = {}
             for node in cl.local_nodes:
                 cl.bind(node)
@@ -428,6 +437,8 @@ def _execute(
             guard.arm(r, code=False)
             orders.append(done)
             anyone = write_back(cl, st.round_writes, r, stopped=bool(stopped))
+            if rx is not None:
+                rx.end_round()
             round_s.append(time.perf_counter() - t)
             if anyone:
                 if guard.first is None:
@@ -512,13 +523,17 @@ def _run_node_round(
     if not tasks:
         return np.empty(0, dtype=np.int64)
     forced = None
+    body = sess.controller.wrap_body(st.name, inv, node, body)
     if sched is not None and sched.serial:
         # single-process replay: the node-round on one thread, in a recorded order
         forced = serial_order(sched, node, r, tasks)
+        if sess.cluster.threads > 1 and _relaxed.active(sess):
+            # outside the breakpoint wrapper: pdb stops in the body, with its copies bound
+            body = _relaxed.per_planned_thread(body, tasks)
         tasks = [Task(0, forced)]
-    body = sess.controller.wrap_body(st.name, inv, node, body)
     if sess.cluster.threads == 1 or len(tasks) == 1 and not tasks[0].locked:
         _tls.gcode = ANY_OWN if forced is not None else tasks[0].thread + 1
+        _tls.rthread = tasks[0].thread  # which copy of a relaxed DDS this thread works on
         start = time.perf_counter()
         try:
             with _running_bodies(st.name, inv, op_key, node):
@@ -647,6 +662,7 @@ def _run_threads(
             spans.append((thread, start, time.perf_counter()))  # one append: atomic
 
     def _work(thread: int, mine: list[Task]) -> None:
+        _tls.rthread = thread
         with _running_bodies(st.name, inv, op_key, node):
             for t in mine:
                 if not t.locked:

@@ -121,6 +121,9 @@ class _DDS:
         "_digest",
         "_gm",
         "_gms",
+        "_relaxed",
+        "_rxs",
+        "_rxc",
         "__weakref__",
     )
     _modes: dict[str, type]
@@ -140,6 +143,12 @@ class _DDS:
     _digest: tuple[int, str] | None
     _gm: bytearray
     _gms: dict[int, bytearray]
+    #: declared ``relaxed=True`` (see ``engine._data.relaxed``); ``_rxs``: per local node,
+    #: one working copy per thread while a round runs with several threads; ``_rxc``: the
+    #: copies of the node the DDS is bound to
+    _relaxed: bool
+    _rxs: dict[int, list[np.ndarray]]
+    _rxc: list[np.ndarray]
 
     # Every concrete DDS (dvector, dmap) defines these; code that takes any ``_DDS``
     # relies on them.  Declared for the type checker only, so lookups stay as they were.
@@ -170,6 +179,9 @@ class _DDS:
         self._digest = None
         self._gm = _NO_GUARD
         self._gms = {}
+        self._relaxed = False
+        self._rxs = {}
+        self._rxc = []
 
     # ----------------------------------------------------------------- identity
     @property
@@ -283,11 +295,32 @@ class dvector(_DDS):  # noqa: N801 - the name is part of the user API
 
     Elements are fixed-shape numeric rows (give ``shape``) or Python objects.
 
+    ``relaxed=True`` declares values that many bodies update and that tolerate bounded
+    staleness (LDA's topic totals).  A relaxed dvector is left out of ``async_for``'s
+    conflict analysis: reconnaissance records none of its accesses, so it never makes
+    two bodies conflict.  Inside a round a body reads *the value at the start of the
+    round plus the changes made by the bodies that ran before it on its own node and
+    thread* (each thread of a node works on its own copy, so there is no data race);
+    what it writes is kept as a delta against the round's start.  At every round end
+    every node gets the start value plus the sum of all deltas, summed in node order
+    (a node's delta being the sum of its threads' deltas in thread order), so replay is
+    bitwise with nothing to record.  Test mode (``--checked``, dual tests) turns
+    relaxation off: the dvector is then an ordinary one.  Only numeric dvectors can be
+    relaxed, and ``sync_for`` bodies may read but not write them (``sync_for``'s
+    reconnaissance refuses the write; ``re=False`` skips it and treats the dvector as an
+    ordinary parameter).
+
     >>> import engine as ap
     >>> W = ap.dvector(4, shape=(2,), init=ap.init.constant(1.0), name="W")
     >>> W[1] += 2.0
     >>> W.gather()[:, 0].tolist()
     [1.0, 3.0, 1.0, 1.0]
+    >>> total = ap.dvector(1, shape=(), dtype=np.int64, relaxed=True, name="total")
+    >>> def count(j):
+    ...     total[0] += 1
+    >>> ap.async_for(0, 10, count, name="count")
+    >>> int(total[0])
+    10
     """
 
     __slots__ = ("_n", "_bounds")
@@ -302,13 +335,17 @@ class dvector(_DDS):  # noqa: N801 - the name is part of the user API
         init: Callable[..., np.ndarray] | None = None,
         data: Iterable[Any] | np.ndarray | None = None,
         name: str | None = None,
+        relaxed: bool = False,
     ) -> None:
         sess = current()
         n = int(n)
         if n < 0:
             raise DDSError(f"dvector length must be >= 0, got {n}")
         self._n = n
+        if relaxed:
+            _check_relaxable(name, shape, dtype)
         self._setup(sess, name, shape, dtype)
+        self._relaxed = bool(relaxed)
         try:
             self._allocate(sess, n, init, data)
         except (MemoryError, OverflowError) as exc:
@@ -424,6 +461,25 @@ class _DVecObjExec(dvector):
         self._buf[i] = value
 
 
+def _check_relaxable(name: str | None, shape: Any, dtype: Any) -> None:
+    """A relaxed dvector sums deltas, so its elements must be numbers."""
+    what = f"dvector {name}" if name else "dvector"
+    if shape is None:
+        raise DDSError(
+            f"{what}: relaxed=True needs numeric rows (give shape=...); Python-object "
+            "elements cannot be reconciled by summing deltas"
+        )
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        raise DDSError(f"{what}: relaxed=True needs a numeric dtype, got {dtype!r}") from None
+    if not (np.issubdtype(dt, np.number) and dt.kind != "b"):
+        raise DDSError(
+            f"{what}: relaxed=True needs a numeric dtype (integer, float or complex), "
+            f"got {dt}; its deltas are summed"
+        )
+
+
 # ====================================================================== dmap
 class dmap(_DDS):  # noqa: N801 - the name is part of the user API
     """A distributed map from hashable keys to elements, hash-partitioned over the nodes.
@@ -443,7 +499,14 @@ class dmap(_DDS):  # noqa: N801 - the name is part of the user API
         keys: Iterable[Any] = (),
         init: Callable[..., np.ndarray] | None = None,
         name: str | None = None,
+        relaxed: bool = False,
     ) -> None:
+        if relaxed:
+            what = f"{self.kind} {name}" if name else self.kind
+            raise DDSError(
+                f"{what}: relaxed=True is only supported for a numeric dvector; give the "
+                "values integer positions (ap.dvector(n, shape=..., relaxed=True))"
+            )
         sess = current()
         self._setup(sess, name, shape, dtype)
         self._slots: dict[Any, int] = {}
@@ -752,6 +815,78 @@ class _MapGuardRO(_MapExec):
         GUARD.outside(self, s, True)
 
 
+# ====================================================================== relaxed modes
+# A relaxed dvector (``relaxed=True``) stays out of conflict analysis; while a round runs,
+# ``engine._data.relaxed`` keeps its round-start values and reconciles the deltas at the
+# round's end.  With one thread per node a body works on the node's replica directly (the
+# plain exec class); with several, each planned thread gets its own copy, chosen by
+# ``_tls.rthread``, so threads never race and each sees only its own deltas.
+def relaxing(dds: _DDS) -> bool:
+    """True when ``dds`` is relaxed in this session (test and checked mode turn it off)."""
+    return dds._relaxed and not (dds._sess.checked or dds._sess.test_mode)
+
+
+class _DVecRelaxedT(dvector):
+    """A relaxed dvector in a round with several threads per node."""
+
+    __slots__ = ()
+
+    def _bind(self, node: int) -> None:
+        _DDS._bind(self, node)
+        self._rxc = self._rxs.get(node, self._rxc)
+
+    def __getitem__(self, i: Any) -> Any:
+        return self._rxc[_tls.rthread][i].copy()
+
+    def __setitem__(self, i: Any, value: Any) -> None:
+        self._rxc[_tls.rthread][i] = value
+
+
+class _DVecRelaxedRecon(dvector):
+    """Reconnaissance of a relaxed dvector: reads and writes are served as in any
+    reconnaissance (writes stay in the body's overlay) but no element id is logged."""
+
+    __slots__ = ()
+
+    def __getitem__(self, i: Any) -> Any:
+        s = self._slot(i)
+        rec = RECON
+        assert rec is not None
+        if rec.overlay:
+            v = rec.overlay.get(self._gbase | s, _MISSING)
+            if v is not _MISSING:
+                return v.copy()
+        return self._buf[s].copy()
+
+    def __setitem__(self, i: Any, value: Any) -> None:
+        s = self._slot(i)
+        rec = RECON
+        assert rec is not None
+        rec.overlay[self._gbase | s] = self._coerce(value)
+
+
+class _RelaxedRefused:
+    """Reconnaissance outside ``async_for`` (``sync_for``): writing a relaxed dvector
+    is refused, since ``sync_for`` has no relaxed reconciliation."""
+
+    __slots__ = ()
+
+    def __setitem__(self: _Moded, key: Any, value: Any) -> None:
+        raise DDSError(
+            f"{self._name} is a relaxed dvector: only async_for bodies may write it (a "
+            "sync_for body may read it); use an ordinary dvector, with "
+            "register_aggregation if averaging is not what you want"
+        )
+
+
+def _relaxed_mode(dds: _DDS, mode: str) -> str:
+    if mode == "recon":
+        return "recon_refuse"  # async_for's reconnaissance picks its own mode (relaxed.py)
+    if mode in ("guard", "guard_t", "guard_ro", "checked") and relaxing(dds):
+        return "relaxed" if dds._sess.cluster.threads == 1 else "relaxed_t"
+    return mode
+
+
 # ====================================================================== recon / checked mixins
 class _ReconMixin:
     """Reconnaissance: log element ids, serve reads, keep writes in an overlay."""
@@ -860,6 +995,15 @@ def _make_modes(public: type[_DDS], exec_cls: type | None, exec_obj_cls: type | 
     }
     if public is dvector:
         public._modes.update(
+            relaxed=_DVecNumExec,
+            relaxed_t=_DVecRelaxedT,
+            relaxed_recon=_DVecRelaxedRecon,
+            recon_plain=public._modes["recon"],
+            recon_refuse=type(
+                "dvector[recon_refuse]",
+                (_RelaxedRefused, public._modes["recon"]),
+                {"__slots__": ()},
+            ),
             guard=_DVecNumGuard,
             guard_obj=_DVecObjGuard,
             guard_t=_DVecNumGuardT,
@@ -882,6 +1026,8 @@ _make_modes(dmultimap, None, None)
 def set_mode(dds: _DDS, mode: str) -> None:
     """Switch ``dds`` to ``mode`` (driver, exec, recon or checked)."""
     modes = type(dds)._modes
+    if dds._relaxed:
+        mode = _relaxed_mode(dds, mode)
     if not dds._numeric and mode in ("exec", "guard", "guard_t", "guard_ro"):
         mode += "_obj"
     dds.__class__ = modes[mode]
@@ -907,6 +1053,7 @@ __all__ = [
     "dmultimap",
     "dvector",
     "public_class",
+    "relaxing",
     "set_mode",
     "stable_hash",
 ]

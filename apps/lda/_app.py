@@ -1,0 +1,198 @@
+"""LDA by collapsed Gibbs sampling in the STRADS style, with ``async_for`` over word blocks.
+
+The words are dealt into ``blocks`` blocks of equal token counts; one iteration is one
+``async_for`` over the blocks, and the body of block ``b`` resamples the topic of every
+token whose word is in ``b`` (in corpus order) with a compiled sweep:
+
+* **word-topic counts** (``word_topic``, a dvector whose rows are words) are
+  partitioned: a word's row is read and written only by its block's body, so blocks
+  never conflict on it and the planner runs them in parallel on every node and thread;
+* **document-topic counts** (``doc_topic``, rows are documents) and the **topic totals**
+  (``topic_total``) are touched by every block: they are *relaxed* DDS
+  (``relaxed=True``).  A body sees their values at the start of the round plus its own
+  node's (and thread's) changes; the changes of all nodes are summed at the end of the
+  round.  The counts are integers, so after every round they are exact again - only
+  the view a body samples with is stale, by at most one round (approximate distributed
+  LDA, as STRADS and Yahoo!LDA run it);
+* the token topics ``z`` are one row per block;
+* random numbers come from ``ap.rng()``, so a block draws the same numbers on any node.
+
+With one node and one thread nothing is stale and the sampler is the exact serial one.
+In test mode (``--checked``, dual tests) the relaxed DDS become ordinary, every block
+conflicts with every other, and the run is the exact serial sampler on 1, 2 or 3 nodes.
+The objective ``loglik`` is the joint log-likelihood log p(w, z) after every iteration.
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import Any
+
+import numpy as np
+
+import engine as ap
+
+from .._errors import AppError
+from ._data import Corpus, build_corpus, corpus_file, read_documents, synthetic_corpus
+from ._model import estimates, loglik, perplexity, sweep, top_words
+
+#: Words shown per topic in the result.
+TOP_WORDS = 8
+
+
+def _check(**p: Any) -> None:
+    bad = [
+        f"{name}={p[name]!r} (need {need})"
+        for name, ok, need in (
+            ("topics", p["topics"] >= 2, ">= 2"),
+            ("iterations", p["iterations"] >= 0, ">= 0"),
+            ("alpha", p["alpha"] > 0.0, "> 0"),
+            ("beta", p["beta"] > 0.0, "> 0"),
+            ("blocks", p["blocks"] >= 1, ">= 1"),
+            ("min_count", p["min_count"] >= 1, ">= 1"),
+            ("max_df", 0.0 < p["max_df"] <= 1.0, "0 < max_df <= 1"),
+            ("docs", p["docs"] >= 1, ">= 1"),
+            ("length", p["length"] >= 1, ">= 1"),
+        )
+        if not ok
+    ]
+    if bad:
+        raise AppError("lda: bad parameter " + "; ".join(bad))
+
+
+def word_blocks(counts: np.ndarray, blocks: int) -> np.ndarray:
+    """Block of every word: most frequent first, each to the block with the fewest tokens
+    so far (ties: lowest block), so blocks carry equal work."""
+    heap = [(0, b) for b in range(blocks)]
+    out = np.empty(len(counts), dtype=np.int64)
+    for w in np.argsort(-counts, kind="stable").tolist():
+        load, b = heapq.heappop(heap)
+        out[w] = b
+        heapq.heappush(heap, (load + int(counts[w]), b))
+    return out
+
+
+def planted_recovery(
+    phi: np.ndarray, vocab: list[str], planted: dict[str, int], n: int = 10
+) -> tuple[float, int]:
+    """(mean share of a learned topic's top ``n`` words that belong to its majority planted
+    topic, number of distinct planted topics that are some learned topic's majority)."""
+    shares, found = [], set()
+    for words in top_words(phi, vocab, n):
+        ks = np.array([planted[w] for w in words])
+        major = int(np.bincount(ks).argmax())
+        shares.append(float(np.mean(ks == major)))
+        found.add(major)
+    return float(np.mean(shares)), len(found)
+
+
+def load(
+    corpus: str, synthetic: bool, topics: int, docs: int, length: int, min_count: int, max_df: float
+) -> tuple[Corpus, dict[str, int] | None]:
+    """(the corpus, the planted topic of every word or None for real data)."""
+    if synthetic:
+        texts, planted = synthetic_corpus(topics, docs, length)
+        return build_corpus(texts, min_count, max_df), planted
+    return build_corpus(read_documents(corpus_file(corpus)), min_count, max_df), None
+
+
+def train(
+    corpus: str = "lee",
+    synthetic: bool = False,
+    topics: int = 10,
+    iterations: int = 50,
+    alpha: float = 0.1,
+    beta: float = 0.01,
+    blocks: int = 12,
+    min_count: int = 3,
+    max_df: float = 0.5,
+    docs: int = 200,
+    length: int = 60,
+) -> dict[str, Any]:
+    """Fit LDA with ``topics`` topics by collapsed Gibbs sampling; logs ``loglik`` per
+    iteration and ``perplexity`` (on the training documents) at the end.
+
+    ``corpus`` is ``lee`` or ``head500`` (gensim's test corpora); ``synthetic=true``
+    generates ``docs`` documents of ``length`` tokens from ``topics`` planted topics
+    instead.  ``alpha`` and ``beta`` are the symmetric document-topic and topic-word
+    priors; ``blocks`` is the number of word blocks (the loop's bodies); ``min_count``
+    and ``max_df`` choose the vocabulary.
+    """
+    _check(**locals())
+    data, planted = load(corpus, synthetic, topics, docs, length, min_count, max_df)
+    K, V, D = topics, len(data.vocab), len(data.docs)
+    tok_doc = np.concatenate([np.full(len(d), i, dtype=np.int64) for i, d in enumerate(data.docs)])
+    tok_word = np.concatenate(data.docs)
+    block_of = word_blocks(np.bincount(tok_word, minlength=V), blocks)[tok_word]
+    # per block: its words and documents (global ids), and its tokens as local row numbers
+    b_words, b_docs, b_tw, b_td, b_pos = [], [], [], [], []
+    for b in range(blocks):
+        pos = np.flatnonzero(block_of == b)
+        ws, tw = np.unique(tok_word[pos], return_inverse=True)
+        ds, td = np.unique(tok_doc[pos], return_inverse=True)
+        b_words.append(ws)
+        b_docs.append(ds)
+        b_tw.append(tw.astype(np.int64))
+        b_td.append(td.astype(np.int64))
+        b_pos.append(pos)
+    width = max(1, max(len(p) for p in b_pos))
+    z0 = ap.rng().integers(K, size=len(tok_word))  # the driver's stream: same on every rank
+    zrows = np.full((blocks, width), -1, dtype=np.int64)
+    for b, pos in enumerate(b_pos):
+        zrows[b, : len(pos)] = z0[pos]
+    nw0 = np.zeros((V, K), dtype=np.int64)
+    np.add.at(nw0, (tok_word, z0), 1)
+    nd0 = np.zeros((D, K), dtype=np.int64)
+    np.add.at(nd0, (tok_doc, z0), 1)
+
+    NW = ap.dvector(V, shape=(K,), dtype=np.int64, data=nw0, name="word_topic")
+    ND = ap.dvector(D, shape=(K,), dtype=np.int64, data=nd0, relaxed=True, name="doc_topic")
+    NK = ap.dvector(
+        1, shape=(K,), dtype=np.int64, data=nw0.sum(axis=0)[None], relaxed=True, name="topic_total"
+    )
+    Z = ap.dvector(blocks, shape=(width,), dtype=np.int64, data=zrows, name="z")
+    vbeta = V * beta
+
+    def gibbs(b: int) -> None:
+        ws, ds = b_words[b].tolist(), b_docs[b].tolist()
+        nw = np.array([NW[w] for w in ws], dtype=np.int64).reshape(len(ws), K)
+        nd = np.array([ND[d] for d in ds], dtype=np.int64).reshape(len(ds), K)
+        nk = NK[0]
+        z = Z[b]
+        u = ap.rng().random(len(b_tw[b]))
+        sweep(b_tw[b], b_td[b], z, nw, nd, nk, u, alpha, beta, vbeta)
+        for i, w in enumerate(ws):
+            NW[w] = nw[i]
+        for i, d in enumerate(ds):
+            ND[d] = nd[i]
+        NK[0] = nk
+        Z[b] = z
+
+    ll = loglik(nw0, nd0, alpha, beta)
+    for _ in range(iterations):
+        ap.async_for(0, blocks, gibbs, name="gibbs")
+        ll = loglik(NW.gather(), ND.gather(), alpha, beta)
+        ap.log_objective("loglik", ll)
+    nw, nd = NW.gather(), ND.gather()
+    theta, phi = estimates(nw, nd, alpha, beta)
+    perp = perplexity(data.doc_term(), theta, phi)
+    ap.log_objective("perplexity", perp)
+    out: dict[str, Any] = {
+        "corpus": "synthetic" if synthetic else corpus,
+        "documents": D,
+        "words": V,
+        "tokens": int(len(tok_word)),
+        "topics": K,
+        "iterations": iterations,
+        "loglik": ll,
+        "perplexity": perp,
+        "top_words": [" ".join(ws) for ws in top_words(phi, data.vocab, TOP_WORDS)],
+    }
+    if planted is not None:
+        purity, found = planted_recovery(phi, data.vocab, planted)
+        out["planted_purity"] = purity
+        out["planted_found"] = found
+    return out
+
+
+__all__ = ["load", "planted_recovery", "train", "word_blocks"]
