@@ -5,6 +5,8 @@ one line."""
 
 from __future__ import annotations
 
+import json
+import re
 import textwrap
 from pathlib import Path
 
@@ -242,3 +244,26 @@ def test_the_cli_reports_a_compile_failure_in_one_line_exit_2(tmp_path: Path) ->
     assert len(lines) == 1, proc.stderr
     assert "kernel 'body'" in lines[0] and "does not compile with numba" in lines[0]
     assert "Traceback" not in proc.stderr
+
+
+def test_the_readme_kernel_example_runs_and_matches_its_python_body(tmp_path: Path) -> None:
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    code = re.search(r"```python\n(# train_fast.py\n.*?)```", text, re.S).group(1)
+    (tmp_path / "train_fast.py").write_text(code)
+    rows = [
+        f"{u},{i},{1 + (u * 7 + i * 3) % 5}" for u in range(30) for i in range(20) if (u + i) % 3
+    ]
+    (tmp_path / "ratings.csv").write_text("\n".join(rows) + "\n")
+    args = ["train_fast.py:train", "--ranks", "2", "-p", "epochs=3", "-p", "path=ratings.csv"]
+    proc = run_cli(["run", *args, "--no-trace", "--json"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    rmse = json.loads(proc.stdout)["objectives"]["rmse"]
+    assert len(rmse) == 3 and rmse[-1] < rmse[0]
+    # the same driver with the kernel's Python function as the body: the same bits
+    py = code.replace("sgd.bind(A, W, H, g, 0.05)", "sgd.bind(A, W, H, g, 0.05).python")
+    assert py != code
+    (tmp_path / "train_py.py").write_text(py)
+    args[0] = "train_py.py:train"
+    proc = run_cli(["run", *args, "--no-trace", "--json"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["objectives"]["rmse"] == rmse
