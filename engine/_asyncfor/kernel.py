@@ -37,6 +37,7 @@ from __future__ import annotations
 import inspect
 import re
 import threading
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -150,16 +151,28 @@ class BoundKernel:
 
     @property
     def python(self) -> Callable[[int], Any]:
-        """The same body as a plain Python function (never compiled)."""
-        fn, args = self.kernel.py_func, self.args
-
-        def body(j: int) -> Any:
-            return fn(j, *args)
-
-        return body
+        """The same body as a plain Python function of ``j`` (never compiled): the kernel's
+        own code with the bound arguments as its parameters' defaults, so that a debugger
+        stepping into it is at once in the kernel's first line."""
+        fn = self.kernel.py_func
+        plain = types.FunctionType(
+            fn.__code__, fn.__globals__, fn.__name__, self.args, fn.__closure__
+        )
+        plain.__qualname__ = fn.__qualname__
+        return plain
 
     def __repr__(self) -> str:
         return f"<kernel {self.kernel.__qualname__} bound to {len(self.args)} argument(s)>"
+
+
+def wrap_body(controller: Any, op: str, inv: int, node: int, body: Any) -> Any:
+    """``controller.wrap_body`` (breakpoints): a kernel stays compiled unless the controller
+    wraps it, and then it gets the kernel's Python function (pdb stops in its code)."""
+    if not isinstance(body, BoundKernel):
+        return controller.wrap_body(op, inv, node, body)
+    plain = body.python
+    wrapped = controller.wrap_body(op, inv, node, plain)
+    return body if wrapped is plain else wrapped
 
 
 def code_of(body: Any) -> Any:
@@ -315,4 +328,5 @@ __all__ = [
     "prepare",
     "python_of",
     "run_group",
+    "wrap_body",
 ]

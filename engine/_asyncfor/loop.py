@@ -51,7 +51,7 @@ from .closure import check_body
 from .closure import finish as finish_closure
 from .closure import guard as closure_guard
 from .guard import POLICIES, Guard, GuardPlan, PlanViolation, Violation, install
-from .kernel import BoundKernel, code_of, prepare, python_of, run_group
+from .kernel import BoundKernel, code_of, prepare, python_of, run_group, wrap_body
 from .recon import AccessSets, concat_sets, recon_range
 
 
@@ -521,7 +521,7 @@ def _run_node_round(
         # single-process replay: the node-round on one thread, in a recorded order
         forced = serial_order(sched, node, r, tasks)
         tasks = [Task(0, forced)]
-    body = sess.controller.wrap_body(st.name, inv, node, body)
+    body = wrap_body(sess.controller, st.name, inv, node, body)  # a kernel: see kernel.py
     if sess.cluster.threads == 1 or len(tasks) == 1 and not tasks[0].locked:
         _tls.gcode = ANY_OWN if forced is not None else tasks[0].thread + 1
         start = time.perf_counter()

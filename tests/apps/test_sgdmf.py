@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import re
+
 import numpy as np
 import pytest
 
@@ -10,6 +13,7 @@ from apps._datasets import DatasetUnavailableError, movielens_100k
 from apps.sgdmf import train
 from apps.sgdmf._app import build, epoch
 from replay import testing
+from tests.conftest import run_cli
 
 
 def hand_written_epoch(recs, W, H, order, g, lam) -> None:
@@ -115,3 +119,21 @@ def test_kernel_dual_forward_and_backward_under_mpi(ranks: int) -> None:
     for r in results.values():
         assert r.passed, r.report()
         assert r.bodies >= 2 * 20000
+
+
+def test_kernel_record_then_replay_on_the_cluster_and_in_pdb(tmp_path) -> None:
+    trace = tmp_path / "k.sqlite"
+    params = ["-p", "synthetic=true", "-p", "epochs=2", "-p", "rank=4", "-p", "kernel=true"]
+    rec = run_cli(["run", "sgdmf", "--ranks", "2", "--trace", str(trace), *params])
+    assert rec.returncode == 0, rec.stderr
+    rep = run_cli(["cluster", str(trace), "--json"])
+    assert rep.returncode == 0, rep.stderr
+    out = json.loads(rep.stdout)
+    assert out["identical"] and out["checked"]["objectives"] == 2
+    # pdb stops in the kernel's own first line, with the rows that body saw
+    pdb = "n\nn\nn\np j, u, i, float(r[2])\nc\n"
+    single = run_cli(["single", str(trace), "--break", "sgd:1:7"], input=pdb)
+    assert single.returncode == 0, single.stderr
+    assert "stopped in sgd#1 index 7" in single.stdout + single.stderr
+    assert re.search(r"\(Pdb\) \(7, \d+, \d+, [1-5]\.0\)", single.stdout), single.stdout
+    assert "identical" in single.stdout
