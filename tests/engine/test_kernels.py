@@ -62,7 +62,9 @@ def _ratings(seed: int, nu: int, ni: int, nr: int) -> np.ndarray:
     return np.stack(cols, 1).astype(np.float64)
 
 
-def _sgd_prog(data: np.ndarray, nu: int, ni: int, epochs: int, python: bool = False):
+def _sgd_prog(
+    data: np.ndarray, nu: int, ni: int, epochs: int, python: bool = False, strategy: str = "auto"
+):
     def prog():
         A = ap.dvector(len(data), shape=(3,), data=data, name="A")
         W = ap.dvector(nu, shape=(4,), init=ap.init.normal(0.5, 0.1), name="W")
@@ -70,7 +72,7 @@ def _sgd_prog(data: np.ndarray, nu: int, ni: int, epochs: int, python: bool = Fa
         w0, h0, orders, g = W.gather(), H.gather(), [], 0.05
         for _ in range(epochs):
             body = sgd.bind(A, W, H, g, 0.05)
-            ap.async_for(0, len(A), body.python if python else body, name="sgd")
+            ap.async_for(0, len(A), body.python if python else body, name="sgd", strategy=strategy)
             orders.append(ap.last_order("sgd"))
             g *= 0.9
         sets = ap.current().ops["sgd"].sets
@@ -94,13 +96,42 @@ def _serial(data, w0, h0, orders, epochs):
     nodes=st.integers(1, 3),
     threads=st.integers(1, 2),
     shape=st.sampled_from([(5, 7, 60), (30, 20, 200), (3, 40, 150)]),
+    strategy=st.sampled_from(["auto", "components", "rotation"]),
 )
-def test_kernel_equals_serial_kernel_loop_in_plan_order(seed, nodes, threads, shape) -> None:
+def test_kernel_equals_serial_kernel_loop_in_plan_order(
+    seed, nodes, threads, shape, strategy
+) -> None:
     nu, ni, nr = shape
     data = _ratings(seed, nu, ni, nr)
     w0, h0, orders, w_end, h_end, _ = ap.run(
-        _sgd_prog(data, nu, ni, 2), nodes=nodes, threads=threads, seed=seed
+        _sgd_prog(data, nu, ni, 2, strategy=strategy), nodes=nodes, threads=threads, seed=seed
     ).value
+    W, H = _serial(data, w0, h0, orders, 2)
+    assert np.array_equal(W, w_end) and np.array_equal(H, h_end)
+
+
+@pytest.mark.parametrize("nodes,threads", [(2, 2), (3, 2)])
+def test_unsplit_groups_run_compiled_on_parallel_threads(nodes: int, threads: int) -> None:
+    """Disjoint user/item blocks: components on every thread, none lock-split, so the
+    threads run compiled loops at once (numba releases the GIL)."""
+    rng = np.random.default_rng(1)
+    blocks = [
+        (b * 5 + rng.integers(0, 5), b * 6 + rng.integers(0, 6), rng.integers(1, 6))
+        for b in range(8)
+        for _ in range(40)
+    ]
+    data = np.array(blocks, dtype=np.float64)
+
+    def prog():
+        out = _sgd_prog(data, 40, 48, 2, strategy="components")()
+        plan = ap.plan_of("sgd")
+        tasks = [t for rnd in plan.rounds for per in rnd for t in per]
+        return out, {t.thread for t in tasks}, any(t.locked for t in tasks)
+
+    (w0, h0, orders, w_end, h_end, _), used, locked = ap.run(
+        prog, nodes=nodes, threads=threads
+    ).value
+    assert used == {0, 1} and not locked
     W, H = _serial(data, w0, h0, orders, 2)
     assert np.array_equal(W, w_end) and np.array_equal(H, h_end)
 
