@@ -298,7 +298,11 @@ def run_group(body: BoundKernel, indices: np.ndarray) -> None:
             )
         args.append(_arg(v, k, mode, code, state, _dds.CHECKER))
     idx = np.ascontiguousarray(indices, dtype=np.int64)
-    kern.run(idx, state, tuple(args))
+    try:
+        kern.run(idx, state, tuple(args))
+    except Exception:
+        _tls.index = int(state[compiled.S_INDEX])  # the BodyError names the body that raised
+        raise
     flag = int(state[compiled.S_FLAG])
     if flag == 0:
         return

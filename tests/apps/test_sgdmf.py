@@ -137,3 +137,17 @@ def test_kernel_record_then_replay_on_the_cluster_and_in_pdb(tmp_path) -> None:
     assert "stopped in sgd#1 index 7" in single.stdout + single.stderr
     assert re.search(r"\(Pdb\) \(7, \d+, \d+, [1-5]\.0\)", single.stdout), single.stdout
     assert "identical" in single.stdout
+
+
+def test_kernel_with_threads_replays_in_one_process(tmp_path) -> None:
+    """2 ranks x 2 threads: lock-split groups ran the Python function under locks; single
+    replay runs every node-round as one compiled loop in the recorded order (ANY_OWN)."""
+    trace = tmp_path / "kt.sqlite"
+    params = ["-p", "synthetic=true", "-p", "epochs=2", "-p", "rank=4", "-p", "kernel=true"]
+    shape = ["--ranks", "2", "--threads", "2"]
+    rec = run_cli(["run", "sgdmf", *shape, "--trace", str(trace), *params])
+    assert rec.returncode == 0, rec.stderr
+    for mode in ("single", "cluster"):
+        rep = run_cli([mode, str(trace), "--json"])
+        assert rep.returncode == 0, rep.stderr
+        assert json.loads(rep.stdout)["identical"], rep.stdout

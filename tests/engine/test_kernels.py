@@ -298,3 +298,20 @@ def test_the_readme_kernel_example_runs_and_matches_its_python_body(tmp_path: Pa
     proc = run_cli(["run", *args, "--no-trace", "--json"], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["objectives"]["rmse"] == rmse
+
+
+def test_an_exception_in_compiled_code_names_the_index() -> None:
+    @ap.kernel
+    def divide(j, X, Y):  # noqa: ANN001, ANN202
+        X[j] = 1 // (int(Y[j]) - 3)  # integer division by zero at j == 3 once Y[j] == j
+
+    def prog():
+        X = ap.dvector(6, shape=(), init=ap.init.zeros(), name="X")
+        Y = ap.dvector(6, shape=(), init=ap.init.zeros(), name="Y")
+        ap.async_for(0, 6, divide.bind(X, Y), name="divide")
+        for j in range(6):
+            Y[j] = float(j)
+        ap.async_for(0, 6, divide.bind(X, Y), name="divide")
+
+    with pytest.raises(ap.BodyError, match=r"divide#1 index 3 .*ZeroDivisionError"):
+        ap.run(prog, nodes=1)
