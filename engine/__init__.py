@@ -10,6 +10,9 @@ Typical use::
 
 from __future__ import annotations
 
+from ._asyncfor.kernel import BoundKernel as BoundKernel
+from ._asyncfor.kernel import Kernel as Kernel
+from ._asyncfor.kernel import kernel as kernel
 from ._asyncfor.loop import async_for as async_for
 from ._asyncfor.loop import last_order as last_order
 from ._asyncfor.loop import plan_of as plan_of
@@ -32,6 +35,7 @@ from ._errors import DivergenceError as DivergenceError
 from ._errors import DriverDivergenceError as DriverDivergenceError
 from ._errors import EngineError as EngineError
 from ._errors import InputFileError as InputFileError
+from ._errors import KernelError as KernelError
 from ._errors import ReplicaMismatchError as ReplicaMismatchError
 from ._errors import SessionError as SessionError
 from ._errors import SyncProtocolError as SyncProtocolError
@@ -51,6 +55,7 @@ __all__ = [
     "AccessOutsideReconError",
     "Batch",
     "BodyError",
+    "BoundKernel",
     "ClosureRuleError",
     "Controller",
     "DDSError",
@@ -59,6 +64,8 @@ __all__ = [
     "DriverDivergenceError",
     "EngineError",
     "InputFileError",
+    "Kernel",
+    "KernelError",
     "Plan",
     "Recorder",
     "ReplicaMismatchError",
@@ -73,6 +80,7 @@ __all__ = [
     "dvector",
     "init",
     "join",
+    "kernel",
     "last_order",
     "load",
     "log_objective",

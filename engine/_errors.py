@@ -72,6 +72,10 @@ class DDSError(EngineError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
+class KernelError(EngineError, TypeError):
+    """A compiled loop body (``@kernel``) was bound to bad arguments or does not compile."""
+
+
 class SessionError(EngineError, RuntimeError):
     """An operator was used outside a session or with a session in the wrong state."""
 

@@ -54,6 +54,7 @@ from .closure import check_body
 from .closure import finish as finish_closure
 from .closure import guard as closure_guard
 from .guard import POLICIES, Guard, GuardPlan, PlanViolation, Violation, install
+from .kernel import BoundKernel, code_of, prepare, python_of, run_group, wrap_body
 from .recon import AccessSets, concat_sets, recon_range
 
 
@@ -248,13 +249,15 @@ def async_for(
     start, stop = int(start), int(stop)
     if stop < start:
         raise ValueError(f"async_for {name!r}: stop ({stop}) < start ({start})")
-    check_body(name, body)
+    check_body(name, python_of(body))
+    if isinstance(body, BoundKernel):
+        prepare(body, name)  # a kernel numba cannot compile fails here, in one line
     # test mode checks every body against its own sets: the forward dual test needs the
     # run to equal one given serial order, not merely some serial order
     checked = (sess.checked if checked is None else checked) or sess.test_mode
     inv = sess.next_invocation(name)
     st: OpState | None = sess.ops.get(name)
-    code = getattr(body, "__code__", body)
+    code = code_of(body)
     sched = sess.controller.schedule(name, inv, "async_for", sess.cluster.size, (start, stop))
     recorded = sched.plan if sched is not None and sched.replanned else None
     sess.cluster.messages = (
@@ -498,6 +501,9 @@ def _running_bodies(op: str, inv: int, op_key: int, node: int) -> Iterator[None]
 
 
 def _run_serial(body: Callable[[int], Any], indices: np.ndarray) -> None:
+    if type(body) is BoundKernel:  # one compiled loop over the group (engine/_asyncfor/kernel.py)
+        run_group(body, indices)
+        return
     tls = _tls
     for j in indices.tolist():
         tls.index = j
@@ -523,7 +529,7 @@ def _run_node_round(
     if not tasks:
         return np.empty(0, dtype=np.int64)
     forced = None
-    body = sess.controller.wrap_body(st.name, inv, node, body)
+    body = wrap_body(sess.controller, st.name, inv, node, body)  # a kernel: see kernel.py
     if sched is not None and sched.serial:
         # single-process replay: the node-round on one thread, in a recorded order
         forced = serial_order(sched, node, r, tasks)

@@ -1,0 +1,260 @@
+"""The numba side of compiled loop bodies: a checked row view of a DDS and the task loop.
+
+A kernel body indexes its DDS arguments like the Python body indexes the DDS: ``X[i]``
+returns a *copy* of row ``i`` and ``X[i] = v`` writes it.  In compiled code each DDS
+argument is a :class:`Rows` structref over the node's replica that makes the same checks
+the DDS access modes make in Python (``engine._data.dds``), one byte load per access:
+
+* ``EXEC``: none (the replicated serial fallback);
+* ``GUARD``: the plan guard's codes (a read of a slot another task writes, a write to a
+  slot the running task does not own);
+* ``GUARD_RO``: the DDS is written by nobody in the invocation: reads are free, writes are
+  violations;
+* ``ANY_OWN``: the guard for one thread running all of a node's tasks (single replay);
+* ``CHECKED``: every access inside the running body's own reconnaissance sets.
+
+An access that fails a check is not performed (a read returns a row anyway, a write is
+dropped, so nothing outside what the guard can undo changes); it is written to the
+shared ``state`` array and the task loop stops after that body.  The Python side then
+reports it through the same guard or checker the Python path uses, so the verdict, the
+error text and ``replan=`` behave identically.
+
+The numba imports live here, not in ``kernel``, so that ``import engine`` does not pay
+for numba until a kernel is compiled.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import operator
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import numba
+import numpy as np
+import platformdirs
+from numba import njit, types
+from numba.core import config as _numba_config
+from numba.core.extending import overload, overload_attribute
+from numba.experimental import structref
+
+#: ``Rows.mode`` values (see the module docstring).
+EXEC, GUARD, GUARD_RO, ANY_OWN, CHECKED = 0, 1, 2, 3, 4
+#: ``state`` slots: what went wrong (0 nothing, 1 an access left the plan or the sets,
+#: 2 an index out of range), the argument position of the DDS, its slot, whether it was a
+#: write, and the loop index of the running body.
+S_FLAG, S_ARG, S_SLOT, S_WRITE, S_INDEX = 0, 1, 2, 3, 4
+STATE_LEN = 5
+_FREE, _OTHER = 0, 255
+
+
+@structref.register
+class RowsType(types.StructRef):
+    """numba type of :class:`Rows`."""
+
+    def preprocess_fields(self, fields: Any) -> Any:
+        return tuple((name, types.unliteral(typ)) for name, typ in fields)  # type: ignore[no-untyped-call]
+
+
+_FIELDS = ["arr", "gm", "code", "mode", "arg", "state", "rp", "ri", "wp", "wi", "start", "gbase"]
+
+
+class Rows(structref.StructRefProxy):
+    """A DDS replica as a kernel argument: the node's array plus what to check."""
+
+    def __new__(
+        cls,
+        arr: np.ndarray,
+        gm: np.ndarray,
+        code: int,
+        mode: int,
+        arg: int,
+        state: np.ndarray,
+        sets: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+        start: int,
+        gbase: int,
+    ) -> Rows:
+        rp, ri, wp, wi = sets
+        return structref.StructRefProxy.__new__(  # type: ignore[no-untyped-call]
+            cls, arr, gm, code, mode, arg, state, rp, ri, wp, wi, start, gbase
+        )
+
+
+structref.define_proxy(Rows, RowsType, _FIELDS)  # type: ignore[no-untyped-call]
+
+_NO_SETS = tuple(np.zeros(1 if k % 2 == 0 else 0, dtype=np.int64) for k in range(4))
+
+
+def no_sets() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Empty CSR sets for the modes that do not check against reconnaissance sets."""
+    return _NO_SETS  # type: ignore[return-value]
+
+
+@njit(inline="always")
+def _in_row(indptr: Any, ids: Any, k: Any, gid: Any) -> bool:  # pragma: no cover - compiled
+    lo, hi = indptr[k], indptr[k + 1]
+    p = lo + np.searchsorted(ids[lo:hi], gid)
+    return p < hi and ids[p] == gid
+
+
+@njit(inline="always")
+def _flag(a: Any, slot: Any, write: int, what: int) -> None:  # pragma: no cover - compiled
+    st = a.state
+    if st[S_FLAG] == 0:
+        st[S_FLAG] = what
+        st[S_ARG] = a.arg
+        st[S_SLOT] = slot
+        st[S_WRITE] = write
+
+
+@njit(inline="always")
+def _allowed(a: Any, s: Any, write: bool) -> bool:  # pragma: no cover - compiled
+    mode = a.mode
+    if mode == EXEC:
+        return True
+    if mode == GUARD_RO:
+        return not write
+    if mode == CHECKED:
+        k = a.state[S_INDEX] - a.start
+        gid = a.gbase | s
+        if _in_row(a.wp, a.wi, k, gid):
+            return True
+        return not write and _in_row(a.rp, a.ri, k, gid)
+    c = a.gm[s] if s < a.gm.shape[0] else _FREE
+    if mode == ANY_OWN:
+        return c != _OTHER and (c != _FREE or not write)
+    if write:
+        return c == a.code
+    return c == _FREE or c == a.code
+
+
+@overload(operator.getitem)
+def _getitem(a: Any, i: Any) -> Any:
+    if not (isinstance(a, RowsType) and isinstance(i, types.Integer)):
+        return None
+    if a.field_dict["arr"].ndim == 1:
+
+        def scalar(a: Any, i: Any) -> Any:  # pragma: no cover - compiled
+            n = a.arr.shape[0]
+            s = i + n if i < 0 else i
+            if s < 0 or s >= n:
+                _flag(a, i, 0, 2)
+                return a.arr[0]
+            if not _allowed(a, s, False):
+                _flag(a, s, 0, 1)
+            return a.arr[s]
+
+        return scalar
+
+    def row(a: Any, i: Any) -> Any:  # pragma: no cover - compiled
+        n = a.arr.shape[0]
+        s = i + n if i < 0 else i
+        if s < 0 or s >= n:
+            _flag(a, i, 0, 2)
+            return a.arr[0].copy()
+        if not _allowed(a, s, False):
+            _flag(a, s, 0, 1)
+        return a.arr[s].copy()
+
+    return row
+
+
+@overload(operator.setitem)
+def _setitem(a: Any, i: Any, v: Any) -> Any:
+    if not (isinstance(a, RowsType) and isinstance(i, types.Integer)):
+        return None
+
+    def impl(a: Any, i: Any, v: Any) -> None:  # pragma: no cover - compiled
+        n = a.arr.shape[0]
+        s = i + n if i < 0 else i
+        if s < 0 or s >= n:
+            _flag(a, i, 1, 2)
+            return
+        if not _allowed(a, s, True):
+            _flag(a, s, 1, 1)
+            return
+        a.arr[s] = v
+
+    return impl
+
+
+@overload(len)
+def _len(a: Any) -> Any:
+    if not isinstance(a, RowsType):
+        return None
+
+    def impl(a: Any) -> Any:  # pragma: no cover - compiled
+        return a.arr.shape[0]
+
+    return impl
+
+
+@overload_attribute(RowsType, "shape")
+def _shape(a: Any) -> Any:
+    def impl(a: Any) -> Any:  # pragma: no cover - compiled
+        return a.arr.shape
+
+    return impl
+
+
+#: numba's on-disk cache notices a change to a function's own file only, but a kernel
+#: body's machine code also holds this module's checks: bodies are cached in a directory
+#: named after this module's content and the numba version, so a changed engine never
+#: runs a body compiled against the old checks.
+_CACHE_LOCK = threading.Lock()
+_NB_CONFIG: Any = _numba_config  # numba's settings module (NUMBA_CACHE_DIR and friends)
+
+
+def _cache_dir() -> str:
+    base = _NB_CONFIG.CACHE_DIR or platformdirs.user_cache_dir("strads-replay")
+    digest = hashlib.blake2b(Path(__file__).read_bytes(), digest_size=8).hexdigest()
+    return os.path.join(base, "kernels", f"{digest}-numba{numba.__version__}")
+
+
+def compile_body(fn: Any) -> Any:
+    """``fn`` as a numba dispatcher (nopython, releases the GIL, cached on disk, see
+    ``_cache_dir``); compiled on first call."""
+    with _CACHE_LOCK:  # numba reads CACHE_DIR when the dispatcher is made
+        old = _NB_CONFIG.CACHE_DIR
+        _NB_CONFIG.CACHE_DIR = _cache_dir()
+        try:
+            return njit(nogil=True, cache=True)(fn)
+        except RuntimeError:  # no file to key a cache by (a REPL, exec): compile every run
+            return njit(nogil=True)(fn)
+        finally:
+            _NB_CONFIG.CACHE_DIR = old
+
+
+# not cached: its cache index would name every kernel it ever ran (unpickling it imports
+# their modules); the bodies it calls are cached, so compiling it costs a fraction of a second
+@njit(nogil=True)
+def run_loop(body: Any, idx: Any, state: Any, args: Any) -> None:  # pragma: no cover - compiled
+    """``body(j, *args)`` for every ``j`` in ``idx`` in order; stops after a body that set
+    ``state[S_FLAG]`` (the compiled task loop, one per kernel and argument types)."""
+    for t in range(idx.shape[0]):
+        j = idx[t]
+        state[S_INDEX] = j
+        body(j, *args)
+        if state[S_FLAG] != 0:
+            return
+
+
+__all__ = [
+    "ANY_OWN",
+    "CHECKED",
+    "EXEC",
+    "GUARD",
+    "GUARD_RO",
+    "STATE_LEN",
+    "S_ARG",
+    "S_FLAG",
+    "S_INDEX",
+    "S_SLOT",
+    "S_WRITE",
+    "Rows",
+    "compile_body",
+    "no_sets",
+    "run_loop",
+]

@@ -1,0 +1,342 @@
+"""Compiled loop bodies: ``@kernel`` functions that ``async_for`` runs as one numba loop.
+
+A kernel is a plain Python function ``body(j, X, Y, ..., a, b)`` whose arguments after
+the loop index are numeric ``dvector`` s and ``int`` / ``float`` / ``bool`` scalars::
+
+    @ap.kernel
+    def sgd(j, A, W, H, g, lam):
+        r = A[j]
+        u, i = int(r[0]), int(r[1])
+        w = W[u]
+        h = H[i]
+        err = r[2] - w @ h
+        W[u] = w + g * (err * h - lam * w)
+        H[i] = h + g * (err * w - lam * h)
+
+    ap.async_for(0, len(A), sgd.bind(A, W, H, g, lam), name="sgd")
+
+``kernel.bind(...)`` returns a :class:`BoundKernel`, which is an ordinary loop body too:
+called with ``j`` it runs the Python function on the DDS.  The engine uses that Python
+path wherever it needs to see every access as it happens (reconnaissance, so the read
+and write sets are exactly the Python path's; bodies split across threads under element
+locks; ``--break`` in single-node replay).  Everywhere else, a task group is *one* call of
+a compiled loop over its indices in the group's order, on the node's replicas, with the
+plan guard's checks compiled in (``engine._asyncfor.compiled``).  Plans, rounds,
+write-back, recording, replay and the dual tests do not know the difference.
+
+Why the Python function and the compiled one agree bit for bit: rows are copies on both
+sides, elementwise numpy expressions compile to the same IEEE operations in the same
+order (numba does not contract ``a * b + c`` into a fused multiply-add unless
+``fastmath`` is on, and kernels never turn it on), and ``w @ h`` of two float64 vectors is
+the same BLAS ``ddot`` in numpy and in numba.  Kernels take no ``rng()``: draw random
+numbers in the driver into a DDS and read them in the body.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import threading
+import types
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .._data import dds as _dds
+from .._data.dds import ANY_OWN as ANY_OWN_CODE
+from .._data.dds import _CheckedMixin, _tls
+from .._errors import DDSError, KernelError
+
+#: Scalar argument types a kernel accepts (passed to the compiled loop as they are).
+SCALARS = (bool, int, float, np.bool_, np.integer, np.floating)
+
+
+class Kernel:
+    """A loop body to be compiled with numba; :meth:`bind` gives ``async_for`` its body."""
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        if not inspect.isfunction(fn):
+            raise KernelError(f"@kernel needs a Python function, got {type(fn).__name__}")
+        params = list(inspect.signature(fn).parameters.values())
+        if not params or any(
+            p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params
+        ):
+            raise KernelError(
+                f"kernel {fn.__qualname__!r}: its parameters must be the loop index and then "
+                "positional DDS and scalar arguments (no *args, **kwargs or keyword-only)"
+            )
+        self.py_func = fn
+        self.__name__ = fn.__name__
+        self.__qualname__ = fn.__qualname__
+        self.__doc__ = fn.__doc__
+        self._sig = inspect.signature(fn)
+        self._lock = threading.Lock()
+        self._body: Any = None
+        self._compiled: set[tuple[Any, ...]] = set()
+
+    def __repr__(self) -> str:
+        return f"<kernel {self.__qualname__}>"
+
+    def where(self) -> str:
+        """``file:line`` of the kernel's definition."""
+        code = self.py_func.__code__
+        return f"{code.co_filename}:{code.co_firstlineno}"
+
+    def bind(self, *args: Any, **kwargs: Any) -> BoundKernel:
+        """The loop body ``j -> kernel(j, *args)``: DDS arguments as they are, scalars by value."""
+        try:
+            bound = self._sig.bind(0, *args, **kwargs)
+        except TypeError as exc:
+            raise KernelError(f"kernel {self.__qualname__!r}: {exc}") from None
+        values = list(bound.args[1:])
+        names = list(self._sig.parameters)[1:]
+        for name, v in zip(names, values, strict=True):
+            if isinstance(v, _dds._DDS):
+                if _dds.public_class(v) is not _dds.dvector or v.shape is None:
+                    raise KernelError(
+                        f"kernel {self.__qualname__!r}: argument {name!r} is {v!r}; a kernel "
+                        "takes dvectors of numeric rows (shape=...) and int/float/bool scalars"
+                    )
+                if v._relaxed:
+                    raise KernelError(
+                        f"kernel {self.__qualname__!r}: argument {name!r} is a relaxed dvector; "
+                        "a compiled loop would bypass its per-thread copies, so write it from a "
+                        "Python body"
+                    )
+            elif not isinstance(v, SCALARS):
+                raise KernelError(
+                    f"kernel {self.__qualname__!r}: argument {name!r} is a "
+                    f"{type(v).__name__}; a kernel takes numeric dvectors and int/float/bool "
+                    "scalars (put arrays in a dvector)"
+                )
+        return BoundKernel(self, tuple(values))
+
+    # ---------------------------------------------------------------- compiling
+    def run(self, indices: np.ndarray, state: np.ndarray, args: tuple[Any, ...]) -> None:
+        """The compiled loop over ``indices`` (the body is compiled on first use)."""
+        from . import compiled
+
+        body = self._body
+        if body is None:
+            with self._lock:
+                if self._body is None:
+                    self._body = compiled.compile_body(self.py_func)
+                body = self._body
+        compiled.run_loop(body, indices, state, args)
+
+
+def kernel(fn: Callable[..., Any]) -> Kernel:
+    """Mark ``fn(j, *dds_and_scalars)`` as a compiled ``async_for`` body (see the module doc).
+
+    >>> import engine as ap
+    >>> X = ap.dvector(4, shape=(), init=ap.init.zeros(), name="X")
+    >>> @ap.kernel
+    ... def triple(j, X, c):
+    ...     X[j] = c * j
+    >>> ap.async_for(0, 4, triple.bind(X, 3.0), name="triple")
+    >>> X.gather().tolist()
+    [0.0, 3.0, 6.0, 9.0]
+    """
+    return Kernel(fn)
+
+
+class BoundKernel:
+    """A kernel with its arguments: a loop body for ``async_for``."""
+
+    __slots__ = ("kernel", "args", "dds_pos", "__weakref__")
+
+    def __init__(self, kernel: Kernel, args: tuple[Any, ...]) -> None:
+        self.kernel = kernel
+        self.args = args
+        self.dds_pos = tuple(k for k, v in enumerate(args) if isinstance(v, _dds._DDS))
+
+    def __call__(self, j: int) -> Any:
+        """The Python path: one body on the DDS in whatever mode the engine put them."""
+        return self.kernel.py_func(j, *self.args)
+
+    @property
+    def python(self) -> Callable[[int], Any]:
+        """The same body as a plain Python function of ``j`` (never compiled): the kernel's
+        own code with the bound arguments as its parameters' defaults, so that a debugger
+        stepping into it is at once in the kernel's first line."""
+        fn = self.kernel.py_func
+        plain = types.FunctionType(
+            fn.__code__, fn.__globals__, fn.__name__, self.args, fn.__closure__
+        )
+        plain.__qualname__ = fn.__qualname__
+        return plain
+
+    def __repr__(self) -> str:
+        return f"<kernel {self.kernel.__qualname__} bound to {len(self.args)} argument(s)>"
+
+
+def wrap_body(controller: Any, op: str, inv: int, node: int, body: Any) -> Any:
+    """``controller.wrap_body`` (breakpoints): a kernel stays compiled unless the controller
+    wraps it, and then it gets the kernel's Python function (pdb stops in its code)."""
+    if not isinstance(body, BoundKernel):
+        return controller.wrap_body(op, inv, node, body)
+    plain = body.python
+    wrapped = controller.wrap_body(op, inv, node, plain)
+    return body if wrapped is plain else wrapped
+
+
+def code_of(body: Any) -> Any:
+    """What identifies a body across invocations (a plan is reused while it stays the same)."""
+    if isinstance(body, BoundKernel):
+        return body.kernel.py_func.__code__
+    return getattr(body, "__code__", body)
+
+
+def python_of(body: Any) -> Any:
+    """The Python function whose source the closure rule checks."""
+    return body.kernel.py_func if isinstance(body, BoundKernel) else body
+
+
+# ==================================================================== compile errors
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+#: Longest numba message kept in a compile error (a signature can be very long).
+MAX_MESSAGE = 300
+_HEADERS = ("Failed in nopython mode pipeline", "Failed in object mode pipeline")
+
+
+def first_line(exc: BaseException) -> str:
+    """numba's first informative message line (its pipeline header and colours dropped)."""
+    lines = [ln.strip() for ln in _ANSI.sub("", str(exc)).splitlines()]
+    lines = [ln for ln in lines if ln and not ln.startswith(_HEADERS)]
+    if not lines:
+        return type(exc).__name__
+    line = lines[0]
+    if line.endswith(":") and len(lines) > 1:  # "No implementation ... for signature:" + it
+        line = f"{line} {lines[1].lstrip('>').strip()}"
+    return line if len(line) <= MAX_MESSAGE else line[: MAX_MESSAGE - 1] + "…"
+
+
+def prepare(body: BoundKernel, op: str) -> None:
+    """Compile ``body``'s loop for its argument types now, in the driver (every rank), so
+    that a kernel numba cannot compile fails before any body runs, with one line."""
+    kern = body.kernel
+    key = (len(body.args), *(_type_key(v) for v in body.args))
+    if key in kern._compiled:
+        return
+    try:
+        from . import compiled
+    except ImportError as exc:  # numba missing or broken
+        raise KernelError(
+            f"async_for {op!r}: kernel {kern.__qualname__!r} needs numba, which cannot be "
+            f"imported ({first_line(exc)}); run the Python body instead "
+            f"({kern.__name__}.bind(...).python)"
+        ) from None
+    state = np.zeros(compiled.STATE_LEN, dtype=np.int64)
+    args = [_arg(v, k, compiled.EXEC, 0, state, None) for k, v in enumerate(body.args)]
+    try:
+        kern.run(np.empty(0, dtype=np.int64), state, tuple(args))
+    except Exception as exc:  # noqa: BLE001 - any numba failure is the kernel's, said in one line
+        raise KernelError(
+            f"async_for {op!r}: kernel {kern.__qualname__!r} ({kern.where()}) does not compile "
+            f"with numba: {first_line(exc)}; run the Python body instead "
+            f"({kern.__name__}.bind(...).python)"
+        ) from None
+    kern._compiled.add(key)
+
+
+def _type_key(v: Any) -> Any:
+    if isinstance(v, _dds._DDS):
+        return ("dds", v._dtype.str, len(v.shape or ()))
+    return type(v)
+
+
+# ==================================================================== running a task group
+def _mode_of(d: Any) -> str:
+    """The access mode the engine put DDS ``d`` in (``guard``, ``guard_ro``, ``exec``, ...)."""
+    cls = type(d)
+    for name, klass in cls._modes.items():
+        if klass is cls and name != "exec_obj":
+            return name
+    return "driver"
+
+
+def _arg(v: Any, k: int, mode: int, code: int, state: np.ndarray, checker: Any) -> Any:
+    if not isinstance(v, _dds._DDS):
+        return v
+    from . import compiled
+
+    sets = compiled.no_sets()
+    start = 0
+    if mode == compiled.CHECKED:
+        s = checker.sets
+        sets = (s.r_indptr, s.r_ids, s.w_indptr, s.w_ids)
+        start = checker.start
+    gm = np.frombuffer(v._gm, dtype=np.uint8) if len(v._gm) else np.zeros(0, dtype=np.uint8)
+    return compiled.Rows(v._buf, gm, code, mode, k, state, sets, start, v._gbase)
+
+
+def run_group(body: BoundKernel, indices: np.ndarray) -> None:
+    """Run ``body`` for ``indices`` in order as one compiled loop on the bound node's
+    replicas, checking every access as the DDS's current mode would in Python."""
+    from . import compiled
+
+    if not len(indices):
+        return
+    kern = body.kernel
+    gcode = getattr(_tls, "gcode", 1)
+    state = np.zeros(compiled.STATE_LEN, dtype=np.int64)
+    args = []
+    for k, v in enumerate(body.args):
+        if not isinstance(v, _dds._DDS):
+            args.append(v)
+            continue
+        m = _mode_of(v)
+        if m == "checked":
+            mode, code = compiled.CHECKED, 0
+        elif m == "guard_ro":
+            mode, code = compiled.GUARD_RO, 0
+        elif m == "guard":
+            mode, code = compiled.GUARD, 1
+        elif m == "guard_t":
+            mode, code = (compiled.ANY_OWN, 0) if gcode == ANY_OWN_CODE else (compiled.GUARD, gcode)
+        elif m == "exec":
+            mode, code = compiled.EXEC, 0
+        else:
+            raise KernelError(
+                f"kernel {kern.__qualname__!r}: argument {v.name} is in {m} mode; a kernel runs "
+                "only as an async_for body"
+            )
+        args.append(_arg(v, k, mode, code, state, _dds.CHECKER))
+    idx = np.ascontiguousarray(indices, dtype=np.int64)
+    try:
+        kern.run(idx, state, tuple(args))
+    except Exception:
+        _tls.index = int(state[compiled.S_INDEX])  # the BodyError names the body that raised
+        raise
+    flag = int(state[compiled.S_FLAG])
+    if flag == 0:
+        return
+    j = int(state[compiled.S_INDEX])
+    _tls.index = j
+    d = body.args[int(state[compiled.S_ARG])]
+    slot, write = int(state[compiled.S_SLOT]), bool(state[compiled.S_WRITE])
+    if flag == 2:
+        raise DDSError(f"{d.name}: index {slot} out of range for length {len(d)}")
+    # the same verdict, message and replan= behaviour as the Python path
+    if _dds.CHECKER is not None:
+        _CheckedMixin._check(d, slot, write)
+    elif _dds.GUARD is not None:
+        _dds.GUARD.outside(d, slot, write)
+    raise KernelError(  # pragma: no cover - the compiled checks mirror the Python ones
+        f"kernel {kern.__qualname__!r}: index {j} touched {d.name}[{slot}], which the compiled "
+        "guard refused and the Python guard allows (an engine bug; please report it)"
+    )
+
+
+__all__ = [
+    "BoundKernel",
+    "Kernel",
+    "kernel",
+    "code_of",
+    "first_line",
+    "prepare",
+    "python_of",
+    "run_group",
+    "wrap_body",
+]
