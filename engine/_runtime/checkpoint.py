@@ -168,14 +168,15 @@ def skip_invocation(sess: Session, op: str, invocation: int) -> bool:
     sess.steps += 1
     sess.controller.skipped(op, invocation)
     if (op, invocation) == tuple(target):
+        sess.fast_forward = None  # from here on collective values are computed
         restore(sess, sess.controller.restore(op, invocation))
-        sess.fast_forward = None
     return True
 
 
 def restore(sess: Session, cp: Any) -> None:
     """Put a checkpoint's rows into every local replica and set the message counters."""
     by_name = {d.name: d for d in sess.dds}
+    restored = []
     for name, (slots, values) in cp.rows.items():
         d = by_name.get(name)
         if d is None:
@@ -192,10 +193,15 @@ def restore(sess: Session, cp: Any) -> None:
         for node in sess.cluster.local_nodes:
             d.set_rows(node, slots, values)
         sess.body_written.setdefault(name, d)
+        restored.append(d)
     for node in sess.cluster.local_nodes:
         c = cp.counters.get(node)
         if c is not None:
             sess.cluster.set_counters(node, c)
+    if restored:  # a damaged checkpoint is named here, not by a later digest
+        digests = sess.digests_of(restored)
+        names = [d.name for d in restored]
+        sess.controller.check_restored(cp.op, cp.invocation, list(zip(names, digests, strict=True)))
 
 
 __all__ = ["BUDGET", "Rows", "collective", "end_invocation", "plain_reason", "skip_invocation"]

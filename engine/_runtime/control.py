@@ -69,6 +69,10 @@ class Controller:
         (node -> message counters)."""
         raise NotImplementedError("this controller does not fast-forward")
 
+    def check_restored(self, op: str, invocation: int, digests: list[tuple[str, str]]) -> None:
+        """The restored DDS have these (dds, digest): raise :class:`DivergenceError` if
+        they are not the recorded ones (a damaged checkpoint)."""
+
     def served_value(self, k: int, kind: str) -> Any:
         """The value the ``k``-th collective call (``reduce``, ``gather``) returned in the
         recorded run, while fast-forwarding."""
