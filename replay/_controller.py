@@ -235,6 +235,11 @@ class TraceController(engine.Controller):
             return body
         return self._break(op, invocation, node, body)
 
+    def set_body_hook(self, hook: Callable[..., Any] | None) -> None:
+        """Wrap every loop body with ``hook(op, invocation, node, body)`` (breakpoints,
+        history and watch probes)."""
+        self._break = hook
+
     def set_until(self, hook: Callable[[str, int], None]) -> None:
         """Call ``hook(op, invocation)`` after every invocation (``--until``)."""
         self._until = hook

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .._errors import SessionError
-from .session import Session
+from .session import Session, current
 
 if TYPE_CHECKING:
     from .._data import dds as _dds
@@ -204,4 +204,28 @@ def restore(sess: Session, cp: Any) -> None:
         sess.controller.check_restored(cp.op, cp.invocation, list(zip(names, digests, strict=True)))
 
 
-__all__ = ["BUDGET", "Rows", "collective", "end_invocation", "plain_reason", "skip_invocation"]
+# ------------------------------------------------------------------ inspection
+def find_dds(name: str) -> Any:
+    """The current run's DDS named ``name``, or None (history and watch find theirs)."""
+    for d in current().dds:
+        if d.name == name:
+            return d
+    return None
+
+
+def dds_contents(d: Any) -> Any:
+    """Every element of ``d`` from its owners, without counting as a collective call
+    of the driver (so inspecting a replay does not shift the served values)."""
+    return d._sess.cluster.gather_owned(d)
+
+
+__all__ = [
+    "dds_contents",
+    "find_dds",
+    "BUDGET",
+    "Rows",
+    "collective",
+    "end_invocation",
+    "plain_reason",
+    "skip_invocation",
+]
