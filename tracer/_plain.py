@@ -34,6 +34,11 @@ def _tag(v: Any, depth: int) -> Any:
         raise NotPlain(f"it nests deeper than {MAX_DEPTH} levels")
     if v is None:
         return ["n"]
+    if isinstance(v, np.generic):  # before float: np.float64 is a float subclass
+        if v.dtype.str not in SCALAR_DTYPES:
+            raise NotPlain(f"it holds a numpy {v.dtype} scalar")
+        x = v.item()
+        return ["ns", v.dtype.str, x.hex() if isinstance(x, float) else str(x)]
     if isinstance(v, bool):
         return ["b", v]
     if isinstance(v, int):
@@ -42,12 +47,9 @@ def _tag(v: Any, depth: int) -> Any:
         return ["f", v.hex()]
     if isinstance(v, str):
         return ["s", v]
-    if isinstance(v, np.generic) and v.dtype.str in SCALAR_DTYPES:
-        x = v.item()
-        return ["ns", v.dtype.str, x.hex() if isinstance(x, float) else str(x)]
     if isinstance(v, (tuple, list)):
         return ["t" if isinstance(v, tuple) else "l", [_tag(x, depth + 1) for x in v]]
-    raise NotPlain(f"it holds a {type(v).__module__}.{type(v).__qualname__}, not plain data")
+    raise NotPlain(f"it holds a {type(v).__qualname__} object, not plain data")
 
 
 def _untag(t: Any, where: str, depth: int = 0) -> Any:

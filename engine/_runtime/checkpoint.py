@@ -67,7 +67,7 @@ def plain_reason(value: Any, depth: int = 0) -> str | None:
             if why is not None:
                 return why
         return None
-    return f"it holds a {type(value).__module__}.{type(value).__qualname__}, not plain data"
+    return f"it holds a {type(value).__qualname__} object, not plain data"
 
 
 # ------------------------------------------------------------------ recording
