@@ -358,3 +358,25 @@ def test_history_and_watch_need_checkpoints(tmp_path: Path) -> None:
     for args in (["history", str(none), "W[1]"], ["watch", str(none), "np.isnan(W).any()"]):
         rc, out, err = cli(*args)
         assert rc == 2 and "no checkpoints" in err and "Traceback" not in err
+
+
+# ---------------------------------------------------------------- README
+def test_readme_time_travel_commands_run_as_written(tmp_path: Path) -> None:
+    import re
+    import shlex
+
+    from tests.conftest import ROOT
+
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## Time travel") : text.index("## Benchmarks")]
+    lines = re.findall(r"```bash\n(.*?)\n```", section, re.S)[0].splitlines()
+    outputs = []
+    for line in lines:
+        argv = shlex.split(line)
+        assert argv[0] == "replay"
+        proc = run_cli(argv[1:], cwd=tmp_path, timeout=TIMEOUT, input="c\n")
+        assert proc.returncode == 0, (line, proc.stderr)
+        outputs.append(proc.stdout)
+    # the watch line finds the body the last line stops in, as the README says
+    assert f"stop there with: {lines[-1]}" in outputs[-2]
+    assert "stopped in sgd#4 index 6693 on node 0" in outputs[-1]
