@@ -37,6 +37,7 @@ def _when(t: float) -> str:
 def _run_dict(run: tracer.RunTrace) -> dict[str, Any]:
     info = run.info
     ops = run.operators()
+    cps = run.checkpoints()
     return {
         "run_id": info.run_id,
         "app": info.app,
@@ -63,7 +64,8 @@ def _run_dict(run: tracer.RunTrace) -> dict[str, Any]:
         "store_bytes": run.store_bytes(),
         # time travel, reported apart from store_bytes (not in the bytes-per-body budget)
         "checkpoint_bytes": run.checkpoint_bytes(),
-        "checkpoints": [f"{c.op}#{c.invocation}" for c in run.checkpoints()],
+        "checkpoints": [f"{c.op}#{c.invocation}" for c in cps],
+        "checkpoint_seconds": round(sum(c.seconds for c in cps), 6),
         "operators": {
             op: {
                 "strategy": s.strategy,

@@ -82,6 +82,7 @@ class CheckpointInfo:
     step: int  # its place among the run's loop invocations, from 0
     nbytes: int  # every node's blocks
     refused: tuple[tuple[str, str], ...]  # (dds, why) left out
+    seconds: float = 0.0  # the slowest node's time to encode its part
 
 
 @dataclass(frozen=True, slots=True)
@@ -478,6 +479,7 @@ class RunTrace:
                     int(rs[0].step),
                     sum(int(r.nbytes) for r in rs),
                     tuple(sorted(refused.items())),
+                    max(float(r.seconds or 0.0) for r in rs),
                 )
             )
         return sorted(out, key=lambda c: c.step)

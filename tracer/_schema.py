@@ -356,8 +356,8 @@ class ChainLink(Base):
 
 class Checkpoint(Base):
     """One node's checkpoint at the end of an invocation (time travel): a marker written
-    after its blocks, in the same transaction, so a checkpoint with a row here is whole
-    for that node.  ``step`` is the invocation's place among the run's loop invocations.
+    after its blocks have committed, so a checkpoint with a row here is whole for that
+    node.  ``step`` is the invocation's place among the run's loop invocations.
     Not chained: a restored checkpoint is checked against the invocation's digests."""
 
     __tablename__ = "checkpoint"
@@ -374,6 +374,7 @@ class Checkpoint(Base):
     counters: Mapped[str] = mapped_column(Text, default="{}")  # JSON: message counters
     refused: Mapped[str] = mapped_column(Text, default="[]")  # JSON: [dds, why] left out
     nbytes: Mapped[int] = mapped_column()
+    seconds: Mapped[float] = mapped_column(Float, default=0.0)  # encoding and writing it
     created_at: Mapped[float] = mapped_column(Float)
 
 
