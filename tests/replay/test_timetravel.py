@@ -319,6 +319,7 @@ def test_watch_mlr(traces: dict[str, Path]) -> None:
 
 
 # ---------------------------------------------------------------- bad input
+@pytest.mark.filterwarnings("ignore::replay._environment.ReplayEnvironmentWarning")
 @pytest.mark.parametrize(
     "args,message",
     [
