@@ -34,13 +34,16 @@ def main() -> None:
     ap.add_argument("--gs-sweeps", type=int, default=10)
     args = ap.parse_args()
     label, data = dataset(args.synthetic)
+    # the orders' budgets: checkpoints (time travel) are measured and reported apart,
+    # by benchmarks/timetravel.py, so they are off here
     common = ["sgdmf", "--ranks", "2", "-p", f"epochs={args.epochs}", *data]
+    traced_only = ["--no-checkpoints"]
     traced, untraced, sizes, bodies = [], [], [], 0
     with tempfile.TemporaryDirectory() as tmp:
         for k in range(args.repeats):  # interleaved, so noise hits both alike
             untraced.append(replay_run([*common, "--no-trace"])["elapsed_s"])
             path = Path(tmp) / f"t{k}.sqlite"
-            res = replay_run([*common, "--trace", str(path)])
+            res = replay_run([*common, "--trace", str(path), *traced_only])
             traced.append(res["elapsed_s"])
             sizes.append(store_bytes(path))
             bodies = res["planner"]["sgd"]["bodies"] * args.epochs
@@ -57,7 +60,7 @@ def main() -> None:
         ):
             path = Path(tmp) / f"{label_}.sqlite"
             extra = common[3:] if app == "sgdmf" else ["-p", f"sweeps={n}"]
-            argv = [app, "--ranks", "3", *shape, *extra, "--trace", str(path)]
+            argv = [app, "--ranks", "3", *shape, *extra, "--trace", str(path), *traced_only]
             res = replay_run(argv)
             b = res["planner"][op]["bodies"] * n
             shown = replay_cmd(["show", str(path)])["runs"][0]["operators"][op]

@@ -35,6 +35,8 @@ from ._machines.schedule import VisibilityLog as VisibilityLog
 from ._machines.schedule import serial_order as serial_order
 from ._machines.ssp import SspClock as SspClock
 from ._machines.turnstile import Turnstile as Turnstile
+from ._runtime.checkpoint import dds_contents as dds_contents
+from ._runtime.checkpoint import find_dds as find_dds
 from ._runtime.transport import under_mpi_launcher as under_mpi_launcher
 from ._syncfor.dds import commit_rows as commit_rows
 from ._syncfor.dds import enter_sync_mode as enter_sync_mode
@@ -63,6 +65,8 @@ __all__ = [
     "Task",
     "Turnstile",
     "aggregation_of",
+    "dds_contents",
+    "find_dds",
     "commit_rows",
     "enter_sync_mode",
     "replica",

@@ -3,7 +3,7 @@
 User errors print one line on stderr and exit 2 (DESIGN §10); a failed loop body
 exits 1; ``--json`` prints exactly one JSON object on stdout.  The commands live in
 ``_runcmds`` (run, demo), ``_replaycmds`` (cluster, single), ``_dualcmd`` (dual),
-``_tracecmds`` (ls, show, verify, export) and ``tui`` (browse); ``_cliutil`` holds what
+``_tracecmds`` (ls, show, verify, export), ``_ttcmds`` (history, watch) and ``tui`` (browse); ``_cliutil`` holds what
 they share.
 """
 
@@ -22,6 +22,7 @@ from ._replaycmds import register as register_replay
 from ._runcmds import execute
 from ._runcmds import register as register_run
 from ._tracecmds import register as register_trace_commands
+from ._ttcmds import register as register_time_travel
 
 
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -34,6 +35,7 @@ register_run(cli)
 register_replay(cli)
 register_dual(cli)
 register_trace_commands(cli)
+register_time_travel(cli)
 register_browse(cli)
 
 

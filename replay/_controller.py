@@ -94,9 +94,16 @@ class TraceController(engine.Controller):
     """Enforces the orders of one recorded run."""
 
     def __init__(
-        self, run: Any, *, single: bool, breakpoint_hook: Callable[..., Any] | None = None
+        self,
+        run: Any,
+        *,
+        single: bool,
+        breakpoint_hook: Callable[..., Any] | None = None,
+        travel: Any = None,
     ):
         self.run = run
+        #: time travel (``replay._timetravel.FastForward``): where the replay starts
+        self.travel = travel
         self.single = single
         self._plans: dict[tuple[str, int], Any] = {}
         self._starts: dict[str, set[int]] = {}
@@ -225,6 +232,11 @@ class TraceController(engine.Controller):
             return body
         return self._break(op, invocation, node, body)
 
+    def set_body_hook(self, hook: Callable[..., Any] | None) -> None:
+        """Wrap every loop body with ``hook(op, invocation, node, body)`` (breakpoints,
+        history and watch probes)."""
+        self._break = hook
+
     def set_until(self, hook: Callable[[str, int], None]) -> None:
         """Call ``hook(op, invocation)`` after every invocation (``--until``)."""
         self._until = hook
@@ -232,6 +244,23 @@ class TraceController(engine.Controller):
     def after_invocation(self, op: str, invocation: int) -> None:
         if self._until is not None:
             self._until(op, invocation)
+
+    # ------------------------------------------------------------ time travel
+    def fast_forward(self) -> tuple[str, int] | None:
+        return None if self.travel is None else self.travel.fast_forward()
+
+    def restore(self, op: str, invocation: int) -> Any:
+        return self.travel.restore(op, invocation)
+
+    def check_restored(self, op: str, invocation: int, digests: list[tuple[str, str]]) -> None:
+        self.travel.check_restored(op, invocation, digests)
+
+    def served_value(self, k: int, kind: str) -> Any:
+        return self.travel.served_value(k, kind)
+
+    def skipped(self, op: str, invocation: int) -> None:
+        self.current = (op, invocation)
+        self.travel.note_skipped(op, invocation)
 
 
 class ReplayChecker(engine.Recorder):
@@ -245,8 +274,11 @@ class ReplayChecker(engine.Recorder):
         run: Any,
         tee: engine.Recorder | None = None,
         on_progress: Callable[[int, int], None] | None = None,
+        skipped: set[tuple[str, int]] | None = None,
     ) -> None:
         self.run = run
+        #: invocations a time-travelling replay skipped (shared with its controller)
+        self.skipped = skipped if skipped is not None else set()
         self.tee = tee or engine.Recorder()
         #: Called with (invocations checked, invocations in the trace) after each one.
         self.on_progress = on_progress
@@ -354,7 +386,7 @@ class ReplayChecker(engine.Recorder):
 
     def finish(self) -> None:
         """The program ended: it must have produced everything the trace holds."""
-        missing = set(self._digests) - self._seen_invocations
+        missing = set(self._digests) - self._seen_invocations - self.skipped
         if missing:
             op, inv = min(missing, key=lambda k: (k[1], k[0]))
             raise DivergenceError(

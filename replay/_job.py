@@ -124,7 +124,8 @@ def _recorder(spec: dict[str, Any], app: Any, params: dict[str, Any], comm: Any)
     if comm is not None:
         comm.Barrier()
     nodes = [rank] if comm is not None else list(range(ranks))
-    return tracer.TraceRecorder(path, run_id, nodes, is_primary=rank == 0)
+    every = spec.get("checkpoint_every", None)
+    return tracer.TraceRecorder(path, run_id, nodes, is_primary=rank == 0, checkpoint_every=every)
 
 
 @contextlib.contextmanager

@@ -30,6 +30,7 @@ from ._errors import UsageError
 from ._job import code_digest
 from ._progress import tick_line
 from ._target import CodeChangedError, check_digest, check_params, file_digest, target_file
+from ._timetravel import FastForward, Start, program_order, start_before, step_of
 
 
 def parse_break(text: str) -> tuple[str, int, int, int | None]:
@@ -163,6 +164,12 @@ def check_replayable(run: Any) -> None:
             )
 
 
+def start_at(run: Any, point: tuple[str, int], option: str = "--from") -> Start:
+    """Where a replay ``--from`` ``point`` starts: after the latest checkpoint taken
+    before ``point`` runs (a bad point, or a run without checkpoints, is a UsageError)."""
+    return start_before(run, step_of(program_order(run), point, option))
+
+
 def replay_here(
     spec: dict[str, Any], comm: Any = None, progress: Callable[[str], None] | None = None
 ) -> dict[str, Any]:
@@ -191,8 +198,16 @@ def replay_here(
         )
     hits: list[int] = []
     brk = spec.get("break")
+    travel = None
+    if spec.get("from"):
+        travel = FastForward(run, start_at(run, tuple(spec["from"])))
+        if say is not None and travel.start.op is not None:
+            say(f"starting after the checkpoint at {travel.start.op}#{travel.start.invocation}")
     controller = TraceController(
-        run, single=mode == "single", breakpoint_hook=_breakpoint(tuple(brk), hits) if brk else None
+        run,
+        single=mode == "single",
+        breakpoint_hook=_breakpoint(tuple(brk), hits) if brk else None,
+        travel=travel,
     )
     until = spec.get("until")
     if until:
@@ -224,6 +239,7 @@ def replay_here(
         run,
         tee,
         None if say is None else lambda done, total: say(tick_line(done, total, "invocations")),
+        skipped=None if travel is None else travel.skipped,
     )
     t0 = time.perf_counter()
     first_difference = None
@@ -267,6 +283,7 @@ def replay_here(
         "checked": {"digests": checker.checked_digests, "objectives": checker.checked_objectives},
         "recorded_status": info.status,
         "breakpoint_hits": len(hits),
+        "from": None if travel is None else travel.start.as_json(),
         "out_trace": spec.get("out_trace"),
         "wall_s": round(wall, 6),
     }
@@ -288,4 +305,11 @@ def store_verdict(result: dict[str, Any]) -> None:
         )
 
 
-__all__ = ["check_replayable", "parse_break", "parse_until", "replay_here", "store_verdict"]
+__all__ = [
+    "check_replayable",
+    "parse_break",
+    "parse_until",
+    "replay_here",
+    "start_at",
+    "store_verdict",
+]

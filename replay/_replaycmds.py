@@ -34,7 +34,18 @@ from ._replay import (
     parse_until,
     recorded_app,
     replay_here,
+    start_at,
     store_verdict,
+)
+from ._timetravel import parse_point
+
+from_option = click.option(
+    "--from",
+    "start",
+    default=None,
+    metavar="OP:INVOCATION",
+    help="Start at the latest checkpoint before that invocation (time travel): the "
+    "driver re-runs, earlier loop invocations are skipped.",
 )
 
 
@@ -66,6 +77,8 @@ def _replay_report(res: dict[str, Any], as_json: bool) -> None:
             "out_trace",
         )
         doc = {k: res.get(k) for k in keys}
+        if "from" in res and res.get("from_asked"):
+            doc["from"] = res["from"]
         if doc["out_trace"]:
             doc["out_trace"] = tracer.describe(doc["out_trace"])  # never the password
         click.echo(json.dumps(doc))
@@ -122,6 +135,7 @@ def _identical_head(res: dict[str, Any]) -> str:
     default=None,
     help="Kill the MPI job after this many seconds.",
 )
+@from_option
 @allow_changed_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
 @limit_options()
@@ -130,6 +144,7 @@ def cluster_cmd(
     run_id: str | None,
     out_trace: str | None,
     timeout: float | None,
+    start: str | None,
     allow_changed: bool,
     as_json: bool,
     max_ranks: int,
@@ -138,8 +153,26 @@ def cluster_cmd(
     """Replay TRACE on the recorded number of MPI ranks, enforcing its recorded orders."""
     with Printer(as_json, "cluster replay") as say:
         _cluster(
-            trace, run_id, out_trace, timeout, allow_changed, as_json, max_ranks, max_threads, say
+            trace,
+            run_id,
+            out_trace,
+            timeout,
+            allow_changed,
+            as_json,
+            max_ranks,
+            max_threads,
+            say,
+            start,
         )
+
+
+def _check_from(path: str, run_id: str, start: str | None) -> list[Any] | None:
+    """``--from`` as [op, invocation], checked against the trace before anything runs."""
+    if start is None:
+        return None
+    point = parse_point(start, "--from")
+    start_at(open_run(path, run_id), point)
+    return list(point)
 
 
 def _replayable(
@@ -168,8 +201,10 @@ def _cluster(
     max_ranks: int,
     max_threads: int,
     say: Callable[[str], None],
+    start: str | None = None,
 ) -> None:
     path, info = _replayable(trace, run_id, allow_changed, max_ranks, max_threads)
+    point = _check_from(path, info.run_id, start)
     hash_seed = _environment.recorded_hash_seed(info.environment)
     if under_launcher() or info.ranks == 1:
         _environment.ensure(hash_seed)  # replay_here warns about what still differs
@@ -183,6 +218,7 @@ def _cluster(
         "json": as_json,
         "hash_seed": hash_seed,
         "allow_changed_code": allow_changed,
+        "from": point,
     }
     if out_trace is not None:
         spec["out_trace"] = trace_path("replay", out_trace)
@@ -198,6 +234,7 @@ def _cluster(
         res = replay_here(spec, progress=say)
     else:
         res = launch(spec, info.ranks, timeout=timeout, out=say)
+    res["from_asked"] = point is not None
     _replay_report(res, as_json)
 
 
@@ -217,6 +254,7 @@ def _cluster(
     metavar="OP:INVOCATION",
     help="Stop in pdb in the driver after that invocation.",
 )
+@from_option
 @allow_changed_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
 @limit_options()
@@ -225,6 +263,7 @@ def single_cmd(
     run_id: str | None,
     brk: str | None,
     until: str | None,
+    start: str | None,
     allow_changed: bool,
     as_json: bool,
     max_ranks: int,
@@ -233,7 +272,9 @@ def single_cmd(
     """Replay every node of TRACE inside this process (pdb can stop in any body)."""
     # no bar where pdb may take the terminal
     with Printer(as_json, "single replay", bars=not (brk or until)) as say:
-        _single(trace, run_id, brk, until, allow_changed, as_json, max_ranks, max_threads, say)
+        _single(
+            trace, run_id, brk, until, allow_changed, as_json, max_ranks, max_threads, say, start
+        )
 
 
 def _single(
@@ -246,9 +287,11 @@ def _single(
     max_ranks: int,
     max_threads: int,
     say: Callable[[str], None],
+    start: str | None = None,
 ) -> None:
     # every recorded node becomes threads of this one process
     path, info = _replayable(trace, run_id, allow_changed, max_ranks, max_threads)
+    point = _check_from(path, info.run_id, start)
     _environment.ensure(_environment.recorded_hash_seed(info.environment))
     spec: dict[str, Any] = {
         "kind": "replay",
@@ -259,8 +302,10 @@ def _single(
         "break": list(parse_break(brk)) if brk else None,
         "until": list(parse_until(until)) if until else None,
         "allow_changed_code": allow_changed,
+        "from": point,
     }
     res = replay_here(spec, progress=say)
+    res["from_asked"] = point is not None
     if brk and not res["breakpoint_hits"] and res["identical"]:
         click.echo(f"replay: note: breakpoint {brk} was never reached", err=True)
     _replay_report(res, as_json)

@@ -44,10 +44,12 @@ def execute(
     as_json: bool,
     timeout: float | None,
     trace: str | None = None,
+    checkpoint_every: int | None = None,
 ) -> dict[str, Any]:
     """Run an app the way ``replay run`` does and return its JSON result.
 
-    ``trace`` is the trace store path (``None``: do not record).
+    ``trace`` is the trace store path (``None``: do not record); ``checkpoint_every``
+    0 (none), N (every N-th loop invocation) or None (automatic, <= 10% of run time).
     """
     say = printer(as_json)
     spec = {
@@ -58,6 +60,7 @@ def execute(
         "checked": checked,
         "json": as_json,
         "trace": trace,
+        "checkpoint_every": checkpoint_every,
     }
     if threads < 1:
         raise UsageError(f"--threads must be >= 1, got {threads}")
@@ -130,6 +133,15 @@ def prefetch(app: str, params: tuple[str, ...]) -> None:
     help="Kill the MPI job after this many seconds.",
 )
 @trace_options("Trace store to record into.")
+@click.option(
+    "--checkpoint-every",
+    type=int,
+    default=None,
+    metavar="N",
+    help="Checkpoint the DDS after every N-th loop invocation (time travel). "
+    "[default: chosen so that checkpoints cost <= 10% of run time]",
+)
+@click.option("--no-checkpoints", is_flag=True, help="Record no checkpoints.")
 def run_cmd(
     app: str,
     params: tuple[str, ...],
@@ -141,10 +153,16 @@ def run_cmd(
     trace: str | None,
     no_trace: bool,
     as_json: bool,
+    checkpoint_every: int | None,
+    no_checkpoints: bool,
 ) -> None:
     """Run APP (a built-in name such as sgdmf, or path/to/train.py:function)."""
     if trace is not None and no_trace:
         raise UsageError("--trace and --no-trace exclude each other")
+    if checkpoint_every is not None and no_checkpoints:
+        raise UsageError("--checkpoint-every and --no-checkpoints exclude each other")
+    if checkpoint_every is not None and checkpoint_every < 1:
+        raise UsageError(f"--checkpoint-every must be >= 1, got {checkpoint_every}")
     res = execute(
         app,
         params,
@@ -155,6 +173,7 @@ def run_cmd(
         as_json=as_json,
         timeout=timeout,
         trace=None if no_trace else trace_path(app, trace),
+        checkpoint_every=0 if no_checkpoints else checkpoint_every,
     )
     if under_launcher() and rank() != 0:
         return

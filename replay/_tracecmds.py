@@ -37,6 +37,7 @@ def _when(t: float) -> str:
 def _run_dict(run: tracer.RunTrace) -> dict[str, Any]:
     info = run.info
     ops = run.operators()
+    cps = run.checkpoints()
     return {
         "run_id": info.run_id,
         "app": info.app,
@@ -61,6 +62,10 @@ def _run_dict(run: tracer.RunTrace) -> dict[str, Any]:
             for v in run.verdicts(strict=False)
         ],
         "store_bytes": run.store_bytes(),
+        # time travel, reported apart from store_bytes (not in the bytes-per-body budget)
+        "checkpoint_bytes": run.checkpoint_bytes(),
+        "checkpoints": [f"{c.op}#{c.invocation}" for c in cps],
+        "checkpoint_seconds": round(sum(c.seconds for c in cps), 6),
         "operators": {
             op: {
                 "strategy": s.strategy,
@@ -242,6 +247,11 @@ def show_cmd(trace_path: str, run_id: str | None, as_json: bool) -> None:
             )
         for line in _table(rows, {2, 3, 4, 5, 6, 7}):
             click.echo("  " + line)
+        if r.get("checkpoints"):
+            click.echo(
+                f"  checkpoints: {len(r['checkpoints'])} ({_size(r['checkpoint_bytes'])}, "
+                f"not counted above), the last after {r['checkpoints'][-1]}"
+            )
 
 
 @click.command("export")

@@ -116,9 +116,11 @@ def row_digest(model: Any, row: Mapping[str, Any]) -> bytes:
     h = hashlib.blake2b(model.__tablename__.encode(), digest_size=ROW_DIGEST_BYTES)
     for name, kind, default in COLUMNS[model]:
         v = row.get(name, default)
-        if kind == "b" and v is not None:  # blobs are hashed in place, never copied
-            h.update(b"b" + struct.pack("<Q", len(v)))
+        if kind == "b" and isinstance(v, (bytes, bytearray, memoryview)):
+            h.update(b"b" + struct.pack("<Q", len(v)))  # hashed in place, never copied
             h.update(v)
+        elif kind == "b" and v is not None:  # a damaged store: not a blob at all
+            h.update(b"X" + str(v).encode())
         else:
             h.update(_value(kind, v))
     return h.digest()

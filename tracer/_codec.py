@@ -61,8 +61,11 @@ def int_width(arr: np.ndarray) -> int:
     return np.dtype(_DTYPES[smallest_int_dtype(arr)]).itemsize
 
 
-def encode(arr: np.ndarray, *, delta: bool = False) -> tuple[bytes, str]:
-    """Encode a 1-d integer or float array; returns (blob, codec name)."""
+def encode(arr: np.ndarray, *, delta: bool = False, level: int | None = None) -> tuple[bytes, str]:
+    """Encode a 1-d integer or float array; returns (blob, codec name).
+
+    ``level``: the zlib level (default :data:`ZLIB_LEVEL`; 0 stores raw bytes without
+    trying, for data known not to compress)."""
     a = np.asarray(arr).ravel()
     if a.dtype.kind == "f":
         name, delta = "f64", False
@@ -76,7 +79,9 @@ def encode(arr: np.ndarray, *, delta: bool = False) -> tuple[bytes, str]:
         name = smallest_int_dtype(a)
         a = a.astype(np.dtype(_DTYPES[name]).newbyteorder("<"), copy=False)
     raw = a.tobytes()
-    packed = zlib.compress(raw, ZLIB_LEVEL)
+    if level == 0:
+        return raw, f"raw-{'d' if delta else ''}{name}"
+    packed = zlib.compress(raw, ZLIB_LEVEL if level is None else level)
     comp = "zlib" if len(packed) < len(raw) else "raw"
     return (packed if comp == "zlib" else raw), f"{comp}-{'d' if delta else ''}{name}"
 

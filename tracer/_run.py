@@ -17,10 +17,15 @@ from ._codec import decode_column as _dec
 from ._codec import where as _where
 from ._errors import TraceFormatError, TracerError
 from ._events import DeltasAggregated, DigestRecorded, Event, UpdatesApplied
+from ._plain import decode_array, decode_plain
 from ._plans import decode_plan
 from ._schema import (
     CALL_BLOCKS,
+    CHECKPOINT_BLOB_COLUMNS,
     VERDICT_KINDS,
+    Checkpoint,
+    CheckpointBlock,
+    CollectiveValue,
     Digest,
     Invocation,
     LockGrantBlock,
@@ -66,6 +71,41 @@ class OperatorSummary:
     visibility: int
     mutex_grants: int
     store_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointInfo:
+    """A checkpoint every node of the run wrote (time travel)."""
+
+    op: str
+    invocation: int
+    step: int  # its place among the run's loop invocations, from 0
+    nbytes: int  # every node's blocks
+    refused: tuple[tuple[str, str], ...]  # (dds, why) left out
+    seconds: float = 0.0  # the slowest node's time to encode its part
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointState:
+    """The DDS rows of one checkpoint, every node's owned rows merged, and each node's
+    message counters (what ``engine.Controller.restore`` returns)."""
+
+    op: str
+    invocation: int
+    rows: dict[str, tuple[np.ndarray, Any]]  # dds -> (slots, values)
+    lengths: dict[str, int]
+    counters: dict[int, dict[str, Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class CollectiveRecorded:
+    """A value the driver got from a collective call; ``value`` is None when refused."""
+
+    k: int
+    kind: str
+    encoding: str
+    value: Any
+    detail: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -334,8 +374,8 @@ class RunTrace:
     @_checked("store size")
     def store_bytes(self) -> int:
         """Bytes of this run: the whole file if it is the store's only run, else its blobs."""
-        if len(self.trace.runs()) == 1:
-            return self.trace.store_bytes()
+        if len(self.trace.runs()) == 1:  # time-travel bytes are reported apart
+            return max(self.trace.store_bytes() - self.checkpoint_bytes(), 0)
         return sum(self.trace._blob_bytes(self.run_id).values())
 
     @_checked("plan")
@@ -404,6 +444,167 @@ class RunTrace:
             stmt = stmt.where(Digest.op == op)
         rows = self._all(stmt.order_by(Digest.node, Digest.seq))
         return [DigestRecorded(r.node, r.seq, r.op, r.invocation, r.dds, r.digest) for r in rows]
+
+    # ------------------------------------------------------------ time travel
+    @_checked("checkpoints")
+    def checkpoints(self) -> list[CheckpointInfo]:
+        """Checkpoints every node of the run completed, in program order."""
+        rows = self._all(
+            select(Checkpoint.__table__)
+            .where(Checkpoint.run == self.run_id)
+            .order_by(Checkpoint.step, Checkpoint.node)
+        )
+        nodes = max(int(self.info.ranks), 1)
+        by: dict[tuple[str, int], list[Any]] = {}
+        for r in rows:
+            by.setdefault((r.op, int(r.invocation)), []).append(r)
+        out = []
+        for (op, inv), rs in by.items():
+            if len({int(r.node) for r in rs}) < nodes:
+                continue  # a node died before writing its part
+            refused: dict[str, str] = {}
+            for r in rs:
+                try:
+                    for dds, why in json.loads(r.refused or "[]"):
+                        refused[str(dds)] = str(why)
+                except (ValueError, TypeError):
+                    raise TraceFormatError(
+                        f"{_where(Checkpoint, r.id, 'refused')}: not a list of pairs; "
+                        "the trace is damaged"
+                    ) from None
+            out.append(
+                CheckpointInfo(
+                    op,
+                    inv,
+                    int(rs[0].step),
+                    sum(int(r.nbytes) for r in rs),
+                    tuple(sorted(refused.items())),
+                    max(float(r.seconds or 0.0) for r in rs),
+                )
+            )
+        return sorted(out, key=lambda c: c.step)
+
+    @_checked("checkpoint")
+    def checkpoint_state(self, op: str, invocation: int) -> CheckpointState:
+        """Every node's rows of the checkpoint at the end of ``op``#``invocation``."""
+        marks = self._all(
+            select(Checkpoint.__table__).where(
+                Checkpoint.run == self.run_id,
+                Checkpoint.op == op,
+                Checkpoint.invocation == invocation,
+            )
+        )
+        if not marks:
+            raise KeyError(f"run {self.run_id} has no checkpoint at {op}#{invocation}")
+        counters: dict[int, dict[str, Any]] = {}
+        for m in marks:
+            try:
+                c = json.loads(m.counters or "{}")
+                recv = {str(k): int(v) for k, v in dict(c.get("recv", {})).items()}
+                counters[int(m.node)] = {"recv": recv, "sent": int(c.get("sent", 0))}
+            except (ValueError, TypeError, AttributeError):
+                raise TraceFormatError(
+                    f"{_where(Checkpoint, m.id, 'counters')}: not message counters; "
+                    "the trace is damaged"
+                ) from None
+        blocks = self._all(
+            select(CheckpointBlock.__table__)
+            .where(
+                CheckpointBlock.run == self.run_id,
+                CheckpointBlock.op == op,
+                CheckpointBlock.invocation == invocation,
+            )
+            .order_by(CheckpointBlock.node, CheckpointBlock.id)
+        )
+        parts: dict[str, list[tuple[np.ndarray, Any]]] = {}
+        lengths: dict[str, int] = {}
+        for b in blocks:
+            slots = _dec(b, CheckpointBlock, "slots", int(b.count))
+            if b.kind == "array":
+                try:
+                    shape = json.loads(b.shape)
+                except ValueError:
+                    shape = None
+                vals: Any = decode_array(
+                    b.values,
+                    b.values_codec,
+                    b.dtype,
+                    shape,
+                    int(b.count),
+                    _where(CheckpointBlock, b.id, "values"),
+                )
+            elif b.kind == "plain":
+                vals = decode_plain(
+                    b.values, b.values_codec, _where(CheckpointBlock, b.id, "values")
+                )
+                if not isinstance(vals, list) or len(vals) != int(b.count):
+                    raise TraceFormatError(
+                        f"{_where(CheckpointBlock, b.id, 'values')}: not {b.count} values; "
+                        "the trace is damaged"
+                    )
+            else:
+                raise TraceFormatError(
+                    f"{_where(CheckpointBlock, b.id, 'kind')}: unknown kind {b.kind!r}; "
+                    "the trace is damaged"
+                )
+            if len(slots) and (int(slots.min()) < 0 or int(slots.max()) >= int(b.length)):
+                raise TraceFormatError(
+                    f"{_where(CheckpointBlock, b.id, 'slots')}: a slot outside the DDS's "
+                    f"{b.length} elements; the trace is damaged"
+                )
+            parts.setdefault(b.dds, []).append((slots, vals))
+            lengths[b.dds] = int(b.length)
+        rows: dict[str, tuple[np.ndarray, Any]] = {}
+        for dds, ps in parts.items():
+            slots = np.concatenate([p[0] for p in ps])
+            if isinstance(ps[0][1], np.ndarray):
+                rows[dds] = (slots, np.concatenate([p[1] for p in ps]))
+            else:
+                rows[dds] = (slots, [v for p in ps for v in p[1]])
+        return CheckpointState(op, invocation, rows, lengths, counters)
+
+    @_checked("collective values")
+    def collective_values(self) -> list[CollectiveRecorded]:
+        """The values the driver got from collective calls, by call number."""
+        rows = self._all(
+            select(CollectiveValue.__table__)
+            .where(CollectiveValue.run == self.run_id)
+            .order_by(CollectiveValue.k)
+        )
+        out = []
+        for r in rows:
+            w = _where(CollectiveValue, r.id, "data")
+            value: Any = None
+            if r.encoding == "array":
+                try:
+                    shape = [int(x) for x in json.loads(r.shape)]
+                except (ValueError, TypeError):
+                    raise TraceFormatError(f"{w}: bad shape; the trace is damaged") from None
+                if not shape:
+                    value = decode_array(r.data, r.data_codec, r.dtype, [], 1, w).reshape(())
+                else:
+                    value = decode_array(r.data, r.data_codec, r.dtype, shape[1:], shape[0], w)
+            elif r.encoding == "plain":
+                value = decode_plain(r.data, r.data_codec, w)
+            elif r.encoding != "refused":
+                raise TraceFormatError(
+                    f"{w}: unknown encoding {r.encoding!r}; the trace is damaged"
+                )
+            out.append(CollectiveRecorded(int(r.k), r.kind, r.encoding, value, r.detail or ""))
+        return out
+
+    @_checked("checkpoint size")
+    def checkpoint_bytes(self) -> int:
+        """Blob bytes of this run's checkpoints and collective values (apart from the
+        trace's own bytes: they do not count against the bytes-per-body budget)."""
+        total = 0
+        for model, cols in CHECKPOINT_BLOB_COLUMNS.items():
+            for c in cols:
+                stmt = select(func.sum(func.length(getattr(model, c)))).where(
+                    model.run == self.run_id
+                )
+                total += int(self._all(stmt)[0][0] or 0)
+        return total
 
     @_checked("objectives")
     def objectives(self) -> dict[str, list[float]]:

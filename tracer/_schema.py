@@ -32,8 +32,9 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 #: objectives, and lock grants stored as deviations from a predicted ticket order
 #: instead of raw (lock, thread, index) triples; 4: the element each lock hand-over took
 #: over, ``lock_grant_block.elements``, and each thread's task-group times,
-#: ``invocation.thread_times``).
-SCHEMA_VERSION = 4
+#: ``invocation.thread_times``; 5: time travel, the ``checkpoint``, ``checkpoint_block``
+#: and ``collective_value`` tables).
+SCHEMA_VERSION = 5
 #: Identifies a trace store among SQLite files (kept in ``schema_info.app_id``).
 APP_ID = "strads-replay-trace"
 
@@ -353,6 +354,82 @@ class ChainLink(Base):
     link: Mapped[bytes] = mapped_column(LargeBinary)
 
 
+class Checkpoint(Base):
+    """One node's checkpoint at the end of an invocation (time travel): a marker written
+    after its blocks have committed, so a checkpoint with a row here is whole for that
+    node.  ``step`` is the invocation's place among the run's loop invocations.
+    Not chained: a restored checkpoint is checked against the invocation's digests."""
+
+    __tablename__ = "checkpoint"
+    __table_args__ = (
+        UniqueConstraint("run", "op", "invocation", "node"),
+        Index(None, "run", "step"),
+    )
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run: Mapped[str] = _run_fk()
+    op: Mapped[str] = mapped_column(String(200))
+    invocation: Mapped[int] = mapped_column()
+    node: Mapped[int] = mapped_column()
+    step: Mapped[int] = mapped_column()
+    counters: Mapped[str] = mapped_column(Text, default="{}")  # JSON: message counters
+    refused: Mapped[str] = mapped_column(Text, default="[]")  # JSON: [dds, why] left out
+    nbytes: Mapped[int] = mapped_column()
+    seconds: Mapped[float] = mapped_column(Float, default=0.0)  # encoding and writing it
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class CheckpointBlock(Base):
+    """The rows one node owns of one DDS in one checkpoint: ``slots`` and ``values`` are
+    codec blobs; ``kind`` ``array`` (values flattened, ``dtype`` and row ``shape``) or
+    ``plain`` (a tagged-JSON text of plain data, see ``_plain``, as u8)."""
+
+    __tablename__ = "checkpoint_block"
+    __table_args__ = (Index(None, "run", "op", "invocation"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run: Mapped[str] = _run_fk()
+    op: Mapped[str] = mapped_column(String(200))
+    invocation: Mapped[int] = mapped_column()
+    node: Mapped[int] = mapped_column()
+    dds: Mapped[str] = mapped_column(String(200))
+    kind: Mapped[str] = mapped_column(String(16))
+    dtype: Mapped[str] = mapped_column(String(16))
+    shape: Mapped[str] = mapped_column(Text, default="[]")
+    length: Mapped[int] = mapped_column()
+    count: Mapped[int] = mapped_column()
+    slots: Mapped[bytes] = _blob()
+    slots_codec: Mapped[str] = _codec()
+    values: Mapped[bytes] = _blob()
+    values_codec: Mapped[str] = _codec()
+
+
+class CollectiveValue(Base):
+    """The value the driver got from its ``k``-th collective call (``reduce``,
+    ``gather``), served to a driver that fast-forwards to a checkpoint.  ``encoding``:
+    ``array`` (``dtype``, ``shape``), ``plain`` (tagged JSON as u8) or ``refused``
+    (``detail`` says why; such a value cannot be served)."""
+
+    __tablename__ = "collective_value"
+    __table_args__ = (UniqueConstraint("run", "k"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run: Mapped[str] = _run_fk()
+    k: Mapped[int] = mapped_column()
+    kind: Mapped[str] = mapped_column(String(16))
+    encoding: Mapped[str] = mapped_column(String(16))
+    dtype: Mapped[str] = mapped_column(String(16), default="")
+    shape: Mapped[str] = mapped_column(Text, default="[]")
+    detail: Mapped[str] = mapped_column(Text, default="")
+    data: Mapped[bytes] = _blob()
+    data_codec: Mapped[str] = _codec()
+
+
+#: Time-travel tables and their blob columns: reported as checkpoint bytes, apart from
+#: the trace's own bytes (they do not count against the bytes-per-body budget).
+CHECKPOINT_BLOB_COLUMNS: dict[Any, tuple[str, ...]] = {
+    CheckpointBlock: ("slots", "values"),
+    CollectiveValue: ("data",),
+}
+
+
 class Verdict(Base):
     """Result of a replay or dual test of a run, written by ``replay``."""
 
@@ -382,6 +459,7 @@ __all__ = [
     "APP_ID",
     "BLOB_COLUMNS",
     "CALL_BLOCKS",
+    "CHECKPOINT_BLOB_COLUMNS",
     "RUN_STATUSES",
     "SCHEMA_VERSION",
     "VERDICT_KINDS",
@@ -389,6 +467,9 @@ __all__ = [
     "Base",
     "CallBlockSpec",
     "ChainLink",
+    "Checkpoint",
+    "CheckpointBlock",
+    "CollectiveValue",
     "Digest",
     "IndexOrderBlock",
     "Invocation",

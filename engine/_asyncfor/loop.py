@@ -48,6 +48,7 @@ from .._machines.planner import (
     wavefront_plan,
 )
 from .._machines.schedule import Schedule, serial_order
+from .._runtime.checkpoint import end_invocation, skip_invocation
 from .._runtime.session import Pending, Session, current
 from .._runtime.transport import Cluster, RoundWrites
 from .closure import check_body
@@ -256,6 +257,8 @@ def async_for(
     # run to equal one given serial order, not merely some serial order
     checked = (sess.checked if checked is None else checked) or sess.test_mode
     inv = sess.next_invocation(name)
+    if skip_invocation(sess, name, inv):  # time travel: fast-forward to a checkpoint
+        return
     st: OpState | None = sess.ops.get(name)
     code = code_of(body)
     sched = sess.controller.schedule(name, inv, "async_for", sess.cluster.size, (start, stop))
@@ -323,6 +326,7 @@ def async_for(
         if k == 0:
             info["digests"] = digests
         sess.recorder.invocation_done(name, inv, node, info)
+    end_invocation(sess, name, inv, st.written_dds, seconds)
     sess.controller.after_invocation(name, inv)
 
 

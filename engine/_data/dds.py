@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from .._errors import AccessOutsideReconError, DDSError
+from .._runtime.checkpoint import collective
 from .._runtime.session import _tls, current
 
 if TYPE_CHECKING:
@@ -430,11 +431,11 @@ class dvector(_DDS):  # noqa: N801 - the name is part of the user API
 
     def gather(self) -> np.ndarray:
         """All elements as one numpy array (object dtype for Python elements), in index order."""
-        return self._sess.cluster.gather_owned(self)
+        return collective(self._sess, "gather", lambda: self._sess.cluster.gather_owned(self))
 
     def _hash_into(self, h: Any) -> None:
         h.update(str(self._n).encode())
-        self._hash_values(h, self.gather())
+        self._hash_values(h, self._sess.cluster.gather_owned(self))
 
     def __repr__(self) -> str:
         what = f"shape={self._shape}, dtype={self._dtype}" if self._numeric else "objects"
@@ -613,11 +614,11 @@ class dmap(_DDS):  # noqa: N801 - the name is part of the user API
 
     def gather(self) -> np.ndarray:
         """All values in key insertion order (object dtype for Python elements)."""
-        return self._sess.cluster.gather_owned(self)
+        return collective(self._sess, "gather", lambda: self._sess.cluster.gather_owned(self))
 
     def _hash_into(self, h: Any) -> None:
         h.update(repr(self._keys).encode())
-        self._hash_values(h, self.gather())
+        self._hash_values(h, self._sess.cluster.gather_owned(self))
 
     def __repr__(self) -> str:
         return f"<{self.kind} {self._name!r} keys={len(self._keys)}>"

@@ -52,5 +52,33 @@ class Controller:
     def after_invocation(self, op: str, invocation: int) -> None:
         """Called in the driver after every operator invocation completes."""
 
+    # ------------------------------------------------------------ time travel
+    # Replay from a checkpoint: the driver runs from the start, loop invocations up to
+    # the checkpoint are skipped, the values collective operators returned are served
+    # from the trace, and at the checkpoint the DDS are restored.  Kept apart from the
+    # schedule so that it can move with the debug hooks.
+    def fast_forward(self) -> tuple[str, int] | None:
+        """The invocation (op, invocation) whose checkpoint the run restores: every loop
+        invocation up to it is skipped.  None (a normal run): nothing is skipped."""
+        return None
+
+    def restore(self, op: str, invocation: int) -> Any:
+        """The checkpoint at the end of ``op``#``invocation``: an object with ``rows``
+        (dds name -> (slots, values), every node's owned rows merged) and ``counters``
+        (node -> message counters)."""
+        raise NotImplementedError("this controller does not fast-forward")
+
+    def check_restored(self, op: str, invocation: int, digests: list[tuple[str, str]]) -> None:
+        """The restored DDS have these (dds, digest): raise :class:`DivergenceError` if
+        they are not the recorded ones (a damaged checkpoint)."""
+
+    def served_value(self, k: int, kind: str) -> Any:
+        """The value the ``k``-th collective call (``reduce``, ``gather``) returned in the
+        recorded run, while fast-forwarding."""
+        raise NotImplementedError("this controller does not fast-forward")
+
+    def skipped(self, op: str, invocation: int) -> None:
+        """A loop invocation was skipped while fast-forwarding (replay's checker notes it)."""
+
 
 __all__ = ["Controller"]

@@ -114,6 +114,33 @@ class Recorder:
     def close(self, status: str, error: str | None = None) -> None:
         """The run ended: ``status`` is ``finished`` or ``failed`` (``error``: traceback)."""
 
+    # ------------------------------------------------------------ time travel
+    #: Checkpoint policy (see ``engine._runtime.checkpoint``): 0 never, N every N-th
+    #: loop invocation, None chosen so that checkpoints cost <= 10% of run time.  The
+    #: base recorder stores nothing, so it asks for no checkpoint.
+    checkpoint_every: int | None = 0
+
+    def checkpoint(
+        self,
+        op: str,
+        invocation: int,
+        node: int,
+        step: int,
+        blocks: Sequence[Any],
+        counters: dict[str, Any],
+        refused: Sequence[tuple[str, str]] = (),
+    ) -> int:
+        """Store ``node``'s checkpoint at the end of invocation ``invocation`` of ``op``
+        (the ``step``-th loop invocation of the run, from 0).  ``blocks`` holds one
+        ``engine._runtime.checkpoint.Rows`` per DDS written by a loop body (the rows
+        ``node`` owns); ``counters`` its message counters; ``refused`` (dds, why) the DDS
+        left out.  Returns the bytes stored."""
+        return 0
+
+    def collective_value(self, k: int, kind: str, value: Any) -> None:
+        """The driver received ``value`` from its ``k``-th collective operator call
+        (``kind``: ``reduce`` or ``gather``); called once per run (lowest node)."""
+
 
 class Pending(Recorder):
     """Holds the calls of an attempt at an invocation until the attempt completes, so
@@ -204,6 +231,14 @@ class Session:
         self.capture_orders = False
         self.orders: dict[tuple[str, int], np.ndarray] = {}
         self.current_node = cluster.local_nodes[0]
+        #: time travel (``engine._runtime.checkpoint``): the DDS some loop body wrote, by
+        #: name; loop invocations so far; collective calls so far; the checkpoint
+        #: policy's state; the invocation a fast-forward restores at (None: none)
+        self.body_written: dict[str, _dds._DDS] = {}
+        self.steps = 0
+        self.collectives = 0
+        self.checkpoint_state: dict[str, Any] = {}
+        self.fast_forward = self.controller.fast_forward()
         self._driver_rng_count = 0
         self.mode = "driver"
         cluster.bind = self.bind
@@ -273,7 +308,7 @@ class Session:
         if not (self.checked or self.test_mode):
             return
         for d in self.dds:
-            owners = d.gather()
+            owners = self.cluster.gather_owned(d)
             bad = self.cluster.run_on_nodes(functools.partial(_differs, d, owners=owners))
             for node, found in enumerate(bad):
                 if found is not None:

@@ -97,6 +97,24 @@ class Cluster:
         """Forget the messages of an undone attempt (their sequence numbers are reused)."""
         self.messages.rewind(mark[0])
 
+    # ------------------------------------------------------------ time travel
+    # A checkpoint stores each node's send counter so that a run restored from it numbers
+    # the messages that follow as recorded.  Receives need no counter: each invocation's
+    # schedule carries its own message log, matched from its first receive.
+    def counters(self, node: int) -> dict[str, Any]:
+        """``node``'s message counters as plain data (sends)."""
+        return {"sent": self._sent(node)}
+
+    def set_counters(self, node: int, counters: dict[str, Any]) -> None:
+        """Set ``node``'s message counters to what :meth:`counters` returned."""
+        self._set_sent(node, int(counters.get("sent", 0)))
+
+    def _sent(self, node: int) -> int:
+        return 0
+
+    def _set_sent(self, node: int, n: int) -> None:
+        pass
+
     def gather_owned(self, dds: _DDS) -> np.ndarray:
         parts = self.run_on_nodes(lambda node: dds.rows(node, dds.owned(node)))
         owned = [dds.owned(p) for p in range(self.size)]
@@ -146,6 +164,12 @@ class InProcessCluster(Cluster):
     def rewind(self, mark: tuple[Any, ...]) -> None:
         super().rewind(mark)
         self._seqs = dict(mark[1])
+
+    def _sent(self, node: int) -> int:
+        return self._seqs.get(node, 0)
+
+    def _set_sent(self, node: int, n: int) -> None:
+        self._seqs[node] = n
 
     def copy_rows(self, dds: _DDS, src: int, slots: np.ndarray) -> None:
         """Copy rows ``slots`` of ``dds`` from ``src``'s replica into every other one."""
@@ -216,6 +240,12 @@ class MpiCluster(Cluster):
     def rewind(self, mark: tuple[Any, ...]) -> None:
         super().rewind(mark)
         self._seq_out = mark[1]
+
+    def _sent(self, node: int) -> int:
+        return self._seq_out
+
+    def _set_sent(self, node: int, n: int) -> None:
+        self._seq_out = n
 
     def exchange_rows(
         self,

@@ -78,6 +78,7 @@ from .._asyncfor.closure import check_body, finish, guard
 from .._asyncfor.recon import AccessSets, concat_sets, recon_range
 from .._data.dds import _DDS, SLOT_BITS
 from .._errors import DDSError, SessionError
+from .._runtime.checkpoint import end_invocation, skip_invocation
 from .._runtime.session import Session, current
 from .dds import Batch, enter_sync_mode, make_batch
 from .drive import EventBuffer, drive_in_process, drive_mpi
@@ -475,6 +476,8 @@ def sync_for(
     stale = int(staleness) if sync == "ssp" and not getattr(sess, "test_mode", False) else 0
     mb, pc = int(minibatch), int(per_clock)
     inv = sess.next_invocation(name)
+    if skip_invocation(sess, name, inv):  # time travel: fast-forward to a checkpoint
+        return
     sched = sess.controller.schedule(name, inv, "sync_for", sess.cluster.size)
     t0 = time.perf_counter()
     run_body = body
@@ -561,6 +564,7 @@ def sync_for(
         entry["recon_s"] = round(recon_s, 6)
     ctx.events.flush()
     _report(sess, name, inv, layout, runs, seconds, sync)
+    end_invocation(sess, name, inv, list(layout.params), seconds)
     sess.controller.after_invocation(name, inv)
 
 

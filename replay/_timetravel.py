@@ -1,0 +1,180 @@
+"""Time travel in a replay: start at a checkpoint instead of at the beginning.
+
+The driver (the user's program) runs from the start, as in any replay; loop
+invocations up to the chosen checkpoint are skipped, the values its collective
+operators returned in the recorded run are served from the trace, and at the
+checkpoint the DDS are restored (``engine.Controller.fast_forward`` and the hooks
+after it).  The restored DDS are checked against the digests the trace holds for that
+invocation, so a damaged checkpoint is named at once.  Nothing read from the trace
+is executed: checkpoints and collective values are arrays and tagged plain data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import tracer
+from engine import DivergenceError
+
+from ._errors import UsageError
+
+
+def parse_point(text: str, option: str) -> tuple[str, int]:
+    """``OP:INVOCATION`` → (op, invocation); a bad one is a :class:`UsageError`."""
+    op, sep, inv = text.rpartition(":")
+    if not sep or not op:
+        raise UsageError(f"{option} expects OP:INVOCATION, got {text!r}")
+    try:
+        n = int(inv)
+    except ValueError:
+        raise UsageError(
+            f"INVOCATION in {text!r} must be an integer, got {inv!r} ({option})"
+        ) from None
+    return op, n
+
+
+def program_order(run: Any) -> list[tuple[str, int]]:
+    """The run's completed loop invocations in program order (the lowest node's)."""
+    invs = run.invocations()
+    if not invs:
+        return []
+    node = min(i.node for i in invs)
+    return [(i.op, i.invocation) for i in sorted(invs, key=lambda i: i.seq) if i.node == node]
+
+
+def step_of(order: list[tuple[str, int]], point: tuple[str, int], option: str) -> int:
+    """The place of ``point`` among ``order``; a point the run never reached is a
+    :class:`UsageError` naming what exists."""
+    try:
+        return order.index(point)
+    except ValueError:
+        pass
+    op, inv = point
+    counts: dict[str, int] = {}
+    for o, _ in order:
+        counts[o] = counts.get(o, 0) + 1
+    if op not in counts:
+        have = ", ".join(f"{o} (0..{n - 1})" for o, n in counts.items()) or "none"
+        raise UsageError(f"{option}: the run has no operator {op!r}; its operators: {have}")
+    raise UsageError(
+        f"{option}: {op}#{inv} does not exist; the run completed {op}#0 to {op}#{counts[op] - 1}"
+    )
+
+
+def require_checkpoints(run: Any) -> list[Any]:
+    """The run's complete checkpoints; none is a :class:`UsageError`."""
+    cps = run.checkpoints()
+    if not cps:
+        raise UsageError(
+            f"run {run.info.run_id[:12]} has no checkpoints (recorded with --no-checkpoints, "
+            "or before its first loop invocation ended); re-record it with 'replay run'"
+        )
+    return cps
+
+
+@dataclass(frozen=True)
+class Start:
+    """Where a time-travelling replay starts: after checkpoint ``op``#``invocation``
+    (``step`` among the loop invocations), or at the beginning (``op`` None)."""
+
+    op: str | None
+    invocation: int
+    step: int
+
+    def as_json(self) -> dict[str, Any] | None:
+        if self.op is None:
+            return None
+        return {"op": self.op, "invocation": self.invocation, "step": self.step}
+
+
+def start_before(run: Any, target_step: int) -> Start:
+    """The latest checkpoint taken before loop invocation ``target_step`` runs."""
+    best = None
+    for cp in require_checkpoints(run):
+        if cp.step < target_step:
+            best = cp
+    if best is None:
+        return Start(None, -1, -1)
+    return Start(best.op, best.invocation, best.step)
+
+
+class FastForward:
+    """Answers the engine's fast-forward hooks for one replay from a checkpoint."""
+
+    def __init__(self, run: Any, start: Start) -> None:
+        self.run = run
+        self.start = start
+        self._values: list[Any] | None = None
+        #: loop invocations skipped so far (the outcome checker does not expect them)
+        self.skipped: set[tuple[str, int]] = set()
+
+    def fast_forward(self) -> tuple[str, int] | None:
+        if self.start.op is None:
+            return None
+        return (self.start.op, self.start.invocation)
+
+    def restore(self, op: str, invocation: int) -> Any:
+        try:
+            return self.run.checkpoint_state(op, invocation)
+        except KeyError:
+            raise tracer.TraceFormatError(
+                f"the checkpoint at {op}#{invocation} is missing from run "
+                f"{self.run.info.run_id[:12]}; the trace is damaged"
+            ) from None
+
+    def check_restored(self, op: str, invocation: int, digests: list[tuple[str, str]]) -> None:
+        want = {
+            d.dds: d.digest for d in self.run.digests() if (d.op, d.invocation) == (op, invocation)
+        }
+        for dds, got in digests:
+            exp = want.get(dds)
+            if exp is not None and exp != got:
+                raise DivergenceError(
+                    node=-1,
+                    op=op,
+                    invocation=invocation,
+                    event=f"checkpoint of {dds}",
+                    what="checkpoint",
+                    expected=f"the recorded digest {exp}",
+                    actual=f"{got} after restoring it (the checkpoint is damaged)",
+                )
+
+    def served_value(self, k: int, kind: str) -> Any:
+        if self._values is None:
+            self._values = self.run.collective_values()
+        values = self._values
+        op, inv = self.start.op, self.start.invocation
+        if k >= len(values) or values[k].kind != kind:
+            raise DivergenceError(
+                node=-1,
+                op=str(op),
+                invocation=inv,
+                event=f"collective call {k}",
+                what="collective",
+                expected=(
+                    f"a {values[k].kind}" if k < len(values) else f"only {len(values)} call(s)"
+                ),
+                actual=f"a {kind} (code changed?)",
+            )
+        v = values[k]
+        if v.encoding == "refused":
+            raise UsageError(
+                f"cannot start at the checkpoint after {op}#{inv}: the value of collective "
+                f"call {k} ({kind}) was not recorded because {v.detail}; replay from the start"
+            )
+        return v.value
+
+    def note_skipped(self, op: str, invocation: int) -> None:
+        self.skipped.add((op, invocation))
+
+
+__all__ = [
+    "FastForward",
+    "Start",
+    "parse_point",
+    "program_order",
+    "require_checkpoints",
+    "start_before",
+    "step_of",
+]

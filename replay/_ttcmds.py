@@ -1,0 +1,144 @@
+"""``replay history`` and ``replay watch``: questions about a DDS over a whole run,
+answered by replaying from the trace's checkpoints (see ``_inspect``)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from . import _environment
+from ._cliutil import allow_changed as allow_changed_option
+from ._cliutil import limit_options, printer
+from ._inspect import compile_watch, dds_names, history, parse_element, watch, watchable
+from ._progress import Printer
+from ._replay import open_run, recorded_app
+from ._replaycmds import _replayable
+from ._timetravel import parse_point
+
+
+def _prepare(
+    trace: str, run_id: str | None, allow_changed: bool, max_ranks: int, max_threads: int
+) -> tuple[Any, Any]:
+    """(the run, its app) once every check that needs no code to run has passed."""
+    path, info = _replayable(trace, run_id, allow_changed, max_ranks, max_threads)
+    _environment.ensure(_environment.recorded_hash_seed(info.environment))
+    run = open_run(path, info.run_id)
+    return run, recorded_app(run.info, allow_changed=allow_changed)
+
+
+def _short(v: Any) -> str:
+    if isinstance(v, list):
+        head = ", ".join(f"{x:.6g}" if isinstance(x, float) else repr(x) for x in v[:4])
+        return f"[{head}{', ...' if len(v) > 4 else ''}]"
+    return f"{v:.6g}" if isinstance(v, float) else repr(v)
+
+
+@click.command("history")
+@click.argument("trace", metavar="TRACE", type=click.Path(dir_okay=False))
+@click.argument("element", metavar="'DDS[INDEX]'")
+@click.option("--run", "run_id", default=None, help="Run id in the trace. [default: the latest]")
+@click.option(
+    "--between",
+    nargs=2,
+    default=None,
+    metavar="OP:A OP:B",
+    help="Only the invocations from OP:A to OP:B (both included).",
+)
+@allow_changed_option
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
+@limit_options()
+def history_cmd(
+    trace: str,
+    element: str,
+    run_id: str | None,
+    between: tuple[str, str] | None,
+    allow_changed: bool,
+    as_json: bool,
+    max_ranks: int,
+    max_threads: int,
+) -> None:
+    """The value of ELEMENT (such as W[17]) after every invocation, and the loop body
+    (index, node, thread, round) that last wrote it there, by replaying from checkpoints."""
+    rng = None
+    if between:
+        rng = (parse_point(between[0], "--between"), parse_point(between[1], "--between"))
+    with Printer(as_json, "history") as say:
+        run, app = _prepare(trace, run_id, allow_changed, max_ranks, max_threads)
+        el = parse_element(element, dds_names(run))
+        say(f"replaying run {run.info.run_id[:12]} for {el.text}")
+        doc = history(run, app, el, rng)
+    if as_json:
+        click.echo(json.dumps({"element": doc["element"], "history": doc["history"]}))
+        return
+    out = printer(False)
+    out(f"{doc['element']} after each invocation:")
+    for e in doc["history"]:
+        w = e["writer"]
+        who = (
+            "not written"
+            if w is None
+            else f"last written by index {w['index']} on node {w['node']}, thread "
+            f"{w['thread']}, round {w['round']}"
+        )
+        out(f"  {e['op']}#{e['invocation']:<4} {_short(e['value'])}  {who}")
+
+
+@click.command("watch")
+@click.argument("trace", metavar="TRACE", type=click.Path(dir_okay=False))
+@click.argument("expression", metavar="'EXPR'")
+@click.option("--run", "run_id", default=None, help="Run id in the trace. [default: the latest]")
+@allow_changed_option
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
+@limit_options()
+def watch_cmd(
+    trace: str,
+    expression: str,
+    run_id: str | None,
+    allow_changed: bool,
+    as_json: bool,
+    max_ranks: int,
+    max_threads: int,
+) -> None:
+    """The first invocation, then the first loop body, after which EXPR holds.
+
+    EXPR is your own Python expression (it is never read from the trace), evaluated
+    with numpy as np and the checkpointed DDS as arrays, such as 'np.isnan(W).any()' or
+    'abs(H[3]).max() > 10'.
+    """
+    with Printer(as_json, "watch") as say:
+        run, app = _prepare(trace, run_id, allow_changed, max_ranks, max_threads)
+        w = compile_watch(expression, watchable(run))
+        say(f"replaying run {run.info.run_id[:12]} until {expression} holds")
+        doc = watch(run, app, w)
+    if doc["found"] and doc["index"] is not None:
+        cmd = f"replay single {trace} --break {doc['op']}:{doc['invocation']}:{doc['index']}"
+        cmd += f"@{doc['node']}"
+        if doc["from"]:
+            cmd += f" --from {doc['op']}:{doc['invocation']}"
+        doc["break"] = cmd
+    if as_json:
+        click.echo(json.dumps(doc))
+        return
+    out = printer(False)
+    if not doc["found"]:
+        out(f"{expression} never holds in this run")
+        return
+    where = f"after {doc['op']}#{doc['invocation']}"
+    if doc["index"] is None:
+        out(f"{expression} first holds {where} (no single loop body made it true)")
+        return
+    out(f"{expression} first holds {where}, index {doc['index']} on node {doc['node']}")
+    for k, v in doc["values"].items():
+        out(f"  {k} = {_short(v)}")
+    out(f"stop there with: {doc['break']}")
+
+
+def register(cli: click.Group) -> None:
+    """Add ``history`` and ``watch`` to the command group."""
+    cli.add_command(history_cmd)
+    cli.add_command(watch_cmd)
+
+
+__all__ = ["register"]

@@ -1,0 +1,383 @@
+"""Time travel (issue 16): checkpoints, replay --from, history and watch."""
+
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import engine
+import tracer
+from tests.conftest import run_cli
+from tracer._codec import encode
+from tracer._plain import NotPlain, decode_plain, encode_plain
+
+HERE = Path(__file__).parent
+TT_APPS = HERE / "tt_apps.py"
+SGD = ["-p", "synthetic=true", "-p", "rank=4", "-p", "epochs=5"]
+MLR = ["-p", "synthetic=true", "-p", "epochs=5"]
+TIMEOUT = 180
+
+
+def cli(*args: str) -> tuple[int, str, str]:
+    proc = run_cli(list(args), timeout=TIMEOUT)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def record(path: Path, app: str, *args: str) -> Path:
+    rc, out, err = cli("run", app, *args, "--trace", str(path), "--json", "--timeout", "120")
+    assert rc == 0, err
+    return path
+
+
+@pytest.fixture(scope="module")
+def traces(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Small traces recorded once: SGDMF and MLR on 1 and 2 ranks, checkpoints every 2."""
+    d = tmp_path_factory.mktemp("tt")
+    every = ["--checkpoint-every", "2"]
+    return {
+        "sgd1": record(d / "sgd1.sqlite", "sgdmf", *SGD, *every),
+        "sgd2": record(d / "sgd2.sqlite", "sgdmf", *SGD, *every, "--ranks", "2"),
+        "mlr1": record(d / "mlr1.sqlite", "mlr", *MLR, *every),
+        "mlr2": record(d / "mlr2.sqlite", "mlr", *MLR, *every, "--ranks", "2"),
+    }
+
+
+# ---------------------------------------------------------------- checkpoints
+@pytest.mark.parametrize("name,op,dds", [("sgd2", "sgd", {"W", "H"}), ("mlr2", "mlr", {"W"})])
+def test_each_node_stores_only_the_rows_it_owns(
+    traces: dict[str, Path], name: str, op: str, dds: set[str]
+) -> None:
+    run = tracer.open(traces[name]).run()
+    cps = run.checkpoints()
+    assert [(c.op, c.invocation, c.step) for c in cps] == [(op, k, k) for k in (0, 2, 4)]
+    con = sqlite3.connect(traces[name])
+    rows = con.execute(
+        "select node, dds, count, length from checkpoint_block where invocation = 2"
+    ).fetchall()
+    assert {r[1] for r in rows} == dds  # never the loaded data: no body writes it
+    for name_ in dds:
+        per_node = {r[0]: r[2] for r in rows if r[1] == name_}
+        length = next(r[3] for r in rows if r[1] == name_)
+        assert set(per_node) == {0, 1}
+        assert sum(per_node.values()) == length  # owned rows: a partition, nothing gathered
+        assert all(0 < n < length for n in per_node.values())
+    state = run.checkpoint_state(op, 2)
+    for name_ in dds:
+        slots, _ = state.rows[name_]
+        assert sorted(slots.tolist()) == list(range(state.lengths[name_]))
+
+
+def test_checkpoint_bytes_are_reported_apart(traces: dict[str, Path]) -> None:
+    rc, out, err = cli("show", str(traces["sgd1"]), "--json")
+    assert rc == 0, err
+    r = json.loads(out)["runs"][0]
+    assert r["checkpoints"] == ["sgd#0", "sgd#2", "sgd#4"]
+    cp = tracer.open(traces["sgd1"]).run().checkpoint_bytes()
+    assert r["checkpoint_bytes"] == cp > 0
+    size = traces["sgd1"].stat().st_size
+    assert r["store_bytes"] == size - cp
+
+
+def test_collective_values_are_recorded(traces: dict[str, Path]) -> None:
+    vals = tracer.open(traces["sgd1"]).run().collective_values()
+    assert [v.kind for v in vals] == ["reduce"] * (3 + 5)  # users, items, mean, 5 x rmse
+    assert all(v.encoding == "plain" for v in vals)
+    objs = tracer.open(traces["sgd1"]).run().objectives()["rmse"]
+    n = 20000
+    assert [math.sqrt(v.value / n) for v in vals[3:]] == objs
+    gathers = tracer.open(traces["mlr2"]).run().collective_values()
+    assert [v.kind for v in gathers] == ["gather"] * 5
+    assert all(v.value.shape == (10, 65) and v.value.dtype == np.float64 for v in gathers)
+
+
+def test_no_checkpoints_and_the_automatic_default(tmp_path: Path) -> None:
+    none = record(tmp_path / "n.sqlite", "sgdmf", *SGD, "--no-checkpoints")
+    assert tracer.open(none).run().checkpoints() == []
+    rc, out, err = cli("single", str(none), "--from", "sgd:3")
+    assert rc == 2 and "no checkpoints" in err and len(err.strip().splitlines()) == 1
+    auto = record(tmp_path / "a.sqlite", "sgdmf", *SGD)
+    steps = [c.step for c in tracer.open(auto).run().checkpoints()]
+    assert steps[0] == 0  # the first one measures what a checkpoint costs
+    rc, out, err = cli("run", "sgdmf", *SGD, "--checkpoint-every", "0", "--no-trace")
+    assert rc == 2 and "--checkpoint-every must be >= 1" in err
+
+
+class _Captured(engine.Recorder):
+    def __init__(self, every: int | None, cost: float) -> None:
+        self.checkpoint_every = every
+        self.cost = cost
+        self.steps: list[int] = []
+
+    def checkpoint(self, op, invocation, node, step, blocks, counters, refused=()) -> int:
+        import time
+
+        self.steps.append(step)
+        time.sleep(self.cost)
+        return 0
+
+
+def _loop(n: int, nap: float = 0.0) -> None:
+    import time
+
+    X = engine.dvector(16, shape=(), init=engine.init.zeros(), name="X")
+    for _ in range(n):
+
+        def body(j: int) -> None:
+            time.sleep(nap)
+            X[j] = X[j] + 1.0
+
+        engine.async_for(0, 16, body, name="inc")
+
+
+def test_checkpoint_policy_every_n_and_automatic() -> None:
+    rec = _Captured(3, 0.0)
+    engine.run(_loop, {"n": 8}, recorder=rec)
+    assert rec.steps == [0, 3, 6]
+    # a checkpoint far dearer than an invocation: after the first, at most 10% of the time
+    slow = _Captured(None, 0.05)
+    engine.run(_loop, {"n": 12}, recorder=slow)
+    assert slow.steps == [0]
+    # an invocation of ~50 ms and a checkpoint of well under 5 ms: every invocation
+    cheap = _Captured(None, 0.0)
+    engine.run(_loop, {"n": 5, "nap": 0.003}, recorder=cheap)
+    assert cheap.steps == [0, 1, 2, 3, 4]
+
+
+def test_plain_encoding_is_bitwise_and_refuses_objects() -> None:
+    v = [1, -0.0, math.nan, math.inf, "é", (2, [3.5, None, True]), np.float64(0.1), np.int32(7)]
+    data, codec = encode_plain(v)
+    back = decode_plain(data, codec, "test")
+    assert repr(back) == repr(v)
+    assert math.copysign(1.0, back[1]) == -1.0 and type(back[6]) is np.float64
+    with pytest.raises(NotPlain, match="not plain data"):
+        encode_plain([object()])
+
+
+def test_object_dds_checkpointed_if_plain_else_refused(tmp_path: Path) -> None:
+    plain = record(tmp_path / "p.sqlite", f"{TT_APPS}:objects", "--checkpoint-every", "1")
+    run = tracer.open(plain).run()
+    state = run.checkpoint_state("obj", 2)
+    slots, vals = state.rows["X"]
+    assert vals[list(slots).index(3)] == (3, 1.0, "s", [3, -0.0])
+    rc, out, err = cli("single", str(plain), "--from", "obj:2", "--json")
+    assert rc == 0 and json.loads(out)["identical"], err
+    trace = tmp_path / "b.sqlite"
+    rc, out, err = cli(
+        "run", f"{TT_APPS}:objects", "-p", "plain=false", "--checkpoint-every", "1",
+        "--trace", str(trace),
+    )  # fmt: skip
+    assert rc == 0, err
+    notes = [ln for ln in err.splitlines() if "not checkpointed" in ln]
+    assert notes == ["note: DDS 'X' is not checkpointed: it holds a Box object, not plain data"], (
+        err
+    )
+    cps = tracer.open(trace).run().checkpoints()
+    assert cps and all(c.refused == (("X", "it holds a Box object, not plain data"),) for c in cps)
+    assert set(tracer.open(trace).run().checkpoint_state("obj", 1).rows) == {"Y"}
+
+
+# ---------------------------------------------------------------- replay --from
+@pytest.mark.parametrize("name,op", [("sgd1", "sgd"), ("mlr1", "mlr"), ("sgd2", "sgd")])
+def test_single_from_restores_bitwise(traces: dict[str, Path], name: str, op: str) -> None:
+    rc, out, err = cli("single", str(traces[name]), "--from", f"{op}:4", "--json")
+    assert rc == 0, err
+    res = json.loads(out)
+    assert res["identical"] and res["complete"], res
+    assert res["from"] == {"op": op, "invocation": 2, "step": 2}
+    n_dds = len({d.dds for d in tracer.open(traces[name]).run().digests()})
+    assert res["checked"]["digests"] == 2 * n_dds  # invocations 3 and 4 only
+    rc, out, err = cli("single", str(traces[name]), "--from", f"{op}:0", "--json")
+    assert rc == 0 and json.loads(out)["from"] is None  # nothing earlier: from the start
+
+
+@pytest.mark.parametrize("name,op", [("sgd2", "sgd"), ("mlr2", "mlr")])
+def test_cluster_from_under_mpiexec(traces: dict[str, Path], name: str, op: str) -> None:
+    rc, out, err = cli("cluster", str(traces[name]), "--from", f"{op}:3", "--json")
+    assert rc == 0, err
+    res = json.loads(out)
+    assert res["identical"] and res["from"] == {"op": op, "invocation": 2, "step": 2}, res
+
+
+def test_a_damaged_checkpoint_is_named(traces: dict[str, Path], tmp_path: Path) -> None:
+    bad = tmp_path / "bad.sqlite"
+    bad.write_bytes(traces["sgd1"].read_bytes())
+    con = sqlite3.connect(bad)
+    rid, count = con.execute(
+        "select id, count from checkpoint_block where invocation = 2 and dds = 'W'"
+    ).fetchone()
+    data, codec = encode(np.zeros(count * 4))
+    con.execute(
+        'update checkpoint_block set "values" = ?, values_codec = ? where id = ?',
+        (data, codec, rid),
+    )
+    con.commit()
+    con.close()
+    rc, out, err = cli("single", str(bad), "--from", "sgd:3", "--json")
+    assert rc == 3, err
+    diff = json.loads(out)["first_difference"]
+    assert diff["what"] == "checkpoint" and diff["event"] == "checkpoint of W"
+
+
+def test_break_works_with_from(traces: dict[str, Path]) -> None:
+    proc = run_cli(
+        ["single", str(traces["sgd1"]), "--from", "sgd:3", "--break", "sgd:3:7"],
+        timeout=TIMEOUT,
+        input="p j\nc\n",
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "stopped in sgd#3 index 7 on node 0" in proc.stdout
+    assert "(Pdb) 7" in proc.stdout
+
+
+# ---------------------------------------------------------------- history
+def _ratings() -> list:
+    from apps.sgdmf._app import data_path, parse_line
+
+    lines = data_path(synthetic=True).read_text().splitlines()
+    return [r for r in map(parse_line, lines) if r is not None]
+
+
+@pytest.mark.parametrize("name", ["sgd1", "sgd2"])
+def test_history_of_an_sgdmf_row(traces: dict[str, Path], name: str) -> None:
+    rc, out, err = cli("history", str(traces[name]), "W[17]", "--json")
+    assert rc == 0, err
+    doc = json.loads(out)
+    assert set(doc) == {"element", "history"} and doc["element"] == "W[17]"
+    hist = doc["history"]
+    assert [(e["op"], e["invocation"]) for e in hist] == [("sgd", k) for k in range(5)]
+    run = tracer.open(traces[name]).run()
+    for cp in run.checkpoints():  # values agree with the checkpoints, bit for bit
+        slots, vals = run.checkpoint_state("sgd", cp.invocation).rows["W"]
+        assert hist[cp.invocation]["value"] == vals[list(slots).index(17)].tolist()
+    ratings = _ratings()
+    plan = run.plan("sgd", 0)
+    for e in hist:
+        w = e["writer"]
+        assert set(e) == {"op", "invocation", "value", "writer"}
+        assert set(w) == {"index", "node", "thread", "round"}
+        assert ratings[w["index"]].user == 17  # the body that wrote it rated as user 17
+        task = [t for t in plan.rounds[w["round"]][w["node"]] if w["index"] in t.indices]
+        assert task and task[0].thread == w["thread"]
+    assert len({tuple(e["value"]) for e in hist}) == 5
+
+
+def test_history_between_and_mlr(traces: dict[str, Path]) -> None:
+    rc, out, err = cli(
+        "history", str(traces["mlr1"]), "W[3]", "--between", "mlr:3", "mlr:4", "--json"
+    )
+    assert rc == 0, err
+    hist = json.loads(out)["history"]
+    assert [(e["op"], e["invocation"]) for e in hist] == [("mlr", 3), ("mlr", 4)]
+    assert all(len(e["value"]) == 65 and e["writer"] is None for e in hist)  # sync_for
+    run = tracer.open(traces["mlr1"]).run()
+    slots, vals = run.checkpoint_state("mlr", 4).rows["W"]
+    assert hist[1]["value"] == vals[list(slots).index(3)].tolist()
+    rc, out, err = cli("history", str(traces["sgd1"]), "H[3]")
+    assert rc == 0 and "H[3] after each invocation:" in out and "sgd#4" in out, err
+
+
+# ---------------------------------------------------------------- watch
+def _max_abs(run, op: str, inv: int, dds: str) -> float:
+    return float(np.abs(run.checkpoint_state(op, inv).rows[dds][1]).max())
+
+
+def test_watch_finds_the_invocation_and_the_body(traces: dict[str, Path]) -> None:
+    run = tracer.open(traces["sgd2"]).run()
+    lo, hi = _max_abs(run, "sgd", 0, "H"), _max_abs(run, "sgd", 4, "H")
+    assert hi > lo
+    t = (lo + hi) / 2
+    rc, out, err = cli("watch", str(traces["sgd2"]), f"abs(H).max() > {t!r}", "--json")
+    assert rc == 0, err
+    doc = json.loads(out)
+    assert doc["found"] and doc["op"] == "sgd" and 1 <= doc["invocation"] <= 4, doc
+    assert doc["index"] is not None and doc["node"] in (0, 1)
+    assert any(max(abs(x) for x in v) > t for v in doc["values"].values()), doc
+    ratings = _ratings()
+    r = ratings[doc["index"]]
+    assert set(doc["values"]) <= {f"H[{r.item}]"}
+    # the offered command stops in that body
+    cmd = doc["break"].split()
+    assert cmd[:3] == ["replay", "single", str(traces["sgd2"])]
+    proc = run_cli(cmd[1:], timeout=TIMEOUT, input="c\n")
+    assert proc.returncode == 0, proc.stderr
+    assert f"stopped in sgd#{doc['invocation']} index {doc['index']}" in proc.stdout
+    rc, out, err = cli("watch", str(traces["sgd1"]), "np.isnan(W).any()", "--json")
+    assert rc == 0 and json.loads(out)["found"] is False, err
+
+
+def test_watch_mlr(traces: dict[str, Path]) -> None:
+    run = tracer.open(traces["mlr1"]).run()
+    t = (_max_abs(run, "mlr", 0, "W") + _max_abs(run, "mlr", 4, "W")) / 2
+    rc, out, err = cli("watch", str(traces["mlr1"]), f"np.abs(W).max() > {t!r}")
+    assert rc == 0, err
+    assert "first holds after mlr#" in out
+
+
+# ---------------------------------------------------------------- bad input
+@pytest.mark.filterwarnings("ignore::replay._environment.ReplayEnvironmentWarning")
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["history", "{sgd1}", "Q[1]"], "no DDS named 'Q'"),
+        (["history", "{sgd1}", "W[300]"], "index out of range"),
+        (["history", "{sgd1}", "W17"], "expected an element as DDS[INDEX]"),
+        (["history", "{sgd1}", "W[1]", "--between", "sgd:1", "sgd:9"], "sgd#9 does not exist"),
+        (["history", "{sgd1}", "W[1]", "--between", "sgd:3", "sgd:1"], "give the earlier"),
+        (["single", "{sgd1}", "--from", "sgd:5"], "sgd#5 does not exist"),
+        (["cluster", "{sgd2}", "--from", "nope:1"], "no operator 'nope'"),
+        (["single", "{sgd1}", "--from", "sgd"], "expects OP:INVOCATION"),
+        (["watch", "{sgd1}", "np.isnan(W"], "does not parse"),
+        (["watch", "{sgd1}", "W > 1"], "not one truth value"),
+        (["watch", "{sgd1}", "A.max() > 1"], "neither np nor a checkpointed DDS"),
+        (["watch", "{sgd1}", "__import__('os')"], "neither np nor a checkpointed DDS"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(
+    traces: dict[str, Path], args: list[str], message: str
+) -> None:
+    from click.testing import CliRunner
+
+    from replay._cli import cli as group
+
+    argv = [a.format(**{k: str(v) for k, v in traces.items()}) for a in args]
+    # in-process (the same code path as the console script, which other tests run)
+    res = CliRunner().invoke(group, argv)
+    rc, out, err = res.exit_code, res.stdout, res.stderr
+    assert rc == 2, (rc, out, err)
+    lines = [ln for ln in err.splitlines() if ln.startswith("replay: error")]
+    assert len(lines) == 1 and message in lines[0], err
+    assert "Traceback" not in err
+
+
+def test_history_and_watch_need_checkpoints(tmp_path: Path) -> None:
+    none = record(tmp_path / "n.sqlite", "sgdmf", *SGD, "--no-checkpoints")
+    for args in (["history", str(none), "W[1]"], ["watch", str(none), "np.isnan(W).any()"]):
+        rc, out, err = cli(*args)
+        assert rc == 2 and "no checkpoints" in err and "Traceback" not in err
+
+
+# ---------------------------------------------------------------- README
+def test_readme_time_travel_commands_run_as_written(tmp_path: Path) -> None:
+    import re
+    import shlex
+
+    from tests.conftest import ROOT
+
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## Time travel") : text.index("## Benchmarks")]
+    lines = re.findall(r"```bash\n(.*?)\n```", section, re.S)[0].splitlines()
+    outputs = []
+    for line in lines:
+        argv = shlex.split(line)
+        assert argv[0] == "replay"
+        proc = run_cli(argv[1:], cwd=tmp_path, timeout=TIMEOUT, input="c\n")
+        assert proc.returncode == 0, (line, proc.stderr)
+        outputs.append(proc.stdout)
+    # the watch line finds the body the last line stops in, as the README says
+    assert f"stop there with: {lines[-1]}" in outputs[-2]
+    assert "stopped in sgd#4 index 6693 on node 0" in outputs[-1]
