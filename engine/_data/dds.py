@@ -308,8 +308,8 @@ class dvector(_DDS):  # noqa: N801 - the name is part of the user API
     bitwise with nothing to record.  Test mode (``--checked``, dual tests) turns
     relaxation off: the dvector is then an ordinary one.  Only numeric dvectors can be
     relaxed, and ``sync_for`` bodies may read but not write them (``sync_for``'s
-    reconnaissance refuses the write; ``re=False`` skips it and treats the dvector as an
-    ordinary parameter).
+    reconnaissance refuses the write; with ``re=False``, which skips it, a body that
+    references the dvector is refused).
 
     >>> import engine as ap
     >>> W = ap.dvector(4, shape=(2,), init=ap.init.constant(1.0), name="W")

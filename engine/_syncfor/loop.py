@@ -142,6 +142,21 @@ class SyncState:
     wholes: int = 0
 
 
+def _whole_params(body: Callable[..., Any], sess: Session, name: str, data: _DDS) -> list[_DDS]:
+    """The parameters of a ``re=False`` layout: every numeric DDS the body references.  A
+    relaxed dvector among them is refused: without reconnaissance nothing tells a read
+    from a write, and only ``async_for`` bodies may write one."""
+    params = [d for d in _captured(body, sess) if d is not data]
+    for d in params:
+        if getattr(d, "_relaxed", False):
+            raise DDSError(
+                f"sync_for {name!r}: the body references {d.name!r}, a relaxed dvector; with "
+                "re=False sync_for cannot tell whether it writes it, and only async_for "
+                "bodies may write one: use re=True"
+            )
+    return params
+
+
 def _captured(body: Callable[..., Any], sess: Session) -> list[_DDS]:
     """Numeric DDS the body references through its closure or globals."""
     code = getattr(body, "__code__", None)
@@ -268,7 +283,7 @@ def _state(
             sets = _recon(sess, name, inv, body, data, minibatch)
             params = _params_from_sets(sess, name, sets, data)
         else:
-            params = [d for d in _captured(body, sess) if d is not data]
+            params = _whole_params(body, sess, name, data)
         st = SyncState(key, sets, params)
         sess.ops[f"sync_for:{name}"] = st
     lanes = _lanes(sess, st.params, hybrid)
@@ -317,7 +332,12 @@ def _whole(
     """The ``re=False`` layout: every parameter reconnaissance found or the body
     references, moved whole."""
     found = {d._id: d for d in st.params}
-    found.update((d._id, d) for d in _captured(body, sess) if d is not data)
+    # a relaxed dvector is read-only here: reconnaissance refuses a sync_for write to it
+    found.update(
+        (d._id, d)
+        for d in _captured(body, sess)
+        if d is not data and not getattr(d, "_relaxed", False)
+    )
     params = [found[i] for i in sorted(found)]
     lanes = _lanes(sess, params, hybrid)
     w = st.whole

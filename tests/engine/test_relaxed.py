@@ -176,6 +176,24 @@ def test_a_sync_for_body_may_read_but_not_write_a_relaxed_dvector() -> None:
         ap.run(prog, {"write": True})
 
 
+def test_sync_for_without_reconnaissance_refuses_a_relaxed_dvector() -> None:
+    """With re=False nothing tells a read from a write, so it is refused in one line."""
+
+    def prog() -> None:
+        data = ap.dvector(8, shape=(), data=np.arange(8.0), name="data")
+        w = ap.dvector(1, shape=(), name="w")
+        T = ap.dvector(1, shape=(), data=[2.0], relaxed=True, name="T")
+
+        def body(batch: ap.Batch) -> None:
+            w[0] = w[0] + T[0] * float(np.sum(batch.values))
+
+        ap.sync_for(data, 4, body, name="s", re=False)
+
+    with pytest.raises(ap.DDSError, match="'T', a relaxed dvector; with re=False") as err:
+        ap.run(prog)
+    assert "\n" not in str(err.value)
+
+
 def test_cli_bad_relaxed_declaration_is_one_line_exit_2(tmp_path: Path) -> None:
     prog = tmp_path / "bad.py"
     prog.write_text(
