@@ -128,6 +128,22 @@ def fetch_wheel_member(
     return dest
 
 
+def read_utf8(path: pathlib.Path, what: str, fix: str) -> str:
+    """The text of ``path``; a missing, unreadable or non-UTF-8 file is a one-line
+    :class:`AppError` starting with ``what`` (e.g. ``"lda: corpus"``) and, for bad bytes,
+    ending with ``fix`` (what to give instead)."""
+    try:
+        return pathlib.Path(path).read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        raise AppError(f"{what} file {str(path)!r} does not exist") from None
+    except UnicodeDecodeError as exc:
+        raise AppError(
+            f"{what} {str(path)!r} is not UTF-8 text (byte {exc.start}): {fix}"
+        ) from None
+    except OSError as exc:
+        raise AppError(f"cannot read {what} {str(path)!r}: {exc.strerror}") from None
+
+
 def check_sha256(path: pathlib.Path, want: str, who: str, source: str) -> None:
     """Raise a one-line :class:`DatasetUnavailableError` unless ``path`` has SHA-256 ``want``
     (``who`` starts the message, ``source`` names where the right file comes from)."""

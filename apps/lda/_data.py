@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._datasets import fetch_checked_members
+from .._datasets import fetch_checked_members, read_utf8
 from .._errors import AppError
 
 _PACKAGE, _VERSION = "gensim", "4.4.0"
@@ -73,17 +73,7 @@ def corpus_file(corpus: str) -> pathlib.Path:
 def read_documents(path: pathlib.Path) -> list[list[str]]:
     """The token lists of a text file, one document per non-empty line.  A missing,
     unreadable, non-UTF-8 or word-less file is a one-line :class:`AppError`."""
-    try:
-        text = pathlib.Path(path).read_bytes().decode("utf-8")
-    except FileNotFoundError:
-        raise AppError(f"lda: corpus file {str(path)!r} does not exist") from None
-    except OSError as exc:
-        raise AppError(f"lda: cannot read corpus {str(path)!r}: {exc.strerror}") from None
-    except UnicodeDecodeError as exc:
-        raise AppError(
-            f"lda: corpus {str(path)!r} is not UTF-8 text (byte {exc.start}): "
-            "give a plain text file, one document per line"
-        ) from None
+    text = read_utf8(path, "lda: corpus", "give a plain text file, one document per line")
     docs = [_TOKEN.findall(line.lower()) for line in text.splitlines()]
     docs = [d for d in docs if d]
     if not docs:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._datasets import _atomic_write, cache_dir, fetch_wheel_member
+from .._datasets import _atomic_write, cache_dir, fetch_wheel_member, read_utf8
 from .._errors import AppError
 
 #: The pykeen release whose wheel holds the data sets (pinned: the files are data).
@@ -73,16 +73,7 @@ def read_split(path: pathlib.Path) -> list[tuple[str, str, str]]:
     A missing file, a line without exactly three non-empty fields, undecodable bytes or a
     file without triples raise :class:`AppError` naming the file (and line)."""
     fix = _fix_hint(path)
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except FileNotFoundError:
-        raise AppError(f"transe: data file {str(path)!r} does not exist") from None
-    except UnicodeDecodeError as exc:
-        raise AppError(
-            f"transe: {str(path)!r} is not UTF-8 text (byte {exc.start}); {fix}"
-        ) from None
-    except OSError as exc:
-        raise AppError(f"transe: cannot read {str(path)!r}: {exc.strerror}") from None
+    text = read_utf8(path, "transe: data", fix)
     triples = []
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._datasets import DatasetUnavailableError, fetch_wheel_member
+from .._datasets import DatasetUnavailableError, fetch_wheel_member, read_utf8
 from .._errors import AppError
 
 _PACKAGE, _VERSION = "gensim", "4.4.0"
@@ -92,17 +92,7 @@ def read_corpus(path: pathlib.Path, sentence_len: int) -> list[list[str]]:
     """The token lists of a text file, one line per sentence, cut into pieces of at most
     ``sentence_len`` tokens.  A missing, unreadable, non-UTF-8 or word-less file is an
     :class:`AppError` naming the file."""
-    try:
-        text = pathlib.Path(path).read_bytes().decode("utf-8")
-    except FileNotFoundError:
-        raise AppError(f"word2vec: corpus file {str(path)!r} does not exist") from None
-    except OSError as exc:
-        raise AppError(f"word2vec: cannot read corpus {str(path)!r}: {exc.strerror}") from None
-    except UnicodeDecodeError as exc:
-        raise AppError(
-            f"word2vec: corpus {str(path)!r} is not UTF-8 text (byte {exc.start}): "
-            "give a plain text file, one sentence per line"
-        ) from None
+    text = read_utf8(path, "word2vec: corpus", "give a plain text file, one sentence per line")
     out = []
     for line in text.splitlines():
         words = tokenize(line)
