@@ -114,7 +114,13 @@ def test_trace_without_checkpoints_is_a_message(tmp_path: Path) -> None:
     path = record(tmp_path / "none.sqlite", "--no-checkpoints")
 
     async def script(pilot: Any) -> None:
-        await open_history(pilot, "W[3]")
+        await wait_text(pilot, "1 run(s)")
+        await pilot.press("enter")
+        await wait_text(pilot, "Timeline")
+        await pilot.press("h")  # from the overview too
+        await pilot.pause()
+        assert isinstance(pilot.app.screen, ElementPrompt)
+        await pilot.press(*"W[3]", "enter")
         text = await wait_text(pilot, "no checkpoints", timeout=TIMEOUT)
         assert "Traceback" not in text
         assert isinstance(pilot.app.screen, HistoryScreen)
