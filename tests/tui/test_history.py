@@ -175,3 +175,25 @@ def test_h_on_a_lock_row_offers_its_element(synth_dir: Path) -> None:
         assert screen.query_one("#history", ArrayTable).table is None
 
     drive(BrowserApp([synth_dir / "a.sqlite"]), script)
+
+
+def test_recompute_replays_again_and_leaving_kills_the_replay(tt_trace: Path) -> None:
+    """``r`` forgets the kept answer and replays again; escape while it replays kills
+    the child process, so nothing of the user's program keeps running."""
+
+    async def script(pilot: Any) -> None:
+        await open_history(pilot, "W[3]")
+        await wait_text(pilot, "invocation(s), computed in", timeout=TIMEOUT)
+        screen = pilot.app.screen
+        assert isinstance(screen, HistoryScreen)
+        await pilot.press("r")
+        await wait_text(pilot, "replaying the run for W[3]")
+        await wait_for(pilot, lambda _: bool(screen.procs), what="a child process")
+        procs = list(screen.procs)
+        assert procs[0].poll() is None  # still replaying
+        await pilot.press("escape")
+        await pilot.pause()
+        assert isinstance(pilot.app.screen, OrdersScreen)
+        assert procs[0].wait(timeout=10) < 0  # killed by a signal, not finished
+
+    drive(BrowserApp([str(tt_trace)]), script)
