@@ -15,7 +15,7 @@ from tui_helpers import wait_for, wait_text
 from tests.conftest import run_cli
 from tui import BrowserApp
 from tui.screens import ElementPrompt, HistoryScreen, OrdersScreen
-from tui.screens.history import history_table, magnitude
+from tui.screens.history import child_target, history_table, magnitude
 from tui.widgets import ArrayTable, BraillePlot
 
 SGD = ["-p", "synthetic=true", "-p", "rank=2", "-p", "epochs=3"]
@@ -197,3 +197,10 @@ def test_recompute_replays_again_and_leaving_kills_the_replay(tt_trace: Path) ->
         assert procs[0].wait(timeout=10) < 0  # killed by a signal, not finished
 
     drive(BrowserApp([str(tt_trace)]), script)
+
+
+def test_a_database_password_stays_off_the_command_line() -> None:
+    arg, env = child_target("postgresql+psycopg://me:s3cret@db:5432/traces?sslmode=require")
+    assert arg == "postgresql+psycopg://me@db:5432/traces?sslmode=require"
+    assert env == {"PGPASSWORD": "s3cret"}
+    assert child_target("traces/a.sqlite") == ("traces/a.sqlite", {})

@@ -26,6 +26,8 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Footer, Header, Input, Label, Static
 
+import tracer
+
 from .._model import Column, RowTable
 from .._repo import RunRef
 from ..widgets.plot import BraillePlot
@@ -90,6 +92,26 @@ def history_command(target: str, run_id: str, element: str) -> list[str]:
     return [sys.executable, "-m", "replay", "history", target, element, "--run", run_id, "--json"]
 
 
+def child_target(target: str) -> tuple[str, dict[str, str]]:
+    """The TRACE argument for the child and what to add to its environment: a PostgreSQL
+    URL's password goes in ``PGPASSWORD`` (which libpq reads), never on a command line
+    that ``ps`` shows to every user."""
+    if not tracer.is_url(target):
+        return target, {}
+    from sqlalchemy.engine import URL, make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        url = make_url(target)
+    except ArgumentError:
+        return target, {}
+    if not url.password or not url.drivername.startswith("postgresql"):
+        return target, {}
+    bare = URL.create(url.drivername, url.username, None, url.host, url.port, url.database)
+    shown = bare.update_query_dict(dict(url.query)).render_as_string(hide_password=False)
+    return shown, {"PGPASSWORD": str(url.password)}
+
+
 def _signature(target: str) -> tuple[int, int] | None:
     """(mtime, size) of a trace file, None for a database URL (never cached)."""
     try:
@@ -114,11 +136,12 @@ def run_history(target: str, run_id: str, element: str, started: list[Any]) -> d
         with _CACHE_LOCK:
             if key in _CACHE:
                 return _CACHE[key]
-    env = dict(os.environ)
+    arg, extra = child_target(target)
+    env = dict(os.environ) | extra
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
     try:
         proc = subprocess.Popen(
-            history_command(target, run_id, element),
+            history_command(arg, run_id, element),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             stdin=subprocess.DEVNULL,
