@@ -358,6 +358,11 @@ class Repository:
                 return e.runs[-1].ref
         return None
 
+    def target(self, ref: RunRef) -> str:
+        """What to open for ``ref``: its file path, or the full URL of a database (with
+        the password the shown name hides)."""
+        return str(self._targets.get(ref.path, ref.path))
+
     def run(self, ref: RunRef) -> RunView:
         """Cached access to one run."""
         with self._lock:

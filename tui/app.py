@@ -14,7 +14,9 @@ import tracer
 from ._repo import Repository, RunRef
 from .screens import (
     DiffScreen,
+    ElementPrompt,
     HelpScreen,
+    HistoryScreen,
     OrdersScreen,
     OverviewScreen,
     RunsScreen,
@@ -99,6 +101,20 @@ class BrowserApp(App[None]):
                 last=last,
             )
         )
+
+    def open_history(self, ref: RunRef, element: str) -> None:
+        """Show an element's value per invocation and its last writer (this replays the
+        run in a ``replay history`` subprocess)."""
+        self.push_screen(HistoryScreen(ref, element))
+
+    def ask_history(self, ref: RunRef, element: str = "") -> None:
+        """Ask for an element (``element`` pre-filled), then show its history."""
+
+        def chosen(text: str | None) -> None:
+            if text:
+                self.open_history(ref, text)
+
+        self.push_screen(ElementPrompt(element), chosen)
 
     def open_verdicts(self, ref: RunRef) -> None:
         """Show the replay and dual-test verdicts of a run."""

@@ -56,6 +56,7 @@ class OrdersScreen(BrowserScreen):
         Binding("less_than_sign", "node(-1)", "Previous node", key_display="<", show=False),
         Binding("greater_than_sign", "node(1)", "Next node", key_display=">", show=False),
         Binding("o", "next_op", "Next operator", show=False),
+        Binding("h", "history", "Element history"),
     ]
 
     def __init__(
@@ -284,6 +285,22 @@ class OrdersScreen(BrowserScreen):
         k = int(np.searchsorted(m, table.cursor, side="right" if step > 0 else "left"))
         k = k if step > 0 else k - 1
         table.go_to(int(m[k % len(m)]))
+
+    def selected_element(self) -> str:
+        """The element of the row under the cursor (lock tab), else ''."""
+        table = self._table()
+        if table.table is None or not table.row_count:
+            return ""
+        try:
+            col = table.table.column("element")
+        except KeyError:
+            return ""
+        return str(col[table.cursor])
+
+    def action_history(self) -> None:
+        """Ask for an element (the selected row's, if it names one) and show its value per
+        invocation and last writer."""
+        self.browser.ask_history(self.ref, self.selected_element())
 
     def action_back(self) -> None:
         """Close the search box if it is open, else leave the view."""

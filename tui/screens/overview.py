@@ -35,6 +35,7 @@ class OverviewScreen(BrowserScreen):
         Binding("o", "orders", "Orders"),
         Binding("v", "verdicts", "Verdicts"),
         Binding("c", "curve", "Next curve"),
+        Binding("h", "history", "Element history", show=False),
     ]
 
     def __init__(self, ref: RunRef) -> None:
@@ -125,6 +126,10 @@ class OverviewScreen(BrowserScreen):
             self.notify("this run has no operators", severity="warning")
             return None
         return self.ops[max(0, min(table.cursor_row, len(self.ops) - 1))]
+
+    def action_history(self) -> None:
+        """Ask for an element such as W[17] and show its value per invocation."""
+        self.browser.ask_history(self.ref)
 
     def action_timeline(self) -> None:
         """Open the timeline of the operator under the cursor."""

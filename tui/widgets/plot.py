@@ -77,11 +77,20 @@ class BraillePlot(Widget):
     """
 
     def __init__(
-        self, *, name: str | None = None, id: str | None = None, classes: str | None = None
+        self,
+        *,
+        axis: str = "iteration",
+        empty: str = "no objective values recorded",
+        name: str | None = None,
+        id: str | None = None,
+        classes: str | None = None,
     ) -> None:
         super().__init__(name=name, id=id, classes=classes)
         self.title = ""
         self.values: list[float] = []
+        #: the name of the x axis, and what an empty plot says
+        self.axis = axis
+        self.empty = empty
 
     def plot(self, title: str, values: Sequence[float]) -> None:
         """Draw ``values`` (one per iteration) under ``title``."""
@@ -94,7 +103,7 @@ class BraillePlot(Widget):
         out = Text(no_wrap=True, overflow="crop")
         out.append(self.title[:width] + "\n", style="bold")
         if not self.values:
-            out.append("  no objective values recorded", style="italic")
+            out.append(f"  {self.empty}", style="italic")
             return out
         plot_w, plot_h = max(2, width - LABEL_WIDTH - 2), max(1, height - 3)
         finite = [v for v in self.values if math.isfinite(v)]
@@ -105,7 +114,7 @@ class BraillePlot(Widget):
             out.append(line + "\n", style="bold green")
         out.append(" " * LABEL_WIDTH + " └" + "─" * plot_w + "\n", style="dim")
         last = str(len(self.values) - 1)
-        axis = "0" + "iteration".center(max(0, plot_w - 1 - len(last)))[: plot_w - 1 - len(last)]
+        axis = "0" + self.axis.center(max(0, plot_w - 1 - len(last)))[: plot_w - 1 - len(last)]
         out.append(" " * (LABEL_WIDTH + 2) + axis + last, style="dim")
         return out
 
