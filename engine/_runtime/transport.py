@@ -27,8 +27,12 @@ from .._machines.messages import MessageOrder
 if TYPE_CHECKING:
     from .._data.dds import _DDS
 
-#: MPI tag of round write-backs (numeric rows); object rows use the next tag.
-TAG_ROWS = 101
+#: MPI tags of round write-backs (numeric rows), by the parity of the round's sequence
+#: number: a rank that finished round r may already have sent its rows of round r+1 (never
+#: of r+2, which needs this rank's rows of r+1), and MPI keeps messages in order only per
+#: (source, tag), so a wildcard receive of round r must not match a round r+1 message.
+TAG_ROWS = (101, 103)
+#: Object rows travel by pickle, received from a named source, so one tag serves.
 TAG_OBJROWS = 102
 
 
@@ -259,7 +263,8 @@ class MpiCluster(Cluster):
         Receives are wildcard (``ANY_SOURCE``): the arrival order is a real source of
         non-determinism, reported to ``on_message`` with the sender's sequence number.
         The header carries the sender's sequence number and its ``stopped`` flag, so
-        every rank learns in the same round that some rank left its plan.
+        every rank learns in the same round that some rank left its plan.  The tag is the
+        round's parity (see ``TAG_ROWS``), and a row message of any other round is refused.
         """
         MPI = self._MPI
         comm, me, P = self.comm, self.rank, self.size
@@ -268,9 +273,11 @@ class MpiCluster(Cluster):
         mine = writes[me]
         payload = self._pack(mine)
         has_obj = any(not d._numeric for d, _ in mine.per_dds)
-        header = np.array([self._seq_out, int(stopped)], dtype=np.int64).view(np.uint8)
+        round_seq = self._seq_out
+        tag = TAG_ROWS[round_seq & 1]
+        header = np.array([round_seq, int(stopped)], dtype=np.int64).view(np.uint8)
         msg = np.concatenate([header, payload])
-        reqs = [comm.Isend([msg, MPI.BYTE], dst, TAG_ROWS) for dst in range(P) if dst != me]
+        reqs = [comm.Isend([msg, MPI.BYTE], dst, tag) for dst in range(P) if dst != me]
         if has_obj:
             objs = [dds.rows(me, s) for dds, s in mine.per_dds if not dds._numeric]
             reqs += [comm.isend(objs, dst, TAG_OBJROWS) for dst in range(P) if dst != me]
@@ -279,13 +286,18 @@ class MpiCluster(Cluster):
         anyone = stopped
         for _ in range(P - 1):
             want = self.messages.expect(me, "rows")
-            comm.Probe(MPI.ANY_SOURCE if want is None else want, TAG_ROWS, status)
+            comm.Probe(MPI.ANY_SOURCE if want is None else want, tag, status)
             src = status.Get_source()
             self.messages.arrived(me, "rows", src)
             nbytes = status.Get_count(MPI.BYTE)
             buf = np.empty(nbytes, dtype=np.uint8)
-            comm.Recv([buf, MPI.BYTE], src, TAG_ROWS)
+            comm.Recv([buf, MPI.BYTE], src, tag)
             seq, flag = (int(x) for x in buf[:16].view(np.int64))
+            if seq != round_seq:
+                raise RuntimeError(
+                    f"write-back out of step: rank {src} sent the rows of exchange {seq} "
+                    f"while rank {me} was in exchange {round_seq}"
+                )
             anyone = anyone or bool(flag)
             theirs = all_writes[src]
             self._unpack(theirs, buf[16:])

@@ -16,3 +16,10 @@ def test_serializable_under_mpiexec(ranks: int, threads: int) -> None:
     proc = run_mpi([str(HERE / "mpi_serializable.py"), str(threads)], ranks)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"ranks={ranks} threads={threads} OK rotation" in proc.stdout
+
+
+def test_write_back_of_a_rank_a_round_ahead_waits_for_its_round() -> None:
+    # rank 1's rows of round 1 reach rank 0 before rank 2's rows of round 0
+    proc = run_mpi([str(HERE / "mpi_rounds.py")], 3)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "OK" in proc.stdout

@@ -96,7 +96,7 @@ def test_cli_pass_json_and_verdicts_in_the_trace(tmp_path: Path) -> None:
         ],
         timeout=300,  # 3 ranks x 2 threads under mpiexec, oversubscribed on 2 cores
     )
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 0, proc.stdout + proc.stderr
     res = json.loads(proc.stdout)
     assert res["forward"] == {"passed": True, "divergence": None}
     assert res["backward"] == {"passed": True, "divergence": None}
