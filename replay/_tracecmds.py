@@ -53,6 +53,8 @@ def _run_dict(run: tracer.RunTrace) -> dict[str, Any]:
         "ended_at": info.ended_at,
         "status": info.status,
         "error": info.error,
+        "continues": info.continues,
+        "labels": info.labels,
         "duration_s": round(info.duration, 6),
         "objectives": run.objectives(),
         "verdicts": [

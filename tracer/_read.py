@@ -150,6 +150,10 @@ class RunInfo:
     last_commit_at: float | None
     duration: float
     environment: dict[str, Any] = field(default_factory=dict)
+    #: the id of the crashed run this run resumes (``replay resume``), or None
+    continues: str | None = None
+    #: plain values that label the run, such as a chaos run's seed and number
+    labels: dict[str, Any] = field(default_factory=dict)
 
 
 class Trace:
@@ -211,6 +215,10 @@ class Trace:
         where = f"table run row {r.run_id!r}"
         params = _json_object(r.params, f"{where} column params")
         versions = _json_object(r.versions, f"{where} column versions")
+        labels = _json_object(r.labels, f"{where} column labels")
+        _check(
+            r.continues is None or isinstance(r.continues, str), where, "continues", "is not text"
+        )
         environment = versions.pop(ENVIRONMENT_KEY, None)
         if not isinstance(environment, dict):
             environment = {}
@@ -248,6 +256,8 @@ class Trace:
             last_commit_at=last_commit,
             duration=max(0.0, end - started),
             environment=environment,
+            continues=r.continues,
+            labels=labels,
         )
 
     def run(self, run_id: str | None = None) -> RunTrace:

@@ -33,8 +33,9 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 #: instead of raw (lock, thread, index) triples; 4: the element each lock hand-over took
 #: over, ``lock_grant_block.elements``, and each thread's task-group times,
 #: ``invocation.thread_times``; 5: time travel, the ``checkpoint``, ``checkpoint_block``
-#: and ``collective_value`` tables).
-SCHEMA_VERSION = 5
+#: and ``collective_value`` tables; 6: ``run.continues``, the crashed run a resumed run
+#: continues, and ``run.labels``, a JSON object of plain values such as a chaos run's seed).
+SCHEMA_VERSION = 6
 #: Identifies a trace store among SQLite files (kept in ``schema_info.app_id``).
 APP_ID = "strads-replay-trace"
 
@@ -98,6 +99,8 @@ class Run(Base):
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
     end_node: Mapped[int | None] = mapped_column(nullable=True)
     end_seq: Mapped[int | None] = mapped_column(nullable=True)
+    continues: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    labels: Mapped[str] = mapped_column(Text, default="{}")
 
 
 class OperatorPlan(Base):

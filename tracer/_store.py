@@ -229,12 +229,23 @@ def write_error(engine: Engine, exc: BaseException) -> TraceWriteError:
     return TraceWriteError(f"cannot write trace {describe(engine)}: {_reason(exc, engine)}")
 
 
+def _labels(labels: Any) -> dict[str, Any]:
+    """``labels`` checked to be a dict of plain values (str, int, float, bool, None)."""
+    if not isinstance(labels, dict) or not all(
+        isinstance(k, str) and (v is None or isinstance(v, str | int | float | bool))
+        for k, v in labels.items()
+    ):
+        raise ValueError(f"start_run: labels must map names to plain values, got {labels!r}")
+    return labels
+
+
 def start_run(store: Any, run_id: str, meta: dict[str, Any]) -> None:
     """Insert the row of a new run (status ``running``); creates the store if needed.
 
     ``meta`` keys: app, target, params (dict), code_digest, ranks, threads, seed,
-    versions (dict), environment (dict: hash seed, BLAS threads).  Unknown keys are an
-    error, missing ones get neutral defaults.
+    versions (dict), environment (dict: hash seed, BLAS threads), continues (the id of
+    the crashed run this one resumes), labels (dict of plain values, e.g. a chaos run's
+    seed and number).  Unknown keys are an error, missing ones get neutral defaults.
     """
     allowed = {
         "app",
@@ -246,6 +257,8 @@ def start_run(store: Any, run_id: str, meta: dict[str, Any]) -> None:
         "seed",
         "versions",
         "environment",
+        "continues",
+        "labels",
     }
     extra = set(meta) - allowed
     if extra:
@@ -265,6 +278,8 @@ def start_run(store: Any, run_id: str, meta: dict[str, Any]) -> None:
         "versions": json.dumps(_versions_column(meta), sort_keys=True, default=repr),
         "started_at": time.time(),
         "status": "running",
+        "continues": None if meta.get("continues") is None else str(meta["continues"]),
+        "labels": json.dumps(_labels(meta.get("labels", {})), sort_keys=True),
     }
     try:
         with engine.begin() as conn:

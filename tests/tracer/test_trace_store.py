@@ -111,3 +111,19 @@ def test_a_write_that_cannot_happen_is_one_tracer_error(tmp_path: Path) -> None:
     rec.close("finished")
     with tracer.open(path) as trace:
         assert trace.run().operators()["op"].invocations == 1
+
+
+def test_continues_and_labels_round_trip(tmp_path) -> None:
+    path = tmp_path / "t.sqlite"
+    tracer.start_run(str(path), "a", {"app": "x"})
+    meta = {"app": "x", "continues": "a", "labels": {"chaos_seed": 3, "chaos_run": 1}}
+    tracer.start_run(str(path), "b", meta)
+    runs = {r.run_id: r for r in tracer.open(str(path), assume_finished=True).runs()}
+    assert runs["a"].continues is None and runs["a"].labels == {}
+    assert runs["b"].continues == "a"
+    assert runs["b"].labels == {"chaos_seed": 3, "chaos_run": 1}
+
+
+def test_labels_must_be_plain_values(tmp_path) -> None:
+    with pytest.raises(ValueError, match="plain values"):
+        tracer.start_run(str(tmp_path / "t.sqlite"), "a", {"labels": {"f": object()}})
