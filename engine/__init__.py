@@ -40,7 +40,8 @@ from ._errors import ReplicaMismatchError as ReplicaMismatchError
 from ._errors import SessionError as SessionError
 from ._errors import SyncProtocolError as SyncProtocolError
 from ._machines.planner import Plan as Plan
-from ._runtime.control import Controller as Controller
+from ._runtime.control import DebugHooks as DebugHooks
+from ._runtime.control import ScheduleSource as ScheduleSource
 from ._runtime.session import Recorder as Recorder
 from ._runtime.session import RunResult as RunResult
 from ._runtime.session import current as current
@@ -57,9 +58,9 @@ __all__ = [
     "BodyError",
     "BoundKernel",
     "ClosureRuleError",
-    "Controller",
     "DDSError",
     "DataFormatError",
+    "DebugHooks",
     "DivergenceError",
     "DriverDivergenceError",
     "EngineError",
@@ -70,6 +71,7 @@ __all__ = [
     "Recorder",
     "ReplicaMismatchError",
     "RunResult",
+    "ScheduleSource",
     "SessionError",
     "SyncProtocolError",
     "async_for",

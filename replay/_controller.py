@@ -90,7 +90,7 @@ def plan_difference(r: int, node: int, want: Any, got: Any) -> tuple[str, str]:
     return f"round {r} of node {node} as recorded", "a different round"
 
 
-class TraceController(engine.Controller):
+class TraceController(engine.ScheduleSource, engine.DebugHooks):
     """Enforces the orders of one recorded run."""
 
     def __init__(

@@ -129,7 +129,12 @@ def outcome_of(res: engine.RunResult, body_orders: BodyOrders) -> Outcome:
     )
 
 
-class Hybrid(engine.Controller):
+class Steering(engine.ScheduleSource, engine.DebugHooks):
+    """What steers one side of a dual test: its schedules and its debug hooks, in one
+    object (``engine.run(..., schedules=s, hooks=s)``); this default leaves the side free."""
+
+
+class Hybrid(Steering):
     """Builds the schedule of every invocation of a dual-test side: a ``sync_for``'s from
     the other side's ``body_orders`` (its Hybrid node-mutex orders), an ``async_for``'s
     from :meth:`order` (the serialization order it must follow; None: the planner's)."""
@@ -197,7 +202,7 @@ class Serial(Hybrid):
         self.serial = True
         self.sync_shape = sync_shape
 
-    def sync_executor(self) -> Any:
+    def sync_reference(self) -> Any:
         from ._syncref import reference_sync_for
 
         return reference_sync_for(*self.sync_shape, self.body_orders or {})
@@ -255,14 +260,14 @@ def not_in_trace(op: str, invocation: int, side: str) -> engine.DivergenceError:
     )
 
 
-class Tap(engine.Controller):
-    """Wraps another controller; after invocation (op, inv) snapshots every DDS and stops."""
+class Tap(Steering):
+    """Wraps another side's steering; after invocation (op, inv) snapshots every DDS and stops."""
 
     class Stop(Exception):
         """Raised to end the run once the snapshot is taken."""
 
-    def __init__(self, inner: engine.Controller | None, op: str, invocation: int) -> None:
-        self.inner = inner or engine.Controller()
+    def __init__(self, inner: Steering | None, op: str, invocation: int) -> None:
+        self.inner = inner or Steering()
         self.target = (op, invocation)
         self.snapshot: dict[str, np.ndarray] = {}
         self.sets: Any = None
@@ -277,8 +282,8 @@ class Tap(engine.Controller):
     ) -> Schedule | None:
         return self.inner.schedule(op, invocation, kind, nodes, span)
 
-    def sync_executor(self) -> Any:
-        return self.inner.sync_executor()
+    def sync_reference(self) -> Any:
+        return self.inner.sync_reference()
 
     def after_invocation(self, op: str, invocation: int) -> None:
         if (op, invocation) != self.target:

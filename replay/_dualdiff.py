@@ -8,10 +8,9 @@ from typing import Any
 
 import numpy as np
 
-import engine
 from engine.lowlevel import SLOT_BITS, SLOT_MASK
 
-from ._dualctl import Outcome, comparable, same_value
+from ._dualctl import Outcome, Steering, comparable, same_value
 from ._dualsides import InProcessSide, MpiParallelSide, tap_side
 
 
@@ -80,7 +79,7 @@ def localise(
     params: dict[str, Any],
     serial_cfg: dict[str, Any],
     side: InProcessSide | MpiParallelSide,
-    p_controller: engine.Controller | None,
+    p_controller: Steering | None,
     serial_order: Callable[[str, int, int, int], np.ndarray] | None,
 ) -> dict[str, Any]:
     """Re-run both sides up to the diverging invocation; name the element and loop index.

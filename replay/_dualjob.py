@@ -43,6 +43,7 @@ from ._dualctl import (
     Capture,
     Outcome,
     Replayed,
+    Steering,
     Tap,
     Wavefront,
     comparable,
@@ -146,7 +147,7 @@ class MpiSide:
 
     def _job(
         self,
-        controller: engine.Controller | None,
+        controller: Steering | None,
         extra: dict[str, Any],
         read: Callable[[Path, dict[str, Any]], Any],
     ) -> Any:
@@ -197,9 +198,7 @@ class MpiSide:
                 )
             return read(job, res)
 
-    def run(
-        self, controller: engine.Controller | None, trace: tuple[str, str] | None = None
-    ) -> Outcome:
+    def run(self, controller: Steering | None, trace: tuple[str, str] | None = None) -> Outcome:
         """One test-mode run; ``trace`` (path, run id) records it into a trace store."""
         extra = {} if trace is None else {"trace": trace[0], "run_id": trace[1]}
 
@@ -217,7 +216,7 @@ class MpiSide:
         return self._job(controller, extra, read)
 
     def snapshot(
-        self, controller: engine.Controller | None, op: str, invocation: int, dds: str
+        self, controller: Steering | None, op: str, invocation: int, dds: str
     ) -> np.ndarray | None:
         """DDS ``dds`` right after invocation (op, invocation), in comparable form."""
 
@@ -244,7 +243,7 @@ def dual_here(spec: dict[str, Any], comm: Any) -> dict[str, Any]:
     params = dict(spec.get("values", {}))
     orders = _read_orders(job / "orders.npz", spec["orders"])
     body_orders = _body_orders_of(spec["body_orders"])
-    controller: engine.Controller | None = None
+    controller: Steering | None = None
     if spec["controller"] == "wavefront":
         controller = Wavefront(orders, spec["threads"], body_orders)
     elif spec["controller"] == "replay":
@@ -267,7 +266,8 @@ def dual_here(spec: dict[str, Any], comm: Any) -> dict[str, Any]:
                 comm=comm,
                 threads=spec["threads"],
                 seed=spec["seed"],
-                controller=controller,
+                schedules=controller,
+                hooks=controller,
                 recorder=capture,
                 test_mode=True,
             )

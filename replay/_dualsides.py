@@ -10,7 +10,7 @@ import numpy as np
 
 import engine
 
-from ._dualctl import Capture, Outcome, Tap, comparable, outcome_of
+from ._dualctl import Capture, Outcome, Steering, Tap, comparable, outcome_of
 from ._dualjob import MpiSide, importable_target
 
 #: Where the parallel side of a dual test may run.
@@ -24,7 +24,7 @@ def run_side(
     nodes: int,
     threads: int,
     seed: int,
-    controller: engine.Controller | None = None,
+    controller: Steering | None = None,
     recorder: engine.Recorder | None = None,
 ) -> Outcome:
     capture = Capture(recorder)
@@ -34,7 +34,8 @@ def run_side(
         nodes=nodes,
         threads=threads,
         seed=seed,
-        controller=controller,
+        schedules=controller,
+        hooks=controller,
         recorder=capture,
         test_mode=True,
     )
@@ -53,7 +54,8 @@ def tap_side(
             nodes=cfg["nodes"],
             threads=cfg["threads"],
             seed=cfg["seed"],
-            controller=tap,
+            schedules=tap,
+            hooks=tap,
             test_mode=True,
         )
     except Tap.Stop:
@@ -72,13 +74,11 @@ class InProcessSide:
         self.fn, self.params = fn, params
         self.cfg = {"nodes": nodes, "threads": threads, "seed": seed}
 
-    def run(
-        self, controller: engine.Controller | None, recorder: engine.Recorder | None = None
-    ) -> Outcome:
+    def run(self, controller: Steering | None, recorder: engine.Recorder | None = None) -> Outcome:
         return run_side(self.fn, self.params, **self.cfg, controller=controller, recorder=recorder)
 
     def snapshot(
-        self, controller: engine.Controller | None, op: str, invocation: int, dds: str
+        self, controller: Steering | None, op: str, invocation: int, dds: str
     ) -> np.ndarray | None:
         tap = tap_side(self.fn, self.params, dict(self.cfg, controller=controller), op, invocation)
         snap = tap.snapshot.get(dds)
@@ -93,11 +93,11 @@ class MpiParallelSide:
     def __init__(self, side: MpiSide, trace: tuple[str, str] | None) -> None:
         self.side, self.trace = side, trace
 
-    def run(self, controller: engine.Controller | None, recorder: Any = None) -> Outcome:
+    def run(self, controller: Steering | None, recorder: Any = None) -> Outcome:
         return self.side.run(controller, self.trace if recorder is not None else None)
 
     def snapshot(
-        self, controller: engine.Controller | None, op: str, invocation: int, dds: str
+        self, controller: Steering | None, op: str, invocation: int, dds: str
     ) -> np.ndarray | None:
         return self.side.snapshot(controller, op, invocation, dds)
 

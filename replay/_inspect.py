@@ -220,7 +220,8 @@ def replay_with(
             threads=info.threads,
             seed=info.seed,
             recorder=checker,
-            controller=ctl,
+            schedules=ctl,
+            hooks=ctl,
         )
         checker.finish()
     except (_Stop, ReplayFinished):

@@ -254,7 +254,8 @@ def replay_here(
             seed=info.seed,
             comm=comm if mode == "cluster" else None,
             recorder=checker,
-            controller=controller,
+            schedules=controller,
+            hooks=controller,
         )
         checker.finish()
     except (ReplayFinished, ScheduleExhausted):

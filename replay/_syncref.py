@@ -104,7 +104,7 @@ def reference_sync_for(nodes: int, threads: int, body_orders: BodyOrders) -> Cal
         sess.planner[name] = {"strategy": sync, "staleness": 0, "bodies": batches, "rounds": clocks}
         sess.op_times.setdefault(name, []).append(time.perf_counter() - t0)
         sess.record_digests(name, inv)
-        sess.controller.after_invocation(name, inv)
+        sess.hooks.after_invocation(name, inv)
 
     def _hybrid_order(
         name: str, inv: int, p: int, clock: int, assigned: Callable[..., Any], T: int, sess: Any

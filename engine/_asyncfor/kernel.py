@@ -171,13 +171,13 @@ class BoundKernel:
         return f"<kernel {self.kernel.__qualname__} bound to {len(self.args)} argument(s)>"
 
 
-def wrap_body(controller: Any, op: str, inv: int, node: int, body: Any) -> Any:
-    """``controller.wrap_body`` (breakpoints): a kernel stays compiled unless the controller
-    wraps it, and then it gets the kernel's Python function (pdb stops in its code)."""
+def wrap_body(hooks: Any, op: str, inv: int, node: int, body: Any) -> Any:
+    """``hooks.wrap_body`` (breakpoints): a kernel stays compiled unless the debug hooks
+    wrap it, and then they get the kernel's Python function (pdb stops in its code)."""
     if not isinstance(body, BoundKernel):
-        return controller.wrap_body(op, inv, node, body)
+        return hooks.wrap_body(op, inv, node, body)
     plain = body.python
-    wrapped = controller.wrap_body(op, inv, node, plain)
+    wrapped = hooks.wrap_body(op, inv, node, plain)
     return body if wrapped is plain else wrapped
 
 

@@ -261,7 +261,7 @@ def async_for(
         return
     st: OpState | None = sess.ops.get(name)
     code = code_of(body)
-    sched = sess.controller.schedule(name, inv, "async_for", sess.cluster.size, (start, stop))
+    sched = sess.schedules.schedule(name, inv, "async_for", sess.cluster.size, (start, stop))
     recorded = sched.plan if sched is not None and sched.replanned else None
     sess.cluster.messages = (
         sched.message_order() if sched is not None else MessageOrder(op=name, invocation=inv)
@@ -285,7 +285,7 @@ def async_for(
         made = True
     _follow_order(sess, st, sched)
     sess.ops[name] = st
-    sess.controller.check_plan(name, inv, st.plan)
+    sess.hooks.check_plan(name, inv, st.plan)
     t1 = time.perf_counter()
     # checked and test mode: every body's fingerprints (closure rule)
     run_body = closure_guard(body, name, inv) if checked else body
@@ -327,7 +327,7 @@ def async_for(
             info["digests"] = digests
         sess.recorder.invocation_done(name, inv, node, info)
     end_invocation(sess, name, inv, st.written_dds, seconds)
-    sess.controller.after_invocation(name, inv)
+    sess.hooks.after_invocation(name, inv)
 
 
 def _note(sess: Session, v: Violation, what: str) -> None:
@@ -533,7 +533,7 @@ def _run_node_round(
     if not tasks:
         return np.empty(0, dtype=np.int64)
     forced = None
-    body = wrap_body(sess.controller, st.name, inv, node, body)  # a kernel: see kernel.py
+    body = wrap_body(sess.hooks, st.name, inv, node, body)  # a kernel: see kernel.py
     if sched is not None and sched.serial:
         # single-process replay: the node-round on one thread, in a recorded order
         forced = serial_order(sched, node, r, tasks)

@@ -152,7 +152,7 @@ def collective(sess: Session, kind: str, compute: Callable[[], Any]) -> Any:
     k = sess.collectives
     sess.collectives += 1
     if sess.fast_forward is not None:
-        return sess.controller.served_value(k, kind)
+        return sess.hooks.served_value(k, kind)
     value = compute()
     if sess.cluster.rank == 0:
         sess.recorder.collective_value(k, kind, value)
@@ -167,10 +167,10 @@ def skip_invocation(sess: Session, op: str, invocation: int) -> bool:
     if target is None:
         return False
     sess.steps += 1
-    sess.controller.skipped(op, invocation)
+    sess.hooks.skipped(op, invocation)
     if (op, invocation) == tuple(target):
         sess.fast_forward = None  # from here on collective values are computed
-        restore(sess, sess.controller.restore(op, invocation))
+        restore(sess, sess.hooks.restore(op, invocation))
     return True
 
 
@@ -202,7 +202,7 @@ def restore(sess: Session, cp: Any) -> None:
     if restored:  # a damaged checkpoint is named here, not by a later digest
         digests = sess.digests_of(restored)
         names = [d.name for d in restored]
-        sess.controller.check_restored(cp.op, cp.invocation, list(zip(names, digests, strict=True)))
+        sess.hooks.check_restored(cp.op, cp.invocation, list(zip(names, digests, strict=True)))
 
 
 # ------------------------------------------------------------------ inspection

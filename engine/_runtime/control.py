@@ -1,9 +1,12 @@
-"""The controller: the hooks replay and the dual tests use to steer a run.
+"""The engine's extension point: a schedule source and a debug-hooks object.
 
-The engine asks its session's :class:`Controller` for the
+The engine asks its session's :class:`ScheduleSource` for the
 :class:`~engine._machines.schedule.Schedule` of each invocation before it starts (the plan,
-and the lock-grant, SSP-visibility, node-mutex and message orders, all as one value).  The
-default controller allows whatever happens (a normal run).
+and the lock-grant, SSP-visibility, node-mutex and message orders, all as one value); the
+default source answers None, a free run.  Everything else that steers a run from outside
+is a :class:`DebugHooks` method: breakpoints, per-invocation checks, the dual tests' own
+``sync_for`` arithmetic, and the time-travel fast-forward.  Replay, the dual tests and
+chaos exploration provide one or both; a normal run uses neither.
 """
 
 from __future__ import annotations
@@ -15,15 +18,8 @@ if TYPE_CHECKING:
     from .._machines.schedule import Schedule
 
 
-class Controller:
-    """What a normal run does: nothing is enforced.
-
-    The engine asks :meth:`schedule` once when an invocation starts; everything the
-    invocation could do in more than one way is answered by that value (``None``: free).
-    The other hooks are for the dual tests (their own ``sync_for``
-    executor), for debugging (breakpoints, a stop after an invocation) and for checking
-    the plan.
-    """
+class ScheduleSource:
+    """Where each invocation's schedule comes from; this default leaves every run free."""
 
     def schedule(
         self,
@@ -38,11 +34,17 @@ class Controller:
         ``span`` is an ``async_for``'s ``(start, stop)``."""
         return None
 
+
+class DebugHooks:
+    """Breakpoints, per-invocation checks and time travel; this default does nothing."""
+
     def check_plan(self, op: str, invocation: int, plan: Plan) -> None:
         """Raise :class:`DivergenceError` if ``plan`` is not the recorded one."""
 
-    def sync_executor(self) -> Any:
-        """A callable that runs ``sync_for`` instead of the engine (dual tests' serial side)."""
+    def sync_reference(self) -> Any:
+        """A callable that runs every ``sync_for`` instead of the engine: the dual tests'
+        serial side, whose aggregation arithmetic is written from the definition so that
+        a broken engine aggregation cannot hide behind the engine's own code."""
         return None
 
     def wrap_body(self, op: str, invocation: int, node: int, body: Any) -> Any:
@@ -55,8 +57,7 @@ class Controller:
     # ------------------------------------------------------------ time travel
     # Replay from a checkpoint: the driver runs from the start, loop invocations up to
     # the checkpoint are skipped, the values collective operators returned are served
-    # from the trace, and at the checkpoint the DDS are restored.  Kept apart from the
-    # schedule so that it can move with the debug hooks.
+    # from the trace, and at the checkpoint the DDS are restored.
     def fast_forward(self) -> tuple[str, int] | None:
         """The invocation (op, invocation) whose checkpoint the run restores: every loop
         invocation up to it is skipped.  None (a normal run): nothing is skipped."""
@@ -66,7 +67,7 @@ class Controller:
         """The checkpoint at the end of ``op``#``invocation``: an object with ``rows``
         (dds name -> (slots, values), every node's owned rows merged) and ``counters``
         (node -> message counters)."""
-        raise NotImplementedError("this controller does not fast-forward")
+        raise NotImplementedError("these hooks do not fast-forward")
 
     def check_restored(self, op: str, invocation: int, digests: list[tuple[str, str]]) -> None:
         """The restored DDS have these (dds, digest): raise :class:`DivergenceError` if
@@ -75,10 +76,10 @@ class Controller:
     def served_value(self, k: int, kind: str) -> Any:
         """The value the ``k``-th collective call (``reduce``, ``gather``) returned in the
         recorded run, while fast-forwarding."""
-        raise NotImplementedError("this controller does not fast-forward")
+        raise NotImplementedError("these hooks do not fast-forward")
 
     def skipped(self, op: str, invocation: int) -> None:
         """A loop invocation was skipped while fast-forwarding (replay's checker notes it)."""
 
 
-__all__ = ["Controller"]
+__all__ = ["DebugHooks", "ScheduleSource"]

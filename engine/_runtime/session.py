@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .._errors import DriverDivergenceError, ReplicaMismatchError, SessionError
-from .control import Controller
+from .control import DebugHooks, ScheduleSource
 from .transport import Cluster, InProcessCluster, MpiCluster
 
 if TYPE_CHECKING:
@@ -203,11 +203,13 @@ class Session:
         recorder: Recorder | None = None,
         progress: Callable[[str], None] | None = None,
         digests: bool = True,
-        controller: Controller | None = None,
+        schedules: ScheduleSource | None = None,
+        hooks: DebugHooks | None = None,
         warn: Callable[[str], None] | None = None,
     ) -> None:
         self.cluster = cluster
-        self.controller = controller or Controller()
+        self.schedules = schedules or ScheduleSource()
+        self.hooks = hooks or DebugHooks()
         self.seed = int(seed)
         self.checked = checked
         self.recorder = recorder or Recorder()
@@ -238,7 +240,7 @@ class Session:
         self.steps = 0
         self.collectives = 0
         self.checkpoint_state: dict[str, Any] = {}
-        self.fast_forward = self.controller.fast_forward()
+        self.fast_forward = self.hooks.fast_forward()
         self._driver_rng_count = 0
         self.mode = "driver"
         cluster.bind = self.bind
@@ -414,14 +416,16 @@ def run(
     comm: Any = None,
     recorder: Recorder | None = None,
     progress: Callable[[str], None] | None = None,
-    controller: Controller | None = None,
+    schedules: ScheduleSource | None = None,
+    hooks: DebugHooks | None = None,
     test_mode: bool = False,
 ) -> RunResult:
     """Run the driver ``fn(**params)`` on a fresh cluster and return its outcome.
 
     With ``comm`` (an MPI communicator) every rank hosts one node; otherwise an
     in-process cluster of ``nodes`` nodes is used.  ``recorder`` receives the trace
-    events; ``controller`` (replay) enforces recorded orders.
+    events; ``schedules`` (replay, the dual tests, chaos) gives each invocation's
+    schedule, and ``hooks`` adds breakpoints, per-invocation checks and time travel.
     """
     global _current
     if _current is not None and getattr(_current, "_running", False):
@@ -435,7 +439,8 @@ def run(
         checked=checked,
         recorder=recorder,
         progress=progress,
-        controller=controller,
+        schedules=schedules,
+        hooks=hooks,
     )
     sess.test_mode = test_mode
     sess.capture_orders = test_mode

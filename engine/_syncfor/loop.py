@@ -476,7 +476,7 @@ def sync_for(
         raise ValueError(f"sync_for {name!r}: staleness must be an int >= 0, got {staleness!r}")
     if replan not in REPLANS:
         raise ValueError(f"sync_for {name!r}: replan must be one of {REPLANS}, got {replan!r}")
-    reference = sess.controller.sync_executor()
+    reference = sess.hooks.sync_reference()
     if reference is not None:  # dual tests: the serial side's independent executor
         inv = sess.invocations.get(name, 0)
         run_body = guard(body, name, inv, kind="sync_for", what="minibatch")
@@ -498,7 +498,7 @@ def sync_for(
     inv = sess.next_invocation(name)
     if skip_invocation(sess, name, inv):  # time travel: fast-forward to a checkpoint
         return
-    sched = sess.controller.schedule(name, inv, "sync_for", sess.cluster.size)
+    sched = sess.schedules.schedule(name, inv, "sync_for", sess.cluster.size)
     t0 = time.perf_counter()
     run_body = body
     if sess.checked or getattr(sess, "test_mode", False):
@@ -585,7 +585,7 @@ def sync_for(
     ctx.events.flush()
     _report(sess, name, inv, layout, runs, seconds, sync)
     end_invocation(sess, name, inv, list(layout.params), seconds)
-    sess.controller.after_invocation(name, inv)
+    sess.hooks.after_invocation(name, inv)
 
 
 def _report(

@@ -166,7 +166,7 @@ class NodeRun:
         logged in grant order."""
         ctx = self.ctx
         layout, data, buf = ctx.layout, ctx.data, self.databuf
-        wrapped = ctx.sess.controller.wrap_body(ctx.name, ctx.inv, self.node, ctx.body)
+        wrapped = ctx.sess.hooks.wrap_body(ctx.name, ctx.inv, self.node, ctx.body)
         guard = self.guards[lane]
         bind_thread(self.rbufs[lane], self.wbufs[lane], guard)
         _tls.op_key = ctx.op_key

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import engine as ap
-from engine import Controller
+from engine import DebugHooks, ScheduleSource
 from engine._machines.turnstile import (
     GrantLock,
     LockReleased,
@@ -78,7 +78,7 @@ class GrantRecorder(ap.Recorder):
         self.orders[(op, invocation, node, round)] = (positions.copy(), threads.copy())
 
 
-class Replaying(Controller):
+class Replaying(ScheduleSource):
     """Follows recorded grant orders: each invocation's schedule carries its grant log."""
 
     def __init__(self, orders) -> None:
@@ -116,7 +116,7 @@ def test_recorded_lock_orders_replay_bit_for_bit() -> None:
     first = ap.run(prog, nodes=2, threads=3, recorder=rec).value
     assert rec.orders, "the threaded run took no locks"
     for _ in range(5):
-        again = ap.run(prog, nodes=2, threads=3, controller=Replaying(rec.orders)).value
+        again = ap.run(prog, nodes=2, threads=3, schedules=Replaying(rec.orders)).value
         assert np.array_equal(again, first)
 
 
@@ -127,7 +127,7 @@ def test_replay_with_a_foreign_order_diverges_with_a_report() -> None:
     key = next(iter(rec.orders))
     rec.orders[key] = (np.array([0]), np.array([7]))  # a thread the node does not have
     with pytest.raises(ap.DivergenceError) as info:
-        ap.run(prog, nodes=1, threads=3, controller=Replaying(rec.orders))
+        ap.run(prog, nodes=1, threads=3, schedules=Replaying(rec.orders))
     err = info.value
     assert err.op == "hot" and err.node == 0 and err.what == "lock"
     assert "does not fit" in err.actual
@@ -137,7 +137,7 @@ def test_forced_serial_order_runs_on_one_thread() -> None:
     _, _, _, program = make_program(2)
     order_seen = {}
 
-    class Serial(Controller):
+    class Serial(ScheduleSource, DebugHooks):
         def schedule(self, op, invocation, kind, nodes, span=None):
             return Schedule(op, invocation, grants=GrantLog(), serial=True)
 
@@ -149,7 +149,8 @@ def test_forced_serial_order_runs_on_one_thread() -> None:
 
             return seen
 
-    ap.run(program, nodes=2, threads=3, controller=Serial())
+    serial = Serial()
+    ap.run(program, nodes=2, threads=3, schedules=serial, hooks=serial)
     assert order_seen
 
 
@@ -161,7 +162,7 @@ def test_schedule_order_is_the_serialization_order(serial: bool) -> None:
     n = 40
     want = rng.permutation(n)
 
-    class Ordered(Controller):
+    class Ordered(ScheduleSource):
         def schedule(self, op, invocation, kind, nodes, span=None):
             assert kind == "async_for" and span == (0, n)
             return Schedule(op, invocation, serial=serial, order=want, order_threads=2)
@@ -175,7 +176,7 @@ def test_schedule_order_is_the_serialization_order(serial: bool) -> None:
         ap.async_for(0, n, body, name="fold")
         ap.log_objective("x", float(X.gather().sum()))
 
-    got = ap.run(program, nodes=2, threads=2, controller=Ordered(), test_mode=True)
+    got = ap.run(program, nodes=2, threads=2, schedules=Ordered(), test_mode=True)
     if serial:
         assert np.array_equal(got.orders[("fold", 0)], want)
     else:  # wavefront levels keep the order of every pair of bodies that share an element

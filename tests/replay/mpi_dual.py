@@ -47,7 +47,7 @@ class BodyOrderLog(engine.Recorder):
         self.orders[(op, invocation, node, clock)] = pairs
 
 
-class Follow(engine.Controller):
+class Follow(engine.ScheduleSource):
     """Hybrid bodies take the node mutex in given orders (on one thread when ``serial``)."""
 
     def __init__(self, body_orders: BodyOrders | None, serial: bool) -> None:
@@ -137,7 +137,7 @@ def run_case(case: rs.Case, comm: Any) -> dict[str, Any]:
             threads=s_threads,
             seed=seed,
             recorder=log,
-            controller=SerialOrders(orders, body_orders),
+            schedules=SerialOrders(orders, body_orders),
             test_mode=True,
         )
         return res, log.orders
@@ -149,7 +149,7 @@ def run_case(case: rs.Case, comm: Any) -> dict[str, Any]:
         comm=comm,
         threads=T,
         seed=seed,
-        controller=Wavefront(s.orders, T, s_bodies),
+        schedules=Wavefront(s.orders, T, s_bodies),
         test_mode=True,
     )
     forward = first_difference(s, p)

@@ -123,7 +123,7 @@ class _Log(engine.Recorder):
         self.bodies[(node, clock)] = list(zip(threads.tolist(), minibatches.tolist(), strict=True))
 
 
-class _Script(engine.Controller):
+class _Script(engine.ScheduleSource):
     def __init__(self, log: _Log) -> None:
         self.log = log
 
@@ -155,12 +155,12 @@ def test_in_process_replay_reproduces_the_visibility_of_other_delays() -> None:
     free = engine.run(_ssp_app, nodes=3)  # default delays: nodes in step
     assert free.value != rec.value, "the delays must change what clocks see"
     again = _Log()
-    rep = engine.run(_ssp_app, nodes=3, recorder=again, controller=_Script(log))
+    rep = engine.run(_ssp_app, nodes=3, recorder=again, schedules=_Script(log))
     assert rep.value == rec.value and again.visible == log.visible
 
 
 def test_in_process_unreachable_visibility_raises_divergence() -> None:
-    class Bad(engine.Controller):
+    class Bad(engine.ScheduleSource):
         def schedule(
             self, op: str, invocation: int, kind: str, nodes: int, span: Any = None
         ) -> Any:
@@ -169,7 +169,7 @@ def test_in_process_unreachable_visibility_raises_divergence() -> None:
             return Schedule(op, invocation, visibility=VisibilityLog.build(seen))
 
     with pytest.raises(engine.DivergenceError) as info:
-        engine.run(_ssp_app, nodes=2, controller=Bad())
+        engine.run(_ssp_app, nodes=2, schedules=Bad())
     err = info.value
     assert (err.op, err.invocation, err.what, err.event) == ("ssp", 0, "visibility", "clock 0")
 
@@ -193,8 +193,8 @@ def test_in_process_hybrid_follows_a_given_mutex_order() -> None:
     for key, order in log.bodies.items():
         wanted.bodies[key] = sorted(order, key=lambda tm: (-tm[0], 0))
     got = _Log()
-    a = engine.run(_hybrid_app, nodes=2, threads=3, recorder=got, controller=_Script(wanted))
-    b = engine.run(_hybrid_app, nodes=2, threads=3, controller=_Script(wanted))
+    a = engine.run(_hybrid_app, nodes=2, threads=3, recorder=got, schedules=_Script(wanted))
+    b = engine.run(_hybrid_app, nodes=2, threads=3, schedules=_Script(wanted))
     assert got.bodies == wanted.bodies and a.value == b.value
 
 
@@ -206,7 +206,7 @@ def test_in_process_hybrid_order_of_another_program_diverges_at_once() -> None:
     bad.bodies = dict(log.bodies)
     bad.bodies[(node, clock)] = [(t, m + 1) for t, m in order]
     with pytest.raises(engine.DivergenceError) as info:
-        engine.run(_hybrid_app, nodes=2, threads=3, controller=_Script(bad))
+        engine.run(_hybrid_app, nodes=2, threads=3, schedules=_Script(bad))
     err = info.value
     assert (err.op, err.invocation, err.what, err.node) == ("hybrid", 0, "body order", node)
 
