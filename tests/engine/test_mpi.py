@@ -23,3 +23,12 @@ def test_write_back_of_a_rank_a_round_ahead_waits_for_its_round() -> None:
     proc = run_mpi([str(HERE / "mpi_rounds.py")], 3)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "OK" in proc.stdout
+
+
+@pytest.mark.parametrize("ranks,threads,seed", [(3, 2, 0), (3, 1, 1), (2, 2, 2)])
+def test_message_timing_never_changes_a_result(ranks: int, threads: int, seed: int) -> None:
+    # seeded late deliveries and pauses (tests/engine/mpi_jitter.py); seed 0 on 3 ranks
+    # broke the write-back that took a round-ahead rank's rows (fixed in 700b76b)
+    proc = run_mpi([str(HERE / "mpi_jitter.py"), str(threads), str(seed)], ranks)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "OK" in proc.stdout
