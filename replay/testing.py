@@ -169,11 +169,13 @@ def backward(
     parallel: str = "in-process",
     timeout: float | None = None,
     mpi_trace: tuple[str, str] | None = None,
+    controller: engine.Controller | None = None,
 ) -> DualResult:
     """Parallel run in test mode, then a serial run over its loop-index orders.
 
     ``fn``, ``parallel``, ``timeout``, ``recorder`` and ``mpi_trace`` as for
-    :func:`forward`; the recorded parallel run is ``Ptrace``.
+    :func:`forward`; the recorded parallel run is ``Ptrace``.  ``controller`` steers
+    the parallel run in process (chaos mode: ``replay.chaos``); default: free.
     """
     driver, params, side, record = make_sides(
         fn,
@@ -188,7 +190,7 @@ def backward(
     )
     try:
         with stage("backward: parallel run"):
-            p = side.run(None, record)
+            p = side.run(controller, record)
     except engine.ReplicaMismatchError as exc:
         return DualResult("backward", False, exc.as_dict())
 

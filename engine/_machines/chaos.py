@@ -1,0 +1,63 @@
+"""Chaos: the free parts of a schedule, drawn from a seed instead of left to chance.
+
+Why it is built this way: a normal run leaves lock-grant orders, thread dispatch,
+message arrivals, SSP visibility and Hybrid mutex orders to whatever the machine does,
+so a bug that needs a rare interleaving stays rare.  A :class:`Chaos` value in an
+invocation's :class:`~engine._machines.schedule.Schedule` makes each of those choices
+at random *within what the engine allows* (any merge of the threads' locked sequences,
+any arrival order, any visibility inside the staleness bound), from a numpy generator
+keyed by (chaos seed, run number, operator, invocation, choice, node, round ...).  The
+key never involves Python's ``hash()``, the wall clock or thread timing, so the same seed
+and run number give the same schedule in any process, and since the run is recorded as
+usual, every explored run replays bit for bit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import numpy as np
+
+#: The choice a generator is drawn for (part of its key, so the choices are independent).
+LOCKS, DISPATCH, MESSAGES, VISIBILITY, MUTEX, PLACEMENT = range(6)
+
+
+def text_key(text: str) -> int:
+    """A stable 64-bit key of a name (blake2b; never Python's salted ``hash()``)."""
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
+
+
+@dataclass(frozen=True)
+class Chaos:
+    """The seed of one chaos run: ``seed`` (the exploration's) and ``run`` (its number)."""
+
+    seed: int
+    run: int
+
+    def __post_init__(self) -> None:
+        if self.seed < 0 or self.run < 0:
+            raise ValueError(f"chaos seed and run must be >= 0, got {self.seed}, {self.run}")
+
+    def rng(self, op: str, invocation: int, choice: int, *keys: int) -> np.random.Generator:
+        """The generator of one choice; ``keys`` (node, round, ...) may be -1."""
+        return np.random.default_rng(
+            [self.seed, self.run, text_key(op), invocation + 1, choice, *(k + 1 for k in keys)]
+        )
+
+    def merge(
+        self, op: str, invocation: int, node: int, round: int, lengths: np.ndarray
+    ) -> np.ndarray:
+        """A uniformly random merge of the threads' locked sequences: the thread of every
+        ticket (thread ``t`` appears ``lengths[t]`` times).  Any merge is a legal grant
+        order: each thread still runs its own bodies in plan order."""
+        turns = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
+        return self.rng(op, invocation, LOCKS, node, round).permutation(turns)
+
+    def dispatch(self, op: str, invocation: int, node: int, round: int, threads: int) -> list[int]:
+        """The order in which a node-round's ``threads`` thread groups are started."""
+        rng = self.rng(op, invocation, DISPATCH, node, round)
+        return [int(k) for k in rng.permutation(threads)]
+
+
+__all__ = ["DISPATCH", "LOCKS", "MESSAGES", "MUTEX", "PLACEMENT", "VISIBILITY", "Chaos"]

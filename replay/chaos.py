@@ -1,0 +1,423 @@
+"""Chaos mode: run a program under many seeded legal schedules, record and check each.
+
+Run ``k`` of an exploration with chaos seed ``S`` follows the schedule
+:class:`~replay._chaosctl.ChaosController` draws from ``(S, k)``: the engine makes every
+choice a real run leaves to timing (lock-split grant orders, thread dispatch, message
+arrivals, SSP visibility within the staleness bound, Hybrid mutex orders) from that
+seed, so the same ``(S, k)`` gives the same run, digest for digest.  Each run is
+recorded as usual into one trace store (labels ``chaos_seed`` and ``chaos_run``), so
+any run replays with ``replay single TRACE --run ID``.
+
+The report groups the runs by *outcome*: one hex digest over all of a run's DDS digests
+and logged objectives.  A check is run on every run: ``"dual"`` (the backward dual test:
+the chaos run is the parallel side, and a serial run over its loop-index orders must give
+its outcome exactly), ``"objective:NAME<=VALUE"`` (every logged value of NAME satisfies
+the comparison; also ``<``, ``>=``, ``>``), or a callable ``check(result) -> str | None``
+(a message when the run is wrong).  The first failing run stops the exploration unless
+``keep_going``.
+
+>>> from replay import chaos
+>>> report = chaos.explore(train, {"epochs": 2}, runs=20, chaos_seed=7,
+...                        nodes=2, threads=2, check="dual")   # doctest: +SKIP
+>>> report.distinct, report.failed                              # doctest: +SKIP
+(3, None)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import math
+import operator
+import re
+import struct
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+import engine
+
+from ._apps import App, resolve
+from ._chaosctl import ChaosController, labels
+from ._errors import UsageError
+
+#: ``objective:NAME<op>VALUE`` checks: the comparisons understood, longest first.
+_COMPARE: dict[str, Callable[[float, float], bool]] = {
+    "<=": operator.le,
+    ">=": operator.ge,
+    "<": operator.lt,
+    ">": operator.gt,
+}
+_OBJECTIVE = re.compile(r"^objective:([A-Za-z_][\w.\-]*)\s*(<=|>=|<|>)\s*(\S+)$")
+
+
+@dataclass
+class ChaosRun:
+    """One explored run: its number, the run id in the trace, its outcome digest, and
+    what it produced (``digests``: (op, invocation, dds, digest); ``objectives``)."""
+
+    run: int
+    run_id: str
+    outcome: str
+    digests: list[tuple[str, int, str, str]]
+    objectives: dict[str, list[float]]
+    seconds: float = 0.0
+
+    def as_dict(self, seed: int, trace: str | None) -> dict[str, Any]:
+        """The ``--json`` row: ``{run, seed, run_id, trace, outcome}``."""
+        return {
+            "run": self.run,
+            "seed": seed,
+            "run_id": self.run_id,
+            "trace": trace,
+            "outcome": self.outcome,
+        }
+
+
+@dataclass
+class ChaosFailure:
+    """The first run whose check failed (``location``: op, invocation, index when the
+    check located a divergence)."""
+
+    run: int
+    seed: int
+    check: str
+    message: str
+    run_id: str
+    trace: str | None
+    location: tuple[str, int, int] | None = None
+
+    @property
+    def replay_command(self) -> str | None:
+        """The command that replays the failing run (None: it was not recorded)."""
+        if self.trace is None:
+            return None
+        return f"replay single {_quoted(self.trace)} --run {self.run_id}"
+
+    @property
+    def break_command(self) -> str | None:
+        """The replay command stopping in pdb at the first divergence (None: not located)."""
+        if self.replay_command is None or self.location is None:
+            return None
+        op, inv, index = self.location
+        return f"{self.replay_command} --break {op}:{inv}:{index}"
+
+    def as_dict(self) -> dict[str, Any]:
+        """The ``--json`` ``failed`` object."""
+        return {
+            "run": self.run,
+            "seed": self.seed,
+            "check": self.check,
+            "message": self.message,
+            "replay_command": self.replay_command,
+        }
+
+
+@dataclass
+class ChaosReport:
+    """What an exploration found: every run, the outcome groups and the first failure."""
+
+    seed: int
+    trace: str | None
+    runs: list[ChaosRun] = field(default_factory=list)
+    failed: ChaosFailure | None = None
+    failures: int = 0
+    wall_s: float = 0.0
+
+    @property
+    def groups(self) -> dict[str, list[int]]:
+        """Outcome digest -> the run numbers that gave it (in first-seen order)."""
+        out: dict[str, list[int]] = {}
+        for r in self.runs:
+            out.setdefault(r.outcome, []).append(r.run)
+        return out
+
+    @property
+    def distinct(self) -> int:
+        """How many distinct outcomes the runs had."""
+        return len(self.groups)
+
+    def spread(self) -> dict[str, list[tuple[float, float, float]]]:
+        """Per objective, per iteration: (min, median, max) over the runs that logged it."""
+        out: dict[str, list[tuple[float, float, float]]] = {}
+        names = sorted({n for r in self.runs for n in r.objectives})
+        for name in names:
+            width = max(len(r.objectives.get(name, [])) for r in self.runs)
+            rows = []
+            for it in range(width):
+                vals = np.asarray(
+                    [
+                        r.objectives[name][it]
+                        for r in self.runs
+                        if len(r.objectives.get(name, [])) > it
+                    ],
+                    dtype=np.float64,
+                )
+                rows.append((float(vals.min()), float(np.median(vals)), float(vals.max())))
+            out[name] = rows
+        return out
+
+    def as_dict(self) -> dict[str, Any]:
+        """The ``--json`` object: ``{runs, distinct, failed}``."""
+        return {
+            "runs": [r.as_dict(self.seed, self.trace) for r in self.runs],
+            "distinct": self.distinct,
+            "failed": None if self.failed is None else self.failed.as_dict(),
+        }
+
+    def lines(self) -> list[str]:
+        """The human report."""
+        out = [
+            f"{len(self.runs)} chaos run(s) with chaos seed {self.seed}: "
+            f"{self.distinct} distinct outcome(s) ({self.wall_s:.2f} s)"
+        ]
+        runs = {r.run: r for r in self.runs}
+        for digest, members in self.groups.items():
+            first = runs[members[0]]
+            out.append(
+                f"  outcome {digest[:16]}: {len(members)} run(s), first run {first.run} "
+                f"(run id {first.run_id})"
+            )
+        if self.distinct > 1:
+            for name, rows in self.spread().items():
+                out.append(f"  {name} per iteration (min / median / max):")
+                for it, (lo, med, hi) in enumerate(rows):
+                    out.append(f"    {it}: {lo:.6g} / {med:.6g} / {hi:.6g}")
+        f = self.failed
+        if f is not None:
+            out.append(f"FAILED check {f.check} in run {f.run} (chaos seed {f.seed}): {f.message}")
+            if self.failures > 1:
+                out.append(f"  ({self.failures} run(s) failed in all)")
+            if f.trace is not None:
+                out.append(f"  trace: {f.trace}")
+                out.append(f"  replay it: {f.replay_command}")
+            if f.break_command is not None:
+                out.append(f"  stop at the first divergence: {f.break_command}")
+        return out
+
+
+def _quoted(path: str) -> str:
+    return path if re.fullmatch(r"[\w./:@%+=,\-]+", path) else json.dumps(path)
+
+
+# ====================================================================== outcome
+class _Tap(engine.Recorder):
+    """Keeps a run's digests and objectives and forwards everything to ``tee``."""
+
+    def __init__(self, tee: engine.Recorder | None) -> None:
+        self.tee = tee or engine.Recorder()
+        self.digests: list[tuple[str, int, str, str]] = []
+        self.objectives: dict[str, list[float]] = {}
+
+    def invocation_done(self, op: str, invocation: int, node: int, info: dict[str, Any]) -> None:
+        self.tee.invocation_done(op, invocation, node, info)
+        for dds, digest in info.get("digests", ()):
+            self.digests.append((op, invocation, dds, digest))
+
+    def objective(self, name: str, iteration: int, value: float) -> None:
+        self.tee.objective(name, iteration, value)
+        self.objectives.setdefault(name, []).append(float(value))
+
+    def __getattribute__(self, name: str) -> Any:
+        own = ("tee", "digests", "objectives", "invocation_done", "objective", "__class__")
+        if name in own or name.startswith("__"):
+            return object.__getattribute__(self, name)
+        return getattr(object.__getattribute__(self, "tee"), name)
+
+
+def outcome_digest(
+    digests: list[tuple[str, int, str, str]], objectives: dict[str, list[float]]
+) -> str:
+    """One hex digest over all of a run's DDS digests and objective values (by their bits)."""
+    h = hashlib.blake2b(digest_size=16)
+    for op, inv, dds, d in digests:
+        h.update(f"d\0{op}\0{inv}\0{dds}\0{d}\n".encode())
+    for name in sorted(objectives):
+        h.update(f"o\0{name}\0".encode())
+        for v in objectives[name]:
+            h.update(struct.pack("<d", v))
+    return h.hexdigest()
+
+
+# ====================================================================== checks
+def parse_check(check: str | Callable[..., Any] | None) -> str | Callable[..., Any] | None:
+    """Validate a check spec (raises :class:`UsageError` with what is accepted)."""
+    if check is None or callable(check) or check == "dual":
+        return check
+    m = _OBJECTIVE.match(check)
+    if m is None:
+        raise UsageError(
+            f"--check must be 'dual' or 'objective:NAME<=VALUE' (also <, >=, >), got {check!r}"
+        )
+    try:
+        value = float(m.group(3))
+    except ValueError:
+        raise UsageError(f"--check {check!r}: {m.group(3)!r} is not a number") from None
+    if math.isnan(value):
+        raise UsageError(f"--check {check!r}: the bound may not be NaN")
+    return check
+
+
+def _objective_check(check: str, objectives: dict[str, list[float]]) -> str | None:
+    m = _OBJECTIVE.match(check)
+    assert m is not None  # parse_check accepted it
+    name, op, bound = m.group(1), m.group(2), float(m.group(3))
+    if name not in objectives:
+        logged = ", ".join(sorted(objectives)) or "none"
+        raise UsageError(
+            f"--check {check!r}: the app never logged objective {name!r} (it logged: {logged})"
+        )
+    for it, v in enumerate(objectives[name]):
+        if not _COMPARE[op](v, bound):
+            return f"{name} = {v!r} at iteration {it} breaks {name} {op} {bound!r}"
+    return None
+
+
+# ====================================================================== explore
+def _app_of(train: Callable[..., Any] | str) -> App:
+    if isinstance(train, str):
+        return resolve(train)
+    qual = getattr(train, "__qualname__", getattr(train, "__name__", "train"))
+    try:
+        where = inspect.getsourcefile(train) or getattr(train, "__module__", "?")
+    except TypeError:
+        where = getattr(train, "__module__", "?")
+    # the file path lets ``replay single`` find a module-level driver again
+    return App(spec=f"{where}:{qual}", target=f"{where}:{qual}", fn=train)
+
+
+def explore(
+    train: Callable[..., Any] | str,
+    params: dict[str, Any] | None = None,
+    *,
+    runs: int,
+    chaos_seed: int,
+    nodes: int = 2,
+    threads: int = 1,
+    seed: int = 0,
+    only: int | None = None,
+    check: str | Callable[..., Any] | None = None,
+    keep_going: bool = False,
+    trace: str | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> ChaosReport:
+    """Run ``train(**params)`` under ``runs`` chaos schedules (or only run ``only``) on
+    an in-process cluster of ``nodes`` x ``threads``; record each into ``trace`` (None:
+    not recorded) and check it with ``check``.  ``seed`` is the run seed (initialisation,
+    ``engine.rng()``), the same for every run; ``chaos_seed`` draws the schedules."""
+    if runs < 1:
+        raise UsageError(f"--runs must be >= 1, got {runs}")
+    if not 0 <= chaos_seed < 2**63:
+        raise UsageError(f"--chaos-seed must be an integer in [0, 2**63), got {chaos_seed}")
+    if only is not None and not 0 <= only < runs:
+        raise UsageError(f"--only must name a run in 0..{runs - 1}, got {only}")
+    if nodes < 1 or threads < 1:
+        raise UsageError(f"nodes and threads must be >= 1, got {nodes} x {threads}")
+    check = parse_check(check)
+    app = _app_of(train)
+    params = dict(params or {})
+    report = ChaosReport(chaos_seed, trace)
+    t0 = time.perf_counter()
+    for k in [only] if only is not None else range(runs):
+        got = _one_run(app, params, k, chaos_seed, nodes, threads, seed, check, trace)
+        report.runs.append(got[0])
+        if progress is not None:
+            progress(f"run {k}: outcome {got[0].outcome[:16]} ({got[0].seconds:.2f} s)")
+        if got[1] is not None:
+            report.failures += 1
+            if report.failed is None:
+                report.failed = got[1]
+            if not keep_going:
+                break
+    report.wall_s = time.perf_counter() - t0
+    return report
+
+
+def _one_run(
+    app: App,
+    params: dict[str, Any],
+    k: int,
+    chaos_seed: int,
+    nodes: int,
+    threads: int,
+    seed: int,
+    check: str | Callable[..., Any] | None,
+    trace: str | None,
+) -> tuple[ChaosRun, ChaosFailure | None]:
+    from . import testing
+    from ._job import _recorder, recording
+
+    run_id = uuid.uuid4().hex
+    recorder = None
+    if trace is not None:
+        spec = {
+            "trace": trace,
+            "run_id": run_id,
+            "nodes": nodes,
+            "threads": threads,
+            "seed": seed,
+            "labels": labels(chaos_seed, k),
+        }
+        recorder = _recorder(spec, app, params, None)
+    tap = _Tap(recorder)
+    controller = ChaosController(chaos_seed, k)
+    failure: tuple[str, str, tuple[str, int, int] | None] | None = None
+    result: Any = None
+    t0 = time.perf_counter()
+    try:
+        with recording(recorder):
+            if check == "dual":
+                dual = testing.backward(
+                    app.fn,
+                    params,
+                    nodes=nodes,
+                    threads=threads,
+                    seed=seed,
+                    recorder=tap,
+                    controller=controller,
+                )
+                if not dual.passed:
+                    d = dual.divergence or {}
+                    where = None
+                    if (
+                        d.get("op")
+                        and d.get("invocation") is not None
+                        and d.get("index") is not None
+                    ):
+                        where = (str(d["op"]), int(d["invocation"]), int(d["index"]))
+                    failure = ("dual", dual.report(), where)
+            else:
+                result = engine.run(
+                    app.fn,
+                    params,
+                    nodes=nodes,
+                    threads=threads,
+                    seed=seed,
+                    recorder=tap,
+                    controller=controller,
+                )
+    except (engine.DivergenceError, engine.BodyError, engine.ReplicaMismatchError) as exc:
+        failure = ("run", str(exc), None)
+    seconds = time.perf_counter() - t0
+    run = ChaosRun(
+        k, run_id, outcome_digest(tap.digests, tap.objectives), tap.digests, tap.objectives, seconds
+    )
+    if failure is None and isinstance(check, str) and check.startswith("objective:"):
+        why = _objective_check(check, tap.objectives)
+        if why is not None:
+            failure = (check, why, None)
+    elif failure is None and callable(check):
+        why = check(result if result is not None else run)
+        if why:
+            failure = ("function", str(why), None)
+    if failure is None:
+        return run, None
+    return run, ChaosFailure(k, chaos_seed, failure[0], failure[1], run_id, trace, failure[2])
+
+
+__all__ = ["ChaosFailure", "ChaosReport", "ChaosRun", "explore", "outcome_digest", "parse_check"]
