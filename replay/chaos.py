@@ -42,6 +42,7 @@ import numpy as np
 
 import engine
 
+from . import _environment
 from ._apps import App, resolve
 from ._chaosctl import ChaosController, labels
 from ._errors import UsageError
@@ -304,12 +305,22 @@ def explore(
     check: str | Callable[..., Any] | None = None,
     keep_going: bool = False,
     trace: str | None = None,
+    parallel: str = "in-process",
+    timeout: float | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> ChaosReport:
     """Run ``train(**params)`` under ``runs`` chaos schedules (or only run ``only``) on
-    an in-process cluster of ``nodes`` x ``threads``; record each into ``trace`` (None:
-    not recorded) and check it with ``check``.  ``seed`` is the run seed (initialisation,
-    ``engine.rng()``), the same for every run; ``chaos_seed`` draws the schedules."""
+    ``nodes`` x ``threads``; record each into ``trace`` (None: not recorded) and check it
+    with ``check``.  ``seed`` is the run seed (initialisation, ``engine.rng()``), the same
+    for every run; ``chaos_seed`` draws the schedules.  ``parallel``: ``"in-process"``
+    (default, fast) or ``"mpi"`` (each run under ``mpiexec -n nodes``; ``train`` must
+    then be an app name or ``path/to/train.py:function``, ``timeout`` seconds per job)."""
+    if parallel not in ("in-process", "mpi"):
+        raise UsageError(f"parallel must be 'in-process' or 'mpi', got {parallel!r}")
+    if parallel == "mpi" and nodes > 1 and not isinstance(train, str):
+        raise UsageError(
+            "chaos runs under mpiexec need the app as a name or 'path/to/train.py:function'"
+        )
     if runs < 1:
         raise UsageError(f"--runs must be >= 1, got {runs}")
     if not 0 <= chaos_seed < 2**63:
@@ -324,7 +335,9 @@ def explore(
     report = ChaosReport(chaos_seed, trace)
     t0 = time.perf_counter()
     for k in [only] if only is not None else range(runs):
-        got = _one_run(app, params, k, chaos_seed, nodes, threads, seed, check, trace)
+        got = _one_run(
+            app, params, k, chaos_seed, (nodes, threads, seed), check, trace, parallel, timeout
+        )
         report.runs.append(got[0])
         if progress is not None:
             progress(f"run {k}: outcome {got[0].outcome[:16]} ({got[0].seconds:.2f} s)")
@@ -338,23 +351,38 @@ def explore(
     return report
 
 
+def _param_strings(params: dict[str, Any]) -> list[str]:
+    """``NAME=VALUE`` strings an MPI rank converts back (``replay._apps.parse_params``)."""
+    out = []
+    for k, v in params.items():
+        text = ("true" if v else "false") if isinstance(v, bool) else str(v)
+        out.append(f"{k}={text}")
+    return out
+
+
+def _digest_rows(digests: list[dict[str, Any]]) -> list[tuple[str, int, str, str]]:
+    return [(d["op"], int(d["invocation"]), d["dds"], d["digest"]) for d in digests]
+
+
 def _one_run(
     app: App,
     params: dict[str, Any],
     k: int,
     chaos_seed: int,
-    nodes: int,
-    threads: int,
-    seed: int,
+    shape: tuple[int, int, int],
     check: str | Callable[..., Any] | None,
     trace: str | None,
+    parallel: str,
+    timeout: float | None,
 ) -> tuple[ChaosRun, ChaosFailure | None]:
     from . import testing
-    from ._job import _recorder, recording
+    from ._job import EXIT_DIVERGED, EXIT_FAILED, JobFailed, _recorder, launch, recording
 
+    nodes, threads, seed = shape
+    mpi = parallel == "mpi" and nodes > 1
     run_id = uuid.uuid4().hex
     recorder = None
-    if trace is not None:
+    if trace is not None and not mpi:
         spec = {
             "trace": trace,
             "run_id": run_id,
@@ -368,19 +396,27 @@ def _one_run(
     controller = ChaosController(chaos_seed, k)
     failure: tuple[str, str, tuple[str, int, int] | None] | None = None
     result: Any = None
+    digests: list[tuple[str, int, str, str]] = []
+    objectives: dict[str, list[float]] = {}
     t0 = time.perf_counter()
     try:
         with recording(recorder):
             if check == "dual":
                 dual = testing.backward(
-                    app.fn,
+                    app.spec if mpi else app.fn,
                     params,
                     nodes=nodes,
                     threads=threads,
                     seed=seed,
-                    recorder=tap,
+                    recorder=None if mpi else tap,
                     controller=controller,
+                    parallel="mpi" if mpi else "in-process",
+                    mpi_trace=(trace, run_id) if mpi and trace is not None else None,
+                    timeout=timeout,
                 )
+                if dual.parallel is not None:
+                    digests = _digest_rows(dual.parallel.digests)
+                    objectives = dual.parallel.objectives
                 if not dual.passed:
                     d = dual.divergence or {}
                     where = None
@@ -391,6 +427,21 @@ def _one_run(
                     ):
                         where = (str(d["op"]), int(d["invocation"]), int(d["index"]))
                     failure = ("dual", dual.report(), where)
+            elif mpi:
+                job = {
+                    "app": app.spec,
+                    "params": _param_strings(params),
+                    "threads": threads,
+                    "seed": seed,
+                    "trace": trace,
+                    "run_id": run_id,
+                    "chaos": [chaos_seed, k],
+                    "labels": labels(chaos_seed, k),
+                    "hash_seed": _environment.choose_hash_seed(),
+                }
+                result = launch(job, nodes, timeout=timeout, out=lambda line: None)
+                digests = _digest_rows(result["digests"])
+                objectives = result["objectives"]
             else:
                 result = engine.run(
                     app.fn,
@@ -401,18 +452,24 @@ def _one_run(
                     recorder=tap,
                     controller=controller,
                 )
+                digests = _digest_rows(result.digests)
+                objectives = result.objectives
     except (engine.DivergenceError, engine.BodyError, engine.ReplicaMismatchError) as exc:
         failure = ("run", str(exc), None)
+    except JobFailed as exc:  # a rank's body failed or it left its schedule
+        if exc.status not in (EXIT_FAILED, EXIT_DIVERGED):
+            raise
+        failure = ("run", str(exc), None)
+    if failure is not None and not digests:  # the run stopped early: what it produced
+        digests, objectives = tap.digests, tap.objectives
     seconds = time.perf_counter() - t0
-    run = ChaosRun(
-        k, run_id, outcome_digest(tap.digests, tap.objectives), tap.digests, tap.objectives, seconds
-    )
+    run = ChaosRun(k, run_id, outcome_digest(digests, objectives), digests, objectives, seconds)
     if failure is None and isinstance(check, str) and check.startswith("objective:"):
-        why = _objective_check(check, tap.objectives)
+        why = _objective_check(check, objectives)
         if why is not None:
             failure = (check, why, None)
     elif failure is None and callable(check):
-        why = check(result if result is not None else run)
+        why = check(run)
         if why:
             failure = ("function", str(why), None)
     if failure is None:

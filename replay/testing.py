@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -61,6 +61,8 @@ class DualResult:
     passed: bool
     divergence: dict[str, Any] | None
     bodies: int = 0
+    #: the backward test's parallel run (its digests and objectives), when it completed
+    parallel: Outcome | None = field(default=None, repr=False, compare=False)
 
     def report(self) -> str:
         """One paragraph saying what diverged where, with both values."""
@@ -210,12 +212,12 @@ def backward(
         with stage("backward: serial run", invocations_of(p)):
             s = run_side(driver, params, **s_cfg)
     except _VERDICTS as exc:
-        return DualResult("backward", False, exc.as_dict())
+        return DualResult("backward", False, exc.as_dict(), parallel=p)
     diff = first_difference(s, p)
     if diff is not None:
         replayed = Replayed(p.orders, p.body_orders)
         diff = localise(diff, driver, params, s_cfg, side, replayed, recorded)
-    return DualResult("backward", diff is None, diff, p.bodies)
+    return DualResult("backward", diff is None, diff, p.bodies, parallel=p)
 
 
 def dual(
