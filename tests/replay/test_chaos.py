@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import re
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -10,6 +14,7 @@ from hypothesis import strategies as st
 import tracer
 from engine.lowlevel import Chaos
 from replay import chaos
+from tests.conftest import run_cli
 from tests.replay.dual_apps import hot_rows
 
 #: A small program with lock-split groups on 2 threads (bodies share four hot rows).
@@ -121,3 +126,84 @@ def test_bad_input_is_one_usage_error(kw: dict, match: str) -> None:
 
     with pytest.raises(UsageError, match=match):
         chaos.explore(hot_rows, HOT, chaos_seed=1, nodes=2, threads=2, **kw)
+
+
+# ====================================================================== the command
+HOT_APP = str(Path(__file__).with_name("dual_apps.py")) + ":hot_rows"
+
+
+def test_chaos_command_prints_one_json_object_and_replays(tmp_path: Path) -> None:
+    path = tmp_path / "c.sqlite"
+    args = ["chaos", HOT_APP, "-p", "n=40", "--in-process", "--threads", "2"]
+    res = run_cli([*args, "--runs", "4", "--chaos-seed", "5", "--trace", str(path), "--json"])
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert set(out) == {"runs", "distinct", "failed"} and out["failed"] is None
+    assert [r["run"] for r in out["runs"]] == [0, 1, 2, 3]
+    assert set(out["runs"][0]) == {"run", "seed", "run_id", "trace", "outcome"}
+    assert out["distinct"] == len({r["outcome"] for r in out["runs"]}) > 1
+    assert all(r["seed"] == 5 for r in out["runs"])
+    # --only re-runs one schedule: the same outcome, appended to a new store
+    again = run_cli(
+        [*args, "--runs", "4", "--chaos-seed", "5", "--only", "2", "--no-trace", "--json"]
+    )
+    assert again.returncode == 0, again.stderr
+    (only,) = json.loads(again.stdout)["runs"]
+    assert only["run"] == 2 and only["outcome"] == out["runs"][2]["outcome"]
+    rep = run_cli(["single", str(path), "--run", out["runs"][3]["run_id"]])
+    assert rep.returncode == 0 and "identical" in rep.stdout, rep.stderr
+
+
+def test_a_failing_check_exits_1_with_the_replay_command(tmp_path: Path) -> None:
+    path = tmp_path / "c.sqlite"
+    res = run_cli(
+        ["chaos", HOT_APP, "--in-process", "--threads", "2", "--runs", "3"]
+        + ["--chaos-seed", "1", "--check", "objective:norm<=1", "--trace", str(path)]
+    )
+    assert res.returncode == 1, res.stderr
+    assert "FAILED check objective:norm<=1 in run 0 (chaos seed 1)" in res.stdout
+    m = re.search(r"replay it: (replay single \S+ --run ([0-9a-f]{32}))", res.stdout)
+    assert m is not None, res.stdout
+    rep = run_cli(m.group(1).split()[1:])
+    assert rep.returncode == 0 and "identical" in rep.stdout, rep.stderr
+    js = run_cli(
+        ["chaos", HOT_APP, "--in-process", "--threads", "2", "--runs", "3", "--keep-going"]
+        + ["--chaos-seed", "1", "--check", "objective:norm<=1", "--no-trace", "--json"]
+    )
+    assert js.returncode == 1
+    out = json.loads(js.stdout)
+    assert len(out["runs"]) == 3 and out["failed"]["run"] == 0
+    assert out["failed"]["check"] == "objective:norm<=1" and out["failed"]["replay_command"] is None
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (["--runs", "0", "--chaos-seed", "1"], "--runs must be >= 1"),
+        (["--runs", "2", "--chaos-seed", "-3"], "--chaos-seed"),
+        (["--runs", "2", "--chaos-seed", "1", "--only", "5"], "--only"),
+        (["--runs", "2", "--chaos-seed", "1", "--check", "often"], "--check"),
+        (["--runs", "2", "--chaos-seed", "1", "--ranks", "0"], "--ranks"),
+        (["--runs", "2", "--chaos-seed", "1", "-p", "n=many"], "n"),
+    ],
+)
+def test_chaos_bad_input_is_one_line_and_exit_2(extra: list[str], needle: str) -> None:
+    res = run_cli(["chaos", HOT_APP, "--in-process", "--no-trace", *extra])
+    err = res.stderr.strip()
+    assert res.returncode == 2, (res.returncode, res.stderr)
+    assert len(err.splitlines()) == 1 and err.startswith("replay: error: "), err
+    assert needle in err and "Traceback" not in err, err
+
+
+def test_under_mpiexec_the_same_seed_gives_the_in_process_outcomes(tmp_path: Path) -> None:
+    path = tmp_path / "m.sqlite"
+    args = ["chaos", HOT_APP, "-p", "n=40", "--threads", "2", "--runs", "2", "--chaos-seed", "1"]
+    mpi = run_cli([*args, "--ranks", "2", "--trace", str(path), "--json"])
+    assert mpi.returncode == 0, mpi.stderr
+    here = chaos.explore(hot_rows, {"n": 40}, runs=2, chaos_seed=1, nodes=2, threads=2)
+    got = json.loads(mpi.stdout)["runs"]
+    assert [r["outcome"] for r in got] == [r.outcome for r in here.runs]
+    with tracer.open(path) as store:
+        assert [r.labels["chaos_run"] for r in store.runs()] == [0, 1]
+    rep = run_cli(["cluster", str(path), "--run", got[1]["run_id"]])
+    assert rep.returncode == 0 and "identical" in rep.stdout, rep.stderr
