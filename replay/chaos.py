@@ -207,30 +207,6 @@ def _quoted(path: str) -> str:
 
 
 # ====================================================================== outcome
-class _Tap(engine.Recorder):
-    """Keeps a run's digests and objectives and forwards everything to ``tee``."""
-
-    def __init__(self, tee: engine.Recorder | None) -> None:
-        self.tee = tee or engine.Recorder()
-        self.digests: list[tuple[str, int, str, str]] = []
-        self.objectives: dict[str, list[float]] = {}
-
-    def invocation_done(self, op: str, invocation: int, node: int, info: dict[str, Any]) -> None:
-        self.tee.invocation_done(op, invocation, node, info)
-        for dds, digest in info.get("digests", ()):
-            self.digests.append((op, invocation, dds, digest))
-
-    def objective(self, name: str, iteration: int, value: float) -> None:
-        self.tee.objective(name, iteration, value)
-        self.objectives.setdefault(name, []).append(float(value))
-
-    def __getattribute__(self, name: str) -> Any:
-        own = ("tee", "digests", "objectives", "invocation_done", "objective", "__class__")
-        if name in own or name.startswith("__"):
-            return object.__getattribute__(self, name)
-        return getattr(object.__getattribute__(self, "tee"), name)
-
-
 def outcome_digest(
     digests: list[tuple[str, int, str, str]], objectives: dict[str, list[float]]
 ) -> str:
@@ -392,7 +368,6 @@ def _one_run(
             "labels": labels(chaos_seed, k),
         }
         recorder = _recorder(spec, app, params, None)
-    tap = _Tap(recorder)
     controller = ChaosController(chaos_seed, k)
     failure: tuple[str, str, tuple[str, int, int] | None] | None = None
     result: Any = None
@@ -408,7 +383,7 @@ def _one_run(
                     nodes=nodes,
                     threads=threads,
                     seed=seed,
-                    recorder=None if mpi else tap,
+                    recorder=None if mpi else recorder,
                     controller=controller,
                     parallel="mpi" if mpi else "in-process",
                     mpi_trace=(trace, run_id) if mpi and trace is not None else None,
@@ -449,7 +424,7 @@ def _one_run(
                     nodes=nodes,
                     threads=threads,
                     seed=seed,
-                    recorder=tap,
+                    recorder=recorder,
                     controller=controller,
                 )
                 digests = _digest_rows(result.digests)
@@ -460,8 +435,6 @@ def _one_run(
         if exc.status not in (EXIT_FAILED, EXIT_DIVERGED):
             raise
         failure = ("run", str(exc), None)
-    if failure is not None and not digests:  # the run stopped early: what it produced
-        digests, objectives = tap.digests, tap.objectives
     seconds = time.perf_counter() - t0
     run = ChaosRun(k, run_id, outcome_digest(digests, objectives), digests, objectives, seconds)
     if failure is None and isinstance(check, str) and check.startswith("objective:"):

@@ -59,5 +59,72 @@ class Chaos:
         rng = self.rng(op, invocation, DISPATCH, node, round)
         return [int(k) for k in rng.permutation(threads)]
 
+    def interleave(
+        self, op: str, invocation: int, node: int, clock: int, seqs: dict[int, list[int]]
+    ) -> list[tuple[int, int]]:
+        """A random Hybrid mutex order of one node-clock: a merge of the threads'
+        minibatch sequences ``seqs`` (thread -> minibatches in its own order), as
+        (thread, minibatch) grants."""
+        threads = sorted(seqs)
+        lengths = np.asarray([len(seqs[t]) for t in threads], dtype=np.int64)
+        turns = np.repeat(np.arange(len(threads), dtype=np.int64), lengths)
+        turns = self.rng(op, invocation, MUTEX, node, clock).permutation(turns)
+        at = dict.fromkeys(threads, 0)
+        out = []
+        for k in turns.tolist():
+            t = threads[k]
+            out.append((t, int(seqs[t][at[t]])))
+            at[t] += 1
+        return out
 
-__all__ = ["DISPATCH", "LOCKS", "MESSAGES", "MUTEX", "PLACEMENT", "VISIBILITY", "Chaos"]
+    def visibility(
+        self, op: str, invocation: int, node: int, nodes: int, staleness: int
+    ) -> ChaosVisibility:
+        """A random SSP visibility script for ``node`` (see :class:`ChaosVisibility`)."""
+        return ChaosVisibility(self, op, invocation, node, nodes, staleness)
+
+
+class ChaosVisibility:
+    """An SSP visibility script drawn from a chaos seed: before clock ``c`` the node has
+    applied, per other owner, the updates up to a clock drawn from
+    ``[c - staleness - 1, c - 1]`` and never below what it applied before; its own entry
+    is ``c - 1``.  Why the own entry is fixed: an owner aggregates (and so publishes) its
+    rows only up to its own entry, so independently drawn own entries can wait on each
+    other forever; with every own entry at ``c - 1`` each owner publishes clock ``c - 1``
+    as soon as the deltas are in, every vector is reachable, and what varies is which
+    of the other owners' updates each clock reads.  Called with increasing clocks by the
+    ``SspClock``; each clock's vector depends only on the seed and the ones before it."""
+
+    def __init__(
+        self, chaos: Chaos, op: str, invocation: int, node: int, nodes: int, staleness: int
+    ) -> None:
+        self.chaos, self.op, self.invocation = chaos, op, invocation
+        self.node, self.nodes, self.staleness = node, nodes, staleness
+        self._caps: list[tuple[int, ...]] = []
+
+    def __call__(self, clock: int) -> tuple[int, ...]:
+        while len(self._caps) <= clock:
+            c = len(self._caps)
+            prev = self._caps[-1] if self._caps else (-1,) * self.nodes
+            rng = self.chaos.rng(self.op, self.invocation, VISIBILITY, self.node, c)
+            cap = []
+            for q in range(self.nodes):
+                if q == self.node:
+                    cap.append(c - 1)
+                    continue
+                lo = max(prev[q], c - self.staleness - 1)
+                cap.append(int(rng.integers(lo, c)) if lo < c else lo)
+            self._caps.append(tuple(cap))
+        return self._caps[clock]
+
+
+__all__ = [
+    "DISPATCH",
+    "LOCKS",
+    "MESSAGES",
+    "MUTEX",
+    "PLACEMENT",
+    "VISIBILITY",
+    "Chaos",
+    "ChaosVisibility",
+]
