@@ -14,8 +14,9 @@ from hypothesis import strategies as st
 import tracer
 from engine.lowlevel import Chaos
 from replay import chaos
+from tests import mutants
 from tests.conftest import run_cli
-from tests.replay.chaos_apps import hybrid_mix, ssp_mix
+from tests.replay.chaos_apps import bsp_mix, hybrid_mix, mini_mf, ssp_mix
 from tests.replay.dual_apps import hot_rows
 
 #: A small program with lock-split groups on 2 threads (bodies share four hot rows).
@@ -248,3 +249,58 @@ def test_hybrid_chaos_runs_pass_the_backward_dual_test() -> None:
     report = chaos.explore(hybrid_mix, {}, runs=4, chaos_seed=5, nodes=2, threads=2, check="dual")
     assert report.failed is None, report.lines()
     assert report.distinct > 1
+
+
+# ====================================================================== mutants
+#: Chaos runs a mutant hunt may use before its test fails (each run: a few tens of ms).
+MUTANT_RUNS = 10
+
+#: Per mutant: a program that exercises it and its cluster shape (nodes, threads).
+MUTANT_PROGRAMS = {
+    "skip_writeback": (mini_mf, 2, 2),
+    "stale_prefetch": (mini_mf, 2, 2),
+    "drop_barrier": (mini_mf, 2, 2),
+    "aggregate_twice": (bsp_mix, 3, 1),
+    "reorder_aggregation": (bsp_mix, 3, 1),
+}
+
+
+@pytest.mark.parametrize("mutant", sorted(MUTANT_PROGRAMS))
+def test_chaos_with_the_dual_check_finds_each_mutant(mutant: str, tmp_path: Path) -> None:
+    app, nodes, threads = MUTANT_PROGRAMS[mutant]
+    clean = chaos.explore(app, {}, runs=3, chaos_seed=0, nodes=nodes, threads=threads, check="dual")
+    assert clean.failed is None, clean.lines()  # the program itself is fine
+    path = str(tmp_path / "m.sqlite")
+    with mutants.active(mutant):
+        report = chaos.explore(
+            app,
+            {},
+            runs=MUTANT_RUNS,
+            chaos_seed=0,
+            nodes=nodes,
+            threads=threads,
+            check="dual",
+            trace=path,
+        )
+    assert not mutants.ACTIVE
+    f = report.failed
+    assert f is not None, f"{mutant}: not found in {MUTANT_RUNS} chaos runs"
+    print(f"{mutant}: found by chaos run {f.run} ({len(report.runs)} run(s))")
+    assert f.check == "dual" and "backward: FAIL" in f.message
+    assert len(report.runs) == f.run + 1  # exploration stopped at the first failure
+    assert f.replay_command == f"replay single {path} --run {report.runs[-1].run_id}"
+    if f.location is not None:
+        op, inv, index = f.location
+        assert f.break_command == f"{f.replay_command} --break {op}:{inv}:{index}"
+
+
+def test_chaos_runs_lock_split_bodies_atomically_so_a_wrong_lock_set_cannot_show() -> None:
+    """The limit of schedule-level chaos: it draws the order of whole bodies, so the
+    wrong_lock_order mutant (a body reads an element it did not lock) never overlaps two
+    bodies and every chaos run stays some serial order (the property tests find it
+    through real thread timing instead)."""
+    with mutants.active("wrong_lock_order"):
+        report = chaos.explore(
+            hot_rows, HOT, runs=5, chaos_seed=0, nodes=1, threads=3, check="dual"
+        )
+    assert report.failed is None and report.distinct > 1, report.lines()
