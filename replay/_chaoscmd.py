@@ -52,6 +52,12 @@ from ._job import EXIT_FAILED
 )
 @click.option("--keep-going", is_flag=True, help="Explore every run even after a check failed.")
 @click.option(
+    "--faults",
+    is_flag=True,
+    help="Stop one node of each run at a drawn point (in-process); check that the trace is "
+    "marked crashed and replays up to the crash.",
+)
+@click.option(
     "--timeout", type=POSITIVE_SECONDS, default=None, help="Kill each MPI job after this long."
 )
 @trace_options("Trace store every explored run is recorded into.")
@@ -67,6 +73,7 @@ def chaos_cmd(
     only: int | None,
     check: str | None,
     keep_going: bool,
+    faults: bool,
     timeout: float | None,
     trace: str | None,
     no_trace: bool,
@@ -111,6 +118,7 @@ def chaos_cmd(
         trace=path,
         parallel=parallel,
         timeout=timeout,
+        faults=faults,
         progress=say,
     )
     if report.trace is not None:

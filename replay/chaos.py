@@ -44,7 +44,7 @@ import engine
 
 from . import _environment
 from ._apps import App, resolve
-from ._chaosctl import ChaosController, labels
+from ._chaosctl import ChaosController, NodeStopped, labels
 from ._errors import UsageError
 
 #: ``objective:NAME<op>VALUE`` checks: the comparisons understood, longest first.
@@ -68,6 +68,9 @@ class ChaosRun:
     digests: list[tuple[str, int, str, str]]
     objectives: dict[str, list[float]]
     seconds: float = 0.0
+    #: fault injection: where the node stopped, the trace's status of the run and what
+    #: replaying it gave (None: no fault fired in this run)
+    crash: dict[str, Any] | None = None
 
     def as_dict(self, seed: int, trace: str | None) -> dict[str, Any]:
         """The ``--json`` row: ``{run, seed, run_id, trace, outcome}``."""
@@ -184,6 +187,18 @@ class ChaosReport:
                 f"  outcome {digest[:16]}: {len(members)} run(s), first run {first.run} "
                 f"(run id {first.run_id})"
             )
+        for r in self.runs:
+            if r.crash is not None:
+                c = r.crash
+                out.append(
+                    f"  run {r.run}: node {c['node']} stopped in {c['op']}#{c['invocation']} "
+                    f"after {c['after']} bodies; trace status {c['status']}, "
+                    + (
+                        "replayed up to the crash: identical"
+                        if c.get("identical")
+                        else f"replay: {c.get('replay', 'not recorded')}"
+                    )
+                )
         if self.distinct > 1:
             for name, rows in self.spread().items():
                 out.append(f"  {name} per iteration (min / median / max):")
@@ -283,6 +298,7 @@ def explore(
     trace: str | None = None,
     parallel: str = "in-process",
     timeout: float | None = None,
+    faults: bool = False,
     progress: Callable[[str], None] | None = None,
 ) -> ChaosReport:
     """Run ``train(**params)`` under ``runs`` chaos schedules (or only run ``only``) on
@@ -290,13 +306,17 @@ def explore(
     with ``check``.  ``seed`` is the run seed (initialisation, ``engine.rng()``), the same
     for every run; ``chaos_seed`` draws the schedules.  ``parallel``: ``"in-process"``
     (default, fast) or ``"mpi"`` (each run under ``mpiexec -n nodes``; ``train`` must
-    then be an app name or ``path/to/train.py:function``, ``timeout`` seconds per job)."""
+    then be an app name or ``path/to/train.py:function``, ``timeout`` seconds per job).
+    ``faults`` (in-process): stop one node of each run at a point drawn from the seed and
+    check that the recorded run is marked crashed and replays up to the crash."""
     if parallel not in ("in-process", "mpi"):
         raise UsageError(f"parallel must be 'in-process' or 'mpi', got {parallel!r}")
     if parallel == "mpi" and nodes > 1 and not isinstance(train, str):
         raise UsageError(
             "chaos runs under mpiexec need the app as a name or 'path/to/train.py:function'"
         )
+    if faults and (parallel == "mpi" and nodes > 1 or check == "dual"):
+        raise UsageError("--faults runs in process (--in-process) and without --check dual")
     if runs < 1:
         raise UsageError(f"--runs must be >= 1, got {runs}")
     if not 0 <= chaos_seed < 2**63:
@@ -312,7 +332,16 @@ def explore(
     t0 = time.perf_counter()
     for k in [only] if only is not None else range(runs):
         got = _one_run(
-            app, params, k, chaos_seed, (nodes, threads, seed), check, trace, parallel, timeout
+            app,
+            params,
+            k,
+            chaos_seed,
+            (nodes, threads, seed),
+            check,
+            trace,
+            parallel,
+            timeout,
+            faults,
         )
         report.runs.append(got[0])
         if progress is not None:
@@ -350,6 +379,7 @@ def _one_run(
     trace: str | None,
     parallel: str,
     timeout: float | None,
+    faults: bool = False,
 ) -> tuple[ChaosRun, ChaosFailure | None]:
     from . import testing
     from ._job import EXIT_DIVERGED, EXIT_FAILED, JobFailed, _recorder, launch, recording
@@ -368,7 +398,9 @@ def _one_run(
             "labels": labels(chaos_seed, k),
         }
         recorder = _recorder(spec, app, params, None)
-    controller = ChaosController(chaos_seed, k)
+    controller = ChaosController(chaos_seed, k, faults=faults, nodes=nodes)
+    if faults:
+        return _fault_run(app, params, k, chaos_seed, shape, check, trace, recorder, controller)
     failure: tuple[str, str, tuple[str, int, int] | None] | None = None
     result: Any = None
     digests: list[tuple[str, int, str, str]] = []
@@ -448,6 +480,94 @@ def _one_run(
     if failure is None:
         return run, None
     return run, ChaosFailure(k, chaos_seed, failure[0], failure[1], run_id, trace, failure[2])
+
+
+def _fault_run(
+    app: App,
+    params: dict[str, Any],
+    k: int,
+    chaos_seed: int,
+    shape: tuple[int, int, int],
+    check: str | Callable[..., Any] | None,
+    trace: str | None,
+    recorder: Any,
+    controller: ChaosController,
+) -> tuple[ChaosRun, ChaosFailure | None]:
+    """One run with a node stopped: the recorder is closed as ``crashed`` (what a killed
+    rank leaves behind), then the trace is opened and the run replayed up to the crash."""
+    import traceback
+
+    nodes, threads, seed = shape
+    run_id = recorder.run_id if recorder is not None else uuid.uuid4().hex
+    t0 = time.perf_counter()
+    result = None
+    stop: NodeStopped | None = None
+    try:
+        result = engine.run(
+            app.fn,
+            params,
+            nodes=nodes,
+            threads=threads,
+            seed=seed,
+            recorder=recorder,
+            controller=controller,
+        )
+    except NodeStopped as exc:
+        stop = exc
+        if recorder is not None:
+            recorder.close("crashed", str(exc))
+    except BaseException:
+        if recorder is not None:
+            recorder.close("failed", traceback.format_exc())
+        raise
+    else:
+        if recorder is not None:
+            recorder.close("finished")
+    seconds = time.perf_counter() - t0
+    if stop is None:
+        assert result is not None
+        digests, objectives = _digest_rows(result.digests), result.objectives
+        run = ChaosRun(k, run_id, outcome_digest(digests, objectives), digests, objectives)
+        run.seconds = seconds
+        why = None
+        if isinstance(check, str):
+            why = _objective_check(check, objectives)
+        elif callable(check):
+            why = check(run)
+        if not why:
+            return run, None
+        return run, ChaosFailure(k, chaos_seed, str(check), str(why), run_id, trace)
+    crash: dict[str, Any] = {
+        "node": stop.node,
+        "op": stop.op,
+        "invocation": stop.invocation,
+        "after": stop.after,
+        "status": "not recorded",
+    }
+    digests, objectives = [], {}
+    if trace is not None:
+        import tracer
+
+        from ._replay import replay_here
+
+        with tracer.open(trace) as store:
+            got = store.run(run_id)
+            crash["status"] = got.info.status
+            digests = [(d.op, d.invocation, d.dds, d.digest) for d in got.digests()]
+            objectives = got.objectives()
+        rep = replay_here({"kind": "replay", "mode": "single", "trace": trace, "run_id": run_id})
+        crash["identical"] = bool(rep["identical"])
+        crash["replay"] = "identical" if rep["identical"] else str(rep.get("first_difference"))
+    run = ChaosRun(k, run_id, outcome_digest(digests, objectives), digests, objectives, seconds)
+    run.crash = crash
+    if trace is not None and (crash["status"] != "crashed" or not crash["identical"]):
+        why = (
+            f"the crashed run is marked {crash['status']!r}, not 'crashed'"
+            if crash["status"] != "crashed"
+            else f"replaying it up to the crash diverged: {crash['replay']}"
+        )
+        return run, ChaosFailure(k, chaos_seed, "fault", why, run_id, trace)
+    return run, None
 
 
 __all__ = ["ChaosFailure", "ChaosReport", "ChaosRun", "explore", "outcome_digest", "parse_check"]

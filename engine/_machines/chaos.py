@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 #: The choice a generator is drawn for (part of its key, so the choices are independent).
-LOCKS, DISPATCH, MESSAGES, VISIBILITY, MUTEX, PLACEMENT = range(6)
+LOCKS, DISPATCH, MESSAGES, VISIBILITY, MUTEX, PLACEMENT, FAULT = range(7)
 
 
 def text_key(text: str) -> int:
@@ -120,6 +120,7 @@ class ChaosVisibility:
 
 __all__ = [
     "DISPATCH",
+    "FAULT",
     "LOCKS",
     "MESSAGES",
     "MUTEX",

@@ -304,3 +304,37 @@ def test_chaos_runs_lock_split_bodies_atomically_so_a_wrong_lock_set_cannot_show
             hot_rows, HOT, runs=5, chaos_seed=0, nodes=1, threads=3, check="dual"
         )
     assert report.failed is None and report.distinct > 1, report.lines()
+
+
+# ====================================================================== faults
+def test_a_stopped_node_leaves_a_crashed_trace_that_replays_up_to_the_crash(
+    tmp_path: Path,
+) -> None:
+    path = str(tmp_path / "f.sqlite")
+    report = chaos.explore(
+        mini_mf, {}, runs=4, chaos_seed=1, nodes=2, threads=2, trace=path, faults=True
+    )
+    assert report.failed is None, report.lines()
+    crashed = [r for r in report.runs if r.crash is not None]
+    assert crashed, report.lines()  # the seed stops a node in some runs
+    with tracer.open(path) as store:
+        status = {r.run_id: r.status for r in store.runs()}
+    for r in report.runs:
+        assert status[r.run_id] == ("crashed" if r.crash is not None else "finished")
+    for r in crashed:
+        assert r.crash["identical"] and r.crash["op"] == "sgd"
+    again = chaos.explore(mini_mf, {}, runs=4, chaos_seed=1, nodes=2, threads=2, faults=True)
+    assert [
+        r.crash and (r.crash["node"], r.crash["invocation"], r.crash["after"]) for r in again.runs
+    ] == [
+        r.crash and (r.crash["node"], r.crash["invocation"], r.crash["after"]) for r in report.runs
+    ]
+    text = "\n".join(report.lines())
+    assert "trace status crashed, replayed up to the crash: identical" in text
+
+
+def test_faults_need_the_in_process_cluster_and_no_dual_check() -> None:
+    from replay._errors import UsageError
+
+    with pytest.raises(UsageError, match="--faults"):
+        chaos.explore(mini_mf, {}, runs=1, chaos_seed=1, faults=True, check="dual")
