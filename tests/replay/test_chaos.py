@@ -338,3 +338,21 @@ def test_faults_need_the_in_process_cluster_and_no_dual_check() -> None:
 
     with pytest.raises(UsageError, match="--faults"):
         chaos.explore(mini_mf, {}, runs=1, chaos_seed=1, faults=True, check="dual")
+
+
+# ====================================================================== README
+def test_readme_chaos_commands_are_chaos_commands_and_the_ssp_one_runs(tmp_path: Path) -> None:
+    import shlex
+
+    from tests.conftest import ROOT
+
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## Chaos mode") : text.index("## Benchmarks")]
+    block = re.search(r"```bash\n(.*?)\n```", section, re.S).group(1)
+    lines = block.splitlines()
+    assert lines and all(line.startswith("replay chaos ") for line in lines)
+    (ssp,) = [line for line in lines if "sync=ssp" in line]
+    res = run_cli([*shlex.split(ssp)[1:], "--trace", str(tmp_path / "r.sqlite")], cwd=ROOT)
+    assert res.returncode == 0, res.stderr
+    assert "5 chaos run(s) with chaos seed 1" in res.stdout
+    assert "loss per iteration (min / median / max):" in res.stdout
