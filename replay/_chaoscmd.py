@@ -29,9 +29,9 @@ from ._job import EXIT_FAILED
 @click.option(
     "--ranks",
     type=int,
-    default=2,
-    show_default=True,
-    help="Nodes (MPI ranks under mpiexec when > 1, unless --in-process).",
+    default=None,
+    help="Nodes: MPI ranks under mpiexec when > 1, unless --in-process. "
+    "[default: 2 nodes in this process]",
 )
 @click.option(
     "--in-process",
@@ -66,7 +66,7 @@ def chaos_cmd(
     params: tuple[str, ...],
     threads: int,
     seed: int,
-    ranks: int,
+    ranks: int | None,
     in_process: bool,
     runs: int,
     chaos_seed: int,
@@ -85,6 +85,8 @@ def chaos_cmd(
     from ._apps import parse_params
     from ._apps import resolve as resolve_app
 
+    if ranks is None:  # exploring runs in process unless ranks are asked for
+        ranks, in_process = 2, True
     if ranks < 1 or threads < 1:
         raise UsageError("--ranks and --threads must be >= 1")
     if trace is not None and no_trace:

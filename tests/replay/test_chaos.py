@@ -158,11 +158,12 @@ def test_chaos_command_prints_one_json_object_and_replays(tmp_path: Path) -> Non
 
 def test_a_failing_check_exits_1_with_the_replay_command(tmp_path: Path) -> None:
     path = tmp_path / "c.sqlite"
-    res = run_cli(
-        ["chaos", HOT_APP, "--in-process", "--threads", "2", "--runs", "3"]
+    res = run_cli(  # no --ranks: 2 nodes in this process
+        ["chaos", HOT_APP, "--threads", "2", "--runs", "3"]
         + ["--chaos-seed", "1", "--check", "objective:norm<=1", "--trace", str(path)]
     )
     assert res.returncode == 1, res.stderr
+    assert "on 2 in-process node(s) x 2 thread(s)" in res.stdout
     assert "FAILED check objective:norm<=1 in run 0 (chaos seed 1)" in res.stdout
     m = re.search(r"replay it: (replay single \S+ --run ([0-9a-f]{32}))", res.stdout)
     assert m is not None, res.stdout
