@@ -17,6 +17,8 @@ from ._asyncfor.baseline import without_guard as without_guard
 from ._data.dds import SLOT_BITS as SLOT_BITS
 from ._data.dds import SLOT_MASK as SLOT_MASK
 from ._errors import ScheduleExhausted as ScheduleExhausted
+from ._machines.chaos import FAULT as FAULT
+from ._machines.chaos import Chaos as Chaos
 from ._machines.grants import GrantOrderError as GrantOrderError
 from ._machines.grants import decode_grant_order as decode_grant_order
 from ._machines.grants import encode_grant_order as encode_grant_order
@@ -46,6 +48,8 @@ from ._syncfor.dds import worker as worker
 from ._syncfor.loop import aggregation_of as aggregation_of
 
 __all__ = [
+    "Chaos",
+    "FAULT",
     "SLOT_BITS",
     "SLOT_MASK",
     "GrantLog",

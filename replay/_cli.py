@@ -2,7 +2,7 @@
 
 User errors print one line on stderr and exit 2 (DESIGN §10); a failed loop body
 exits 1; ``--json`` prints exactly one JSON object on stdout.  The commands live in
-``_runcmds`` (run, demo), ``_replaycmds`` (cluster, single), ``_dualcmd`` (dual),
+``_runcmds`` (run, demo), ``_replaycmds`` (cluster, single), ``_dualcmd`` (dual), ``_chaoscmd`` (chaos),
 ``_tracecmds`` (ls, show, verify, export), ``_ttcmds`` (history, watch) and ``tui`` (browse); ``_cliutil`` holds what
 they share.
 """
@@ -16,6 +16,7 @@ import click
 from tui import register as register_browse
 
 from . import _environment, _procs
+from ._chaoscmd import register as register_chaos
 from ._cliutil import Group
 from ._dualcmd import register as register_dual
 from ._replaycmds import register as register_replay
@@ -34,6 +35,7 @@ def cli() -> None:
 register_run(cli)
 register_replay(cli)
 register_dual(cli)
+register_chaos(cli)
 register_trace_commands(cli)
 register_time_travel(cli)
 register_browse(cli)

@@ -38,6 +38,7 @@ import numpy as np
 import engine
 
 from . import _procs
+from ._chaosctl import ChaosController, labels
 from ._dualctl import (
     BodyOrders,
     Capture,
@@ -155,7 +156,11 @@ class MpiSide:
 
         orders: dict[tuple[str, int], np.ndarray] = {}
         kind = None
-        if isinstance(controller, Wavefront):
+        if isinstance(controller, ChaosController):  # chaos mode: every rank draws alike
+            c = controller.chaos
+            kind = "chaos"
+            extra = dict(extra, chaos=[c.seed, c.run], labels=labels(c.seed, c.run))
+        elif isinstance(controller, Wavefront):
             kind, orders = "wavefront", controller.orders
         elif isinstance(controller, Replayed):
             kind, orders = "replay", controller.orders
@@ -248,6 +253,8 @@ def dual_here(spec: dict[str, Any], comm: Any) -> dict[str, Any]:
         controller = Wavefront(orders, spec["threads"], body_orders)
     elif spec["controller"] == "replay":
         controller = Replayed(orders, body_orders)
+    elif spec["controller"] == "chaos":
+        controller = ChaosController(*spec["chaos"])
     stop = spec.get("stop")
     if stop:
         controller = Tap(controller, stop[0], int(stop[1]))

@@ -28,6 +28,7 @@ from typing import Any
 
 from . import _environment, _procs
 from ._apps import all_params, parse_params, resolve
+from ._chaosctl import ChaosController
 from ._errors import LaunchError, ReplayError, UsageError
 
 #: Exit statuses (DESIGN §10).
@@ -120,6 +121,8 @@ def _recorder(spec: dict[str, Any], app: Any, params: dict[str, Any], comm: Any)
             "versions": _environment.versions(),
             "environment": _environment.record(),
         }
+        if spec.get("labels"):
+            meta["labels"] = spec["labels"]
         tracer.start_run(path, run_id, meta)
     if comm is not None:
         comm.Barrier()
@@ -168,6 +171,9 @@ def run_here(
     run_id = spec.get("run_id") or uuid.uuid4().hex
     spec = dict(spec, run_id=run_id)
     recorder = _recorder(spec, app, params, comm) if spec.get("trace") else None
+    controller = None
+    if spec.get("chaos") is not None:  # replay chaos --ranks N: every rank draws alike
+        controller = ChaosController(*spec["chaos"])
     with recording(recorder):
         res = engine.run(
             app.fn,
@@ -179,6 +185,7 @@ def run_here(
             comm=comm,
             recorder=recorder,
             progress=say,
+            controller=controller,
         )
     return {
         "run_id": run_id,

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -61,6 +61,8 @@ class DualResult:
     passed: bool
     divergence: dict[str, Any] | None
     bodies: int = 0
+    #: the backward test's parallel run (its digests and objectives), when it completed
+    parallel: Outcome | None = field(default=None, repr=False, compare=False)
 
     def report(self) -> str:
         """One paragraph saying what diverged where, with both values."""
@@ -169,11 +171,13 @@ def backward(
     parallel: str = "in-process",
     timeout: float | None = None,
     mpi_trace: tuple[str, str] | None = None,
+    controller: engine.Controller | None = None,
 ) -> DualResult:
     """Parallel run in test mode, then a serial run over its loop-index orders.
 
     ``fn``, ``parallel``, ``timeout``, ``recorder`` and ``mpi_trace`` as for
-    :func:`forward`; the recorded parallel run is ``Ptrace``.
+    :func:`forward`; the recorded parallel run is ``Ptrace``.  ``controller`` steers
+    the parallel run in process (chaos mode: ``replay.chaos``); default: free.
     """
     driver, params, side, record = make_sides(
         fn,
@@ -188,7 +192,7 @@ def backward(
     )
     try:
         with stage("backward: parallel run"):
-            p = side.run(None, record)
+            p = side.run(controller, record)
     except engine.ReplicaMismatchError as exc:
         return DualResult("backward", False, exc.as_dict())
 
@@ -208,12 +212,12 @@ def backward(
         with stage("backward: serial run", invocations_of(p)):
             s = run_side(driver, params, **s_cfg)
     except _VERDICTS as exc:
-        return DualResult("backward", False, exc.as_dict())
+        return DualResult("backward", False, exc.as_dict(), parallel=p)
     diff = first_difference(s, p)
     if diff is not None:
         replayed = Replayed(p.orders, p.body_orders)
         diff = localise(diff, driver, params, s_cfg, side, replayed, recorded)
-    return DualResult("backward", diff is None, diff, p.bodies)
+    return DualResult("backward", diff is None, diff, p.bodies, parallel=p)
 
 
 def dual(

@@ -95,6 +95,19 @@ class RunRow:
     ref: RunRef
     info: tracer.RunInfo
     verdicts: tuple[tracer.VerdictInfo, ...]
+    #: a chaos run's outcome (``replay.chaos.outcome_digest`` of its trace), else None
+    outcome: str | None = None
+
+
+def chaos_outcome(run: Any) -> str:
+    """The outcome digest ``replay chaos`` groups a run by, read back from its trace: the
+    lowest node's DDS digests in program order and every objective."""
+    from replay.chaos import outcome_digest  # the same digest the chaos report shows
+
+    digests = run.digests()
+    low = min((d.node for d in digests), default=0)
+    rows = [(d.op, d.invocation, d.dds, d.digest) for d in digests if d.node == low]
+    return outcome_digest(rows, run.objectives())
 
 
 @dataclass(frozen=True, slots=True)
@@ -335,6 +348,7 @@ class Repository:
                     RunRef(path, info.run_id),
                     info,
                     tuple(trace.run(info.run_id).verdicts(strict=False)),
+                    chaos_outcome(trace.run(info.run_id)) if "chaos_seed" in info.labels else None,
                 )
                 for info in trace.runs()
             )

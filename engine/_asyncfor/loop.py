@@ -32,6 +32,7 @@ from .._errors import (
 from .._machines.grants import (
     TurnSequencer,
     handover_elements,
+    merge_grant_order,
     recorded_ticket_order,
     thread_lengths,
 )
@@ -656,12 +657,16 @@ def _run_threads(
             n_grants = sum(len(lock_of[j]) for j in lock_of)
         locks = {g: threading.Lock() for g in cached[1]}
         recorded = None if sched is None else sched.grant_order(node, r)
+        where = {"node": node, "op": st.name, "invocation": inv}
         if recorded is not None:
-            where = {"node": node, "op": st.name, "invocation": inv}
             turns, merged = recorded_ticket_order(
                 recorded[0], recorded[1], seqs, node=node, op=st.name, invocation=inv, round=r
             )
             sequencer = TurnSequencer(turns, merged, where)
+        elif sched is not None and sched.chaos is not None:
+            # chaos: a random merge of the threads' plan sequences, taken in turn
+            turns = sched.chaos.merge(st.name, inv, node, r, lengths)
+            sequencer = TurnSequencer(turns, merge_grant_order(turns, seqs), where)
     tickets: list[tuple[int, int]] = []  # (index, thread) in ticket order
 
     def work(thread: int, mine: list[Task]) -> None:
@@ -710,7 +715,10 @@ def _run_threads(
                             lk.release()
 
     pool = sess.cluster.pool(node)
-    futures = [pool.submit(work, th, mine) for th, mine in sorted(by_thread.items())]
+    groups = sorted(by_thread.items())
+    if sched is not None and sched.chaos is not None:  # which thread starts first
+        groups = [groups[k] for k in sched.chaos.dispatch(st.name, inv, node, r, len(groups))]
+    futures = [pool.submit(work, th, mine) for th, mine in groups]
     errors = [e for e in (f.exception() for f in futures) if e is not None]
     for e in errors:  # a body that left the plan explains the others' failures
         if isinstance(e, PlanViolation):

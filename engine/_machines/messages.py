@@ -19,6 +19,7 @@ from functools import cached_property
 import numpy as np
 
 from .._errors import DivergenceError, ScheduleExhausted
+from .chaos import MESSAGES, Chaos, text_key
 
 _EMPTY = np.empty(0, dtype=np.int64)
 
@@ -70,7 +71,8 @@ class MessageOrder:
     ``log`` is the invocation's :class:`MessageLog` to follow, or ``None`` for a free run.
     ``partial``: the run being followed stopped inside this invocation, so a receive past
     the end of its log means the trace is exhausted (:class:`ScheduleExhausted`), not that
-    this run diverged.
+    this run diverged.  ``chaos``: a free run draws its arrival orders from this seed
+    (:meth:`draw`) instead of taking them as they come.
     """
 
     def __init__(
@@ -80,10 +82,24 @@ class MessageOrder:
         op: str = "",
         invocation: int = -1,
         partial: bool = False,
+        chaos: Chaos | None = None,
     ) -> None:
         self.follow = log
         self.op, self.invocation, self.partial = op, invocation, partial
+        self.chaos = chaos
         self._seen: dict[tuple[int, str], list[int]] = {}
+        self._draws: dict[tuple[int, str], int] = {}
+
+    def draw(self, node: int, channel: str, sources: list[int]) -> list[int] | None:
+        """The order in which the next exchange's messages from ``sources`` must arrive at
+        ``node`` (-1: every local node alike) on ``channel``: a permutation drawn from the
+        chaos seed, or ``None`` (a log to follow, or a free run: as they come)."""
+        if self.follow is not None or self.chaos is None:
+            return None
+        k = self._draws.get((node, channel), 0)
+        self._draws[(node, channel)] = k + 1
+        rng = self.chaos.rng(self.op, self.invocation, MESSAGES, node, text_key(channel), k)
+        return [sources[i] for i in rng.permutation(len(sources)).tolist()]
 
     def expect(self, node: int, channel: str) -> int | None:
         """The source the next receive of ``node`` on ``channel`` must take (None: any)."""
@@ -116,6 +132,7 @@ class MessageOrder:
     def rewind(self, mark: dict[tuple[int, str], int]) -> None:
         """Forget the receives of an undone attempt."""
         self._seen = {k: v[: mark.get(k, 0)] for k, v in self._seen.items() if mark.get(k, 0)}
+        self._draws = {}
 
     def log(self) -> MessageLog:
         """What arrived so far, as a :class:`MessageLog`."""

@@ -27,6 +27,9 @@ The lookups here keep the meaning the engine relies on:
   tests' sides): the engine plans it from its own reconnaissance — one plain loop on node 0
   when ``serial`` is set, else the wavefront levels of the order on ``order_threads``
   threads per node (0: the run's threads).
+- ``chaos``: the free parts (whatever the fields above leave free) are drawn from this
+  seed instead of left to timing (``engine._machines.chaos``): lock-split merges, thread
+  dispatch, message arrivals, SSP visibility within the bound, Hybrid mutex orders.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .._errors import DivergenceError
+from .chaos import Chaos
 from .grants import recorded_ticket_order
 from .messages import MessageLog, MessageOrder
 
@@ -185,6 +189,7 @@ class Schedule:
     partial: bool = False
     order: np.ndarray | None = None
     order_threads: int = 0
+    chaos: Chaos | None = None
 
     def grant_order(self, node: int, round: int) -> tuple[np.ndarray, np.ndarray] | None:
         """The deviation log of a node-round's ticket order (``None``: take locks freely)."""
@@ -218,7 +223,11 @@ class Schedule:
     def message_order(self) -> MessageOrder:
         """A fresh message-order machine for this invocation's receives."""
         return MessageOrder(
-            self.messages, op=self.op, invocation=self.invocation, partial=self.partial
+            self.messages,
+            op=self.op,
+            invocation=self.invocation,
+            partial=self.partial,
+            chaos=self.chaos,
         )
 
     def mutex_order(self, node: int, clock: int) -> list[tuple[int, int]] | None:

@@ -190,8 +190,11 @@ class InProcessCluster(Cluster):
         *,
         stopped: bool = False,
     ) -> bool:
-        """Copy each node's written rows into every other replica, in node order."""
-        for src, rw in writes.items():
+        """Copy each node's written rows into every other replica, in node order (or in
+        the order a chaos schedule draws: the same arrival order at every node)."""
+        drawn = self.messages.draw(-1, "rows", list(writes))
+        for src in drawn if drawn is not None else list(writes):
+            rw = writes[src]
             nbytes = rw.numeric_nbytes()
             for dds, slots in rw.per_dds:
                 self.copy_rows(dds, src, slots)
@@ -284,8 +287,11 @@ class MpiCluster(Cluster):
         self._seq_out += 1
         status = MPI.Status()
         anyone = stopped
-        for _ in range(P - 1):
+        drawn = self.messages.draw(me, "rows", [p for p in range(P) if p != me])
+        for k in range(P - 1):
             want = self.messages.expect(me, "rows")
+            if want is None and drawn is not None:
+                want = drawn[k]
             comm.Probe(MPI.ANY_SOURCE if want is None else want, tag, status)
             src = status.Get_source()
             self.messages.arrived(me, "rows", src)

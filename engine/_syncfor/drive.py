@@ -203,8 +203,13 @@ class _Reporter:
 def _script(ctx: SyncContext, node: int) -> Script | None:
     """The controller's visibility script for ``node`` (None: a free run)."""
     sched = ctx.sched
-    if ctx.staleness == 0 or sched is None or not sched.has_visibility(node):
+    if ctx.staleness == 0 or sched is None:
         return None
+    if not sched.has_visibility(node):
+        if sched.chaos is None:
+            return None
+        # chaos: which updates each clock sees, drawn within the staleness bound
+        return sched.chaos.visibility(ctx.name, ctx.inv, node, ctx.sess.cluster.size, ctx.staleness)
     return lambda clock: sched.visible(node, clock)
 
 

@@ -300,6 +300,10 @@ class NodeRun:
         if ctx.sess.cluster.threads == 1:
             return None  # one thread: one order, nothing recorded
         order = None if ctx.sched is None else ctx.sched.mutex_order(self.node, clock)
+        if order is None and ctx.sched is not None and ctx.sched.chaos is not None:
+            # chaos: a random merge of the threads' minibatch sequences
+            seqs = {t: nc.ms[t].tolist() for t in nc.active_threads}
+            return ctx.sched.chaos.interleave(ctx.name, ctx.inv, self.node, clock, seqs)
         if order is None:
             return None
         order = [(int(t), int(m)) for t, m in order]

@@ -58,6 +58,56 @@ def _newest_first(row: RunRow | TraceEntry) -> tuple[int, float, str, str]:
     return (0, -(row.info.started_at or 0.0), row.ref.path, row.ref.run_id)
 
 
+def chaos_groups(rows: list[RunRow]) -> dict[str, tuple[int, int, list[int]]]:
+    """Per chaos run id: (its outcome group, 1-based, in order of first run; the number of
+    groups; the run numbers in its group), over the runs of one trace and chaos seed."""
+    explorations: dict[tuple[str, object], list[RunRow]] = {}
+    for r in rows:
+        if r.outcome is not None:
+            explorations.setdefault((r.ref.path, r.info.labels.get("chaos_seed")), []).append(r)
+    out: dict[str, tuple[int, int, list[int]]] = {}
+    for runs in explorations.values():
+        runs = sorted(runs, key=lambda r: (_chaos_run(r), r.info.started_at or 0.0))
+        groups: dict[str, list[int]] = {}
+        for r in runs:
+            groups.setdefault(r.outcome or "", []).append(_chaos_run(r))
+        order = list(groups)
+        for r in runs:
+            g = r.outcome or ""
+            out[r.ref.run_id] = (order.index(g) + 1, len(order), groups[g])
+    return out
+
+
+def _chaos_run(row: RunRow) -> int:
+    run = row.info.labels.get("chaos_run")
+    return run if isinstance(run, int) else -1
+
+
+def _grouped(rows: list[RunRow | TraceEntry]) -> list[RunRow | TraceEntry]:
+    """Newest first, with the runs of one chaos exploration together, grouped by outcome
+    (the group of its first run first), at the place of the exploration's newest run."""
+    rows = sorted(rows, key=_newest_first)
+    runs = [r for r in rows if isinstance(r, RunRow)]
+    groups = chaos_groups(runs)
+    out: list[RunRow | TraceEntry] = []
+    placed: set[tuple[str, object]] = set()
+    for row in rows:
+        if not isinstance(row, RunRow) or row.ref.run_id not in groups:
+            out.append(row)
+            continue
+        key = (row.ref.path, row.info.labels.get("chaos_seed"))
+        if key in placed:
+            continue
+        placed.add(key)
+        mates = [
+            r
+            for r in runs
+            if r.ref.run_id in groups and (r.ref.path, r.info.labels.get("chaos_seed")) == key
+        ]
+        out += sorted(mates, key=lambda r: (groups[r.ref.run_id][0], _chaos_run(r)))
+    return out
+
+
 class RunsScreen(BrowserScreen):
     """Lists runs; enter opens one, space marks two for a diff."""
 
@@ -75,6 +125,7 @@ class RunsScreen(BrowserScreen):
         self.rows: list[RunRow | TraceEntry] = []
         self.marked: list[int] = []
         self.file_width = 0
+        self.groups: dict[str, tuple[int, int, list[int]]] = {}
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -119,7 +170,8 @@ class RunsScreen(BrowserScreen):
                 self.rows += list(entry.runs)
                 if entry.error is not None:
                     self.rows.append(entry)
-            self.rows.sort(key=_newest_first)
+            self.rows = _grouped(self.rows)
+            self.groups = chaos_groups([r for r in self.rows if isinstance(r, RunRow)])
         for k, row in enumerate(self.rows):
             table.add_row(*self._cells(k, row), key=str(k))
         if not reread and self.rows:
@@ -171,6 +223,15 @@ class RunsScreen(BrowserScreen):
                 out.append(f"{path}  run {info.run_id}\n", style="bold")
                 out.append(f"{info.target or info.app}  seed {info.seed}  ")
                 out.append(f"started {fmt.when(info.started_at)}")
+                if info.run_id in self.groups:
+                    g, n, members = self.groups[info.run_id]
+                    runs = ", ".join(map(str, members[:8])) + (" ..." if len(members) > 8 else "")
+                    out.append(
+                        f"\nchaos seed {info.labels.get('chaos_seed')} run "
+                        f"{info.labels.get('chaos_run')}: outcome group {g} of {n} "
+                        f"(runs {runs})",
+                        style="cyan",
+                    )
                 if info.error:
                     out.append("\n" + info.error.strip().splitlines()[-1], style="red")
         if self.marked:

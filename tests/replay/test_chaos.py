@@ -1,0 +1,359 @@
+"""Chaos mode: seeded legal schedules, recorded, reproducible and checked."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import tracer
+from engine.lowlevel import Chaos
+from replay import chaos
+from tests import mutants
+from tests.conftest import run_cli
+from tests.replay.chaos_apps import bsp_mix, hybrid_mix, mini_mf, ssp_mix
+from tests.replay.dual_apps import hot_rows
+
+#: A small program with lock-split groups on 2 threads (bodies share four hot rows).
+HOT = {"epochs": 2, "n": 40}
+
+
+# ====================================================================== the seed
+def test_a_merge_keeps_each_threads_plan_order_and_is_keyed_by_the_seed() -> None:
+    lengths = np.array([3, 0, 4])
+    turns = Chaos(5, 1).merge("op", 0, 1, 2, lengths)
+    assert sorted(turns.tolist()) == [0, 0, 0, 2, 2, 2, 2]
+    assert np.array_equal(turns, Chaos(5, 1).merge("op", 0, 1, 2, lengths))
+    others = {tuple(Chaos(5, run).merge("op", 0, 1, 2, lengths).tolist()) for run in range(2, 12)}
+    assert len(others) > 3  # the run number changes the draw
+    assert Chaos(5, 1).dispatch("op", 0, 0, 0, 3) != [] and sorted(
+        Chaos(5, 1).dispatch("op", 0, 0, 0, 3)
+    ) == [0, 1, 2]
+    with pytest.raises(ValueError, match="chaos seed"):
+        Chaos(-1, 0)
+
+
+# ====================================================================== explore
+def test_same_seed_and_run_give_the_same_digests_and_runs_differ() -> None:
+    a = chaos.explore(hot_rows, HOT, runs=6, chaos_seed=3, nodes=2, threads=2)
+    b = chaos.explore(hot_rows, HOT, runs=6, chaos_seed=3, nodes=2, threads=2)
+    assert [r.digests for r in a.runs] == [r.digests for r in b.runs]
+    assert [r.outcome for r in a.runs] == [r.outcome for r in b.runs]
+    assert a.distinct > 1  # lock-split merges really vary with the run number
+    only = chaos.explore(hot_rows, HOT, runs=6, chaos_seed=3, nodes=2, threads=2, only=4)
+    assert [r.run for r in only.runs] == [4]
+    assert only.runs[0].outcome == a.runs[4].outcome
+    other = chaos.explore(hot_rows, HOT, runs=6, chaos_seed=4, nodes=2, threads=2)
+    assert [r.outcome for r in other.runs] != [r.outcome for r in a.runs]
+
+
+@settings(max_examples=8, deadline=None)
+@given(seed=st.integers(0, 2**63 - 1), nodes=st.integers(1, 3))
+def test_one_thread_per_node_gives_one_outcome(seed: int, nodes: int) -> None:
+    report = chaos.explore(hot_rows, HOT, runs=4, chaos_seed=seed, nodes=nodes, threads=1)
+    assert report.distinct == 1, report.lines()
+
+
+def test_every_distinct_outcome_passes_the_backward_dual_test() -> None:
+    report = chaos.explore(hot_rows, HOT, runs=6, chaos_seed=11, nodes=2, threads=3, check="dual")
+    assert report.failed is None, report.lines()
+    assert report.distinct > 1
+    assert len(report.runs) == 6
+
+
+def test_every_run_is_recorded_with_its_labels_and_replays(tmp_path) -> None:
+    from replay._replay import replay_here
+
+    path = str(tmp_path / "chaos.sqlite")
+    report = chaos.explore(hot_rows, HOT, runs=3, chaos_seed=9, nodes=2, threads=2, trace=path)
+    with tracer.open(path) as store:
+        infos = {r.run_id: r for r in store.runs()}
+    assert set(infos) == {r.run_id for r in report.runs}
+    for r in report.runs:
+        assert infos[r.run_id].labels == {"chaos_seed": 9, "chaos_run": r.run}
+        rep = replay_here({"kind": "replay", "mode": "single", "trace": path, "run_id": r.run_id})
+        assert rep["identical"], rep
+
+
+def test_an_objective_check_stops_at_the_first_failing_run(tmp_path) -> None:
+    path = str(tmp_path / "chaos.sqlite")
+    report = chaos.explore(
+        hot_rows,
+        HOT,
+        runs=5,
+        chaos_seed=3,
+        nodes=2,
+        threads=2,
+        check="objective:norm<=0.5",
+        trace=path,
+    )
+    f = report.failed
+    assert f is not None and f.run == 0 and len(report.runs) == 1
+    assert "norm" in f.message and f.check == "objective:norm<=0.5"
+    assert f.replay_command == f"replay single {path} --run {report.runs[0].run_id}"
+    going = chaos.explore(
+        hot_rows,
+        HOT,
+        runs=3,
+        chaos_seed=3,
+        nodes=2,
+        threads=2,
+        check="objective:norm<=0.5",
+        keep_going=True,
+    )
+    assert len(going.runs) == 3 and going.failures == 3 and going.failed.run == 0
+    ok = chaos.explore(
+        hot_rows, HOT, runs=2, chaos_seed=3, nodes=2, threads=2, check="objective:norm>0"
+    )
+    assert ok.failed is None
+
+
+@pytest.mark.parametrize(
+    ("kw", "match"),
+    [
+        ({"runs": 0}, "--runs"),
+        ({"runs": 2, "only": 2}, "--only"),
+        ({"runs": 2, "check": "objective:norm=1"}, "--check"),
+        ({"runs": 2, "check": "objective:nope<=1"}, "never logged"),
+        ({"runs": 2, "check": "sometimes"}, "--check"),
+    ],
+)
+def test_bad_input_is_one_usage_error(kw: dict, match: str) -> None:
+    from replay._errors import UsageError
+
+    with pytest.raises(UsageError, match=match):
+        chaos.explore(hot_rows, HOT, chaos_seed=1, nodes=2, threads=2, **kw)
+
+
+# ====================================================================== the command
+HOT_APP = str(Path(__file__).with_name("dual_apps.py")) + ":hot_rows"
+
+
+def test_chaos_command_prints_one_json_object_and_replays(tmp_path: Path) -> None:
+    path = tmp_path / "c.sqlite"
+    args = ["chaos", HOT_APP, "-p", "n=40", "--in-process", "--threads", "2"]
+    res = run_cli([*args, "--runs", "4", "--chaos-seed", "5", "--trace", str(path), "--json"])
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert set(out) == {"runs", "distinct", "failed"} and out["failed"] is None
+    assert [r["run"] for r in out["runs"]] == [0, 1, 2, 3]
+    assert set(out["runs"][0]) == {"run", "seed", "run_id", "trace", "outcome"}
+    assert out["distinct"] == len({r["outcome"] for r in out["runs"]}) > 1
+    assert all(r["seed"] == 5 for r in out["runs"])
+    # --only re-runs one schedule: the same outcome, appended to a new store
+    again = run_cli(
+        [*args, "--runs", "4", "--chaos-seed", "5", "--only", "2", "--no-trace", "--json"]
+    )
+    assert again.returncode == 0, again.stderr
+    (only,) = json.loads(again.stdout)["runs"]
+    assert only["run"] == 2 and only["outcome"] == out["runs"][2]["outcome"]
+    rep = run_cli(["single", str(path), "--run", out["runs"][3]["run_id"]])
+    assert rep.returncode == 0 and "identical" in rep.stdout, rep.stderr
+
+
+def test_a_failing_check_exits_1_with_the_replay_command(tmp_path: Path) -> None:
+    path = tmp_path / "c.sqlite"
+    res = run_cli(  # no --ranks: 2 nodes in this process
+        ["chaos", HOT_APP, "--threads", "2", "--runs", "3"]
+        + ["--chaos-seed", "1", "--check", "objective:norm<=1", "--trace", str(path)]
+    )
+    assert res.returncode == 1, res.stderr
+    assert "on 2 in-process node(s) x 2 thread(s)" in res.stdout
+    assert "FAILED check objective:norm<=1 in run 0 (chaos seed 1)" in res.stdout
+    m = re.search(r"replay it: (replay single \S+ --run ([0-9a-f]{32}))", res.stdout)
+    assert m is not None, res.stdout
+    rep = run_cli(m.group(1).split()[1:])
+    assert rep.returncode == 0 and "identical" in rep.stdout, rep.stderr
+    js = run_cli(
+        ["chaos", HOT_APP, "--in-process", "--threads", "2", "--runs", "3", "--keep-going"]
+        + ["--chaos-seed", "1", "--check", "objective:norm<=1", "--no-trace", "--json"]
+    )
+    assert js.returncode == 1
+    out = json.loads(js.stdout)
+    assert len(out["runs"]) == 3 and out["failed"]["run"] == 0
+    assert out["failed"]["check"] == "objective:norm<=1" and out["failed"]["replay_command"] is None
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (["--runs", "0", "--chaos-seed", "1"], "--runs must be >= 1"),
+        (["--runs", "2", "--chaos-seed", "-3"], "--chaos-seed"),
+        (["--runs", "2", "--chaos-seed", "1", "--only", "5"], "--only"),
+        (["--runs", "2", "--chaos-seed", "1", "--check", "often"], "--check"),
+        (["--runs", "2", "--chaos-seed", "1", "--ranks", "0"], "--ranks"),
+        (["--runs", "2", "--chaos-seed", "1", "-p", "n=many"], "n"),
+    ],
+)
+def test_chaos_bad_input_is_one_line_and_exit_2(extra: list[str], needle: str) -> None:
+    res = run_cli(["chaos", HOT_APP, "--in-process", "--no-trace", *extra])
+    err = res.stderr.strip()
+    assert res.returncode == 2, (res.returncode, res.stderr)
+    assert len(err.splitlines()) == 1 and err.startswith("replay: error: "), err
+    assert needle in err and "Traceback" not in err, err
+
+
+def test_under_mpiexec_the_same_seed_gives_the_in_process_outcomes(tmp_path: Path) -> None:
+    path = tmp_path / "m.sqlite"
+    args = ["chaos", HOT_APP, "-p", "n=40", "--threads", "2", "--runs", "2", "--chaos-seed", "1"]
+    mpi = run_cli([*args, "--ranks", "2", "--trace", str(path), "--json"])
+    assert mpi.returncode == 0, mpi.stderr
+    here = chaos.explore(hot_rows, {"n": 40}, runs=2, chaos_seed=1, nodes=2, threads=2)
+    got = json.loads(mpi.stdout)["runs"]
+    assert [r["outcome"] for r in got] == [r.outcome for r in here.runs]
+    with tracer.open(path) as store:
+        assert [r.labels["chaos_run"] for r in store.runs()] == [0, 1]
+    rep = run_cli(["cluster", str(path), "--run", got[1]["run_id"]])
+    assert rep.returncode == 0 and "identical" in rep.stdout, rep.stderr
+
+
+# ====================================================================== sync_for
+@pytest.mark.parametrize(("app", "threads"), [(ssp_mix, 1), (hybrid_mix, 2)])
+def test_ssp_visibility_and_hybrid_mutex_orders_are_drawn_and_replay(
+    app, threads: int, tmp_path: Path
+) -> None:
+    from replay._replay import replay_here
+
+    path = str(tmp_path / "s.sqlite")
+    a = chaos.explore(app, {}, runs=5, chaos_seed=2, nodes=3, threads=threads, trace=path)
+    b = chaos.explore(app, {}, runs=5, chaos_seed=2, nodes=3, threads=threads)
+    assert [r.outcome for r in a.runs] == [r.outcome for r in b.runs]
+    assert a.distinct > 1, a.lines()
+    spread = a.spread()["sum"]
+    assert len(spread) == 2 and all(lo <= med <= hi for lo, med, hi in spread)
+    assert any(lo < hi for lo, _, hi in spread)
+    for r in a.runs[:2]:
+        rep = replay_here({"kind": "replay", "mode": "single", "trace": path, "run_id": r.run_id})
+        assert rep["identical"], rep
+
+
+def test_ssp_chaos_stays_within_the_staleness_bound() -> None:
+    from engine.lowlevel import Chaos
+
+    for run in range(20):
+        script = Chaos(4, run).visibility("ssp", 0, 1, 3, 2)
+        prev = (-1, -1, -1)
+        for c in range(12):
+            cap = script(c)
+            assert cap[1] == c - 1  # own entry: its own update of the last clock
+            for q in (0, 2):
+                assert max(prev[q], c - 3) <= cap[q] <= c - 1
+            prev = cap
+
+
+def test_hybrid_chaos_runs_pass_the_backward_dual_test() -> None:
+    report = chaos.explore(hybrid_mix, {}, runs=4, chaos_seed=5, nodes=2, threads=2, check="dual")
+    assert report.failed is None, report.lines()
+    assert report.distinct > 1
+
+
+# ====================================================================== mutants
+#: Chaos runs a mutant hunt may use before its test fails (each run: a few tens of ms).
+MUTANT_RUNS = 10
+
+#: Per mutant: a program that exercises it and its cluster shape (nodes, threads).
+MUTANT_PROGRAMS = {
+    "skip_writeback": (mini_mf, 2, 2),
+    "stale_prefetch": (mini_mf, 2, 2),
+    "drop_barrier": (mini_mf, 2, 2),
+    "aggregate_twice": (bsp_mix, 3, 1),
+    "reorder_aggregation": (bsp_mix, 3, 1),
+}
+
+
+@pytest.mark.parametrize("mutant", sorted(MUTANT_PROGRAMS))
+def test_chaos_with_the_dual_check_finds_each_mutant(mutant: str, tmp_path: Path) -> None:
+    app, nodes, threads = MUTANT_PROGRAMS[mutant]
+    clean = chaos.explore(app, {}, runs=3, chaos_seed=0, nodes=nodes, threads=threads, check="dual")
+    assert clean.failed is None, clean.lines()  # the program itself is fine
+    path = str(tmp_path / "m.sqlite")
+    with mutants.active(mutant):
+        report = chaos.explore(
+            app,
+            {},
+            runs=MUTANT_RUNS,
+            chaos_seed=0,
+            nodes=nodes,
+            threads=threads,
+            check="dual",
+            trace=path,
+        )
+    assert not mutants.ACTIVE
+    f = report.failed
+    assert f is not None, f"{mutant}: not found in {MUTANT_RUNS} chaos runs"
+    print(f"{mutant}: found by chaos run {f.run} ({len(report.runs)} run(s))")
+    assert f.check == "dual" and "backward: FAIL" in f.message
+    assert len(report.runs) == f.run + 1  # exploration stopped at the first failure
+    assert f.replay_command == f"replay single {path} --run {report.runs[-1].run_id}"
+    if f.location is not None:
+        op, inv, index = f.location
+        assert f.break_command == f"{f.replay_command} --break {op}:{inv}:{index}"
+
+
+def test_chaos_runs_lock_split_bodies_atomically_so_a_wrong_lock_set_cannot_show() -> None:
+    """The limit of schedule-level chaos: it draws the order of whole bodies, so the
+    wrong_lock_order mutant (a body reads an element it did not lock) never overlaps two
+    bodies and every chaos run stays some serial order (the property tests find it
+    through real thread timing instead)."""
+    with mutants.active("wrong_lock_order"):
+        report = chaos.explore(
+            hot_rows, HOT, runs=5, chaos_seed=0, nodes=1, threads=3, check="dual"
+        )
+    assert report.failed is None and report.distinct > 1, report.lines()
+
+
+# ====================================================================== faults
+def test_a_stopped_node_leaves_a_crashed_trace_that_replays_up_to_the_crash(
+    tmp_path: Path,
+) -> None:
+    path = str(tmp_path / "f.sqlite")
+    report = chaos.explore(
+        mini_mf, {}, runs=4, chaos_seed=1, nodes=2, threads=2, trace=path, faults=True
+    )
+    assert report.failed is None, report.lines()
+    crashed = [r for r in report.runs if r.crash is not None]
+    assert crashed, report.lines()  # the seed stops a node in some runs
+    with tracer.open(path) as store:
+        status = {r.run_id: r.status for r in store.runs()}
+    for r in report.runs:
+        assert status[r.run_id] == ("crashed" if r.crash is not None else "finished")
+    for r in crashed:
+        assert r.crash["identical"] and r.crash["op"] == "sgd"
+    again = chaos.explore(mini_mf, {}, runs=4, chaos_seed=1, nodes=2, threads=2, faults=True)
+    assert [
+        r.crash and (r.crash["node"], r.crash["invocation"], r.crash["after"]) for r in again.runs
+    ] == [
+        r.crash and (r.crash["node"], r.crash["invocation"], r.crash["after"]) for r in report.runs
+    ]
+    text = "\n".join(report.lines())
+    assert "trace status crashed, replayed up to the crash: identical" in text
+
+
+def test_faults_need_the_in_process_cluster_and_no_dual_check() -> None:
+    from replay._errors import UsageError
+
+    with pytest.raises(UsageError, match="--faults"):
+        chaos.explore(mini_mf, {}, runs=1, chaos_seed=1, faults=True, check="dual")
+
+
+# ====================================================================== README
+def test_readme_chaos_commands_are_chaos_commands_and_the_ssp_one_runs(tmp_path: Path) -> None:
+    import shlex
+
+    from tests.conftest import ROOT
+
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## Chaos mode") : text.index("## Benchmarks")]
+    block = re.search(r"```bash\n(.*?)\n```", section, re.S).group(1)
+    lines = block.splitlines()
+    assert lines and all(line.startswith("replay chaos ") for line in lines)
+    (ssp,) = [line for line in lines if "sync=ssp" in line]
+    res = run_cli([*shlex.split(ssp)[1:], "--trace", str(tmp_path / "r.sqlite")], cwd=ROOT)
+    assert res.returncode == 0, res.stderr
+    assert "5 chaos run(s) with chaos seed 1" in res.stdout
+    assert "loss per iteration (min / median / max):" in res.stdout
