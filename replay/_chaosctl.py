@@ -19,8 +19,9 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-import engine
 from engine.lowlevel import FAULT, Chaos, Schedule
+
+from ._dualctl import Steering
 
 #: Chance that a fault fires in a given invocation (until one has fired): spreads the
 #: stops over a run's invocations instead of always the first.
@@ -41,7 +42,7 @@ class NodeStopped(BaseException):
         self.node, self.op, self.invocation, self.after = node, op, invocation, after
 
 
-class ChaosController(engine.Controller):
+class ChaosController(Steering):
     """Schedules drawn from (chaos seed, run number); ``faults``: also stop a node."""
 
     def __init__(self, seed: int, run: int, *, faults: bool = False, nodes: int = 1) -> None:

@@ -185,7 +185,8 @@ def run_here(
             comm=comm,
             recorder=recorder,
             progress=say,
-            controller=controller,
+            schedules=controller,
+            hooks=controller,
         )
     return {
         "run_id": run_id,

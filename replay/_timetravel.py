@@ -3,7 +3,7 @@
 The driver (the user's program) runs from the start, as in any replay; loop
 invocations up to the chosen checkpoint are skipped, the values its collective
 operators returned in the recorded run are served from the trace, and at the
-checkpoint the DDS are restored (``engine.Controller.fast_forward`` and the hooks
+checkpoint the DDS are restored (``engine.DebugHooks.fast_forward`` and the hooks
 after it).  The restored DDS are checked against the digests the trace holds for that
 invocation, so a damaged checkpoint is named at once.  Nothing read from the trace
 is executed: checkpoints and collective values are arrays and tagged plain data.

@@ -273,7 +273,8 @@ def _one_run(
                     threads=threads,
                     seed=seed,
                     recorder=recorder,
-                    controller=controller,
+                    schedules=controller,
+                    hooks=controller,
                 )
                 digests = _digest_rows(result.digests)
                 objectives = result.objectives
@@ -326,7 +327,8 @@ def _fault_run(
             threads=threads,
             seed=seed,
             recorder=recorder,
-            controller=controller,
+            schedules=controller,
+            hooks=controller,
         )
     except NodeStopped as exc:
         stop = exc

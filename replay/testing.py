@@ -41,6 +41,7 @@ from ._dualctl import (
     Outcome,
     Replayed,
     Serial,
+    Steering,
     Wavefront,
     not_in_trace,
 )
@@ -171,7 +172,7 @@ def backward(
     parallel: str = "in-process",
     timeout: float | None = None,
     mpi_trace: tuple[str, str] | None = None,
-    controller: engine.Controller | None = None,
+    controller: Steering | None = None,
 ) -> DualResult:
     """Parallel run in test mode, then a serial run over its loop-index orders.
 

@@ -99,12 +99,15 @@ def _grouped(rows: list[RunRow | TraceEntry]) -> list[RunRow | TraceEntry]:
         if key in placed:
             continue
         placed.add(key)
-        mates = [
+        mates: list[RunRow] = [
             r
             for r in runs
-            if r.ref.run_id in groups and (r.ref.path, r.info.labels.get("chaos_seed")) == key
+            if isinstance(r, RunRow)
+            and r.ref.run_id in groups
+            and (r.ref.path, r.info.labels.get("chaos_seed")) == key
         ]
-        out += sorted(mates, key=lambda r: (groups[r.ref.run_id][0], _chaos_run(r)))
+        mates.sort(key=lambda r: (groups[r.ref.run_id][0], _chaos_run(r)))
+        out += mates
     return out
 
 
