@@ -19,6 +19,7 @@ from . import _environment, _procs
 from ._cliutil import Group
 from ._dualcmd import register as register_dual
 from ._replaycmds import register as register_replay
+from ._resumecmd import register as register_resume
 from ._runcmds import execute
 from ._runcmds import register as register_run
 from ._tracecmds import register as register_trace_commands
@@ -36,6 +37,7 @@ register_replay(cli)
 register_dual(cli)
 register_trace_commands(cli)
 register_time_travel(cli)
+register_resume(cli)
 register_browse(cli)
 
 

@@ -119,6 +119,7 @@ def _recorder(spec: dict[str, Any], app: Any, params: dict[str, Any], comm: Any)
             "seed": spec.get("seed", 0),
             "versions": _environment.versions(),
             "environment": _environment.record(),
+            "continues": spec.get("continues"),
         }
         tracer.start_run(path, run_id, meta)
     if comm is not None:

@@ -1,0 +1,212 @@
+"""``replay resume`` (issue 16 item 2): continue a crashed run from its last checkpoint.
+
+The apps are the built-in SGDMF (``async_for``) and MLR (``sync_for``, BSP) behind a
+kill switch (``resume_apps.py``): the run that must crash is recorded with
+``RESUME_KILL`` set, the resume and the uninterrupted run without it.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import tracer
+from tests.conftest import run_cli
+
+HERE = Path(__file__).parent
+APPS = HERE / "resume_apps.py"
+EPOCHS = 4
+#: Seconds any one command may take (each MPI job also gets ``--timeout``).
+TIMEOUT = 90
+#: the loop bodies each rank runs per invocation are more than this (the kill index)
+BODIES = {"sgdmf": 40, "mlr": 3}
+
+
+def cli(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    proc = run_cli(list(args), timeout=TIMEOUT, env=env or {})
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def target(app: str) -> str:
+    return f"{APPS}:{app}"
+
+
+def record(trace: Path, app: str, ranks: int, kill: str | None = None, **env: str) -> int:
+    """Record ``app`` into ``trace`` (checkpoints after every invocation); ``kill``:
+    RANK:INVOCATION:INDEX of the body that dies.  Returns the exit status."""
+    e = dict(env)
+    if kill is not None:
+        e["RESUME_KILL"] = kill
+    args = ["run", target(app), "-p", f"epochs={EPOCHS}", "--trace", str(trace)]
+    args += ["--checkpoint-every", "1", "--ranks", str(ranks), "--timeout", "60", "--json"]
+    rc, _, err = cli(*args, env=e)
+    if kill is None:
+        assert rc == 0, err
+    return rc
+
+
+def resume(trace: Path, *extra: str) -> dict[str, Any]:
+    rc, out, err = cli("resume", str(trace), "--json", "--timeout", "60", *extra)
+    assert rc == 0, err
+    return json.loads(out)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted() -> dict[str, dict[str, Any]]:
+    """Each app's uninterrupted 2-rank run (same seed and parameters), as ``run --json``."""
+    out = {}
+    for app in ("sgdmf", "mlr"):
+        args = ["run", target(app), "-p", f"epochs={EPOCHS}", "--ranks", "2"]
+        rc, stdout, err = cli(*args, "--no-trace", "--timeout", "60", "--json")
+        assert rc == 0, err
+        out[app] = json.loads(stdout)
+    assert len(out["sgdmf"]["objectives"]["rmse"]) == EPOCHS
+    return out
+
+
+def test_sigkill_a_rank_then_resume_is_bitwise_an_uninterrupted_run(
+    tmp_path: Path, uninterrupted: dict[str, dict[str, Any]]
+) -> None:
+    """10 trials under mpiexec -n 2: SIGKILL one rank in a random body of a random
+    invocation after the first checkpoint, resume, compare with the uninterrupted run."""
+    pick = random.Random(16)
+    for trial in range(10):
+        app = ("sgdmf", "mlr")[trial % 2]
+        kill = f"{pick.randrange(2)}:{pick.randrange(1, EPOCHS)}:{pick.randrange(BODIES[app])}"
+        trace = tmp_path / f"t{trial}.sqlite"
+        rc = record(trace, app, 2, kill)
+        assert rc != 0, f"trial {trial} ({app}, kill {kill}) did not crash"
+        crashed = tracer.open(trace).run()
+        assert crashed.info.status == "crashed", (trial, kill, crashed.info.status)
+        assert crashed.checkpoints(), (trial, kill)
+        res = resume(trace)
+        whole = uninterrupted[app]
+        where = f"trial {trial}: {app}, kill {kill}, resumed after {res['resumed_from']}"
+        assert res["continues"] == crashed.info.run_id, where
+        assert res["objectives"] == whole["objectives"], where  # bitwise: floats from JSON
+        assert res["digests"] == whole["digests"], where
+        assert set(res) >= set(whole) - {"op_times"}, where  # the object run --json prints
+        runs = tracer.open(trace).runs()
+        assert [r.status for r in runs] == ["crashed", "finished"], where
+        assert runs[1].continues == runs[0].run_id and runs[1].run_id == res["run_id"], where
+
+
+@pytest.fixture(scope="module")
+def resumed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 2-rank SGDMF run killed in invocation 2 and resumed (after sgd#1)."""
+    trace = tmp_path_factory.mktemp("resumed") / "t.sqlite"
+    assert record(trace, "sgdmf", 2, "1:2:5") != 0
+    resume(trace)
+    return trace
+
+
+def test_show_json_lists_the_resumed_run_with_continues(resumed: Path) -> None:
+    rc, out, err = cli("show", str(resumed), "--json")
+    assert rc == 0, err
+    runs = json.loads(out)["runs"]
+    assert [r["status"] for r in runs] == ["crashed", "finished"]
+    assert runs[0]["continues"] is None and runs[1]["continues"] == runs[0]["run_id"]
+    # the resumed run holds the checkpoint it started from, then its own
+    assert runs[1]["checkpoints"][0] == "sgd#1"
+
+
+@pytest.mark.parametrize("mode", ["single", "cluster"])
+def test_a_resumed_run_replays_from_the_checkpoint_it_started_at(resumed: Path, mode: str) -> None:
+    limit = ["--timeout", "60"] if mode == "cluster" else []
+    rc, out, err = cli(mode, str(resumed), "--json", *limit)
+    assert rc == 0, err
+    doc = json.loads(out)
+    assert doc["identical"] and doc["complete"], doc
+    assert doc["checked"]["digests"] == 3 * (EPOCHS - 2)  # A, W, H after sgd#2 and sgd#3
+    assert doc["checked"]["objectives"] == EPOCHS
+    assert "starting after the checkpoint at sgd#1" in err
+
+
+def test_replay_from_inside_a_resumed_run(resumed: Path) -> None:
+    rc, out, err = cli("single", str(resumed), "--from", "sgd:3", "--json")
+    assert rc == 0, err
+    doc = json.loads(out)
+    assert doc["identical"] and doc["from"]["invocation"] == 2, doc
+    rc, _, err = cli("single", str(resumed), "--from", "sgd:7")
+    assert rc == 2 and "sgd#7 does not exist" in err
+
+
+def test_a_resumed_run_is_not_resumed_twice(resumed: Path) -> None:
+    first = tracer.open(resumed).runs()[0].run_id
+    rc, out, err = cli("resume", str(resumed), "--run", first)
+    assert rc == 2 and out == ""
+    assert err.count("\n") == 1 and "already resumed as run" in err
+
+
+def test_a_finished_run_is_refused(resumed: Path) -> None:
+    rc, out, err = cli("resume", str(resumed))  # the latest run: the resumed one
+    assert rc == 2 and out == ""
+    assert err.strip().endswith(
+        "there is nothing to resume (only a crashed or interrupted run can be resumed)"
+    )
+    assert err.count("\n") == 1
+
+
+def test_in_process_interrupted_run_resumes(
+    tmp_path: Path, uninterrupted: dict[str, dict[str, Any]]
+) -> None:
+    """One rank, stopped by Ctrl-C (KeyboardInterrupt) in invocation 2: interrupted."""
+    trace = tmp_path / "t.sqlite"
+    assert record(trace, "mlr", 1, "0:2:1", RESUME_HOW="interrupt") != 0
+    assert tracer.open(trace).run().info.status == "interrupted"
+    rc, out, err = cli("resume", str(trace))
+    assert rc == 0, err
+    assert "resumed run" in out and "after the checkpoint at mlr#1" in out
+    runs = tracer.open(trace).runs()
+    assert runs[1].continues == runs[0].run_id and runs[1].ranks == 1
+    # against an uninterrupted run on the same (one) rank
+    whole = tmp_path / "whole.sqlite"
+    record(whole, "mlr", 1)
+    assert tracer.open(trace).run().objectives() == tracer.open(whole).run().objectives()
+    w = [(d.op, d.invocation, d.dds, d.digest) for d in tracer.open(whole).run().digests()]
+    r = [(d.op, d.invocation, d.dds, d.digest) for d in tracer.open(trace).run().digests()]
+    assert r == [x for x in w if x[1] >= 2] and r  # mlr#2 and mlr#3: the new run's own
+
+
+def test_no_checkpoint_is_refused(tmp_path: Path) -> None:
+    trace = tmp_path / "t.sqlite"
+    args = ["run", target("sgdmf"), "-p", "epochs=3", "--trace", str(trace)]
+    rc, _, _ = cli(
+        *args, "--no-checkpoints", "--ranks", "2", "--timeout", "60", env={"RESUME_KILL": "0:1:3"}
+    )
+    assert rc != 0
+    rc, out, err = cli("resume", str(trace))
+    assert rc == 2 and out == ""
+    assert "has no complete checkpoint to resume from" in err and err.count("\n") == 1
+
+
+def test_a_failed_or_running_run_is_refused(tmp_path: Path) -> None:
+    trace = tmp_path / "t.sqlite"
+    record(trace, "mlr", 1)
+    run_id = tracer.open(trace).run().info.run_id
+    con = sqlite3.connect(trace)
+    con.execute("update run set status = 'running', ended_at = NULL where run_id = ?", (run_id,))
+    con.commit()
+    rc, _, err = cli("resume", str(trace))
+    assert rc == 2 and "is still running" in err and err.count("\n") == 1
+    con.execute(
+        "update run set status = 'failed', error = 'Traceback\n  ValueError: bad row' "
+        "where run_id = ?",
+        (run_id,),
+    )
+    con.commit()
+    rc, _, err = cli("resume", str(trace), "--json")
+    assert rc == 2 and "ValueError: bad row" in err and "fix the program" in err
+
+
+def test_bad_input_is_one_line(tmp_path: Path) -> None:
+    rc, _, err = cli("resume", str(tmp_path / "missing.sqlite"))
+    assert rc == 2 and err.count("\n") == 1 and "Traceback" not in err
+    (tmp_path / "junk.sqlite").write_bytes(b"not a database at all" * 10)
+    rc, _, err = cli("resume", str(tmp_path / "junk.sqlite"))
+    assert rc == 2 and err.count("\n") == 1 and "Traceback" not in err
