@@ -3,7 +3,8 @@
 User errors print one line on stderr and exit 2 (DESIGN §10); a failed loop body
 exits 1; ``--json`` prints exactly one JSON object on stdout.  The commands live in
 ``_runcmds`` (run, demo), ``_replaycmds`` (cluster, single), ``_dualcmd`` (dual),
-``_tracecmds`` (ls, show, verify, export), ``_ttcmds`` (history, watch) and ``tui`` (browse); ``_cliutil`` holds what
+``_tracecmds`` (ls, show, verify, export), ``_ttcmds`` (history, watch), ``_resumecmd``
+(resume) and ``tui`` (browse); ``_cliutil`` holds what
 they share.
 """
 

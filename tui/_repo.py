@@ -95,6 +95,9 @@ class RunRow:
     ref: RunRef
     info: tracer.RunInfo
     verdicts: tuple[tracer.VerdictInfo, ...]
+    #: the runs this one resumed (``replay resume``), earliest first: the list shows
+    #: them with it as one line
+    earlier: tuple[tracer.RunInfo, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

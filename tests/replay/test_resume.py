@@ -7,6 +7,7 @@ kill switch (``resume_apps.py``): the run that must crash is recorded with
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 import sqlite3
@@ -210,3 +211,31 @@ def test_bad_input_is_one_line(tmp_path: Path) -> None:
     (tmp_path / "junk.sqlite").write_bytes(b"not a database at all" * 10)
     rc, _, err = cli("resume", str(tmp_path / "junk.sqlite"))
     assert rc == 2 and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_browse_shows_the_crashed_and_the_resumed_run_as_one_line(resumed: Path) -> None:
+    from textual.widgets import DataTable
+
+    from tui import BrowserApp
+
+    runs = tracer.open(resumed).runs()
+    seen: dict[str, Any] = {}
+
+    async def main() -> None:
+        app = BrowserApp([resumed])
+        async with app.run_test(size=(100, 24)) as pilot:
+            for _ in range(100):
+                await pilot.pause(0.05)
+                table = app.screen.query(DataTable)
+                if table and table.first().row_count:
+                    break
+            table = app.screen.query_one("#runs", DataTable)
+            seen["rows"] = [[str(c) for c in table.get_row_at(k)] for k in range(table.row_count)]
+            seen["detail"] = str(app.screen.query_one("#runs-detail").render())
+
+    asyncio.run(main())
+    assert len(seen["rows"]) == 1, seen
+    row = seen["rows"][0]
+    assert "finished ↻" in row
+    assert f"resumes run {runs[0].run_id[:12]} (crashed)" in seen["detail"]
+    assert runs[1].run_id in seen["detail"]  # the line opens the resumed run
