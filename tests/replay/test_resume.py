@@ -9,15 +9,22 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import random
+import re
+import shlex
+import signal
 import sqlite3
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import tracer
-from tests.conftest import run_cli
+from tests.conftest import ROOT, run_cli
 
 HERE = Path(__file__).parent
 APPS = HERE / "resume_apps.py"
@@ -239,3 +246,44 @@ def test_browse_shows_the_crashed_and_the_resumed_run_as_one_line(resumed: Path)
     assert "finished ↻" in row
     assert f"resumes run {runs[0].run_id[:12]} (crashed)" in seen["detail"]
     assert runs[1].run_id in seen["detail"]  # the line opens the resumed run
+
+
+def test_readme_resume_commands_run_as_written(tmp_path: Path) -> None:
+    """The README's Resume block, with Ctrl-C (SIGINT) pressed after the first checkpoint."""
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("#### Resume") : text.index("## Benchmarks")]
+    lines = re.search(r"```bash\n(.*?)\n```", section, re.S).group(1).splitlines()
+    assert [ln.split()[1] for ln in lines] == ["run", "resume", "show"]
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    cmd = [sys.executable, "-m", "replay", *shlex.split(lines[0])[1:]]
+    proc = subprocess.Popen(
+        cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    trace = tmp_path / "traces" / "long.sqlite"
+    deadline = time.monotonic() + 60
+    try:
+        while time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.1)
+            try:
+                if trace.exists() and tracer.open(trace).run().checkpoints():
+                    break
+            except tracer.TracerError:
+                continue  # the run row is not written yet
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 128 + signal.SIGINT, err
+    assert tracer.open(trace).run().info.status == "interrupted"
+    for line in lines[1:]:
+        got = run_cli(shlex.split(line)[1:], timeout=TIMEOUT, cwd=tmp_path)
+        assert got.returncode == 0, got.stderr
+        if " resume " in f" {line} ":
+            assert "resumed run" in got.stdout and "after the checkpoint at sgd#" in got.stdout
+            assert "final rmse" in got.stdout
+    runs = tracer.open(trace).runs()
+    assert [r.status for r in runs] == ["interrupted", "finished"]
+    assert runs[1].continues == runs[0].run_id
+    assert len(tracer.open(trace).run().objectives()["rmse"]) == 30
