@@ -287,3 +287,20 @@ def test_readme_resume_commands_run_as_written(tmp_path: Path) -> None:
     assert [r.status for r in runs] == ["interrupted", "finished"]
     assert runs[1].continues == runs[0].run_id
     assert len(tracer.open(trace).run().objectives()["rmse"]) == 30
+
+
+def test_history_and_watch_of_a_resumed_run_start_at_its_checkpoint(resumed: Path) -> None:
+    rc, out, err = cli("history", str(resumed), "W[3]", "--json")
+    assert rc == 0, err
+    hist = json.loads(out)["history"]
+    assert [(e["op"], e["invocation"]) for e in hist] == [("sgd", 2), ("sgd", 3)]
+    crashed = tracer.open(resumed).runs()[0].run_id
+    rc, out, err = cli("history", str(resumed), "W[3]", "--run", crashed, "--json")
+    assert rc == 0, err
+    before = json.loads(out)["history"]
+    assert [(e["op"], e["invocation"]) for e in before][:2] == [("sgd", 0), ("sgd", 1)]
+    # a watch that first holds after the start checkpoint is found in the resumed run
+    rc, out, err = cli("watch", str(resumed), "abs(W).max() > 0", "--json")
+    assert rc == 2 and "already holds at sgd#1" in err and f"--run {crashed}" in err
+    rc, out, err = cli("watch", str(resumed), "np.isnan(W).any()", "--json")
+    assert rc == 0 and json.loads(out)["found"] is False, err
