@@ -17,7 +17,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +37,19 @@ BODIES = {"sgdmf": 40, "mlr": 3}
 def cli(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
     proc = run_cli(list(args), timeout=TIMEOUT, env=env or {})
     return proc.returncode, proc.stdout, proc.stderr
+
+
+def runs_of(trace: Path) -> list[tracer.RunInfo]:
+    """The runs of ``trace`` (the store is closed again: no connection of this process
+    lingers while the next command writes it)."""
+    with tracer.open(trace) as t:
+        return t.runs()
+
+
+def of_run(trace: Path, what: Any, run_id: str | None = None) -> Any:
+    """``what(run)`` for the latest run (or ``run_id``) of ``trace``, store closed after."""
+    with tracer.open(trace) as t:
+        return what(t.run(run_id))
 
 
 def target(app: str) -> str:
@@ -89,17 +101,17 @@ def test_sigkill_a_rank_then_resume_is_bitwise_an_uninterrupted_run(
         trace = tmp_path / f"t{trial}.sqlite"
         rc = record(trace, app, 2, kill)
         assert rc != 0, f"trial {trial} ({app}, kill {kill}) did not crash"
-        crashed = tracer.open(trace).run()
-        assert crashed.info.status == "crashed", (trial, kill, crashed.info.status)
-        assert crashed.checkpoints(), (trial, kill)
+        info, cps = of_run(trace, lambda r: (r.info, r.checkpoints()))
+        assert info.status == "crashed", (trial, kill, info.status)
+        assert cps, (trial, kill)
         res = resume(trace)
         whole = uninterrupted[app]
         where = f"trial {trial}: {app}, kill {kill}, resumed after {res['resumed_from']}"
-        assert res["continues"] == crashed.info.run_id, where
+        assert res["continues"] == info.run_id, where
         assert res["objectives"] == whole["objectives"], where  # bitwise: floats from JSON
         assert res["digests"] == whole["digests"], where
         assert set(res) >= set(whole) - {"op_times"}, where  # the object run --json prints
-        runs = tracer.open(trace).runs()
+        runs = runs_of(trace)
         assert [r.status for r in runs] == ["crashed", "finished"], where
         assert runs[1].continues == runs[0].run_id and runs[1].run_id == res["run_id"], where
 
@@ -145,7 +157,7 @@ def test_replay_from_inside_a_resumed_run(resumed: Path) -> None:
 
 
 def test_a_resumed_run_is_not_resumed_twice(resumed: Path) -> None:
-    first = tracer.open(resumed).runs()[0].run_id
+    first = runs_of(resumed)[0].run_id
     rc, out, err = cli("resume", str(resumed), "--run", first)
     assert rc == 2 and out == ""
     assert err.count("\n") == 1 and "already resumed as run" in err
@@ -166,18 +178,21 @@ def test_in_process_interrupted_run_resumes(
     """One rank, stopped by Ctrl-C (KeyboardInterrupt) in invocation 2: interrupted."""
     trace = tmp_path / "t.sqlite"
     assert record(trace, "mlr", 1, "0:2:1", RESUME_HOW="interrupt") != 0
-    assert tracer.open(trace).run().info.status == "interrupted"
+    assert of_run(trace, lambda r: r.info.status) == "interrupted"
     rc, out, err = cli("resume", str(trace))
     assert rc == 0, err
     assert "resumed run" in out and "after the checkpoint at mlr#1" in out
-    runs = tracer.open(trace).runs()
+    runs = runs_of(trace)
     assert runs[1].continues == runs[0].run_id and runs[1].ranks == 1
     # against an uninterrupted run on the same (one) rank
     whole = tmp_path / "whole.sqlite"
     record(whole, "mlr", 1)
-    assert tracer.open(trace).run().objectives() == tracer.open(whole).run().objectives()
-    w = [(d.op, d.invocation, d.dds, d.digest) for d in tracer.open(whole).run().digests()]
-    r = [(d.op, d.invocation, d.dds, d.digest) for d in tracer.open(trace).run().digests()]
+    assert of_run(trace, lambda r: r.objectives()) == of_run(whole, lambda r: r.objectives())
+
+    def digests(r: Any) -> list[tuple[str, int, str, str]]:
+        return [(d.op, d.invocation, d.dds, d.digest) for d in r.digests()]
+
+    w, r = of_run(whole, digests), of_run(trace, digests)
     assert r == [x for x in w if x[1] >= 2] and r  # mlr#2 and mlr#3: the new run's own
 
 
@@ -196,7 +211,7 @@ def test_no_checkpoint_is_refused(tmp_path: Path) -> None:
 def test_a_failed_or_running_run_is_refused(tmp_path: Path) -> None:
     trace = tmp_path / "t.sqlite"
     record(trace, "mlr", 1)
-    run_id = tracer.open(trace).run().info.run_id
+    run_id = of_run(trace, lambda r: r.info.run_id)
     con = sqlite3.connect(trace)
     con.execute("update run set status = 'running', ended_at = NULL where run_id = ?", (run_id,))
     con.commit()
@@ -225,7 +240,7 @@ def test_browse_shows_the_crashed_and_the_resumed_run_as_one_line(resumed: Path)
 
     from tui import BrowserApp
 
-    runs = tracer.open(resumed).runs()
+    runs = runs_of(resumed)
     seen: dict[str, Any] = {}
 
     async def main() -> None:
@@ -260,33 +275,33 @@ def test_readme_resume_commands_run_as_written(tmp_path: Path) -> None:
         cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     trace = tmp_path / "traces" / "long.sqlite"
-    deadline = time.monotonic() + 60
+    seen = []
     try:
-        while time.monotonic() < deadline and proc.poll() is None:
-            time.sleep(0.1)
-            try:
-                if trace.exists() and tracer.open(trace).run().checkpoints():
-                    break
-            except tracer.TracerError:
-                continue  # the run row is not written yet
+        # "iter 0" is logged after the rmse reduce, which every rank reaches only after
+        # writing its part of the checkpoint at sgd#0: press Ctrl-C then, as the README says
+        for line in proc.stdout:  # type: ignore[union-attr]
+            seen.append(line)
+            if line.split()[:2] == ["iter", "0"]:
+                break
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=30)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+    assert any(ln.split()[:2] == ["iter", "0"] for ln in seen), seen
     assert proc.returncode == 128 + signal.SIGINT, err
-    assert tracer.open(trace).run().info.status == "interrupted"
+    assert of_run(trace, lambda r: r.info.status) == "interrupted"
     for line in lines[1:]:
         got = run_cli(shlex.split(line)[1:], timeout=TIMEOUT, cwd=tmp_path)
         assert got.returncode == 0, got.stderr
         if " resume " in f" {line} ":
             assert "resumed run" in got.stdout and "after the checkpoint at sgd#" in got.stdout
             assert "final rmse" in got.stdout
-    runs = tracer.open(trace).runs()
+    runs = runs_of(trace)
     assert [r.status for r in runs] == ["interrupted", "finished"]
     assert runs[1].continues == runs[0].run_id
-    assert len(tracer.open(trace).run().objectives()["rmse"]) == 30
+    assert len(of_run(trace, lambda r: r.objectives())["rmse"]) == 30
 
 
 def test_history_and_watch_of_a_resumed_run_start_at_its_checkpoint(resumed: Path) -> None:
@@ -294,7 +309,7 @@ def test_history_and_watch_of_a_resumed_run_start_at_its_checkpoint(resumed: Pat
     assert rc == 0, err
     hist = json.loads(out)["history"]
     assert [(e["op"], e["invocation"]) for e in hist] == [("sgd", 2), ("sgd", 3)]
-    crashed = tracer.open(resumed).runs()[0].run_id
+    crashed = runs_of(resumed)[0].run_id
     rc, out, err = cli("history", str(resumed), "W[3]", "--run", crashed, "--json")
     assert rc == 0, err
     before = json.loads(out)["history"]
