@@ -16,7 +16,7 @@ before it are the crashed run's, replayed from that run.
 
 from __future__ import annotations
 
-import time
+import dataclasses
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -140,7 +140,8 @@ def resume_here(
     record into ``spec['trace']`` as run ``spec['run_id']``; return the JSON result."""
     crashed = open_run(spec["trace"], spec["continues"])
     info = crashed.info
-    app = recorded_app(info)
+    # the new run names its app as the crashed run does (not the resolved file path)
+    app = dataclasses.replace(recorded_app(info), spec=info.app)
     params = dict(info.params)
     rank = comm.Get_rank() if comm is not None else 0
     size = comm.Get_size() if comm is not None else 1
@@ -216,7 +217,6 @@ def new_spec(path: str, run: Any, start: Start) -> dict[str, Any]:
         "run_id": uuid.uuid4().hex,
         "from": [start.op, start.invocation],
         "hash_seed": _environment.recorded_hash_seed(run.info.environment),
-        "started": time.time(),
     }
 
 

@@ -298,6 +298,11 @@ def test_readme_resume_commands_run_as_written(tmp_path: Path) -> None:
         if " resume " in f" {line} ":
             assert "resumed run" in got.stdout and "after the checkpoint at sgd#" in got.stdout
             assert "final rmse" in got.stdout
+        if " show " in f" {line} ":
+            assert (
+                "continues run " in got.stdout
+                and "(resumed after the checkpoint at sgd#" in got.stdout
+            )
     runs = runs_of(trace)
     assert [r.status for r in runs] == ["interrupted", "finished"]
     assert runs[1].continues == runs[0].run_id
