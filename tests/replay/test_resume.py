@@ -324,3 +324,22 @@ def test_history_and_watch_of_a_resumed_run_start_at_its_checkpoint(resumed: Pat
     assert rc == 2 and "already holds at sgd#1" in err and f"--run {crashed}" in err
     rc, out, err = cli("watch", str(resumed), "np.isnan(W).any()", "--json")
     assert rc == 0 and json.loads(out)["found"] is False, err
+
+
+def test_a_resumed_run_that_crashes_is_resumed_again(
+    tmp_path: Path, uninterrupted: dict[str, dict[str, Any]]
+) -> None:
+    """Killed in sgd#1, resumed and killed again in sgd#3 (the kill switch counts the
+    skipped invocations too), resumed again: still the uninterrupted run, bitwise."""
+    trace = tmp_path / "t.sqlite"
+    assert record(trace, "sgdmf", 2, "0:1:7") != 0
+    rc, _, err = cli("resume", str(trace), "--timeout", "60", env={"RESUME_KILL": "1:3:7"})
+    assert rc != 0, err
+    first, second = runs_of(trace)
+    assert second.status == "crashed" and second.continues == first.run_id
+    res = resume(trace)  # the latest run: the resumed one that crashed
+    assert res["continues"] == second.run_id
+    assert res["objectives"] == uninterrupted["sgdmf"]["objectives"]
+    assert res["digests"] == uninterrupted["sgdmf"]["digests"]
+    rc, _, err = cli("resume", str(trace), "--run", first.run_id)
+    assert rc == 2 and f"already resumed as run {second.run_id[:12]}" in err
