@@ -17,6 +17,7 @@ before it are the crashed run's, replayed from that run.
 from __future__ import annotations
 
 import dataclasses
+import struct
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -54,6 +55,21 @@ class ResumeController(engine.Controller):
 
     def check_restored(self, op: str, invocation: int, digests: list[tuple[str, str]]) -> None:
         self.travel.check_restored(op, invocation, digests)
+        # the objectives logged while fast-forwarding must be the crashed run's: one
+        # computed from the DDS outside a collective operator would have seen them stale
+        recorded = self.travel.run.objectives()
+        for name, values in engine.current().objectives.items():
+            for i, v in enumerate(values):
+                want = recorded.get(name, [])
+                exp = want[i] if i < len(want) else None
+                if exp is None or struct.pack("<d", exp) != struct.pack("<d", v):
+                    raise UsageError(
+                        f"this run cannot be resumed: fast-forwarding to the checkpoint at "
+                        f"{op}#{invocation} logged {name}[{i}] = {v!r}, the crashed run "
+                        f"logged {'nothing' if exp is None else repr(exp)}; the driver "
+                        "computes it from the DDS outside a collective operator (build it "
+                        "with reduce or gather), so re-run it with 'replay run'"
+                    )
 
     def served_value(self, k: int, kind: str) -> Any:
         value = self.travel.served_value(k, kind)
@@ -87,11 +103,12 @@ def resumable(path: str, run_id: str | None) -> tuple[Any, Start]:
         )
     if info.status not in RESUMABLE:
         raise UsageError(
-            f"run {short} {info.status} (a loop body raised: {_first_line(info.error)}); "
+            f"run {short} {info.status} (a loop body raised: {_last_line(info.error)}); "
             "only a crashed or interrupted run can be resumed: fix the program and re-run it"
         )
     for other in trace.runs():
-        if other.continues == info.run_id:
+        # a resume that failed (the program could not be resumed) leaves no branch
+        if other.continues == info.run_id and other.status != "failed":
             raise UsageError(
                 f"run {short} was already resumed as run {other.run_id[:12]} "
                 f"({other.status}); resume that one with --run {other.run_id} if it crashed too"
@@ -108,7 +125,7 @@ def resumable(path: str, run_id: str | None) -> tuple[Any, Start]:
     return run, Start(last.op, last.invocation, last.step)
 
 
-def _first_line(text: str | None) -> str:
+def _last_line(text: str | None) -> str:
     lines = [ln.strip() for ln in (text or "").splitlines() if ln.strip()]
     return lines[-1] if lines else "no error recorded"
 

@@ -76,3 +76,17 @@ def mlr(epochs: int = 4, minibatch: int = 50, synthetic: bool = True) -> dict[st
     """MLR (``sync_for``, BSP) on synthetic digits."""
     with _kill_switch():
         return mlr_train(epochs=epochs, minibatch=minibatch, synthetic=synthetic)
+
+
+def stale(epochs: int = 4) -> None:
+    """Logs an objective read straight from a DDS in the driver, not through a collective
+    operator: fast-forwarding cannot reproduce it, and ``resume`` must say so."""
+    with _kill_switch():
+        X = ap.dvector(4, shape=(1,), init=ap.init.zeros(), name="X")
+        for _ in range(epochs):
+
+            def body(j: int) -> None:
+                X[j] = X[j] + 1.0
+
+            ap.async_for(0, 4, body, name="inc")
+            ap.log_objective("x0", float(X[0][0]))

@@ -343,3 +343,18 @@ def test_a_resumed_run_that_crashes_is_resumed_again(
     assert res["digests"] == uninterrupted["sgdmf"]["digests"]
     rc, _, err = cli("resume", str(trace), "--run", first.run_id)
     assert rc == 2 and f"already resumed as run {second.run_id[:12]}" in err
+
+
+def test_an_objective_the_fast_forward_cannot_reproduce_stops_the_resume(tmp_path: Path) -> None:
+    trace = tmp_path / "t.sqlite"
+    args = ["run", target("stale"), "--trace", str(trace), "--checkpoint-every", "1"]
+    rc, _, _ = cli(*args, env={"RESUME_KILL": "0:2:1", "RESUME_HOW": "interrupt"})
+    assert rc != 0
+    rc, out, err = cli("resume", str(trace))
+    assert rc == 2, err
+    assert err.count("\n") == 1 and "cannot be resumed" in err
+    assert "logged x0[0] = 0.0, the crashed run logged 1.0" in err
+    first, second = runs_of(trace)
+    assert second.status == "failed" and second.continues == first.run_id
+    rc, _, err = cli("resume", str(trace), "--run", first.run_id)  # no branch was left
+    assert rc == 2 and "cannot be resumed" in err
