@@ -170,12 +170,10 @@ def start_at(run: Any, point: tuple[str, int], option: str = "--from") -> Start:
     return start_before(run, first_step(run) + step_of(program_order(run), point, option))
 
 
-def resumed_start(run: Any) -> Start | None:
-    """Where any replay of a resumed run (``continues``) starts: the checkpoint it was
+def resumed_start(run: Any) -> Start:
+    """Where any replay of a resumed run (``continues`` set) starts: the checkpoint it was
     resumed from, its first (its earlier loop invocations are the crashed run's and are
-    not in it).  None for any other run."""
-    if run.info.continues is None:
-        return None
+    not in it)."""
     cps = run.checkpoints()
     if not cps:
         raise UsageError(
@@ -217,7 +215,7 @@ def replay_here(
     if spec.get("from"):
         travel = FastForward(run, start_at(run, tuple(spec["from"])))
     elif run.info.continues is not None:
-        travel = FastForward(run, resumed_start(run))  # type: ignore[arg-type]
+        travel = FastForward(run, resumed_start(run))
     if travel is not None:
         if say is not None and travel.start.op is not None:
             say(f"starting after the checkpoint at {travel.start.op}#{travel.start.invocation}")
