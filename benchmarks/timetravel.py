@@ -6,6 +6,8 @@
   trace's own bytes
 * ``--from`` speed: on a run of N invocations recorded with ``--checkpoint-every 2``,
   ``replay single TRACE --from sgd:N-1`` over a full ``replay single TRACE``  (<= 0.20)
+* resume versus re-run: a run killed in its last invocation, ``replay resume`` over an
+  uninterrupted re-run (``benchmarks/resume.py``, which also runs alone)
 
 Usage: python benchmarks/timetravel.py [--epochs 20] [--ranks 2] [--repeats 3] [--synthetic]
 """
@@ -20,6 +22,7 @@ from datetime import date
 from pathlib import Path
 
 from _common import ROOT, dataset, replay_cmd, replay_run
+from resume import measure as resume_figures
 
 
 def main() -> None:
@@ -59,6 +62,9 @@ def main() -> None:
             cfull.append(c["wall_s"])
             cpart.append(d["wall_s"])
         started = b["from"]
+        rcommon = ["--ranks", str(args.ranks), "-p", f"epochs={args.epochs}", "-p", "rank=32"]
+        rcommon += ["-p", f"synthetic={str(label == 'synthetic').lower()}"]
+        resumed = resume_figures(rcommon, args.epochs, args.repeats, tmp)
     med = {k: statistics.median(v) for k, v in walls.items()}
     auto_cps = len(shown["auto"]["checkpoints"])
     every_cps = len(shown["every_1"]["checkpoints"])
@@ -87,6 +93,7 @@ def main() -> None:
         "single_replay_wall_s": {"full": full, "from_last": part},
         "single_replay_elapsed_s": {"full": full_e, "from_last": part_e},
         "cluster_replay_wall_s": {"full": cfull, "from_last": cpart},
+        "resume": resumed,
         "ratios": {
             "checkpoints_auto_over_none": {
                 "value": round(med["auto"] / med["none"], 4),

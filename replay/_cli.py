@@ -2,8 +2,9 @@
 
 User errors print one line on stderr and exit 2 (DESIGN §10); a failed loop body
 exits 1; ``--json`` prints exactly one JSON object on stdout.  The commands live in
-``_runcmds`` (run, demo), ``_replaycmds`` (cluster, single), ``_dualcmd`` (dual), ``_chaoscmd`` (chaos),
-``_tracecmds`` (ls, show, verify, export), ``_ttcmds`` (history, watch) and ``tui`` (browse); ``_cliutil`` holds what
+``_runcmds`` (run, demo), ``_replaycmds`` (cluster, single), ``_dualcmd`` (dual),
+``_chaoscmd`` (chaos), ``_tracecmds`` (ls, show, verify, export), ``_ttcmds`` (history,
+watch), ``_resumecmd`` (resume) and ``tui`` (browse); ``_cliutil`` holds what
 they share.
 """
 
@@ -20,6 +21,7 @@ from ._chaoscmd import register as register_chaos
 from ._cliutil import Group
 from ._dualcmd import register as register_dual
 from ._replaycmds import register as register_replay
+from ._resumecmd import register as register_resume
 from ._runcmds import execute
 from ._runcmds import register as register_run
 from ._tracecmds import register as register_trace_commands
@@ -38,6 +40,7 @@ register_dual(cli)
 register_chaos(cli)
 register_trace_commands(cli)
 register_time_travel(cli)
+register_resume(cli)
 register_browse(cli)
 
 

@@ -30,6 +30,7 @@ from ._errors import UsageError
 from ._timetravel import (
     FastForward,
     Start,
+    first_step,
     program_order,
     require_checkpoints,
     start_before,
@@ -148,7 +149,7 @@ def history(
     require_checkpoints(run)
     order, a, b = steps_between(run, between)
     step = {point: k for k, point in enumerate(order)}
-    start = start_before(run, a)
+    start = start_before(run, first_step(run) + a)
     entries: list[dict[str, Any]] = []
     writer: dict[tuple[str, int], tuple[Any, int]] = {}
 
@@ -321,7 +322,8 @@ def watch(run: Any, app: Any, w: Watch) -> dict[str, Any]:
     """The first invocation, then the first body, after which ``w`` holds."""
     cps = require_checkpoints(run)
     order = program_order(run)
-    step = {point: k for k, point in enumerate(order)}
+    first = first_step(run)  # a resumed run starts at its first checkpoint
+    step = {point: first + k for k, point in enumerate(order)}
     # bisect over the checkpoints (the expression is assumed to stay true once true)
     lo, hi = -1, len(cps)  # cps[lo] does not hold (-1: the start), cps[hi] holds
     while hi - lo > 1:
@@ -330,8 +332,16 @@ def watch(run: Any, app: Any, w: Watch) -> dict[str, Any]:
             hi = mid
         else:
             lo = mid
+    if lo < 0 and first > 0:
+        if hi == 0:
+            raise UsageError(
+                f"{w.text} already holds at {cps[0].op}#{cps[0].invocation}, where run "
+                f"{run.info.run_id[:12]} resumed run {str(run.info.continues)[:12]}; "
+                f"watch that run (--run {run.info.continues})"
+            )
+        lo = 0  # nothing before the checkpoint the resumed run started from is in it
     start = Start(None, -1, -1) if lo < 0 else Start(cps[lo].op, cps[lo].invocation, cps[lo].step)
-    last = cps[hi].step if hi < len(cps) else len(order) - 1
+    last = cps[hi].step if hi < len(cps) else first + len(order) - 1
     found: dict[str, Any] = {}
 
     def after(op: str, invocation: int) -> None:

@@ -120,6 +120,7 @@ def _recorder(spec: dict[str, Any], app: Any, params: dict[str, Any], comm: Any)
             "seed": spec.get("seed", 0),
             "versions": _environment.versions(),
             "environment": _environment.record(),
+            "continues": spec.get("continues"),
         }
         if spec.get("labels"):
             meta["labels"] = spec["labels"]

@@ -30,7 +30,7 @@ from ._errors import UsageError
 from ._job import code_digest
 from ._progress import tick_line
 from ._target import CodeChangedError, check_digest, check_params, file_digest, target_file
-from ._timetravel import FastForward, Start, program_order, start_before, step_of
+from ._timetravel import FastForward, Start, first_step, program_order, start_before, step_of
 
 
 def parse_break(text: str) -> tuple[str, int, int, int | None]:
@@ -167,7 +167,20 @@ def check_replayable(run: Any) -> None:
 def start_at(run: Any, point: tuple[str, int], option: str = "--from") -> Start:
     """Where a replay ``--from`` ``point`` starts: after the latest checkpoint taken
     before ``point`` runs (a bad point, or a run without checkpoints, is a UsageError)."""
-    return start_before(run, step_of(program_order(run), point, option))
+    return start_before(run, first_step(run) + step_of(program_order(run), point, option))
+
+
+def resumed_start(run: Any) -> Start:
+    """Where any replay of a resumed run (``continues`` set) starts: the checkpoint it was
+    resumed from, its first (its earlier loop invocations are the crashed run's and are
+    not in it)."""
+    cps = run.checkpoints()
+    if not cps:
+        raise UsageError(
+            f"run {run.info.run_id[:12]} resumed run {run.info.continues[:12]} but holds no "
+            "checkpoint to start a replay from; the trace is damaged"
+        )
+    return Start(cps[0].op, cps[0].invocation, cps[0].step)
 
 
 def replay_here(
@@ -201,6 +214,9 @@ def replay_here(
     travel = None
     if spec.get("from"):
         travel = FastForward(run, start_at(run, tuple(spec["from"])))
+    elif run.info.continues is not None:
+        travel = FastForward(run, resumed_start(run))
+    if travel is not None:
         if say is not None and travel.start.op is not None:
             say(f"starting after the checkpoint at {travel.start.op}#{travel.start.invocation}")
     controller = TraceController(
@@ -311,6 +327,7 @@ __all__ = [
     "parse_break",
     "parse_until",
     "replay_here",
+    "resumed_start",
     "start_at",
     "store_verdict",
 ]

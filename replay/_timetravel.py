@@ -43,6 +43,16 @@ def program_order(run: Any) -> list[tuple[str, int]]:
     return [(i.op, i.invocation) for i in sorted(invs, key=lambda i: i.seq) if i.node == node]
 
 
+def first_step(run: Any) -> int:
+    """The step (loop invocations since the driver started) of the run's first recorded
+    invocation: 0, or for a resumed run (``continues``) the one after the checkpoint it
+    started from, which is its first checkpoint."""
+    if run.info.continues is None:
+        return 0
+    cps = run.checkpoints()
+    return cps[0].step + 1 if cps else 0
+
+
 def step_of(order: list[tuple[str, int]], point: tuple[str, int], option: str) -> int:
     """The place of ``point`` among ``order``; a point the run never reached is a
     :class:`UsageError` naming what exists."""
@@ -172,6 +182,7 @@ class FastForward:
 __all__ = [
     "FastForward",
     "Start",
+    "first_step",
     "parse_point",
     "program_order",
     "require_checkpoints",

@@ -201,6 +201,11 @@ def show_cmd(trace_path: str, run_id: str | None, as_json: bool) -> None:
             f"{r['ranks']} rank(s) x {r['threads']} thread(s)  seed {r['seed']}"
         )
         click.echo(f"  started {_when(r['started_at'])}, took {r['duration_s']:.2f} s")
+        if r["continues"]:
+            start = r["checkpoints"][0] if r["checkpoints"] else "?"
+            click.echo(
+                f"  continues run {r['continues']} (resumed after the checkpoint at {start})"
+            )
         env = r["environment"]
         if env:
             click.echo(

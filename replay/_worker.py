@@ -54,6 +54,10 @@ def main(argv: list[str]) -> int:
                 _write(job / f"diverged.{rank:04d}.json", result)
                 sys.stdout.flush()
                 comm.Abort(3)
+        elif spec.get("kind") == "resume":
+            from ._resume import resume_here
+
+            result = resume_here(spec, comm=comm, progress=progress)
         else:
             result = run_here(spec, comm=comm, progress=progress)
     except BaseException as exc:  # noqa: BLE001 - every failure must reach the parent

@@ -41,6 +41,7 @@ from ._events import UpdatesApplied as UpdatesApplied
 from ._export import export_chrome as export_chrome
 from ._plans import decode_plan as decode_plan
 from ._plans import encode_plan as encode_plan
+from ._read import CRASH_AFTER_S as CRASH_AFTER_S
 from ._read import RunInfo as RunInfo
 from ._read import Trace as Trace
 from ._read import WritableTrace as WritableTrace
@@ -67,6 +68,7 @@ from ._verify import Report as Report
 
 __all__ = [
     "CODECS",
+    "CRASH_AFTER_S",
     "EVENT_TYPES",
     "SCHEMA_VERSION",
     "DeltasAggregated",

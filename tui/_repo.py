@@ -97,6 +97,9 @@ class RunRow:
     verdicts: tuple[tracer.VerdictInfo, ...]
     #: a chaos run's outcome (``replay.chaos.outcome_digest`` of its trace), else None
     outcome: str | None = None
+    #: the runs this one resumed (``replay resume``), earliest first: the list shows
+    #: them with it as one line
+    earlier: tuple[tracer.RunInfo, ...] = ()
 
 
 def chaos_outcome(run: Any) -> str:

@@ -171,6 +171,12 @@ def skip_invocation(sess: Session, op: str, invocation: int) -> bool:
     if (op, invocation) == tuple(target):
         sess.fast_forward = None  # from here on collective values are computed
         restore(sess, sess.hooks.restore(op, invocation))
+        if sess.recorder.checkpoint_every != 0:
+            # a recorded run that starts here (``replay resume``) holds the checkpoint it
+            # started from: it can itself be replayed, and resumed, from that point on
+            step = sess.steps - 1
+            _write(sess, op, invocation, step)
+            sess.checkpoint_state["last"] = step
     return True
 
 

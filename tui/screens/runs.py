@@ -1,7 +1,9 @@
-"""The runs list: every run of every trace given, with status and verdicts."""
+"""The runs list: every run of every trace given, with status and verdicts (a crashed
+run and the run that resumed it are one line, marked ↻)."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 
@@ -10,6 +12,8 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.events import Resize
 from textual.widgets import DataTable, Footer, Header, Static
+
+import tracer
 
 from .. import _format as fmt
 from .._repo import RunRow, TraceEntry
@@ -49,6 +53,24 @@ def _file_cell(path: str, width: int) -> str:
     if len(name) <= width:
         return name
     return stem if len(stem) <= width else "…" + stem[-(width - 1) :]
+
+
+def fold_resumed(rows: list[RunRow]) -> list[RunRow]:
+    """A crashed run and the run that resumed it (``continues``, same trace) as one row:
+    the resumed one, carrying the runs it continues in ``earlier``."""
+    by_id = {(r.ref.path, r.ref.run_id): r for r in rows}
+    resumed = {(r.ref.path, r.info.continues) for r in rows if r.info.continues}
+    out = []
+    for r in rows:
+        if (r.ref.path, r.ref.run_id) in resumed:
+            continue  # shown in the line of the run that resumed it
+        chain: list[tracer.RunInfo] = []
+        prev = by_id.get((r.ref.path, r.info.continues or ""))
+        while prev is not None and len(chain) < len(rows):
+            chain.insert(0, prev.info)
+            prev = by_id.get((r.ref.path, prev.info.continues or ""))
+        out.append(dataclasses.replace(r, earlier=tuple(chain)) if chain else r)
+    return out
 
 
 def _newest_first(row: RunRow | TraceEntry) -> tuple[int, float, str, str]:
@@ -170,7 +192,7 @@ class RunsScreen(BrowserScreen):
         if reread:
             self.rows = []
             for entry in entries:
-                self.rows += list(entry.runs)
+                self.rows += fold_resumed(list(entry.runs))
                 if entry.error is not None:
                     self.rows.append(entry)
             self.rows = _grouped(self.rows)
@@ -197,14 +219,17 @@ class RunsScreen(BrowserScreen):
             return [mark, name, "?", "-", "-", Text("unreadable", style="bold red"), "-", ""]
         info = row.info
         status = Text(info.status, style=STATUS_STYLE.get(info.status, ""))
+        first = row.earlier[0] if row.earlier else info
+        if row.earlier:
+            status.append(" ↻" if len(row.earlier) == 1 else f" ↻{len(row.earlier)}", "cyan")
         return [
             mark,
             _file_cell(row.ref.path, self.file_width),
             info.app or "?",
-            _started(info.started_at),
+            _started(first.started_at),
             f"{info.ranks}×{info.threads}",
             status,
-            fmt.duration(info.duration),
+            fmt.duration(sum(i.duration for i in row.earlier) + info.duration),
             fmt.verdict_summary(list(row.verdicts)),
         ]
 
@@ -235,6 +260,8 @@ class RunsScreen(BrowserScreen):
                         f"(runs {runs})",
                         style="cyan",
                     )
+                for e in row.earlier:
+                    out.append(f"\nresumes run {e.run_id[:12]} ({e.status})", style="cyan")
                 if info.error:
                     out.append("\n" + info.error.strip().splitlines()[-1], style="red")
         if self.marked:
@@ -305,4 +332,4 @@ class RunsScreen(BrowserScreen):
         self.notify("reloaded")
 
 
-__all__ = ["RunsScreen"]
+__all__ = ["RunsScreen", "fold_resumed"]

@@ -1,0 +1,240 @@
+"""``replay resume``: continue a crashed or interrupted run from its last checkpoint.
+
+The resumed run is a *new* run in the same trace store whose ``continues`` field names
+the run it continues.  Up to the checkpoint it fast-forwards exactly as a replay
+``--from`` does (``_timetravel``): the driver re-runs from the start, loop invocations
+are skipped, the values collective operators returned are served from the crashed run,
+and at the checkpoint the DDS are restored.  After it, the run is free: a normal run on
+the recorded ranks, threads, seed and parameters, recording as ``replay run`` does.
+
+What the new run records for the part it skipped, so that it stands on its own: the
+checkpoint it started from (rewritten by the engine after the restore, each node its
+own rows) and the collective values it was served (below).  A replay of the resumed run
+therefore starts at that checkpoint by itself (``_replay``); the loop invocations
+before it are the crashed run's, replayed from that run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import engine
+import tracer
+
+from . import _environment
+from ._errors import UsageError
+from ._job import _jsonable, _recorder, recording
+from ._replay import open_run, recorded_app
+from ._timetravel import FastForward, Start, first_step, program_order
+
+#: Statuses of a run that ``replay resume`` continues.
+RESUMABLE = ("crashed", "interrupted")
+
+
+class ResumeHooks(engine.DebugHooks):
+    """A free run that first fast-forwards to a checkpoint of another run.
+
+    No schedule is given (nothing is enforced); the time-travel hooks are answered from
+    the crashed run, and every collective value served is recorded into the new run as
+    if it had been computed there (the primary recorder writes it once).
+    """
+
+    def __init__(self, travel: FastForward, recorder: engine.Recorder | None) -> None:
+        self.travel = travel
+        self.recorder = recorder
+
+    def fast_forward(self) -> tuple[str, int] | None:
+        return self.travel.fast_forward()
+
+    def restore(self, op: str, invocation: int) -> Any:
+        return self.travel.restore(op, invocation)
+
+    def check_restored(self, op: str, invocation: int, digests: list[tuple[str, str]]) -> None:
+        self.travel.check_restored(op, invocation, digests)
+        # the objectives logged while fast-forwarding must be the crashed run's: one
+        # computed from the DDS outside a collective operator would have seen them stale
+        recorded = self.travel.run.objectives()
+        for name, values in engine.current().objectives.items():
+            for i, v in enumerate(values):
+                want = recorded.get(name, [])
+                exp = want[i] if i < len(want) else None
+                if exp is None or struct.pack("<d", exp) != struct.pack("<d", v):
+                    raise UsageError(
+                        f"this run cannot be resumed: fast-forwarding to the checkpoint at "
+                        f"{op}#{invocation} logged {name}[{i}] = {v!r}, the crashed run "
+                        f"logged {'nothing' if exp is None else repr(exp)}; the driver "
+                        "computes it from the DDS outside a collective operator (build it "
+                        "with reduce or gather), so re-run it with 'replay run'"
+                    )
+
+    def served_value(self, k: int, kind: str) -> Any:
+        value = self.travel.served_value(k, kind)
+        if self.recorder is not None:
+            self.recorder.collective_value(k, kind, value)
+        return value
+
+    def skipped(self, op: str, invocation: int) -> None:
+        self.travel.note_skipped(op, invocation)
+
+
+def resumable(path: str, run_id: str | None) -> tuple[Any, Start]:
+    """The run to resume and the checkpoint to start from, once every check that needs
+    no code to run has passed (one :class:`UsageError` line otherwise)."""
+    # a run still marked running counts as crashed only once its recorder has been silent
+    # for tracer.CRASH_AFTER_S: resuming a run whose ranks are alive would fork it
+    trace = tracer.open(path)
+    run = trace.run(run_id)
+    info = run.info
+    short = info.run_id[:12]
+    if info.status == "finished":
+        raise UsageError(
+            f"run {short} finished; there is nothing to resume (only a crashed or "
+            "interrupted run can be resumed)"
+        )
+    if info.status == "running":
+        raise UsageError(
+            f"run {short} is still running (its last commit was less than "
+            f"{tracer.CRASH_AFTER_S:g} s ago); if its processes are dead, resume it once it "
+            "has been silent that long"
+        )
+    if info.status not in RESUMABLE:
+        raise UsageError(
+            f"run {short} {info.status} (a loop body raised: {_last_line(info.error)}); "
+            "only a crashed or interrupted run can be resumed: fix the program and re-run it"
+        )
+    for other in trace.runs():
+        # a resume that failed (the program could not be resumed) leaves no branch
+        if other.continues == info.run_id and other.status != "failed":
+            raise UsageError(
+                f"run {short} was already resumed as run {other.run_id[:12]} "
+                f"({other.status}); resume that one with --run {other.run_id} if it crashed too"
+            )
+    trace.ensure_intact(info.run_id)
+    cps = run.checkpoints()
+    if not cps:
+        raise UsageError(
+            f"run {short} has no complete checkpoint to resume from (recorded with "
+            "--no-checkpoints, or it crashed before its first checkpoint was written on "
+            "every node); re-run it with 'replay run'"
+        )
+    last = cps[-1]
+    return run, Start(last.op, last.invocation, last.step)
+
+
+def _last_line(text: str | None) -> str:
+    lines = [ln.strip() for ln in (text or "").splitlines() if ln.strip()]
+    return lines[-1] if lines else "no error recorded"
+
+
+def digests_up_to(run: Any, step: int) -> list[dict[str, Any]]:
+    """The digests the lowest node recorded for loop invocations 0..``step`` of the
+    whole run, following ``continues`` back through earlier resumed runs."""
+    out: list[dict[str, Any]] = []
+    begin = first_step(run)
+    if run.info.continues is not None and begin > 0:
+        out = digests_up_to(run.trace.run(run.info.continues), begin - 1)
+    order = program_order(run)
+    wanted = {p for k, p in enumerate(order) if begin + k <= step}
+    digs = run.digests()
+    if digs:
+        node = min(d.node for d in digs)
+        out += [
+            {"op": d.op, "invocation": d.invocation, "dds": d.dds, "digest": d.digest}
+            for d in digs
+            if d.node == node and (d.op, d.invocation) in wanted
+        ]
+    return out
+
+
+def resume_here(
+    spec: dict[str, Any], comm: Any = None, progress: Callable[[str], None] | None = None
+) -> dict[str, Any]:
+    """Resume ``spec['continues']`` here (in-process, or as one rank of the MPI job);
+    record into ``spec['trace']`` as run ``spec['run_id']``; return the JSON result."""
+    crashed = open_run(spec["trace"], spec["continues"])
+    info = crashed.info
+    # the new run names its app as the crashed run does (not the resolved file path)
+    app = dataclasses.replace(recorded_app(info), spec=info.app)
+    params = dict(info.params)
+    rank = comm.Get_rank() if comm is not None else 0
+    size = comm.Get_size() if comm is not None else 1
+    if size != info.ranks:
+        raise UsageError(
+            f"run {info.run_id[:12]} was recorded on {info.ranks} rank(s) but this job has "
+            f"{size}; run 'replay resume TRACE' (it starts the recorded ranks itself)"
+        )
+    if comm is not None:
+        _environment.check_ranks_agree(comm)
+    say = progress if rank == 0 else None
+    op, inv = spec["from"]
+    start = next(
+        (
+            Start(c.op, c.invocation, c.step)
+            for c in crashed.checkpoints()
+            if (c.op, c.invocation) == (op, inv)
+        ),
+        None,
+    )
+    if start is None:
+        raise tracer.TraceFormatError(
+            f"the checkpoint at {op}#{inv} is missing from run {info.run_id[:12]}"
+        )
+    if say is not None:
+        say(
+            f"resuming run {info.run_id[:12]} ({info.app}, {info.ranks} rank(s) x "
+            f"{info.threads} thread(s), seed {info.seed}) after the checkpoint at {op}#{inv}"
+        )
+    travel = FastForward(crashed, start)
+    rec_spec = dict(
+        spec, nodes=info.ranks, threads=info.threads, seed=info.seed, checkpoint_every=None
+    )
+    recorder = _recorder(rec_spec, app, params, comm)
+    hooks = ResumeHooks(travel, recorder)
+    with recording(recorder):
+        res = engine.run(
+            app.fn,
+            params,
+            nodes=1,
+            threads=info.threads,
+            seed=info.seed,
+            comm=comm,
+            recorder=recorder,
+            progress=say,
+            hooks=hooks,
+        )
+    before = digests_up_to(crashed, start.step)
+    return {
+        "run_id": spec["run_id"],
+        "trace": spec["trace"],
+        "app": app.spec,
+        "params": _jsonable(params),
+        "ranks": res.ranks,
+        "threads": res.threads,
+        "seed": res.seed,
+        "objectives": res.objectives,
+        "digests": before + res.digests,
+        "planner": res.planner,
+        "wall_s": round(res.wall_s, 6),
+        "op_times": {k: [round(x, 6) for x in v] for k, v in res.op_times.items()},
+        "continues": info.run_id,
+        "resumed_from": start.as_json(),
+    }
+
+
+def new_spec(path: str, run: Any, start: Start) -> dict[str, Any]:
+    """The job description of resuming ``run`` after ``start`` into ``path``."""
+    return {
+        "kind": "resume",
+        "trace": path,
+        "continues": run.info.run_id,
+        "run_id": uuid.uuid4().hex,
+        "from": [start.op, start.invocation],
+        "hash_seed": _environment.recorded_hash_seed(run.info.environment),
+    }
+
+
+__all__ = ["RESUMABLE", "ResumeHooks", "digests_up_to", "new_spec", "resumable", "resume_here"]

@@ -1,0 +1,75 @@
+"""``replay resume TRACE``: the command (the job itself is in ``_resume``)."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+import tracer
+
+from . import _environment, _procs
+from ._cliutil import POSITIVE_SECONDS, limit_options, printer, summary, trace_arg, under_launcher
+from ._errors import UsageError
+from ._job import launch
+from ._progress import Printer
+from ._replay import recorded_app
+from ._resume import new_spec, resumable, resume_here
+
+
+@click.command("resume")
+@click.argument("trace", metavar="TRACE", type=click.Path(dir_okay=False))
+@click.option("--run", "run_id", default=None, help="Run id in the trace. [default: the latest]")
+@click.option(
+    "--timeout",
+    type=POSITIVE_SECONDS,
+    default=None,
+    help="Kill the MPI job after this many seconds.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
+@limit_options()
+def resume_cmd(
+    trace: str,
+    run_id: str | None,
+    timeout: float | None,
+    as_json: bool,
+    max_ranks: int,
+    max_threads: int,
+) -> None:
+    """Continue a crashed or interrupted run of TRACE from its last complete checkpoint,
+    on its recorded ranks, threads, seed and parameters, as a new run of the same trace
+    (its 'continues' names the crashed run)."""
+    if under_launcher():
+        raise UsageError(
+            "replay resume starts the recorded number of MPI ranks itself; run it without mpiexec"
+        )
+    with Printer(as_json, "resume") as say:
+        path = trace_arg(trace)
+        run, start = resumable(path, run_id)
+        info = run.info
+        _procs.check_shape(info.ranks, info.threads, max_ranks=max_ranks, max_threads=max_threads)
+        recorded_app(info)  # a missing or changed app is one line here, before any rank starts
+        spec = new_spec(path, run, start)
+        if info.ranks == 1:
+            _environment.ensure(spec["hash_seed"])  # may re-execute this process
+            res = resume_here(spec, progress=say)
+        else:
+            res = launch(spec, info.ranks, timeout=timeout, out=say)
+    if as_json:
+        click.echo(json.dumps(dict(res, trace=tracer.describe(res["trace"]))))
+        return
+    out = printer(False)
+    summary(res, out)
+    out(
+        f"resumed run {res['continues'][:12]} after the checkpoint at "
+        f"{res['resumed_from']['op']}#{res['resumed_from']['invocation']} as run "
+        f"{res['run_id'][:12]}"
+    )
+
+
+def register(cli: click.Group) -> None:
+    """Add ``resume`` to the command group."""
+    cli.add_command(resume_cmd)
+
+
+__all__ = ["register"]

@@ -1,0 +1,92 @@
+"""The built-in SGDMF and MLR apps with a kill switch, for the ``replay resume`` tests.
+
+``RESUME_KILL=RANK:INVOCATION:INDEX`` (set only while recording the run that must
+crash) makes rank RANK SIGKILL itself in the INDEX-th loop body (from 0) it runs in the
+INVOCATION-th loop invocation of the program (``sync_for``: the INDEX-th minibatch);
+``RESUME_HOW=interrupt`` raises ``KeyboardInterrupt`` there instead (a user's Ctrl-C).  Without it the apps are the built-in
+ones, unchanged: the uninterrupted run and the resume run exactly their arithmetic.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import engine as ap
+from apps.mlr import train as mlr_train
+from apps.sgdmf import train as sgdmf_train
+
+
+@contextmanager
+def _kill_switch() -> Iterator[None]:
+    spec = os.environ.get("RESUME_KILL")
+    if not spec:
+        yield
+        return
+    rank, inv, index = (int(x) for x in spec.split(":"))
+    seen = [0]
+    originals = {"async_for": ap.async_for, "sync_for": ap.sync_for}
+
+    def wrap(name: str) -> Callable[..., Any]:
+        op = originals[name]
+
+        def call(*args: Any, **kw: Any) -> Any:
+            mine = seen[0]
+            seen[0] += 1
+            if mine != inv:
+                return op(*args, **kw)  # the same body object: the cached plan stays valid
+            args = list(args)
+            k = 2  # the body: async_for(start, stop, body), sync_for(data, minibatch, body)
+            body = args[k]
+            ran = itertools.count()
+
+            def dying(j: Any) -> Any:
+                sess = ap.current()
+                if sess.mode != "recon" and sess.cluster.rank == rank and next(ran) == index:
+                    if os.environ.get("RESUME_HOW") == "interrupt":
+                        raise KeyboardInterrupt  # what Ctrl-C does to a 1-rank run
+                    os.kill(os.getpid(), signal.SIGKILL)
+                return body(j)
+
+            args[k] = dying
+            return op(*args, **kw)
+
+        return call
+
+    ap.async_for = wrap("async_for")  # type: ignore[assignment]
+    ap.sync_for = wrap("sync_for")  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        ap.async_for = originals["async_for"]  # type: ignore[assignment]
+        ap.sync_for = originals["sync_for"]  # type: ignore[assignment]
+
+
+def sgdmf(epochs: int = 4, rank: int = 4, synthetic: bool = True) -> dict[str, int]:
+    """SGDMF (``async_for``) on synthetic ratings."""
+    with _kill_switch():
+        return sgdmf_train(epochs=epochs, rank=rank, synthetic=synthetic)
+
+
+def mlr(epochs: int = 4, minibatch: int = 50, synthetic: bool = True) -> dict[str, float]:
+    """MLR (``sync_for``, BSP) on synthetic digits."""
+    with _kill_switch():
+        return mlr_train(epochs=epochs, minibatch=minibatch, synthetic=synthetic)
+
+
+def stale(epochs: int = 4) -> None:
+    """Logs an objective read straight from a DDS in the driver, not through a collective
+    operator: fast-forwarding cannot reproduce it, and ``resume`` must say so."""
+    with _kill_switch():
+        X = ap.dvector(4, shape=(1,), init=ap.init.zeros(), name="X")
+        for _ in range(epochs):
+
+            def body(j: int) -> None:
+                X[j] = X[j] + 1.0
+
+            ap.async_for(0, 4, body, name="inc")
+            ap.log_objective("x0", float(X[0][0]))

@@ -1,0 +1,360 @@
+"""``replay resume`` (issue 16 item 2): continue a crashed run from its last checkpoint.
+
+The apps are the built-in SGDMF (``async_for``) and MLR (``sync_for``, BSP) behind a
+kill switch (``resume_apps.py``): the run that must crash is recorded with
+``RESUME_KILL`` set, the resume and the uninterrupted run without it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import re
+import shlex
+import signal
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import tracer
+from tests.conftest import ROOT, run_cli
+
+HERE = Path(__file__).parent
+APPS = HERE / "resume_apps.py"
+EPOCHS = 4
+#: Seconds any one command may take (each MPI job also gets ``--timeout``).
+TIMEOUT = 90
+#: the loop bodies each rank runs per invocation are more than this (the kill index)
+BODIES = {"sgdmf": 40, "mlr": 3}
+
+
+def cli(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    proc = run_cli(list(args), timeout=TIMEOUT, env=env or {})
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def runs_of(trace: Path) -> list[tracer.RunInfo]:
+    """The runs of ``trace`` (the store is closed again: no connection of this process
+    lingers while the next command writes it)."""
+    with tracer.open(trace) as t:
+        return t.runs()
+
+
+def of_run(trace: Path, what: Any, run_id: str | None = None) -> Any:
+    """``what(run)`` for the latest run (or ``run_id``) of ``trace``, store closed after."""
+    with tracer.open(trace) as t:
+        return what(t.run(run_id))
+
+
+def target(app: str) -> str:
+    return f"{APPS}:{app}"
+
+
+def record(trace: Path, app: str, ranks: int, kill: str | None = None, **env: str) -> int:
+    """Record ``app`` into ``trace`` (checkpoints after every invocation); ``kill``:
+    RANK:INVOCATION:INDEX of the body that dies.  Returns the exit status."""
+    e = dict(env)
+    if kill is not None:
+        e["RESUME_KILL"] = kill
+    args = ["run", target(app), "-p", f"epochs={EPOCHS}", "--trace", str(trace)]
+    args += ["--checkpoint-every", "1", "--ranks", str(ranks), "--timeout", "60", "--json"]
+    rc, _, err = cli(*args, env=e)
+    if kill is None:
+        assert rc == 0, err
+    return rc
+
+
+def resume(trace: Path, *extra: str) -> dict[str, Any]:
+    rc, out, err = cli("resume", str(trace), "--json", "--timeout", "60", *extra)
+    assert rc == 0, err
+    return json.loads(out)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted() -> dict[str, dict[str, Any]]:
+    """Each app's uninterrupted 2-rank run (same seed and parameters), as ``run --json``."""
+    out = {}
+    for app in ("sgdmf", "mlr"):
+        args = ["run", target(app), "-p", f"epochs={EPOCHS}", "--ranks", "2"]
+        rc, stdout, err = cli(*args, "--no-trace", "--timeout", "60", "--json")
+        assert rc == 0, err
+        out[app] = json.loads(stdout)
+    assert len(out["sgdmf"]["objectives"]["rmse"]) == EPOCHS
+    return out
+
+
+def test_sigkill_a_rank_then_resume_is_bitwise_an_uninterrupted_run(
+    tmp_path: Path, uninterrupted: dict[str, dict[str, Any]]
+) -> None:
+    """10 trials under mpiexec -n 2: SIGKILL one rank in a random body of a random
+    invocation after the first checkpoint, resume, compare with the uninterrupted run."""
+    pick = random.Random(16)
+    for trial in range(10):
+        app = ("sgdmf", "mlr")[trial % 2]
+        kill = f"{pick.randrange(2)}:{pick.randrange(1, EPOCHS)}:{pick.randrange(BODIES[app])}"
+        trace = tmp_path / f"t{trial}.sqlite"
+        rc = record(trace, app, 2, kill)
+        assert rc != 0, f"trial {trial} ({app}, kill {kill}) did not crash"
+        info, cps = of_run(trace, lambda r: (r.info, r.checkpoints()))
+        assert info.status == "crashed", (trial, kill, info.status)
+        assert cps, (trial, kill)
+        res = resume(trace)
+        whole = uninterrupted[app]
+        where = f"trial {trial}: {app}, kill {kill}, resumed after {res['resumed_from']}"
+        assert res["continues"] == info.run_id, where
+        assert res["objectives"] == whole["objectives"], where  # bitwise: floats from JSON
+        assert res["digests"] == whole["digests"], where
+        assert set(res) >= set(whole) - {"op_times"}, where  # the object run --json prints
+        runs = runs_of(trace)
+        assert [r.status for r in runs] == ["crashed", "finished"], where
+        assert runs[1].continues == runs[0].run_id and runs[1].run_id == res["run_id"], where
+
+
+@pytest.fixture(scope="module")
+def resumed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 2-rank SGDMF run killed in invocation 2 and resumed (after sgd#1)."""
+    trace = tmp_path_factory.mktemp("resumed") / "t.sqlite"
+    assert record(trace, "sgdmf", 2, "1:2:5") != 0
+    resume(trace)
+    return trace
+
+
+def test_show_json_lists_the_resumed_run_with_continues(resumed: Path) -> None:
+    rc, out, err = cli("show", str(resumed), "--json")
+    assert rc == 0, err
+    runs = json.loads(out)["runs"]
+    assert [r["status"] for r in runs] == ["crashed", "finished"]
+    assert runs[0]["continues"] is None and runs[1]["continues"] == runs[0]["run_id"]
+    # the resumed run holds the checkpoint it started from, then its own
+    assert runs[1]["checkpoints"][0] == "sgd#1"
+
+
+@pytest.mark.parametrize("mode", ["single", "cluster"])
+def test_a_resumed_run_replays_from_the_checkpoint_it_started_at(resumed: Path, mode: str) -> None:
+    limit = ["--timeout", "60"] if mode == "cluster" else []
+    rc, out, err = cli(mode, str(resumed), "--json", *limit)
+    assert rc == 0, err
+    doc = json.loads(out)
+    assert doc["identical"] and doc["complete"], doc
+    assert doc["checked"]["digests"] == 3 * (EPOCHS - 2)  # A, W, H after sgd#2 and sgd#3
+    assert doc["checked"]["objectives"] == EPOCHS
+    assert "starting after the checkpoint at sgd#1" in err
+
+
+def test_replay_from_inside_a_resumed_run(resumed: Path) -> None:
+    rc, out, err = cli("single", str(resumed), "--from", "sgd:3", "--json")
+    assert rc == 0, err
+    doc = json.loads(out)
+    assert doc["identical"] and doc["from"]["invocation"] == 2, doc
+    rc, _, err = cli("single", str(resumed), "--from", "sgd:7")
+    assert rc == 2 and "sgd#7 does not exist" in err
+
+
+def test_a_resumed_run_is_not_resumed_twice(resumed: Path) -> None:
+    first = runs_of(resumed)[0].run_id
+    rc, out, err = cli("resume", str(resumed), "--run", first)
+    assert rc == 2 and out == ""
+    assert err.count("\n") == 1 and "already resumed as run" in err
+
+
+def test_a_finished_run_is_refused(resumed: Path) -> None:
+    rc, out, err = cli("resume", str(resumed))  # the latest run: the resumed one
+    assert rc == 2 and out == ""
+    assert err.strip().endswith(
+        "there is nothing to resume (only a crashed or interrupted run can be resumed)"
+    )
+    assert err.count("\n") == 1
+
+
+def test_in_process_interrupted_run_resumes(
+    tmp_path: Path, uninterrupted: dict[str, dict[str, Any]]
+) -> None:
+    """One rank, stopped by Ctrl-C (KeyboardInterrupt) in invocation 2: interrupted."""
+    trace = tmp_path / "t.sqlite"
+    assert record(trace, "mlr", 1, "0:2:1", RESUME_HOW="interrupt") != 0
+    assert of_run(trace, lambda r: r.info.status) == "interrupted"
+    rc, out, err = cli("resume", str(trace))
+    assert rc == 0, err
+    assert "resumed run" in out and "after the checkpoint at mlr#1" in out
+    runs = runs_of(trace)
+    assert runs[1].continues == runs[0].run_id and runs[1].ranks == 1
+    # against an uninterrupted run on the same (one) rank
+    whole = tmp_path / "whole.sqlite"
+    record(whole, "mlr", 1)
+    assert of_run(trace, lambda r: r.objectives()) == of_run(whole, lambda r: r.objectives())
+
+    def digests(r: Any) -> list[tuple[str, int, str, str]]:
+        return [(d.op, d.invocation, d.dds, d.digest) for d in r.digests()]
+
+    w, r = of_run(whole, digests), of_run(trace, digests)
+    assert r == [x for x in w if x[1] >= 2] and r  # mlr#2 and mlr#3: the new run's own
+
+
+def test_no_checkpoint_is_refused(tmp_path: Path) -> None:
+    trace = tmp_path / "t.sqlite"
+    args = ["run", target("sgdmf"), "-p", "epochs=3", "--trace", str(trace)]
+    rc, _, _ = cli(
+        *args, "--no-checkpoints", "--ranks", "2", "--timeout", "60", env={"RESUME_KILL": "0:1:3"}
+    )
+    assert rc != 0
+    rc, out, err = cli("resume", str(trace))
+    assert rc == 2 and out == ""
+    assert "has no complete checkpoint to resume from" in err and err.count("\n") == 1
+
+
+def test_a_failed_or_running_run_is_refused(tmp_path: Path) -> None:
+    trace = tmp_path / "t.sqlite"
+    record(trace, "mlr", 1)
+    run_id = of_run(trace, lambda r: r.info.run_id)
+    con = sqlite3.connect(trace)
+    con.execute("update run set status = 'running', ended_at = NULL where run_id = ?", (run_id,))
+    con.commit()
+    rc, _, err = cli("resume", str(trace))
+    assert rc == 2 and "is still running" in err and err.count("\n") == 1
+    con.execute(
+        "update run set status = 'failed', error = 'Traceback\n  ValueError: bad row' "
+        "where run_id = ?",
+        (run_id,),
+    )
+    con.commit()
+    rc, _, err = cli("resume", str(trace), "--json")
+    assert rc == 2 and "ValueError: bad row" in err and "fix the program" in err
+
+
+def test_bad_input_is_one_line(tmp_path: Path) -> None:
+    rc, _, err = cli("resume", str(tmp_path / "missing.sqlite"))
+    assert rc == 2 and err.count("\n") == 1 and "Traceback" not in err
+    (tmp_path / "junk.sqlite").write_bytes(b"not a database at all" * 10)
+    rc, _, err = cli("resume", str(tmp_path / "junk.sqlite"))
+    assert rc == 2 and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_browse_shows_the_crashed_and_the_resumed_run_as_one_line(resumed: Path) -> None:
+    from textual.widgets import DataTable
+
+    from tui import BrowserApp
+
+    runs = runs_of(resumed)
+    seen: dict[str, Any] = {}
+
+    async def main() -> None:
+        app = BrowserApp([resumed])
+        async with app.run_test(size=(100, 24)) as pilot:
+            for _ in range(100):
+                await pilot.pause(0.05)
+                table = app.screen.query(DataTable)
+                if table and table.first().row_count:
+                    break
+            table = app.screen.query_one("#runs", DataTable)
+            seen["rows"] = [[str(c) for c in table.get_row_at(k)] for k in range(table.row_count)]
+            seen["detail"] = str(app.screen.query_one("#runs-detail").render())
+
+    asyncio.run(main())
+    assert len(seen["rows"]) == 1, seen
+    row = seen["rows"][0]
+    assert "finished ↻" in row
+    assert f"resumes run {runs[0].run_id[:12]} (crashed)" in seen["detail"]
+    assert runs[1].run_id in seen["detail"]  # the line opens the resumed run
+
+
+def test_readme_resume_commands_run_as_written(tmp_path: Path) -> None:
+    """The README's Resume block, with Ctrl-C (SIGINT) pressed after the first checkpoint."""
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("#### Resume") : text.index("## Benchmarks")]
+    lines = re.search(r"```bash\n(.*?)\n```", section, re.S).group(1).splitlines()
+    assert [ln.split()[1] for ln in lines] == ["run", "resume", "show"]
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    cmd = [sys.executable, "-m", "replay", *shlex.split(lines[0])[1:]]
+    proc = subprocess.Popen(
+        cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    trace = tmp_path / "traces" / "long.sqlite"
+    seen = []
+    try:
+        # "iter 0" is logged after the rmse reduce, which every rank reaches only after
+        # writing its part of the checkpoint at sgd#0: press Ctrl-C then, as the README says
+        for line in proc.stdout:  # type: ignore[union-attr]
+            seen.append(line)
+            if line.split()[:2] == ["iter", "0"]:
+                break
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert any(ln.split()[:2] == ["iter", "0"] for ln in seen), seen
+    assert proc.returncode == 128 + signal.SIGINT, err
+    assert of_run(trace, lambda r: r.info.status) == "interrupted"
+    for line in lines[1:]:
+        got = run_cli(shlex.split(line)[1:], timeout=TIMEOUT, cwd=tmp_path)
+        assert got.returncode == 0, got.stderr
+        if " resume " in f" {line} ":
+            assert "resumed run" in got.stdout and "after the checkpoint at sgd#" in got.stdout
+            assert "final rmse" in got.stdout
+        if " show " in f" {line} ":
+            assert (
+                "continues run " in got.stdout
+                and "(resumed after the checkpoint at sgd#" in got.stdout
+            )
+    runs = runs_of(trace)
+    assert [r.status for r in runs] == ["interrupted", "finished"]
+    assert runs[1].continues == runs[0].run_id
+    assert len(of_run(trace, lambda r: r.objectives())["rmse"]) == 30
+
+
+def test_history_and_watch_of_a_resumed_run_start_at_its_checkpoint(resumed: Path) -> None:
+    rc, out, err = cli("history", str(resumed), "W[3]", "--json")
+    assert rc == 0, err
+    hist = json.loads(out)["history"]
+    assert [(e["op"], e["invocation"]) for e in hist] == [("sgd", 2), ("sgd", 3)]
+    crashed = runs_of(resumed)[0].run_id
+    rc, out, err = cli("history", str(resumed), "W[3]", "--run", crashed, "--json")
+    assert rc == 0, err
+    before = json.loads(out)["history"]
+    assert [(e["op"], e["invocation"]) for e in before][:2] == [("sgd", 0), ("sgd", 1)]
+    # a watch that first holds after the start checkpoint is found in the resumed run
+    rc, out, err = cli("watch", str(resumed), "abs(W).max() > 0", "--json")
+    assert rc == 2 and "already holds at sgd#1" in err and f"--run {crashed}" in err
+    rc, out, err = cli("watch", str(resumed), "np.isnan(W).any()", "--json")
+    assert rc == 0 and json.loads(out)["found"] is False, err
+
+
+def test_a_resumed_run_that_crashes_is_resumed_again(
+    tmp_path: Path, uninterrupted: dict[str, dict[str, Any]]
+) -> None:
+    """Killed in sgd#1, resumed and killed again in sgd#3 (the kill switch counts the
+    skipped invocations too), resumed again: still the uninterrupted run, bitwise."""
+    trace = tmp_path / "t.sqlite"
+    assert record(trace, "sgdmf", 2, "0:1:7") != 0
+    rc, _, err = cli("resume", str(trace), "--timeout", "60", env={"RESUME_KILL": "1:3:7"})
+    assert rc != 0, err
+    first, second = runs_of(trace)
+    assert second.status == "crashed" and second.continues == first.run_id
+    res = resume(trace)  # the latest run: the resumed one that crashed
+    assert res["continues"] == second.run_id
+    assert res["objectives"] == uninterrupted["sgdmf"]["objectives"]
+    assert res["digests"] == uninterrupted["sgdmf"]["digests"]
+    rc, _, err = cli("resume", str(trace), "--run", first.run_id)
+    assert rc == 2 and f"already resumed as run {second.run_id[:12]}" in err
+
+
+def test_an_objective_the_fast_forward_cannot_reproduce_stops_the_resume(tmp_path: Path) -> None:
+    trace = tmp_path / "t.sqlite"
+    args = ["run", target("stale"), "--trace", str(trace), "--checkpoint-every", "1"]
+    rc, _, _ = cli(*args, env={"RESUME_KILL": "0:2:1", "RESUME_HOW": "interrupt"})
+    assert rc != 0
+    rc, out, err = cli("resume", str(trace))
+    assert rc == 2, err
+    assert err.count("\n") == 1 and "cannot be resumed" in err
+    assert "logged x0[0] = 0.0, the crashed run logged 1.0" in err
+    first, second = runs_of(trace)
+    assert second.status == "failed" and second.continues == first.run_id
+    rc, _, err = cli("resume", str(trace), "--run", first.run_id)  # no branch was left
+    assert rc == 2 and "cannot be resumed" in err
