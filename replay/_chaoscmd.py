@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import Any
 
 import click
 
@@ -47,8 +48,9 @@ from ._job import EXIT_FAILED
 @click.option(
     "--check",
     default=None,
-    metavar="dual|objective:NAME<=VALUE",
-    help="Check every run: the backward dual test, or an objective bound (<=, <, >=, >).",
+    metavar="dual|app|objective:NAME<=VALUE",
+    help="Check every run: the backward dual test, the app module's check(run) function, "
+    "or an objective bound (<=, <, >=, >).",
 )
 @click.option("--keep-going", is_flag=True, help="Explore every run even after a check failed.")
 @click.option(
@@ -94,8 +96,9 @@ def chaos_cmd(
     check_seed(seed)
     if under_launcher():
         raise UsageError("replay chaos starts its own MPI jobs; run it without mpiexec")
-    chaos.parse_check(check)
+    chaos.parse_check(None if check == "app" else check)
     resolved = resolve_app(app)
+    checker: Any = chaos.app_check(resolved) if check == "app" else check
     values = parse_params(resolved.fn, params)
     parallel = "in-process" if in_process or ranks == 1 else "mpi"
     say = printer(as_json)
@@ -115,7 +118,7 @@ def chaos_cmd(
         threads=threads,
         seed=seed,
         only=only,
-        check=check,
+        check=checker,
         keep_going=keep_going,
         trace=path,
         parallel=parallel,

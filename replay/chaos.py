@@ -29,6 +29,7 @@ import inspect
 import math
 import operator
 import re
+import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -84,6 +85,21 @@ def _objective_check(check: str, objectives: dict[str, list[float]]) -> str | No
         if not _COMPARE[op](v, bound):
             return f"{name} = {v!r} at iteration {it} breaks {name} {op} {bound!r}"
     return None
+
+
+def app_check(app: App) -> Callable[..., Any]:
+    """``--check app``: the function ``check(run)`` of the module that defines the app's
+    driver (``run``: a :class:`ChaosRun`, with ``digests`` and ``objectives``; it returns
+    a message when the run is wrong, else None)."""
+    module = sys.modules.get(getattr(app.fn, "__module__", ""), None)
+    fn = getattr(module, "check", None)
+    if not callable(fn):
+        where = getattr(module, "__file__", None) or getattr(app.fn, "__module__", "?")
+        raise UsageError(
+            f"--check app: {where} defines no function check(run); write one that returns "
+            "a message for a wrong run (else None), or use --check dual|objective:..."
+        )
+    return fn
 
 
 # ====================================================================== explore
@@ -388,4 +404,12 @@ def _fault_run(
     return run, None
 
 
-__all__ = ["ChaosFailure", "ChaosReport", "ChaosRun", "explore", "outcome_digest", "parse_check"]
+__all__ = [
+    "ChaosFailure",
+    "ChaosReport",
+    "ChaosRun",
+    "app_check",
+    "explore",
+    "outcome_digest",
+    "parse_check",
+]

@@ -92,3 +92,9 @@ def mini_mf(
     for _ in range(epochs):
         ap.async_for(0, ratings, body, name="sgd", strategy=strategy)
         ap.log_objective("w", float(np.abs(W.gather()).sum()))
+
+
+def check(run) -> str | None:  # type: ignore[no-untyped-def]
+    """``replay chaos --check app``: every logged objective is finite."""
+    bad = [k for k, v in run.objectives.items() if not np.all(np.isfinite(v))]
+    return f"objective {bad[0]} is not finite" if bad else None

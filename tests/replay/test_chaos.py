@@ -357,3 +357,27 @@ def test_readme_chaos_commands_are_chaos_commands_and_the_ssp_one_runs(tmp_path:
     assert res.returncode == 0, res.stderr
     assert "5 chaos run(s) with chaos seed 1" in res.stdout
     assert "loss per iteration (min / median / max):" in res.stdout
+
+
+def test_check_app_uses_the_app_modules_check_function(tmp_path: Path) -> None:
+    ok_app = str(Path(__file__).with_name("chaos_apps.py")) + ":ssp_mix"
+    args = ["chaos", ok_app, "--runs", "2", "--chaos-seed", "1", "--no-trace", "--check", "app"]
+    res = run_cli(args)
+    assert res.returncode == 0, res.stdout + res.stderr
+    bad = tmp_path / "bad_check.py"
+    bad.write_text(
+        "import engine as ap\n\n"
+        "def train():\n"
+        "    ap.log_objective('x', 1.0)\n\n"
+        "def check(run):\n"
+        "    x = run.objectives['x'][-1]\n"
+        "    return f'x is {x}, above 0.5' if x > 0.5 else None\n"
+    )
+    args = ["chaos", f"{bad}:train", "--runs", "3", "--chaos-seed", "1", "--no-trace"]
+    res = run_cli([*args, "--check", "app"])
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert "x is 1.0, above 0.5" in res.stdout + res.stderr
+    res = run_cli(["chaos", HOT_APP, "--runs", "1", "--chaos-seed", "1", "--check", "app"])
+    assert res.returncode == 2, res.stdout + res.stderr
+    err = res.stderr.strip().splitlines()
+    assert len(err) == 1 and "defines no function check(run)" in err[0]
