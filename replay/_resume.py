@@ -17,7 +17,6 @@ before it are the crashed run's, replayed from that run.
 from __future__ import annotations
 
 import dataclasses
-import struct
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -26,6 +25,7 @@ import engine
 import tracer
 
 from . import _environment
+from ._dualctl import same_value
 from ._errors import UsageError
 from ._job import _jsonable, _recorder, recording
 from ._replay import open_run, recorded_app
@@ -62,7 +62,8 @@ class ResumeHooks(engine.DebugHooks):
             for i, v in enumerate(values):
                 want = recorded.get(name, [])
                 exp = want[i] if i < len(want) else None
-                if exp is None or struct.pack("<d", exp) != struct.pack("<d", v):
+                # compared as replay compares a trace's objectives (SQLite keeps -0.0 as 0)
+                if exp is None or not same_value(exp, v, signed_zero=False):
                     raise UsageError(
                         f"this run cannot be resumed: fast-forwarding to the checkpoint at "
                         f"{op}#{invocation} logged {name}[{i}] = {v!r}, the crashed run "

@@ -90,3 +90,17 @@ def stale(epochs: int = 4) -> None:
 
             ap.async_for(0, 4, body, name="inc")
             ap.log_objective("x0", float(X[0][0]))
+
+
+def signed_zero(epochs: int = 4) -> None:
+    """Logs -0.0, which the trace keeps as 0.0 (SQLite): fast-forwarding logs -0.0 again,
+    and ``resume`` must take it for the value the crashed run logged."""
+    with _kill_switch():
+        X = ap.dvector(4, shape=(1,), init=ap.init.zeros(), name="X")
+        for _ in range(epochs):
+
+            def body(j: int) -> None:
+                X[j] = X[j] + 1.0
+
+            ap.async_for(0, 4, body, name="inc")
+            ap.log_objective("z", -0.0)

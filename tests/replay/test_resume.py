@@ -358,3 +358,16 @@ def test_an_objective_the_fast_forward_cannot_reproduce_stops_the_resume(tmp_pat
     assert second.status == "failed" and second.continues == first.run_id
     rc, _, err = cli("resume", str(trace), "--run", first.run_id)  # no branch was left
     assert rc == 2 and "cannot be resumed" in err
+
+
+def test_an_objective_read_back_as_the_trace_keeps_it_does_not_stop_the_resume(
+    tmp_path: Path,
+) -> None:
+    # the trace (SQLite) keeps -0.0 as 0.0: the check compares as replay does
+    trace = tmp_path / "t.sqlite"
+    args = ["run", target("signed_zero"), "--trace", str(trace), "--checkpoint-every", "1"]
+    rc, _, _ = cli(*args, env={"RESUME_KILL": "0:2:1", "RESUME_HOW": "interrupt"})
+    assert rc != 0
+    rc, out, err = cli("resume", str(trace))
+    assert rc == 0, err
+    assert [r.status for r in runs_of(trace)] == ["interrupted", "finished"]
