@@ -24,12 +24,15 @@ import traceback
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import _environment, _procs
 from ._apps import all_params, parse_params, resolve
 from ._chaosctl import ChaosController
 from ._errors import LaunchError, ReplayError, UsageError
+
+if TYPE_CHECKING:
+    import engine
 
 #: Exit statuses (DESIGN §10).
 EXIT_FAILED = 1
@@ -189,11 +192,19 @@ def run_here(
             schedules=controller,
             hooks=controller,
         )
+    return run_json(run_id, spec.get("trace"), app.spec, all_params(app.fn, params), res)
+
+
+def run_json(
+    run_id: str, trace: str | None, app: str, params: dict[str, Any], res: engine.RunResult
+) -> dict[str, Any]:
+    """The object ``replay run --json`` prints for the run ``res`` (``replay resume``
+    prints the same, its digests extended by the crashed run's)."""
     return {
         "run_id": run_id,
-        "trace": spec.get("trace"),
-        "app": app.spec,
-        "params": _jsonable(all_params(app.fn, params)),
+        "trace": trace,
+        "app": app,
+        "params": _jsonable(params),
         "ranks": res.ranks,
         "threads": res.threads,
         "seed": res.seed,
@@ -446,4 +457,5 @@ __all__ = [
     "find_mpiexec",
     "launch",
     "run_here",
+    "run_json",
 ]

@@ -27,7 +27,7 @@ import tracer
 from . import _environment
 from ._dualctl import same_value
 from ._errors import UsageError
-from ._job import _jsonable, _recorder, recording
+from ._job import _recorder, recording, run_json
 from ._replay import open_run, recorded_app
 from ._timetravel import FastForward, Start, first_step, program_order
 
@@ -208,22 +208,9 @@ def resume_here(
             hooks=hooks,
         )
     before = digests_up_to(crashed, start.step)
-    return {
-        "run_id": spec["run_id"],
-        "trace": spec["trace"],
-        "app": app.spec,
-        "params": _jsonable(params),
-        "ranks": res.ranks,
-        "threads": res.threads,
-        "seed": res.seed,
-        "objectives": res.objectives,
-        "digests": before + res.digests,
-        "planner": res.planner,
-        "wall_s": round(res.wall_s, 6),
-        "op_times": {k: [round(x, 6) for x in v] for k, v in res.op_times.items()},
-        "continues": info.run_id,
-        "resumed_from": start.as_json(),
-    }
+    out = run_json(spec["run_id"], spec["trace"], app.spec, params, res)
+    out["digests"] = before + res.digests
+    return out | {"continues": info.run_id, "resumed_from": start.as_json()}
 
 
 def new_spec(path: str, run: Any, start: Start) -> dict[str, Any]:
