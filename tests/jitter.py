@@ -57,19 +57,31 @@ class Jitter:
         return MPI.REQUEST_NULL
 
     def _deliver(self) -> None:
+        # Late sends are started nonblocking, in due order, from this one thread (so the
+        # order per destination is kept) and completed later: a blocking send here would
+        # tie every destination to the slowest receiver, a dependency real MPI never has
+        # (it deadlocks a replay that waits for one source while another's rows queue
+        # behind an unreceived large message).
+        pending: list[tuple[Any, np.ndarray]] = []
         while True:
+            pending = [(r, d) for r, d in pending if not r.Test()]
             with self._lock:
                 while not self._queue and not self._closed:
-                    self._lock.wait()
+                    self._lock.wait(0.01 if pending else None)
+                    if pending:
+                        break
                 if not self._queue:
-                    return
+                    if self._closed:
+                        break
+                    continue
                 due = self._queue[0][0]
                 wait = due - time.monotonic()
                 if wait > 0:
-                    self._lock.wait(wait)
+                    self._lock.wait(min(wait, 0.01))
                     continue
                 _, _, data, dest, tag = heapq.heappop(self._queue)
-            self._comm.Isend([data, MPI.BYTE], dest, tag).Wait()
+            pending.append((self._comm.Isend([data, MPI.BYTE], dest, tag), data))
+        MPI.Request.Waitall([r for r, _ in pending])
 
     def Free(self) -> None:  # noqa: N802 - MPI's name
         """Deliver everything still queued, then free the communicator."""
