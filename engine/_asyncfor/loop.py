@@ -30,6 +30,7 @@ from .._errors import (
     SessionError,
 )
 from .._machines.grants import (
+    FreeGrants,
     TurnSequencer,
     handover_elements,
     merge_grant_order,
@@ -626,8 +627,6 @@ def _run_threads(
     locked = [t for t in tasks if t.locked]
     lock_of: dict[int, np.ndarray] = {}
     planned_locks = lock_of
-    locks: dict[int, threading.Lock] = {}
-    sequencer: TurnSequencer | None = None
     by_thread: dict[int, list[Task]] = {}
     for t in tasks:
         by_thread.setdefault(t.thread, []).append(t)
@@ -639,6 +638,9 @@ def _run_threads(
     }
     lengths = thread_lengths(seqs)
     n_grants = 0
+    # the grant gate of the lock-split bodies: free in a normal run (element locks, the
+    # ticket order recorded), following a given order otherwise; one code path for both
+    gate: FreeGrants | TurnSequencer = FreeGrants({}, lock_of)
     if locked:
         cached = st.lock_cache.get((r, node))
         if cached is None:
@@ -655,19 +657,21 @@ def _run_threads(
         lock_of = locks_to_take(st.sets, st.start, planned_locks)
         if lock_of is not planned_locks:  # a substituted step (tests/mutants.py)
             n_grants = sum(len(lock_of[j]) for j in lock_of)
-        locks = {g: threading.Lock() for g in cached[1]}
         recorded = None if sched is None else sched.grant_order(node, r)
         where = {"node": node, "op": st.name, "invocation": inv}
         if recorded is not None:
+            # replay: the recorded ticket order already orders every pair of bodies that
+            # share a lock, so no element lock is taken
             turns, merged = recorded_ticket_order(
                 recorded[0], recorded[1], seqs, node=node, op=st.name, invocation=inv, round=r
             )
-            sequencer = TurnSequencer(turns, merged, where)
+            gate = TurnSequencer(turns, merged, where)
         elif sched is not None and sched.chaos is not None:
             # chaos: a random merge of the threads' plan sequences, taken in turn
             turns = sched.chaos.merge(st.name, inv, node, r, lengths)
-            sequencer = TurnSequencer(turns, merge_grant_order(turns, seqs), where)
-    tickets: list[tuple[int, int]] = []  # (index, thread) in ticket order
+            gate = TurnSequencer(turns, merge_grant_order(turns, seqs), where)
+        else:
+            gate = FreeGrants({g: threading.Lock() for g in cached[1]}, lock_of)
 
     def work(thread: int, mine: list[Task]) -> None:
         start = time.perf_counter()
@@ -690,29 +694,14 @@ def _run_threads(
                     # for (a wrong locking discipline is the engine's bug, for the
                     # dual tests to find, not the program's)
                     _tls.held = set(planned_locks[j].tolist())
-                    if sequencer is not None:
-                        # replay: the recorded ticket order already orders every pair
-                        # of bodies that share a lock, so no element lock is taken
-                        sequencer.wait(thread, j)
-                        try:
-                            tickets.append((j, thread))
-                            _tls.index = j
-                            body(j)
-                        except BaseException:
-                            sequencer.fail()
-                            raise
-                        sequencer.done(thread)
-                        continue
-                    held = [locks[g] for g in lock_of[j].tolist()]
-                    for lk in held:  # global order: ids are sorted
-                        lk.acquire()
+                    gate.acquire(thread, j)
                     try:
-                        tickets.append((j, thread))  # one append: atomic, in lock order
                         _tls.index = j
                         body(j)
-                    finally:
-                        for lk in reversed(held):
-                            lk.release()
+                    except BaseException:
+                        gate.abort(thread, j)
+                        raise
+                    gate.release(thread, j)
 
     pool = sess.cluster.pool(node)
     groups = sorted(by_thread.items())
@@ -729,7 +718,7 @@ def _run_threads(
     if errors:
         raise errors[0]
     unlocked = [t.indices for t in tasks if not t.locked]
-    ticket_a = np.array(tickets, dtype=np.int64).reshape(-1, 2)
+    ticket_a = np.array(gate.tickets, dtype=np.int64).reshape(-1, 2)
     order = unlocked + [ticket_a[:, 0]]
     if locked:
         positions, threads = encode(ticket_a[:, 1], lengths)

@@ -56,17 +56,29 @@ class ReportDivergence:
 
 
 class Turnstile:
-    """Grants each lock to (thread, index) requests in a recorded order."""
+    """Grants each lock to (thread, index) requests in a recorded order, or, in free mode
+    (``orders=None``, a normal run), first come first served; ``granted(lock)`` is the
+    grant order either way (what a normal run records)."""
 
-    def __init__(self, orders: dict[int, list[tuple[int, int]]]) -> None:
+    def __init__(self, orders: dict[int, list[tuple[int, int]]] | None) -> None:
+        self.free = orders is None
+        orders = orders or {}
         self._queue = {lock: deque(seq) for lock, seq in orders.items()}
         self._remaining = {lock: set(seq) for lock, seq in orders.items()}
         self._held: dict[int, tuple[int, int] | None] = dict.fromkeys(orders)
         self._waiting: dict[int, set[tuple[int, int]]] = {lock: set() for lock in orders}
         self._granted = dict.fromkeys(orders, 0)
+        self._fifo: dict[int, deque[tuple[int, int]]] = {}
+        self._order: dict[int, list[tuple[int, int]]] = {}
+
+    def granted(self, lock: int) -> list[tuple[int, int]]:
+        """The (thread, index) grants of ``lock`` so far, in grant order."""
+        return self._order.get(lock, [])
 
     def handle(self, event: LockRequested | LockReleased) -> list[GrantLock | ReportDivergence]:
         """Feed one event; return what the driver must do."""
+        if self.free:
+            return self._handle_free(event)
         lock, who = event.lock, (event.thread, event.index)
         if isinstance(event, LockRequested):
             if lock not in self._queue or who not in self._remaining[lock]:
@@ -84,6 +96,24 @@ class Turnstile:
         self._held[lock] = None
         return self._try_grant(lock)
 
+    def _handle_free(
+        self, event: LockRequested | LockReleased
+    ) -> list[GrantLock | ReportDivergence]:
+        lock, who = event.lock, (event.thread, event.index)
+        fifo = self._fifo.setdefault(lock, deque())
+        if isinstance(event, LockRequested):
+            fifo.append(who)
+        elif self._held.get(lock) != who:
+            return [ReportDivergence(lock, event.thread, event.index, self._held.get(lock), -1)]
+        else:
+            self._held[lock] = None
+        if self._held.get(lock) is not None or not fifo:
+            return []
+        who = fifo.popleft()
+        self._held[lock] = who
+        self._order.setdefault(lock, []).append(who)
+        return [GrantLock(lock, *who)]
+
     def _try_grant(self, lock: int) -> list[GrantLock | ReportDivergence]:
         q = self._queue[lock]
         if self._held[lock] is not None or not q or q[0] not in self._waiting[lock]:
@@ -93,6 +123,7 @@ class Turnstile:
         self._remaining[lock].discard(who)
         self._held[lock] = who
         self._granted[lock] += 1
+        self._order.setdefault(lock, []).append(who)
         return [GrantLock(lock, *who)]
 
     def next_for(self, lock: int) -> tuple[int, int] | None:
@@ -102,9 +133,12 @@ class Turnstile:
 
 
 class TurnstileDriver:
-    """Performs a :class:`Turnstile`'s instructions with threads and a condition."""
+    """Performs a :class:`Turnstile`'s instructions with threads and a condition (free
+    mode with ``orders=None``: a waiter then waits as long as the holder runs)."""
 
-    def __init__(self, orders: dict[int, list[tuple[int, int]]], where: dict[str, Any]) -> None:
+    def __init__(
+        self, orders: dict[int, list[tuple[int, int]]] | None, where: dict[str, Any]
+    ) -> None:
         self._ts = Turnstile(orders)
         self._cv = threading.Condition()
         self._granted: set[tuple[int, int, int]] = set()
@@ -141,7 +175,8 @@ class TurnstileDriver:
         with self._cv:
             self._perform(self._ts.handle(LockRequested(lock, thread, index)))
             ok = self._cv.wait_for(
-                lambda: key in self._granted or self._failure is not None, TURN_TIMEOUT_S
+                lambda: key in self._granted or self._failure is not None,
+                None if self._ts.free else TURN_TIMEOUT_S,
             )
             if self._failure is not None:
                 raise self._failure
@@ -162,6 +197,11 @@ class TurnstileDriver:
         """Give ``lock`` back; the next recorded holder is woken."""
         with self._cv:
             self._perform(self._ts.handle(LockReleased(lock, thread, index)))
+
+    def granted(self, lock: int) -> list[tuple[int, int]]:
+        """The (thread, index) grants of ``lock`` so far, in grant order."""
+        with self._cv:
+            return list(self._ts.granted(lock))
 
 
 __all__ = [

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -124,7 +123,6 @@ class NodeRun:
             w = {d._id: c for d, c in zip(ctx.params, cache, strict=True)}
             self.rbufs.append({**base, **w})
             self.wbufs.append(w)
-        self.mutex = threading.Lock()
         self.own: dict[int, list[np.ndarray]] = {}  # clock -> delta blocks, until aggregated
         self.clock_seconds: list[float] = []
 
@@ -157,13 +155,12 @@ class NodeRun:
         self,
         lane: int,
         ms: np.ndarray,
-        grants: list[tuple[int, int]] | None = None,
         thread: int = 0,
         turnstile: TurnstileDriver | None = None,
     ) -> None:
-        """Run minibatches ``ms`` on ``lane``'s buffers; with ``grants``, each body holds
-        the node mutex (granted by ``turnstile`` in replay) and (thread, minibatch) is
-        logged in grant order."""
+        """Run minibatches ``ms`` on ``lane``'s buffers; with ``turnstile`` (Hybrid), each
+        body holds the node mutex, granted by it (free in a normal run, in a given order
+        otherwise), which logs (thread, minibatch) in grant order."""
         ctx = self.ctx
         layout, data, buf = ctx.layout, ctx.data, self.databuf
         wrapped = ctx.sess.hooks.wrap_body(ctx.name, ctx.inv, self.node, ctx.body)
@@ -192,19 +189,14 @@ class NodeRun:
                 lo, hi = layout.minibatch_slots(m)
                 batch = make_batch(data, buf, m, lo, hi)
                 _tls.index = m
-                if grants is None:
+                if turnstile is None:
                     body(m, batch)
-                elif turnstile is None:
-                    with self.mutex:
-                        grants.append((thread, m))
-                        body(m, batch)
-                else:
-                    turnstile.acquire(0, thread, m)
-                    try:
-                        grants.append((thread, m))
-                        body(m, batch)
-                    finally:
-                        turnstile.release(0, thread, m)
+                    continue
+                turnstile.acquire(0, thread, m)
+                try:
+                    body(m, batch)
+                finally:
+                    turnstile.release(0, thread, m)
         except (AccessOutsideReconError, ClosureRuleError, DDSError, DivergenceError):
             raise
         except Exception as exc:
@@ -268,21 +260,22 @@ class NodeRun:
                 np.copyto(c, r)
             else:
                 c[ix] = r[ix]
-        grants: list[tuple[int, int]] = []
         order = self._hybrid_order(clock, nc)
+        where = {"node": self.node, "op": ctx.name, "invocation": ctx.inv}
+        # the node mutex: free in a normal run, the given order otherwise
+        ts = TurnstileDriver(None if order is None else {0: order}, where)
         if order is not None and ctx.sched is not None and ctx.sched.serial:
             # single-node replay: the recorded grant order, on this thread
             for t, run in itertools.groupby(order, key=lambda tm: tm[0]):
                 ms = np.array([m for _, m in run], dtype=np.int64)
-                self._run_bodies(0, ms, grants, t)
+                self._run_bodies(0, ms, t, ts)
         else:
-            where = {"node": self.node, "op": ctx.name, "invocation": ctx.inv}
-            ts = None if order is None else TurnstileDriver({0: order}, where)
 
             def worker(t: int) -> Callable[[], None]:
-                return lambda: self._run_bodies(0, nc.ms[t], grants, t, ts)
+                return lambda: self._run_bodies(0, nc.ms[t], t, ts)
 
             self._threads([worker(t) for t in nc.active_threads])
+        grants = ts.granted(0)
         if ctx.sess.cluster.threads > 1 and grants:
             arr = np.array(grants, dtype=np.int64)
             ctx.events.body_order(

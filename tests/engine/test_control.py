@@ -43,6 +43,45 @@ def test_turnstile_reports_a_request_the_trace_does_not_have() -> None:
     assert isinstance(out[0], ReportDivergence) and out[0].expected is None
 
 
+@given(st.lists(st.tuples(st.booleans(), st.integers(0, 2)), max_size=40))
+def test_free_turnstile_is_a_fifo_mutex_that_records_its_grants(steps) -> None:
+    """Free mode (a normal run): at most one holder, waiters served first come first
+    served, and ``granted`` is exactly the order the holders got the lock — what a replay
+    then follows.  Each step either lets a thread (0..2) ask or the holder release."""
+    ts = Turnstile(None)
+    holder, queue, expect, k = None, [], [], 0
+    for ask, thread in steps:
+        busy = {w[0] for w in queue} | ({holder[0]} if holder else set())
+        if ask and thread not in busy:  # a thread waits for one grant at a time
+            who = (thread, k)
+            k += 1
+            out = ts.handle(LockRequested(0, *who))
+            queue.append(who)
+        elif holder is not None:
+            out = ts.handle(LockReleased(0, *holder))
+            holder = None
+        else:
+            continue
+        if holder is None and queue:
+            holder = queue.pop(0)
+            expect.append(holder)
+            assert out == [GrantLock(0, *holder)]
+        else:
+            assert out == []
+    assert ts.granted(0) == expect
+    if holder is not None:  # releasing what another thread holds is refused
+        bad = ts.handle(LockReleased(0, holder[0] + 1, holder[1]))
+        assert isinstance(bad[0], ReportDivergence)
+    # a replay of the recorded grants grants them in the same order, whatever the requests
+    again = Turnstile({0: expect})
+    got = []
+    for who in reversed(expect):
+        got += again.handle(LockRequested(0, *who))
+    while got and len(got) < len(expect):
+        got += again.handle(LockReleased(0, got[-1].thread, got[-1].index))
+    assert [(g.thread, g.index) for g in got] == expect
+
+
 @given(st.permutations(list(range(8))))
 def test_turnstile_any_request_order_yields_the_recorded_grant_order(requests) -> None:
     order = [(j % 2, j) for j in range(8)]
