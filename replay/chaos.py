@@ -302,17 +302,24 @@ def _one_run(
         failure = ("run", str(exc), None)
     seconds = time.perf_counter() - t0
     run = ChaosRun(k, run_id, outcome_digest(digests, objectives), digests, objectives, seconds)
-    if failure is None and isinstance(check, str) and check.startswith("objective:"):
-        why = _objective_check(check, objectives)
-        if why is not None:
-            failure = (check, why, None)
-    elif failure is None and callable(check):
-        why = check(run)
-        if why:
-            failure = ("function", str(why), None)
+    broken = None if failure is not None else _invariant(check, run)
+    if broken is not None:
+        failure = (*broken, None)
     if failure is None:
         return run, None
     return run, ChaosFailure(k, chaos_seed, failure[0], failure[1], run_id, trace, failure[2])
+
+
+def _invariant(check: str | Callable[..., Any] | None, run: ChaosRun) -> tuple[str, str] | None:
+    """(check, message) when ``run`` breaks an objective bound or the app's function
+    check (``dual`` is checked while the run is made, not here)."""
+    if isinstance(check, str) and check.startswith("objective:"):
+        why = _objective_check(check, run.objectives)
+        return None if why is None else (check, why)
+    if callable(check):
+        why = check(run)
+        return ("function", str(why)) if why else None
+    return None
 
 
 def _fault_run(
@@ -363,14 +370,10 @@ def _fault_run(
         digests, objectives = _digest_rows(result.digests), result.objectives
         run = ChaosRun(k, run_id, outcome_digest(digests, objectives), digests, objectives)
         run.seconds = seconds
-        why = None
-        if isinstance(check, str):
-            why = _objective_check(check, objectives)
-        elif callable(check):
-            why = check(run)
-        if not why:
+        broken = _invariant(check, run)
+        if broken is None:
             return run, None
-        return run, ChaosFailure(k, chaos_seed, str(check), str(why), run_id, trace)
+        return run, ChaosFailure(k, chaos_seed, *broken, run_id, trace)
     crash: dict[str, Any] = {
         "node": stop.node,
         "op": stop.op,

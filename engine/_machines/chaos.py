@@ -28,6 +28,11 @@ def text_key(text: str) -> int:
     return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
 
 
+def _merge_turns(rng: np.random.Generator, lengths: np.ndarray) -> np.ndarray:
+    """A uniformly random merge of sequences of ``lengths``: the sequence of every turn."""
+    return rng.permutation(np.repeat(np.arange(len(lengths), dtype=np.int64), lengths))
+
+
 @dataclass(frozen=True)
 class Chaos:
     """The seed of one chaos run: ``seed`` (the exploration's) and ``run`` (its number)."""
@@ -51,8 +56,7 @@ class Chaos:
         """A uniformly random merge of the threads' locked sequences: the thread of every
         ticket (thread ``t`` appears ``lengths[t]`` times).  Any merge is a legal grant
         order: each thread still runs its own bodies in plan order."""
-        turns = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
-        return self.rng(op, invocation, LOCKS, node, round).permutation(turns)
+        return _merge_turns(self.rng(op, invocation, LOCKS, node, round), lengths)
 
     def dispatch(self, op: str, invocation: int, node: int, round: int, threads: int) -> list[int]:
         """The order in which a node-round's ``threads`` thread groups are started."""
@@ -67,8 +71,7 @@ class Chaos:
         (thread, minibatch) grants."""
         threads = sorted(seqs)
         lengths = np.asarray([len(seqs[t]) for t in threads], dtype=np.int64)
-        turns = np.repeat(np.arange(len(threads), dtype=np.int64), lengths)
-        turns = self.rng(op, invocation, MUTEX, node, clock).permutation(turns)
+        turns = _merge_turns(self.rng(op, invocation, MUTEX, node, clock), lengths)
         at = dict.fromkeys(threads, 0)
         out = []
         for k in turns.tolist():
