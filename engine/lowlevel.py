@@ -36,6 +36,7 @@ from ._machines.schedule import Schedule as Schedule
 from ._machines.schedule import VisibilityLog as VisibilityLog
 from ._machines.schedule import serial_order as serial_order
 from ._machines.ssp import SspClock as SspClock
+from ._machines.tape import Tape as Tape
 from ._machines.turnstile import Turnstile as Turnstile
 from ._runtime.checkpoint import dds_contents as dds_contents
 from ._runtime.checkpoint import find_dds as find_dds
@@ -59,6 +60,7 @@ __all__ = [
     "MutexLog",
     "Plan",
     "Schedule",
+    "Tape",
     "ScheduleExhausted",
     "VisibilityLog",
     "decode_grant_order",

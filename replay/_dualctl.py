@@ -205,7 +205,7 @@ class Serial(Hybrid):
     def sync_reference(self) -> Any:
         from ._syncref import reference_sync_for
 
-        return reference_sync_for(*self.sync_shape, self.body_orders or {})
+        return reference_sync_for(*self.sync_shape)
 
     def order(self, op: str, invocation: int, start: int, n: int) -> np.ndarray | None:
         return self.orders(op, invocation, start, n)

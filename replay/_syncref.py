@@ -5,9 +5,14 @@ A clock of ``sync_for`` on P nodes × T threads: every worker runs its minibatch
 its own copy of the parameters (Hybrid: the threads of a node share one copy, in the
 recorded body order); a node's delta is the sum of its threads' deltas, and what is
 added is the average of the nodes' deltas over the nodes that ran a minibatch in the
-clock (or the registered aggregation of the (node, thread)-ordered deltas).  Because this is written against
-the definition and not the engine's code, an aggregation bug in the engine (counting a
-delta twice, summing in another order) makes the two sides differ.
+clock (or the registered aggregation of the (node, thread)-ordered deltas).  Because this
+is written against the definition and not the engine's code, an aggregation bug in the
+engine (counting a delta twice, summing in another order) makes the two sides differ.
+
+The engine hands it the invocation's schedule value (``engine.lowlevel.Schedule``), as it
+would follow it itself: a Hybrid node's body order is the value's mutex order.  Where the
+value leaves it free, this side chooses the threads' plain order and hands that to the
+recorder as the invocation's schedule value, for the other side to follow.
 """
 
 from __future__ import annotations
@@ -21,10 +26,8 @@ import numpy as np
 import engine
 from engine import lowlevel
 
-BodyOrders = dict[tuple[str, int, int, int], list[tuple[int, int]]]
 
-
-def reference_sync_for(nodes: int, threads: int, body_orders: BodyOrders) -> Callable[..., None]:
+def reference_sync_for(nodes: int, threads: int) -> Callable[..., None]:
     """A ``sync_for`` for a one-node session that simulates ``nodes`` × ``threads`` workers."""
 
     def sync_for(
@@ -36,9 +39,11 @@ def reference_sync_for(nodes: int, threads: int, body_orders: BodyOrders) -> Cal
         name: str,
         per_clock: int,
         params: list[Any],
+        schedule: lowlevel.Schedule | None,
     ) -> None:
         sess = engine.current()
         inv = sess.next_invocation(name)
+        chosen = lowlevel.Tape(active=True)
         t0 = time.perf_counter()
         n = len(data)
         batches = -(-n // minibatch) if n else 0
@@ -71,7 +76,7 @@ def reference_sync_for(nodes: int, threads: int, body_orders: BodyOrders) -> Cal
                 for p in range(nodes):
                     node_sum = [np.zeros_like(b) for b in base]
                     if hybrid:
-                        lanes = [_hybrid_order(name, inv, p, clock, assigned, threads, sess)]
+                        lanes = [_hybrid_order(schedule, chosen, name, inv, p, clock, assigned)]
                     else:
                         lanes = [assigned(clock, p, t) for t in range(threads)]
                     ran += any(lanes)
@@ -101,21 +106,29 @@ def reference_sync_for(nodes: int, threads: int, body_orders: BodyOrders) -> Cal
                     lowlevel.commit_rows(d, node0, changed, base[k] + step)
         finally:
             sess.set_mode("driver")
+        if chosen:
+            sess.recorder.schedule_done(chosen.schedule(name, inv))
         sess.planner[name] = {"strategy": sync, "staleness": 0, "bodies": batches, "rounds": clocks}
         sess.op_times.setdefault(name, []).append(time.perf_counter() - t0)
         sess.record_digests(name, inv)
         sess.hooks.after_invocation(name, inv)
 
     def _hybrid_order(
-        name: str, inv: int, p: int, clock: int, assigned: Callable[..., Any], T: int, sess: Any
+        sched: lowlevel.Schedule | None,
+        chosen: lowlevel.Tape,
+        name: str,
+        inv: int,
+        p: int,
+        clock: int,
+        assigned: Callable[..., Any],
     ) -> list[int]:
-        got = body_orders.get((name, inv, p, clock))
-        if got is not None:
+        got = None if sched is None else sched.mutex_order(p, clock)
+        if got:
             return [m for _, m in got]
-        pairs = [(t, m) for t in range(T) for m in assigned(clock, p, t)]
-        if T > 1 and pairs:  # the order this side chose: the other side must follow it
+        pairs = [(t, m) for t in range(threads) for m in assigned(clock, p, t)]
+        if threads > 1 and pairs:  # the order this side chose: the other side must follow it
             arr = np.array(pairs, dtype=np.int64)
-            sess.recorder.body_order(name, inv, p, clock, arr[:, 0].copy(), arr[:, 1].copy())
+            chosen.body_order(name, inv, p, clock, arr[:, 0].copy(), arr[:, 1].copy())
         return [m for _, m in pairs]
 
     return sync_for

@@ -51,7 +51,7 @@ from .._machines.planner import (
 )
 from .._machines.schedule import Schedule, serial_order
 from .._runtime.checkpoint import end_invocation, skip_invocation
-from .._runtime.session import Pending, Session, current
+from .._runtime.session import Session, current
 from .._runtime.transport import Cluster, RoundWrites
 from .closure import check_body
 from .closure import finish as finish_closure
@@ -352,7 +352,12 @@ def _attempt(
     """Execute one invocation under the guard.  On a violation, undo everything it
     changed (replicas, message counters, recorder calls) and return the violation."""
     if st.plan.strategy == REPLICATED:
-        round_s = _execute_replicated(sess, st, body, inv)
+        tape = sess.tape = sess.new_tape()
+        try:
+            round_s = _execute_replicated(sess, st, body, inv)
+        finally:
+            sess.tape = None
+        sess.recorder.schedule_done(tape.schedule(st.name, inv, st.plan))
         for d in sess.dds:
             d._touch()
         return round_s, None
@@ -367,14 +372,13 @@ def _attempt(
     ]
     mark = sess.cluster.mark()
     rx = _relaxed.Relaxation.of(sess)
-    real, pending = sess.recorder, Pending()
-    sess.recorder = pending
+    tape = sess.tape = sess.new_tape()
     try:
         round_s = _execute(sess, st, body, inv, checked, guard, sched, rx)
     finally:
-        sess.recorder = real
+        sess.tape = None
     if guard.first is None:
-        pending.flush(real)
+        sess.recorder.schedule_done(tape.schedule(st.name, inv, st.plan))
         for d in st.written_dds:
             d._touch()
         return round_s, None
@@ -723,7 +727,8 @@ def _run_threads(
     if locked:
         positions, threads = encode(ticket_a[:, 1], lengths)
         gids = handover_elements(ticket_a[:, 0], ticket_a[:, 1], positions, lock_of)
-        sess.recorder.lock_grants(
+        assert sess.tape is not None  # set by _attempt for the whole invocation
+        sess.tape.lock_grants(
             st.name,
             inv,
             node,

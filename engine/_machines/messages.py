@@ -33,6 +33,10 @@ class MessageLog:
     channel: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=str))
     ptr: np.ndarray = field(default_factory=lambda: np.zeros(1, np.int64))
     sources: np.ndarray = field(default_factory=lambda: _EMPTY)
+    #: per message (aligned with ``sources``), what a run recorded: the sender's sequence
+    #: number and the payload bytes (empty where not known; not needed to follow the log)
+    seq: np.ndarray = field(default_factory=lambda: _EMPTY)
+    nbytes: np.ndarray = field(default_factory=lambda: _EMPTY)
 
     @classmethod
     def build(cls, rows: Mapping[tuple[int, str], Iterable[int] | np.ndarray]) -> MessageLog:

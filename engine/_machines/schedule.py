@@ -30,6 +30,13 @@ The lookups here keep the meaning the engine relies on:
 - ``chaos``: the free parts (whatever the fields above leave free) are drawn from this
   seed instead of left to timing (``engine._machines.chaos``): lock-split merges, thread
   dispatch, message arrivals, SSP visibility within the bound, Hybrid mutex orders.
+
+The same type is what a run *hands its recorder* at the end of each invocation
+(``engine._machines.tape``): the plan, the grant log (with each row's body and grant
+counts and the element of each hand-over), the message log (with each message's sequence
+number and size), SSP visibility, the Hybrid mutex order and the ``sync_for`` aggregation
+arrival order, plus ``timeline``: (kind, row) pairs (``GRANTS``..``MUTEX``) that say in
+which order those entries happened, so a recorder can keep the run's event order.
 """
 
 from __future__ import annotations
@@ -66,10 +73,22 @@ class GrantLog:
     ptr: np.ndarray = field(default_factory=lambda: np.zeros(1, np.int64))
     positions: np.ndarray = field(default_factory=lambda: _EMPTY)
     threads: np.ndarray = field(default_factory=lambda: _EMPTY)
+    #: per row, how many locked bodies ran and how many element locks they took (what a
+    #: run recorded; not needed to follow the log)
+    bodies: np.ndarray = field(default_factory=lambda: _EMPTY)
+    grants: np.ndarray = field(default_factory=lambda: _EMPTY)
+    #: per deviation, the element lock its hand-over took over (``W[943]``, ``-``: none)
+    elements: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=str))
 
     @classmethod
-    def build(cls, rows: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]]) -> GrantLog:
-        """From ``{(node, round): (positions, threads)}``."""
+    def build(
+        cls,
+        rows: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]],
+        counts: dict[tuple[int, int], tuple[int, int]] | None = None,
+        elements: dict[tuple[int, int], list[str]] | None = None,
+    ) -> GrantLog:
+        """From ``{(node, round): (positions, threads)}``, and optionally what the run
+        recorded with them: ``counts`` (bodies, grants) and ``elements`` per row."""
         keys = sorted(rows)
         for k in keys:
             if len(rows[k][0]) != len(rows[k][1]):
@@ -86,6 +105,13 @@ class GrantLog:
             ptr=np.concatenate(([0], np.cumsum(lens, dtype=np.int64))).astype(np.int64),
             positions=np.concatenate(pos).astype(np.int64) if pos else _EMPTY,
             threads=np.concatenate(thr).astype(np.int64) if thr else _EMPTY,
+            bodies=_i64(counts[k][0] for k in keys) if counts else _EMPTY,
+            grants=_i64(counts[k][1] for k in keys) if counts else _EMPTY,
+            elements=(
+                np.asarray([e for k in keys for e in elements[k]], dtype=str)
+                if elements
+                else np.empty(0, dtype=str)
+            ),
         )
 
     @cached_property
@@ -167,6 +193,36 @@ class MutexLog:
 
 
 @dataclass(frozen=True)
+class AggregationLog:
+    """What a run recorded of ``sync_for`` aggregation: row ``k`` says owner ``node[k]``
+    took the deltas of ``clock[k]`` from ``sources[ptr[k]:ptr[k+1]]`` in that arrival
+    order.  Nothing follows it: the sum always runs in node order."""
+
+    node: np.ndarray = field(default_factory=lambda: _EMPTY)
+    clock: np.ndarray = field(default_factory=lambda: _EMPTY)
+    ptr: np.ndarray = field(default_factory=lambda: np.zeros(1, np.int64))
+    sources: np.ndarray = field(default_factory=lambda: _EMPTY)
+
+    @classmethod
+    def build(cls, rows: dict[tuple[int, int], np.ndarray]) -> AggregationLog:
+        """From ``{(node, clock): sources in arrival order}``."""
+        keys = sorted(rows)
+        parts = [np.asarray(rows[k], np.int64) for k in keys]
+        return cls(
+            node=_i64(k[0] for k in keys),
+            clock=_i64(k[1] for k in keys),
+            ptr=np.concatenate(([0], np.cumsum([len(p) for p in parts], dtype=np.int64))).astype(
+                np.int64
+            ),
+            sources=np.concatenate(parts).astype(np.int64) if parts else _EMPTY,
+        )
+
+
+#: The kinds of :attr:`Schedule.timeline` entries (what happened, in the order it did).
+GRANTS, MESSAGE, VISIBILITY, AGGREGATION, MUTEX = range(5)
+
+
+@dataclass(frozen=True)
 class Schedule:
     """What one invocation of operator ``op`` must follow (see the module docstring).
 
@@ -190,6 +246,8 @@ class Schedule:
     order: np.ndarray | None = None
     order_threads: int = 0
     chaos: Chaos | None = None
+    aggregation: AggregationLog = field(default_factory=AggregationLog)
+    timeline: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), np.int64))
 
     def grant_order(self, node: int, round: int) -> tuple[np.ndarray, np.ndarray] | None:
         """The deviation log of a node-round's ticket order (``None``: take locks freely)."""
@@ -258,4 +316,16 @@ def serial_order(sched: Schedule, node: int, round: int, tasks: list[Task]) -> n
     return np.asarray(order, dtype=np.int64)
 
 
-__all__ = ["GrantLog", "MutexLog", "Schedule", "VisibilityLog", "serial_order"]
+__all__ = [
+    "AGGREGATION",
+    "GRANTS",
+    "MESSAGE",
+    "MUTEX",
+    "VISIBILITY",
+    "AggregationLog",
+    "GrantLog",
+    "MutexLog",
+    "Schedule",
+    "VisibilityLog",
+    "serial_order",
+]

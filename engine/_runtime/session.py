@@ -22,11 +22,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .._errors import DriverDivergenceError, ReplicaMismatchError, SessionError
+from .._machines.tape import Tape, emit
 from .control import DebugHooks, ScheduleSource
 from .transport import Cluster, InProcessCluster, MpiCluster
 
 if TYPE_CHECKING:
     from .._data import dds as _dds
+    from .._machines.schedule import Schedule
 
 #: Per-thread state of running bodies: ``index`` (the loop index), ``op_key`` (for
 #: ``rng()``), ``gcode`` (guard code of the running task) and ``held`` (element ids
@@ -46,6 +48,14 @@ class Recorder:
 
     def plan_made(self, op: str, plan: Any) -> None:
         """A plan (``engine.Plan``) was built for operator ``op``; identical on every node."""
+
+    def schedule_done(self, sched: Schedule) -> None:
+        """What happened in one invocation on this process's nodes, as one schedule value
+        (``engine.lowlevel.Schedule``: the grant log, the message log, SSP visibility, the
+        Hybrid mutex order, the aggregation arrival order, and their ``timeline``),
+        given once per invocation before its ``invocation_done`` calls.  By default it
+        makes the per-event calls below, in the order the events happened."""
+        emit(sched, self)
 
     def lock_grants(
         self,
@@ -142,29 +152,6 @@ class Recorder:
         (``kind``: ``reduce`` or ``gather``); called once per run (lowest node)."""
 
 
-class Pending(Recorder):
-    """Holds the calls of an attempt at an invocation until the attempt completes, so
-    that an undone attempt leaves nothing in the trace."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, tuple[Any, ...]]] = []
-
-    def lock_grants(self, *args: Any) -> None:
-        self.calls.append(("lock_grants", args))
-
-    def index_order(self, *args: Any) -> None:
-        self.calls.append(("index_order", args))
-
-    def message_received(self, *args: Any) -> None:
-        self.calls.append(("message_received", args))
-
-    def flush(self, into: Recorder) -> None:
-        """Pass every held call on, in order."""
-        for name, args in self.calls:
-            getattr(into, name)(*args)
-        self.calls.clear()
-
-
 @dataclass
 class RunResult:
     """The outcome of :func:`run`."""
@@ -243,11 +230,21 @@ class Session:
         self.fast_forward = self.hooks.fast_forward()
         self._driver_rng_count = 0
         self.mode = "driver"
+        #: the events of the running attempt at an invocation (``None`` between them)
+        self.tape: Tape | None = None
         cluster.bind = self.bind
         cluster.on_message = self._on_message
 
     def _on_message(self, node: int, channel: str, source: int, seq: int, nbytes: int) -> None:
-        self.recorder.message_received(node, channel, source, seq, nbytes)
+        if self.tape is not None:  # inside an invocation: part of its schedule value
+            self.tape.message_received(node, channel, source, seq, nbytes)
+        else:
+            self.recorder.message_received(node, channel, source, seq, nbytes)
+
+    def new_tape(self) -> Tape:
+        """A tape for the next attempt at an invocation (keeps nothing when no recorder
+        listens)."""
+        return Tape(active=type(self.recorder) is not Recorder)
 
     # ------------------------------------------------------------ registry
     def register(self, dds: _dds._DDS, name: str | None) -> int:

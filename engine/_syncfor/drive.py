@@ -49,7 +49,6 @@ from .._machines.ssp import (
     UpdateArrived,
     Wait,
 )
-from .._runtime.session import Recorder
 from .node import HEADER, NodeRun, SyncContext, check_stamp
 
 #: MPI tags of sync_for deltas (node -> owner) and updates (owner -> node).
@@ -128,60 +127,18 @@ def use_delays(model: DelayModel) -> Iterator[None]:
         DELAYS.remove(model)
 
 
-def _overrides(rec: Recorder, hook: str) -> bool:
-    return getattr(type(rec), hook) is not getattr(Recorder, hook)
-
-
-class EventBuffer:
-    """The recorder calls of one attempt of an invocation, held back until every node
-    agrees the attempt stands (an attempt undone after an access outside its
-    reconnaissance rows must leave no trace).  ``flush`` makes them, in call order."""
-
-    def __init__(self, rec: Recorder, on_message: Any) -> None:
-        self.rec = rec
-        self.on_message = on_message
-        self.calls: list[tuple[Any, tuple[Any, ...]]] = []
-
-    def body_order(self, *args: Any) -> None:
-        """Hold ``Recorder.body_order``."""
-        self.calls.append((self.rec.body_order, args))
-
-    def aggregation_order(self, *args: Any) -> None:
-        """Hold ``Recorder.aggregation_order``."""
-        self.calls.append((self.rec.aggregation_order, args))
-
-    def ssp_visibility(self, *args: Any) -> None:
-        """Hold ``Recorder.ssp_visibility``."""
-        self.calls.append((self.rec.ssp_visibility, args))
-
-    def message_received(self, *args: Any) -> None:
-        """Hold the cluster's ``on_message`` callback."""
-        self.calls.append((self.on_message, args))
-
-    def flush(self) -> None:
-        """Make the held calls."""
-        calls, self.calls = self.calls, []
-        for fn, args in calls:
-            fn(*args)
-
-    def drop(self) -> None:
-        """Forget the held calls (the attempt was undone)."""
-        self.calls = []
-
-
 class _Reporter:
-    """Recorder calls shared by both drivers (skipped for hooks the recorder leaves no-op),
-    held in the invocation's :class:`EventBuffer`."""
+    """What both drivers report of an attempt, onto its tape (``ctx.events``: an
+    ``engine._machines.tape.Tape``, which keeps nothing when no recorder listens).  The
+    recorder receives it as one schedule value once every node agrees the attempt stands
+    (an attempt undone after an access outside its reconnaissance rows leaves no trace)."""
 
     def __init__(self, ctx: SyncContext) -> None:
         self.ctx = ctx
-        real = ctx.sess.recorder
         self.rec = ctx.events
-        self.on_message = (
-            None if ctx.sess.cluster.on_message is None else ctx.events.message_received
-        )
-        self.visibility = ctx.staleness > 0 and _overrides(real, "ssp_visibility")
-        self.order = _overrides(real, "aggregation_order")
+        self.on_message = ctx.events.message_received if ctx.events.active else None
+        self.visibility = ctx.staleness > 0 and ctx.events.active
+        self.order = ctx.events.active
 
     def proceed(self, node: int, ins: Proceed) -> None:
         if self.visibility:
@@ -444,7 +401,6 @@ def drive_mpi(ctx: SyncContext, run: NodeRun) -> None:
 __all__ = [
     "DELAYS",
     "DelayModel",
-    "EventBuffer",
     "SeededDelays",
     "TAG_DELTA",
     "TAG_UPDATE",

@@ -56,8 +56,8 @@ Execution model (the same on an in-process cluster and on MPI ranks):
   - ``"never"``: restore, then raise :class:`AccessOutsideReconError` naming the
     operator, invocation, minibatch and element.
 
-  Only the attempt that stands is reported to the recorder (events are held per
-  attempt in ``_syncdrive.EventBuffer``).
+  Only the attempt that stands is reported to the recorder (events are kept per
+  attempt on a ``engine._machines.tape.Tape`` and handed over as one schedule value).
 
 Loop bodies draw random numbers from ``engine.rng()``, seeded by (run seed, operator,
 invocation, minibatch number).  The data DDS is read-only inside the body.
@@ -81,7 +81,7 @@ from .._errors import DDSError, SessionError
 from .._runtime.checkpoint import end_invocation, skip_invocation
 from .._runtime.session import Session, current
 from .dds import Batch, enter_sync_mode, make_batch
-from .drive import EventBuffer, drive_in_process, drive_mpi
+from .drive import drive_in_process, drive_mpi
 from .guard import Violation, violation_error
 from .layout import SyncLayout
 from .node import NodeRun, SyncContext
@@ -488,6 +488,7 @@ def sync_for(
             name=name,
             per_clock=per_clock,
             params=_captured(body, sess),
+            schedule=sess.schedules.schedule(name, inv, "sync_for", sess.cluster.size),
         )
         finish(run_body)
         return
@@ -541,7 +542,7 @@ def sync_for(
             staleness=stale,
             aggs=[_AGGREGATIONS.get(d) for d in layout.params],
             caches=st.caches,
-            events=EventBuffer(sess.recorder, cl.on_message),
+            events=sess.new_tape(),
             sched=sched,
         )
         runs, moved, violation = _attempt(sess, ctx)
@@ -582,7 +583,7 @@ def sync_for(
     )
     if fresh:
         entry["recon_s"] = round(recon_s, 6)
-    ctx.events.flush()
+    sess.recorder.schedule_done(ctx.events.schedule(name, inv))
     _report(sess, name, inv, layout, runs, seconds, sync)
     end_invocation(sess, name, inv, list(layout.params), seconds)
     sess.hooks.after_invocation(name, inv)

@@ -68,7 +68,7 @@ class SyncContext:
     staleness: int
     aggs: list[Callable[[np.ndarray], np.ndarray] | None]
     caches: dict[tuple[int, int, int], np.ndarray]  # (node, lane, dds id) -> cache
-    events: Any = None  # where recorder calls go (``_syncdrive.EventBuffer``)
+    events: Any = None  # the attempt's ``engine._machines.tape.Tape``
     sched: Schedule | None = None  # the invocation's schedule (None: free)
     sent_bytes: list[int] = field(default_factory=lambda: [0])
 
