@@ -296,23 +296,11 @@ class ReplayChecker(engine.Recorder):
     def plan_made(self, op: str, plan: Any) -> None:
         self.tee.plan_made(op, plan)
 
-    def lock_grants(self, *args: Any) -> None:
-        self.tee.lock_grants(*args)
-
-    def index_order(self, *args: Any) -> None:
-        self.tee.index_order(*args)
+    def schedule_done(self, sched: Schedule) -> None:
+        self.tee.schedule_done(sched)
 
     def message_received(self, *args: Any) -> None:
         self.tee.message_received(*args)
-
-    def aggregation_order(self, *args: Any) -> None:
-        self.tee.aggregation_order(*args)
-
-    def ssp_visibility(self, *args: Any) -> None:
-        self.tee.ssp_visibility(*args)
-
-    def body_order(self, *args: Any) -> None:
-        self.tee.body_order(*args)
 
     def close(self, status: str, error: str | None = None) -> None:
         self.tee.close(status, error)

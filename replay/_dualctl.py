@@ -77,25 +77,18 @@ def same_value(a: Any, b: Any, *, signed_zero: bool = True) -> bool:
 
 
 class Capture(engine.Recorder):
-    """Keeps the Hybrid body orders of a run (and forwards everything to ``tee``)."""
+    """Keeps the Hybrid body orders of a run, from each invocation's schedule value (and
+    forwards everything to ``tee``)."""
 
     def __init__(self, tee: engine.Recorder | None) -> None:
         self.tee = tee or engine.Recorder()
         self.body_orders: BodyOrders = {}
         self.ticker = InvocationTicker()  # progress, when someone listens
 
-    def body_order(
-        self,
-        op: str,
-        invocation: int,
-        node: int,
-        clock: int,
-        threads: np.ndarray,
-        minibatches: np.ndarray,
-    ) -> None:
-        pairs = list(zip(threads.tolist(), minibatches.tolist(), strict=True))
-        self.body_orders[(op, invocation, node, clock)] = pairs
-        self.tee.body_order(op, invocation, node, clock, threads, minibatches)
+    def schedule_done(self, sched: Schedule) -> None:
+        for (node, clock), pairs in sched.mutex.groups().items():
+            self.body_orders[(sched.op, sched.invocation, node, clock)] = pairs
+        self.tee.schedule_done(sched)
 
     def invocation_done(self, op: str, invocation: int, node: int, info: dict[str, Any]) -> None:
         self.tee.invocation_done(op, invocation, node, info)
@@ -106,7 +99,7 @@ class Capture(engine.Recorder):
         own = (
             "tee",
             "body_orders",
-            "body_order",
+            "schedule_done",
             "ticker",
             "invocation_done",
             "__class__",

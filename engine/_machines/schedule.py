@@ -191,6 +191,10 @@ class MutexLog:
             out.setdefault(n, {}).setdefault(c, []).append((t, m))
         return out
 
+    def groups(self) -> dict[tuple[int, int], list[tuple[int, int]]]:
+        """``{(node, clock): [(thread, minibatch), ...] in grant order}``."""
+        return {(n, c): list(g) for n, per in self._per_node.items() for c, g in per.items()}
+
 
 @dataclass(frozen=True)
 class AggregationLog:
