@@ -13,7 +13,7 @@ round at every access to an element the group writes (the baton gate), so a body
 reads an element it did not lock sees another body mid-way.
 
 Usage: python benchmarks/mutant_hunts.py [--chaos-runs 20] [--examples 1000] [--seeds 1 2 3]
-       [--mutants NAME ...] [--chaos-seeds 0 1 2]
+       [--mutants NAME ...] [--chaos-seeds 0 1 2]   (--examples 0: chaos hunts only)
 """
 
 from __future__ import annotations
@@ -123,7 +123,9 @@ def main() -> None:
             found.append(None if rep.failed is None else rep.failed.run + 1)
         out["mutants"][name] = {
             "chaos_runs": found[0] if len(found) == 1 else found,
-            "property_examples": [_examples(name, args.examples, s) for s in args.seeds],
+            "property_examples": (
+                [_examples(name, args.examples, s) for s in args.seeds] if args.examples else None
+            ),
         }
         print(name, out["mutants"][name], file=sys.stderr, flush=True)
     print(json.dumps(out, indent=2))
