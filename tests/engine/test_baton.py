@@ -6,6 +6,8 @@ import threading
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from engine._errors import DivergenceError
 from engine._machines.baton import BatonError, BatonGrants
@@ -140,3 +142,87 @@ def test_no_thread_that_can_run_is_an_engine_error_not_a_hang() -> None:
     gate._owner[0] = 9  # an element held by no body of the round: only a gate bug does that
     with pytest.raises(BatonError, match="no thread can run"):
         gate.acquire(0, 0)
+
+
+def _generic(
+    seed: int,
+    bodies: dict[int, list[tuple[tuple[int, ...], int]]],
+    delay: dict[int, float] | None = None,
+) -> tuple[BatonGrants, dict[int, float], list[tuple[int, int, str]]]:
+    """Run ``bodies`` (thread -> [(reads, write)]) through a gate whose locks are every
+    element each body touches; ``delay`` holds a thread back before each body (as
+    unlocked tasks or a late start do)."""
+    import time
+
+    index = {}
+    lock_of = {}
+    for t in sorted(bodies):
+        for reads, w in bodies[t]:
+            j = len(index)
+            index[j] = (t, reads, w)
+            lock_of[j] = np.unique(np.asarray([*reads, w], dtype=np.int64))
+    lengths = np.zeros(max(bodies, default=-1) + 1, dtype=np.int64)
+    for t, mine in bodies.items():
+        lengths[t] = len(mine)
+    gate = BatonGrants(lock_of, lengths, np.random.default_rng(seed), WHERE)
+    store = {e: float(e + 1) for e in range(6)}
+    log: list[tuple[int, int, str]] = []
+
+    def work(t: int) -> None:
+        for j in [j for j, (th, _, _) in index.items() if th == t]:
+            if delay and t in delay:
+                time.sleep(delay[t])
+            gate.acquire(t, j)
+            _, reads, w = index[j]
+            total = 0.0
+            for e in reads:
+                gate.step()
+                log.append((t, j, f"r{e}"))
+                total += store[e]
+            gate.step()
+            log.append((t, j, f"w{w}"))
+            store[w] = store[w] * 0.5 + np.cos(j + total)
+            gate.release(t, j)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in bodies]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(30)
+    assert not any(th.is_alive() for th in threads)
+    serial = {e: float(e + 1) for e in range(6)}
+    for j, _ in gate.tickets:
+        _, reads, w = index[j]
+        total = sum(serial[e] for e in reads)
+        serial[w] = serial[w] * 0.5 + np.cos(j + total)
+    assert store == serial  # two-phase locks: the serial run in ticket order, bitwise
+    return gate, store, log
+
+
+_body_st = st.tuples(
+    st.lists(st.integers(0, 5), min_size=1, max_size=3).map(tuple), st.integers(0, 5)
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    bodies=st.dictionaries(st.integers(0, 2), st.lists(_body_st, max_size=5), max_size=3),
+)
+def test_any_bodies_with_their_locks_give_the_serial_run_in_ticket_order(
+    seed: int, bodies: dict[int, list[tuple[tuple[int, ...], int]]]
+) -> None:
+    gate, _, _ = _generic(seed, bodies)
+    assert len(gate.tickets) == sum(map(len, bodies.values()))
+
+
+def test_a_thread_that_arrives_late_does_not_change_the_draws() -> None:
+    bodies = {
+        0: [((0, 1), 0), ((2,), 2), ((1, 3), 1)],
+        1: [((3, 4), 4), ((0,), 3), ((4, 5), 5)],
+        2: [((5,), 5), ((2, 3), 2)],
+    }
+    for seed in range(3):
+        a = _generic(seed, bodies)
+        b = _generic(seed, bodies, delay={1: 0.01, 2: 0.003})
+        assert a[0].tickets == b[0].tickets and a[2] == b[2] and a[1] == b[1]
