@@ -960,8 +960,9 @@ class _CheckedMixin:
         checker = CHECKER
         assert checker is not None  # checked mode is active only while CHECKER is set
         baton = getattr(_tls, "baton", None)
-        if baton is not None and s < len(self._gm) and self._gm[s] == LOCKED:
-            baton.step()  # a chaos run's lock-split body: the baton may pass (as in guard mode)
+        if baton is not None and _tls.gcode == LOCKED_BODY and s < len(self._gm):
+            if self._gm[s] == LOCKED:  # a chaos run's lock-split body: the baton may pass
+                baton.step()
         j, reads, writes = checker.allowed()
         if gid not in (writes if write else reads):
             if GUARD is not None:

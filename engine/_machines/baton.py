@@ -66,6 +66,7 @@ class BatonGrants:
         self._waiting: dict[int, frozenset[int] | None] = {}
         self._owner: dict[int, int] = {}  # element id -> thread holding it
         self._holder = -1
+        self._runner = -1  # the OS thread that holds the baton
         self._where = where
         self.failed = False
         self.steps = 0
@@ -85,6 +86,11 @@ class BatonGrants:
     def step(self) -> None:
         """A DDS access of the running body: the baton may pass to another thread."""
         thread = self._holder
+        if thread < 0 or self._runner != threading.get_ident():
+            raise BatonError(
+                f"chaos lock gate of {self._where}: an access from a thread that does not "
+                "hold the baton"
+            )
         with self._mutex:
             self.steps += 1
             self._wait(thread, None)
@@ -135,6 +141,7 @@ class BatonGrants:
                     f"{TURN_TIMEOUT_S:g} s for the baton"
                 )
         del self._waiting[thread]
+        self._runner = threading.get_ident()
 
     def _draw(self) -> None:
         """Pass the baton when every thread with locked bodies left waits at the gate."""

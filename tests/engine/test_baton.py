@@ -226,3 +226,27 @@ def test_a_thread_that_arrives_late_does_not_change_the_draws() -> None:
         a = _generic(seed, bodies)
         b = _generic(seed, bodies, delay={1: 0.01, 2: 0.003})
         assert a[0].tickets == b[0].tickets and a[2] == b[2] and a[1] == b[1]
+
+
+def test_an_access_from_a_thread_without_the_baton_is_refused() -> None:
+    gate = BatonGrants(
+        _locks(True), np.asarray([1], dtype=np.int64), np.random.default_rng(0), WHERE
+    )
+    with pytest.raises(BatonError, match="does not hold the baton"):
+        gate.step()  # nobody holds it yet
+    gate.acquire(0, 0)
+    gate.step()  # the holder may
+    seen: list[BaseException] = []
+
+    def other() -> None:
+        try:
+            gate.step()
+        except BaseException as e:
+            seen.append(e)
+
+    th = threading.Thread(target=other)
+    th.start()
+    th.join(10)
+    assert len(seen) == 1 and "does not hold the baton" in str(seen[0])
+    gate.release(0, 0)
+    assert gate.tickets == [(0, 0)] and gate.steps == 1
