@@ -2,9 +2,9 @@
 
 A :class:`ChaosController` answers each invocation with a
 :class:`~engine.lowlevel.Schedule` that carries only a :class:`~engine.lowlevel.Chaos`
-seed: the engine draws every free choice of the invocation (lock-split merges, thread
-dispatch, message arrivals, SSP visibility within the bound, Hybrid mutex orders) from
-it.  It holds two integers, so an MPI rank rebuilds the same controller from its job
+seed: the engine draws every free choice of the invocation (which lock-split body runs on
+at every body start, body end and access to a group-written element, thread dispatch,
+message arrivals, SSP visibility within the bound, Hybrid mutex orders) from it.  It holds two integers, so an MPI rank rebuilds the same controller from its job
 spec and every rank draws the same choices.
 
 With ``faults`` (in-process only) it also stops one node at a point drawn from the same

@@ -179,6 +179,8 @@ class Guard:
             if c == code or (code == ANY_OWN and c != OTHER and (c != FREE or not write)):
                 return
             if code == LOCKED_BODY and c == LOCKED:
+                if _tls.baton is not None:  # a chaos run: the baton may pass here
+                    _tls.baton.step()
                 if (dds._gbase | slot) in _tls.held:
                     return
                 reason = "a concurrent body writes, and the body does not hold its lock"

@@ -29,11 +29,12 @@ from .._errors import (
     DivergenceError,
     SessionError,
 )
+from .._machines.baton import BatonGrants
+from .._machines.chaos import LOCKS
 from .._machines.grants import (
     FreeGrants,
     TurnSequencer,
     handover_elements,
-    merge_grant_order,
     recorded_ticket_order,
     thread_lengths,
 )
@@ -644,7 +645,8 @@ def _run_threads(
     n_grants = 0
     # the grant gate of the lock-split bodies: free in a normal run (element locks, the
     # ticket order recorded), following a given order otherwise; one code path for both
-    gate: FreeGrants | TurnSequencer = FreeGrants({}, lock_of)
+    gate: FreeGrants | TurnSequencer | BatonGrants = FreeGrants({}, lock_of)
+    baton: BatonGrants | None = None
     if locked:
         cached = st.lock_cache.get((r, node))
         if cached is None:
@@ -671,9 +673,9 @@ def _run_threads(
             )
             gate = TurnSequencer(turns, merged, where)
         elif sched is not None and sched.chaos is not None:
-            # chaos: a random merge of the threads' plan sequences, taken in turn
-            turns = sched.chaos.merge(st.name, inv, node, r, lengths)
-            gate = TurnSequencer(turns, merge_grant_order(turns, seqs), where)
+            # chaos: the bodies overlap, one baton passed at random at every access
+            rng = sched.chaos.rng(st.name, inv, LOCKS, node, r, 0)
+            gate = baton = BatonGrants(lock_of, lengths, rng, where)
         else:
             gate = FreeGrants({g: threading.Lock() for g in cached[1]}, lock_of)
 
@@ -682,10 +684,12 @@ def _run_threads(
         try:
             _work(thread, mine)
         finally:
+            _tls.baton = None
             spans.append((thread, start, time.perf_counter()))  # one append: atomic
 
     def _work(thread: int, mine: list[Task]) -> None:
         _tls.rthread = thread
+        _tls.baton = baton
         with _running_bodies(st.name, inv, op_key, node):
             for t in mine:
                 if not t.locked:

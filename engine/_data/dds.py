@@ -959,6 +959,10 @@ class _CheckedMixin:
         gid = self._gbase | s
         checker = CHECKER
         assert checker is not None  # checked mode is active only while CHECKER is set
+        baton = getattr(_tls, "baton", None)
+        if baton is not None and _tls.gcode == LOCKED_BODY and s < len(self._gm):
+            if self._gm[s] == LOCKED:  # a chaos run's lock-split body: the baton may pass
+                baton.step()
         j, reads, writes = checker.allowed()
         if gid not in (writes if write else reads):
             if GUARD is not None:

@@ -4,10 +4,11 @@ Why it is built this way: a normal run leaves lock-grant orders, thread dispatch
 message arrivals, SSP visibility and Hybrid mutex orders to whatever the machine does,
 so a bug that needs a rare interleaving stays rare.  A :class:`Chaos` value in an
 invocation's :class:`~engine._machines.schedule.Schedule` makes each of those choices
-at random *within what the engine allows* (any merge of the threads' locked sequences,
-any arrival order, any visibility inside the staleness bound), from a numpy generator
-keyed by (chaos seed, run number, operator, invocation, choice, node, round ...).  The
-key never involves Python's ``hash()``, the wall clock or thread timing, so the same seed
+at random *within what the engine allows* (which thread of a lock-split round runs on,
+at every body start, body end and access to an element the group writes, see
+:mod:`~engine._machines.baton`; any arrival order; any visibility inside the staleness
+bound), from a numpy generator keyed by (chaos seed, run number, operator, invocation,
+choice, node, round ...).  The key never involves Python's ``hash()``, the wall clock or thread timing, so the same seed
 and run number give the same schedule in any process, and since the run is recorded as
 usual, every explored run replays bit for bit.
 """
@@ -49,14 +50,6 @@ class Chaos:
         return np.random.default_rng(
             [self.seed, self.run, text_key(op), invocation + 1, choice, *(k + 1 for k in keys)]
         )
-
-    def merge(
-        self, op: str, invocation: int, node: int, round: int, lengths: np.ndarray
-    ) -> np.ndarray:
-        """A uniformly random merge of the threads' locked sequences: the thread of every
-        ticket (thread ``t`` appears ``lengths[t]`` times).  Any merge is a legal grant
-        order: each thread still runs its own bodies in plan order."""
-        return _merge_turns(self.rng(op, invocation, LOCKS, node, round), lengths)
 
     def dispatch(self, op: str, invocation: int, node: int, round: int, threads: int) -> list[int]:
         """The order in which a node-round's ``threads`` thread groups are started."""

@@ -28,7 +28,7 @@ def test_chaos_runs_are_grouped_by_outcome_and_two_groups_diff(tmp_path: Path) -
     path = tmp_path / "chaos.sqlite"
     # 1 node x 2 threads, 6 bodies on 4 hot rows: 5 runs give 4 outcomes, runs 1 and 3 alike
     report = chaos.explore(
-        hot_rows, {"n": 6, "epochs": 1}, runs=5, chaos_seed=2, nodes=1, threads=2, trace=str(path)
+        hot_rows, {"n": 6, "epochs": 1}, runs=5, chaos_seed=26, nodes=1, threads=2, trace=str(path)
     )
     groups = list(report.groups.values())
     assert groups == [[0], [1, 3], [2], [4]]
@@ -39,9 +39,9 @@ def test_chaos_runs_are_grouped_by_outcome_and_two_groups_diff(tmp_path: Path) -
         assert isinstance(screen, RunsScreen)
         shown = [r.info.labels["chaos_run"] for r in screen.rows]
         assert shown == [0, 1, 3, 2, 4]  # group by group, in order of first run
-        await wait_text(pilot, "chaos seed 2 run 0: outcome group 1 of 4 (runs 0)")
+        await wait_text(pilot, "chaos seed 26 run 0: outcome group 1 of 4 (runs 0)")
         await pilot.press("down", "down")
-        await wait_text(pilot, "chaos seed 2 run 3: outcome group 2 of 4 (runs 1, 3)")
+        await wait_text(pilot, "chaos seed 26 run 3: outcome group 2 of 4 (runs 1, 3)")
         await pilot.press("space", "down", "space")  # run 3 and run 2: different outcomes
         await wait_text(pilot, "marked for diff: 2")
         await pilot.press("d")
