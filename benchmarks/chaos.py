@@ -1,13 +1,15 @@
 """Chaos-mode speed, measured side by side in one run (issue 17); prints one JSON object.
 
 SGDMF on synthetic ratings, 2 in-process nodes x 2 threads (every task group lock-split,
-so every chaos run takes its tickets in a drawn merge):
+so every chaos run passes one baton between the threads at each access, drawn from the
+seed: ``engine/_machines/baton.py``):
 
 * chaos runs per second, not recorded / recorded into one trace store / with the
   backward dual test (``--check dual``) on each run;
 * next to plain runs (no controller, free locks, not recorded) of the same program:
   ``chaos_over_plain`` is a chaos run's median wall time over a plain run's.
-* distinct outcomes among the chaos runs (lock-split merges change the serial order).
+* distinct outcomes among the chaos runs (the ticket order, and so the serial order,
+  changes from run to run).
 
 Usage: python benchmarks/chaos.py [--epochs 2] [--runs 5] [--repeats 3]
 """
