@@ -386,7 +386,9 @@ class NodeRun:
                 agg = self._custom(clock, d, fn, blocks, n, layout.workers(clock, ctx.hybrid))
             new = rep[rows] + agg
             rep[rows] = new
-            parts.append(new)  # the owner's new values, as ``rep[rows]`` now holds them
+            # the owner's new values as ``rep[rows]`` now holds them (an aggregate of another
+            # dtype, e.g. float64 for float32 rows, made ``new`` wider than the replica)
+            parts.append(new if new.dtype == rep.dtype else rep[rows])
         return _stamp(clock, parts) if layout.nodes > 1 else None
 
     def _custom(
