@@ -37,12 +37,21 @@ class Batch:
     elements, a list for Python objects.  Iterating yields ``(key, value)`` pairs.
     """
 
-    __slots__ = ("number", "keys", "values")
+    __slots__ = ("number", "_keys", "values", "_lo")
 
-    def __init__(self, number: int, keys: Any, values: Any) -> None:
+    def __init__(self, number: int, keys: Any, values: Any, lo: int = 0) -> None:
         self.number = number
-        self.keys = keys
+        self._keys = keys  # None: slots ``lo ..`` of a dvector, made on first use
         self.values = values
+        self._lo = lo
+
+    @property
+    def keys(self) -> Any:
+        """The elements' indices (int64 array) or keys (list)."""
+        keys = self._keys
+        if keys is None:
+            keys = self._keys = np.arange(self._lo, self._lo + len(self.values), dtype=np.int64)
+        return keys
 
     def __len__(self) -> int:
         return len(self.values)
@@ -57,13 +66,27 @@ class Batch:
 
 def make_batch(data: _DDS, buf: Any, number: int, lo: int, hi: int) -> Batch:
     """Minibatch ``number`` = slots ``lo .. hi-1`` of ``data`` read from replica ``buf``."""
+    return batch_maker(data, buf)(number, lo, hi)
+
+
+def batch_maker(data: _DDS, buf: Any) -> Callable[[int, int, int], Batch]:
+    """``make(number, lo, hi)``: :func:`make_batch` for many minibatches of one replica (the
+    read-only view of ``buf`` is made once; dvector keys are made only if the body asks)."""
     if data._numeric:
-        values = buf[lo:hi]
-        values.flags.writeable = False
-    else:
-        values = buf[lo:hi]
-    keys = data._keys[lo:hi] if isinstance(data, dmap) else np.arange(lo, hi, dtype=np.int64)
-    return Batch(number, keys, values)
+        buf = buf.view()
+        buf.flags.writeable = False  # so every slice of it is read-only too
+    if isinstance(data, dmap):
+        keys = data._keys
+
+        def make_keyed(number: int, lo: int, hi: int) -> Batch:
+            return Batch(number, keys[lo:hi], buf[lo:hi], lo)
+
+        return make_keyed
+
+    def make(number: int, lo: int, hi: int) -> Batch:
+        return Batch(number, None, buf[lo:hi], lo)
+
+    return make
 
 
 _NO_MASKS: dict[int, np.ndarray] = {}
@@ -207,6 +230,7 @@ def commit_rows(dds: Any, node: int, mask: np.ndarray, values: np.ndarray) -> No
 
 __all__ = [
     "Batch",
+    "batch_maker",
     "bind_thread",
     "commit_rows",
     "enter_sync_mode",

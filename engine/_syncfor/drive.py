@@ -21,6 +21,7 @@ that script to the clock machine; a script the run cannot follow is a divergence
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import heapq
 import itertools
@@ -343,9 +344,9 @@ def drive_mpi(ctx: SyncContext, run: NodeRun) -> None:
             if q != me:
                 post_recv(0, q, 0)
                 post_recv(1, q, 0)
-    queue = list(machine.handle(LoopStarted(me, 0)))
+    queue = collections.deque(machine.handle(LoopStarted(me, 0)))
     while queue:
-        ins = queue.pop(0)
+        ins = queue.popleft()
         if isinstance(ins, Proceed):
             rep.proceed(me, ins)
             run.compute(ins.clock)

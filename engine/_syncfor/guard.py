@@ -102,6 +102,7 @@ class LaneGuard:
         self.wmask = {d._id: np.zeros(len(d), dtype=bool) for d in params}
         self._r: list[np.ndarray | None] = [None] * len(params)
         self._w: list[np.ndarray | None] = [None] * len(params)
+        self._masks = [(k, self.rmask[i], self.wmask[i]) for k, i in enumerate(self.ids)]
         self.minibatch = -1
         #: set at this lane's first violation (or when its node stopped): skip bodies
         self.hit = False
@@ -110,9 +111,9 @@ class LaneGuard:
         """Allow exactly minibatch ``m``'s reconnaissance rows."""
         self.minibatch = m
         reads, writes = self.layout.allowed(m)
-        for k, i in enumerate(self.ids):
-            _swap(self.rmask[i], self._r, k, reads[k])
-            _swap(self.wmask[i], self._w, k, writes[k])
+        for k, rmask, wmask in self._masks:
+            _swap(rmask, self._r, k, reads[k])
+            _swap(wmask, self._w, k, writes[k])
 
     def outside(self, dds: _DDS, key: Any, write: bool) -> AccessOutsideReconError | None:
         """Record an access outside the rows; return the error to raise in the body, or

@@ -61,9 +61,11 @@ class NodeClock:
     f_tpos: list[list[Index]] = field(default_factory=list)
     f_npref: list[Index] = field(default_factory=list)
     f_split: list[list[Index]] = field(default_factory=list)
+    nrows: list[int] = field(default_factory=list)  # per parameter: ``len(rows[d])``
 
     def __post_init__(self) -> None:
         self.active_threads = [t for t, m in enumerate(self.ms) if len(m)]
+        self.nrows = [len(x) for x in self.rows]
         self.f_pref = [[fast(x) for x in row] for row in self.pref]
         self.f_wr = [[fast(x) for x in row] for row in self.wr]
         self.f_rows = [fast(x) for x in self.rows]
@@ -80,10 +82,28 @@ class OwnerClock:
     pos: list[list[np.ndarray]]  # per source node, per parameter: positions in ``rows``
     f_rows: list[Index] = field(default_factory=list)
     f_pos: list[list[Index]] = field(default_factory=list)
+    nrows: list[int] = field(default_factory=list)  # per parameter: ``len(rows[d])``
 
     def __post_init__(self) -> None:
+        self.nrows = [len(x) for x in self.rows]
         self.f_rows = [fast(x) for x in self.rows]
         self.f_pos = [[fast(x) for x in row] for row in self.pos]
+
+
+#: Bytes of a message's clock stamp, before its blocks.
+HEADER = 8
+
+#: Per parameter (first byte, end byte, block shape) in a message; the message's length.
+Spans = tuple[list[tuple[int, int, tuple[int, ...]]], int]
+
+
+def _spans(shapes: list[tuple[int, ...]], row_nbytes: list[int]) -> Spans:
+    out, off = [], HEADER
+    for shape, rb in zip(shapes, row_nbytes, strict=True):
+        nb = shape[0] * shape[1] * rb
+        out.append((off, off + nb, shape))
+        off += nb
+    return out, off
 
 
 def owner_array(dds: _DDS, nodes: int) -> np.ndarray:
@@ -135,6 +155,8 @@ class SyncLayout:
         self._interned: dict[tuple[int, bytes], np.ndarray] = {}
         self._per_node: list[int] | None = None
         self._shapes: dict[tuple[int, int, int], list[tuple[int, ...]]] = {}
+        self._dspans: dict[tuple[int, int, int], Spans] = {}
+        self._uspans: dict[tuple[int, int], Spans] = {}
 
     # ------------------------------------------------------------------ assignment
     def minibatch_slots(self, m: int) -> tuple[int, int]:
@@ -282,17 +304,35 @@ class SyncLayout:
             ]
         return got
 
+    def delta_spans(self, clock: int, src: int, owner: int) -> Spans:
+        """Where each parameter's block lies in the delta message ``src`` sends ``owner``
+        for ``clock``: per parameter (first byte, end byte, shape), and the message's
+        length, header included (cached)."""
+        key = (clock, src, owner)
+        got = self._dspans.get(key)
+        if got is None:
+            got = self._dspans[key] = _spans(self.delta_shapes(clock, src, owner), self.row_nbytes)
+        return got
+
+    def update_spans(self, clock: int, owner: int) -> Spans:
+        """The same for the update ``owner`` sends every node for ``clock`` (a parameter
+        whose block is empty has none in the message: its shape's first entry is 0)."""
+        got = self._uspans.get((clock, owner))
+        if got is None:
+            oc = self.owner(clock, owner)
+            shapes = [
+                (1, len(r), *(p.shape or ())) for r, p in zip(oc.rows, self.params, strict=True)
+            ]
+            got = self._uspans[(clock, owner)] = _spans(shapes, self.row_nbytes)
+        return got
+
     def delta_nbytes(self, clock: int, src: int, owner: int) -> int:
         """Payload bytes of the delta ``src`` sends ``owner`` for ``clock``."""
-        return sum(
-            s[0] * s[1] * self.row_nbytes[d]
-            for d, s in enumerate(self.delta_shapes(clock, src, owner))
-        )
+        return self.delta_spans(clock, src, owner)[1] - HEADER
 
     def update_nbytes(self, clock: int, owner: int) -> int:
         """Payload bytes of the update ``owner`` sends every node for ``clock``."""
-        oc = self.owner(clock, owner)
-        return sum(len(oc.rows[d]) * self.row_nbytes[d] for d in range(len(self.params)))
+        return self.update_spans(clock, owner)[1] - HEADER
 
     def describe(self) -> dict[str, Any]:
         """Summary numbers for the planner report."""
@@ -305,4 +345,13 @@ class SyncLayout:
         }
 
 
-__all__ = ["Index", "NodeClock", "OwnerClock", "SyncLayout", "fast", "owner_array"]
+__all__ = [
+    "HEADER",
+    "Index",
+    "NodeClock",
+    "OwnerClock",
+    "Spans",
+    "SyncLayout",
+    "fast",
+    "owner_array",
+]

@@ -23,7 +23,6 @@ undo it.
 from __future__ import annotations
 
 import itertools
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -41,16 +40,14 @@ from .._errors import (
 )
 from .._machines.turnstile import TurnstileDriver
 from .._runtime.session import _tls
-from .dds import bind_thread, make_batch
+from .dds import batch_maker, bind_thread
 from .guard import LaneGuard, NodeViolations
-from .layout import NodeClock, SyncLayout
+from .layout import HEADER, NodeClock, SyncLayout
 
 if TYPE_CHECKING:
     from .._data.dds import _DDS
     from .._machines.schedule import Schedule
     from .._runtime.session import Session
-
-HEADER = 8
 
 
 @dataclass
@@ -78,9 +75,20 @@ class SyncContext:
 
 
 def _stamp(clock: int, parts: list[np.ndarray]) -> np.ndarray:
-    head = np.array([clock], dtype=np.int64).view(np.uint8)
-    flat = [np.ascontiguousarray(p).view(np.uint8).ravel() for p in parts if p.size]
-    return np.concatenate([head, *flat])
+    """A message: the 8-byte stamp of ``clock``, then ``parts``' bytes in order.
+
+    One allocation: each part is copied straight into its place in the message (no
+    per-part contiguous copy, no concatenation).
+    """
+    out = np.empty(HEADER + sum(p.nbytes for p in parts), dtype=np.uint8)
+    out[:HEADER].view(np.int64)[0] = clock
+    off = HEADER
+    for p in parts:
+        nb = p.nbytes
+        if nb:
+            out[off : off + nb].view(p.dtype).reshape(p.shape)[...] = p
+            off += nb
+    return out
 
 
 def check_stamp(buf: np.ndarray, clock: int, what: str) -> None:
@@ -106,7 +114,7 @@ class NodeRun:
         self.ctx = ctx
         self.node = node
         self.replicas = [d._bufs[node] for d in ctx.params]
-        self.databuf = ctx.data._bufs[node]
+        self.batch = batch_maker(ctx.data, ctx.data._bufs[node])
         lanes = 1 if ctx.hybrid else ctx.sess.cluster.threads
         self.caches = [self._cache(lane) for lane in range(lanes)]
         self.violations = NodeViolations(node)
@@ -123,6 +131,9 @@ class NodeRun:
             w = {d._id: c for d, c in zip(ctx.params, cache, strict=True)}
             self.rbufs.append({**base, **w})
             self.wbufs.append(w)
+        self.whole = ctx.layout.sets is None
+        self.block_tail = [r.shape[1:] for r in self.replicas]
+        self.dtypes = [r.dtype for r in self.replicas]
         self.own: dict[int, list[np.ndarray]] = {}  # clock -> delta blocks, until aggregated
         self.clock_seconds: list[float] = []
 
@@ -162,7 +173,7 @@ class NodeRun:
         body holds the node mutex, granted by it (free in a normal run, in a given order
         otherwise), which logs (thread, minibatch) in grant order."""
         ctx = self.ctx
-        layout, data, buf = ctx.layout, ctx.data, self.databuf
+        size, n, make = ctx.layout.size, ctx.layout.n, self.batch
         wrapped = ctx.sess.hooks.wrap_body(ctx.name, ctx.inv, self.node, ctx.body)
         guard = self.guards[lane]
         bind_thread(self.rbufs[lane], self.wbufs[lane], guard)
@@ -186,8 +197,8 @@ class NodeRun:
         m = -1
         try:
             for m in ms.tolist():
-                lo, hi = layout.minibatch_slots(m)
-                batch = make_batch(data, buf, m, lo, hi)
+                lo = m * size  # ``layout.minibatch_slots(m)``
+                batch = make(m, lo, min(lo + size, n))
                 _tls.index = m
                 if turnstile is None:
                     body(m, batch)
@@ -215,36 +226,39 @@ class NodeRun:
             if e is not None:
                 raise e
 
+    def _lane(self, t: int, nc: NodeClock) -> list[np.ndarray]:
+        """Refresh thread ``t``'s cache, run its minibatches, return its delta rows."""
+        cache, reps = self.caches[t], self.replicas
+        if self.whole:
+            for c, r in zip(cache, reps, strict=True):
+                np.copyto(c, r)
+        else:
+            for c, r, ix in zip(cache, reps, nc.f_pref[t], strict=True):
+                c[ix] = r[ix]
+        self._run_bodies(t, nc.ms[t])
+        return [c[ix] - r[ix] for c, r, ix in zip(cache, reps, nc.f_wr[t], strict=True)]
+
     def _compute_workers(self, nc: NodeClock) -> list[np.ndarray]:
         """BSP/SSP: each thread on its own cache; node delta blocks per parameter."""
-        ctx = self.ctx
-        reps = self.replicas
-        whole = ctx.layout.sets is None
-        tdeltas: dict[int, list[np.ndarray]] = {}
-
-        def worker(t: int) -> Callable[[], None]:
-            def run() -> None:
-                cache = self.caches[t]
-                for c, r, ix in zip(cache, reps, nc.f_pref[t], strict=True):
-                    if whole:
-                        np.copyto(c, r)
-                    else:
-                        c[ix] = r[ix]
-                self._run_bodies(t, nc.ms[t])
-                tdeltas[t] = [
-                    c[ix] - r[ix] for c, r, ix in zip(cache, reps, nc.f_wr[t], strict=True)
-                ]
-
-            return run
-
         active = nc.active_threads
-        self._threads([worker(t) for t in active])
+        if len(active) == 1:  # no pool round trip, no closures
+            tdeltas = {active[0]: self._lane(active[0], nc)}
+        else:
+            tdeltas = {}
+
+            def worker(t: int) -> Callable[[], None]:
+                def run() -> None:
+                    tdeltas[t] = self._lane(t, nc)
+
+                return run
+
+            self._threads([worker(t) for t in active])
         out = []
-        for d, rep in enumerate(reps):
-            lanes = ctx.layout.lanes[d]
-            blk = np.zeros((lanes, len(nc.rows[d]), *rep.shape[1:]), dtype=rep.dtype)
+        lanes = self.ctx.layout.lanes
+        for d, shape in enumerate(self.block_tail):
+            blk = np.zeros((lanes[d], nc.nrows[d], *shape), dtype=self.replicas[d].dtype)
             for t in active:  # thread order: part of the fixed aggregation order
-                if lanes == 1:
+                if lanes[d] == 1:
                     blk[0, nc.f_tpos[t][d]] += tdeltas[t][d]
                 else:
                     blk[t, nc.f_tpos[t][d]] = tdeltas[t][d]
@@ -262,8 +276,11 @@ class NodeRun:
                 c[ix] = r[ix]
         order = self._hybrid_order(clock, nc)
         where = {"node": self.node, "op": ctx.name, "invocation": ctx.inv}
-        # the node mutex: free in a normal run, the given order otherwise
-        ts = TurnstileDriver(None if order is None else {0: order}, where)
+        # the node mutex: free in a normal run, the given order otherwise (one thread:
+        # nothing to order, no mutex)
+        ts = None
+        if ctx.sess.cluster.threads > 1:
+            ts = TurnstileDriver(None if order is None else {0: order}, where)
         if order is not None and ctx.sched is not None and ctx.sched.serial:
             # single-node replay: the recorded grant order, on this thread
             for t, run in itertools.groupby(order, key=lambda tm: tm[0]):
@@ -275,8 +292,8 @@ class NodeRun:
                 return lambda: self._run_bodies(0, nc.ms[t], t, ts)
 
             self._threads([worker(t) for t in nc.active_threads])
-        grants = ts.granted(0)
-        if ctx.sess.cluster.threads > 1 and grants:
+        grants = [] if ts is None else ts.granted(0)
+        if grants:
             arr = np.array(grants, dtype=np.int64)
             ctx.events.body_order(
                 ctx.name, ctx.inv, self.node, clock, arr[:, 0].copy(), arr[:, 1].copy()
@@ -319,23 +336,20 @@ class NodeRun:
     # ------------------------------------------------------------------ messages
     def delta_payload(self, clock: int, owner: int) -> np.ndarray:
         """The message carrying this node's delta of ``clock`` to ``owner``."""
-        nc = self.ctx.layout.node(clock, self.node)
-        blocks = self.own[clock]
-        return _stamp(clock, [blocks[d][:, nc.f_split[owner][d]] for d in range(len(blocks))])
+        split = self.ctx.layout.node(clock, self.node).f_split[owner]
+        return _stamp(clock, [blk[:, ix] for blk, ix in zip(self.own[clock], split, strict=True)])
 
     def _unpack_delta(self, clock: int, src: int, buf: np.ndarray) -> list[np.ndarray]:
-        out, off = [], HEADER
-        shapes = self.ctx.layout.delta_shapes(clock, src, self.node)
-        for r, shape in zip(self.replicas, shapes, strict=True):
-            nb = math.prod(shape) * r.dtype.itemsize
-            out.append(buf[off : off + nb].view(r.dtype).reshape(shape))
-            off += nb
-        if off != len(buf):
+        spans, size = self.ctx.layout.delta_spans(clock, src, self.node)
+        if size != len(buf):
             raise SyncProtocolError(
                 f"sync_for: delta from node {src} for clock {clock} has {len(buf)} bytes, "
-                f"the layout says {off}"
+                f"the layout says {size}"
             )
-        return out
+        return [
+            buf[lo:hi].view(dt).reshape(shape)
+            for (lo, hi, shape), dt in zip(spans, self.dtypes, strict=True)
+        ]
 
     def aggregate(self, clock: int, received: dict[int, np.ndarray]) -> np.ndarray | None:
         """Aggregate the deltas of ``clock`` into the owned rows; return the update message
@@ -343,32 +357,34 @@ class NodeRun:
         ctx, layout, me = self.ctx, self.ctx.layout, self.node
         oc = layout.owner(clock, me)
         own = self.own.pop(clock)
-        mine = layout.node(clock, me)
+        split = layout.node(clock, me).f_split[me]
         blocks: list[list[np.ndarray]] = []
         for src in range(layout.nodes):
             if src == me:
-                blocks.append([own[d][:, mine.f_split[me][d]] for d in range(len(own))])
+                blocks.append([blk[:, ix] for blk, ix in zip(own, split, strict=True)])
             else:
                 blocks.append(self._unpack_delta(clock, src, received.pop(src)))
-        workers = layout.workers(clock, ctx.hybrid)
         contributors = layout.contributors(clock)
         srcs = summation_order(layout.nodes, me)
         parts = []
         for d, rep in enumerate(self.replicas):
-            n = len(oc.rows[d])
+            n = oc.nrows[d]
             if not n:
                 continue
             rows = oc.f_rows[d]
             fn = ctx.aggs[d]
             if fn is None:
-                acc = np.zeros((n, *rep.shape[1:]), dtype=rep.dtype)
+                acc = np.zeros((n, *self.block_tail[d]), dtype=rep.dtype)
                 for src in srcs:  # node order, whatever the arrival order
                     acc[oc.f_pos[src][d]] += blocks[src][d][0]
                 agg = acc / contributors
             else:
-                agg = self._custom(clock, d, fn, blocks, n, workers)
-            rep[rows] = rep[rows] + agg
-            parts.append(rep[rows])
+                agg = self._custom(clock, d, fn, blocks, n, layout.workers(clock, ctx.hybrid))
+            new = rep[rows] + agg
+            rep[rows] = new
+            # the owner's new values as ``rep[rows]`` now holds them (an aggregate of another
+            # dtype, e.g. float64 for float32 rows, made ``new`` wider than the replica)
+            parts.append(new if new.dtype == rep.dtype else rep[rows])
         return _stamp(clock, parts) if layout.nodes > 1 else None
 
     def _custom(
@@ -406,20 +422,17 @@ class NodeRun:
 
     def apply_update(self, clock: int, owner: int, buf: np.ndarray) -> None:
         """Write ``owner``'s new values of ``clock`` into this node's replica."""
-        oc = self.ctx.layout.owner(clock, owner)
-        off = HEADER
-        for d, rep in enumerate(self.replicas):
-            n = len(oc.rows[d])
-            if not n:
-                continue
-            nb = n * self.ctx.layout.row_nbytes[d]
-            rep[oc.f_rows[d]] = buf[off : off + nb].view(rep.dtype).reshape((n, *rep.shape[1:]))
-            off += nb
-        if off != len(buf):
+        layout = self.ctx.layout
+        spans, size = layout.update_spans(clock, owner)
+        if size != len(buf):
             raise SyncProtocolError(
                 f"sync_for: update from node {owner} for clock {clock} has {len(buf)} bytes, "
-                f"the layout says {off}"
+                f"the layout says {size}"
             )
+        rows = layout.owner(clock, owner).f_rows
+        for d, (lo, hi, shape) in enumerate(spans):
+            if hi > lo:
+                self.replicas[d][rows[d]] = buf[lo:hi].view(self.dtypes[d]).reshape(shape[1:])
 
 
 __all__ = ["HEADER", "NodeRun", "SyncContext", "check_stamp", "summation_order"]
