@@ -205,13 +205,12 @@ def simulate_main(candidates: list[str], seeds: int, epochs: int) -> None:
     parsed = []
     for c in candidates:
         parts = c.split(":")
-        if (
-            len(parts) != 3
-            or not parts[0].isdigit()
-            or not parts[1].isdigit()
-            or parts[2] not in RULES
-        ):
-            raise SystemExit(f"--simulate: {c!r} is not P:MB:RULE (RULE one of {', '.join(RULES)})")
+        ok = len(parts) == 3 and parts[2] in RULES
+        ok = ok and all(x.isdigit() and int(x) >= 1 for x in parts[:2])
+        if not ok:
+            raise ValueError(
+                f"--simulate: {c!r} is not P:MB:RULE (P, MB >= 1; RULE one of {', '.join(RULES)})"
+            )
         parsed.append((int(parts[0]), int(parts[1]), parts[2]))
     where = _data.gensim_test_data()
     sentences = _data.read_corpus(where / "head500.noblanks.cor", OURS["sentence_len"])
@@ -251,7 +250,10 @@ def main() -> None:
     parser.add_argument("--simulate", nargs="+", metavar="P:MB:RULE", default=None)
     args = parser.parse_args()
     if args.simulate:
-        simulate_main(args.simulate, args.seeds, args.epochs)
+        try:
+            simulate_main(args.simulate, args.seeds, args.epochs)
+        except ValueError as exc:  # a malformed candidate: one line, exit 2
+            parser.error(str(exc))
         return
     where = _data.gensim_test_data()
     sentences = _data.read_corpus(where / "head500.noblanks.cor", OURS["sentence_len"])
