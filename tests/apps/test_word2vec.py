@@ -508,8 +508,10 @@ def test_two_nodes_sum_the_deltas_of_minibatches_run_from_the_same_rows(
     calls: list[tuple[np.ndarray, np.ndarray, np.ndarray, float]] = []
     real = _model.step
 
-    def step(plan: _model.Gather, h: np.ndarray, o: np.ndarray, lr: float, kernel: object) -> tuple:
-        new_h, new_o, loss = real(plan, h, o, lr, kernel)  # type: ignore[arg-type]
+    def step(
+        plan: _model.Gather, h: np.ndarray, o: np.ndarray, lr: float, kernel: _kernel.Kernel
+    ) -> tuple:
+        new_h, new_o, loss = real(plan, h, o, lr, kernel)
         if ap.current().mode != "recon":  # reconnaissance runs the body too
             calls.append((plan.in_rows.copy(), np.array(h), new_h.copy(), lr))
         return new_h, new_o, loss
@@ -518,7 +520,7 @@ def test_two_nodes_sum_the_deltas_of_minibatches_run_from_the_same_rows(
     captured: dict[str, np.ndarray] = {}
 
     def run() -> dict:
-        out = train(synthetic=True, dim=8, epochs=1, minibatch=200, sync="bsp")
+        out = train(synthetic=True, dim=8, epochs=1, minibatch=200)  # Hybrid, the default
         captured["W"] = next(d for d in ap.current().dds if d.name == "W_in").gather()
         return out
 
