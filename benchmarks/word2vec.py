@@ -14,8 +14,9 @@ synchronisation cost (2-rank clock time minus the 1-rank per-minibatch time).
 gensim is a benchmark/test dependency (``pip install '.[test]'``), not a runtime one.
 
 ``--simulate P:MB:RULE ...`` instead runs the candidate fixes for the parallel-vs-serial
-gap outside the engine: the same draws, kernel and learning rate as the app, on plain
-numpy matrices, with P workers per clock each running one MB-sentence minibatch from
+gap outside the engine: the app's sampling, kernel and learning rate on plain numpy
+matrices (with its own generator, seeded by seed, epoch and minibatch, so not the very
+draws of a ``replay run``), with P workers per clock each running one MB-sentence minibatch from
 the clock's starting rows, their row deltas then combined by RULE: ``sum`` (what the
 app registers), ``rowmean`` (a row's summed delta divided by the number of workers
 whose delta for it is non-zero), ``rowmean_in`` / ``rowmean_out`` (that rule on one
