@@ -13,7 +13,24 @@ synchronisation cost (2-rank clock time minus the 1-rank per-minibatch time).
 
 gensim is a benchmark/test dependency (``pip install '.[test]'``), not a runtime one.
 
+``--simulate P:MB:RULE ...`` instead runs the candidate fixes for the parallel-vs-serial
+gap outside the engine: the app's sampling, kernel and learning rate on plain numpy
+matrices (with its own generator, seeded by seed, epoch and minibatch, so not the very
+draws of a ``replay run``), with P workers per clock each running one MB-sentence minibatch from
+the clock's starting rows, their row deltas then combined by RULE: ``sum`` (what the
+app registers), ``rowmean`` (a row's summed delta divided by the number of workers
+whose delta for it is non-zero), ``rowmean_in`` / ``rowmean_out`` (that rule on one
+matrix only, summing the other) or ``normweighted`` (each worker's delta of a row
+weighted by its norm).  Prints one JSON line per (seed, candidate).
+
+``--parallel-minibatch N`` runs ours on more than one rank with N-sentence minibatches
+(one rank keeps ``OURS``' 32, where the minibatch size changes the speed, not the
+arithmetic): a smaller minibatch per rank shortens the window in which two ranks update
+the same rows without seeing each other's updates.
+
 Usage: python benchmarks/word2vec.py [--seeds 5] [--epochs 5] [--ranks 1 2]
+                                     [--parallel-minibatch N]
+       python benchmarks/word2vec.py --simulate 1:32:sum 2:32:sum 2:4:sum [--seeds 3]
 """
 
 from __future__ import annotations
@@ -32,7 +49,7 @@ from _common import ROOT, replay_run, steady
 
 sys.path.insert(0, str(ROOT))
 
-from apps.word2vec import _data, _eval  # noqa: E402
+from apps.word2vec import _data, _eval, _kernel, _model  # noqa: E402
 
 #: Hyper-parameters shared by gensim and ours (gensim's defaults, skip-gram).
 HYPER = {
@@ -82,9 +99,14 @@ def gensim_run(
     }
 
 
-def ours_run(ranks: int, epochs: int, seed: int) -> dict[str, float]:
-    """``replay run word2vec`` on ``ranks`` ranks (no trace); scores and timings."""
+def ours_run(
+    ranks: int, epochs: int, seed: int, parallel_minibatch: int | None = None
+) -> dict[str, float]:
+    """``replay run word2vec`` on ``ranks`` ranks (no trace); scores and timings.
+    ``parallel_minibatch``: the minibatch on more than one rank (default: ``OURS``')."""
     params = {**HYPER, **OURS, "epochs": epochs, "corpus": "head500"}
+    if ranks > 1 and parallel_minibatch:
+        params["minibatch"] = parallel_minibatch
     args = ["word2vec", "--ranks", str(ranks), "--seed", str(seed), "--no-trace"]
     for k, v in params.items():
         args += ["-p", f"{k}={v}"]
@@ -100,6 +122,108 @@ def ours_run(ranks: int, epochs: int, seed: int) -> dict[str, float]:
         "clocks": plan["rounds"],
         "bytes_per_clock": plan["bytes_per_clock"],
     }
+
+
+#: The ``--simulate`` delta combination rules.
+RULES = ("sum", "rowmean", "rowmean_in", "rowmean_out", "normweighted")
+
+
+def combine(
+    rule: str, which: str, n: int, deltas: list[tuple[np.ndarray, np.ndarray]]
+) -> np.ndarray:
+    """The ``(n, dim)`` step of one matrix (``which``: ``in`` or ``out``) from the workers'
+    ``(rows, delta)`` of one clock under ``rule``."""
+    dim = deltas[0][1].shape[1]
+    total = np.zeros((n, dim), dtype=np.float32)
+    touched = np.zeros(n, dtype=np.float32)
+    norms = np.zeros(n, dtype=np.float32)
+    weighted = np.zeros((n, dim), dtype=np.float32)
+    for rows, d in deltas:
+        total[rows] += d
+        touched[rows] += (d != 0).any(axis=1)
+        norm = np.linalg.norm(d, axis=1)
+        norms[rows] += norm
+        weighted[rows] += norm[:, None] * d
+    if rule in ("rowmean", f"rowmean_{which}"):
+        return total / np.maximum(touched, 1)[:, None]
+    if rule == "normweighted":
+        return (weighted / np.maximum(norms, 1e-30)[:, None]).astype(np.float32)
+    return total
+
+
+def simulate(
+    rows: np.ndarray,
+    vocab: _data.Vocab,
+    pairs: Any,
+    P: int,
+    mb: int,
+    rule: str,
+    seed: int,
+    epochs: int,
+) -> float:
+    """``wordsim`` after ``epochs`` of the simulated P-worker program (see the docstring)."""
+    h = HYPER
+    dim, V = int(h["dim"]), len(vocab)
+    keep = _model.keep_probabilities(vocab.counts, float(h["sample"]))
+    table = _model.noise_table(vocab.counts)
+    kernel = _kernel.kernel()
+    init = np.random.default_rng([seed, 999])
+    w_in = init.uniform(-1 / dim, 1 / dim, size=(V, dim)).astype(np.float32)
+    w_out = np.zeros((V, dim), dtype=np.float32)
+    M = -(-len(rows) // mb)
+    total = epochs * M
+    a, a_min = float(h["alpha"]), float(h["min_alpha"])
+    for ep in range(epochs):
+        for first in range(0, M, P):
+            d_in: list[tuple[np.ndarray, np.ndarray]] = []
+            d_out: list[tuple[np.ndarray, np.ndarray]] = []
+            for m in range(first, min(first + P, M)):
+                lr = a - (a - a_min) * (ep * M + m) / total
+                rng = np.random.default_rng([seed, ep, m])
+                got = _model.minibatch_pairs(
+                    rows[m * mb : (m + 1) * mb],
+                    keep,
+                    table,
+                    int(h["window"]),
+                    int(h["negative"]),
+                    rng,
+                )
+                if len(got.target) == 0:
+                    continue
+                plan = _model.gather_plan(got)
+                h0, o0 = w_in[plan.in_rows], w_out[plan.out_rows]
+                h1, o1, _ = _model.step(plan, h0, o0, lr, kernel)
+                d_in.append((plan.in_rows, h1 - h0))
+                d_out.append((plan.out_rows, o1 - o0))
+            if d_in:
+                w_in += combine(rule, "in", V, d_in)
+                w_out += combine(rule, "out", V, d_out)
+    return _eval.wordsim(w_in, vocab.index, pairs).value
+
+
+def simulate_main(candidates: list[str], seeds: int, epochs: int) -> None:
+    """``--simulate``: one JSON line per (seed, candidate) on stdout."""
+    parsed = []
+    for c in candidates:
+        parts = c.split(":")
+        ok = len(parts) == 3 and parts[2] in RULES
+        ok = ok and all(x.isdigit() and int(x) >= 1 for x in parts[:2])
+        if not ok:
+            raise ValueError(
+                f"--simulate: {c!r} is not P:MB:RULE (P, MB >= 1; RULE one of {', '.join(RULES)})"
+            )
+        parsed.append((int(parts[0]), int(parts[1]), parts[2]))
+    where = _data.gensim_test_data()
+    sentences = _data.read_corpus(where / "head500.noblanks.cor", OURS["sentence_len"])
+    vocab = _data.build_vocab(sentences, int(HYPER["min_count"]))
+    rows = _data.encode(sentences, vocab, OURS["sentence_len"])
+    pairs = _data.read_wordsim(where / "wordsim353.tsv")
+    for seed in range(seeds):
+        for P, mb, rule in parsed:
+            t0 = time.perf_counter()
+            ws = simulate(rows, vocab, pairs, P, mb, rule, seed, epochs)
+            line = {"seed": seed, "P": P, "minibatch": mb, "rule": rule, "wordsim": round(ws, 4)}
+            print(json.dumps({**line, "s": round(time.perf_counter() - t0, 1)}), flush=True)
 
 
 def summary(values: list[float]) -> dict[str, Any]:
@@ -118,7 +242,20 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--ranks", type=int, nargs="+", default=[1, 2])
+    parser.add_argument(
+        "--parallel-minibatch",
+        type=int,
+        default=None,
+        help="sentences per minibatch on more than one rank (default: as on one rank)",
+    )
+    parser.add_argument("--simulate", nargs="+", metavar="P:MB:RULE", default=None)
     args = parser.parse_args()
+    if args.simulate:
+        try:
+            simulate_main(args.simulate, args.seeds, args.epochs)
+        except ValueError as exc:  # a malformed candidate: one line, exit 2
+            parser.error(str(exc))
+        return
     where = _data.gensim_test_data()
     sentences = _data.read_corpus(where / "head500.noblanks.cor", OURS["sentence_len"])
     pairs = _data.read_wordsim(where / "wordsim353.tsv")
@@ -128,7 +265,7 @@ def main() -> None:
     for seed in range(args.seeds):
         runs["gensim"].append(gensim_run(sentences, args.epochs, seed, pairs, questions))
         for r in args.ranks:
-            runs[f"ours_{r}rank"].append(ours_run(r, args.epochs, seed))
+            runs[f"ours_{r}rank"].append(ours_run(r, args.epochs, seed, args.parallel_minibatch))
         done = {name: rs[-1] for name, rs in runs.items()}
         print(json.dumps({"seed": seed, **done}), file=sys.stderr, flush=True)
     table: dict[str, Any] = {}
@@ -144,6 +281,7 @@ def main() -> None:
         "seeds": args.seeds,
         "hyper": HYPER,
         "ours": OURS,
+        "parallel_minibatch": args.parallel_minibatch or OURS["minibatch"],
         "results": table,
     }
     g = table["gensim"]["wordsim"]["mean"]
@@ -151,7 +289,7 @@ def main() -> None:
     if "ours_1rank" in table:
         one = table["ours_1rank"]
         checks["wordsim_gensim_minus_ours_1rank"] = round(g - one["wordsim"]["mean"], 4)
-        if "ours_2rank" in table:
+        if "ours_2rank" in table and args.parallel_minibatch in (None, OURS["minibatch"]):
             two = table["ours_2rank"]
             checks["wordsim_1rank_minus_2rank"] = round(
                 one["wordsim"]["mean"] - two["wordsim"]["mean"], 4

@@ -15,7 +15,11 @@ Choices that follow from the workload:
 
 * Deltas are *summed*, not averaged (``register_aggregation``): a word's rows are
   touched by few minibatches, and averaging over nodes would shrink the learning
-  rate of every word by the number of nodes (Hogwild sums, and so does this).
+  rate of every word by the number of nodes (Hogwild sums, and so does this).  So a
+  clock on P nodes computes: each node runs its minibatch from the clock's starting
+  rows, and every row gets the sum of the nodes' deltas.  Averaging only the rows
+  several nodes touched (every frequent word's output row) was measured and wrecks
+  the vectors; the README's Word2vec section has the figures.
 * ``replan="always"``: the noise words (and the subsampled words) of a minibatch
   change every epoch, since ``ap.rng()`` is seeded by the invocation, so each epoch's
   reconnaissance is run up front rather than discovered by a violation.

@@ -497,3 +497,44 @@ def test_the_browser_draws_the_objectives(tmp_path: pathlib.Path) -> None:
     first, second = asyncio.run(main())
     assert "sgns" in first and "hybrid" in first
     assert "⠉" in second or "⣀" in second or "⠤" in second  # a braille curve
+
+
+def test_two_nodes_sum_the_deltas_of_minibatches_run_from_the_same_rows(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What the parallel program computes, hand-checked on one clock: two nodes each run
+    one minibatch from the clock's starting rows, and a row's new value is its start
+    plus the sum of both nodes' deltas (not their mean, not a sequential run)."""
+    calls: list[tuple[np.ndarray, np.ndarray, np.ndarray, float]] = []
+    real = _model.step
+
+    def step(
+        plan: _model.Gather, h: np.ndarray, o: np.ndarray, lr: float, kernel: _kernel.Kernel
+    ) -> tuple:
+        new_h, new_o, loss = real(plan, h, o, lr, kernel)
+        if ap.current().mode != "recon":  # reconnaissance runs the body too
+            calls.append((plan.in_rows.copy(), np.array(h), new_h.copy(), lr))
+        return new_h, new_o, loss
+
+    monkeypatch.setattr(_model, "step", step)
+    captured: dict[str, np.ndarray] = {}
+
+    def run() -> dict:
+        out = train(synthetic=True, dim=8, epochs=1, minibatch=200)  # Hybrid, the default
+        captured["W"] = next(d for d in ap.current().dds if d.name == "W_in").gather()
+        return out
+
+    ap.run(run, nodes=2)  # 400 sentences: two minibatches, one clock
+    assert len(calls) == 2
+    (rows0, h0, new0, lr0), (rows1, h1, new1, lr1) = sorted(calls, key=lambda c: -c[3])
+    assert lr0 == 0.025 and lr1 == pytest.approx(0.025 - 0.0249 / 2)
+    shared, i0, i1 = np.intersect1d(rows0, rows1, return_indices=True)
+    assert len(shared) > 10
+    # the second minibatch read the rows as they were before the first one ran
+    np.testing.assert_array_equal(h0[i0], h1[i1])
+    moved0, moved1 = new0[i0] - h0[i0], new1[i1] - h1[i1]
+    assert np.abs(moved0).max() > 0 and np.abs(moved1).max() > 0
+    expected = h0[i0] + (moved0 + moved1)
+    np.testing.assert_allclose(captured["W"][shared], expected, rtol=1e-5, atol=1e-7)
+    mean = h0[i0] + (moved0 + moved1) / 2
+    assert not np.allclose(captured["W"][shared], mean, rtol=1e-5, atol=1e-7)
