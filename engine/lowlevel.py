@@ -37,6 +37,7 @@ from ._machines.schedule import VisibilityLog as VisibilityLog
 from ._machines.schedule import serial_order as serial_order
 from ._machines.ssp import SspClock as SspClock
 from ._machines.tape import Tape as Tape
+from ._machines.tape import emit as emit_events
 from ._machines.turnstile import Turnstile as Turnstile
 from ._runtime.checkpoint import dds_contents as dds_contents
 from ._runtime.checkpoint import find_dds as find_dds
@@ -64,6 +65,7 @@ __all__ = [
     "ScheduleExhausted",
     "VisibilityLog",
     "decode_grant_order",
+    "emit_events",
     "encode_grant_order",
     "merge_grant_order",
     "serial_order",

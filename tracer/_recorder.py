@@ -24,6 +24,7 @@ from sqlalchemy import Engine, insert, select
 from sqlalchemy.exc import DBAPIError
 
 from engine import Recorder
+from engine.lowlevel import Schedule, emit_events
 
 from ._chain import ChainWriter, trace_key
 from ._codec import encode, encode_lines, int_width
@@ -156,6 +157,12 @@ class TraceRecorder(Recorder):
     def _buf(self, node: int) -> _NodeBuf:
         b = self._bufs[node] = _NodeBuf()
         return b
+
+    def schedule_done(self, sched: Schedule) -> None:
+        """Buffer what happened in one invocation: every entry of the schedule value, in
+        the order the run met them (``sched.timeline``), as the blocks below, so the
+        stored event order is the run's."""
+        emit_events(sched, self)
 
     def message_received(self, node: int, channel: str, source: int, seq: int, nbytes: int) -> None:
         """Buffer one message arrival (a tuple append)."""
