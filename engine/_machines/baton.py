@@ -30,8 +30,8 @@ import threading
 
 import numpy as np
 
-from .._errors import DivergenceError, EngineError
-from .grants import TURN_TIMEOUT_S
+from .._errors import EngineError
+from .grants import TURN_TIMEOUT_S, holder_failed
 
 #: How many uniform draws the gate takes from its generator at once.
 _BLOCK = 512
@@ -125,15 +125,7 @@ class BatonGrants:
                 lambda: self.failed or self._holder == thread, TURN_TIMEOUT_S
             )
             if self.failed:
-                raise DivergenceError(
-                    node=int(self._where["node"]),  # type: ignore[call-overload]
-                    op=str(self._where["op"]),
-                    invocation=int(self._where["invocation"]),  # type: ignore[call-overload]
-                    event="lock turn",
-                    what="lock",
-                    expected="the thread holding the turn to finish its body",
-                    actual="it failed",
-                )
+                raise holder_failed(self._where)
             if not ok:
                 self.failed = True
                 raise BatonError(

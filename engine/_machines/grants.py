@@ -156,6 +156,20 @@ def handover_elements(
     return out
 
 
+def holder_failed(where: dict[str, object]) -> DivergenceError:
+    """What a thread waiting at a node-round's grant gate raises when the body holding the
+    turn failed (the round's real error is that body's; ``_run_threads`` reports it)."""
+    return DivergenceError(
+        node=int(where["node"]),  # type: ignore[call-overload]
+        op=str(where["op"]),
+        invocation=int(where["invocation"]),  # type: ignore[call-overload]
+        event="lock turn",
+        what="lock",
+        expected="the thread holding the turn to finish its body",
+        actual="it failed",
+    )
+
+
 def thread_lengths(per_thread: dict[int, np.ndarray]) -> np.ndarray:
     """How many locked bodies each thread runs (index: thread), from its plan sequence."""
     lengths = np.zeros(max(per_thread, default=-1) + 1, dtype=np.int64)
@@ -263,15 +277,7 @@ class TurnSequencer:
                 TURN_TIMEOUT_S,
             )
             if self.failed:
-                raise DivergenceError(
-                    node=int(self._where["node"]),  # type: ignore[call-overload]
-                    op=str(self._where["op"]),
-                    invocation=int(self._where["invocation"]),  # type: ignore[call-overload]
-                    event="lock turn",
-                    what="lock",
-                    expected="the thread holding the turn to finish its body",
-                    actual="it failed",
-                )
+                raise holder_failed(self._where)
             if not ok or self._pos >= self._n or self._indices[self._pos] != index:
                 raise self._divergence(
                     thread, index, "asked to run" if ok else f"waited {TURN_TIMEOUT_S:g} s to run"
@@ -337,6 +343,7 @@ __all__ = [
     "decode_grant_order",
     "encode_grant_order",
     "handover_elements",
+    "holder_failed",
     "merge_grant_order",
     "recorded_ticket_order",
     "thread_lengths",
