@@ -4,9 +4,7 @@ This is a stable interface for the project's own record/replay and trace package
 benchmarks), not for application authors: they use ``engine`` itself. It holds the plan
 types and the plan builders the dual tests use, the schedule value of an invocation and the
 pure machines that consume it (the lock turnstile, the grant-order codec, the SSP clock),
-the layout of global element ids, the few steps the serial side of a ``sync_for`` dual test
-needs to run bodies the way a worker does without touching the engine's private state, and
-the benchmarks' baselines (the engine with a check off).
+the layout of global element ids, and the benchmarks' baselines (the engine with a check off).
 """
 
 from __future__ import annotations
@@ -42,12 +40,6 @@ from ._machines.turnstile import Turnstile as Turnstile
 from ._runtime.checkpoint import dds_contents as dds_contents
 from ._runtime.checkpoint import find_dds as find_dds
 from ._runtime.transport import under_mpi_launcher as under_mpi_launcher
-from ._syncfor.dds import commit_rows as commit_rows
-from ._syncfor.dds import enter_sync_mode as enter_sync_mode
-from ._syncfor.dds import replica as replica
-from ._syncfor.dds import run_minibatch as run_minibatch
-from ._syncfor.dds import worker as worker
-from ._syncfor.loop import aggregation_of as aggregation_of
 
 __all__ = [
     "Chaos",
@@ -72,19 +64,13 @@ __all__ = [
     "SspClock",
     "Task",
     "Turnstile",
-    "aggregation_of",
     "dds_contents",
     "find_dds",
-    "commit_rows",
-    "enter_sync_mode",
-    "replica",
     "recorded_ticket_order",
-    "run_minibatch",
     "serial_plan",
     "under_mpi_launcher",
     "recon_cpu_times",
     "wavefront_plan",
     "without_closure_guard",
     "without_guard",
-    "worker",
 ]

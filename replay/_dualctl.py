@@ -134,6 +134,9 @@ class Hybrid(Steering):
 
     body_orders: BodyOrders | None = None
     serial = False
+    #: a ``sync_for`` runs as the serial definition of (nodes, threads) workers (None: the
+    #: engine's distributed implementation)
+    sync_shape: tuple[int, int] | None = None
     #: threads per node of the wavefront plan built from an order (0: the run's)
     order_threads = 0
 
@@ -161,12 +164,11 @@ class Hybrid(Steering):
                 order=np.asarray(order, dtype=np.int64),
                 order_threads=self.order_threads,
             )
-        if not self.body_orders:
+        mine = self._by_invocation().get((op, invocation)) if self.body_orders else None
+        if not mine and self.sync_shape is None:
             return None
-        mine = self._by_invocation().get((op, invocation))
-        if not mine:
-            return None
-        return Schedule(op, invocation, mutex=MutexLog.build(mine), serial=self.serial)
+        mutex = MutexLog.build(mine) if mine else MutexLog()
+        return Schedule(op, invocation, mutex=mutex, serial=self.serial, workers=self.sync_shape)
 
     def _by_invocation(self) -> dict[tuple[str, int], dict[tuple[int, int], list[tuple[int, int]]]]:
         """``body_orders`` grouped by invocation (built once per orders object and size)."""
@@ -194,11 +196,6 @@ class Serial(Hybrid):
         self.body_orders = body_orders
         self.serial = True
         self.sync_shape = sync_shape
-
-    def sync_reference(self) -> Any:
-        from ._syncref import reference_sync_for
-
-        return reference_sync_for(*self.sync_shape)
 
     def order(self, op: str, invocation: int, start: int, n: int) -> np.ndarray | None:
         return self.orders(op, invocation, start, n)
@@ -274,9 +271,6 @@ class Tap(Steering):
         span: tuple[int, int] | None = None,
     ) -> Schedule | None:
         return self.inner.schedule(op, invocation, kind, nodes, span)
-
-    def sync_reference(self) -> Any:
-        return self.inner.sync_reference()
 
     def after_invocation(self, op: str, invocation: int) -> None:
         if (op, invocation) != self.target:

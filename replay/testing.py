@@ -9,8 +9,8 @@ must give ``Pbaseout`` exactly.  The outcome is every per-invocation DDS digest 
 every logged objective.
 
 For ``sync_for`` the serial side runs the synchronous semantics of the same P × T
-workers one worker at a time (``replay._syncref``: written from the definition, not
-from the engine's code), with aggregation in node, thread order and Hybrid bodies in
+workers one worker at a time (its schedule values say ``workers=(P, T)``, and the
+engine runs its serial definition, written apart from the distributed code), with aggregation in node, thread order and Hybrid bodies in
 the recorded order; test mode turns SSP staleness off.
 
 Where the parallel side runs is ``parallel=``: ``"in-process"`` (default) hosts its

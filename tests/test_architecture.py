@@ -173,3 +173,14 @@ def test_all_is_truthful(face: str) -> None:
     }
     unlisted = sorted(public - set(names))
     assert not unlisted, f"{face} has public names missing from __all__: {unlisted}"
+
+
+def test_the_sync_for_reference_does_not_use_the_distributed_code() -> None:
+    """The dual tests' serial ``sync_for`` must keep its own aggregation arithmetic: if it
+    imported the distributed implementation (where ``tests/mutants.py`` breaks the
+    aggregation), a broken aggregation would be broken on both sides and pass."""
+    path = ROOT / "engine" / "_syncfor" / "reference.py"
+    distributed = ("engine._syncfor.node", "engine._syncfor.layout", "engine._syncfor.drive")
+    found = [t for _, t in _imports(path) if t.startswith(distributed)]
+    assert found == []
+    assert "summation_order" not in path.read_text()

@@ -234,7 +234,9 @@ class Schedule:
     known); ``replanned``: that run made it here, so this run uses it instead of reusing or
     making its own.  ``grants``: ``None`` lets lock-split groups take their locks freely.
     ``order``/``order_threads``: a serialization order to plan from (see the module
-    docstring); ``None`` lets the planner choose.
+    docstring); ``None`` lets the planner choose.  ``workers``: a ``sync_for`` invocation
+    on one node runs as the serial definition of (nodes, threads) workers, one at a time,
+    with its own aggregation arithmetic (the dual tests' serial side).
     """
 
     op: str
@@ -252,6 +254,7 @@ class Schedule:
     chaos: Chaos | None = None
     aggregation: AggregationLog = field(default_factory=AggregationLog)
     timeline: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), np.int64))
+    workers: tuple[int, int] | None = None
 
     def grant_order(self, node: int, round: int) -> tuple[np.ndarray, np.ndarray] | None:
         """The deviation log of a node-round's ticket order (``None``: take locks freely)."""

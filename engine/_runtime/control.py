@@ -41,12 +41,6 @@ class DebugHooks:
     def check_plan(self, op: str, invocation: int, plan: Plan) -> None:
         """Raise :class:`DivergenceError` if ``plan`` is not the recorded one."""
 
-    def sync_reference(self) -> Any:
-        """A callable that runs every ``sync_for`` instead of the engine: the dual tests'
-        serial side, whose aggregation arithmetic is written from the definition so that
-        a broken engine aggregation cannot hide behind the engine's own code."""
-        return None
-
     def wrap_body(self, op: str, invocation: int, node: int, body: Any) -> Any:
         """The callable to run as the loop body on ``node`` (replay adds breakpoints)."""
         return body

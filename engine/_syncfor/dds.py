@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -22,7 +21,6 @@ import numpy as np
 from .._data import dds as _dds
 from .._data.dds import _DDS, _Moded, dmap, dmultimap, dvector
 from .._errors import DDSError
-from .._runtime.session import _tls, current
 
 _stls = threading.local()
 
@@ -191,51 +189,10 @@ def enter_sync_mode(dds: _DDS) -> None:
         dds.__class__ = _SYNC_CLASSES[public]
 
 
-# ------------------------------------------- a worker's steps, for a serial reference
-def replica(dds: Any, node: int) -> Any:
-    """``node``'s replica of ``dds`` (a numpy array for numeric rows); read it, do not write it."""
-    return dds._bufs[node]
-
-
-@contextmanager
-def worker(op_key: int, node: int, params: list[Any], caches: list[np.ndarray]) -> Iterator[None]:
-    """Run bodies in this thread as a ``sync_for`` worker of ``node`` would: every DDS reads
-    ``node``'s replica, except the ``params``, which read and write their ``caches``."""
-    reads = {d._id: d._bufs[node] for d in current().dds}
-    writes = {d._id: c for d, c in zip(params, caches, strict=True)}
-    reads.update(writes)
-    bind_thread(reads, writes)
-    _tls.op_key = op_key
-    try:
-        yield
-    finally:
-        _tls.op_key = None
-
-
-def run_minibatch(
-    body: Callable[[Any], Any], data: Any, node: int, number: int, lo: int, hi: int
-) -> None:
-    """Run ``body`` on minibatch ``number`` (slots ``lo .. hi-1`` of ``data`` on ``node``),
-    inside :func:`worker`."""
-    _tls.index = number
-    body(make_batch(data, data._bufs[node], number, lo, hi))
-
-
-def commit_rows(dds: Any, node: int, mask: np.ndarray, values: np.ndarray) -> None:
-    """Overwrite the rows of ``node``'s replica of ``dds`` selected by the boolean ``mask``
-    with ``values[mask]`` (an outcome the caller computed itself)."""
-    slots = np.flatnonzero(mask)
-    dds.set_rows(node, slots, values[slots])
-
-
 __all__ = [
     "Batch",
     "batch_maker",
     "bind_thread",
-    "commit_rows",
     "enter_sync_mode",
     "make_batch",
-    "replica",
-    "run_minibatch",
-    "worker",
 ]

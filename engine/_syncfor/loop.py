@@ -85,6 +85,7 @@ from .drive import drive_in_process, drive_mpi
 from .guard import Violation, violation_error
 from .layout import SyncLayout
 from .node import NodeRun, SyncContext
+from .reference import reference_sync_for
 
 SYNC_MODELS = ("bsp", "ssp", "hybrid")
 REPLANS = ("auto", "always", "never")
@@ -119,11 +120,6 @@ def register_aggregation(dds: _DDS, fn: Callable[[np.ndarray], np.ndarray] | Non
         raise TypeError(f"register_aggregation({dds.name}): fn must be callable or None")
     else:
         _AGGREGATIONS[dds] = fn
-
-
-def aggregation_of(dds: _DDS) -> Callable[[np.ndarray], np.ndarray] | None:
-    """The aggregation registered for ``dds`` (``None``: its deltas are averaged)."""
-    return _AGGREGATIONS.get(dds)
 
 
 @dataclass
@@ -476,19 +472,25 @@ def sync_for(
         raise ValueError(f"sync_for {name!r}: staleness must be an int >= 0, got {staleness!r}")
     if replan not in REPLANS:
         raise ValueError(f"sync_for {name!r}: replan must be one of {REPLANS}, got {replan!r}")
-    reference = sess.hooks.sync_reference()
-    if reference is not None:  # dual tests: the serial side's independent executor
-        inv = sess.invocations.get(name, 0)
+    inv = sess.next_invocation(name)
+    if skip_invocation(sess, name, inv):  # time travel: fast-forward to a checkpoint
+        return
+    sched = sess.schedules.schedule(name, inv, "sync_for", sess.cluster.size)
+    if sched is not None and sched.workers is not None:  # the dual tests' serial side
         run_body = guard(body, name, inv, kind="sync_for", what="minibatch")
-        reference(
+        params = [d for d in _captured(body, sess) if d is not data]
+        reference_sync_for(
+            sess,
+            inv,
             data,
-            minibatch,
+            int(minibatch),
             run_body,
             sync=sync,
             name=name,
-            per_clock=per_clock,
-            params=_captured(body, sess),
-            schedule=sess.schedules.schedule(name, inv, "sync_for", sess.cluster.size),
+            per_clock=int(per_clock),
+            params=params,
+            aggs=[_AGGREGATIONS.get(d) for d in params],
+            schedule=sched,
         )
         finish(run_body)
         return
@@ -496,10 +498,6 @@ def sync_for(
     hybrid = sync == "hybrid"
     stale = int(staleness) if sync == "ssp" and not getattr(sess, "test_mode", False) else 0
     mb, pc = int(minibatch), int(per_clock)
-    inv = sess.next_invocation(name)
-    if skip_invocation(sess, name, inv):  # time travel: fast-forward to a checkpoint
-        return
-    sched = sess.schedules.schedule(name, inv, "sync_for", sess.cluster.size)
     t0 = time.perf_counter()
     run_body = body
     if sess.checked or getattr(sess, "test_mode", False):
@@ -613,4 +611,4 @@ def _report(
         sess.recorder.invocation_done(name, inv, node, info)
 
 
-__all__ = ["SYNC_MODELS", "Batch", "aggregation_of", "register_aggregation", "sync_for"]
+__all__ = ["SYNC_MODELS", "Batch", "register_aggregation", "sync_for"]
