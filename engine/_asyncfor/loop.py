@@ -46,6 +46,8 @@ from .._machines.planner import (
     Plan,
     Task,
     make_plan,
+    placed,
+    placement_like,
     replicated_plan,
     serial_plan,
     wavefront_plan,
@@ -147,11 +149,13 @@ def _new_state(
     stop: int,
     code: Any,
     requested: str = "auto",
+    sched: Schedule | None = None,
 ) -> OpState:
-    """Reconnaissance and planning for invocation ``inv`` (on the current DDS state)."""
+    """Reconnaissance and planning for invocation ``inv`` (on the current DDS state), on
+    the placement ``sched`` says (see :func:`_placement`)."""
     t0 = time.perf_counter()
     sets = _recon(sess, name, inv, body, start, stop)
-    plan = _plan(sess, name, sets, requested)
+    plan = _placement(_plan(sess, name, sets, requested), sched, name, inv)
     st = _state(sess, name, start, stop, code, sets, plan)
     st.requested = requested
     sess.planner[name] = {
@@ -170,6 +174,23 @@ def _new_state(
             f"imbalance {plan.imbalance:.3f} ({time.perf_counter() - t0:.2f} s)"
         )
     return st
+
+
+def _placement(plan: Plan, sched: Schedule | None, name: str, inv: int) -> Plan:
+    """Where a fresh plan's tasks run: a chaos run draws one of its equally good
+    placements; a replay takes the recorded run's placement when the recorded plan is
+    this one up to placement (otherwise the plan stays, and ``check_plan`` reports the
+    difference); a normal run keeps the planner's."""
+    if sched is None:
+        return plan
+    if sched.chaos is not None:
+        where = sched.chaos.placement(name, inv, plan.nodes, plan.threads, len(plan.rounds))
+        return placed(plan, *where)
+    if sched.replanned and sched.plan is not None:
+        moved = placement_like(plan, sched.plan)
+        if moved is not None:
+            return moved
+    return plan
 
 
 def _follow_order(sess: Session, st: OpState, sched: Schedule | None) -> None:
@@ -284,7 +305,7 @@ def async_for(
         or recorded is not None
         or st.requested != strategy
     ):
-        st = _new_state(sess, name, inv, body, start, stop, code, strategy)
+        st = _new_state(sess, name, inv, body, start, stop, code, strategy, sched)
         made = True
     _follow_order(sess, st, sched)
     sess.ops[name] = st
@@ -295,7 +316,7 @@ def async_for(
     round_s, violation = _attempt(sess, st, run_body, inv, checked, replan, sched)
     if violation is not None:
         _note(sess, violation, "re-planned it")
-        st = sess.ops[name] = _new_state(sess, name, inv, body, start, stop, code, strategy)
+        st = sess.ops[name] = _new_state(sess, name, inv, body, start, stop, code, strategy, sched)
         _follow_order(sess, st, sched)
         round_s, again = _attempt(sess, st, run_body, inv, checked, replan, sched)
         if again is not None:

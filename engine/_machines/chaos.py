@@ -4,7 +4,8 @@ Why it is built this way: a normal run leaves lock-grant orders, thread dispatch
 message arrivals, SSP visibility and Hybrid mutex orders to whatever the machine does,
 so a bug that needs a rare interleaving stays rare.  A :class:`Chaos` value in an
 invocation's :class:`~engine._machines.schedule.Schedule` makes each of those choices
-at random *within what the engine allows* (which thread of a lock-split round runs on,
+at random *within what the engine allows* (where the plan's tasks run among equally good placements, which thread of a
+lock-split round runs on,
 at every body start, body end and access to an element the group writes, see
 :mod:`~engine._machines.baton`; any arrival order; any visibility inside the staleness
 bound), from a numpy generator keyed by (chaos seed, run number, operator, invocation,
@@ -55,6 +56,21 @@ class Chaos:
         """The order in which a node-round's ``threads`` thread groups are started."""
         rng = self.rng(op, invocation, DISPATCH, node, round)
         return [int(k) for k in rng.permutation(threads)]
+
+    def placement(
+        self, op: str, invocation: int, nodes: int, threads: int, rounds: int
+    ) -> tuple[list[int], dict[tuple[int, int], list[int]]]:
+        """A random one of a plan's equally good placements, as the arguments of
+        :func:`~engine._machines.planner.placed`: where each node's work goes, and per
+        (round, node) a renaming of the thread labels."""
+        rng = self.rng(op, invocation, PLACEMENT)
+        where = [int(k) for k in rng.permutation(nodes)]
+        rename: dict[tuple[int, int], list[int]] = {}
+        if threads > 1:
+            for r in range(rounds):
+                for p in range(nodes):
+                    rename[(r, p)] = [int(k) for k in rng.permutation(threads)]
+        return where, rename
 
     def interleave(
         self, op: str, invocation: int, node: int, clock: int, seqs: dict[int, list[int]]

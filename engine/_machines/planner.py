@@ -37,7 +37,7 @@ overhead), and keeps the cheapest; on equal cost rotation wins, then components.
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from scipy.sparse import coo_matrix
@@ -210,6 +210,84 @@ def _finish(
     per_node = ld.sum(axis=0)
     plan.node_imbalance = float(per_node.max() / per_node.mean()) if sets.n else 1.0
     return plan
+
+
+def placed(plan: Plan, nodes: list[int], threads: dict[tuple[int, int], list[int]]) -> Plan:
+    """``plan`` with node ``p``'s work moved to node ``nodes[p]`` in every round, and in
+    round ``r`` the thread labels of node ``p``'s tasks renamed by ``threads[(r, p)]``
+    (missing: unchanged).  Both must be permutations.  The result is an equally good plan:
+    the same tasks in the same order per node, so the same loads, conflicts and serial
+    outcome (nodes of a round never conflict), on other ranks and threads."""
+    if sorted(nodes) != list(range(plan.nodes)):
+        raise ValueError(f"not a permutation of {plan.nodes} nodes: {nodes}")
+    rounds: list[list[list[Task]]] = []
+    writes: list[list[np.ndarray]] = []
+    for r, rnd in enumerate(plan.rounds):
+        moved: list[list[Task]] = [[] for _ in rnd]
+        moved_w: list[np.ndarray] = [np.empty(0, np.int64) for _ in rnd]
+        for p, tasks in enumerate(rnd):
+            rename = threads.get((r, p))
+            if rename is not None and sorted(rename) != list(range(plan.threads)):
+                raise ValueError(f"not a permutation of {plan.threads} threads: {rename}")
+            moved[nodes[p]] = [
+                Task(t.thread if rename is None else rename[t.thread], t.indices, t.locked)
+                for t in tasks
+            ]
+            if plan.writes:
+                moved_w[nodes[p]] = plan.writes[r][p]
+        rounds.append(moved)
+        writes.append(moved_w)
+    return replace(plan, rounds=rounds, writes=writes if plan.writes else [])
+
+
+def _node_shape(plan: Plan, p: int) -> tuple[tuple[tuple[int, bool, bytes], ...], ...]:
+    """Node ``p``'s work in every round with its thread labels numbered by first use:
+    equal for two nodes iff one's work is the other's up to a renaming of threads."""
+    out = []
+    for rnd in plan.rounds:
+        first: dict[int, int] = {}
+        out.append(
+            tuple(
+                (
+                    first.setdefault(t.thread, len(first)),
+                    bool(t.locked),
+                    np.asarray(t.indices, dtype=np.int64).tobytes(),
+                )
+                for t in rnd[p]
+            )
+        )
+    return tuple(out)
+
+
+def placement_like(fresh: Plan, want: Plan) -> Plan | None:
+    """``fresh`` moved to ``want``'s placement (see :func:`placed`), when ``want`` differs
+    from it only there, else None.  Replay uses it to follow a recorded placement (a chaos
+    run's) while still checking that its own planning made the same tasks."""
+    if (fresh.nodes, fresh.threads, len(fresh.rounds)) != (
+        want.nodes,
+        want.threads,
+        len(want.rounds),
+    ):
+        return None
+    free: dict[tuple[object, ...], list[int]] = {}
+    for q in range(want.nodes):
+        free.setdefault(_node_shape(want, q), []).append(q)
+    nodes = []
+    for p in range(fresh.nodes):
+        left = free.get(_node_shape(fresh, p))
+        if not left:
+            return None
+        nodes.append(left.pop(0))
+    threads: dict[tuple[int, int], list[int]] = {}
+    for r, rnd in enumerate(fresh.rounds):
+        for p, tasks in enumerate(rnd):
+            rename: dict[int, int] = {}
+            for a, b in zip(tasks, want.rounds[r][nodes[p]], strict=True):
+                rename.setdefault(a.thread, b.thread)
+            rest = iter(sorted(set(range(fresh.threads)) - set(rename.values())))
+            full = [rename[t] if t in rename else next(rest) for t in range(fresh.threads)]
+            threads[(r, p)] = full
+    return placed(fresh, nodes, threads)
 
 
 def _round_writes(plan: Plan, sets: AccessSets) -> list[list[np.ndarray]]:
@@ -489,6 +567,8 @@ __all__ = [
     "component_labels",
     "conflicts",
     "make_plan",
+    "placed",
+    "placement_like",
     "replicated_plan",
     "rotation_spaces",
     "serial_plan",

@@ -424,3 +424,88 @@ def test_check_app_uses_the_app_modules_check_function(tmp_path: Path) -> None:
     assert res.returncode == 2, res.stdout + res.stderr
     err = res.stderr.strip().splitlines()
     assert len(err) == 1 and "defines no function check(run)" in err[0]
+
+
+# ====================================================================== task placement
+def _placement(plan: object) -> list[list[list[tuple[int, tuple[int, ...]]]]]:
+    return [
+        [[(t.thread, tuple(t.indices.tolist())) for t in tasks] for tasks in rnd]
+        for rnd in plan.rounds  # type: ignore[attr-defined]
+    ]
+
+
+@pytest.mark.parametrize("strategy,threads", [("rotation", 1), ("components", 2)])
+def test_task_placement_is_drawn_recorded_and_replayed(
+    tmp_path: Path, strategy: str, threads: int
+) -> None:
+    """Each run puts the plan's work on another of its equally good placements (nodes
+    permuted, thread labels renamed); the trace keeps the placement, a replay follows it
+    (and still checks that its own planning made the same tasks), and with one thread
+    per node the outcome is the plan's serial one whatever the placement."""
+    from replay._replay import replay_here
+
+    path = str(tmp_path / "chaos.sqlite")
+    params = {"strategy": strategy}
+    report = chaos.explore(
+        mini_mf, params, runs=5, chaos_seed=2, nodes=3, threads=threads, trace=path
+    )
+    with tracer.open(path) as store:
+        placements = {
+            json.dumps(_placement(store.run(r.run_id).plan("sgd", 0))) for r in report.runs
+        }
+    assert len(placements) > 1, "every run used the same placement"
+    if threads == 1:
+        assert report.distinct == 1, report.lines()
+    for r in report.runs[:3]:
+        rep = replay_here({"kind": "replay", "mode": "single", "trace": path, "run_id": r.run_id})
+        assert rep["identical"], rep
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_a_plan_is_recognised_on_any_of_its_placements(data: st.DataObject) -> None:
+    from engine._machines.planner import Plan, Task, placed, placement_like
+
+    nodes = data.draw(st.integers(1, 4))
+    threads = data.draw(st.integers(1, 3))
+    n_rounds = data.draw(st.integers(1, 3))
+    n = data.draw(st.integers(0, 30))
+    where = data.draw(
+        st.lists(st.integers(0, n_rounds * nodes * threads - 1), min_size=n, max_size=n)
+    )
+    rounds = [[[] for _ in range(nodes)] for _ in range(n_rounds)]
+    for j, slot in enumerate(where):
+        r, rest = divmod(slot, nodes * threads)
+        p, t = divmod(rest, threads)
+        rounds[r][p].append(Task(t, np.array([j], dtype=np.int64), bool(j % 3 == 0)))
+    plan = Plan("components", 0, n, nodes, threads, rounds)
+    perm = data.draw(st.permutations(range(nodes)))
+    names = {
+        (r, p): data.draw(st.permutations(range(threads)))
+        for r in range(n_rounds)
+        for p in range(nodes)
+    }
+    moved = placed(plan, list(perm), names)
+    got = placement_like(plan, moved)
+    assert got is not None and _placement(got) == _placement(moved)
+    assert sorted(moved.bodies_per_node().tolist()) == sorted(plan.bodies_per_node().tolist())
+    if n >= 1 and nodes * n_rounds > 1:  # one index moved elsewhere: not a placement
+        j = data.draw(st.integers(0, n - 1))
+        other = [[list(tasks) for tasks in rnd] for rnd in plan.rounds]
+        for rnd in other:
+            for tasks in rnd:
+                tasks[:] = [t for t in tasks if t.indices[0] != j]
+        r, p = divmod(data.draw(st.integers(0, n_rounds * nodes - 1)), nodes)
+        other[r][p].append(Task(0, np.array([j], dtype=np.int64)))
+        changed = Plan("components", 0, n, nodes, threads, other)
+        if _canon(changed) != _canon(plan):
+            assert placement_like(plan, changed) is None
+
+
+def _canon(plan: object) -> list[list[tuple[tuple[bool, tuple[int, ...]], ...]]]:
+    """Per round, the nodes' work with thread labels dropped, as a sorted list: equal
+    for two plans that are placements of one another (and for a few that are not)."""
+    return [
+        sorted(tuple((bool(t.locked), tuple(t.indices.tolist())) for t in tasks) for tasks in rnd)
+        for rnd in plan.rounds  # type: ignore[attr-defined]
+    ]
