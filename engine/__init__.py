@@ -36,6 +36,7 @@ from ._errors import DriverDivergenceError as DriverDivergenceError
 from ._errors import EngineError as EngineError
 from ._errors import InputFileError as InputFileError
 from ._errors import KernelError as KernelError
+from ._errors import PeerRankFailed as PeerRankFailed
 from ._errors import ReplicaMismatchError as ReplicaMismatchError
 from ._errors import SessionError as SessionError
 from ._errors import SyncProtocolError as SyncProtocolError
@@ -67,6 +68,7 @@ __all__ = [
     "InputFileError",
     "Kernel",
     "KernelError",
+    "PeerRankFailed",
     "Plan",
     "Recorder",
     "ReplicaMismatchError",

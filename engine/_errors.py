@@ -146,6 +146,17 @@ class SyncProtocolError(EngineError, RuntimeError):
     or replay bug, or a trace that does not belong to this run)."""
 
 
+class PeerRankFailed(EngineError, RuntimeError):
+    """Another MPI rank failed in a step every rank runs together (reconnaissance, a
+    data operation).  The lowest failing rank, whose share comes first in index order,
+    raises its own error; every other rank raises this one and stays quiet, so the error
+    a user sees does not depend on which rank happened to fail first."""
+
+    def __init__(self, rank: int) -> None:
+        self.rank = rank
+        super().__init__(f"rank {rank} failed in a step all ranks run together; see its error")
+
+
 class DriverDivergenceError(EngineError, RuntimeError):
     """The SPMD driver computed different values on different MPI ranks.
 

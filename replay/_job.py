@@ -72,7 +72,9 @@ def _describe(exc: BaseException) -> tuple[str, int]:
 
     if isinstance(exc, engine.DivergenceError):
         return str(exc), EXIT_DIVERGED
-    if isinstance(exc, (engine.AccessOutsideReconError, engine.DriverDivergenceError)):
+    if isinstance(
+        exc, (engine.AccessOutsideReconError, engine.DriverDivergenceError, engine.PeerRankFailed)
+    ):
         # the program broke what its plan relied on, or its ranks disagree: a failed run
         return str(exc), EXIT_FAILED
     if isinstance(exc, engine.BodyError):

@@ -6,9 +6,16 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 import traceback
 from pathlib import Path
 from typing import Any
+
+#: Seconds a rank whose peer failed waits for that rank to abort the job (it normally
+#: does within milliseconds) before aborting it itself.
+PEER_WAIT_S = 60.0
+#: Exit status of a rank that aborts the job for a peer that did not.
+EXIT_PEER = 70
 
 
 def _write(path: Path, data: dict[str, Any]) -> None:
@@ -22,6 +29,8 @@ def main(argv: list[str]) -> int:
     spec = json.loads(Path(argv[1]).read_text())
     job = Path(spec["job_dir"])
     from mpi4py import MPI
+
+    import engine
 
     from ._dualjob import dual_here
     from ._job import describe, run_here
@@ -63,6 +72,12 @@ def main(argv: list[str]) -> int:
     except BaseException as exc:  # noqa: BLE001 - every failure must reach the parent
         # whatever happens here, the job must be aborted: other ranks may be waiting
         message, status = f"internal error on rank {rank}: {exc!r}", 70
+        if isinstance(exc, engine.PeerRankFailed):
+            # the failing rank writes the error and aborts the job (which ends this
+            # process): an abort from here could kill it before it has written it
+            time.sleep(PEER_WAIT_S)
+            comm.Abort(EXIT_PEER)
+            return EXIT_PEER
         try:
             message, status = describe(exc)
             if os.environ.get("REPLAY_DEBUG"):

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .._errors import PeerRankFailed
 from .._machines.messages import MessageOrder
 
 if TYPE_CHECKING:
@@ -232,8 +233,22 @@ class MpiCluster(Cluster):
             pass
 
     def run_on_nodes(self, fn: Callable[[int], Any]) -> list[Any]:
+        """As in process: the lowest node whose ``fn`` raised raises it, on its rank; the
+        others raise :class:`PeerRankFailed` (the ranks agree first, so the error does not
+        depend on which rank failed first)."""
         self.bind(self.rank)
-        return self.comm.allgather(fn(self.rank))
+        failed: Exception | None = None
+        try:
+            value = fn(self.rank)
+        except Exception as exc:  # noqa: BLE001 - re-raised below, after the ranks agree
+            failed, value = exc, None
+        got = self.comm.allgather((failed is not None, value))
+        first = next((r for r, (bad, _) in enumerate(got) if bad), None)
+        if first is None:
+            return [v for _, v in got]
+        if first == self.rank and failed is not None:
+            raise failed
+        raise PeerRankFailed(first)
 
     def allgather(self, value: Any) -> list[Any]:
         return self.comm.allgather(value)

@@ -15,6 +15,8 @@ import pytest
 from tests.conftest import run_cli
 
 APP = """
+import time
+
 import numpy as np
 import engine as ap
 
@@ -25,7 +27,7 @@ def note(j):
     SEEN.append(j)
 
 
-def train(epochs: int = 2, late: bool = False):
+def train(epochs: int = 2, late: bool = False, slow: bool = False):
     X = ap.dvector(12, shape=(), init=ap.init.zeros(), name="X")
     counts = np.zeros(12)
 
@@ -33,6 +35,8 @@ def train(epochs: int = 2, late: bool = False):
         X[j] = X[j] + 1.0
         if not late or X[j] > 1.0:
             if j == 5:
+                if slow:
+                    time.sleep(1.0)  # the rank with the later index fails first
                 note(j)
             if j == 7:
                 np.add.at(counts, [j], 1)
@@ -50,9 +54,11 @@ def app(tmp_path: Path) -> str:
     return f"{path}:train"
 
 
-@pytest.mark.parametrize("ranks", [1, 2, 3])
-def test_reconnaissance_catches_a_helper_that_appends(app: str, ranks: int) -> None:
-    res = run_cli(["run", app, "--ranks", str(ranks), "--no-trace"])
+@pytest.mark.parametrize("ranks,slow", [(1, "false"), (2, "false"), (3, "false"), (2, "true")])
+def test_reconnaissance_catches_a_helper_that_appends(app: str, ranks: int, slow: str) -> None:
+    """The error names the first violation in index order (``SEEN`` at index 5, not
+    ``counts`` at 7) whichever rank fails first: the ranks agree before one reports."""
+    res = run_cli(["run", app, "--ranks", str(ranks), "--no-trace", "-p", f"slow={slow}"])
     assert res.returncode == 2, res.stdout + res.stderr
     last = res.stderr.strip().splitlines()[-1]
     assert "'count'" in last and "'SEEN'" in last and "closure rule" in last, last
