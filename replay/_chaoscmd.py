@@ -110,7 +110,7 @@ def chaos_cmd(
         + (f", only run {only}" if only is not None else "")
     )
     report = chaos.explore(
-        app if parallel == "mpi" else resolved.fn,
+        app,  # the name, not the function: a built-in app is recorded as one, so it replays
         values,
         runs=runs,
         chaos_seed=chaos_seed,

@@ -3,6 +3,7 @@ options, how results are printed, and where a new trace goes."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -41,6 +42,12 @@ class Group(click.Group):
             fail(str(exc), exc.status, as_json)
         except KeyboardInterrupt:
             fail("interrupted", 130, as_json)
+        except BrokenPipeError:
+            # the reader went away (``replay ls | head``): nothing to say, and no one to
+            # say it to on stdout; exit as a program killed by SIGPIPE would
+            with contextlib.suppress(OSError):
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            sys.exit(128 + 13)
         except _procs.Interrupted as exc:
             fail(str(exc), exc.status, as_json)
         except Exception as exc:  # noqa: BLE001 - the CLI never shows a raw traceback

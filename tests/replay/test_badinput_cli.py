@@ -146,3 +146,22 @@ def test_json_errors_are_one_object_on_stdout(
 def test_a_json_success_carries_no_error_object(tmp_path: Path, mlr1: Path) -> None:
     res = run_cli(["show", str(mlr1), "--json"])
     assert res.returncode == 0 and "error" not in json.loads(res.stdout)
+
+
+def test_a_reader_that_goes_away_is_not_an_internal_error(tmp_path: Path) -> None:
+    """``replay ls | head``: the reader closes the pipe before the command writes; the
+    command ends as one killed by SIGPIPE would (141), saying nothing."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "replay", "ls", str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=ROOT,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # long before the interpreter has started and written
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141, err
+    assert err == ""

@@ -509,3 +509,20 @@ def _canon(plan: object) -> list[list[tuple[tuple[bool, tuple[int, ...]], ...]]]
         sorted(tuple((bool(t.locked), tuple(t.indices.tolist())) for t in tasks) for tasks in rnd)
         for rnd in plan.rounds  # type: ignore[attr-defined]
     ]
+
+
+def test_in_process_runs_of_a_builtin_app_replay_by_its_name(tmp_path: Path) -> None:
+    """The command records a built-in app by its name, in process as under mpiexec, so
+    the ``replay single`` command it prints works (it was recorded as the app's module
+    file, which cannot be imported on its own)."""
+    trace = tmp_path / "c.sqlite"
+    argv = ["chaos", "sgdmf", "-p", "synthetic=true", "-p", "epochs=1", "--in-process"]
+    argv += ["--ranks", "2", "--runs", "2", "--chaos-seed", "3", "--trace", str(trace), "--json"]
+    res = run_cli(argv)
+    assert res.returncode == 0, res.stderr
+    runs = json.loads(res.stdout)["runs"]
+    with tracer.open(trace) as store:
+        assert {r.app for r in store.runs()} == {"sgdmf"}
+    for r in runs:
+        rep = run_cli(["single", str(trace), "--run", r["run_id"], "--json"])
+        assert rep.returncode == 0 and json.loads(rep.stdout)["identical"], rep.stderr
