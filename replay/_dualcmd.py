@@ -100,7 +100,14 @@ def dual_cmd(
     recorder = None
     run_id = uuid.uuid4().hex
     if path is not None and parallel == "in-process":
-        spec = {"trace": path, "run_id": run_id, "nodes": ranks, "threads": threads, "seed": seed}
+        spec = {
+            "trace": path,
+            "run_id": run_id,
+            "nodes": ranks,
+            "threads": threads,
+            "seed": seed,
+            "test_mode": True,
+        }
         recorder = _recorder(spec, resolved, values, None)
     where = f"{ranks} MPI rank(s)" if parallel == "mpi" else f"{ranks} in-process node(s)"
     say(f"dual test of {resolved.name}: {where} x {threads} thread(s), seed {seed}")

@@ -27,6 +27,7 @@ from engine.lowlevel import dds_contents, find_dds
 
 from ._controller import ReplayChecker, ReplayFinished, TraceController
 from ._errors import UsageError
+from ._job import recorded_in_test_mode
 from ._timetravel import (
     FastForward,
     Start,
@@ -223,6 +224,7 @@ def replay_with(
             recorder=checker,
             schedules=ctl,
             hooks=ctl,
+            test_mode=recorded_in_test_mode(info),
         )
         checker.finish()
     except (_Stop, ReplayFinished):

@@ -104,6 +104,17 @@ def code_digest(fn: Callable[..., Any]) -> str:
     return hashlib.blake2b(Path(path).read_bytes(), digest_size=16).hexdigest()
 
 
+#: The run label of a run recorded in test mode (the parallel side of a dual test, a chaos
+#: run with ``--check dual``): a replay of it runs in test mode too, or the plans of a
+#: program with relaxed DDS or SSP staleness would differ from the recorded ones.
+TEST_MODE_LABEL = "test_mode"
+
+
+def recorded_in_test_mode(info: Any) -> bool:
+    """Whether the run ``info`` describes was recorded in test mode."""
+    return bool((info.labels or {}).get(TEST_MODE_LABEL))
+
+
 def _recorder(spec: dict[str, Any], app: Any, params: dict[str, Any], comm: Any) -> Any:
     """Create the run row (lowest rank) and this process's trace recorder."""
     import tracer
@@ -127,8 +138,11 @@ def _recorder(spec: dict[str, Any], app: Any, params: dict[str, Any], comm: Any)
             "environment": _environment.record(),
             "continues": spec.get("continues"),
         }
-        if spec.get("labels"):
-            meta["labels"] = spec["labels"]
+        labels = dict(spec.get("labels") or {})
+        if spec.get("test_mode") or spec.get("kind") == "dual":
+            labels[TEST_MODE_LABEL] = True
+        if labels:
+            meta["labels"] = labels
         tracer.start_run(path, run_id, meta)
     if comm is not None:
         comm.Barrier()

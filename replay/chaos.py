@@ -228,6 +228,7 @@ def _one_run(
             "threads": threads,
             "seed": seed,
             "labels": labels(chaos_seed, k),
+            "test_mode": check == "dual",
         }
         recorder = _recorder(spec, app, params, None)
     controller = ChaosController(chaos_seed, k, faults=faults, nodes=nodes)
