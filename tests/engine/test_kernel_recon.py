@@ -221,3 +221,48 @@ def test_a_dds_passed_twice_shares_one_overlay() -> None:
     _equal(compiled, python)
     writes = [(w & ((1 << 40) - 1)).tolist() for w in map(compiled.writes_of, range(5))]
     assert writes == [[j, (j + 1) % 5] for j in range(5)]  # X[j], then Y[j + 1] (ids: X < Y)
+
+
+@ap.kernel
+def hop(j, F, X):  # noqa: ANN001, ANN201
+    k = (j + 1) % len(X) if F[0] > 0.0 else j
+    X[k] = X[k] + 1.0
+
+
+@pytest.mark.parametrize("nodes,checked", [(1, True), (2, False), (3, True)])
+def test_the_guard_catches_a_kernel_whose_accesses_changed_after_compiled_recon(
+    nodes: int, checked: bool, monkeypatch
+) -> None:  # noqa: ANN001
+    """Compiled reconnaissance of invocation 0 (F = 0: body j writes X[j]); F = 1 moves
+    every write to X[j + 1]: the compiled plan guard (2 nodes: the row is another node's)
+    or checked mode (every access against the body's own sets) refuses it with
+    ``replan="never"``, and with ``replan="auto"`` the engine re-runs (compiled)
+    reconnaissance and gets it right."""
+    compiled_runs = []
+    real = _kernel.record
+
+    def spy(*a, **kw):  # noqa: ANN002, ANN003, ANN202
+        out = real(*a, **kw)
+        compiled_runs.append(out is not None)
+        return out
+
+    monkeypatch.setattr("engine._asyncfor.recon.record", spy)
+
+    def prog_of(replan: str):  # noqa: ANN202
+        def prog():  # noqa: ANN202
+            F = ap.dvector(1, shape=(), init=ap.init.zeros(), name="F")
+            X = ap.dvector(6, shape=(), init=ap.init.zeros(), name="X")
+            for inv in range(2):
+                F[0] = float(inv)
+                ap.async_for(0, 6, hop.bind(F, X), name="hop", replan=replan, checked=checked)
+            return X.gather()
+
+        return prog
+
+    with pytest.raises(ap.AccessOutsideReconError, match=r"'hop'.* index \d"):
+        ap.run(prog_of("never"), nodes=nodes)
+    assert compiled_runs and all(compiled_runs)
+    compiled_runs.clear()
+    x = ap.run(prog_of("auto"), nodes=nodes).value
+    assert x.tolist() == [2.0] * 6  # each row once from invocation 0 and once from 1
+    assert len(compiled_runs) == 2 * nodes and all(compiled_runs)  # recon, then the re-plan
