@@ -266,3 +266,28 @@ def test_the_guard_catches_a_kernel_whose_accesses_changed_after_compiled_recon(
     x = ap.run(prog_of("auto"), nodes=nodes).value
     assert x.tolist() == [2.0] * 6  # each row once from invocation 0 and once from 1
     assert len(compiled_runs) == 2 * nodes and all(compiled_runs)  # recon, then the re-plan
+
+
+@ap.kernel
+def matrix(j, M, Y):  # noqa: ANN001, ANN201
+    M[j] = M[j] * 2.0 + j  # a matrix row, read back from the overlay below
+    M[(j + 2) % len(M)] = 0.5
+    Y[int(M[j][1, 0] + M[(j + 2) % len(M)][0, 1] * 4) % len(Y)] = 1.0
+
+
+def test_matrix_rows_are_recorded_like_the_python_path() -> None:
+    def prog():  # noqa: ANN202
+        M = ap.dvector(5, shape=(2, 2), data=np.arange(20.0).reshape(5, 2, 2), name="M")
+        Y = ap.dvector(7, shape=(), init=ap.init.zeros(), name="Y")
+        body = matrix.bind(M, Y)
+        sess = ap.current()
+        compiled = _recon(sess, "matrix", 0, body, 0, 5)
+        with python_kernel_recon():
+            python = _recon(sess, "matrix", 0, body, 0, 5)
+        return compiled, python
+
+    with _small_buffers():
+        compiled, python = ap.run(prog, nodes=2).value
+    _equal(compiled, python)
+    ys = [(w & ((1 << 40) - 1)).tolist()[-1] for w in map(compiled.writes_of, range(5))]
+    assert ys == [(2 * (4 * j + 2) + j + 2) % 7 for j in range(5)]  # own writes read back
