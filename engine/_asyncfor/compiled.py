@@ -23,11 +23,12 @@ error text and ``replan=`` behave identically.
 ``RECORD`` is reconnaissance as one compiled loop, with the semantics of the Python
 reconnaissance mode (``engine._data.dds._DVecRecon``): every access is logged as a pair
 (body position, global element id) in buffers (``rlog`` / ``wlog``) that the Python side
-grows: a full buffer stops the loop after that body (``FULL``), and the caller drops that
-body's entries, doubles the buffer and resumes at that body.  A write is not applied to
-the replica but kept in the running body's overlay (``ov``; a slot's place in it in
-``ovp``, stamped with the body's position in ``ovk``), so a body reads back its own
-writes and no other body sees them.  An index out of range stops the loop as in the
+grows: a full log stops the loop after that body (``FULL``; the body itself runs on
+unchanged, only its log is incomplete), and the caller drops that body's entries,
+doubles the log and resumes at that body.  A write is not applied to the replica but
+kept in the running body's overlay (``ov``, doubled on the spot when full; a slot's
+place in it in ``ovp``, stamped with the body's position in ``ovk``), so a body reads
+back its own writes and no other body sees them.  An index out of range stops the loop as in the
 other modes; the caller then leaves the range to the Python reconnaissance, which raises
 what it always raised.
 
@@ -200,7 +201,7 @@ def _own(a: Any, s: Any) -> Any:  # pragma: no cover - compiled
 @njit(inline="always")
 def _keep(a: Any, s: Any, v: Any) -> None:  # pragma: no cover - compiled
     """RECORD: the running body writes ``v`` to slot ``s``: into its overlay, not the
-    replica (a full overlay sets ``FULL``, like a full log)."""
+    replica (a full overlay is doubled on the spot)."""
     k = a.state[S_INDEX] - a.start
     c = a.cnt
     if c[C_OVBODY] != k:  # a new body: its overlay starts empty
@@ -210,9 +211,10 @@ def _keep(a: Any, s: Any, v: Any) -> None:  # pragma: no cover - compiled
         p = a.ovp[s]
     else:
         p = c[C_OV]
-        if p == a.ov.shape[0]:
-            _flag(a, s, 1, FULL)
-            return
+        if p == a.ov.shape[0]:  # grown here: a dropped write could change what the body does
+            grown = np.empty((2 * p + 8,) + a.arr.shape[1:], dtype=a.arr.dtype)
+            grown[:p] = a.ov
+            a.ov = grown
         a.ovk[s] = k
         a.ovp[s] = p
         c[C_OV] = p + 1

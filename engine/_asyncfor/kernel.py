@@ -21,10 +21,11 @@ path wherever it needs to see every access as it happens (bodies split across th
 under element locks; ``--break`` in single-node replay).  Reconnaissance is one compiled
 loop too, in the ``RECORD`` access mode, which logs every access with the Python
 reconnaissance's semantics (:func:`record`); it leaves a range to the Python path when
-an index is out of range or compiled code raises, so errors read as they always did.  Everywhere else, a task group is *one* call of
-a compiled loop over its indices in the group's order, on the node's replicas, with the
-plan guard's checks compiled in (``engine._asyncfor.compiled``).  Plans, rounds,
-write-back, recording, replay and the dual tests do not know the difference.
+an index is out of range or compiled code raises, so errors read as they always did.
+Everywhere else, a task group is *one* call of a compiled loop over its indices in the
+group's order, on the node's replicas, with the plan guard's checks compiled in
+(``engine._asyncfor.compiled``).  Plans, rounds, write-back, recording, replay and the
+dual tests do not know the difference.
 
 Why the Python function and the compiled one agree bit for bit: rows are copies on both
 sides, elementwise numpy expressions compile to the same IEEE operations in the same
@@ -403,8 +404,8 @@ def _room(n: int) -> tuple[int, int]:
 
 
 def _regrow(b: list[np.ndarray], t: int, compiled: Any) -> None:
-    """Drop what body position ``t`` logged, double what is full, empty the overlay."""
-    cnt, ov, ovk = b[2], b[3], b[4]
+    """Drop what body position ``t`` logged, double a full log, empty the overlay."""
+    cnt, ovk = b[2], b[4]
     for which, at in ((compiled.C_READS, 0), (compiled.C_WRITES, 1)):
         log, used = b[at], int(cnt[which])
         cnt[which] = int(np.searchsorted(log[:used, 0], t))
@@ -412,8 +413,6 @@ def _regrow(b: list[np.ndarray], t: int, compiled: Any) -> None:
             grown = np.empty((2 * len(log), 2), dtype=np.int64)
             grown[: cnt[which]] = log[: cnt[which]]
             b[at] = grown
-    if cnt[compiled.C_OV] == len(ov):
-        b[3] = np.empty((2 * len(ov), *ov.shape[1:]), dtype=ov.dtype)
     ovk[ovk == t] = -1
     cnt[compiled.C_OV] = 0
     cnt[compiled.C_OVBODY] = -1

@@ -291,3 +291,30 @@ def test_matrix_rows_are_recorded_like_the_python_path() -> None:
     _equal(compiled, python)
     ys = [(w & ((1 << 40) - 1)).tolist()[-1] for w in map(compiled.writes_of, range(5))]
     assert ys == [(2 * (4 * j + 2) + j + 2) % 7 for j in range(5)]  # own writes read back
+
+
+@ap.kernel
+def climb(j, X, Y):  # noqa: ANN001, ANN201
+    """Writes its own rows until it reads back what it wrote: a dropped write would loop."""
+    k = 0
+    while X[(j + k) % len(X)] < 1.0:
+        X[(j + k) % len(X)] = 1.0
+        k += 1
+    Y[j] = float(k)
+
+
+def test_a_body_writing_more_rows_than_the_overlay_holds_reads_every_write_back() -> None:
+    def prog():  # noqa: ANN202
+        X = ap.dvector(40, shape=(), init=ap.init.zeros(), name="X")
+        Y = ap.dvector(40, shape=(), init=ap.init.zeros(), name="Y")
+        body = climb.bind(X, Y)
+        sess = ap.current()
+        compiled = _recon(sess, "climb", 0, body, 0, 40)
+        with python_kernel_recon():
+            python = _recon(sess, "climb", 0, body, 0, 40)
+        return compiled, python
+
+    with _small_buffers():  # an overlay of one row: it grows inside the loop
+        compiled, python = ap.run(prog).value
+    _equal(compiled, python)
+    assert all(len(compiled.writes_of(k)) == 41 for k in range(40))  # every X row, and Y[j]
