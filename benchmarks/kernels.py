@@ -5,6 +5,8 @@
 * recording overhead per epoch, 2 ranks, traced / untraced, steady state           (≤ 1.05)
 * cluster replay per epoch / recorded run per epoch, steady state                  (≤ 1.10)
 * reconnaissance + planning of the kernel / one epoch of the *Python* body         (≤ 2)
+  (compiled, RECORD mode; side by side in this process with the kernel's Python
+  function on every body, ``engine.lowlevel.python_kernel_recon``)
 * one per-invocation digest of W and H / one kernel epoch                          (≤ 0.02)
 * lock-split groups: 2 ranks x 2 threads, kernel / Python body (reported, no budget)
 * the compiled plan guard: kernel epoch, guarded / unguarded, 1 rank in this process
@@ -15,7 +17,10 @@ loop, write-back, digests, the trace commit, the compiled RMSE) and nothing that
 once (imports, data, reconnaissance, compiling); that fixed cost is reported separately
 as ``startup_s`` (the intercept).
 
-Usage: python benchmarks/kernels.py [--lo 5] [--hi 65] [--repeats 3] [--synthetic]
+Usage: python benchmarks/kernels.py [--lo 5] [--hi 65] [--repeats 3] [--synthetic] [--only-recon]
+
+``--only-recon`` measures the reconnaissance figures alone (a minute instead of most of an
+hour).
 
 Every figure is the best of the interleaved repeats (load only ever adds time).
 """
@@ -33,6 +38,7 @@ import time
 from contextlib import nullcontext
 from datetime import date
 from pathlib import Path
+from typing import Any
 
 import numba
 import numpy as np
@@ -106,6 +112,76 @@ def guard_cost(rank: int, epochs: int, synthetic: bool, repeats: int) -> dict[st
     return out
 
 
+def recon_side_by_side(rank: int, synthetic: bool, repeats: int) -> dict[str, list[float]]:
+    """Reconnaissance + planning of the kernel's first invocation (the planner's
+    ``recon_s``), compiled and with the kernel's Python function on every body
+    (``python_kernel_recon``), alternating in this process; and the Python body's epoch."""
+    import engine
+    from apps.sgdmf import train
+    from engine.lowlevel import python_kernel_recon
+
+    params = {"epochs": 1, "rank": rank, "synthetic": synthetic, "kernel": True}
+    out: dict[str, list[float]] = {"compiled": [], "py_func": [], "python_epoch": []}
+    for k in range(repeats):
+        for mode in ("compiled", "py_func") if k % 2 == 0 else ("py_func", "compiled"):
+            with nullcontext() if mode == "compiled" else python_kernel_recon():
+                res = engine.run(train, params)
+            out[mode].append(res.planner["sgd"]["recon_s"])
+        res = engine.run(train, {"epochs": 3, "rank": rank, "synthetic": synthetic})
+        out["python_epoch"].append(steady(res.op_times["sgd"]))
+    return out
+
+
+def recon_figures(side: dict[str, list[float]]) -> dict[str, Any]:
+    """The side-by-side reconnaissance figures (best of the repeats)."""
+    best = {k: min(v) for k, v in side.items()}
+    return {
+        "recon_plan_s": {k: round(best[k], 4) for k in ("compiled", "py_func")},
+        "python_epoch_s": round(best["python_epoch"], 4),
+        "compiled_over_python_epoch": round(best["compiled"] / best["python_epoch"], 3),
+        "py_func_over_python_epoch": round(best["py_func"] / best["python_epoch"], 3),
+        "py_func_over_compiled": round(best["py_func"] / best["compiled"], 2),
+        "spread": {k: [round(x, 4) for x in v] for k, v in side.items()},
+    }
+
+
+def only_recon(args: argparse.Namespace) -> None:
+    """``--only-recon``: the reconnaissance figures, from the CLI and in this process."""
+    label, data = dataset(args.synthetic)
+    synthetic = label == "synthetic"
+    base = ["sgdmf", "-p", f"rank={args.rank}", *data]
+    kern = [*base, "-p", "kernel=true"]
+    replay_run([*kern, "-p", "epochs=1", "--ranks", "1", "--no-trace"])  # fill numba's cache
+    recon, py1 = [], []
+    for _ in range(args.repeats):
+        r1 = replay_run([*kern, "-p", "epochs=1", "--ranks", "1", "--no-trace"])
+        recon.append(r1["planner"]["sgd"]["recon_s"])
+        p1 = replay_run([*base, "-p", "epochs=3", "--ranks", "1", "--no-trace"])
+        py1.append(steady(p1["op_times"]["sgd"]))
+    ratio = min(recon) / min(py1)
+    out = {
+        "benchmark": "kernels --only-recon",
+        "date": date.today().isoformat(),
+        "data": label,
+        "rank": args.rank,
+        "repeats": args.repeats,
+        "machine": f"{platform.machine()} {platform.python_version()} numba {numba.__version__}",
+        "recon_plan_over_python_epoch": round(ratio, 3),
+        "ratios": {
+            "recon_plan_over_python_epoch": {
+                "value": round(ratio, 3),
+                "budget": 2.0,
+                "met": ratio <= 2.0,
+            }
+        },
+        "recon_plan_s": round(min(recon), 4),
+        "python_epoch_s": round(min(py1), 4),
+        "recon_side_by_side": recon_figures(recon_side_by_side(args.rank, synthetic, args.repeats)),
+        "spread": {"recon": [round(x, 4) for x in recon], "py1": [round(x, 4) for x in py1]},
+    }
+    print(json.dumps(out, indent=2))
+
+
 def slope(lo: int, hi: int, t_lo: float, t_hi: float) -> tuple[float, float]:
     """(seconds per epoch, fixed seconds) of the line through two (epochs, time) points."""
     per = (t_hi - t_lo) / (hi - lo)
@@ -119,7 +195,11 @@ def main() -> None:
     ap.add_argument("--rank", type=int, default=32)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--synthetic", action="store_true")
+    ap.add_argument("--only-recon", action="store_true")
     args = ap.parse_args()
+    if args.only_recon:
+        only_recon(args)
+        return
     label, data = dataset(args.synthetic)
     synthetic = label == "synthetic"
     base = ["sgdmf", "-p", f"rank={args.rank}", *data]
@@ -175,6 +255,7 @@ def main() -> None:
             res["py2x2"].append(steady(replay_run([*base, *shape])["op_times"]["sgd"]))
         rmse["kernel_1rank"] = r1["objectives"]["rmse"][-1]
     guard = guard_cost(args.rank, 10, synthetic, 2 * args.repeats)
+    side = recon_side_by_side(args.rank, synthetic, args.repeats)
     res["guarded"], res["unguarded"] = guard["guarded"], guard["unguarded"]
     # the best of the interleaved repeats: load on a shared machine only ever adds time
     m = {k: min(v) for k, v in res.items()}
@@ -223,6 +304,7 @@ def main() -> None:
         },
         "compiled_guard_over_unguarded_1rank": round(guard_ratio, 3),
         "recon_plan_s": round(m["recon"], 4),
+        "recon_side_by_side": recon_figures(side),
         "digest_blake2b_W_H_s": round(m["digest"], 6),
         "final_rmse": rmse,
         "spread": {k: [round(x, 5) for x in v] for k, v in res.items()},

@@ -9,6 +9,7 @@ the layout of global element ids, and the benchmarks' baselines (the engine with
 
 from __future__ import annotations
 
+from ._asyncfor.baseline import python_kernel_recon as python_kernel_recon
 from ._asyncfor.baseline import recon_cpu_times as recon_cpu_times
 from ._asyncfor.baseline import without_closure_guard as without_closure_guard
 from ._asyncfor.baseline import without_guard as without_guard
@@ -69,6 +70,7 @@ __all__ = [
     "recorded_ticket_order",
     "serial_plan",
     "under_mpi_launcher",
+    "python_kernel_recon",
     "recon_cpu_times",
     "wavefront_plan",
     "without_closure_guard",

@@ -15,6 +15,7 @@ from typing import Any
 
 from .._data import dds as _dds
 from . import guard as _guard
+from . import kernel as _kernel
 from . import loop as _asyncfor
 
 
@@ -76,4 +77,16 @@ def recon_cpu_times() -> Iterator[list[float]]:
         _asyncfor.recon_range = real
 
 
-__all__ = ["recon_cpu_times", "without_closure_guard", "without_guard"]
+@contextmanager
+def python_kernel_recon() -> Iterator[None]:
+    """Reconnaissance of kernels as before it was compiled: the kernel's Python function
+    on every body, through the DDS reconnaissance mode."""
+    real = _kernel.COMPILED_RECON
+    _kernel.COMPILED_RECON = False
+    try:
+        yield
+    finally:
+        _kernel.COMPILED_RECON = real
+
+
+__all__ = ["python_kernel_recon", "recon_cpu_times", "without_closure_guard", "without_guard"]

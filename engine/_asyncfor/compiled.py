@@ -11,13 +11,26 @@ the DDS access modes make in Python (``engine._data.dds``), one byte load per ac
 * ``GUARD_RO``: the DDS is written by nobody in the invocation: reads are free, writes are
   violations;
 * ``ANY_OWN``: the guard for one thread running all of a node's tasks (single replay);
-* ``CHECKED``: every access inside the running body's own reconnaissance sets.
+* ``CHECKED``: every access inside the running body's own reconnaissance sets;
+* ``RECORD``: reconnaissance (see below).
 
 An access that fails a check is not performed (a read returns a row anyway, a write is
 dropped, so nothing outside what the guard can undo changes); it is written to the
 shared ``state`` array and the task loop stops after that body.  The Python side then
 reports it through the same guard or checker the Python path uses, so the verdict, the
 error text and ``replan=`` behave identically.
+
+``RECORD`` is reconnaissance as one compiled loop, with the semantics of the Python
+reconnaissance mode (``engine._data.dds._DVecRecon``): every access is logged as a pair
+(body position, global element id) in buffers (``rlog`` / ``wlog``) that the Python side
+grows: a full log stops the loop after that body (``FULL``; the body itself runs on
+unchanged, only its log is incomplete), and the caller drops that body's entries,
+doubles the log and resumes at that body.  A write is not applied to the replica but
+kept in the running body's overlay (``ov``, doubled on the spot when full; a slot's
+place in it in ``ovp``, stamped with the body's position in ``ovk``), so a body reads
+back its own writes and no other body sees them.  An index out of range stops the loop as in the
+other modes; the caller then leaves the range to the Python reconnaissance, which raises
+what it always raised.
 
 The numba imports live here, not in ``kernel``, so that ``import engine`` does not pay
 for numba until a kernel is compiled.
@@ -41,12 +54,16 @@ from numba.core.extending import overload, overload_attribute
 from numba.experimental import structref
 
 #: ``Rows.mode`` values (see the module docstring).
-EXEC, GUARD, GUARD_RO, ANY_OWN, CHECKED = 0, 1, 2, 3, 4
+EXEC, GUARD, GUARD_RO, ANY_OWN, CHECKED, RECORD = 0, 1, 2, 3, 4, 5
 #: ``state`` slots: what went wrong (0 nothing, 1 an access left the plan or the sets,
-#: 2 an index out of range), the argument position of the DDS, its slot, whether it was a
+#: 2 an index out of range, ``FULL`` a RECORD buffer is full), the argument position of the DDS, its slot, whether it was a
 #: write, and the loop index of the running body.
 S_FLAG, S_ARG, S_SLOT, S_WRITE, S_INDEX = 0, 1, 2, 3, 4
 STATE_LEN = 5
+FULL = 3
+#: ``Rows.cnt`` slots of the RECORD mode: entries in ``rlog`` and in ``wlog``, rows in
+#: ``ov``, and the body position the overlay belongs to.
+C_READS, C_WRITES, C_OV, C_OVBODY = 0, 1, 2, 3
 _FREE, _OTHER = 0, 255
 
 
@@ -58,7 +75,26 @@ class RowsType(types.StructRef):
         return tuple((name, types.unliteral(typ)) for name, typ in fields)  # type: ignore[no-untyped-call]
 
 
-_FIELDS = ["arr", "gm", "code", "mode", "arg", "state", "rp", "ri", "wp", "wi", "start", "gbase"]
+_FIELDS = [
+    "arr",
+    "gm",
+    "code",
+    "mode",
+    "arg",
+    "state",
+    "rp",
+    "ri",
+    "wp",
+    "wi",
+    "start",
+    "gbase",
+    "rlog",
+    "wlog",
+    "cnt",
+    "ov",
+    "ovk",
+    "ovp",
+]
 
 
 class Rows(structref.StructRefProxy):
@@ -75,16 +111,40 @@ class Rows(structref.StructRefProxy):
         sets: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
         start: int,
         gbase: int,
+        rec: tuple[np.ndarray, ...] | None = None,
     ) -> Rows:
+        """``rec``: the RECORD mode's buffers ``(rlog, wlog, cnt, ov, ovk, ovp)`` (see
+        :func:`record_buffers`); the other modes get empty ones of the same types, so that
+        every mode runs the one compiled loop of the kernel."""
         rp, ri, wp, wi = sets
+        rlog, wlog, cnt, ov, ovk, ovp = rec if rec is not None else (
+            _NO_LOG, _NO_LOG, _NO_CNT, arr[:0], _NO_IDS, _NO_IDS
+        )  # fmt: skip
         return structref.StructRefProxy.__new__(  # type: ignore[no-untyped-call]
-            cls, arr, gm, code, mode, arg, state, rp, ri, wp, wi, start, gbase
-        )
+            cls, arr, gm, code, mode, arg, state, rp, ri, wp, wi, start, gbase,
+            rlog, wlog, cnt, ov, ovk, ovp,
+        )  # fmt: skip
 
 
 structref.define_proxy(Rows, RowsType, _FIELDS)  # type: ignore[no-untyped-call]
 
+_NO_LOG = np.zeros((0, 2), dtype=np.int64)
+_NO_CNT = np.zeros(4, dtype=np.int64)
+_NO_IDS = np.zeros(0, dtype=np.int64)
 _NO_SETS = tuple(np.zeros(1 if k % 2 == 0 else 0, dtype=np.int64) for k in range(4))
+
+
+def record_buffers(arr: np.ndarray, logs: int, rows: int) -> tuple[np.ndarray, ...]:
+    """Empty RECORD buffers for a replica ``arr``: logs of ``logs`` accesses each, an
+    overlay of ``rows`` rows, and the overlay's per-slot stamp and place."""
+    return (
+        np.empty((logs, 2), dtype=np.int64),
+        np.empty((logs, 2), dtype=np.int64),
+        np.array([0, 0, 0, -1], dtype=np.int64),
+        np.empty((rows, *arr.shape[1:]), dtype=arr.dtype),
+        np.full(arr.shape[0], -1, dtype=np.int64),
+        np.zeros(arr.shape[0], dtype=np.int64),
+    )
 
 
 def no_sets() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -107,6 +167,58 @@ def _flag(a: Any, slot: Any, write: int, what: int) -> None:  # pragma: no cover
         st[S_ARG] = a.arg
         st[S_SLOT] = slot
         st[S_WRITE] = write
+
+
+@njit(inline="always")
+def _log(a: Any, s: Any, write: bool) -> None:  # pragma: no cover - compiled
+    """RECORD: append (body position, element id); an access repeating the last one of
+    the same kind is not logged again (the sets are de-duplicated per body anyway).  A
+    full log sets ``FULL``: the caller grows it and runs this body again."""
+    k = a.state[S_INDEX] - a.start
+    gid = a.gbase | s
+    c = a.cnt
+    slot = C_WRITES if write else C_READS
+    log = a.wlog if write else a.rlog
+    n = c[slot]
+    if n > 0 and log[n - 1, 0] == k and log[n - 1, 1] == gid:
+        return
+    if n == log.shape[0]:
+        _flag(a, s, write, FULL)
+        return
+    log[n, 0] = k
+    log[n, 1] = gid
+    c[slot] = n + 1
+
+
+@njit(inline="always")
+def _own(a: Any, s: Any) -> Any:  # pragma: no cover - compiled
+    """RECORD: where the running body's own write of slot ``s`` is in ``ov``, or -1."""
+    if a.ovk[s] != a.state[S_INDEX] - a.start:
+        return -1
+    return a.ovp[s]
+
+
+@njit(inline="always")
+def _keep(a: Any, s: Any, v: Any) -> None:  # pragma: no cover - compiled
+    """RECORD: the running body writes ``v`` to slot ``s``: into its overlay, not the
+    replica (a full overlay is doubled on the spot)."""
+    k = a.state[S_INDEX] - a.start
+    c = a.cnt
+    if c[C_OVBODY] != k:  # a new body: its overlay starts empty
+        c[C_OVBODY] = k
+        c[C_OV] = 0
+    if a.ovk[s] == k:
+        p = a.ovp[s]
+    else:
+        p = c[C_OV]
+        if p == a.ov.shape[0]:  # grown here: a dropped write could change what the body does
+            grown = np.empty((2 * p + 8,) + a.arr.shape[1:], dtype=a.arr.dtype)
+            grown[:p] = a.ov
+            a.ov = grown
+        a.ovk[s] = k
+        a.ovp[s] = p
+        c[C_OV] = p + 1
+    a.ov[p] = v
 
 
 @njit(inline="always")
@@ -142,6 +254,12 @@ def _getitem(a: Any, i: Any) -> Any:
             if s < 0 or s >= n:
                 _flag(a, i, 0, 2)
                 return a.arr[0]
+            if a.mode == RECORD:
+                _log(a, s, False)
+                p = _own(a, s)
+                if p >= 0:
+                    return a.ov[p]
+                return a.arr[s]
             if not _allowed(a, s, False):
                 _flag(a, s, 0, 1)
             return a.arr[s]
@@ -154,6 +272,12 @@ def _getitem(a: Any, i: Any) -> Any:
         if s < 0 or s >= n:
             _flag(a, i, 0, 2)
             return a.arr[0].copy()
+        if a.mode == RECORD:
+            _log(a, s, False)
+            p = _own(a, s)
+            if p >= 0:
+                return a.ov[p].copy()
+            return a.arr[s].copy()
         if not _allowed(a, s, False):
             _flag(a, s, 0, 1)
         return a.arr[s].copy()
@@ -171,6 +295,10 @@ def _setitem(a: Any, i: Any, v: Any) -> Any:
         s = i + n if i < 0 else i
         if s < 0 or s >= n:
             _flag(a, i, 1, 2)
+            return
+        if a.mode == RECORD:
+            _log(a, s, True)
+            _keep(a, s, v)
             return
         if not _allowed(a, s, True):
             _flag(a, s, 1, 1)
@@ -245,9 +373,15 @@ __all__ = [
     "ANY_OWN",
     "CHECKED",
     "EXEC",
+    "FULL",
     "GUARD",
     "GUARD_RO",
+    "RECORD",
     "STATE_LEN",
+    "C_OV",
+    "C_OVBODY",
+    "C_READS",
+    "C_WRITES",
     "S_ARG",
     "S_FLAG",
     "S_INDEX",
@@ -255,6 +389,7 @@ __all__ = [
     "S_WRITE",
     "Rows",
     "compile_body",
+    "record_buffers",
     "no_sets",
     "run_loop",
 ]

@@ -17,12 +17,15 @@ the loop index are numeric ``dvector`` s and ``int`` / ``float`` / ``bool`` scal
 
 ``kernel.bind(...)`` returns a :class:`BoundKernel`, which is an ordinary loop body too:
 called with ``j`` it runs the Python function on the DDS.  The engine uses that Python
-path wherever it needs to see every access as it happens (reconnaissance, so the read
-and write sets are exactly the Python path's; bodies split across threads under element
-locks; ``--break`` in single-node replay).  Everywhere else, a task group is *one* call of
-a compiled loop over its indices in the group's order, on the node's replicas, with the
-plan guard's checks compiled in (``engine._asyncfor.compiled``).  Plans, rounds,
-write-back, recording, replay and the dual tests do not know the difference.
+path wherever it needs to see every access as it happens (bodies split across threads
+under element locks; ``--break`` in single-node replay).  Reconnaissance is one compiled
+loop too, in the ``RECORD`` access mode, which logs every access with the Python
+reconnaissance's semantics (:func:`record`); it leaves a range to the Python path when
+an index is out of range or compiled code raises, so errors read as they always did.
+Everywhere else, a task group is *one* call of a compiled loop over its indices in the
+group's order, on the node's replicas, with the plan guard's checks compiled in
+(``engine._asyncfor.compiled``).  Plans, rounds, write-back, recording, replay and the
+dual tests do not know the difference.
 
 Why the Python function and the compiled one agree bit for bit: rows are copies on both
 sides, elementwise numpy expressions compile to the same IEEE operations in the same
@@ -124,6 +127,11 @@ class Kernel:
                     self._body = compiled.compile_body(self.py_func)
                 body = self._body
         compiled.run_loop(body, indices, state, args)
+
+
+#: Whether reconnaissance of a kernel is compiled (:func:`record`); off inside
+#: ``engine.lowlevel.python_kernel_recon()``, which runs the Python function on every body.
+COMPILED_RECON = True
 
 
 def kernel(fn: Callable[..., Any]) -> Kernel:
@@ -329,6 +337,87 @@ def run_group(body: BoundKernel, indices: np.ndarray) -> None:
     )
 
 
+# ==================================================================== reconnaissance
+def record(body: BoundKernel, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """Reconnaissance of indices ``lo .. hi-1`` as one compiled loop on the bound node's
+    replicas (``RECORD`` mode): the (body position, element id) pairs read and written,
+    in the semantics of the Python reconnaissance (reads served from the replica or the
+    body's own writes, writes kept from the replica and from every other body).
+
+    ``None`` leaves the range to the Python path: when an index is out of range or the
+    compiled code raises (the Python reconnaissance then raises what it always raised,
+    naming the body, or, where numba and Python disagree, decides the sets), and inside
+    ``python_kernel_recon()``."""
+    if not COMPILED_RECON:
+        return None
+    from . import compiled
+
+    n = hi - lo
+    state = np.zeros(compiled.STATE_LEN, dtype=np.int64)
+    bufs: dict[int, list[np.ndarray]] = {}  # one set of buffers per DDS, however often passed
+    first: dict[int, int] = {}  # the argument position of each DDS's first occurrence
+    for k, v in enumerate(body.args):
+        if isinstance(v, _dds._DDS) and id(v) not in bufs:
+            bufs[id(v)] = list(compiled.record_buffers(v._buf, *_room(n)))
+            first[id(v)] = k
+    idx = np.arange(lo, hi, dtype=np.int64)
+    t = 0
+    while True:
+        made: dict[int, Any] = {}
+        args = []
+        for v in body.args:
+            if not isinstance(v, _dds._DDS):
+                args.append(v)
+                continue
+            if id(v) not in made:
+                made[id(v)] = compiled.Rows(
+                    v._buf, _NO_GM, 0, compiled.RECORD, first[id(v)], state,
+                    compiled.no_sets(), lo, v._gbase, tuple(bufs[id(v)]),
+                )  # fmt: skip
+            args.append(made[id(v)])
+        try:
+            body.kernel.run(idx[t:], state, tuple(args))
+        except Exception:  # noqa: BLE001 - the Python reconnaissance raises it, as it always did
+            return None
+        flag = int(state[compiled.S_FLAG])
+        if flag == 0:
+            break
+        if flag != compiled.FULL:
+            return None
+        t = int(state[compiled.S_INDEX]) - lo  # run this body again, with room
+        for b in bufs.values():
+            _regrow(b, t, compiled)
+        state[:] = 0
+    reads = [b[0][: b[2][compiled.C_READS]] for b in bufs.values()]
+    writes = [b[1][: b[2][compiled.C_WRITES]] for b in bufs.values()]
+    empty = np.zeros((0, 2), dtype=np.int64)
+    return np.concatenate([empty, *reads]), np.concatenate([empty, *writes])
+
+
+_NO_GM = np.zeros(0, dtype=np.uint8)
+
+
+def _room(n: int) -> tuple[int, int]:
+    """First room of the RECORD buffers for ``n`` bodies: log entries (one access per body,
+    most kernels touch a DDS once or twice; a full log is doubled), overlay rows."""
+    return n + 64, 8
+
+
+def _regrow(b: list[np.ndarray], t: int, compiled: Any) -> None:
+    """Drop what body position ``t`` logged, double a full log, empty the overlay."""
+    cnt, ovk = b[2], b[4]
+    for which, at in ((compiled.C_READS, 0), (compiled.C_WRITES, 1)):
+        log, used = b[at], int(cnt[which])
+        cnt[which] = int(np.searchsorted(log[:used, 0], t))
+        if used == len(log):
+            grown = np.empty((2 * len(log), 2), dtype=np.int64)
+            grown[: cnt[which]] = log[: cnt[which]]
+            b[at] = grown
+    ovk[ovk == t] = -1
+    cnt[compiled.C_OV] = 0
+    cnt[compiled.C_OVBODY] = -1
+
+
 __all__ = [
     "BoundKernel",
     "Kernel",
@@ -337,6 +426,7 @@ __all__ = [
     "first_line",
     "prepare",
     "python_of",
+    "record",
     "run_group",
     "wrap_body",
 ]

@@ -2,7 +2,8 @@
 
 RE runs every body once in virtual mode (see ``_dds``): reads are served from the
 node's replica, writes are kept in a per-body overlay and never committed, and the
-element ids each body touches are logged.  The sets are stored as CSR arrays —
+element ids each body touches are logged.  A kernel's bodies run as one compiled loop
+that does the same (``kernel.record``).  The sets are stored as CSR arrays —
 ``indptr`` of length n+1 and sorted, de-duplicated ``ids`` per index — not as Python
 sets, so that a 1M-body loop costs a few tens of MB.
 """
@@ -18,6 +19,7 @@ import numpy as np
 from .._data import dds as _dds
 from .._errors import BodyError, ClosureRuleError
 from .._runtime.session import _tls
+from .kernel import BoundKernel, record
 
 if TYPE_CHECKING:
     from .._runtime.session import Session
@@ -48,16 +50,22 @@ class AccessSets:
 
 
 def csr_from_ends(ends: list[int], ids: list[int]) -> tuple[np.ndarray, np.ndarray]:
-    """Build (indptr, ids) from cumulative row ends; rows sorted and de-duplicated.
-
-    Bodies usually touch few elements, so rows are sorted with one global sort of
-    ``row * span + (id - min)`` when that fits in 63 bits, and a lexsort otherwise.
-    """
+    """Build (indptr, ids) from cumulative row ends; rows sorted and de-duplicated."""
     ends_a = np.asarray(ends, dtype=np.int64)
     flat = np.asarray(ids, dtype=np.int64)
     n = len(ends_a)
     counts = np.diff(ends_a, prepend=0)
     rows = np.repeat(np.arange(n, dtype=np.int64), counts)
+    return csr_from_pairs(rows, flat, n)
+
+
+def csr_from_pairs(rows: np.ndarray, flat: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Build (indptr, ids) of ``n`` rows from (row, id) pairs in any order; rows sorted
+    and de-duplicated.
+
+    Bodies usually touch few elements, so rows are sorted with one global sort of
+    ``row * span + (id - min)`` when that fits in 63 bits, and a lexsort otherwise.
+    """
     if len(flat):
         lo = int(flat.min())
         span = int(flat.max()) - lo + 1
@@ -105,6 +113,13 @@ def recon_range(
     sess: Session, op: str, invocation: int, body: Callable[[int], Any], lo: int, hi: int
 ) -> AccessSets:
     """Run RE for indices ``lo .. hi-1`` on the currently bound node."""
+    if type(body) is BoundKernel:  # one compiled loop, unless it leaves the range to Python
+        got = record(body, lo, hi)
+        if got is not None:
+            (rk, rid), (wk, wid) = got[0].T, got[1].T
+            rp, ri = csr_from_pairs(rk, rid, hi - lo)
+            wp, wi = csr_from_pairs(wk, wid, hi - lo)
+            return AccessSets(lo, hi - lo, rp, ri, wp, wi)
     rec = _dds._Recon()
     _dds.RECON = rec
     reads, writes, overlay = rec.reads, rec.writes, rec.overlay
@@ -132,4 +147,11 @@ def recon_range(
     return AccessSets(lo, hi - lo, rp, ri, wp, wi)
 
 
-__all__ = ["AccessSets", "concat_sets", "csr_from_ends", "csr_from_lists", "recon_range"]
+__all__ = [
+    "AccessSets",
+    "concat_sets",
+    "csr_from_ends",
+    "csr_from_lists",
+    "csr_from_pairs",
+    "recon_range",
+]
