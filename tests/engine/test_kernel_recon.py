@@ -137,9 +137,9 @@ def _nullctx() -> Iterator[None]:
     yield
 
 
-def test_the_compiled_loop_records_rather_than_falling_back(monkeypatch) -> None:  # noqa: ANN001
-    """The equality above is between two different paths: the compiled one really ran."""
-    got = []
+def _spy_on_record(monkeypatch) -> list[bool]:  # noqa: ANN001
+    """Per compiled reconnaissance from now on: whether it recorded (not fell back)."""
+    got: list[bool] = []
     real = _kernel.record
 
     def spy(*a, **kw):  # noqa: ANN002, ANN003, ANN202
@@ -148,6 +148,12 @@ def test_the_compiled_loop_records_rather_than_falling_back(monkeypatch) -> None
         return out
 
     monkeypatch.setattr("engine._asyncfor.recon.record", spy)
+    return got
+
+
+def test_the_compiled_loop_records_rather_than_falling_back(monkeypatch) -> None:  # noqa: ANN001
+    """The equality above is between two different paths: the compiled one really ran."""
+    got = _spy_on_record(monkeypatch)
     progs = np.zeros((4, OPS, 4), dtype=np.int64)
     progs[:, 0] = (WRITE, 0, AT_J, 0)  # X[j] = j, then read it back, then Y at that value
     progs[:, 1] = (READ, 0, AT_J, 0)
@@ -238,15 +244,7 @@ def test_the_guard_catches_a_kernel_whose_accesses_changed_after_compiled_recon(
     or checked mode (every access against the body's own sets) refuses it with
     ``replan="never"``, and with ``replan="auto"`` the engine re-runs (compiled)
     reconnaissance and gets it right."""
-    compiled_runs = []
-    real = _kernel.record
-
-    def spy(*a, **kw):  # noqa: ANN002, ANN003, ANN202
-        out = real(*a, **kw)
-        compiled_runs.append(out is not None)
-        return out
-
-    monkeypatch.setattr("engine._asyncfor.recon.record", spy)
+    compiled_runs = _spy_on_record(monkeypatch)
 
     def prog_of(replan: str):  # noqa: ANN202
         def prog():  # noqa: ANN202
