@@ -21,7 +21,9 @@ the clock's starting rows, their row deltas then combined by RULE: ``sum`` (what
 app registers), ``rowmean`` (a row's summed delta divided by the number of workers
 whose delta for it is non-zero), ``rowmean_in`` / ``rowmean_out`` (that rule on one
 matrix only, summing the other) or ``normweighted`` (each worker's delta of a row
-weighted by its norm).  Prints one JSON line per (seed, candidate).
+weighted by its norm).  The candidate ``gensim`` trains gensim itself (as above, the
+same epochs and seed), the reference for the simulated ``1:MB:sum``.  Prints one JSON
+line per (seed, candidate).
 
 ``--parallel-minibatch N`` runs ours on more than one rank with N-sentence minibatches
 (one rank keeps ``OURS``' 32, where the minibatch size changes the speed, not the
@@ -30,7 +32,8 @@ the same rows without seeing each other's updates.
 
 Usage: python benchmarks/word2vec.py [--seeds 5] [--epochs 5] [--ranks 1 2]
                                      [--parallel-minibatch N]
-       python benchmarks/word2vec.py --simulate 1:32:sum 2:32:sum 2:4:sum [--seeds 3]
+       python benchmarks/word2vec.py --simulate 1:32:sum 2:32:sum 2:4:sum gensim
+                                     [--seeds 3] [--epochs 5]
 """
 
 from __future__ import annotations
@@ -203,14 +206,18 @@ def simulate(
 
 def simulate_main(candidates: list[str], seeds: int, epochs: int) -> None:
     """``--simulate``: one JSON line per (seed, candidate) on stdout."""
-    parsed = []
+    parsed: list[tuple[int, int, str] | None] = []
     for c in candidates:
+        if c == "gensim":
+            parsed.append(None)
+            continue
         parts = c.split(":")
         ok = len(parts) == 3 and parts[2] in RULES
         ok = ok and all(x.isdigit() and int(x) >= 1 for x in parts[:2])
         if not ok:
             raise ValueError(
-                f"--simulate: {c!r} is not P:MB:RULE (P, MB >= 1; RULE one of {', '.join(RULES)})"
+                f"--simulate: {c!r} is not P:MB:RULE (P, MB >= 1; RULE one of "
+                f"{', '.join(RULES)}) or gensim"
             )
         parsed.append((int(parts[0]), int(parts[1]), parts[2]))
     where = _data.gensim_test_data()
@@ -218,11 +225,20 @@ def simulate_main(candidates: list[str], seeds: int, epochs: int) -> None:
     vocab = _data.build_vocab(sentences, int(HYPER["min_count"]))
     rows = _data.encode(sentences, vocab, OURS["sentence_len"])
     pairs = _data.read_wordsim(where / "wordsim353.tsv")
+    questions = _data.read_questions(where / "questions-words.txt")
     for seed in range(seeds):
-        for P, mb, rule in parsed:
+        for cand in parsed:
             t0 = time.perf_counter()
-            ws = simulate(rows, vocab, pairs, P, mb, rule, seed, epochs)
-            line = {"seed": seed, "P": P, "minibatch": mb, "rule": rule, "wordsim": round(ws, 4)}
+            line: dict[str, Any]
+            if cand is None:  # the reference: gensim itself, the same epochs and seed
+                got = gensim_run(sentences, epochs, seed, pairs, questions)
+                line = {"seed": seed, "system": "gensim", "wordsim": round(got["wordsim"], 4)}
+            else:
+                P, mb, rule = cand
+                ws = simulate(rows, vocab, pairs, P, mb, rule, seed, epochs)
+                line = {"seed": seed, "P": P, "minibatch": mb, "rule": rule}
+                line["wordsim"] = round(ws, 4)
+            line["epochs"] = epochs
             print(json.dumps({**line, "s": round(time.perf_counter() - t0, 1)}), flush=True)
 
 
@@ -248,7 +264,7 @@ def main() -> None:
         default=None,
         help="sentences per minibatch on more than one rank (default: as on one rank)",
     )
-    parser.add_argument("--simulate", nargs="+", metavar="P:MB:RULE", default=None)
+    parser.add_argument("--simulate", nargs="+", metavar="P:MB:RULE|gensim", default=None)
     args = parser.parse_args()
     if args.simulate:
         try:
