@@ -30,7 +30,7 @@ line per (seed, candidate).
 arithmetic): a smaller minibatch per rank shortens the window in which two ranks update
 the same rows without seeing each other's updates.
 
-Usage: python benchmarks/word2vec.py [--seeds 5] [--epochs 5] [--ranks 1 2]
+Usage: python benchmarks/word2vec.py [--seeds 5] [--first-seed 0] [--epochs 5] [--ranks 1 2]
                                      [--parallel-minibatch N]
        python benchmarks/word2vec.py --simulate 1:32:sum 2:32:sum 2:4:sum gensim
                                      [--seeds 3] [--epochs 5]
@@ -204,7 +204,7 @@ def simulate(
     return _eval.wordsim(w_in, vocab.index, pairs).value
 
 
-def simulate_main(candidates: list[str], seeds: int, epochs: int) -> None:
+def simulate_main(candidates: list[str], seeds: range, epochs: int) -> None:
     """``--simulate``: one JSON line per (seed, candidate) on stdout."""
     parsed: list[tuple[int, int, str] | None] = []
     for c in candidates:
@@ -226,7 +226,7 @@ def simulate_main(candidates: list[str], seeds: int, epochs: int) -> None:
     rows = _data.encode(sentences, vocab, OURS["sentence_len"])
     pairs = _data.read_wordsim(where / "wordsim353.tsv")
     questions = _data.read_questions(where / "questions-words.txt")
-    for seed in range(seeds):
+    for seed in seeds:
         for cand in parsed:
             t0 = time.perf_counter()
             line: dict[str, Any]
@@ -256,6 +256,9 @@ def summary(values: list[float]) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument(
+        "--first-seed", type=int, default=0, help="run seeds FIRST_SEED .. FIRST_SEED + SEEDS - 1"
+    )
     parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--ranks", type=int, nargs="+", default=[1, 2])
     parser.add_argument(
@@ -266,9 +269,10 @@ def main() -> None:
     )
     parser.add_argument("--simulate", nargs="+", metavar="P:MB:RULE|gensim", default=None)
     args = parser.parse_args()
+    seeds = range(args.first_seed, args.first_seed + args.seeds)
     if args.simulate:
         try:
-            simulate_main(args.simulate, args.seeds, args.epochs)
+            simulate_main(args.simulate, seeds, args.epochs)
         except ValueError as exc:  # a malformed candidate: one line, exit 2
             parser.error(str(exc))
         return
@@ -278,7 +282,7 @@ def main() -> None:
     questions = _data.read_questions(where / "questions-words.txt")
     runs: dict[str, list[dict[str, float]]] = {"gensim": []}
     runs.update({f"ours_{r}rank": [] for r in args.ranks})
-    for seed in range(args.seeds):
+    for seed in seeds:
         runs["gensim"].append(gensim_run(sentences, args.epochs, seed, pairs, questions))
         for r in args.ranks:
             runs[f"ours_{r}rank"].append(ours_run(r, args.epochs, seed, args.parallel_minibatch))
@@ -294,7 +298,7 @@ def main() -> None:
         "corpus": "head500.noblanks.cor (gensim 4.4.0 test data)",
         "sentences": len(sentences),
         "epochs": args.epochs,
-        "seeds": args.seeds,
+        "seeds": list(seeds),
         "hyper": HYPER,
         "ours": OURS,
         "parallel_minibatch": args.parallel_minibatch or OURS["minibatch"],
