@@ -27,7 +27,7 @@ from engine import Recorder
 from engine.lowlevel import Schedule, emit_events
 
 from ._chain import ChainWriter, trace_key
-from ._codec import encode, encode_lines, int_width
+from ._codec import AUTO, encode, encode_lines, int_width
 from ._plain import NotPlain, array_dtype, encode_plain
 from ._plans import encode_plan
 from ._schema import (
@@ -420,7 +420,7 @@ class TraceRecorder(Recorder):
                 dt = array_dtype(value)
                 if dt is None:
                     raise NotPlain(f"it is an array of dtype {value.dtype}")
-                data, codec = encode(value.ravel())
+                data, codec = encode(value.ravel(), level=AUTO)  # weights rarely compress
                 row.update(encoding="array", dtype=dt, shape=json.dumps(list(value.shape)))
             else:
                 data, codec = encode_plain(value)

@@ -105,3 +105,17 @@ def test_decompression_stops_at_the_expected_size() -> None:
 def test_odd_raw_length_is_reported() -> None:
     with pytest.raises(TraceFormatError, match="decodes to 7 bytes"):
         decode(b"1234567", "raw-i64", None, "t")
+
+
+def test_auto_level_stores_what_does_not_compress_raw_and_the_rest_compressed() -> None:
+    from tracer._codec import AUTO, SAMPLE_BYTES, decode, encode
+
+    rng = np.random.default_rng(0)
+    weights = rng.normal(0.3, 0.1, 3 * SAMPLE_BYTES // 8)  # trained floats: ~0.94 at best
+    counts = np.repeat(np.arange(40, dtype=np.int64), 3 * SAMPLE_BYTES // 40)
+    small = rng.normal(size=100)  # under the sample size: compressed as before
+    for arr, kind in ((weights, "raw"), (counts, "zlib"), (small, "raw")):
+        blob, codec = encode(arr, level=AUTO)
+        assert codec.startswith(kind), codec
+        assert np.array_equal(decode(blob, codec, len(arr), "t"), arr)
+    assert encode(weights, level=AUTO)[0] == weights.astype("<f8").tobytes()
