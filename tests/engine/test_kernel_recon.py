@@ -273,16 +273,20 @@ def matrix(j, M, Y):  # noqa: ANN001, ANN201
     Y[int(M[j][1, 0] + M[(j + 2) % len(M)][0, 1] * 4) % len(Y)] = 1.0
 
 
+def _both_recons(op: str, body: ap.BoundKernel, n: int) -> tuple[object, object]:
+    """Invocation 0 of ``op`` over 0..n-1 reconnoitred compiled, then by the Python path."""
+    sess = ap.current()
+    compiled = _recon(sess, op, 0, body, 0, n)
+    with python_kernel_recon():
+        python = _recon(sess, op, 0, body, 0, n)
+    return compiled, python
+
+
 def test_matrix_rows_are_recorded_like_the_python_path() -> None:
     def prog():  # noqa: ANN202
         M = ap.dvector(5, shape=(2, 2), data=np.arange(20.0).reshape(5, 2, 2), name="M")
         Y = ap.dvector(7, shape=(), init=ap.init.zeros(), name="Y")
-        body = matrix.bind(M, Y)
-        sess = ap.current()
-        compiled = _recon(sess, "matrix", 0, body, 0, 5)
-        with python_kernel_recon():
-            python = _recon(sess, "matrix", 0, body, 0, 5)
-        return compiled, python
+        return _both_recons("matrix", matrix.bind(M, Y), 5)
 
     with _small_buffers():
         compiled, python = ap.run(prog, nodes=2).value
@@ -305,12 +309,7 @@ def test_a_body_writing_more_rows_than_the_overlay_holds_reads_every_write_back(
     def prog():  # noqa: ANN202
         X = ap.dvector(40, shape=(), init=ap.init.zeros(), name="X")
         Y = ap.dvector(40, shape=(), init=ap.init.zeros(), name="Y")
-        body = climb.bind(X, Y)
-        sess = ap.current()
-        compiled = _recon(sess, "climb", 0, body, 0, 40)
-        with python_kernel_recon():
-            python = _recon(sess, "climb", 0, body, 0, 40)
-        return compiled, python
+        return _both_recons("climb", climb.bind(X, Y), 40)
 
     with _small_buffers():  # an overlay of one row: it grows inside the loop
         compiled, python = ap.run(prog).value
