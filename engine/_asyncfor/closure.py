@@ -618,6 +618,7 @@ class BodyGuard:
         "every",
         "calls",
         "since",
+        "last",
         "_fp_s",
         "_keep",
         "_active",
@@ -648,6 +649,7 @@ class BodyGuard:
         self.every = max(1, sum(a.nbytes for _, a in fp.large) // COPY_BYTES)
         self.calls = 0
         self.since: Any = _EMPTY  # the first body since contents were last compared
+        self.last: Any = _EMPTY  # the body that finished last
         self._active = 0
         self._mu = threading.Lock()
 
@@ -698,6 +700,7 @@ class BodyGuard:
                         if writeable:
                             with contextlib.suppress(ValueError):
                                 a.flags.writeable = True
+        self.last = arg
         if n == 1:  # compare contents at most every few bodies if that costs more than one
             body_s = max(time.perf_counter() - t0, 1e-6)
             self.every = max(self.every, min(MAX_EVERY, int(self._fp_s / (CHECK_SHARE * body_s))))
@@ -710,12 +713,14 @@ class BodyGuard:
         """After the last body of an invocation: compare what was compared only every few
         bodies once more."""
         if self.since is not _EMPTY:
-            self._check_contents(None, None)
+            self._check_contents(None if self.last is _EMPTY else self.last, None)
 
     def _check_identity(self, arg: Any) -> None:
         now = [r.read() for r in self.roots]
         for k, (a, b) in enumerate(zip(now, self.values, strict=True)):
             if a is not b:
+                if self.since is not _EMPTY:  # a deferred change may come from an earlier body
+                    self._check_contents(arg, None)
                 self._fail(k, self._where(arg))
 
     def _check_contents(self, arg: Any, exact: Any) -> None:

@@ -119,10 +119,11 @@ def _recon(
         def share(node: int) -> AccessSets:
             lo = start + n * node // cl.size
             hi = start + n * (node + 1) // cl.size
-            return recon_range(sess, name, inv, body, lo, hi)
+            sets = recon_range(sess, name, inv, body, lo, hi)
+            finish_closure(body)  # inside the share: a late violation is this node's failure
+            return sets
 
         parts = cl.run_on_nodes(share)
-        finish_closure(body)
     finally:
         sess.set_mode("driver")
     return concat_sets(parts)

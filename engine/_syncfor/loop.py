@@ -202,10 +202,12 @@ def _recon(
             def one(m: int) -> None:
                 body(make_batch(data, buf, m, m * size, min((m + 1) * size, n)))
 
-            return recon_range(sess, name, inv, one, M * node // cl.size, M * (node + 1) // cl.size)
+            lo, hi = M * node // cl.size, M * (node + 1) // cl.size
+            sets = recon_range(sess, name, inv, one, lo, hi)
+            finish(body)  # inside the share: a late violation is this node's failure
+            return sets
 
         parts = cl.run_on_nodes(share)
-        finish(body)
     finally:
         sess.set_mode("driver")
     return concat_sets(parts)

@@ -78,3 +78,52 @@ def test_a_mutation_after_reconnaissance_needs_checked_or_the_dual_tests(
     dual = run_cli(["dual", app, "-p", "late=true", "--ranks", str(ranks), "--no-trace"])
     assert dual.returncode != 0, dual.stdout + dual.stderr
     assert "'count'" in dual.stderr and "closure rule" in dual.stderr
+
+
+LAZY = """
+import numpy as np
+import engine as ap
+
+BIG = np.arange(200_000, dtype=float)  # 1.6 MB: contents compared every 24 bodies
+SEEN = []
+TOKEN = None
+
+
+def note(j):
+    SEEN.append(BIG[j])
+
+
+def rebind(j):
+    globals()["TOKEN"] = (j,)
+
+
+def train():
+    X = ap.dvector(12, shape=(), init=ap.init.zeros(), name="X")
+
+    def body(j):
+        X[j] = X[j] + 1.0 if TOKEN is None else 2.0
+        if j == 5:
+            note(j)  # a change to contents: seen by the check after rank 0's last body
+        if j == 7:
+            rebind(j)  # a rebinding of a name the body reads: seen at once, on rank 1
+
+    ap.async_for(0, 12, body, name="count")
+"""
+
+
+@pytest.mark.parametrize("ranks", [1, 2, 3])
+def test_a_change_seen_by_a_deferred_comparison_is_not_hidden_by_a_later_one(
+    tmp_path: Path, ranks: int
+) -> None:
+    """The change at index 5 shows only when contents are compared (every 24 bodies here,
+    and after a share's last body); the rebinding at index 7 shows at once.  The error
+    names index 5's change: on one node the comparison runs before the rebinding is
+    reported, and on 2 ranks the comparison after rank 0's last body is rank 0's, which
+    comes first in index order, not a check after every rank has finished."""
+    path = tmp_path / "lazy.py"
+    path.write_text(LAZY)
+    res = run_cli(["run", f"{path}:train", "--ranks", str(ranks), "--no-trace"])
+    assert res.returncode == 2, res.stdout + res.stderr
+    last = res.stderr.strip().splitlines()[-1]
+    assert "'SEEN'" in last and "'TOKEN'" not in last, last
+    assert "between index" in last or "at index 5" in last, last
