@@ -221,25 +221,57 @@ def _keep(a: Any, s: Any, v: Any) -> None:  # pragma: no cover - compiled
     a.ov[p] = v
 
 
+@njit
+def _checked_ok(a: Any, s: Any, write: bool) -> bool:  # pragma: no cover - compiled
+    """CHECKED: the access is inside the running body's own reconnaissance sets."""
+    k = a.state[S_INDEX] - a.start
+    gid = a.gbase | s
+    if _in_row(a.wp, a.wi, k, gid):
+        return True
+    return not write and _in_row(a.rp, a.ri, k, gid)
+
+
 @njit(inline="always")
-def _allowed(a: Any, s: Any, write: bool) -> bool:  # pragma: no cover - compiled
-    mode = a.mode
+def _allowed(a: Any, s: Any, write: bool, mode: Any) -> bool:  # pragma: no cover - compiled
     if mode == EXEC:
         return True
+    if mode == GUARD or mode == ANY_OWN:
+        gm = a.gm
+        c = gm[s] if s < gm.shape[0] else _FREE
+        if mode == ANY_OWN:
+            return c != _OTHER and (c != _FREE or not write)
+        if write:
+            return c == a.code
+        return c == _FREE or c == a.code
     if mode == GUARD_RO:
         return not write
-    if mode == CHECKED:
-        k = a.state[S_INDEX] - a.start
-        gid = a.gbase | s
-        if _in_row(a.wp, a.wi, k, gid):
-            return True
-        return not write and _in_row(a.rp, a.ri, k, gid)
-    c = a.gm[s] if s < a.gm.shape[0] else _FREE
-    if mode == ANY_OWN:
-        return c != _OTHER and (c != _FREE or not write)
-    if write:
-        return c == a.code
-    return c == _FREE or c == a.code
+    return _checked_ok(a, s, write)
+
+
+# The RECORD paths are functions of their own (not inlined): the other modes' accesses
+# stay a short straight line, which is what a kernel epoch spends its time in.
+@njit
+def _recorded_scalar(a: Any, s: Any) -> Any:  # pragma: no cover - compiled
+    _log(a, s, False)
+    p = _own(a, s)
+    if p >= 0:
+        return a.ov[p]
+    return a.arr[s]
+
+
+@njit
+def _recorded_row(a: Any, s: Any) -> Any:  # pragma: no cover - compiled
+    _log(a, s, False)
+    p = _own(a, s)
+    if p >= 0:
+        return a.ov[p].copy()
+    return a.arr[s].copy()
+
+
+@njit
+def _recorded_write(a: Any, s: Any, v: Any) -> None:  # pragma: no cover - compiled
+    _log(a, s, True)
+    _keep(a, s, v)
 
 
 @overload(operator.getitem)
@@ -249,38 +281,34 @@ def _getitem(a: Any, i: Any) -> Any:
     if a.field_dict["arr"].ndim == 1:
 
         def scalar(a: Any, i: Any) -> Any:  # pragma: no cover - compiled
-            n = a.arr.shape[0]
+            arr = a.arr
+            n = arr.shape[0]
             s = i + n if i < 0 else i
             if s < 0 or s >= n:
                 _flag(a, i, 0, 2)
-                return a.arr[0]
-            if a.mode == RECORD:
-                _log(a, s, False)
-                p = _own(a, s)
-                if p >= 0:
-                    return a.ov[p]
-                return a.arr[s]
-            if not _allowed(a, s, False):
+                return arr[0]
+            mode = a.mode
+            if mode == RECORD:
+                return _recorded_scalar(a, s)
+            if not _allowed(a, s, False, mode):
                 _flag(a, s, 0, 1)
-            return a.arr[s]
+            return arr[s]
 
         return scalar
 
     def row(a: Any, i: Any) -> Any:  # pragma: no cover - compiled
-        n = a.arr.shape[0]
+        arr = a.arr
+        n = arr.shape[0]
         s = i + n if i < 0 else i
         if s < 0 or s >= n:
             _flag(a, i, 0, 2)
-            return a.arr[0].copy()
-        if a.mode == RECORD:
-            _log(a, s, False)
-            p = _own(a, s)
-            if p >= 0:
-                return a.ov[p].copy()
-            return a.arr[s].copy()
-        if not _allowed(a, s, False):
+            return arr[0].copy()
+        mode = a.mode
+        if mode == RECORD:
+            return _recorded_row(a, s)
+        if not _allowed(a, s, False, mode):
             _flag(a, s, 0, 1)
-        return a.arr[s].copy()
+        return arr[s].copy()
 
     return row
 
@@ -291,19 +319,19 @@ def _setitem(a: Any, i: Any, v: Any) -> Any:
         return None
 
     def impl(a: Any, i: Any, v: Any) -> None:  # pragma: no cover - compiled
-        n = a.arr.shape[0]
+        arr = a.arr
+        n = arr.shape[0]
         s = i + n if i < 0 else i
         if s < 0 or s >= n:
             _flag(a, i, 1, 2)
             return
-        if a.mode == RECORD:
-            _log(a, s, True)
-            _keep(a, s, v)
-            return
-        if not _allowed(a, s, True):
+        mode = a.mode
+        if mode == RECORD:
+            _recorded_write(a, s, v)
+        elif _allowed(a, s, True, mode):
+            arr[s] = v
+        else:
             _flag(a, s, 1, 1)
-            return
-        a.arr[s] = v
 
     return impl
 
