@@ -21,6 +21,7 @@ from ._data.dds import dmap as dmap
 from ._data.dds import dmultimap as dmultimap
 from ._data.dds import dvector as dvector
 from ._data.ops import create as create
+from ._data.ops import evaluate as evaluate
 from ._data.ops import join as join
 from ._data.ops import load as load
 from ._data.ops import map as map  # noqa: A004
@@ -82,6 +83,7 @@ __all__ = [
     "dmap",
     "dmultimap",
     "dvector",
+    "evaluate",
     "init",
     "join",
     "kernel",

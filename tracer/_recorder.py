@@ -401,8 +401,13 @@ class TraceRecorder(Recorder):
         try:
             with self._engine.begin() as conn:
                 for model, batch in rows.items():
-                    if batch:
-                        conn.execute(insert(model.__table__), batch)
+                    # an executemany takes its columns from the first row: rows with other
+                    # keys would lose theirs silently, so each set of keys goes on its own
+                    by_keys: dict[frozenset[str], list[dict[str, Any]]] = defaultdict(list)
+                    for row in batch:
+                        by_keys[frozenset(row)].append(row)
+                    for same in by_keys.values():
+                        conn.execute(insert(model.__table__), same)
         except DBAPIError as exc:
             raise write_error(self._engine, exc) from None
         for n in clear:
@@ -414,7 +419,8 @@ class TraceRecorder(Recorder):
         commit (primary only: every rank got the same value)."""
         if not self.is_primary:
             return
-        row: dict[str, Any] = dict(run=self.run_id, k=int(k), kind=str(kind))
+        row: dict[str, Any] = dict(run=self.run_id, k=int(k), kind=str(kind), dtype="", shape="[]")
+        row.update(detail="")
         try:
             if isinstance(value, np.ndarray):
                 dt = array_dtype(value)
@@ -516,7 +522,7 @@ class TraceRecorder(Recorder):
                 if self._chain.has_pending(n)
                 or any(r["node"] == n for rs in rows.values() for r in rs)
             ]
-            if rows or links:
+            if rows or links or self._collectives:
                 rows[ChainLink] = links
                 if self._collectives:
                     rows[CollectiveValue] = self._collectives

@@ -124,9 +124,14 @@ def _squared_error_sum(r: np.ndarray, w: np.ndarray, h: np.ndarray) -> float:
     return acc
 
 
+def _rmse_of(ratings: np.ndarray, w: np.ndarray, h: np.ndarray) -> float:
+    return math.sqrt(_squared_error_sum(ratings, w, h) / len(ratings))
+
+
 def rmse_compiled(ratings: np.ndarray, W: ap.dvector, H: ap.dvector) -> float:
-    """:func:`rmse` over the gathered (user, item, rating) rows, compiled (collective)."""
-    return math.sqrt(_squared_error_sum(ratings, W.gather(), H.gather()) / len(ratings))
+    """:func:`rmse` over the (user, item, rating) rows, compiled (collective: the trace
+    holds the value, not W and H)."""
+    return float(ap.evaluate(_rmse_of, ratings, W, H))
 
 
 def kernel_epoch(R: ap.dvector, W: ap.dvector, H: ap.dvector, g: float, lam: float) -> None:

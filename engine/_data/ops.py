@@ -1,4 +1,5 @@
-"""Pre-training operators: ``load``, ``create``, ``map``, ``reduce``, ``join``, ``store``.
+"""Pre-training operators: ``load``, ``create``, ``map``, ``reduce``, ``evaluate``,
+``join``, ``store``.
 
 All are collective: every rank calls them with the same arguments (SPMD).  Work on
 elements is done by their owners, then results are shared so that every replica is
@@ -159,6 +160,29 @@ def reduce(
     return collective(sess, "reduce", compute)
 
 
+def evaluate(fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` with every DDS argument replaced by its whole contents (the array its
+    ``gather()`` returns); the other arguments are passed as they are.
+
+    Collective, like :func:`reduce`: every rank calls it with the same arguments, so ``fn``
+    must compute its value from those arrays alone (no ``ap.rng()``, nothing that differs
+    between ranks).  Only the *result* is recorded for time travel (a run fast-forwarding
+    to a checkpoint is served it, without calling ``fn``), never the gathered arrays.  Use
+    it for a metric over the whole model every epoch, such as a compiled RMSE::
+
+        rmse = ap.evaluate(rmse_of, ratings, W, H)  # records one float per epoch
+
+    where ``W.gather()`` and ``H.gather()`` would record both matrices every epoch.
+    """
+    sess = current()
+
+    def compute() -> Any:
+        values = [sess.cluster.gather_owned(a) if isinstance(a, _DDS) else a for a in args]
+        return fn(*values)
+
+    return collective(sess, "evaluate", compute)
+
+
 def join(left: dvector | dmap, right: dvector | dmap, *, name: str | None = None) -> dmap:
     """A dmap from every key present in both inputs to the pair ``(left[k], right[k])``."""
     lk = list(range(len(left))) if isinstance(left, dvector) else left.keys()
@@ -205,4 +229,4 @@ def store(
     return out
 
 
-__all__ = ["create", "join", "load", "map", "reduce", "store"]
+__all__ = ["create", "evaluate", "join", "load", "map", "reduce", "store"]

@@ -1,4 +1,4 @@
-"""Pre-training operators: load, create, map, reduce, join, store."""
+"""Pre-training operators: load, create, map, reduce, evaluate, join, store."""
 
 from __future__ import annotations
 
@@ -40,6 +40,50 @@ def test_load_map_reduce_are_identical_on_any_cluster(nodes: int, data_file: Pat
     assert n == 10 and biggest == 9
     assert sq.tolist() == [(i * 0.5) ** 2 for i in range(10)]
     assert total == sum((i * 0.5) ** 2 for i in range(10))
+
+
+class _Values(ap.Recorder):
+    def __init__(self) -> None:
+        self.values: list[tuple[int, str, object]] = []
+
+    def collective_value(self, k: int, kind: str, value: object) -> None:
+        self.values.append((k, kind, value))
+
+
+@pytest.mark.parametrize("nodes,threads", [(1, 1), (2, 1), (3, 2)])
+def test_evaluate_sees_whole_arrays_and_records_only_its_result(nodes: int, threads: int) -> None:
+    """``evaluate`` hands ``fn`` the whole contents of every DDS argument, after a loop
+    wrote rows on every node, passes other arguments through, gives the same value on any
+    cluster, and is one collective value (its result) in the trace, not the arrays."""
+    seen: list[tuple[np.ndarray, np.ndarray, float]] = []
+
+    def fn(x: np.ndarray, y: np.ndarray, scale: float) -> float:
+        seen.append((x.copy(), y.copy(), scale))
+        return float((x.sum(axis=1) * scale).sum() + y.sum())
+
+    def prog() -> list[float]:
+        X = ap.dvector(12, shape=(3,), init=ap.init.zeros(), name="X")
+        Y = ap.dvector(5, shape=(), init=ap.init.zeros(), name="Y")
+        out = []
+        for epoch in range(2):
+
+            def body(j: int, e: int = epoch) -> None:
+                X[j] = X[j] + (j + e)
+                if j < 5:
+                    Y[j] = Y[j] + 1.0
+
+            ap.async_for(0, 12, body, name="fill")
+            out.append(ap.evaluate(fn, X, Y, 0.5))
+        return out
+
+    rec = _Values()
+    res = ap.run(prog, nodes=nodes, threads=threads, recorder=rec)
+    want = [0.5 * 3 * sum(range(12)) + 5.0, 0.5 * 3 * (2 * sum(range(12)) + 12) + 10.0]
+    assert res.value == want
+    x, y, scale = seen[-1]
+    assert x.shape == (12, 3) and y.shape == (5,) and scale == 0.5
+    assert x[:, 0].tolist() == [2.0 * j + 1 for j in range(12)]
+    assert [(kind, value) for _, kind, value in rec.values] == [("evaluate", v) for v in want]
 
 
 def test_load_reports_file_line_and_parser_message(tmp_path: Path) -> None:
