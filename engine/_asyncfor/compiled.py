@@ -384,17 +384,36 @@ def compile_body(fn: Any) -> Any:
 
 
 # not cached: its cache index would name every kernel it ever ran (unpickling it imports
-# their modules); the bodies it calls are cached, so compiling it costs a fraction of a second
-@njit(nogil=True)
-def run_loop(body: Any, idx: Any, state: Any, args: Any) -> None:  # pragma: no cover - compiled
-    """``body(j, *args)`` for every ``j`` in ``idx`` in order; stops after a body that set
-    ``state[S_FLAG]`` (the compiled task loop, one per kernel and argument types)."""
+# their modules); the bodies it calls are cached, so compiling it costs a fraction of a second.
+# One loop per number of arguments, each passed on its own: unpacking a tuple of them per
+# body (``body(j, *args)``) cost 8% of a kernel SGDMF epoch.
+_LOOP_SOURCE = """
+def loop(body, idx, state, {params}):
     for t in range(idx.shape[0]):
         j = idx[t]
         state[S_INDEX] = j
-        body(j, *args)
+        body(j, {params})
         if state[S_FLAG] != 0:
             return
+"""
+_LOOPS: dict[int, Any] = {}
+
+
+def _loop(n: int) -> Any:
+    with _CACHE_LOCK:
+        fn = _LOOPS.get(n)
+        if fn is None:
+            params = ", ".join(f"a{k}" for k in range(n))
+            scope: dict[str, Any] = {"S_INDEX": S_INDEX, "S_FLAG": S_FLAG}
+            exec(_LOOP_SOURCE.format(params=params), scope)  # noqa: S102 - our own template
+            fn = _LOOPS[n] = njit(nogil=True)(scope["loop"])
+    return fn
+
+
+def run_loop(body: Any, idx: np.ndarray, state: np.ndarray, args: tuple[Any, ...]) -> None:
+    """``body(j, *args)`` for every ``j`` in ``idx`` in order; stops after a body that set
+    ``state[S_FLAG]`` (the compiled task loop, one per number of arguments)."""
+    _loop(len(args))(body, idx, state, *args)
 
 
 __all__ = [
