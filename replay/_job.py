@@ -78,16 +78,55 @@ def _describe(exc: BaseException) -> tuple[str, int]:
         # the program broke what its plan relied on, or its ranks disagree: a failed run
         return str(exc), EXIT_FAILED
     if isinstance(exc, engine.BodyError):
-        cause = exc.cause
-        where = ""
-        tb = traceback.extract_tb(cause.__traceback__)
-        if tb:
-            last = tb[-1]
-            where = f" at {last.filename}:{last.lineno}"
+        frame = _program_frame(exc.cause, through_ours=True) or _innermost(exc.cause)
+        where = f" at {frame.filename}:{frame.lineno}" if frame else ""
         return f"loop body failed: {exc}{where}", EXIT_FAILED
     if isinstance(exc, user_error_types()):
         return str(exc), EXIT_USAGE
+    frame = _program_frame(exc)
+    if frame is not None:  # the program's own code raised it, in the driver
+        return (
+            f"the program failed: {type(exc).__name__}: {exc} at {frame.filename}:{frame.lineno}",
+            EXIT_FAILED,
+        )
     return f"internal error: {type(exc).__name__}: {exc} (set REPLAY_DEBUG=1 for a traceback)", 70
+
+
+def _innermost(exc: BaseException) -> traceback.FrameSummary | None:
+    tb = traceback.extract_tb(exc.__traceback__)
+    return tb[-1] if tb else None
+
+
+def _program_frame(
+    exc: BaseException, *, through_ours: bool = False
+) -> traceback.FrameSummary | None:
+    """The innermost frame of ``exc``'s traceback in the program's own code: frames in the
+    standard library and installed packages (numpy, a lambda's callee) are passed over.
+    None when the first other frame is ours (engine, tracer, replay, tui: then it is our
+    error, or one of our checks, not the program's), unless ``through_ours`` (a loop
+    body's error: the body's line that called into us)."""
+    import sysconfig
+
+    libs = {
+        str(Path(p).resolve())
+        for key in ("stdlib", "platstdlib", "purelib", "platlib")
+        if (p := sysconfig.get_paths().get(key))
+    }
+    ours = {str(Path(__file__).resolve().parents[1] / pkg) for pkg in _OWN_PACKAGES}
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        path = str(Path(frame.filename).resolve())
+        if any(path.startswith(d + os.sep) for d in ours):
+            if through_ours:
+                continue
+            return None
+        if frame.filename.startswith("<") or any(path.startswith(d + os.sep) for d in libs):
+            continue
+        return frame
+    return None
+
+
+#: Our packages: an exception raised in them is an internal error or one of our checks.
+_OWN_PACKAGES = ("engine", "tracer", "replay", "tui")
 
 
 def code_digest(fn: Callable[..., Any]) -> str:

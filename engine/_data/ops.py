@@ -22,7 +22,7 @@ import numpy as np
 
 from .._errors import DataFormatError, InputFileError
 from .._runtime.checkpoint import collective
-from .._runtime.session import Session, current
+from .._runtime.session import Session, current, driver_only
 from .dds import _DDS, dmap, dvector
 
 
@@ -204,6 +204,7 @@ def store(
 
     The file is replaced atomically, so a crash never leaves half a file.
     """
+    driver_only("ap.store")
     sess = current()
     values = sess.cluster.gather_owned(src)
     keys = list(range(len(src))) if isinstance(src, dvector) else src.keys()

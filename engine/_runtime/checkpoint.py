@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .._errors import SessionError
-from .session import Session, current
+from .session import Session, current, driver_only
 
 if TYPE_CHECKING:
     from .._data import dds as _dds
@@ -149,6 +149,7 @@ def _write(sess: Session, op: str, invocation: int, step: int) -> None:
 def collective(sess: Session, kind: str, compute: Callable[[], Any]) -> Any:
     """The value of the driver's next collective call: served from the trace while the
     run fast-forwards to a checkpoint, otherwise computed (and recorded)."""
+    driver_only(f"ap.{kind}" if kind != "gather" else "gather()")
     k = sess.collectives
     sess.collectives += 1
     if sess.fast_forward is not None:

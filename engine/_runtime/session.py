@@ -36,6 +36,18 @@ if TYPE_CHECKING:
 _tls = threading.local()
 
 
+def driver_only(what: str) -> None:
+    """Refuse ``what`` (a collective or driver operation) inside a running loop body: every
+    rank must run it once, in the same order, and a body runs on one node, maybe twice
+    (reconnaissance), maybe never (a replay from a checkpoint)."""
+    if getattr(_tls, "op_key", None) is not None:
+        raise SessionError(
+            f"{what} was called inside a loop body (index {getattr(_tls, 'index', '?')}); it "
+            "is an operation of the driver, which every rank runs once in the same order: "
+            "call it before or after the loop"
+        )
+
+
 class Recorder:
     """The narrow interface through which the engine reports to a tracer.
 
@@ -248,6 +260,7 @@ class Session:
 
     # ------------------------------------------------------------ registry
     def register(self, dds: _dds._DDS, name: str | None) -> int:
+        driver_only(f"creating a {dds.kind}")
         if name is None:
             name = f"{dds.kind}{len(self.dds)}"
         if name in self._names:
@@ -399,6 +412,7 @@ def rng() -> np.random.Generator:
 
 def log_objective(name: str, value: float) -> None:
     """Log an objective value for this iteration; it becomes part of the run's outcome."""
+    driver_only("ap.log_objective")
     current().log_objective(name, value)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import operator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -158,3 +159,49 @@ def test_rng_outside_bodies_is_identical_per_seed() -> None:
     a = ap.run(lambda: ap.rng().random(3), seed=1).value
     b = ap.run(lambda: ap.rng().random(3), seed=1).value
     assert np.array_equal(a, b)
+
+
+#: driver operations a loop body might call, as a user would write them
+_DRIVER_OPS: dict[str, Any] = {
+    "ap.reduce": lambda X, tmp: ap.reduce(X),
+    "gather()": lambda X, tmp: X.gather(),
+    "ap.evaluate": lambda X, tmp: ap.evaluate(lambda x: x.sum(), X),
+    "ap.log_objective": lambda X, tmp: ap.log_objective("x", 1.0),
+    "creating a dvector": lambda X, tmp: ap.dvector(3, shape=(), name=None),
+    "ap.store": lambda X, tmp: ap.store(X, tmp / "x.txt"),
+}
+
+
+@pytest.mark.parametrize("loop", ["async_for", "sync_for"])
+@pytest.mark.parametrize("what", sorted(_DRIVER_OPS))
+def test_a_driver_operation_inside_a_loop_body_is_refused(
+    what: str, loop: str, tmp_path: Path
+) -> None:
+    """Every rank runs a driver operation once, in the same order; a body runs on one node,
+    maybe twice (reconnaissance) or never (a replay from a checkpoint).  Called from a body
+    it gave a wrong answer with no error (``ap.reduce`` in an async_for body on 2 nodes)."""
+    op = _DRIVER_OPS[what]
+
+    def prog() -> None:
+        X = ap.dvector(6, shape=(), init=ap.init.zeros(), name="X")
+        if loop == "async_for":
+
+            def body(j: int) -> None:
+                op(X, tmp_path)
+                X[j] = X[j] + 1.0
+
+            ap.async_for(0, 6, body, name="b")
+        else:
+            data = ap.dvector(6, shape=(1,), init=ap.init.zeros(), name="data")
+
+            def batch_body(batch: ap.Batch) -> None:
+                op(X, tmp_path)
+                X[batch.number] = X[batch.number] + 1.0
+
+            ap.sync_for(data, 2, batch_body, name="b")
+
+    with pytest.raises(ap.BodyError) as info:
+        ap.run(prog, nodes=2)
+    cause = info.value.cause
+    assert isinstance(cause, ap.SessionError), cause
+    assert f"{what} was called inside a loop body" in str(cause)

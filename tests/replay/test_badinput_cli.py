@@ -165,3 +165,52 @@ def test_a_reader_that_goes_away_is_not_an_internal_error(tmp_path: Path) -> Non
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 141, err
     assert err == ""
+
+
+FAILING = """
+import numpy as np
+import engine as ap
+
+
+def train(where: str = "driver"):
+    X = ap.dvector(8, shape=(), init=ap.init.zeros(), name="X")
+
+    def body(j):
+        if where == "body_reduce":
+            ap.reduce(X)  # <- body_reduce
+        X[j] = X[j] + 1.0
+
+    ap.async_for(0, 8, body, name="b")
+    if where == "driver":
+        np.log(np.zeros(2)).sum() / {}  # <- driver
+    if where == "lambda":
+        ap.reduce(X, lambda x: x / "s")  # <- lambda
+"""
+
+
+@pytest.mark.parametrize(
+    "where,ranks,needles",
+    [
+        ("driver", 1, ["the program failed: TypeError"]),
+        ("driver", 2, ["the program failed: TypeError"]),
+        ("lambda", 2, ["the program failed: TypeError"]),
+        ("body_reduce", 2, ["ap.reduce was called inside a loop body"]),
+    ],
+)
+def test_the_programs_own_errors_name_its_line_not_an_internal_error(
+    tmp_path: Path, where: str, ranks: int, needles: list[str]
+) -> None:
+    """An exception the program raises (in the driver, in a function it gives an operator,
+    or one of our checks a body trips) is the program's failure: exit 1 and its file and
+    line, never 'internal error' (exit 70), which is for our own bugs."""
+    path = tmp_path / "failing.py"
+    path.write_text(FAILING)
+    line = next(k for k, x in enumerate(FAILING.splitlines(), 1) if x.endswith(f"<- {where}"))
+    needles = [*needles, f"failing.py:{line}"]
+    res = run_cli(["run", f"{path}:train", "-p", f"where={where}", "--ranks", str(ranks)])
+    err = res.stderr.strip().splitlines()[-1]
+    assert res.returncode == 1, (res.returncode, res.stderr)
+    assert err.startswith("replay: error: ") and "internal error" not in err, err
+    assert "Traceback" not in res.stderr
+    for n in needles:
+        assert n in err, err
