@@ -34,6 +34,7 @@ from ._errors import DataFormatError as DataFormatError
 from ._errors import DDSError as DDSError
 from ._errors import DivergenceError as DivergenceError
 from ._errors import DriverDivergenceError as DriverDivergenceError
+from ._errors import DriverStepsDivergedError as DriverStepsDivergedError
 from ._errors import EngineError as EngineError
 from ._errors import InputFileError as InputFileError
 from ._errors import KernelError as KernelError
@@ -65,6 +66,7 @@ __all__ = [
     "DebugHooks",
     "DivergenceError",
     "DriverDivergenceError",
+    "DriverStepsDivergedError",
     "EngineError",
     "InputFileError",
     "Kernel",

@@ -182,3 +182,32 @@ class DriverDivergenceError(EngineError, RuntimeError):
             f"{iteration} is {shown}; the driver must compute the same values on every rank "
             "(state kept in one rank's Python objects, outside DDS, breaks this)"
         )
+
+
+class DriverStepsDivergedError(DriverDivergenceError):
+    """The SPMD driver reached different operations on different MPI ranks (a loop count,
+    branch or operator range taken from one rank's Python state).  Every rank checks at
+    each driver operation that all ranks are at the same one, before any other message,
+    so a divergent driver stops there instead of waiting forever; raised on every rank."""
+
+    def __init__(self, steps: list[str], verb: str = "at") -> None:
+        self.name, self.iteration, self.values = "", -1, []
+        self.steps = steps
+        groups: dict[str, list[int]] = {}
+        for rank, step in enumerate(steps):
+            groups.setdefault(step, []).append(rank)
+        shown = "; ".join(
+            f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))} {verb} {step}"
+            for step, ranks in groups.items()
+        )
+        rule = (
+            "run the same operations in the same order"
+            if verb == "at"
+            else "compute the same values from the same data"
+        )
+        RuntimeError.__init__(
+            self,
+            f"the driver diverged between MPI ranks: {shown}; every rank must {rule} (a "
+            "loop count, branch, range or value taken from one rank's Python state, outside "
+            "DDS, breaks this)",
+        )

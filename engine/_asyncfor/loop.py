@@ -282,6 +282,7 @@ def async_for(
     # run to equal one given serial order, not merely some serial order
     checked = (sess.checked if checked is None else checked) or sess.test_mode
     inv = sess.next_invocation(name)
+    sess.agree(f"async_for {name!r} #{inv} over [{start}, {stop})")
     if skip_invocation(sess, name, inv):  # time travel: fast-forward to a checkpoint
         return
     st: OpState | None = sess.ops.get(name)

@@ -11,8 +11,10 @@ parallel run log bit-identical objectives.
 from __future__ import annotations
 
 import functools
+import hashlib
 import operator
 import os
+import struct
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -20,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from .._errors import DataFormatError, InputFileError
+from .._errors import DataFormatError, DriverStepsDivergedError, InputFileError
 from .._runtime.checkpoint import collective
 from .._runtime.session import Session, current, driver_only
 from .dds import _DDS, dmap, dvector
@@ -178,9 +180,36 @@ def evaluate(fn: Callable[..., Any], *args: Any) -> Any:
 
     def compute() -> Any:
         values = [sess.cluster.gather_owned(a) if isinstance(a, _DDS) else a for a in args]
-        return fn(*values)
+        out = fn(*values)
+        # fn is the program's: one rank's Python state in it would fork the drivers
+        keys = sess.agree("ap.evaluate result", _value_key(out))
+        if len(set(keys)) > 1:
+            shown = sess.agree("ap.evaluate shown", _short(out))
+            raise DriverStepsDivergedError(
+                [f"ap.evaluate = {v} (collective call {sess.collectives - 1})" for v in shown],
+                verb="got",
+            )
+        return out
 
     return collective(sess, "evaluate", compute)
+
+
+def _value_key(v: Any) -> bytes:
+    """Bits that differ when two values differ (NaN equals NaN, -0.0 differs from 0.0)."""
+    h = hashlib.blake2b(digest_size=16)
+    if isinstance(v, np.ndarray) and v.dtype != object:
+        h.update(f"{v.dtype.str}{v.shape}".encode())
+        h.update(np.ascontiguousarray(v).tobytes())
+    elif isinstance(v, float):
+        h.update(struct.pack("<d", v))
+    else:
+        h.update(repr(v).encode())
+    return h.digest()
+
+
+def _short(v: Any) -> str:
+    text = repr(v)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def join(left: dvector | dmap, right: dvector | dmap, *, name: str | None = None) -> dmap:

@@ -149,9 +149,11 @@ def _write(sess: Session, op: str, invocation: int, step: int) -> None:
 def collective(sess: Session, kind: str, compute: Callable[[], Any]) -> Any:
     """The value of the driver's next collective call: served from the trace while the
     run fast-forwards to a checkpoint, otherwise computed (and recorded)."""
-    driver_only(f"ap.{kind}" if kind != "gather" else "gather()")
+    what = f"ap.{kind}" if kind != "gather" else "gather()"
+    driver_only(what)
     k = sess.collectives
     sess.collectives += 1
+    sess.agree(f"{what} (collective call {k})")
     if sess.fast_forward is not None:
         return sess.hooks.served_value(k, kind)
     value = compute()

@@ -21,7 +21,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .._errors import DriverDivergenceError, ReplicaMismatchError, SessionError
+from .._errors import (
+    DriverDivergenceError,
+    DriverStepsDivergedError,
+    ReplicaMismatchError,
+    SessionError,
+)
 from .._machines.tape import Tape, emit
 from .control import DebugHooks, ScheduleSource
 from .transport import Cluster, InProcessCluster, MpiCluster
@@ -358,10 +363,25 @@ class Session:
 
     def _check_spmd(self, name: str, iteration: int, value: float) -> None:
         """Every driver process must log the same bits (one small allgather under MPI)."""
-        bits = self.cluster.allgather(struct.pack("<d", value))
+        bits = self.agree(
+            f"ap.log_objective({name!r}) iteration {iteration}", struct.pack("<d", value)
+        )
         if len(set(bits)) > 1:  # bitwise: NaN equals NaN, 0.0 differs from -0.0
             values = [struct.unpack("<d", b)[0] for b in bits]
             raise DriverDivergenceError(name, iteration, values)
+
+    def agree(self, step: str, value: Any = None) -> list[Any]:
+        """Under MPI, the first message of every driver operation: all ranks must be at
+        the same ``step`` (else :class:`DriverStepsDivergedError` on every rank, where a
+        divergent driver would otherwise wait forever for a peer at another operation);
+        returns every rank's ``value`` (one small allgather; in one process, ``[value]``)."""
+        if not self.cluster.is_mpi:
+            return [value]
+        got = self.cluster.allgather((step, value))
+        steps = [s for s, _ in got]
+        if any(s != step for s in steps):
+            raise DriverStepsDivergedError(steps)
+        return [v for _, v in got]
 
 
 def _stderr(line: str) -> None:

@@ -475,6 +475,7 @@ def sync_for(
     if replan not in REPLANS:
         raise ValueError(f"sync_for {name!r}: replan must be one of {REPLANS}, got {replan!r}")
     inv = sess.next_invocation(name)
+    sess.agree(f"sync_for {name!r} #{inv} over {data.name!r}")
     if skip_invocation(sess, name, inv):  # time travel: fast-forward to a checkpoint
         return
     sched = sess.schedules.schedule(name, inv, "sync_for", sess.cluster.size)

@@ -67,3 +67,37 @@ def rank_state(epochs: int = 2, kind: str = "state") -> None:
         elif kind == "nan":
             value = float("nan")
         ap.log_objective("loss", value)
+
+
+def rank_steps(kind: str = "loops") -> None:
+    """A driver whose *operations* depend on the rank (read without mpi4py, ``PMI_RANK``):
+    without a check at every operation the ranks wait for each other forever.
+
+    ``kind``: ``loops`` (rank-dependent number of async_for invocations), ``range`` (a
+    rank-dependent loop range), ``sync`` (a sync_for that only rank 0 runs), ``reduce``
+    (a reduce that only the last rank runs), ``evaluate`` (a rank-dependent metric that
+    picks the loop count), ``objective`` (a log_objective only rank 0 makes), ``same``
+    (a correct SPMD driver)."""
+    rank = int(os.environ.get("PMI_RANK", "0"))
+    size = int(os.environ.get("PMI_SIZE", "1"))
+    X = ap.dvector(8, shape=(), init=ap.init.zeros(), name="X")
+    data = ap.dvector(8, shape=(1,), init=ap.init.zeros(), name="data")
+
+    def body(j: int) -> None:
+        X[j] = X[j] + 1.0
+
+    def batch_body(batch: ap.Batch) -> None:
+        X[batch.number] = X[batch.number] + 1.0
+
+    n = 1 + (rank if kind == "loops" else 0)
+    if kind == "evaluate":
+        n = int(ap.evaluate(lambda x: float(x.sum()) + rank, X)) + 1
+    for _ in range(n):
+        ap.async_for(0, 8 - (rank if kind == "range" else 0), body, name="add")
+    if kind == "sync" and rank == 0:
+        ap.sync_for(data, 2, batch_body, name="mean")
+    if kind == "reduce" and rank == size - 1:
+        ap.reduce(X)
+    if kind == "objective" and rank == 0:
+        ap.log_objective("extra", 1.0)
+    ap.log_objective("sum", float(X.gather().sum()))

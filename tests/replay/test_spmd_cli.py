@@ -33,3 +33,39 @@ def test_signed_zero_differs_but_nan_is_equal() -> None:
     for kind in ("nan", "same"):
         proc = run_cli(["run", APP, "--ranks", "2", "--no-trace", "-p", f"kind={kind}"])
         assert proc.returncode == 0, proc.stderr
+
+
+STEPS = f"{Path(__file__).parent / 'env_apps.py'}:rank_steps"
+
+
+@pytest.mark.parametrize(
+    "kind,ranks,needle",
+    [
+        ("loops", 2, "rank 1 at async_for 'add' #1 over [0, 8)"),
+        ("loops", 3, "ranks 1, 2 at async_for 'add' #1 over [0, 8)"),
+        ("range", 2, "rank 1 at async_for 'add' #0 over [0, 7)"),
+        ("sync", 2, "rank 0 at sync_for 'mean' #0 over 'data'"),
+        ("reduce", 3, "rank 2 at ap.reduce (collective call 0)"),
+        ("evaluate", 2, "rank 1 got ap.evaluate = 1.0 (collective call 0)"),
+        ("objective", 2, "rank 0 at ap.log_objective('extra') iteration 0"),
+    ],
+)
+def test_a_driver_whose_operations_differ_between_ranks_stops_at_once(
+    kind: str, ranks: int, needle: str
+) -> None:
+    """Ranks that reach different operations (a loop count, a branch, a range, a metric
+    from one rank's Python state) waited for each other until killed; now every rank
+    checks at each operation that all are at the same one: exit 1 and one line naming
+    what each rank was doing."""
+    proc = run_cli(
+        ["run", STEPS, "--ranks", str(ranks), "--no-trace", "-p", f"kind={kind}"], timeout=120
+    )
+    assert proc.returncode == 1, proc.stderr
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("replay: error")]
+    assert len(errors) == 1, proc.stderr
+    assert "the driver diverged between MPI ranks" in errors[0] and needle in errors[0], errors
+
+
+def test_the_same_operations_on_every_rank_pass_the_check() -> None:
+    proc = run_cli(["run", STEPS, "--ranks", "3", "--no-trace", "-p", "kind=same"], timeout=120)
+    assert proc.returncode == 0, proc.stderr
