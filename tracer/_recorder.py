@@ -419,8 +419,10 @@ class TraceRecorder(Recorder):
         commit (primary only: every rank got the same value)."""
         if not self.is_primary:
             return
-        row: dict[str, Any] = dict(run=self.run_id, k=int(k), kind=str(kind), dtype="", shape="[]")
-        row.update(detail="")
+        # every column in every row, so that one commit's values go in one executemany
+        row: dict[str, Any] = dict(
+            run=self.run_id, k=int(k), kind=str(kind), dtype="", shape="[]", detail=""
+        )
         try:
             if isinstance(value, np.ndarray):
                 dt = array_dtype(value)
