@@ -20,14 +20,14 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from sqlalchemy import Engine, insert, select
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy import Engine, select
 
 from engine import Recorder
 from engine.lowlevel import Schedule, emit_events
 
 from ._chain import ChainWriter, trace_key
 from ._codec import AUTO, encode, encode_lines, int_width
+from ._insert import RowWriter
 from ._plain import NotPlain, array_dtype, encode_plain
 from ._plans import encode_plan
 from ._schema import (
@@ -48,7 +48,7 @@ from ._schema import (
     Run,
     VisibilityBlock,
 )
-from ._store import checkpoint, create_store, finish_run, start_run, write_error
+from ._store import checkpoint, create_store, finish_run, start_run
 
 #: A buffered call: (op, invocation, header ints, first seq, value arrays).
 Call = tuple[str, int, tuple[int, ...], int, tuple[Any, ...]]
@@ -136,6 +136,7 @@ class TraceRecorder(Recorder):
             raise ValueError("TraceRecorder needs at least one node id")
         self._own_engine = not isinstance(store, Engine)
         self._engine = create_store(store)
+        self._writer = RowWriter(self._engine)
         self.run_id = str(run_id)
         self.nodes = nodes
         self.is_primary = bool(is_primary)
@@ -398,18 +399,7 @@ class TraceRecorder(Recorder):
 
     def _write(self, rows: dict[Any, list[dict[str, Any]]], clear: tuple[int, ...] = ()) -> None:
         """Insert ``rows`` in one transaction, then drop the bulk buffers of ``clear``."""
-        try:
-            with self._engine.begin() as conn:
-                for model, batch in rows.items():
-                    # an executemany takes its columns from the first row: rows with other
-                    # keys would lose theirs silently, so each set of keys goes on its own
-                    by_keys: dict[frozenset[str], list[dict[str, Any]]] = defaultdict(list)
-                    for row in batch:
-                        by_keys[frozenset(row)].append(row)
-                    for same in by_keys.values():
-                        conn.execute(insert(model.__table__), same)
-        except DBAPIError as exc:
-            raise write_error(self._engine, exc) from None
+        self._writer.write(rows)
         for n in clear:
             self._bufs[n].clear()
 
@@ -538,6 +528,7 @@ class TraceRecorder(Recorder):
                 finish_run(self._engine, self.run_id, status, error, self._home, b.seq)
                 b.seq += 1
         finally:
+            self._writer.close()  # before the WAL checkpoint, which it would block
             if self.is_primary:
                 checkpoint(self._engine)
             if self._own_engine:
