@@ -163,7 +163,7 @@ class _DDS:
         def key_of(self, slot: int) -> Any: ...
         def gather(self) -> np.ndarray: ...
         def _slot(self, key: Any) -> int: ...
-        def _hash_into(self, h: Any) -> None: ...
+        def _digest_head(self) -> bytes: ...
 
     def _setup(self, sess: Session, name: str | None, shape: Any, dtype: Any) -> None:
         self._sess = sess
@@ -271,11 +271,16 @@ class _DDS:
         """Hash the authoritative content now (collective) and cache it under the version
         counter, which every write path bumps."""
         version = self._version
-        h = hashlib.blake2b(digest_size=16)
-        h.update(f"{self.kind}:{self._name}:{self._shape}:{self._dtype.str}".encode())
-        self._hash_into(h)
-        self._digest = (version, h.hexdigest())
-        return self._digest[1]
+        head = f"{self.kind}:{self._name}:{self._shape}:{self._dtype.str}".encode()
+        head += self._digest_head()
+        if self._numeric:  # the owners' rows, hashed where they meet (no copy in process)
+            hexd = self._sess.cluster.owned_digest(self, head)
+        else:
+            h = hashlib.blake2b(head, digest_size=16)
+            self._hash_values(h, self._sess.cluster.gather_owned(self))
+            hexd = h.hexdigest()
+        self._digest = (version, hexd)
+        return hexd
 
     def _hash_values(self, h: Any, values: Any) -> None:
         if self._numeric:
@@ -433,9 +438,8 @@ class dvector(_DDS):  # noqa: N801 - the name is part of the user API
         """All elements as one numpy array (object dtype for Python elements), in index order."""
         return collective(self._sess, "gather", lambda: self._sess.cluster.gather_owned(self))
 
-    def _hash_into(self, h: Any) -> None:
-        h.update(str(self._n).encode())
-        self._hash_values(h, self._sess.cluster.gather_owned(self))
+    def _digest_head(self) -> bytes:
+        return str(self._n).encode()
 
     def __repr__(self) -> str:
         what = f"shape={self._shape}, dtype={self._dtype}" if self._numeric else "objects"
@@ -616,9 +620,8 @@ class dmap(_DDS):  # noqa: N801 - the name is part of the user API
         """All values in key insertion order (object dtype for Python elements)."""
         return collective(self._sess, "gather", lambda: self._sess.cluster.gather_owned(self))
 
-    def _hash_into(self, h: Any) -> None:
-        h.update(repr(self._keys).encode())
-        self._hash_values(h, self._sess.cluster.gather_owned(self))
+    def _digest_head(self) -> bytes:
+        return repr(self._keys).encode()
 
     def __repr__(self) -> str:
         return f"<{self.kind} {self._name!r} keys={len(self._keys)}>"

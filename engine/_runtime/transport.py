@@ -15,6 +15,7 @@ objects and Python-object elements are pickled.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -35,6 +36,21 @@ if TYPE_CHECKING:
 TAG_ROWS = (101, 103)
 #: Object rows travel by pickle, received from a named source, so one tag serves.
 TAG_OBJROWS = 102
+
+
+def _owned_runs(dds: _DDS, nodes: int) -> list[tuple[int, int]] | None:
+    """Each node's owned slots as a run ``(lo, hi)`` when they are contiguous runs that
+    follow each other in node order from slot 0 to the end, else None."""
+    runs, at = [], 0
+    for node in range(nodes):
+        own = dds.owned(node)
+        if len(own) and (own[0] != at or own[-1] != at + len(own) - 1):
+            return None
+        if len(own) and not (np.diff(own) == 1).all():
+            return None
+        runs.append((at, at + len(own)))
+        at += len(own)
+    return runs if at == len(dds) else None
 
 
 class RoundWrites:
@@ -119,6 +135,19 @@ class Cluster:
 
     def _set_sent(self, node: int, n: int) -> None:
         pass
+
+    def owned_digest(self, dds: _DDS, head: bytes) -> str:
+        """blake2b (16 bytes) of ``head`` and then the owners' rows of the numeric ``dds``
+        in slot order: the bytes of :meth:`gather_owned`'s array, fed without making it
+        when the owners hold contiguous runs of slots in node order (a ``dvector``)."""
+        h = hashlib.blake2b(head, digest_size=16)
+        runs = _owned_runs(dds, self.size)
+        if runs is None:
+            h.update(np.ascontiguousarray(self.gather_owned(dds)).data)
+        else:
+            for node, (lo, hi) in enumerate(runs):
+                h.update(np.ascontiguousarray(dds.rows(node, slice(lo, hi))).data)  # type: ignore[arg-type]
+        return h.hexdigest()
 
     def gather_owned(self, dds: _DDS) -> np.ndarray:
         parts = self.run_on_nodes(lambda node: dds.rows(node, dds.owned(node)))
@@ -252,6 +281,30 @@ class MpiCluster(Cluster):
 
     def allgather(self, value: Any) -> list[Any]:
         return self.comm.allgather(value)
+
+    def owned_digest(self, dds: _DDS, head: bytes) -> str:
+        """As in process, but only rank 0 hashes: every rank sends it its owned rows as
+        raw bytes (``Gatherv``) and it sends back the 32-character digest."""
+        MPI, comm = self._MPI, self.comm
+        mine = np.ascontiguousarray(dds.rows(self.rank, dds.owned(self.rank))).view(np.uint8)
+        sizes = np.array([len(dds.owned(p)) for p in range(self.size)], dtype=np.int64)
+        counts = sizes * dds.row_nbytes()
+        if self.rank != 0:
+            comm.Gatherv([mine.ravel(), MPI.BYTE], None, root=0)
+            return str(comm.bcast(None, root=0))
+        got = np.empty(int(counts.sum()), dtype=np.uint8)
+        displs = np.concatenate([[0], np.cumsum(counts)[:-1]])
+        comm.Gatherv([mine.ravel(), MPI.BYTE], [got, (counts, displs), MPI.BYTE], root=0)
+        h = hashlib.blake2b(head, digest_size=16)
+        if _owned_runs(dds, self.size) is not None:
+            h.update(got.data)  # the owners' runs, in node order, are the slot order
+        else:
+            order = np.concatenate([dds.owned(p) for p in range(self.size)])
+            rows = got.view(dds._dtype).reshape(len(order), *(dds._shape or ()))
+            out = np.empty_like(rows)
+            out[order] = rows
+            h.update(out.data)
+        return str(comm.bcast(h.hexdigest(), root=0))
 
     def barrier(self) -> None:
         self.comm.Barrier()

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 import engine as ap
+from tests.conftest import run_mpi
 
 
 def in_cluster(nodes: int, fn, threads: int = 1):
@@ -132,3 +136,20 @@ def test_digest_depends_on_content_not_on_cluster_size() -> None:
     assert np.array_equal(a[2], b[2])
     c = ap.run(prog, nodes=1, seed=4).value
     assert c[0] != a[0]  # init is seeded by (run seed, name)
+
+
+def test_digests_follow_their_definition_in_process_and_under_mpi() -> None:
+    # the digest is blake2b of the head and the gathered array's bytes; the in-process
+    # cluster hashes the owners' runs in place and MPI gathers raw rows to rank 0, so
+    # every placement must give the definition's value (and the same on every rank)
+    sys.path.insert(0, str(Path(__file__).parent))
+    import mpi_digest
+
+    seen = {ap.run(mpi_digest.prog, nodes=n).value.__repr__() for n in (1, 2, 3)}
+    assert len(seen) == 1
+    want = ",".join(ap.run(mpi_digest.prog, nodes=1).value)
+    for ranks in (2, 3):
+        proc = run_mpi([str(Path(__file__).parent / "mpi_digest.py")], ranks)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("OK")]
+        assert lines == [f"OK {want}"], proc.stdout
