@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import math
 from collections.abc import Callable, Iterable, Iterator
@@ -297,6 +298,31 @@ def _checked_iter(run: RunTrace, what: str, it: Iterator[Any]) -> Iterator[Any]:
         raise
     except _DECODE_ERRORS as exc:
         raise _damage(run, what, exc) from None
+
+
+def _invocation_node(r: Any) -> tuple[int, int]:
+    return (int(r.invocation), int(r.node))
+
+
+def _grant_arrays(rows: list[Any]) -> LockGrantArrays:
+    """One node's lock grants in one invocation, from its blocks in sequence order."""
+    parts = [_stream.decode_calls(LockGrantBlock, r) for r in rows]
+    calls = np.concatenate([c for c, _ in parts]) if parts else np.zeros((0, 5), np.int64)
+    dev = np.concatenate([v for _, (v,) in parts]) if parts else np.zeros(0, np.int64)
+    if len(dev) % 2:
+        raise TraceFormatError("a lock-grant block holds an odd number of deviation values")
+    names = [n for r in rows for n in _stream.element_names(r)]
+    offset = np.concatenate(([0], np.cumsum(calls[:, -1] // 2)))
+    return LockGrantArrays(
+        calls[:, 3],
+        calls[:, 0],
+        calls[:, 1],
+        calls[:, 2],
+        offset,
+        dev[0::2],
+        dev[1::2],
+        np.array(names, dtype=object),
+    )
 
 
 class RunTrace:
@@ -651,24 +677,27 @@ class RunTrace:
             LockGrantBlock.invocation == invocation,
             LockGrantBlock.node == node,
         )
-        rows = self._all(stmt.order_by(LockGrantBlock.first_seq))
-        parts = [_stream.decode_calls(LockGrantBlock, r) for r in rows]
-        calls = np.concatenate([c for c, _ in parts]) if parts else np.zeros((0, 5), np.int64)
-        dev = np.concatenate([v for _, (v,) in parts]) if parts else np.zeros(0, np.int64)
-        if len(dev) % 2:
-            raise TraceFormatError("a lock-grant block holds an odd number of deviation values")
-        names = [n for r in rows for n in _stream.element_names(r)]
-        offset = np.concatenate(([0], np.cumsum(calls[:, -1] // 2)))
-        return LockGrantArrays(
-            calls[:, 3],
-            calls[:, 0],
-            calls[:, 1],
-            calls[:, 2],
-            offset,
-            dev[0::2],
-            dev[1::2],
-            np.array(names, dtype=object),
-        )
+        return _grant_arrays(self._all(stmt.order_by(LockGrantBlock.first_seq)))
+
+    @_checked("lock grants and messages")
+    def schedule_window(
+        self, op: str, first: int, stop: int
+    ) -> tuple[dict[tuple[int, int], LockGrantArrays], dict[tuple[int, int], MessageArrays]]:
+        """Lock grants and messages of invocations ``first`` to ``stop - 1`` of ``op``, by
+        (invocation, node): what :meth:`lock_grants` and :meth:`messages` give for each,
+        in two queries instead of two per invocation and node (a replay reads ahead)."""
+        out = []
+        for model in (LockGrantBlock, MessageBlock):
+            stmt = select(model.__table__).where(
+                model.run == self.run_id,
+                model.op == op,
+                model.invocation >= first,
+                model.invocation < stop,
+            )
+            rows = self._all(stmt.order_by(model.invocation, model.node, model.first_seq))
+            out.append({k: list(g) for k, g in itertools.groupby(rows, _invocation_node)})
+        grants = {k: _grant_arrays(rs) for k, rs in out[0].items()}
+        return grants, {k: self._message_arrays(rs) for k, rs in out[1].items()}
 
     @_checked("mutex grants")
     def mutex_grants(self, op: str, invocation: int, node: int) -> MutexGrantArrays:
@@ -717,7 +746,10 @@ class RunTrace:
             stmt = stmt.where(MessageBlock.op == op)
         if invocation is not None:
             stmt = stmt.where(MessageBlock.invocation == invocation)
-        parts = [self._msg_arrays(r) for r in self._all(stmt.order_by(MessageBlock.first_seq))]
+        return self._message_arrays(self._all(stmt.order_by(MessageBlock.first_seq)))
+
+    def _message_arrays(self, rows: list[Any]) -> MessageArrays:
+        parts = [self._msg_arrays(r) for r in rows]
         if not parts:
             e = np.empty(0, np.int64)
             return MessageArrays(e, np.empty(0, dtype=str), e, e, e)
