@@ -15,6 +15,10 @@ from ._asyncfor.baseline import without_closure_guard as without_closure_guard
 from ._asyncfor.baseline import without_guard as without_guard
 from ._data.dds import SLOT_BITS as SLOT_BITS
 from ._data.dds import SLOT_MASK as SLOT_MASK
+from ._data.digest import NAMES as DIGEST_NAMES
+from ._data.digest import DigestKindError as DigestKindError
+from ._data.digest import check_same_kind as check_same_digest_kind
+from ._data.digest import kind_of as digest_kind_of
 from ._errors import ScheduleExhausted as ScheduleExhausted
 from ._machines.chaos import FAULT as FAULT
 from ._machines.chaos import Chaos as Chaos
@@ -43,7 +47,11 @@ from ._runtime.checkpoint import find_dds as find_dds
 from ._runtime.transport import under_mpi_launcher as under_mpi_launcher
 
 __all__ = [
+    "DIGEST_NAMES",
     "Chaos",
+    "DigestKindError",
+    "check_same_digest_kind",
+    "digest_kind_of",
     "FAULT",
     "SLOT_BITS",
     "SLOT_MASK",

@@ -19,7 +19,14 @@ import numpy as np
 
 import engine
 from engine import DivergenceError
-from engine.lowlevel import GrantLog, MessageLog, MutexLog, Schedule, VisibilityLog
+from engine.lowlevel import (
+    GrantLog,
+    MessageLog,
+    MutexLog,
+    Schedule,
+    VisibilityLog,
+    check_same_digest_kind,
+)
 
 from ._dualctl import same_value
 
@@ -115,6 +122,8 @@ class TraceController(engine.ScheduleSource, engine.DebugHooks):
         self._finished: dict[tuple[str, int], int] | None = None
         self._break = breakpoint_hook
         self._until: Callable[[str, int], None] | None = None
+        #: the replay digests with the hash the trace's digests were made with
+        self.digest_kind = run.digest_kind()
         self._ahead_key: tuple[str, int] | None = None
         self._ahead: tuple[dict[Any, Any], dict[Any, Any]] = ({}, {})
 
@@ -355,6 +364,8 @@ class ReplayChecker(engine.Recorder):
         self._seen_invocations.add((op, invocation))
         for dds, got in info["digests"]:
             exp = want.get(dds)
+            if exp is not None:
+                check_same_digest_kind(exp, got)
             if exp != got:
                 raise DivergenceError(
                     node=node,

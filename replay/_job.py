@@ -246,6 +246,7 @@ def run_here(
             progress=say,
             schedules=controller,
             hooks=controller,
+            digest=spec.get("digest"),
         )
     return run_json(run_id, spec.get("trace"), app.spec, all_params(app.fn, params), res)
 

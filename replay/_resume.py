@@ -46,6 +46,8 @@ class ResumeHooks(engine.DebugHooks):
     def __init__(self, travel: FastForward, recorder: engine.Recorder | None) -> None:
         self.travel = travel
         self.recorder = recorder
+        #: the resumed run goes on with the crashed run's digest hash
+        self.digest_kind = travel.run.digest_kind()
 
     def fast_forward(self) -> tuple[str, int] | None:
         return self.travel.fast_forward()

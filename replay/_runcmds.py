@@ -45,11 +45,13 @@ def execute(
     timeout: float | None,
     trace: str | None = None,
     checkpoint_every: int | None = None,
+    digest: str | None = None,
 ) -> dict[str, Any]:
     """Run an app the way ``replay run`` does and return its JSON result.
 
     ``trace`` is the trace store path (``None``: do not record); ``checkpoint_every``
-    0 (none), N (every N-th loop invocation) or None (automatic, <= 10% of run time).
+    0 (none), N (every N-th loop invocation) or None (automatic, <= 10% of run time);
+    ``digest`` the hash of the DDS digests (None: xxh3-128).
     """
     say = printer(as_json)
     spec = {
@@ -61,6 +63,7 @@ def execute(
         "json": as_json,
         "trace": trace,
         "checkpoint_every": checkpoint_every,
+        "digest": digest,
     }
     if threads < 1:
         raise UsageError(f"--threads must be >= 1, got {threads}")
@@ -142,6 +145,14 @@ def prefetch(app: str, params: tuple[str, ...]) -> None:
     "[default: chosen so that checkpoints cost <= 10% of run time]",
 )
 @click.option("--no-checkpoints", is_flag=True, help="Record no checkpoints.")
+@click.option(
+    "--digest",
+    type=click.Choice(["xxh3", "blake2b"]),
+    default="xxh3",
+    show_default=True,
+    help="Hash of the per-invocation DDS digests: xxh3-128 (fast) or blake2b-128 "
+    "(cryptographic, 30x slower).",
+)
 def run_cmd(
     app: str,
     params: tuple[str, ...],
@@ -155,6 +166,7 @@ def run_cmd(
     as_json: bool,
     checkpoint_every: int | None,
     no_checkpoints: bool,
+    digest: str,
 ) -> None:
     """Run APP (a built-in name such as sgdmf, or path/to/train.py:function)."""
     if trace is not None and no_trace:
@@ -174,6 +186,7 @@ def run_cmd(
         timeout=timeout,
         trace=None if no_trace else trace_path(app, trace),
         checkpoint_every=0 if no_checkpoints else checkpoint_every,
+        digest=digest,
     )
     if under_launcher() and rank() != 0:
         return

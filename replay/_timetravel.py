@@ -16,6 +16,7 @@ from typing import Any
 
 import tracer
 from engine import DivergenceError
+from engine.lowlevel import check_same_digest_kind
 
 from ._errors import UsageError
 
@@ -139,6 +140,8 @@ class FastForward:
         }
         for dds, got in digests:
             exp = want.get(dds)
+            if exp is not None:
+                check_same_digest_kind(exp, got)
             if exp is not None and exp != got:
                 raise DivergenceError(
                     node=-1,

@@ -119,7 +119,7 @@ class InvocationCompleted:
 
 @dataclass(frozen=True, slots=True)
 class DigestRecorded:
-    """The blake2b digest of DDS ``dds`` after one invocation of ``op``."""
+    """The digest (xxh3-128 ``x3:...`` or, in older traces, blake2b-128) of DDS ``dds`` after one invocation of ``op``."""
 
     node: int
     seq: int

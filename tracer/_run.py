@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 from sqlalchemy import BigInteger, cast, distinct, func, select, union
 
+from engine.lowlevel import digest_kind_of
+
 from . import _stream
 from ._codec import decode_column as _dec
 from ._codec import where as _where
@@ -417,6 +419,13 @@ class RunTrace:
             raise KeyError(f"run {self.run_id} has no plan for operator {op!r}")
         row = rows[0]
         return decode_plan(row, f"table operator_plan row {row.id}")
+
+    @_checked("digests")
+    def digest_kind(self) -> str | None:
+        """The hash of this run's DDS digests (``engine.lowlevel.digest_kind_of``: xxh3-128
+        or blake2b-128), None if it recorded none."""
+        rows = self._all(select(Digest.digest).where(Digest.run == self.run_id).limit(1))
+        return digest_kind_of(str(rows[0][0])) if rows else None
 
     @_checked("plan starts")
     def plan_starts(self, op: str) -> list[int]:

@@ -33,6 +33,7 @@ import numpy as np
 from .._errors import AccessOutsideReconError, DDSError
 from .._runtime.checkpoint import collective
 from .._runtime.session import _tls, current
+from . import digest as _digest
 
 if TYPE_CHECKING:
     from .._runtime.session import Session
@@ -259,7 +260,9 @@ class _DDS:
 
     # ----------------------------------------------------------------- digests
     def digest(self) -> str:
-        """blake2b digest of the authoritative content (owners' replicas); collective."""
+        """Digest of the authoritative content (owners' replicas), by the session's hash
+        (``engine._data.digest``: xxh3-128 unless the run or its trace says blake2b-128);
+        collective."""
         return self._sess.digests_of([self])[0]
 
     def _digest_fresh(self) -> bool:
@@ -273,12 +276,13 @@ class _DDS:
         version = self._version
         head = f"{self.kind}:{self._name}:{self._shape}:{self._dtype.str}".encode()
         head += self._digest_head()
+        kind = self._sess.digest_kind
         if self._numeric:  # the owners' rows, hashed where they meet (no copy in process)
-            hexd = self._sess.cluster.owned_digest(self, head)
+            hexd = self._sess.cluster.owned_digest(self, head, kind)
         else:
-            h = hashlib.blake2b(head, digest_size=16)
+            h = _digest.new(kind, head)
             self._hash_values(h, self._sess.cluster.gather_owned(self))
-            hexd = h.hexdigest()
+            hexd = _digest.text(kind, h)
         self._digest = (version, hexd)
         return hexd
 

@@ -21,6 +21,9 @@ if TYPE_CHECKING:
 class ScheduleSource:
     """Where each invocation's schedule comes from; this default leaves every run free."""
 
+    #: the hash of the replayed trace's digests (``engine._data.digest``); None: the default
+    digest_kind: str | None = None
+
     def schedule(
         self,
         op: str,
@@ -37,6 +40,9 @@ class ScheduleSource:
 
 class DebugHooks:
     """Breakpoints, per-invocation checks and time travel; this default does nothing."""
+
+    #: the hash of the digests the hooks compare with (``engine._data.digest``)
+    digest_kind: str | None = None
 
     def check_plan(self, op: str, invocation: int, plan: Plan) -> None:
         """Raise :class:`DivergenceError` if ``plan`` is not the recorded one."""

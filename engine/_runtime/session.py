@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .._data import digest as _digest
 from .._errors import (
     DriverDivergenceError,
     DriverStepsDivergedError,
@@ -191,6 +192,17 @@ class RunResult:
 _current: Session | None = None
 
 
+def _digest_kind(name: str | None) -> str:
+    if name is None:
+        return _digest.DEFAULT
+    kind = _digest.NAMES.get(name)
+    if kind is None:
+        raise ValueError(
+            f"unknown digest hash {name!r}; expected one of {', '.join(_digest.KINDS)}"
+        )
+    return kind
+
+
 def _h64(text: str) -> int:
     return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
 
@@ -210,6 +222,7 @@ class Session:
         schedules: ScheduleSource | None = None,
         hooks: DebugHooks | None = None,
         warn: Callable[[str], None] | None = None,
+        digest: str | None = None,
     ) -> None:
         self.cluster = cluster
         self.schedules = schedules or ScheduleSource()
@@ -224,6 +237,11 @@ class Session:
         #: test mode (dual tests): no relaxation, no staleness, every order kept
         self.test_mode = False
         self.want_digests = digests
+        #: the hash of this run's DDS digests: as asked, else the one of the trace that
+        #: the schedules or hooks replay (see ``engine._data.digest``), else the default
+        self.digest_kind = _digest_kind(
+            digest or getattr(hooks, "digest_kind", None) or getattr(schedules, "digest_kind", None)
+        )
         self.dds: list[_dds._DDS] = []
         self._names: set[str] = set()
         self.ops: dict[str, Any] = {}
@@ -450,6 +468,7 @@ def run(
     schedules: ScheduleSource | None = None,
     hooks: DebugHooks | None = None,
     test_mode: bool = False,
+    digest: str | None = None,
 ) -> RunResult:
     """Run the driver ``fn(**params)`` on a fresh cluster and return its outcome.
 
@@ -457,6 +476,8 @@ def run(
     in-process cluster of ``nodes`` nodes is used.  ``recorder`` receives the trace
     events; ``schedules`` (replay, the dual tests, chaos) gives each invocation's
     schedule, and ``hooks`` adds breakpoints, per-invocation checks and time travel.
+    ``digest`` names the hash of the DDS digests (``"xxh3-128"``, the default, or
+    ``"blake2b-128"``); a replay's schedules or hooks give the trace's.
     """
     global _current
     if _current is not None and getattr(_current, "_running", False):
@@ -472,6 +493,7 @@ def run(
         progress=progress,
         schedules=schedules,
         hooks=hooks,
+        digest=digest,
     )
     sess.test_mode = test_mode
     sess.capture_orders = test_mode

@@ -15,7 +15,6 @@ objects and Python-object elements are pickled.
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -23,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .._data import digest as _digest
 from .._errors import PeerRankFailed
 from .._machines.messages import MessageOrder
 
@@ -136,18 +136,19 @@ class Cluster:
     def _set_sent(self, node: int, n: int) -> None:
         pass
 
-    def owned_digest(self, dds: _DDS, head: bytes) -> str:
-        """blake2b (16 bytes) of ``head`` and then the owners' rows of the numeric ``dds``
-        in slot order: the bytes of :meth:`gather_owned`'s array, fed without making it
-        when the owners hold contiguous runs of slots in node order (a ``dvector``)."""
-        h = hashlib.blake2b(head, digest_size=16)
+    def owned_digest(self, dds: _DDS, head: bytes, kind: str) -> str:
+        """The ``kind`` digest (``engine._data.digest``) of ``head`` and then the owners'
+        rows of the numeric ``dds`` in slot order: the bytes of :meth:`gather_owned`'s
+        array, fed without making it when the owners hold contiguous runs of slots in
+        node order (a ``dvector``)."""
+        h = _digest.new(kind, head)
         runs = _owned_runs(dds, self.size)
         if runs is None:
             h.update(np.ascontiguousarray(self.gather_owned(dds)).data)
         else:
             for node, (lo, hi) in enumerate(runs):
                 h.update(np.ascontiguousarray(dds.rows(node, slice(lo, hi))).data)  # type: ignore[arg-type]
-        return h.hexdigest()
+        return _digest.text(kind, h)
 
     def gather_owned(self, dds: _DDS) -> np.ndarray:
         parts = self.run_on_nodes(lambda node: dds.rows(node, dds.owned(node)))
@@ -282,7 +283,7 @@ class MpiCluster(Cluster):
     def allgather(self, value: Any) -> list[Any]:
         return self.comm.allgather(value)
 
-    def owned_digest(self, dds: _DDS, head: bytes) -> str:
+    def owned_digest(self, dds: _DDS, head: bytes, kind: str) -> str:
         """As in process, but only rank 0 hashes: every rank sends it its owned rows as
         raw bytes (``Gatherv``) and it sends back the 32-character digest."""
         MPI, comm = self._MPI, self.comm
@@ -295,7 +296,7 @@ class MpiCluster(Cluster):
         got = np.empty(int(counts.sum()), dtype=np.uint8)
         displs = np.concatenate([[0], np.cumsum(counts)[:-1]])
         comm.Gatherv([mine.ravel(), MPI.BYTE], [got, (counts, displs), MPI.BYTE], root=0)
-        h = hashlib.blake2b(head, digest_size=16)
+        h = _digest.new(kind, head)
         if _owned_runs(dds, self.size) is not None:
             h.update(got.data)  # the owners' runs, in node order, are the slot order
         else:
@@ -304,7 +305,7 @@ class MpiCluster(Cluster):
             out = np.empty_like(rows)
             out[order] = rows
             h.update(out.data)
-        return str(comm.bcast(h.hexdigest(), root=0))
+        return str(comm.bcast(_digest.text(kind, h), root=0))
 
     def barrier(self) -> None:
         self.comm.Barrier()

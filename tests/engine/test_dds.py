@@ -138,18 +138,33 @@ def test_digest_depends_on_content_not_on_cluster_size() -> None:
     assert c[0] != a[0]  # init is seeded by (run seed, name)
 
 
-def test_digests_follow_their_definition_in_process_and_under_mpi() -> None:
-    # the digest is blake2b of the head and the gathered array's bytes; the in-process
-    # cluster hashes the owners' runs in place and MPI gathers raw rows to rank 0, so
-    # every placement must give the definition's value (and the same on every rank)
+@pytest.mark.parametrize("kind", ["xxh3-128", "blake2b-128"])
+def test_digests_follow_their_definition_in_process_and_under_mpi(
+    kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the digest is the run's hash of the head and the gathered array's bytes; the
+    # in-process cluster hashes the owners' runs in place and MPI gathers raw rows to
+    # rank 0, so every placement must give the definition's value (and every rank)
     sys.path.insert(0, str(Path(__file__).parent))
     import mpi_digest
 
-    seen = {ap.run(mpi_digest.prog, nodes=n).value.__repr__() for n in (1, 2, 3)}
+    monkeypatch.setattr(mpi_digest, "KIND", kind)
+    seen = {repr(ap.run(mpi_digest.prog, nodes=n, digest=kind).value) for n in (1, 2, 3)}
     assert len(seen) == 1
-    want = ",".join(ap.run(mpi_digest.prog, nodes=1).value)
+    want = ",".join(ap.run(mpi_digest.prog, nodes=1, digest=kind).value)
+    assert want.startswith("x3:") == (kind == "xxh3-128")
     for ranks in (2, 3):
-        proc = run_mpi([str(Path(__file__).parent / "mpi_digest.py")], ranks)
+        proc = run_mpi([str(Path(__file__).parent / "mpi_digest.py"), kind], ranks)
         assert proc.returncode == 0, proc.stdout + proc.stderr
         lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("OK")]
         assert lines == [f"OK {want}"], proc.stdout
+
+
+def test_a_run_digests_with_xxh3_unless_told_and_refuses_unknown_hashes() -> None:
+    def prog() -> str:
+        return ap.dvector(3, shape=(), name="v").digest()
+
+    assert ap.run(prog).value.startswith("x3:")
+    assert len(ap.run(prog, digest="blake2b").value) == 32
+    with pytest.raises(ValueError, match="unknown digest hash 'md5'"):
+        ap.run(prog, digest="md5")
