@@ -182,6 +182,7 @@ class RunResult:
     planner: dict[str, dict[str, Any]]
     wall_s: float
     op_times: dict[str, list[float]] = field(default_factory=dict)
+    digest_times: list[float] = field(default_factory=list)
     value: Any = None
     orders: dict[tuple[str, int], np.ndarray] = field(default_factory=dict)
     #: the outcome in program order: ("digest", op, invocation, dds) and
@@ -251,6 +252,9 @@ class Session:
         self.outcome_log: list[tuple[Any, ...]] = []
         self.planner: dict[str, dict[str, Any]] = {}
         self.op_times: dict[str, list[float]] = {}
+        #: seconds each invocation's digests took (collective: the wait for the slowest
+        #: rank to arrive is in it too)
+        self.digest_times: list[float] = []
         #: dual tests: keep every invocation's serialization order in ``orders``
         self.capture_orders = False
         self.orders: dict[tuple[str, int], np.ndarray] = {}
@@ -363,7 +367,9 @@ class Session:
     def record_digests(self, op: str, invocation: int) -> list[tuple[str, str]]:
         if not self.want_digests:
             return []
+        t0 = time.perf_counter()
         out = list(zip([d.name for d in self.dds], self.digests_of(self.dds), strict=True))
+        self.digest_times.append(time.perf_counter() - t0)
         for name, dig in out:
             self.digests.append({"op": op, "invocation": invocation, "dds": name, "digest": dig})
             self.outcome_log.append(("digest", op, invocation, name))
@@ -517,6 +523,7 @@ def run(
         planner=sess.planner,
         wall_s=wall,
         op_times=sess.op_times,
+        digest_times=sess.digest_times,
         value=value,
         orders=sess.orders,
         outcome_log=sess.outcome_log,
