@@ -12,6 +12,7 @@ the first difference instead of at the end.
 from __future__ import annotations
 
 import bisect
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -325,6 +326,9 @@ class ReplayChecker(engine.Recorder):
         self._seen_invocations: set[tuple[str, int]] = set()
         #: The last invocation whose digests all matched (``None``: none yet).
         self.last_completed: tuple[str, int] | None = None
+        #: when each objective value was logged, in seconds since the replay began
+        self.objective_times: dict[str, list[float]] = {}
+        self.started = time.perf_counter()
 
     # forwarded events
     def plan_made(self, op: str, plan: Any) -> None:
@@ -383,6 +387,7 @@ class ReplayChecker(engine.Recorder):
 
     def objective(self, name: str, iteration: int, value: float) -> None:
         self.tee.objective(name, iteration, value)
+        self.objective_times.setdefault(name, []).append(time.perf_counter() - self.started)
         rec = self._objectives.get(name, [])
         if iteration >= len(rec):
             if self.run.info.status != "finished":

@@ -270,6 +270,7 @@ def run_json(
         "wall_s": round(res.wall_s, 6),
         "op_times": {k: [round(x, 6) for x in v] for k, v in res.op_times.items()},
         "digest_times": [round(x, 6) for x in res.digest_times],
+        "objective_times": {k: [round(x, 6) for x in v] for k, v in res.objective_times.items()},
     }
 
 

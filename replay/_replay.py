@@ -305,6 +305,9 @@ def replay_here(
         "from": None if travel is None else travel.start.as_json(),
         "out_trace": spec.get("out_trace"),
         "wall_s": round(wall, 6),
+        "objective_times": {
+            k: [round(x, 6) for x in v] for k, v in checker.objective_times.items()
+        },
     }
 
 

@@ -75,6 +75,7 @@ def _replay_report(res: dict[str, Any], as_json: bool) -> None:
             "run_id",
             "mode",
             "out_trace",
+            "objective_times",
         )
         doc = {k: res.get(k) for k in keys}
         if "from" in res and res.get("from_asked"):

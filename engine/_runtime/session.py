@@ -183,6 +183,7 @@ class RunResult:
     wall_s: float
     op_times: dict[str, list[float]] = field(default_factory=dict)
     digest_times: list[float] = field(default_factory=list)
+    objective_times: dict[str, list[float]] = field(default_factory=dict)
     value: Any = None
     orders: dict[tuple[str, int], np.ndarray] = field(default_factory=dict)
     #: the outcome in program order: ("digest", op, invocation, dds) and
@@ -255,6 +256,10 @@ class Session:
         #: seconds each invocation's digests took (collective: the wait for the slowest
         #: rank to arrive is in it too)
         self.digest_times: list[float] = []
+        #: when each objective value was logged, in seconds since the session began (the
+        #: differences give a loop's time per iteration without its start-up)
+        self.objective_times: dict[str, list[float]] = {}
+        self.started = time.perf_counter()
         #: dual tests: keep every invocation's serialization order in ``orders``
         self.capture_orders = False
         self.orders: dict[tuple[str, int], np.ndarray] = {}
@@ -380,6 +385,7 @@ class Session:
         vals = self.objectives.setdefault(name, [])
         self._check_spmd(name, len(vals), value)
         vals.append(value)
+        self.objective_times.setdefault(name, []).append(time.perf_counter() - self.started)
         self.outcome_log.append(("objective", name, len(vals) - 1))
         self.recorder.objective(name, len(vals) - 1, value)
         if self.progress is not None:
@@ -524,6 +530,7 @@ def run(
         wall_s=wall,
         op_times=sess.op_times,
         digest_times=sess.digest_times,
+        objective_times=sess.objective_times,
         value=value,
         orders=sess.orders,
         outcome_log=sess.outcome_log,

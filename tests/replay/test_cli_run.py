@@ -82,6 +82,10 @@ def test_run_two_ranks_json_has_the_design_fields() -> None:
     assert res["planner"]["sgd"]["rounds"] == 2
     assert {d["dds"] for d in res["digests"]} >= {"W", "H", "ratings"}
     assert "iter" in proc.stderr  # progress goes to stderr with --json
+    # timings: one digest time per invocation, one time per logged objective, rising
+    assert len(res["digest_times"]) == 2 and all(t >= 0 for t in res["digest_times"])
+    t = res["objective_times"]["rmse"]
+    assert len(t) == 2 and 0 < t[0] <= t[1] <= res["wall_s"]
 
 
 def test_run_prints_progress_and_rmse_per_epoch() -> None:
