@@ -287,7 +287,9 @@ class MpiCluster(Cluster):
         """As in process, but only rank 0 hashes: every rank sends it its owned rows as
         raw bytes (``Gatherv``) and it sends back the 32-character digest."""
         MPI, comm = self._MPI, self.comm
-        mine = np.ascontiguousarray(dds.rows(self.rank, dds.owned(self.rank))).view(np.uint8)
+        runs = _owned_runs(dds, self.size)
+        own: Any = dds.owned(self.rank) if runs is None else slice(*runs[self.rank])
+        mine = np.ascontiguousarray(dds.rows(self.rank, own)).view(np.uint8)  # a run: a view
         sizes = np.array([len(dds.owned(p)) for p in range(self.size)], dtype=np.int64)
         counts = sizes * dds.row_nbytes()
         if self.rank != 0:
@@ -297,7 +299,7 @@ class MpiCluster(Cluster):
         displs = np.concatenate([[0], np.cumsum(counts)[:-1]])
         comm.Gatherv([mine.ravel(), MPI.BYTE], [got, (counts, displs), MPI.BYTE], root=0)
         h = _digest.new(kind, head)
-        if _owned_runs(dds, self.size) is not None:
+        if runs is not None:
             h.update(got.data)  # the owners' runs, in node order, are the slot order
         else:
             order = np.concatenate([dds.owned(p) for p in range(self.size)])
