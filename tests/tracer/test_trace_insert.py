@@ -9,9 +9,11 @@ and a commit SQLAlchemy refuses must be refused, whole, by the fast path too.
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -116,13 +118,26 @@ def test_direct_insert_stores_what_sqlalchemy_stores(tmp_path: Path, commits: An
         slow.dispose()
 
 
-def _lock(path: Path, seconds: float, held: threading.Event) -> None:
-    con = sqlite3.connect(path, isolation_level=None)
-    con.execute("BEGIN IMMEDIATE")
-    held.set()
-    time.sleep(seconds)
-    con.execute("COMMIT")
-    con.close()
+@contextlib.contextmanager
+def _locked(path: Path, seconds: float) -> Iterator[None]:
+    """Another connection holds ``path``'s write lock for ``seconds`` from entry on."""
+    held = threading.Event()
+
+    def hold() -> None:
+        con = sqlite3.connect(path, isolation_level=None)
+        con.execute("BEGIN IMMEDIATE")
+        held.set()
+        time.sleep(seconds)
+        con.execute("COMMIT")
+        con.close()
+
+    other = threading.Thread(target=hold)
+    other.start()
+    held.wait()
+    try:
+        yield
+    finally:
+        other.join()
 
 
 def _one_row() -> dict[Any, list[dict[str, Any]]]:
@@ -134,14 +149,10 @@ def _one_row() -> dict[Any, list[dict[str, Any]]]:
 def test_a_commit_waits_for_another_writer_and_then_lands(tmp_path: Path) -> None:
     path = tmp_path / "t.sqlite"
     engine = create_store(path)
-    held = threading.Event()
-    other = threading.Thread(target=_lock, args=(path, 0.3, held))
-    other.start()
-    held.wait()
-    t0 = time.monotonic()
-    ins.RowWriter(engine).write(_one_row())
-    waited = time.monotonic() - t0
-    other.join()
+    with _locked(path, 0.3):
+        t0 = time.monotonic()
+        ins.RowWriter(engine).write(_one_row())
+        waited = time.monotonic() - t0
     assert waited >= 0.2  # it really waited for the lock
     assert len(_dump(engine)["objective"]) == 1
     engine.dispose()
@@ -153,13 +164,8 @@ def test_a_lock_held_past_the_timeout_is_one_line(
     monkeypatch.setattr(ins, "BUSY_TIMEOUT_MS", 100)
     path = tmp_path / "t.sqlite"
     engine = create_store(path)
-    held = threading.Event()
-    other = threading.Thread(target=_lock, args=(path, 1.0, held))
-    other.start()
-    held.wait()
-    with pytest.raises(TraceWriteError, match="database is locked") as err:
+    with _locked(path, 1.0), pytest.raises(TraceWriteError, match="database is locked") as err:
         ins.RowWriter(engine).write(_one_row())
-    other.join()
     assert "\n" not in str(err.value)
     assert _dump(engine)["objective"] == []
     engine.dispose()
