@@ -9,7 +9,7 @@ finish an invocation together).  So on SQLite the rows go to the DBAPI cursor as
 ``INSERT`` statements built once per table and set of keys, with each column's own bind
 processor and Python-side default taken from the schema (what SQLAlchemy would apply),
 and the lock is retried with sleeps of tens of microseconds instead.  Every other
-database goes through SQLAlchemy.  ``tests/tracer/test_insert.py`` writes the same rows
+database goes through SQLAlchemy.  ``tests/tracer/test_trace_insert.py`` writes the same rows
 both ways and requires the stored tables to be equal.
 """
 
@@ -174,7 +174,8 @@ class RowWriter:
             except sqlite3.OperationalError as exc:
                 if cur.connection.in_transaction:
                     cur.execute("ROLLBACK")
-                if exc.sqlite_errorcode != sqlite3.SQLITE_BUSY or time.monotonic() > deadline:
+                busy = exc.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY  # or an extended code
+                if not busy or time.monotonic() > deadline:
                     raise
             except BaseException:
                 if cur.connection.in_transaction:
