@@ -152,7 +152,6 @@ class TraceController(engine.ScheduleSource, engine.DebugHooks):
     ) -> Schedule:
         """Everything the recorded run decided in this invocation, read before it starts
         (so no query runs while its threads wait for their turns)."""
-        starts = set(self._plan_starts(op))
         if kind == "sync_for":
             visible: dict[tuple[int, int], tuple[int, ...]] = {}
             mutex: dict[tuple[int, int], list[tuple[int, int]]] = {}
@@ -186,7 +185,7 @@ class TraceController(engine.ScheduleSource, engine.DebugHooks):
             op,
             invocation,
             plan=self.recorded_plan(op, invocation),
-            replanned=invocation in starts,
+            replanned=invocation in self._plan_starts(op),
             grants=GrantLog.build(grants),
             serial=self.single,
             messages=None if self.single else MessageLog.build(messages),

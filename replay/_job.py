@@ -251,6 +251,11 @@ def run_here(
     return run_json(run_id, spec.get("trace"), app.spec, all_params(app.fn, params), res)
 
 
+def rounded_times(times: dict[str, list[float]]) -> dict[str, list[float]]:
+    """Seconds per name, to the microsecond, as the JSON outputs give them."""
+    return {k: [round(x, 6) for x in v] for k, v in times.items()}
+
+
 def run_json(
     run_id: str, trace: str | None, app: str, params: dict[str, Any], res: engine.RunResult
 ) -> dict[str, Any]:
@@ -268,9 +273,9 @@ def run_json(
         "digests": res.digests,
         "planner": res.planner,
         "wall_s": round(res.wall_s, 6),
-        "op_times": {k: [round(x, 6) for x in v] for k, v in res.op_times.items()},
+        "op_times": rounded_times(res.op_times),
         "digest_times": [round(x, 6) for x in res.digest_times],
-        "objective_times": {k: [round(x, 6) for x in v] for k, v in res.objective_times.items()},
+        "objective_times": rounded_times(res.objective_times),
     }
 
 

@@ -27,7 +27,7 @@ from . import _environment
 from ._apps import BUILTIN_APPS, App, resolve
 from ._controller import ReplayChecker, ReplayFinished, TraceController
 from ._errors import UsageError
-from ._job import code_digest, recorded_in_test_mode
+from ._job import code_digest, recorded_in_test_mode, rounded_times
 from ._progress import tick_line
 from ._target import CodeChangedError, check_digest, check_params, file_digest, target_file
 from ._timetravel import FastForward, Start, first_step, program_order, start_before, step_of
@@ -305,9 +305,7 @@ def replay_here(
         "from": None if travel is None else travel.start.as_json(),
         "out_trace": spec.get("out_trace"),
         "wall_s": round(wall, 6),
-        "objective_times": {
-            k: [round(x, 6) for x in v] for k, v in checker.objective_times.items()
-        },
+        "objective_times": rounded_times(checker.objective_times),
     }
 
 

@@ -171,16 +171,15 @@ class RowWriter:
                     cur.executemany(sql, params)
                 cur.execute("COMMIT")
                 return
-            except sqlite3.OperationalError as exc:
+            except BaseException as exc:
                 if cur.connection.in_transaction:
                     cur.execute("ROLLBACK")
-                busy = exc.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY  # or an extended code
+                busy = (
+                    isinstance(exc, sqlite3.OperationalError)
+                    and exc.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY  # or an extended code
+                )
                 if not busy or time.monotonic() > deadline:
                     raise
-            except BaseException:
-                if cur.connection.in_transaction:
-                    cur.execute("ROLLBACK")
-                raise
             time.sleep(wait)
             wait = min(wait * 2, LONGEST_WAIT_S)
 

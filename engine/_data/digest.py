@@ -28,13 +28,20 @@ _PREFIX = {XXH3: "x3:", BLAKE2B: ""}
 NAMES = {"xxh3": XXH3, "blake2b": BLAKE2B, XXH3: XXH3, BLAKE2B: BLAKE2B}
 
 
+def resolve(name: str | None) -> str:
+    """The hash ``name`` means (a short or full name; None: the default)."""
+    if name is None:
+        return DEFAULT
+    if name not in NAMES:
+        raise ValueError(f"unknown digest hash {name!r}; expected one of {', '.join(KINDS)}")
+    return NAMES[name]
+
+
 def new(kind: str, head: bytes = b"") -> Any:
     """A hasher of ``kind`` fed ``head``."""
-    if kind == XXH3:
+    if resolve(kind) == XXH3:
         return xxhash.xxh3_128(head)
-    if kind == BLAKE2B:
-        return hashlib.blake2b(head, digest_size=16)
-    raise ValueError(f"unknown digest hash {kind!r}; expected one of {', '.join(KINDS)}")
+    return hashlib.blake2b(head, digest_size=16)
 
 
 def text(kind: str, h: Any) -> str:
@@ -71,5 +78,6 @@ __all__ = [
     "check_same_kind",
     "kind_of",
     "new",
+    "resolve",
     "text",
 ]

@@ -194,17 +194,6 @@ class RunResult:
 _current: Session | None = None
 
 
-def _digest_kind(name: str | None) -> str:
-    if name is None:
-        return _digest.DEFAULT
-    kind = _digest.NAMES.get(name)
-    if kind is None:
-        raise ValueError(
-            f"unknown digest hash {name!r}; expected one of {', '.join(_digest.KINDS)}"
-        )
-    return kind
-
-
 def _h64(text: str) -> int:
     return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
 
@@ -241,7 +230,7 @@ class Session:
         self.want_digests = digests
         #: the hash of this run's DDS digests: as asked, else the one of the trace that
         #: the schedules or hooks replay (see ``engine._data.digest``), else the default
-        self.digest_kind = _digest_kind(
+        self.digest_kind = _digest.resolve(
             digest or getattr(hooks, "digest_kind", None) or getattr(schedules, "digest_kind", None)
         )
         self.dds: list[_dds._DDS] = []
