@@ -187,7 +187,12 @@ def _recorder(spec: dict[str, Any], app: Any, params: dict[str, Any], comm: Any)
         comm.Barrier()
     nodes = [rank] if comm is not None else list(range(ranks))
     every = spec.get("checkpoint_every", None)
-    return tracer.TraceRecorder(path, run_id, nodes, is_primary=rank == 0, checkpoint_every=every)
+    # under MPI the primary writes every rank's commit (tracer._recorder: the funnel), on
+    # a communicator of its own so that its gathers never meet the engine's messages
+    funnel = comm.Dup() if comm is not None and comm.Get_size() > 1 else None
+    return tracer.TraceRecorder(
+        path, run_id, nodes, is_primary=rank == 0, checkpoint_every=every, funnel=funnel
+    )
 
 
 @contextlib.contextmanager

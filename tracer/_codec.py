@@ -67,6 +67,9 @@ def int_width(arr: np.ndarray) -> int:
 AUTO = -1
 #: Bytes of the sample :data:`AUTO` compresses, and the ratio below which it compresses all.
 SAMPLE_BYTES, WORTH = 1 << 16, 0.9
+#: Blobs up to this size are stored raw: zlib's frame takes 6 of the bytes it could save
+#: and each call costs microseconds of set-up, and a commit holds about ten such blobs.
+TINY_BYTES = 64
 
 
 def encode(arr: np.ndarray, *, delta: bool = False, level: int | None = None) -> tuple[bytes, str]:
@@ -92,7 +95,7 @@ def encode(arr: np.ndarray, *, delta: bool = False, level: int | None = None) ->
         if len(raw) > SAMPLE_BYTES:
             sample = raw[:SAMPLE_BYTES]
             level = 0 if len(zlib.compress(sample, 1)) > WORTH * len(sample) else None
-    if level == 0:
+    if level == 0 or (level is None and len(raw) <= TINY_BYTES):
         return raw, f"raw-{'d' if delta else ''}{name}"
     packed = zlib.compress(raw, ZLIB_LEVEL if level is None else level)
     comp = "zlib" if len(packed) < len(raw) else "raw"

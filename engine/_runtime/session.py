@@ -144,7 +144,7 @@ class Recorder:
 
     # ------------------------------------------------------------ time travel
     #: Checkpoint policy (see ``engine._runtime.checkpoint``): 0 never, N every N-th
-    #: loop invocation, None chosen so that checkpoints cost <= 10% of run time.  The
+    #: loop invocation, None chosen so that checkpoints cost <= 3% of run time.  The
     #: base recorder stores nothing, so it asks for no checkpoint.
     checkpoint_every: int | None = 0
 

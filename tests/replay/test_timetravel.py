@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 import engine
 import tracer
+from engine._runtime.checkpoint import BUDGET
 from tests.conftest import run_cli
 from tracer._codec import encode
 from tracer._plain import NotPlain, decode_plain, encode_plain
@@ -215,14 +216,15 @@ def test_checkpoint_policy_every_n_and_automatic() -> None:
     rec = _Captured(3, 0.0)
     engine.run(_loop, {"n": 8}, recorder=rec)
     assert rec.steps == [0, 3, 6]
-    # a checkpoint far dearer than an invocation: after the first, at most 10% of the time
+    # a checkpoint far dearer than an invocation: after the first, at most BUDGET of the time
     slow = _Captured(None, 0.05)
     engine.run(_loop, {"n": 12}, recorder=slow)
     assert slow.steps == [0]
-    # an invocation of ~320 ms and a checkpoint of well under 16 ms (half the budget):
+    # an invocation of ~960 ms and a checkpoint of well under 14 ms (half the budget):
     # every invocation (generous, so that a loaded machine's pauses cannot flip it)
+    assert BUDGET / 2 * 0.96 > 0.014
     cheap = _Captured(None, 0.0)
-    engine.run(_loop, {"n": 4, "nap": 0.02}, recorder=cheap)
+    engine.run(_loop, {"n": 4, "nap": 0.06}, recorder=cheap)
     assert cheap.steps == [0, 1, 2, 3]
 
 

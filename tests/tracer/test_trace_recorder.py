@@ -351,3 +351,120 @@ def test_plans_read_back_equal_the_engine_plan(tmp_path: Path) -> None:
             assert [(t.thread, t.locked, t.indices.tolist()) for t in tg] == [
                 (t.thread, t.locked, t.indices.tolist()) for t in tw
             ]
+
+
+class _Gathers:
+    """What an MPI communicator's ``gather`` does for ranks that reach it one after
+    another in this process: the others' objects wait here until rank 0 arrives.  The
+    funnel under ``mpiexec`` itself runs in test_trace_mpi and the resume tests; this one
+    lets a test stop the primary between the gather and its commit."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.waiting: list[Any] = []
+
+    def comm(self, rank: int) -> Any:
+        gathers = self
+
+        class Comm:
+            def Get_size(self) -> int:  # noqa: N802 - mpi4py's spelling
+                return gathers.size
+
+            def Get_rank(self) -> int:  # noqa: N802
+                return rank
+
+            def gather(self, obj: Any, root: int = 0) -> list[Any] | None:
+                if rank != root:
+                    gathers.waiting.append(obj)
+                    return None
+                got, gathers.waiting = [obj, *gathers.waiting], []
+                return got
+
+        return Comm()
+
+
+def _script(rec: tracer.TraceRecorder, node: int, inv: int) -> None:
+    rec.lock_grants("op", inv, node, 0, 4, 4, np.array([1]), np.array([1]))
+    rec.message_received(node, "rows", 1 - node, inv, 64 + node)
+
+
+def _funnelled(
+    path: Path, invocations: int, primary_stops: int | None, funnel: bool = True
+) -> None:
+    """Two ranks record ``invocations`` invocations through a funnel (each on its own
+    with ``funnel=False``); with ``primary_stops=k`` the primary takes the gather of
+    invocation k and dies before its commit, and rank 1 fails in its next invocation."""
+    tracer.start_run(path, "r", {"app": "funnel", "ranks": 2})
+    gathers = _Gathers(2)
+    recs = [
+        tracer.TraceRecorder(path, "r", [n], n == 0, funnel=gathers.comm(n) if funnel else None)
+        for n in (0, 1)
+    ]
+    for inv in range(invocations):
+        for node in (1, 0):  # rank 1 reaches the gather first, as it may under MPI
+            _script(recs[node], node, inv)
+            if node == 0 and inv == primary_stops:
+                gathers.waiting = []  # the primary died holding rank 1's rows
+                _script(recs[1], 1, inv + 1)
+                recs[1].close("failed", "rank 0 died")
+                return
+            info = {"bodies": 4, "rounds": 1, "seconds": 0.0}
+            if node == 0:
+                info["digests"] = [("X", f"x3:{inv:032x}")]
+            recs[node].invocation_done("op", inv, node, info)
+            if node == 0:
+                recs[0].objective("loss", inv, 1.0 / (inv + 1))
+    for rec in recs[::-1]:
+        rec.close("finished")
+
+
+def test_the_funnel_stores_what_each_rank_writing_its_own_stores(tmp_path: Path) -> None:
+    """One writer for every rank's commit: the same rows, chains and events as two."""
+    _funnelled(tmp_path / "f.sqlite", 5, None)
+    _funnelled(tmp_path / "d.sqlite", 5, None, funnel=False)
+    seen = []
+    for name in ("f.sqlite", "d.sqlite"):
+        with tracer.open(tmp_path / name) as trace:
+            assert trace.verify().ok, trace.verify().line()
+            run = trace.run()
+            events = [(n, [(type(e).__name__, e.seq) for e in run.events(node=n)]) for n in (0, 1)]
+            seen.append((events, run.operators()["op"], run.objectives(), run.info.status))
+    assert seen[0] == seen[1]
+    assert seen[0][1].invocations == 5 and seen[0][3] == "finished"
+
+
+@pytest.mark.parametrize("stop", [0, 2])
+def test_a_rank_whose_primary_died_writes_what_it_handed_over(
+    tmp_path: Path, stop: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("tracer._recorder.FUNNEL_WAIT_S", 0.05)
+    path = tmp_path / "t.sqlite"
+    _funnelled(path, 4, stop)
+    with tracer.open(path, assume_finished=True) as trace:
+        report = trace.verify()
+        assert report.ok, report.line()  # node 1's chain skips nothing
+        run = trace.run()
+        got = {(i.node, i.invocation) for i in run.invocations()}
+        # rank 1's invocation ``stop`` survives although the primary never committed it
+        assert got == {(0, i) for i in range(stop)} | {(1, i) for i in range(stop + 1)}
+        assert run.info.status == "failed"
+        lock_seqs = [e.seq for e in run.events(node=1)]
+        assert lock_seqs == list(range(len(lock_seqs)))
+
+
+def test_a_failing_rank_does_not_write_twice_what_the_primary_committed(tmp_path: Path) -> None:
+    path = tmp_path / "t.sqlite"
+    tracer.start_run(path, "r", {"app": "funnel", "ranks": 2})
+    gathers = _Gathers(2)
+    recs = [tracer.TraceRecorder(path, "r", [n], n == 0, funnel=gathers.comm(n)) for n in (0, 1)]
+    for node in (1, 0):
+        _script(recs[node], node, 0)
+        recs[node].invocation_done("op", 0, node, {"bodies": 4, "rounds": 1, "seconds": 0.0})
+    _script(recs[1], 1, 1)
+    t0 = time.monotonic()
+    recs[1].close("failed", "a body raised")
+    assert time.monotonic() - t0 < 1.0  # it found its rows written, it did not wait them out
+    recs[0].close("failed", "rank 1 failed")
+    with tracer.open(path) as trace:
+        assert trace.verify().ok
+        assert sorted((i.node, i.invocation) for i in trace.run().invocations()) == [(0, 0), (1, 0)]
