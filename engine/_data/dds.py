@@ -25,6 +25,7 @@ write visible to the engine.
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -256,7 +257,7 @@ class _DDS:
 
     def row_nbytes(self) -> int:
         """Bytes of one numeric element."""
-        return int(np.prod(self._shape, dtype=np.int64)) * self._dtype.itemsize
+        return math.prod(self._shape) * self._dtype.itemsize
 
     # ----------------------------------------------------------------- digests
     def digest(self) -> str:
@@ -274,8 +275,7 @@ class _DDS:
         """Hash the authoritative content now (collective) and cache it under the version
         counter, which every write path bumps."""
         version = self._version
-        head = f"{self.kind}:{self._name}:{self._shape}:{self._dtype.str}".encode()
-        head += self._digest_head()
+        head = self._full_digest_head()
         kind = self._sess.digest_kind
         if self._numeric:  # the owners' rows, hashed where they meet (no copy in process)
             hexd = self._sess.cluster.owned_digest(self, head, kind)
@@ -285,6 +285,11 @@ class _DDS:
             hexd = _digest.text(kind, h)
         self._digest = (version, hexd)
         return hexd
+
+    def _full_digest_head(self) -> bytes:
+        """What a digest hashes before the rows: kind, name, shape, dtype and layout."""
+        head = f"{self.kind}:{self._name}:{self._shape}:{self._dtype.str}".encode()
+        return head + self._digest_head()
 
     def _hash_values(self, h: Any, values: Any) -> None:
         if self._numeric:

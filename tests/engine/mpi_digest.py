@@ -15,6 +15,7 @@ import numpy as np
 import xxhash
 
 import engine as ap
+from engine._runtime.session import current
 
 #: the hash a digest is made with (set from argv in a job)
 KIND = "xxh3-128"
@@ -46,12 +47,16 @@ def prog() -> list[str]:
         F[i % 5] = F[i % 5] + np.float32(i)
         M[keys[i]] = M[keys[i]] + i
 
-    for _ in range(2):
+    sess = current()
+    for inv in range(2):
         ap.async_for(0, 7, body, name="upd")
+        # the digests taken after the invocation, every DDS in one go (one Gatherv under
+        # MPI), and each DDS's own: both must be the definition's
+        taken = {e["dds"]: e["digest"] for e in sess.digests if e["invocation"] == inv}
         for d, head in ds:
             got, want = d.digest(), expected(d, head)
-            if got != want:
-                raise SystemExit(f"{d.name}: digest {got} != definition {want}")
+            if got != want or taken[d.name] != want:
+                raise SystemExit(f"{d.name}: digest {got}, {taken[d.name]} != definition {want}")
             out.append(got)
     return out
 

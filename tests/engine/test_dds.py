@@ -138,6 +138,22 @@ def test_digest_depends_on_content_not_on_cluster_size() -> None:
     assert c[0] != a[0]  # init is seeded by (run seed, name)
 
 
+def test_a_dvectors_owned_runs_are_its_owned_slots() -> None:
+    # the digest reads a dvector's runs from its bounds, not from owned(): they must agree
+    from engine._runtime.transport import _owned_runs
+
+    def prog(n: int, nodes: int) -> None:
+        v = ap.dvector(n, shape=(2,), name="v")
+        runs = _owned_runs(v, nodes)
+        assert runs is not None and len(runs) == nodes
+        for p, (lo, hi) in enumerate(runs):
+            assert np.array_equal(np.arange(lo, hi), v.owned(p)), (n, nodes, p)
+
+    for nodes in (1, 2, 3, 5):
+        for n in (0, 1, 2, 3, 7, 100):
+            ap.run(prog, {"n": n, "nodes": nodes}, nodes=nodes)
+
+
 @pytest.mark.parametrize("kind", ["xxh3-128", "blake2b-128"])
 def test_digests_follow_their_definition_in_process_and_under_mpi(
     kind: str, monkeypatch: pytest.MonkeyPatch
