@@ -50,7 +50,7 @@ def execute(
     """Run an app the way ``replay run`` does and return its JSON result.
 
     ``trace`` is the trace store path (``None``: do not record); ``checkpoint_every``
-    0 (none), N (every N-th loop invocation) or None (automatic, <= 10% of run time);
+    0 (none), N (every N-th loop invocation) or None (automatic, <= 3% of run time);
     ``digest`` the hash of the DDS digests (None: xxh3-128).
     """
     say = printer(as_json)
@@ -142,7 +142,7 @@ def prefetch(app: str, params: tuple[str, ...]) -> None:
     default=None,
     metavar="N",
     help="Checkpoint the DDS after every N-th loop invocation (time travel). "
-    "[default: chosen so that checkpoints cost <= 10% of run time]",
+    "[default: chosen so that checkpoints cost <= 3% of run time]",
 )
 @click.option("--no-checkpoints", is_flag=True, help="Record no checkpoints.")
 @click.option(

@@ -131,7 +131,7 @@ class TraceRecorder(Recorder):
     transaction (see the module's docstring).
     """
 
-    #: 0: no checkpoints, N: every N-th loop invocation, None: automatic (<= 10%)
+    #: 0: no checkpoints, N: every N-th loop invocation, None: automatic (<= 3%)
     checkpoint_every: int | None = None
 
     def __init__(

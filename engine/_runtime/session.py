@@ -242,8 +242,8 @@ class Session:
         self.outcome_log: list[tuple[Any, ...]] = []
         self.planner: dict[str, dict[str, Any]] = {}
         self.op_times: dict[str, list[float]] = {}
-        #: seconds each invocation's digests took (collective: the wait for the slowest
-        #: rank to arrive is in it too)
+        #: seconds each invocation's digests took, from the moment every rank had arrived
+        #: (``digest_started``, set after the first collective of the digest)
         self.digest_times: list[float] = []
         self.digest_started = 0.0
         #: when each objective value was logged, in seconds since the session began (the
