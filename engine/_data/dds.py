@@ -286,6 +286,11 @@ class _DDS:
         self._digest = (version, hexd)
         return hexd
 
+    def _runs_from_layout(self, nodes: int) -> list[tuple[int, int]] | None:
+        """Each node's owned slots as (lo, hi) runs when the layout says so without
+        looking at them (see ``engine._runtime.transport._owned_runs``), else None."""
+        return None
+
     def _full_digest_head(self) -> bytes:
         """What a digest hashes before the rows: kind, name, shape, dtype and layout."""
         head = f"{self.kind}:{self._name}:{self._shape}:{self._dtype.str}".encode()
@@ -403,6 +408,14 @@ class dvector(_DDS):  # noqa: N801 - the name is part of the user API
     def owned(self, node: int) -> np.ndarray:
         """Slots owned by ``node``."""
         return np.arange(self._bounds[node], self._bounds[node + 1], dtype=np.int64)
+
+    def _runs_from_layout(self, nodes: int) -> list[tuple[int, int]] | None:
+        if type(self).owned is not dvector.owned:  # a subclass may own otherwise
+            return None
+        b = self._bounds.tolist()
+        if len(b) != nodes + 1 or b[0] != 0 or b[-1] != self._n:
+            return None
+        return list(zip(b[:-1], b[1:], strict=True))
 
     def _slot(self, i: Any) -> int:
         try:

@@ -41,12 +41,9 @@ TAG_OBJROWS = 102
 def _owned_runs(dds: _DDS, nodes: int) -> list[tuple[int, int]] | None:
     """Each node's owned slots as a run ``(lo, hi)`` when they are contiguous runs that
     follow each other in node order from slot 0 to the end, else None."""
-    from .._data.dds import dvector  # here: dds imports this package
-
-    if type(dds).owned is dvector.owned:  # a dvector owns its bounds' runs (51 -> 2 µs)
-        b = dds._bounds.tolist()  # type: ignore[attr-defined]
-        if len(b) == nodes + 1 and b[0] == 0 and b[-1] == len(dds):
-            return list(zip(b[:-1], b[1:], strict=True))
+    known = dds._runs_from_layout(nodes)  # a dvector's bounds (51 -> 2 µs)
+    if known is not None:
+        return known
     runs, at = [], 0
     for node in range(nodes):
         own = dds.owned(node)
