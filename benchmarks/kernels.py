@@ -49,6 +49,7 @@ import xxhash
 from _common import ROOT, dataset, replay_cmd, replay_run, steady
 
 sys.path.insert(0, str(ROOT))
+from engine._data import digest  # noqa: E402 - after the path to the repository
 
 
 @numba.njit(cache=True)
@@ -66,7 +67,7 @@ def _numba_epoch(r: np.ndarray, W: np.ndarray, H: np.ndarray, g: float, lam: flo
 
 def numba_serial(rank: int, epochs: int, synthetic: bool) -> tuple[list[float], dict[str, float]]:
     """Per-epoch times of the hand-written numba loop, and the time of hashing W and H
-    alone with each digest hash (blake2b-128, xxh3-128)."""
+    alone with each digest hash (blake2b-128, xxh3-128, xxh3-chunks)."""
     from apps.sgdmf._app import data_path, parse_line
 
     recs = []
@@ -102,6 +103,13 @@ def numba_serial(rank: int, epochs: int, synthetic: bool) -> tuple[list[float], 
             h.hexdigest()
             took.append(time.perf_counter() - t)
         alone[name] = statistics.median(took)
+    took = []
+    for _ in range(20):  # xxh3-chunks, all chunks in this process
+        t = time.perf_counter()
+        for a in (W, H):
+            digest.combine(b"", a.nbytes, [digest.piece(a, 0)])
+        took.append(time.perf_counter() - t)
+    alone["xxh3_chunks"] = statistics.median(took)
     return times, alone
 
 
@@ -224,6 +232,7 @@ def main() -> None:
             "numba",
             "hash_blake2b",
             "hash_xxh3",
+            "hash_xxh3_chunks",
             "digest1",
             "digest2",
             "k1",
@@ -248,6 +257,7 @@ def main() -> None:
             res["numba"].append(steady(times))
             res["hash_blake2b"].append(alone["blake2b"])
             res["hash_xxh3"].append(alone["xxh3"])
+            res["hash_xxh3_chunks"].append(alone["xxh3_chunks"])
             r1 = replay_run([*kern, "-p", f"epochs={hi}", "--ranks", "1", "--no-trace"])
             res["k1"].append(steady(r1["op_times"]["sgd"]))
             res["digest1"].append(steady(r1["digest_times"]))
@@ -330,6 +340,7 @@ def main() -> None:
             "over_kernel_epoch_2rank": round(m["digest2"] / m["k2"], 4),
             "hash_W_H_blake2b": round(m["hash_blake2b"], 6),
             "hash_W_H_xxh3": round(m["hash_xxh3"], 6),
+            "hash_W_H_xxh3_chunks": round(m["hash_xxh3_chunks"], 6),
         },
         "final_rmse": rmse,
         "spread": {k: [round(x, 5) for x in v] for k, v in res.items()},

@@ -119,7 +119,8 @@ class InvocationCompleted:
 
 @dataclass(frozen=True, slots=True)
 class DigestRecorded:
-    """The digest (xxh3-128 ``x3:...`` or, in older traces, blake2b-128) of DDS ``dds`` after one invocation of ``op``."""
+    """The digest of DDS ``dds`` after one invocation of ``op`` (xxh3-chunks ``xc:...``;
+    in older traces xxh3-128 ``x3:...`` or blake2b-128; see ``engine._data.digest``)."""
 
     node: int
     seq: int

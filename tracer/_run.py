@@ -422,8 +422,8 @@ class RunTrace:
 
     @_checked("digests")
     def digest_kind(self) -> str | None:
-        """The hash of this run's DDS digests (``engine.lowlevel.digest_kind_of``: xxh3-128
-        or blake2b-128), None if it recorded none."""
+        """The hash of this run's DDS digests (``engine.lowlevel.digest_kind_of``:
+        xxh3-chunks, xxh3-128 or blake2b-128), None if it recorded none."""
         rows = self._all(select(Digest.digest).where(Digest.run == self.run_id).limit(1))
         return digest_kind_of(str(rows[0][0])) if rows else None
 

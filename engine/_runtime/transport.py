@@ -56,6 +56,21 @@ def _owned_runs(dds: _DDS, nodes: int) -> list[tuple[int, int]] | None:
     return runs if at == len(dds) else None
 
 
+def _hash_rows(kind: str, head: bytes, parts: list[np.ndarray]) -> str:
+    """The ``kind`` digest of ``head`` and the bytes of ``parts`` one after another."""
+    if kind == _digest.CHUNKS:
+        pieces, at = [], 0
+        for part in parts:
+            data = np.ascontiguousarray(part)
+            pieces.append(_digest.piece(data, at))
+            at += data.nbytes
+        return _digest.combine(head, at, pieces)
+    h = _digest.new(kind, head)
+    for part in parts:
+        h.update(np.ascontiguousarray(part).data)
+    return _digest.text(kind, h)
+
+
 class RoundWrites:
     """What one node wrote in one round: per DDS, the slots (sorted, unique)."""
 
@@ -144,14 +159,14 @@ class Cluster:
         rows of the numeric ``dds`` in slot order: the bytes of :meth:`gather_owned`'s
         array, fed without making it when the owners hold contiguous runs of slots in
         node order (a ``dvector``)."""
-        h = _digest.new(kind, head)
         runs = _owned_runs(dds, self.size)
         if runs is None:
-            h.update(np.ascontiguousarray(self.gather_owned(dds)).data)
-        else:
-            for node, (lo, hi) in enumerate(runs):
-                h.update(np.ascontiguousarray(dds.rows(node, slice(lo, hi))).data)  # type: ignore[arg-type]
-        return _digest.text(kind, h)
+            return _hash_rows(kind, head, [self.gather_owned(dds)])
+        return _hash_rows(
+            kind,
+            head,
+            [dds.rows(node, slice(lo, hi)) for node, (lo, hi) in enumerate(runs)],  # type: ignore[arg-type]
+        )
 
     def owned_digests(self, items: list[tuple[_DDS, bytes]], kind: str) -> list[str]:
         """:meth:`owned_digest` of each (numeric DDS, head), in order (collective)."""
@@ -291,13 +306,47 @@ class MpiCluster(Cluster):
         return self.comm.allgather(value)
 
     def owned_digests(self, items: list[tuple[_DDS, bytes]], kind: str) -> list[str]:
-        """As in process, but only rank 0 hashes: every rank sends it the owned rows of
-        every DDS as raw bytes in one ``Gatherv`` (a rank's DDS one after another), and
-        it sends back the digests in one ``bcast``."""
+        """As in process.  With xxh3-chunks, each rank hashes the whole chunks inside the
+        rows it owns of every DDS whose owners hold runs (``_owned_runs``) and the ranks
+        swap only those digests and the bytes of the chunks that straddle two ranks' rows,
+        in one ``allgather``; every rank then combines them.  Other DDS (and every DDS
+        with the older hashes) go to rank 0 as raw rows in one ``Gatherv`` and their
+        digests come back in one ``bcast``."""
         if not items:
             return []
+        runs = [_owned_runs(d, self.size) for d, _ in items]
+        out: list[str | None] = [None] * len(items)
+        if kind == _digest.CHUNKS:
+            local = [k for k, r in enumerate(runs) if r is not None]
+            mine = []
+            for k in local:
+                d = items[k][0]
+                lo, hi = runs[k][self.rank]  # type: ignore[index]
+                rows = np.ascontiguousarray(d.rows(self.rank, slice(lo, hi)))  # type: ignore[arg-type]
+                mine.append(_digest.piece(rows, lo * d.row_nbytes()))
+            if local:
+                every = self.comm.allgather(mine)
+                for j, k in enumerate(local):
+                    d, head = items[k]
+                    pieces = [got[j] for got in every]
+                    out[k] = _digest.combine(head, len(d) * d.row_nbytes(), pieces)
+        rest = [k for k in range(len(items)) if out[k] is None]
+        if rest:
+            texts = self._digests_at_root([items[k] for k in rest], [runs[k] for k in rest], kind)
+            for k, text in zip(rest, texts, strict=True):
+                out[k] = text
+        return [str(t) for t in out]
+
+    def _digests_at_root(
+        self,
+        items: list[tuple[_DDS, bytes]],
+        runs: list[list[tuple[int, int]] | None],
+        kind: str,
+    ) -> list[str]:
+        """Every rank sends rank 0 the owned rows of every DDS as raw bytes in one
+        ``Gatherv`` (a rank's DDS one after another); rank 0 hashes them and sends back
+        the digests in one ``bcast``."""
         MPI, comm, size = self._MPI, self.comm, self.size
-        runs = [_owned_runs(d, size) for d, _ in items]
         # counts[k][p]: bytes of DDS k that rank p owns
         counts = []
         for (d, _), r in zip(items, runs, strict=True):
@@ -324,18 +373,15 @@ class MpiCluster(Cluster):
             # rank p's bytes of DDS k follow its bytes of the DDS before k
             starts = displs + (np.sum(counts[:k], axis=0) if k else 0)
             parts = [got[int(a) : int(a) + int(n)] for a, n in zip(starts, counts[k], strict=True)]
-            h = _digest.new(kind, head)
             if r is not None:  # the owners' runs, in node order, are the slot order
-                for part in parts:
-                    h.update(part.data)
+                texts.append(_hash_rows(kind, head, parts))
             else:
                 order = np.concatenate([d.owned(p) for p in range(size)])
                 flat = np.concatenate(parts) if parts else got[:0]
                 rows = flat.view(d._dtype).reshape(len(order), *(d._shape or ()))
-                out = np.empty_like(rows)
-                out[order] = rows
-                h.update(out.data)
-            texts.append(_digest.text(kind, h))
+                whole = np.empty_like(rows)
+                whole[order] = rows
+                texts.append(_hash_rows(kind, head, [whole]))
         return [str(t) for t in comm.bcast(texts, root=0)]
 
     def owned_digest(self, dds: _DDS, head: bytes, kind: str) -> str:

@@ -154,7 +154,7 @@ def test_a_dvectors_owned_runs_are_its_owned_slots() -> None:
             ap.run(prog, {"n": n, "nodes": nodes}, nodes=nodes)
 
 
-@pytest.mark.parametrize("kind", ["xxh3-128", "blake2b-128"])
+@pytest.mark.parametrize("kind", ["xxh3-chunks", "xxh3-128", "blake2b-128"])
 def test_digests_follow_their_definition_in_process_and_under_mpi(
     kind: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -169,6 +169,7 @@ def test_digests_follow_their_definition_in_process_and_under_mpi(
     assert len(seen) == 1
     want = ",".join(ap.run(mpi_digest.prog, nodes=1, digest=kind).value)
     assert want.startswith("x3:") == (kind == "xxh3-128")
+    assert want.startswith("xc:") == (kind == "xxh3-chunks")
     for ranks in (2, 3):
         proc = run_mpi([str(Path(__file__).parent / "mpi_digest.py"), kind], ranks)
         assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -176,11 +177,12 @@ def test_digests_follow_their_definition_in_process_and_under_mpi(
         assert lines == [f"OK {want}"], proc.stdout
 
 
-def test_a_run_digests_with_xxh3_unless_told_and_refuses_unknown_hashes() -> None:
+def test_a_run_digests_with_xxh3_chunks_unless_told_and_refuses_unknown_hashes() -> None:
     def prog() -> str:
         return ap.dvector(3, shape=(), name="v").digest()
 
-    assert ap.run(prog).value.startswith("x3:")
+    assert ap.run(prog).value.startswith("xc:")
+    assert ap.run(prog, digest="xxh3").value.startswith("x3:")
     assert len(ap.run(prog, digest="blake2b").value) == 32
     with pytest.raises(ValueError, match="unknown digest hash 'md5'"):
         ap.run(prog, digest="md5")

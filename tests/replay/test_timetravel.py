@@ -49,9 +49,13 @@ def traces(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "mlr1": record(d / "mlr1.sqlite", "mlr", *MLR, *every),
         "mlr2": record(d / "mlr2.sqlite", "mlr", *MLR, *every, "--ranks", "2"),
         "sgdk2": record(d / "sgdk2.sqlite", "sgdmf", *SGD, *KERNEL, *every, "--ranks", "2"),
-        # the digests of traces recorded before xxh3 (and of --digest blake2b)
+        # the digests of traces recorded before xxh3 (and of --digest blake2b), and of
+        # traces recorded before xxh3-chunks (and of --digest xxh3)
         "sgdb2": record(
             d / "sgdb2.sqlite", "sgdmf", *SGD, *every, "--ranks", "2", "--digest", "blake2b"
+        ),
+        "sgdx2": record(
+            d / "sgdx2.sqlite", "sgdmf", *SGD, *every, "--ranks", "2", "--digest", "xxh3"
         ),
     }
 
@@ -284,18 +288,23 @@ def test_cluster_from_under_mpiexec(traces: dict[str, Path], name: str, op: str)
 
 
 @pytest.mark.parametrize("mode", ["single", "cluster"])
-def test_a_blake2b_trace_replays_with_its_own_hash(traces: dict[str, Path], mode: str) -> None:
+@pytest.mark.parametrize("name,prefix", [("sgdb2", ""), ("sgdx2", "x3:")])
+def test_a_trace_of_an_older_hash_replays_with_its_own_hash(
+    traces: dict[str, Path], mode: str, name: str, prefix: str
+) -> None:
     # replay, --from (the restored checkpoint's digests) and history digest with the hash
-    # the trace's digests were made with; xxh3 here would differ at every digest
-    digests = [d.digest for d in tracer.open(traces["sgdb2"]).run().digests()]
-    assert digests and all(len(d) == 32 and ":" not in d for d in digests)
-    assert all(d.digest.startswith("x3:") for d in tracer.open(traces["sgd2"]).run().digests())
+    # the trace's digests were made with (blake2b-128, xxh3-128); the default xxh3-chunks
+    # here would differ at every digest
+    digests = [d.digest for d in tracer.open(traces[name]).run().digests()]
+    assert digests and all(d.startswith(prefix) and len(d) == len(prefix) + 32 for d in digests)
+    assert prefix or all(":" not in d for d in digests)
+    assert all(d.digest.startswith("xc:") for d in tracer.open(traces["sgd2"]).run().digests())
     for extra in ([], ["--from", "sgd:3"]):
-        rc, out, err = cli(mode, str(traces["sgdb2"]), *extra, "--json")
+        rc, out, err = cli(mode, str(traces[name]), *extra, "--json")
         assert rc == 0, err
         res = json.loads(out)
         assert res["identical"] and res["complete"] and res["checked"]["digests"] > 0, res
-    rc, out, err = cli("history", str(traces["sgdb2"]), "W[1]", "--json")
+    rc, out, err = cli("history", str(traces[name]), "W[1]", "--json")
     assert rc == 0, err
 
 
@@ -303,9 +312,12 @@ def test_digests_of_two_hashes_are_never_compared() -> None:
     from engine.lowlevel import DigestKindError, check_same_digest_kind
 
     check_same_digest_kind("x3:" + "0" * 32, "x3:" + "1" * 32)
+    check_same_digest_kind("xc:" + "0" * 32, "xc:" + "1" * 32)
     check_same_digest_kind("0" * 32, "1" * 32)
     with pytest.raises(DigestKindError, match="blake2b-128 but this run computed xxh3-128"):
         check_same_digest_kind("0" * 32, "x3:" + "0" * 32)
+    with pytest.raises(DigestKindError, match="xxh3-128 but this run computed xxh3-chunks"):
+        check_same_digest_kind("x3:" + "0" * 32, "xc:" + "0" * 32)
 
 
 def test_a_damaged_checkpoint_is_named(traces: dict[str, Path], tmp_path: Path) -> None:
