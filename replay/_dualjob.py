@@ -28,7 +28,6 @@ from __future__ import annotations
 import inspect
 import json
 import sys
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -166,8 +165,7 @@ class MpiSide:
             kind, orders = "replay", controller.orders
         elif controller is not None:
             raise TypeError(f"the MPI side cannot ship controller {controller!r}")
-        with tempfile.TemporaryDirectory(prefix=_procs.JOB_PREFIX) as tmp:
-            _procs.write_owner(tmp)  # swept at a later launch if this process is SIGKILLed
+        with _procs.job_directory() as tmp:  # swept at a later launch if we are SIGKILLed
             job = Path(tmp)
             spec = {
                 "kind": "dual",

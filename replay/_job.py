@@ -17,7 +17,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import traceback
@@ -331,8 +330,7 @@ def launch(
     """
     mpiexec = find_mpiexec()
     _procs.sweep_stale()
-    with tempfile.TemporaryDirectory(prefix=_procs.JOB_PREFIX) as tmp:
-        _procs.write_owner(tmp)
+    with _procs.job_directory() as tmp:
         job = Path(job_dir or tmp)
         # each rank watches this process and cleans up after it if it is SIGKILLed
         spec = dict(spec, job_dir=str(job), tmp_dir=tmp, parent=_procs.identity())

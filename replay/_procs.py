@@ -28,7 +28,7 @@ import signal
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -159,6 +159,32 @@ def write_owner(job_dir: str | os.PathLike[str]) -> None:
     (Path(job_dir) / OWNER_FILE).write_text(json.dumps(identity()))
 
 
+@contextlib.contextmanager
+def job_directory() -> Iterator[str]:
+    """A new job directory owned by this process (:func:`write_owner`), removed on the
+    way out.  A rank that mpiexec has not reaped yet may still write into it while it is
+    removed; the removal is then tried again for up to a second, and what is left is
+    never an error (a later launch's :func:`sweep_stale` removes it)."""
+    tmp = tempfile.mkdtemp(prefix=JOB_PREFIX)
+    try:
+        write_owner(tmp)
+        yield tmp
+    finally:
+        deadline = time.monotonic() + 1.0
+        while True:
+            try:
+                shutil.rmtree(tmp)
+                break
+            except FileNotFoundError:
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    with contextlib.suppress(OSError):  # so that the sweep knows it
+                        write_owner(tmp)
+                    break
+                time.sleep(0.05)
+
+
 def sweep_stale(root: str | os.PathLike[str] | None = None) -> list[str]:
     """Remove this user's job directories whose owner process is dead; their paths."""
     base = Path(root if root is not None else tempfile.gettempdir())
@@ -182,6 +208,7 @@ __all__ = [
     "identity",
     "install_signal_handlers",
     "interrupt_reason",
+    "job_directory",
     "start_watchdog",
     "sweep_stale",
     "write_owner",
