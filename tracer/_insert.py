@@ -25,7 +25,8 @@ from typing import Any
 from sqlalchemy import Engine, insert
 from sqlalchemy.exc import DBAPIError
 
-from ._store import BUSY_TIMEOUT_MS, write_error
+from . import _store
+from ._store import write_error
 
 #: First and largest sleep (s) between attempts to take SQLite's write lock: another
 #: rank's commit holds it for about 0.1 ms, so a short first sleep wastes little.
@@ -141,7 +142,7 @@ class RowWriter:
                 try:
                     self._transaction(raw.driver_connection.cursor(), work)  # type: ignore[union-attr]
                 finally:
-                    raw.driver_connection.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")  # type: ignore[union-attr]
+                    raw.driver_connection.execute(f"PRAGMA busy_timeout={_store.BUSY_TIMEOUT_MS}")  # type: ignore[union-attr]
             finally:
                 raw.close()
         except (sqlite3.Error, DBAPIError) as exc:
@@ -154,7 +155,7 @@ class RowWriter:
             return
         try:
             if self._thread == threading.get_ident():
-                raw.driver_connection.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+                raw.driver_connection.execute(f"PRAGMA busy_timeout={_store.BUSY_TIMEOUT_MS}")
             raw.close()
         except sqlite3.Error:
             pass  # the engine is disposed next, which closes it
@@ -162,7 +163,7 @@ class RowWriter:
     @staticmethod
     def _transaction(cur: sqlite3.Cursor, work: list[tuple[str, list[tuple[Any, ...]]]]) -> None:
         """BEGIN IMMEDIATE .. COMMIT, all of it again while another writer holds the lock."""
-        deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+        deadline = time.monotonic() + _store.BUSY_TIMEOUT_MS / 1000
         wait = FIRST_WAIT_S
         while True:
             try:

@@ -50,20 +50,19 @@ def test_sgdmf_replays_identically_both_ways(tmp_path: Path, ranks: int, threads
 def test_lock_app_is_nondeterministic_unrecorded_but_replays_exactly(tmp_path: Path) -> None:
     app = f"{APPS}:hot_locks"
     outcomes = set()
-    for _ in range(6):
+    for _ in range(6):  # until two differ
         proc = run_cli(["run", app, "--ranks", "2", "--threads", "3", "--no-trace", "--json"])
         assert proc.returncode == 0, proc.stderr
         res = json.loads(proc.stdout)
         outcomes.add(tuple(d["digest"] for d in res["digests"]))
+        if len(outcomes) >= 2:
+            break
     assert len(outcomes) >= 2, "six unrecorded runs gave the same result: nothing to replay"
-    print(f"hot_locks: {len(outcomes)} distinct outcomes in 6 unrecorded runs")
     trace = record(tmp_path, app, "--ranks", "2", "--threads", "3")
-    for _ in range(10):
-        rc, res = replay("cluster", trace)
-        assert rc == 0 and res["identical"], res
-    for _ in range(10):
-        rc, res = replay("single", trace)
-        assert rc == 0 and res["identical"], res
+    for mode in ("cluster", "single"):
+        for _ in range(4):
+            rc, res = replay(mode, trace)
+            assert rc == 0 and res["identical"], res
 
 
 def test_traced_replay_has_the_same_orders_and_digests(tmp_path: Path) -> None:

@@ -36,7 +36,7 @@ HERE = Path(__file__).parent
 APPS = HERE / "nondet_apps.py"
 #: Unrecorded runs per non-determinism check, and replays per mode (issue 5, item 3).
 UNRECORDED_RUNS = 6
-REPLAYS = 10
+REPLAYS = 4
 
 
 def record(tmp_path: Path, app: str, *args: str, name: str = "t.sqlite") -> Path:
@@ -59,6 +59,8 @@ def outcomes_unrecorded(app: str, *args: str) -> set[tuple[str, ...]]:
         assert proc.returncode == 0, proc.stderr
         res = json.loads(proc.stdout)
         outcomes.add(tuple(d["digest"] for d in res["digests"]))
+        if len(outcomes) >= 2:  # the app is shown non-deterministic
+            break
     return outcomes
 
 
@@ -221,7 +223,6 @@ def test_sync_app_is_nondeterministic_unrecorded_but_replays_exactly(
 ) -> None:
     target = f"{APPS}:{app}"
     outcomes = outcomes_unrecorded(target, "--threads", threads)
-    print(f"{app}: {len(outcomes)} distinct outcomes in {UNRECORDED_RUNS} unrecorded runs")
     assert len(outcomes) >= 2, "unrecorded runs all gave the same result: nothing to replay"
     trace = record(tmp_path, target, "--ranks", "2", "--threads", threads)
     for mode in ("cluster", "single"):

@@ -287,8 +287,10 @@ def test_cluster_from_under_mpiexec(traces: dict[str, Path], name: str, op: str)
     assert res["identical"] and res["from"] == {"op": op, "invocation": 2, "step": 2}, res
 
 
-@pytest.mark.parametrize("mode", ["single", "cluster"])
-@pytest.mark.parametrize("name,prefix", [("sgdb2", ""), ("sgdx2", "x3:")])
+@pytest.mark.parametrize(
+    "name,prefix,mode",
+    [("sgdb2", "", "single"), ("sgdb2", "", "cluster"), ("sgdx2", "x3:", "cluster")],
+)
 def test_a_trace_of_an_older_hash_replays_with_its_own_hash(
     traces: dict[str, Path], mode: str, name: str, prefix: str
 ) -> None:
