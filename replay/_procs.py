@@ -175,9 +175,9 @@ def job_directory() -> Iterator[str]:
             try:
                 shutil.rmtree(tmp)
                 break
-            except FileNotFoundError:
-                break
-            except OSError:
+            except OSError:  # a file came (or went) while it was removed
+                if not os.path.lexists(tmp):
+                    break
                 if time.monotonic() > deadline:
                     with contextlib.suppress(OSError):  # so that the sweep knows it
                         write_owner(tmp)
