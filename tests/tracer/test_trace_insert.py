@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from sqlalchemy import Boolean, Float, Integer, LargeBinary, String, Text, select
 
 import tracer._insert as ins
-from tracer import TraceWriteError
+from tracer import TraceWriteError, _store
 from tracer._schema import Base
 from tracer._store import create_store
 
@@ -161,7 +161,7 @@ def test_a_commit_waits_for_another_writer_and_then_lands(tmp_path: Path) -> Non
 def test_a_lock_held_past_the_timeout_is_one_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(ins, "BUSY_TIMEOUT_MS", 100)
+    monkeypatch.setattr(_store, "BUSY_TIMEOUT_MS", 100)  # (read by the writer at each write)
     path = tmp_path / "t.sqlite"
     engine = create_store(path)
     with _locked(path, 1.0), pytest.raises(TraceWriteError, match="database is locked") as err:
