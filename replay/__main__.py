@@ -1,5 +1,5 @@
 """``python -m replay`` runs the command line."""
 
-from replay._cli import main
+from replay._main import main
 
 main()

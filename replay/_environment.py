@@ -130,6 +130,19 @@ def ensure(hash_seed: str | None) -> None:
     pin_blas()
 
 
+def reexec_early(hash_seed: str, args: list[str]) -> None:
+    """Re-execute the CLI as ``replay ARGS`` under ``hash_seed`` now, before it has
+    imported the engine, the tracer and SQLAlchemy (~1.5 s), when :func:`ensure` would
+    re-execute it later anyway; otherwise do nothing (:func:`ensure` still decides,
+    warns and pins BLAS)."""
+    if (
+        current_hash_seed() != hash_seed
+        and os.environ.get(REEXEC_MARKER) != hash_seed
+        and "mpi4py.MPI" not in sys.modules
+    ):
+        _reexec(hash_seed, args)
+
+
 def _reexec(hash_seed: str, args: list[str]) -> None:
     env = dict(os.environ, **worker_env(hash_seed))
     env[REEXEC_MARKER] = hash_seed

@@ -40,8 +40,6 @@ import heapq
 from dataclasses import dataclass, field, replace
 
 import numpy as np
-from scipy.sparse import coo_matrix
-from scipy.sparse.csgraph import connected_components
 
 from .._asyncfor.recon import AccessSets
 from .._data.dds import SLOT_BITS
@@ -126,6 +124,10 @@ def component_labels(sets: AccessSets, batch: int | None = None) -> np.ndarray:
     if batch is not None and batch < n:
         elems = elems + (rows // batch) * m
         m = m * ((n + batch - 1) // batch)
+    # scipy loads on the first plan, not with every process that imports the engine (~0.3 s)
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
     graph = coo_matrix((np.ones(len(rows), dtype=np.int8), (rows, n + elems)), shape=(n + m, n + m))
     _, labels = connected_components(graph, directed=False)
     return labels[:n]

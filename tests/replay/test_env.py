@@ -98,6 +98,28 @@ def test_user_started_mpiexec_ranks_reexecute_with_one_seed(tmp_path: Path) -> N
     assert proc.returncode == 0 and json.loads(proc.stdout)["identical"], proc.stderr
 
 
+def _cli_loads(stderr: str) -> int:
+    """How many times a process of this command imported the CLI (PYTHONPROFILEIMPORTTIME)."""
+    return sum(line.rstrip().endswith("| replay._cli") for line in stderr.splitlines())
+
+
+@pytest.mark.parametrize("caller", ["random", "0", "31"])
+def test_a_command_that_runs_here_loads_the_cli_once(tmp_path: Path, caller: str) -> None:
+    """The CLI re-executes itself for the hash seed before loading its modules (~1.5 s),
+    not after (every in-process run would start twice); a replay whose recorded seed
+    differs from the caller's re-executes once more, still correctly."""
+    trace = tmp_path / "t.sqlite"
+    env = {"PYTHONHASHSEED": caller, "PYTHONPROFILEIMPORTTIME": "1"}
+    proc = run_cli(["run", APP, "--trace", str(trace), "--json"], env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert _cli_loads(proc.stderr) == 1
+    recorded = "0" if caller == "random" else caller
+    assert tracer.open(trace).run().info.environment["PYTHONHASHSEED"] == recorded
+    proc = run_cli(["single", str(trace), "--json"], env=dict(env, PYTHONHASHSEED="random"))
+    assert proc.returncode == 0 and json.loads(proc.stdout)["identical"], proc.stderr[-2000:]
+    assert _cli_loads(proc.stderr) == (1 if recorded == "0" else 2)
+
+
 def _set_versions(trace: Path, **changed: str) -> None:
     with sqlite3.connect(trace) as con:
         (text,) = con.execute("SELECT versions FROM run").fetchone()

@@ -1,0 +1,35 @@
+"""The ``replay`` console script and ``python -m replay``.
+
+A command that runs a program in this process needs the run's hash seed, and a running
+interpreter cannot change its own: the CLI re-executes itself (``_environment.ensure``).
+Doing that after loading the whole CLI would import everything twice, so this entry
+re-executes first, under the seed a new run takes (the user's ``PYTHONHASHSEED`` if it
+is a number, else 0; a replay's recorded seed is almost always that one too), and only
+then loads the CLI.  ``ensure`` still checks the exact seed each command needs.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from . import _environment
+
+#: Commands that may call ``_environment.ensure`` in this process.
+RUNS_HERE = frozenset(
+    {"run", "demo", "dual", "chaos", "cluster", "single", "resume", "history", "watch"}
+)
+
+
+def command_of(args: list[str]) -> str | None:
+    """The command name in ``replay ARGS`` (None: no command, e.g. ``--help``)."""
+    return next((a for a in args if not a.startswith("-")), None)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    args = sys.argv[1:]
+    if command_of(args) in RUNS_HERE:
+        _environment.reexec_early(_environment.choose_hash_seed(), args)
+    from ._cli import main as cli_main
+
+    cli_main()
