@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -48,6 +49,19 @@ def run_cli(args: list[str], timeout: float = MPI_TIMEOUT, **kw) -> subprocess.C
         return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, **kw)
     except subprocess.TimeoutExpired as exc:
         pytest.fail(f"replay {' '.join(args)} timed out after {timeout} s: {exc.stderr!r}")
+
+
+def unrecorded_outcomes(app: str, *args: str, runs: int = 6) -> set[tuple[str, ...]]:
+    """The digests of up to ``runs`` untraced 2-rank runs of ``app``, stopping once two
+    differ (enough to show the app non-deterministic)."""
+    outcomes: set[tuple[str, ...]] = set()
+    for _ in range(runs):
+        proc = run_cli(["run", app, "--ranks", "2", *args, "--no-trace", "--json"])
+        assert proc.returncode == 0, proc.stderr
+        outcomes.add(tuple(d["digest"] for d in json.loads(proc.stdout)["digests"]))
+        if len(outcomes) >= 2:
+            break
+    return outcomes
 
 
 @pytest.fixture(autouse=True)

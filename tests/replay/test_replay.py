@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import tracer
-from tests.conftest import run_cli, run_mpi
+from tests.conftest import run_cli, run_mpi, unrecorded_outcomes
 
 HERE = Path(__file__).parent
 ROOT = HERE.parent.parent
@@ -49,14 +49,7 @@ def test_sgdmf_replays_identically_both_ways(tmp_path: Path, ranks: int, threads
 
 def test_lock_app_is_nondeterministic_unrecorded_but_replays_exactly(tmp_path: Path) -> None:
     app = f"{APPS}:hot_locks"
-    outcomes = set()
-    for _ in range(6):  # until two differ
-        proc = run_cli(["run", app, "--ranks", "2", "--threads", "3", "--no-trace", "--json"])
-        assert proc.returncode == 0, proc.stderr
-        res = json.loads(proc.stdout)
-        outcomes.add(tuple(d["digest"] for d in res["digests"]))
-        if len(outcomes) >= 2:
-            break
+    outcomes = unrecorded_outcomes(app, "--threads", "3", runs=6)
     assert len(outcomes) >= 2, "six unrecorded runs gave the same result: nothing to replay"
     trace = record(tmp_path, app, "--ranks", "2", "--threads", "3")
     for mode in ("cluster", "single"):

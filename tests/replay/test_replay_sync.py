@@ -29,7 +29,7 @@ from engine._machines.ssp import (
 )
 from engine._syncfor.drive import SeededDelays, use_delays
 from engine.lowlevel import MutexLog, Schedule, VisibilityLog
-from tests.conftest import run_cli
+from tests.conftest import run_cli, unrecorded_outcomes
 from tests.replay import nondet_apps
 
 HERE = Path(__file__).parent
@@ -50,18 +50,6 @@ def replay(mode: str, trace: Path, *args: str, **kw: Any) -> tuple[int, dict]:
     proc = run_cli([mode, str(trace), *args, "--json"], **kw)
     assert proc.stdout.strip(), proc.stderr
     return proc.returncode, json.loads(proc.stdout)
-
-
-def outcomes_unrecorded(app: str, *args: str) -> set[tuple[str, ...]]:
-    outcomes = set()
-    for _ in range(UNRECORDED_RUNS):
-        proc = run_cli(["run", app, "--ranks", "2", *args, "--no-trace", "--json"])
-        assert proc.returncode == 0, proc.stderr
-        res = json.loads(proc.stdout)
-        outcomes.add(tuple(d["digest"] for d in res["digests"]))
-        if len(outcomes) >= 2:  # the app is shown non-deterministic
-            break
-    return outcomes
 
 
 # ============================================================ the clock machine, scripted
@@ -222,7 +210,7 @@ def test_sync_app_is_nondeterministic_unrecorded_but_replays_exactly(
     tmp_path: Path, app: str, threads: str
 ) -> None:
     target = f"{APPS}:{app}"
-    outcomes = outcomes_unrecorded(target, "--threads", threads)
+    outcomes = unrecorded_outcomes(target, "--threads", threads, runs=UNRECORDED_RUNS)
     assert len(outcomes) >= 2, "unrecorded runs all gave the same result: nothing to replay"
     trace = record(tmp_path, target, "--ranks", "2", "--threads", threads)
     for mode in ("cluster", "single"):
