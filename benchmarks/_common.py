@@ -29,6 +29,14 @@ def dataset(synthetic: bool) -> tuple[str, list[str]]:
     return "synthetic", ["-p", "synthetic=true"]
 
 
+def extract_rev(rev: str, into: Path) -> Path:
+    """Git ``rev`` of this repository extracted into the existing directory ``into`` (a
+    baseline tree to run side by side with this one, ``PYTHONPATH`` on it)."""
+    archive = subprocess.run(["git", "archive", rev], cwd=ROOT, capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
+    return into
+
+
 def replay_run(args: list[str], timeout: float = 1800) -> dict[str, Any]:
     """Run ``replay run ... --json`` and return its JSON object."""
     return replay_cmd(["run", *args], timeout)

@@ -23,7 +23,7 @@ import time
 from datetime import date
 from pathlib import Path
 
-from _common import ROOT
+from _common import ROOT, extract_rev
 
 APP = f"{ROOT / 'tests' / 'replay' / 'env_apps.py'}:hash_order"
 COMMANDS = {
@@ -59,13 +59,8 @@ def main() -> None:
         work = Path(tmp)
         trees = {"after": ROOT}
         if opts.baseline is not None:
-            before = work / "before"
-            before.mkdir()
-            archive = subprocess.run(
-                ["git", "archive", opts.baseline], cwd=ROOT, capture_output=True, check=True
-            ).stdout
-            subprocess.run(["tar", "-x", "-C", str(before)], input=archive, check=True)
-            trees = {"before": before, "after": ROOT}
+            (work / "before").mkdir()
+            trees = {"before": extract_rev(opts.baseline, work / "before"), "after": ROOT}
         _time(ROOT, ["run", APP, "--trace", str(work / "shown.sqlite")], work)
         runs: dict[str, dict[str, list[float]]] = {k: {c: [] for c in COMMANDS} for k in trees}
         for _ in range(opts.repeats):

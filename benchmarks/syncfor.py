@@ -28,7 +28,7 @@ from datetime import date
 from pathlib import Path
 
 import numpy as np
-from _common import ENV, ROOT, replay_run, steady
+from _common import ENV, ROOT, extract_rev, replay_run, steady
 
 sys.path.insert(0, str(ROOT))
 
@@ -101,11 +101,7 @@ def per_clock_overhead(repeat: int, baseline: str | None) -> dict[str, object]:
     tmp = None
     if baseline is not None:
         tmp = tempfile.TemporaryDirectory(prefix="syncfor-baseline-")
-        archive = subprocess.run(
-            ["git", "archive", baseline], cwd=ROOT, capture_output=True, check=True
-        ).stdout
-        subprocess.run(["tar", "-x", "-C", tmp.name], input=archive, check=True)
-        trees = {"before": Path(tmp.name), "after": ROOT}
+        trees = {"before": extract_rev(baseline, Path(tmp.name)), "after": ROOT}
     runs: dict[str, dict[str, list[float]]] = {k: {} for k in trees}
     try:
         for _ in range(repeat):

@@ -118,27 +118,23 @@ def ensure(hash_seed: str | None) -> None:
     this interpreter's seed.
     """
     if hash_seed is not None and current_hash_seed() != hash_seed:
-        if (
-            _reexec_args is not None
-            and os.environ.get(REEXEC_MARKER) != hash_seed
-            and "mpi4py.MPI" not in sys.modules  # MPI_Init cannot run twice in one pid
-        ):
-            _reexec(hash_seed, _reexec_args)
+        if _reexec_args is not None:
+            reexec_for(hash_seed, _reexec_args)
         msg = hash_seed_problem({HASH_SEED: hash_seed})
         if msg is not None:
             warnings.warn(msg, ReplayEnvironmentWarning, stacklevel=2)
     pin_blas()
 
 
-def reexec_early(hash_seed: str, args: list[str]) -> None:
-    """Re-execute the CLI as ``replay ARGS`` under ``hash_seed`` now, before it has
-    imported the engine, the tracer and SQLAlchemy (~1.5 s), when :func:`ensure` would
-    re-execute it later anyway; otherwise do nothing (:func:`ensure` still decides,
-    warns and pins BLAS)."""
+def reexec_for(hash_seed: str, args: list[str]) -> None:
+    """Re-execute the CLI as ``replay ARGS`` under ``hash_seed``, unless this process
+    already has that seed, was already re-executed for it (``python -E`` ignores the
+    variable) or has initialised MPI.  The console script calls it before importing the
+    CLI (~1.5 s), so that :func:`ensure` rarely has to after."""
     if (
         current_hash_seed() != hash_seed
         and os.environ.get(REEXEC_MARKER) != hash_seed
-        and "mpi4py.MPI" not in sys.modules
+        and "mpi4py.MPI" not in sys.modules  # MPI_Init cannot run twice in one pid
     ):
         _reexec(hash_seed, args)
 

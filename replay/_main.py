@@ -29,7 +29,7 @@ def main() -> None:
     """Console-script entry point."""
     args = sys.argv[1:]
     if command_of(args) in RUNS_HERE:
-        _environment.reexec_early(_environment.choose_hash_seed(), args)
+        _environment.reexec_for(_environment.choose_hash_seed(), args)
     from ._cli import main as cli_main
 
     cli_main()
