@@ -33,6 +33,7 @@ from ._errors import ClosureRuleError as ClosureRuleError
 from ._errors import DataFormatError as DataFormatError
 from ._errors import DDSError as DDSError
 from ._errors import DivergenceError as DivergenceError
+from ._errors import DriverCapturesDivergedError as DriverCapturesDivergedError
 from ._errors import DriverDivergenceError as DriverDivergenceError
 from ._errors import DriverStepsDivergedError as DriverStepsDivergedError
 from ._errors import EngineError as EngineError
@@ -65,6 +66,7 @@ __all__ = [
     "DataFormatError",
     "DebugHooks",
     "DivergenceError",
+    "DriverCapturesDivergedError",
     "DriverDivergenceError",
     "DriverStepsDivergedError",
     "EngineError",

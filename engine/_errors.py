@@ -184,6 +184,34 @@ class DriverDivergenceError(EngineError, RuntimeError):
         )
 
 
+class DriverCapturesDivergedError(DriverDivergenceError):
+    """A loop body reads a number from outside DDS (a closure variable, a global, a
+    default or kernel argument) whose value differs between MPI ranks: an unseeded random
+    number, the time or the process id taken in the driver.  The bodies of each rank would
+    compute with their own value, and no digest or objective would tell, so every rank
+    compares the numbers its body can reach at each loop invocation, before any body
+    runs; raised on every rank."""
+
+    def __init__(self, op: str, label: str, shown: list[str]) -> None:
+        self.name, self.iteration, self.values = "", -1, []
+        self.op, self.label, self.shown = op, label, shown
+        groups: dict[str, list[int]] = {}
+        for rank, text in enumerate(shown):
+            groups.setdefault(text, []).append(rank)
+        parts = [
+            f"{text} on rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"
+            for text, ranks in groups.items()
+        ]
+        per_rank = f"{', '.join(parts[:-1])} and {parts[-1]}" if len(parts) > 1 else parts[0]
+        RuntimeError.__init__(
+            self,
+            f"the driver diverged between MPI ranks: the body of {op} reads {label}, which "
+            f"is {per_rank}; every rank must compute the same values (a random number, time "
+            "or process id taken in one rank's driver breaks this): seed it, compute it "
+            "from the data, or keep it in a DDS",
+        )
+
+
 class DriverStepsDivergedError(DriverDivergenceError):
     """The SPMD driver reached different operations on different MPI ranks (a loop count,
     branch or operator range taken from one rank's Python state).  Every rank checks at

@@ -38,6 +38,7 @@ import threading
 import time
 import types
 import weakref
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,7 +47,7 @@ from typing import Any
 import numpy as np
 
 from .._data.dds import _DDS
-from .._errors import ClosureRuleError
+from .._errors import ClosureRuleError, DriverCapturesDivergedError
 
 _checked: dict[Any, None] = {}
 
@@ -782,4 +783,95 @@ def finish(body: Callable[..., Any]) -> None:
         body.finish()
 
 
-__all__ = ["BodyGuard", "check_body", "finish", "guard", "reachable"]
+# ====================================================================== numbers across ranks
+# Every rank runs the same driver, so a body must see the same values on every rank.  A
+# value that lives in one rank's Python objects (an unseeded random number, the time, the
+# process id) makes each rank's bodies compute something else, and nothing downstream
+# tells: the owners' rows are exchanged as written, objectives are collectives, and a
+# replay repeats each rank's value.  So at every invocation under MPI each rank sends the
+# numbers its body can reach along with the driver step it is at (one allgather that
+# happens anyway), and a difference stops every rank before any body runs.  Numbers only:
+# a captured string or label may well differ (a log prefix), and containers of other
+# things are the closure guard's business (it sees them change, not differ).
+
+#: A captured array is compared when it holds at most this many bytes; larger ones are
+#: data, which belongs in a DDS (cost per invocation vs. reach).
+AGREE_ARRAY_BYTES = 4096
+#: A captured tuple of numbers is compared when it has at most this many items.
+AGREE_TUPLE_ITEMS = 64
+#: Longest value text shown in the error.
+_SHOWN = 60
+
+_NUMBER = (bool, int, float, complex, np.number, np.bool_)
+
+
+def _number_key(v: Any) -> tuple[str, str] | None:
+    """(exact text, short text) of a number, a tuple of numbers or a small numeric
+    array; None for anything else."""
+    if isinstance(v, _NUMBER):
+        text = repr(v)
+        return text, text
+    if isinstance(v, tuple) and 0 < len(v) <= AGREE_TUPLE_ITEMS:
+        if all(isinstance(x, _NUMBER) for x in v):
+            text = repr(v)
+            return text, text
+        return None
+    if isinstance(v, np.ndarray) and v.dtype.kind in "biufc" and v.nbytes <= AGREE_ARRAY_BYTES:
+        exact = f"{v.dtype.str}{v.shape}{np.ascontiguousarray(v).tobytes().hex()}"
+        return exact, " ".join(np.array2string(v, threshold=6, precision=8).split())
+    return None
+
+
+def captured_numbers(fn: Any, bound: tuple[Any, ...] = ()) -> list[tuple[str, str, str, str]]:
+    """(place, description, exact text, short text) of every number body ``fn`` can read
+    outside DDS: closure variables, globals, default arguments and the same in the user
+    functions it calls, then ``bound``, the arguments a kernel is bound to (``fn`` its
+    Python function, whose parameters after the index name them).  The place leaves the
+    type out (ranks compare by it); the description has it (the error shows it)."""
+    if not isinstance(fn, types.FunctionType):
+        return []
+    out = []
+    for root in reachable(fn):
+        value = root.read()
+        key = _number_key(value)
+        if key is not None:
+            place = f"{root.label} {root.note} {root.via}"
+            out.append((place, root.describe(), *key))
+    names = fn.__code__.co_varnames[1 : 1 + len(bound)]
+    for name, value in zip(names, bound, strict=False):
+        key = _number_key(value)
+        if key is not None:
+            what = f"{name!r} ({type(value).__name__}, argument of {_short(fn)})"
+            out.append((f"argument {name}", what, *key))
+    return out
+
+
+def check_same_numbers(op: str, per_rank: list[Any]) -> None:
+    """Raise :class:`DriverCapturesDivergedError` (on every rank alike) if the ranks'
+    :func:`captured_numbers` differ; ``per_rank`` is every rank's list, in rank order."""
+    if all(p == per_rank[0] for p in per_rank):
+        return
+    tables = [{place: rest for place, *rest in p or ()} for p in per_rank]
+    places = list(dict.fromkeys(place for t in tables for place in t))
+    for place in places:
+        seen = [t.get(place, ("", "", "not a number")) for t in tables]
+        if len({exact for _, exact, _ in seen}) > 1:
+            what = next(d for d, _, _ in seen if d)
+            shown = [s if len(s) <= _SHOWN else s[: _SHOWN - 1] + "…" for _, _, s in seen]
+            if len(set(shown)) < len({exact for _, exact, _ in seen}):  # alike when short
+                shown = [
+                    f"{s} (#{zlib.crc32(e.encode()):08x})"
+                    for s, (_, e, _) in zip(shown, seen, strict=True)
+                ]
+            raise DriverCapturesDivergedError(op, what, shown)
+
+
+__all__ = [
+    "BodyGuard",
+    "captured_numbers",
+    "check_body",
+    "check_same_numbers",
+    "finish",
+    "guard",
+    "reachable",
+]

@@ -1,0 +1,61 @@
+"""Drivers that take a number from one rank's Python state and hand it to a loop body.
+
+Each rank computes ``0.1 * (1 + rank)`` where a correct driver would compute one value
+for all (an unseeded random number, the time or the process id behave the same way,
+only less predictably).  ``where`` says how the body gets it.  Nothing downstream can
+tell: each rank's bodies write the rows its node owns, those rows are exchanged as
+written, and the objective is a collective, so it is the same on every rank.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+import engine as ap
+
+RANK = int(os.environ.get("PMI_RANK", "0"))
+#: Read by :func:`_scaled`, a helper the body calls: a global one call away.
+SCALE = 1.0
+
+
+@ap.kernel
+def _add_kernel(j: int, X: Any, lr: float) -> None:
+    X[j] = X[j] + lr
+
+
+def _scaled(x: float) -> float:
+    return x * SCALE
+
+
+def lr_app(where: str = "closure", epochs: int = 2, n: int = 16) -> None:
+    """``where``: closure, kernel (a kernel argument), helper (a global a helper reads),
+    sync (a ``sync_for`` body), same (one value everywhere; the body still captures a
+    per-rank label, which is no number and may differ)."""
+    global SCALE
+    X = ap.dvector(n, shape=(), init=ap.init.zeros(), name="X")
+    per_rank = 0.1 * (1 + RANK)
+    lr = 0.1 if where in ("same", "helper") else per_rank
+    if where == "helper":
+        SCALE = 1.0 + RANK
+    tag = f"[rank {RANK}]"
+    data = ap.dvector(n, shape=(1,), data=np.ones((n, 1)), name="data")
+    for _ in range(epochs):
+
+        def body(j: int) -> None:
+            if j < 0:
+                print(tag)  # never runs; a captured string may differ between ranks
+            X[j] = X[j] + _scaled(lr)
+
+        def sync_body(batch: Any) -> None:
+            X[0] += lr * float(batch.values.sum())
+
+        if where == "kernel":
+            ap.async_for(0, n, _add_kernel.bind(X, lr), name="add")
+        elif where == "sync":
+            ap.sync_for(data, 4, sync_body, sync="bsp", name="add")
+        else:
+            ap.async_for(0, n, body, name="add")
+        ap.log_objective("s", float(X.gather().sum()))

@@ -1,0 +1,55 @@
+"""A number a loop body reads from one rank's Python state stops the run on every rank.
+
+Without the check these runs finish with exit 0 and a result no serial run computes
+(``rank_state_apps`` says why nothing downstream notices)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_cli
+
+APP = f"{Path(__file__).parent / 'rank_state_apps.py'}:lr_app"
+
+CASES = {
+    "closure": ("async_for 'add' (invocation 0) reads 'lr' (float)", "0.1", "0.2"),
+    "kernel": ("reads 'lr' (float, argument of _add_kernel)", "0.1", "0.2"),
+    "helper": ("reads 'SCALE' (float, global in rank_state_apps.py) via _scaled()", "1.0", "2.0"),
+    "sync": ("sync_for 'add' (invocation 0) reads 'lr' (float)", "0.1", "0.2"),
+}
+
+
+def _errors(stderr: str) -> list[str]:
+    return [ln for ln in stderr.splitlines() if ln.startswith("replay: error")]
+
+
+@pytest.mark.parametrize("where", sorted(CASES))
+def test_a_per_rank_number_in_a_body_stops_the_run(where: str, tmp_path: Path) -> None:
+    args = ["run", APP, "-p", f"where={where}", "--ranks", "2", "--timeout", "90"]
+    proc = run_cli([*args, "--trace", str(tmp_path / "t.sqlite")], cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    (line,) = _errors(proc.stderr)
+    what, v0, v1 = CASES[where]
+    assert "the driver diverged between MPI ranks" in line and what in line, line
+    assert f"which is {v0} on rank 0 and {v1} on rank 1" in line, line
+    assert "Traceback" not in proc.stderr
+
+
+def test_three_ranks_name_each_value_and_the_dual_test_says_the_same(tmp_path: Path) -> None:
+    proc = run_cli(["run", APP, "--ranks", "3", "--no-trace", "--timeout", "90"], cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    (line,) = _errors(proc.stderr)
+    assert "which is 0.1 on rank 0, 0.2 on rank 1 and 0.30000000000000004 on rank 2" in line
+    proc = run_cli(["dual", APP, "--ranks", "2", "--no-trace", "--timeout", "90"], cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    (line,) = _errors(proc.stderr)
+    assert "reads 'lr' (float), which is 0.1 on rank 0 and 0.2 on rank 1" in line
+
+
+def test_the_same_numbers_and_a_per_rank_label_run(tmp_path: Path) -> None:
+    args = ["run", APP, "-p", "where=same", "--ranks", "2", "--no-trace", "--timeout", "90"]
+    proc = run_cli(args, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "final s = 3.2" in proc.stdout
