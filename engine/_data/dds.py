@@ -26,12 +26,14 @@ from __future__ import annotations
 
 import hashlib
 import math
+import pickle
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
+import xxhash
 
-from .._errors import AccessOutsideReconError, DDSError
+from .._errors import AccessOutsideReconError, DDSError, DriverStepsDivergedError
 from .._runtime.checkpoint import collective
 from .._runtime.session import _tls, current
 from . import digest as _digest
@@ -310,6 +312,28 @@ class _DDS:
 
 
 # ====================================================================== dvector
+def _check_same_data(sess: Any, what: str, full: Any) -> None:
+    """Under MPI every rank must create a DDS from the same data: each node keeps a whole
+    replica, so a rank that loads its own shard, or draws unseeded random numbers, gives
+    the nodes different copies of the rows they do not own, and reads of those rows would
+    differ between ranks without any digest noticing.  One hash of the data per rank,
+    compared in the step check every driver operation makes; object rows are hashed
+    pickled (rows that cannot be pickled are not compared)."""
+    if not sess.cluster.is_mpi:
+        return
+    if isinstance(full, np.ndarray):
+        head = f"{full.dtype.str}{full.shape}".encode()
+        text = xxhash.xxh3_128_hexdigest(head + np.ascontiguousarray(full).tobytes())
+    else:
+        try:
+            text = xxhash.xxh3_128_hexdigest(pickle.dumps(full, protocol=5))
+        except Exception:  # noqa: BLE001 - unpicklable rows: nothing to compare
+            text = "unpicklable"
+    got = sess.agree(f"{what} from data", text)
+    if len(set(got)) > 1:
+        raise DriverStepsDivergedError([f"{what} from data #{t[:8]}" for t in got], verb="created")
+
+
 class dvector(_DDS):  # noqa: N801 - the name is part of the user API
     """A distributed vector of ``n`` elements, range-partitioned over the nodes.
 
@@ -386,6 +410,7 @@ class dvector(_DDS):  # noqa: N801 - the name is part of the user API
                 full = list(data)
                 if len(full) != n:
                     raise DDSError(f"dvector {self._name}: data has {len(full)} items, n={n}")
+            _check_same_data(sess, f"dvector {self._name!r}", full)
         elif self._numeric and init is not None:
             full = init(sess.init_rng(self._name), (n, *self._shape), self._dtype)
         else:

@@ -32,10 +32,17 @@ def _scaled(x: float) -> float:
 
 def lr_app(where: str = "closure", epochs: int = 2, n: int = 16) -> None:
     """``where``: closure, kernel (a kernel argument), helper (a global a helper reads),
-    sync (a ``sync_for`` body), same (one value everywhere; the body still captures a
-    per-rank label, which is no number and may differ)."""
+    sync (a ``sync_for`` body), shard (``X`` created from per-rank data, as MPI programs
+    load a shard per rank), shard_objects (the same with Python objects), same (one value
+    everywhere; the body still captures a per-rank label, which is no number and may
+    differ)."""
     global SCALE
-    X = ap.dvector(n, shape=(), init=ap.init.zeros(), name="X")
+    if where == "shard":
+        X = ap.dvector(n, shape=(), data=np.full(n, float(RANK)), name="X")
+    else:
+        X = ap.dvector(n, shape=(), init=ap.init.zeros(), name="X")
+    if where == "shard_objects":
+        ap.dvector(n, shape=None, data=[{"rank": RANK}] * n, name="O")
     per_rank = 0.1 * (1 + RANK)
     lr = 0.1 if where in ("same", "helper") else per_rank
     if where == "helper":

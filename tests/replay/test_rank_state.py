@@ -37,6 +37,16 @@ def test_a_per_rank_number_in_a_body_stops_the_run(where: str, tmp_path: Path) -
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.parametrize("where,name", [("shard", "X"), ("shard_objects", "O")])
+def test_a_dds_made_from_per_rank_data_stops_the_run(where: str, name: str, tmp_path: Path) -> None:
+    args = ["run", APP, "-p", f"where={where}", "--ranks", "2", "--no-trace", "--timeout", "90"]
+    proc = run_cli(args, cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    (line,) = _errors(proc.stderr)
+    assert f"rank 0 created dvector '{name}' from data #" in line, line
+    assert f"rank 1 created dvector '{name}' from data #" in line, line
+
+
 def test_three_ranks_name_each_value_and_the_dual_test_says_the_same(tmp_path: Path) -> None:
     proc = run_cli(["run", APP, "--ranks", "3", "--no-trace", "--timeout", "90"], cwd=tmp_path)
     assert proc.returncode == 1, proc.stderr
