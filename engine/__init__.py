@@ -36,6 +36,7 @@ from ._errors import DivergenceError as DivergenceError
 from ._errors import DriverCapturesDivergedError as DriverCapturesDivergedError
 from ._errors import DriverDivergenceError as DriverDivergenceError
 from ._errors import DriverStepsDivergedError as DriverStepsDivergedError
+from ._errors import DriverWritesDivergedError as DriverWritesDivergedError
 from ._errors import EngineError as EngineError
 from ._errors import InputFileError as InputFileError
 from ._errors import KernelError as KernelError
@@ -69,6 +70,7 @@ __all__ = [
     "DriverCapturesDivergedError",
     "DriverDivergenceError",
     "DriverStepsDivergedError",
+    "DriverWritesDivergedError",
     "EngineError",
     "InputFileError",
     "Kernel",

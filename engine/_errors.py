@@ -157,6 +157,18 @@ class PeerRankFailed(EngineError, RuntimeError):
         super().__init__(f"rank {rank} failed in a step all ranks run together; see its error")
 
 
+def _per_rank(texts: list[str]) -> str:
+    """``a on rank 0 and b on ranks 1, 2``: each rank's text, ranks with the same together."""
+    groups: dict[str, list[int]] = {}
+    for rank, text in enumerate(texts):
+        groups.setdefault(text, []).append(rank)
+    parts = [
+        f"{text} on rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"
+        for text, ranks in groups.items()
+    ]
+    return f"{', '.join(parts[:-1])} and {parts[-1]}" if len(parts) > 1 else parts[0]
+
+
 class DriverDivergenceError(EngineError, RuntimeError):
     """The SPMD driver computed different values on different MPI ranks.
 
@@ -195,20 +207,31 @@ class DriverCapturesDivergedError(DriverDivergenceError):
     def __init__(self, op: str, label: str, shown: list[str]) -> None:
         self.name, self.iteration, self.values = "", -1, []
         self.op, self.label, self.shown = op, label, shown
-        groups: dict[str, list[int]] = {}
-        for rank, text in enumerate(shown):
-            groups.setdefault(text, []).append(rank)
-        parts = [
-            f"{text} on rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"
-            for text, ranks in groups.items()
-        ]
-        per_rank = f"{', '.join(parts[:-1])} and {parts[-1]}" if len(parts) > 1 else parts[0]
         RuntimeError.__init__(
             self,
             f"the driver diverged between MPI ranks: the body of {op} reads {label}, which "
-            f"is {per_rank}; every rank must compute the same values (a random number, time "
-            "or process id taken in one rank's driver breaks this): seed it, compute it "
-            "from the data, or keep it in a DDS",
+            f"is {_per_rank(shown)}; every rank must compute the same values (a random "
+            "number, time or process id taken in one rank's driver breaks this): seed it, "
+            "compute it from the data, or keep it in a DDS",
+        )
+
+
+class DriverWritesDivergedError(DriverDivergenceError):
+    """The driver wrote different DDS elements or values on different MPI ranks.  The
+    driver writes every replica a rank holds (SPMD: each rank makes the same write), so a
+    value from one rank's Python state would give the nodes different copies of the
+    element, which no digest of the owners' rows sees; each rank's writes are compared at
+    the next driver operation, and this is raised on every rank."""
+
+    def __init__(self, before: str, what: str, verb: str, writes: list[str]) -> None:
+        self.name, self.iteration, self.values = "", -1, []
+        self.before, self.writes = before, writes
+        RuntimeError.__init__(
+            self,
+            f"the driver diverged between MPI ranks: {what} before {before} {verb} "
+            f"{_per_rank(writes)}; every rank must write the same (a random number, the "
+            "time or a shard of data taken in one rank's driver breaks this): compute it "
+            "the same way on every rank",
         )
 
 

@@ -70,6 +70,29 @@ def stable_hash(key: Any) -> int:
     return int.from_bytes(hashlib.blake2b(repr(key).encode(), digest_size=8).digest(), "little")
 
 
+def value_bytes(value: Any) -> bytes:
+    """What a driver write's value is compared by across ranks: an array's dtype, shape and
+    bytes; anything else pickled (its type name alone if it cannot be pickled)."""
+    if isinstance(value, np.ndarray):
+        head = f"{value.dtype.str}{value.shape}".encode()
+        return head + np.ascontiguousarray(value).tobytes()
+    try:
+        return pickle.dumps(value, protocol=5)
+    except Exception:  # noqa: BLE001 - not picklable: its type is all that compares
+        return type(value).__qualname__.encode()
+
+
+def _shown(value: Any, width: int = 60) -> str:
+    """A value as the divergence errors show it, on one line of at most ``width``."""
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        text = repr(value.item())
+    elif isinstance(value, np.ndarray):
+        text = " ".join(np.array2string(value, threshold=6, precision=8).split())
+    else:
+        text = repr(value)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
 class _Recon:
     """The access log of the body running under reconnaissance execution."""
 
@@ -206,6 +229,15 @@ class _DDS:
         """Every write path calls this: it is what invalidates the cached digest."""
         self._version += 1
 
+    def _note_driver_write(self, key: Any, value: Any) -> None:
+        """Under MPI, hand a driver write to the session, which compares every rank's
+        writes at the next driver operation (each rank writes every replica it holds)."""
+        if not self._sess.cluster.is_mpi:
+            return
+        if isinstance(value, np.generic):  # a row of a 1-d numeric DDS, as an array
+            value = np.asarray(value)
+        self._sess.note_write(self._desc(key), value_bytes(value), lambda: _shown(value))
+
     def _bind(self, node: int) -> None:
         """Serve accesses from ``node``'s replica, checked against its guard map."""
         self._buf = self._bufs[node]
@@ -317,19 +349,11 @@ def _check_same_data(sess: Any, what: str, full: Any) -> None:
     replica, so a rank that loads its own shard, or draws unseeded random numbers, gives
     the nodes different copies of the rows they do not own, and reads of those rows would
     differ between ranks without any digest noticing.  One hash of the data per rank,
-    compared in the step check every driver operation makes; object rows are hashed
-    pickled (rows that cannot be pickled are not compared)."""
+    compared in the step check every driver operation makes (:func:`value_bytes`)."""
     if not sess.cluster.is_mpi:
         return
-    if isinstance(full, np.ndarray):
-        head = f"{full.dtype.str}{full.shape}".encode()
-        text = xxhash.xxh3_128_hexdigest(head + np.ascontiguousarray(full).tobytes())
-    else:
-        try:
-            text = xxhash.xxh3_128_hexdigest(pickle.dumps(full, protocol=5))
-        except Exception:  # noqa: BLE001 - unpicklable rows: nothing to compare
-            text = "unpicklable"
-    got = sess.agree(f"{what} from data", text)
+    text = xxhash.xxh3_128_hexdigest(value_bytes(full))
+    got = sess.agree(f"creating {what} from data", text)
     if len(set(got)) > 1:
         raise DriverStepsDivergedError([f"{what} from data #{t[:8]}" for t in got], verb="created")
 
@@ -476,6 +500,7 @@ class dvector(_DDS):  # noqa: N801 - the name is part of the user API
         for buf in self._bufs.values():
             buf[s] = v
         self._touch()
+        self._note_driver_write(s, v)
 
     def __iter__(self) -> Iterator[Any]:
         for s in range(self._n):
@@ -607,6 +632,10 @@ class dmap(_DDS):  # noqa: N801 - the name is part of the user API
                 buf.extend(values)
         self._buf = self._bufs[self._sess.current_node]
         self._touch()
+        if self._sess.cluster.is_mpi:
+            rows = self._bufs[self._sess.current_node]
+            for k, key in enumerate(keys):
+                self._note_driver_write(key, rows[start + k])
 
     def owner(self, key: Any) -> int:
         """The node that owns ``key``."""
@@ -662,6 +691,7 @@ class dmap(_DDS):  # noqa: N801 - the name is part of the user API
         for buf in self._bufs.values():
             buf[s] = v
         self._touch()
+        self._note_driver_write(key, v)
 
     def gather(self) -> np.ndarray:
         """All values in key insertion order (object dtype for Python elements)."""

@@ -20,11 +20,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import xxhash
 
 from .._data import digest as _digest
 from .._errors import (
     DriverDivergenceError,
     DriverStepsDivergedError,
+    DriverWritesDivergedError,
     ReplicaMismatchError,
     SessionError,
 )
@@ -198,6 +200,61 @@ def _h64(text: str) -> int:
     return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
 
 
+#: Driver writes to DDS kept, per driver operation, to name the first that differs between
+#: MPI ranks; beyond these they are only hashed and counted (memory vs. precision).
+WRITES_KEPT = 64
+
+
+class _DriverWrites:
+    """The driver's writes to DDS since its last operation (under MPI).
+
+    Each rank applies a driver write to every replica it holds, the owner's and the
+    others' alike (SPMD: every rank makes the same write), so a value taken from one rank's
+    Python state gives the nodes different copies of the element, which no digest of the
+    owners' rows sees.  So the writes are hashed, and the hash goes with the step check of
+    the next driver operation."""
+
+    __slots__ = ("hasher", "count", "kept")
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.hasher = xxhash.xxh3_64()
+        self.count = 0
+        self.kept: list[tuple[str, str, str]] = []  # (element, hash of the value, shown)
+
+    def add(self, element: str, data: bytes, shown: Callable[[], str]) -> None:
+        self.hasher.update(b"%d:%s%d:" % (len(element), element.encode(), len(data)))
+        self.hasher.update(data)
+        self.count += 1
+        if len(self.kept) < WRITES_KEPT:
+            self.kept.append((element, xxhash.xxh3_64_hexdigest(data), shown()))
+
+    def summary(self) -> tuple[int, str]:
+        return self.count, self.hasher.hexdigest()
+
+
+def _writes_error(
+    step: str, counts: list[int], kept: list[list[tuple[str, str, str]]]
+) -> DriverWritesDivergedError:
+    """Which driver writes (before ``step``) differ between the ranks: the first of the
+    kept ones that does, else their numbers, else (past the kept ones) the fact."""
+    for k in range(max(len(w) for w in kept)):
+        seen = [w[k] if k < len(w) else None for w in kept]
+        if len({None if e is None else e[:2] for e in seen}) > 1:
+            texts = ["nothing" if e is None else f"{e[0]} = {e[2]}" for e in seen]
+            return DriverWritesDivergedError(step, f"its DDS write {k + 1}", "was", texts)
+    if len(set(counts)) > 1:
+        return DriverWritesDivergedError(step, "its DDS writes", "were", [str(n) for n in counts])
+    return DriverWritesDivergedError(
+        step,
+        f"its last {counts[0] - WRITES_KEPT} of {counts[0]} DDS writes",
+        "differed",
+        [f"(the first {WRITES_KEPT} agree)"] * len(counts),
+    )
+
+
 class Session:
     """State of one run on one process (which may host several nodes)."""
 
@@ -263,6 +320,7 @@ class Session:
         self.checkpoint_state: dict[str, Any] = {}
         self.fast_forward = self.hooks.fast_forward()
         self._driver_rng_count = 0
+        self._writes = _DriverWrites()
         self.mode = "driver"
         #: the events of the running attempt at an invocation (``None`` between them)
         self.tape: Tape | None = None
@@ -410,11 +468,21 @@ class Session:
         returns every rank's ``value`` (one small allgather; in one process, ``[value]``)."""
         if not self.cluster.is_mpi:
             return [value]
-        got = self.cluster.allgather((step, value))
-        steps = [s for s, _ in got]
+        got = self.cluster.allgather((step, self._writes.summary(), value))
+        steps = [s for s, _, _ in got]
         if any(s != step for s in steps):
             raise DriverStepsDivergedError(steps)
-        return [v for _, v in got]
+        if any(w != got[0][1] for _, w, _ in got):  # every rank sees this: all go on here
+            counts = [w[0] for _, w, _ in got]
+            raise _writes_error(step, counts, self.cluster.allgather(self._writes.kept))
+        self._writes.reset()
+        return [v for _, _, v in got]
+
+    def note_write(self, element: str, data: bytes, shown: Callable[[], str]) -> None:
+        """A driver write of ``data`` (the value's bytes) to ``element`` (``X[3]``),
+        compared across MPI ranks at the next driver operation (see ``_DriverWrites``)."""
+        if self.cluster.is_mpi:
+            self._writes.add(element, data, shown)
 
 
 def _stderr(line: str) -> None:

@@ -1,5 +1,7 @@
-"""Numbers a loop body reads outside DDS, compared across ranks (``closure.captured_numbers``
-and ``check_same_numbers``): flagged exactly when two ranks' values differ in type or bits.
+"""What the ranks compare so that one rank's Python state cannot go unnoticed: the numbers
+a loop body reads outside DDS (``closure.captured_numbers``, ``check_same_numbers``) and the
+driver's writes to DDS (``session._DriverWrites``): flagged exactly when two ranks' values
+differ in type or bits.
 
 Each case builds the body twice, as two ranks' drivers would, with the value in one place
 a body can read it from (a closure variable, a global, a default argument, a global a
@@ -17,8 +19,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from engine import DriverCapturesDivergedError
+from engine import DriverCapturesDivergedError, DriverWritesDivergedError
 from engine._asyncfor.closure import captured_numbers, check_same_numbers
+from engine._data.dds import value_bytes
+from engine._runtime.session import WRITES_KEPT, _DriverWrites, _writes_error
 
 PLACES = ("closure", "global", "default", "helper", "kernel")
 
@@ -155,3 +159,94 @@ def test_the_error_names_where_the_body_reads_it() -> None:
     per_rank = [_body("kernel", 0.5, "x"), _body("kernel", 0.25, "x")]
     with pytest.raises(DriverCapturesDivergedError, match="'v' \\(float, argument of kernel_py"):
         check_same_numbers("async_for 'op' (invocation 0)", per_rank)
+
+
+# ---------------------------------------------------------------- driver writes
+# Each rank hashes the driver's DDS writes (element, value_bytes) since its last operation;
+# ranks compare the hashes at the next one, and the error names the first write that differs.
+
+written = st.one_of(
+    arrays,
+    hnp.arrays(np.float64, st.just(())),  # a 0-d element of a 1-d numeric DDS
+    numbers,
+    st.text(max_size=4),
+)
+
+
+def _same_write(a: tuple[str, Any], b: tuple[str, Any]) -> bool:
+    if a[0] != b[0]:
+        return False
+    va, vb = a[1], b[1]
+    if isinstance(va, np.ndarray) or isinstance(vb, np.ndarray):
+        return (
+            isinstance(va, np.ndarray)
+            and isinstance(vb, np.ndarray)
+            and (va.dtype, va.shape, va.tobytes()) == (vb.dtype, vb.shape, vb.tobytes())
+        )
+    return _bits(va) == _bits(vb) if not isinstance(va, str) else va == vb
+
+
+def _changed(writes: list[tuple[str, Any]], data: st.DataObject) -> list[tuple[str, Any]]:
+    """Another rank's writes: the same, or one write changed, dropped or added."""
+    how = data.draw(st.sampled_from(["same", "value", "element", "drop", "add"]))
+    out = list(writes)
+    if how == "same" or (how != "add" and not out):
+        return out
+    k = data.draw(st.integers(0, len(out) - (how != "add")))
+    if how == "value":
+        element, v = out[k]
+        out[k] = (
+            element,
+            data.draw(
+                st.sampled_from(_variants(v)) if not isinstance(v, str) else st.text(max_size=4)
+            ),
+        )
+    elif how == "element":
+        out[k] = (out[k][0] + "x", out[k][1])
+    elif how == "drop":
+        del out[k]
+    else:
+        out.insert(k, ("X[0]", data.draw(written)))
+    return out
+
+
+def _summary(writes: list[tuple[str, Any]]) -> tuple[_DriverWrites, tuple[int, str]]:
+    w = _DriverWrites()
+    for element, value in writes:
+        w.add(element, value_bytes(value), lambda v=value: repr(v))
+    return w, w.summary()
+
+
+@given(
+    base=st.lists(st.tuples(st.sampled_from(["X[0]", "X[1]", "M['k']"]), written), max_size=70),
+    data=st.data(),
+)
+def test_driver_writes_compare_equal_exactly_when_the_same(
+    base: list[tuple[str, Any]], data: st.DataObject
+) -> None:
+    other = _changed(base, data)
+    (w0, s0), (w1, s1) = _summary(base), _summary(other)
+    first = next(
+        (k for k, (a, b) in enumerate(zip(base, other, strict=False)) if not _same_write(a, b)),
+        None if len(base) == len(other) else min(len(base), len(other)),
+    )
+    assert (s0 == s1) == (first is None)
+    if first is None:
+        return
+    err = _writes_error("async_for 'op' #0 over [0, 4)", [s0[0], s1[0]], [w0.kept, w1.kept])
+    assert isinstance(err, DriverWritesDivergedError)
+    if first < WRITES_KEPT:
+        assert f"its DDS write {first + 1} before async_for 'op' #0 over [0, 4) was " in str(err)
+    elif len(base) != len(other):
+        assert f"its DDS writes before async_for 'op' #0 over [0, 4) were {len(base)} on " in str(
+            err
+        )
+    else:
+        assert f"(the first {WRITES_KEPT} agree)" in str(err)
+
+
+@given(a=written, data=st.data())
+def test_a_written_value_compares_by_type_shape_and_bits(a: Any, data: st.DataObject) -> None:
+    b = data.draw(st.sampled_from(_variants(a)) if not isinstance(a, str) else st.text(max_size=4))
+    same = _same_write(("X[0]", a), ("X[0]", b))
+    assert (value_bytes(a) == value_bytes(b)) == same, (a, b)

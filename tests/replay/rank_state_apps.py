@@ -19,6 +19,8 @@ import engine as ap
 RANK = int(os.environ.get("PMI_RANK", "0"))
 #: Read by :func:`_scaled`, a helper the body calls: a global one call away.
 SCALE = 1.0
+#: Identical driver writes before the last one, more than the session keeps to name one.
+WRITES = 70
 
 
 @ap.kernel
@@ -35,7 +37,9 @@ def lr_app(where: str = "closure", epochs: int = 2, n: int = 16) -> None:
     sync (a ``sync_for`` body), shard (``X`` created from per-rank data, as MPI programs
     load a shard per rank), shard_objects (the same with Python objects), same (one value
     everywhere; the body still captures a per-rank label, which is no number and may
-    differ)."""
+    differ), driver_write (the driver writes a per-rank value to ``X``), map_key (the
+    driver inserts a per-rank key), late_write (a per-rank value after 70 identical
+    writes)."""
     global SCALE
     if where == "shard":
         X = ap.dvector(n, shape=(), data=np.full(n, float(RANK)), name="X")
@@ -43,6 +47,13 @@ def lr_app(where: str = "closure", epochs: int = 2, n: int = 16) -> None:
         X = ap.dvector(n, shape=(), init=ap.init.zeros(), name="X")
     if where == "shard_objects":
         ap.dvector(n, shape=None, data=[{"rank": RANK}] * n, name="O")
+    X[n - 1] = float(RANK) if where == "driver_write" else 0.0  # every rank holds a replica
+    M = ap.dmap(shape=(2,), name="M")
+    if where == "map_key":
+        M[f"k{RANK}"] = [1.0, 2.0]
+    for k in range(WRITES):  # many identical driver writes, then one that may differ
+        M[k] = [float(k), 0.0]
+    M[WRITES] = [float(RANK if where == "late_write" else 0), 0.0]
     per_rank = 0.1 * (1 + RANK)
     lr = 0.1 if where in ("same", "helper") else per_rank
     if where == "helper":

@@ -47,6 +47,24 @@ def test_a_dds_made_from_per_rank_data_stops_the_run(where: str, name: str, tmp_
     assert f"rank 1 created dvector '{name}' from data #" in line, line
 
 
+BEFORE = "before creating dvector 'data' from data"
+WRITES = {
+    "driver_write": f"its DDS write 1 {BEFORE} was X[15] = 0.0 on rank 0 and X[15] = 1.0 on rank 1",
+    "map_key": f"its DDS write 2 {BEFORE} was M['k0'] = [1. 2.] on rank 0 and M['k1'] = [1. 2.] "
+    "on rank 1",
+    "late_write": f"its last 8 of 72 DDS writes {BEFORE} differed (the first 64 agree) on ranks 0, 1",
+}
+
+
+@pytest.mark.parametrize("where", sorted(WRITES))
+def test_a_per_rank_driver_write_stops_the_run(where: str, tmp_path: Path) -> None:
+    args = ["run", APP, "-p", f"where={where}", "--ranks", "2", "--no-trace", "--timeout", "90"]
+    proc = run_cli(args, cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    (line,) = _errors(proc.stderr)
+    assert WRITES[where] in line, line
+
+
 def test_three_ranks_name_each_value_and_the_dual_test_says_the_same(tmp_path: Path) -> None:
     proc = run_cli(["run", APP, "--ranks", "3", "--no-trace", "--timeout", "90"], cwd=tmp_path)
     assert proc.returncode == 1, proc.stderr
