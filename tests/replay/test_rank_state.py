@@ -1,6 +1,7 @@
-"""A number a loop body reads from one rank's Python state stops the run on every rank.
+"""A value from one rank's Python state stops the run on every rank, with one line: a
+number a loop body reads, the data a DDS is made from, a value or key the driver writes.
 
-Without the check these runs finish with exit 0 and a result no serial run computes
+Without the checks these runs finish with exit 0 and a result no serial run computes
 (``rank_state_apps`` says why nothing downstream notices)."""
 
 from __future__ import annotations
