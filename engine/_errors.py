@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import struct
+from typing import Any
+
+import numpy as np
 
 
 class EngineError(Exception):
@@ -155,6 +158,17 @@ class PeerRankFailed(EngineError, RuntimeError):
     def __init__(self, rank: int) -> None:
         self.rank = rank
         super().__init__(f"rank {rank} failed in a step all ranks run together; see its error")
+
+
+def _shown(value: Any, width: int = 60) -> str:
+    """A value as the divergence errors show it, on one line of at most ``width``."""
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        text = repr(value.item())
+    elif isinstance(value, np.ndarray):
+        text = " ".join(np.array2string(value, threshold=6, precision=8).split())
+    else:
+        text = repr(value)
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def _per_rank(texts: list[str]) -> str:

@@ -45,9 +45,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import xxhash
 
 from .._data.dds import _DDS
-from .._errors import ClosureRuleError, DriverCapturesDivergedError
+from .._errors import ClosureRuleError, DriverCapturesDivergedError, _shown
 
 _checked: dict[Any, None] = {}
 
@@ -194,7 +195,8 @@ MAX_DEPTH = 12
 #: Objects descended into per fingerprint before it stops descending (cost vs. reach); the
 #: identity of every element of a container already visited is still compared.
 MAX_OBJECTS = 20_000
-#: User functions followed from one body (helpers calling helpers); cost vs. reach.
+#: User functions followed from one body (helpers calling helpers), and user objects
+#: whose attributes are followed; cost vs. reach.
 MAX_FUNCTIONS = 200
 #: Containers with more elements are summarised (length, and the identities of the first
 #: and last few elements) instead of compared element by element; cost vs. reach.
@@ -339,6 +341,9 @@ class _Collector:
         self.seen: set[tuple[Any, ...]] = set()
         self.queue: list[tuple[Any, tuple[str, ...]]] = []
         self.fns: set[int] = set()
+        self.names: set[str] = set()  # every name the code of the visited functions uses
+        # user objects reached, with the attribute names already followed on each
+        self.instances: dict[int, tuple[Any, tuple[str, ...], set[str]]] = {}
 
     def function(self, fn: Any, via: tuple[str, ...]) -> None:
         if id(fn) in self.fns or len(self.fns) >= MAX_FUNCTIONS:
@@ -347,10 +352,28 @@ class _Collector:
         self.queue.append((fn, via))
 
     def run(self, body: Any) -> list[_Root]:
-        self.function(body, ())
-        while self.queue:
-            fn, via = self.queue.pop(0)
-            self._visit(fn, via)
+        if isinstance(body, types.MethodType):  # self.step: the instance is a root too
+            fn = body.__func__
+            self.function(fn, ())
+            first = fn.__code__.co_varnames[:1] or ("self",)
+            root = _Root(repr(first[0]), "value", body.__self__)
+            self._add(("value", id(body.__self__)), root, _names(fn.__code__), ())
+        else:
+            self.function(body, ())
+        grew = True
+        while grew:
+            while self.queue:
+                fn, via = self.queue.pop(0)
+                self._visit(fn, via)
+            # an attribute some reached code names (self.callback, self.model) may be
+            # read on any object reached: follow what it holds, until nothing is new
+            grew = False
+            for obj, via, done in list(self.instances.values()):
+                attrs = _attributes(obj)
+                for name in sorted(self.names.intersection(attrs).difference(done)):
+                    done.add(name)
+                    grew = True
+                    self._expand(attrs[name], self.names, via)
         return self.roots
 
     def _add(
@@ -365,6 +388,7 @@ class _Collector:
     def _visit(self, fn: Any, via: tuple[str, ...]) -> None:
         code = fn.__code__
         names = _names(code)
+        self.names |= names
         g = fn.__globals__
         file = g.get("__file__")
         where = os.path.basename(file) if isinstance(file, str) else g.get("__name__", "?")
@@ -410,6 +434,8 @@ class _Collector:
         tp = v if isinstance(v, type) else type(v)
         if not _user_type(tp):
             return
+        if v is not tp and id(v) not in self.instances and len(self.instances) < MAX_FUNCTIONS:
+            self.instances[id(v)] = (v, via, set())
         for klass in tp.__mro__:
             if not _user_type(klass) or klass is types.SimpleNamespace:
                 continue
@@ -433,23 +459,57 @@ class _Collector:
                     self._add(("name", id(cls_ns), name), root, names, via)
 
 
-_roots_cache: dict[tuple[Any, ...], tuple[Any, list[_Root]]] = {}
+def _attributes(obj: Any) -> dict[str, Any]:
+    """The instance attributes of ``obj``: its ``__dict__`` and its slots."""
+    out = dict(getattr(obj, "__dict__", None) or {})
+    for klass in type(obj).__mro__:
+        slots = klass.__dict__.get("__slots__", ())
+        for slot in (slots,) if isinstance(slots, str) else slots:
+            if isinstance(slot, str) and slot not in ("__dict__", "__weakref__"):
+                value = getattr(obj, slot, _EMPTY)
+                if value is not _EMPTY:
+                    out[slot] = value
+    return out
+
+
+_roots_cache: dict[tuple[Any, ...], tuple[Any, list[_Root], frozenset[str]]] = {}
+
+
+def _is_body(fn: Any) -> bool:
+    """A Python function, or a method of an object bound to one (``self.step``)."""
+    if isinstance(fn, types.MethodType):
+        fn = fn.__func__
+    return isinstance(fn, types.FunctionType)
+
+
+def _reach(fn: Any) -> tuple[list[_Root], frozenset[str]]:
+    """The roots body ``fn`` (see :func:`_is_body`) can reach and the names its code and
+    its helpers' use, cached by code object, closure cells, globals, defaults and bound
+    instance (the cache keeps those alive, so their ids stay unique while cached)."""
+    func = fn.__func__ if isinstance(fn, types.MethodType) else fn
+    pins: tuple[Any, ...] = (
+        func.__closure__,
+        func.__globals__,
+        func.__defaults__,
+        func.__kwdefaults__,
+    )
+    if func is not fn:
+        pins += (fn.__self__,)
+    key = (func.__code__, *(id(p) for p in pins))
+    got = _roots_cache.get(key)
+    if got is not None:
+        return got[1], got[2]
+    collector = _Collector()
+    roots = collector.run(fn)
+    if len(_roots_cache) > 256:
+        _roots_cache.clear()
+    _roots_cache[key] = (pins, roots, frozenset(collector.names))
+    return roots, _roots_cache[key][2]
 
 
 def reachable(fn: Callable[..., Any]) -> list[_Root]:
-    """The roots body ``fn`` can reach, cached by code object, closure cells, globals
-    and defaults (the cache keeps those alive, so their ids stay unique while cached)."""
-    code = fn.__code__
-    pins = (fn.__closure__, fn.__globals__, fn.__defaults__, fn.__kwdefaults__)
-    key = (code, *(id(p) for p in pins))
-    got = _roots_cache.get(key)
-    if got is not None:
-        return got[1]
-    roots = _Collector().run(fn)
-    if len(_roots_cache) > 256:
-        _roots_cache.clear()
-    _roots_cache[key] = (pins, roots)
-    return roots
+    """The roots body ``fn`` can reach (see :func:`_reach`)."""
+    return _reach(fn)[0]
 
 
 _ATOMIC: frozenset[type] = frozenset(
@@ -770,9 +830,9 @@ class BodyGuard:
 def guard(
     fn: Callable[..., Any], op: str, inv: int, *, kind: str = "async_for", what: str = "index"
 ) -> Callable[..., Any]:
-    """``fn`` wrapped in a :class:`BodyGuard` (``fn`` itself when it is not a Python
-    function or reaches nothing to check)."""
-    if not isinstance(fn, types.FunctionType) or not reachable(fn):
+    """``fn`` wrapped in a :class:`BodyGuard` (``fn`` itself when it is neither a Python
+    function nor a method bound to an object, or reaches nothing to check)."""
+    if not _is_body(fn) or not reachable(fn):
         return fn
     return BodyGuard(fn, op, kind, inv, what)
 
@@ -783,67 +843,191 @@ def finish(body: Callable[..., Any]) -> None:
         body.finish()
 
 
-# ====================================================================== numbers across ranks
+# ====================================================================== values across ranks
 # Every rank runs the same driver, so a body must see the same values on every rank.  A
 # value that lives in one rank's Python objects (an unseeded random number, the time, the
-# process id) makes each rank's bodies compute something else, and nothing downstream
-# tells: the owners' rows are exchanged as written, objectives are collectives, and a
-# replay repeats each rank's value.  So at every invocation under MPI each rank sends the
-# numbers its body can reach along with the driver step it is at (one allgather that
-# happens anyway), and a difference stops every rank before any body runs.  Numbers only:
-# a captured string or label may well differ (a log prefix), and containers of other
-# things are the closure guard's business (it sees them change, not differ).
+# process id, a history only rank 0 appends to) makes each rank's bodies compute something
+# else, and nothing downstream tells: the owners' rows are exchanged as written, objectives
+# are collectives, and a replay repeats each rank's value.  So at every invocation under
+# MPI each rank sends the numbers its body can reach along with the driver step it is at
+# (one allgather that happens anyway), and a difference stops every rank before any body
+# runs.  Numbers only, wherever they sit: a captured number, and the numbers inside the
+# lists, tuples, dicts, sets and user objects a body reads (with the lengths and keys of
+# the containers holding them); a captured string or label may well differ (a log
+# prefix), and other objects are the closure guard's business (it sees them change, not
+# differ).
 
-#: A captured array is compared when it holds at most this many bytes; larger ones are
-#: data, which belongs in a DDS (cost per invocation vs. reach).
-AGREE_ARRAY_BYTES = 4096
-#: A captured tuple of numbers is compared when it has at most this many items.
+#: A captured numeric array is compared by content when it holds at most this many bytes
+#: (one xxh3-128 hash), larger ones by dtype and shape only: they are data, which belongs
+#: in a DDS (cost per invocation vs. reach).
+AGREE_ARRAY_BYTES = 64 * 1024
+#: A captured tuple of at most this many numbers is compared (and shown) as one value.
 AGREE_TUPLE_ITEMS = 64
-#: Longest value text shown in the error.
-_SHOWN = 60
+#: Items (container elements, attributes, numbers) compared per captured value; past it
+#: the rest of the value is not compared (cost per invocation vs. reach).
+AGREE_ITEMS = 256
+#: Containers nested deeper than this inside a captured value are not compared.
+AGREE_DEPTH = 4
 
 _NUMBER = (bool, int, float, complex, np.number, np.bool_)
+_KEY = (str, bytes, bool, int, float, complex, np.number, type(None))
 
 
-def _number_key(v: Any) -> tuple[str, str] | None:
-    """(exact text, short text) of a number, a tuple of numbers or a small numeric
-    array; None for anything else."""
+def _number_key(v: Any) -> str | None:
+    """The exact text of a number, a tuple of numbers or a numeric array; None for
+    anything else."""
     if isinstance(v, _NUMBER):
-        text = repr(v)
-        return text, text
+        return repr(v)
     if isinstance(v, tuple) and 0 < len(v) <= AGREE_TUPLE_ITEMS:
-        if all(isinstance(x, _NUMBER) for x in v):
-            text = repr(v)
-            return text, text
-        return None
-    if isinstance(v, np.ndarray) and v.dtype.kind in "biufc" and v.nbytes <= AGREE_ARRAY_BYTES:
-        exact = f"{v.dtype.str}{v.shape}{np.ascontiguousarray(v).tobytes().hex()}"
-        return exact, " ".join(np.array2string(v, threshold=6, precision=8).split())
+        return repr(v) if all(isinstance(x, _NUMBER) for x in v) else None
+    if isinstance(v, np.ndarray) and v.dtype.kind in "biufc":
+        head = f"{v.dtype.str}{v.shape}"
+        if v.nbytes > AGREE_ARRAY_BYTES:
+            return head
+        return f"{head}#{xxhash.xxh3_128_hexdigest(np.ascontiguousarray(v).data)}"
     return None
 
 
+def _shown_value(v: Any) -> str:
+    if isinstance(v, np.ndarray) and v.nbytes > AGREE_ARRAY_BYTES:
+        return f"a {v.dtype} array of shape {v.shape}"
+    return _shown(v)
+
+
+#: Values that hold no number a body could read (callables, modules and DDS are followed
+#: or checked elsewhere).
+_NO_NUMBERS = (str, bytes, type(None), _DDS, types.FunctionType, types.ModuleType, type)
+
+
+class _Values:
+    """The comparable parts of the values a body reads, as ``(path, exact, value)``:
+    numbers (:func:`_number_key`) and, for each container holding any, its type and
+    length (a dict: its keys); ``names`` are the attribute names the body's code uses (of
+    a user object only those are read).  :meth:`of` walks one value."""
+
+    def __init__(self, names: frozenset[str]) -> None:
+        self.names = names
+        self.budget = AGREE_ITEMS
+        self.out: list[tuple[str, str, Any]] = []
+        self.active: set[int] = set()  # containers on the current path (cycles)
+
+    def of(self, v: Any) -> list[tuple[str, str, Any]]:
+        self.budget, self.out = AGREE_ITEMS, []
+        self.walk(v, "", 0)
+        return self.out
+
+    def walk(self, v: Any, path: str, depth: int) -> None:
+        if self.budget <= 0 or depth > AGREE_DEPTH or isinstance(v, _NO_NUMBERS):
+            return
+        self.budget -= 1
+        key = _number_key(v)
+        if key is not None:
+            self.out.append((path, key, v))
+            return
+        if id(v) in self.active:
+            return
+        self.active.add(id(v))
+        try:
+            self._parts(v, path, depth)
+        finally:
+            self.active.discard(id(v))
+
+    def _parts(self, v: Any, path: str, depth: int) -> None:
+        at = len(self.out)
+        if isinstance(v, (list, tuple, collections.deque)):
+            for k, x in enumerate(itertools.islice(v, AGREE_ITEMS)):
+                self.walk(x, f"{path}[{k}]", depth + 1)
+            shape = f"{type(v).__name__} of {len(v)}"
+        elif isinstance(v, dict):
+            keys = list(itertools.islice(v, AGREE_ITEMS))
+            for k in keys:
+                self.walk(v[k], f"{path}[{k!r}]", depth + 1)
+            shown = [repr(k) if isinstance(k, _KEY) else type(k).__name__ for k in keys]
+            shape = f"dict of {len(v)}: {', '.join(shown)}"
+        elif isinstance(v, (set, frozenset)):
+            if len(v) <= AGREE_ITEMS and all(isinstance(x, _NUMBER) for x in v):
+                texts = sorted(f"{type(x).__name__}:{x!r}" for x in v)
+                self.out.append((path, f"set {texts}", v))
+            return
+        elif _user_type(type(v)):
+            attrs = _attributes(v)
+            for name in sorted(self.names.intersection(attrs)):
+                self.walk(attrs[name], f"{path}.{name}", depth + 1)
+            return
+        else:
+            return
+        if len(self.out) > at or not v:  # holds numbers (or is empty): its shape counts
+            self.out.insert(at, (path, shape, v))
+
+
+def _described(root: _Root, path: str, value: Any) -> str:
+    """``'lr' (float)``, ``"cfg['lr']" (float, global in train.py) via step()``."""
+    if not path:
+        return root.describe()
+    name = f"{ast.literal_eval(root.label)}{path}"
+    note = f", {root.note}" if root.note else ""
+    via = f" via {' -> '.join(f'{v}()' for v in root.via)}" if root.via else ""
+    return f"{name!r} ({type(value).__name__}{note}){via}"
+
+
+class Captures:
+    """The numbers body ``fn`` can read outside DDS (see :class:`_Values`): in its
+    closure variables, globals, default arguments, bound instance and the same in the
+    user functions it calls, then in ``bound``, the arguments a kernel is bound to (``fn``
+    its Python function, whose parameters after the index name them).
+
+    ``keys`` is what ranks compare, ``(place, exact text)`` per number; the place leaves
+    the type out (ranks compare by it).  :meth:`details` adds what the error shows, only
+    needed when they differ."""
+
+    __slots__ = ("keys", "_items")
+
+    def __init__(self, fn: Any, bound: tuple[Any, ...] = ()) -> None:
+        self.keys: list[tuple[str, str]] = []
+        self._items: list[tuple[Any, str, Any]] = []  # (root or parameter, path, value)
+        if not _is_body(fn):
+            return
+        roots, names = _reach(fn)
+        values = _Values(names)
+        for root in roots:
+            for path, exact, v in values.of(root.read()):
+                self.keys.append((f"{root.label}{path} {root.note} {root.via}", exact))
+                self._items.append((root, path, v))
+        func = fn.__func__ if isinstance(fn, types.MethodType) else fn
+        params = func.__code__.co_varnames[1 : 1 + len(bound)]
+        for name, value in zip(params, bound, strict=False):
+            for path, exact, v in values.of(value):
+                self.keys.append((f"argument {name}{path}", exact))
+                self._items.append(((name, _short(func)), path, v))
+
+    def details(self) -> list[tuple[str, str, str, str]]:
+        """(place, description, exact text, shown text) of each number."""
+        out = []
+        for (place, exact), (where, path, v) in zip(self.keys, self._items, strict=True):
+            if isinstance(where, _Root):
+                what = _described(where, path, v)
+            else:
+                name, func = where
+                what = f"{name + path!r} ({type(v).__name__}, argument of {func})"
+            out.append((place, what, exact, _shown_value(v)))
+        return out
+
+
 def captured_numbers(fn: Any, bound: tuple[Any, ...] = ()) -> list[tuple[str, str, str, str]]:
-    """(place, description, exact text, short text) of every number body ``fn`` can read
-    outside DDS: closure variables, globals, default arguments and the same in the user
-    functions it calls, then ``bound``, the arguments a kernel is bound to (``fn`` its
-    Python function, whose parameters after the index name them).  The place leaves the
-    type out (ranks compare by it); the description has it (the error shows it)."""
-    if not isinstance(fn, types.FunctionType):
-        return []
-    out = []
-    for root in reachable(fn):
-        value = root.read()
-        key = _number_key(value)
-        if key is not None:
-            place = f"{root.label} {root.note} {root.via}"
-            out.append((place, root.describe(), *key))
-    names = fn.__code__.co_varnames[1 : 1 + len(bound)]
-    for name, value in zip(names, bound, strict=False):
-        key = _number_key(value)
-        if key is not None:
-            what = f"{name!r} ({type(value).__name__}, argument of {_short(fn)})"
-            out.append((f"argument {name}", what, *key))
-    return out
+    """:meth:`Captures.details` of body ``fn`` bound to ``bound``."""
+    return Captures(fn, bound).details()
+
+
+def agree_numbers(
+    op: str,
+    captures: Captures | None,
+    got: list[Any],
+    allgather: Callable[[Any], list[Any]],
+) -> None:
+    """After the step check: ``got`` is every rank's ``captures.keys``; if they differ,
+    exchange the details and raise :class:`DriverCapturesDivergedError` on every rank."""
+    if captures is not None and any(g != got[0] for g in got):
+        check_same_numbers(op, allgather(captures.details()))
 
 
 def check_same_numbers(op: str, per_rank: list[Any]) -> None:
@@ -857,17 +1041,22 @@ def check_same_numbers(op: str, per_rank: list[Any]) -> None:
         seen = [t.get(place, ("", "", "not a number")) for t in tables]
         if len({exact for _, exact, _ in seen}) > 1:
             what = next(d for d, _, _ in seen if d)
-            shown = [s if len(s) <= _SHOWN else s[: _SHOWN - 1] + "…" for _, _, s in seen]
+            shown = [s for _, _, s in seen]
             if len(set(shown)) < len({exact for _, exact, _ in seen}):  # alike when short
                 shown = [
                     f"{s} (#{zlib.crc32(e.encode()):08x})"
                     for s, (_, e, _) in zip(shown, seen, strict=True)
                 ]
             raise DriverCapturesDivergedError(op, what, shown)
+    # the lists differ but no single place does (a place listed twice, another order)
+    counts = [f"{len(p or ())} numbers in another order" for p in per_rank]
+    raise DriverCapturesDivergedError(op, "its captured values", counts)
 
 
 __all__ = [
     "BodyGuard",
+    "Captures",
+    "agree_numbers",
     "captured_numbers",
     "check_body",
     "check_same_numbers",

@@ -56,7 +56,7 @@ from .._machines.schedule import Schedule, serial_order
 from .._runtime.checkpoint import end_invocation, skip_invocation
 from .._runtime.session import Session, current
 from .._runtime.transport import Cluster, RoundWrites
-from .closure import captured_numbers, check_body, check_same_numbers
+from .closure import Captures, agree_numbers, check_body
 from .closure import finish as finish_closure
 from .closure import guard as closure_guard
 from .guard import POLICIES, Guard, GuardPlan, PlanViolation, Violation, install
@@ -284,10 +284,9 @@ def async_for(
     inv = sess.next_invocation(name)
     numbers = None  # what the body reads outside DDS must be the same on every rank
     if sess.cluster.is_mpi:
-        args = body.args if isinstance(body, BoundKernel) else ()
-        numbers = captured_numbers(python_of(body), args)
-    got = sess.agree(f"async_for {name!r} #{inv} over [{start}, {stop})", numbers)
-    check_same_numbers(f"async_for {name!r} (invocation {inv})", got)
+        numbers = Captures(python_of(body), body.args if isinstance(body, BoundKernel) else ())
+    got = sess.agree(f"async_for {name!r} #{inv} over [{start}, {stop})", numbers and numbers.keys)
+    agree_numbers(f"async_for {name!r} (invocation {inv})", numbers, got, sess.cluster.allgather)
     if skip_invocation(sess, name, inv):  # time travel: fast-forward to a checkpoint
         return
     st: OpState | None = sess.ops.get(name)

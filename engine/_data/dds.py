@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 import xxhash
 
-from .._errors import AccessOutsideReconError, DDSError, DriverStepsDivergedError
+from .._errors import AccessOutsideReconError, DDSError, DriverStepsDivergedError, _shown
 from .._runtime.checkpoint import collective
 from .._runtime.session import _tls, current
 from . import digest as _digest
@@ -80,17 +80,6 @@ def value_bytes(value: Any) -> bytes:
         return pickle.dumps(value, protocol=5)
     except Exception:  # noqa: BLE001 - not picklable: its type is all that compares
         return type(value).__qualname__.encode()
-
-
-def _shown(value: Any, width: int = 60) -> str:
-    """A value as the divergence errors show it, on one line of at most ``width``."""
-    if isinstance(value, np.ndarray) and value.ndim == 0:
-        text = repr(value.item())
-    elif isinstance(value, np.ndarray):
-        text = " ".join(np.array2string(value, threshold=6, precision=8).split())
-    else:
-        text = repr(value)
-    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 class _Recon:

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from .._errors import DataFormatError, DriverStepsDivergedError, InputFileError
+from .._errors import DataFormatError, DriverStepsDivergedError, InputFileError, _shown
 from .._runtime.checkpoint import collective
 from .._runtime.session import Session, current, driver_only
 from .dds import _DDS, dmap, dvector
@@ -184,7 +184,7 @@ def evaluate(fn: Callable[..., Any], *args: Any) -> Any:
         # fn is the program's: one rank's Python state in it would fork the drivers
         keys = sess.agree("ap.evaluate result", _value_key(out))
         if len(set(keys)) > 1:
-            shown = sess.agree("ap.evaluate shown", _short(out))
+            shown = sess.agree("ap.evaluate shown", _shown(out))
             raise DriverStepsDivergedError(
                 [f"ap.evaluate = {v} (collective call {sess.collectives - 1})" for v in shown],
                 verb="got",
@@ -205,11 +205,6 @@ def _value_key(v: Any) -> bytes:
     else:
         h.update(repr(v).encode())
     return h.digest()
-
-
-def _short(v: Any) -> str:
-    text = repr(v)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def join(left: dvector | dmap, right: dvector | dmap, *, name: str | None = None) -> dmap:

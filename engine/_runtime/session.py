@@ -29,6 +29,7 @@ from .._errors import (
     DriverWritesDivergedError,
     ReplicaMismatchError,
     SessionError,
+    _shown,
 )
 from .._machines.tape import Tape, emit
 from .control import DebugHooks, ScheduleSource
@@ -425,8 +426,8 @@ class Session:
                         d._desc(d.key_of(slot)),
                         node,
                         owner,
-                        _short(mine),
-                        _short(owners[slot]),
+                        _shown(mine, 80),
+                        _shown(owners[slot], 80),
                     )
 
     def record_digests(self, op: str, invocation: int) -> list[tuple[str, str]]:
@@ -502,11 +503,6 @@ def _differs(d: _dds._DDS, node: int, owners: Any) -> tuple[int, Any] | None:
         if repr(a) != repr(b):
             return k, a
     return None
-
-
-def _short(v: Any) -> str:
-    text = np.array2string(v, precision=6, threshold=8) if isinstance(v, np.ndarray) else repr(v)
-    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def current() -> Session:

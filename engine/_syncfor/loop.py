@@ -74,7 +74,7 @@ from typing import Any
 
 import numpy as np
 
-from .._asyncfor.closure import captured_numbers, check_body, check_same_numbers, finish, guard
+from .._asyncfor.closure import Captures, agree_numbers, check_body, finish, guard
 from .._asyncfor.recon import AccessSets, concat_sets, recon_range
 from .._data.dds import _DDS, SLOT_BITS
 from .._errors import DDSError, SessionError
@@ -475,9 +475,9 @@ def sync_for(
     if replan not in REPLANS:
         raise ValueError(f"sync_for {name!r}: replan must be one of {REPLANS}, got {replan!r}")
     inv = sess.next_invocation(name)
-    numbers = captured_numbers(body) if sess.cluster.is_mpi else None  # same on every rank
-    got = sess.agree(f"sync_for {name!r} #{inv} over {data.name!r}", numbers)
-    check_same_numbers(f"sync_for {name!r} (invocation {inv})", got)
+    numbers = Captures(body) if sess.cluster.is_mpi else None  # the same on every rank
+    got = sess.agree(f"sync_for {name!r} #{inv} over {data.name!r}", numbers and numbers.keys)
+    agree_numbers(f"sync_for {name!r} (invocation {inv})", numbers, got, sess.cluster.allgather)
     if skip_invocation(sess, name, inv):  # time travel: fast-forward to a checkpoint
         return
     sched = sess.schedules.schedule(name, inv, "sync_for", sess.cluster.size)

@@ -188,11 +188,38 @@ MUTATIONS: dict[str, Callable[[], tuple[Callable[[int], None], str]]] = {
 }
 
 
+class Trainer:
+    """The bodies as methods of an object (``ap.async_for(0, n, trainer.step)``) that
+    holds the mutating call as an attribute, as a trainer holds a callback or a model."""
+
+    def __init__(self, X: Any, mutate: Callable[[int], None], at: int, invocation: int) -> None:
+        self.X, self.callback, self.at, self.invocation = X, mutate, at, invocation
+        self.current = [0]
+
+    def step(self, j: int) -> None:
+        self.X[j] = self.X[j] + 1.0
+        self._maybe(j)
+
+    def sync_step(self, batch: ap.Batch) -> None:
+        self.X[batch.number] = self.X[batch.number] + float(batch.values[0, 0])
+        self._maybe(batch.number)
+
+    def _maybe(self, j: int) -> None:  # only a helper names the callback
+        if self.current[0] == self.invocation and j == self.at:
+            self.callback(j)
+
+
 def program(
-    kind: str, mutation: str, at: int, invocation: int, outcome: dict[str, Any] | None = None
+    kind: str,
+    mutation: str,
+    at: int,
+    invocation: int,
+    outcome: dict[str, Any] | None = None,
+    form: str = "function",
 ) -> Callable[[], None]:
     """A driver with two invocations of one loop; ``mutation`` runs only at index (or
-    minibatch) ``at`` of invocation ``invocation`` (1: after reconnaissance)."""
+    minibatch) ``at`` of invocation ``invocation`` (1: after reconnaissance); ``form``:
+    the body is a nested function, or a ``method`` of a :class:`Trainer`."""
 
     def driver() -> None:
         mutate, label = MUTATIONS[mutation]()
@@ -201,6 +228,7 @@ def program(
         X = ap.dvector(N, shape=(), name="X")
         data = ap.dvector(N, shape=(1,), init=ap.init.uniform(0, 1), name="data")
         current = [0]  # the driver's invocation counter, read-only in the body
+        trainer = Trainer(X, mutate, at, invocation)
 
         def body(j: int) -> None:
             X[j] = X[j] + 1.0
@@ -212,8 +240,10 @@ def program(
             if current[0] == invocation and batch.number == at:
                 mutate(batch.number)
 
+        if form == "method":
+            body, sync_body = trainer.step, trainer.sync_step  # type: ignore[assignment]
         for it in range(2):
-            current[0] = it
+            current[0] = trainer.current[0] = it
             if kind == "async":
                 ap.async_for(0, N, body, name="loop")
             else:
@@ -232,12 +262,13 @@ def _expect(info: pytest.ExceptionInfo, kind: str, label: str, at: int, invocati
 
 
 # --------------------------------------------------------------------- reconnaissance
+@pytest.mark.parametrize("form", ["function", "method"])
 @pytest.mark.parametrize("mutation", sorted(MUTATIONS))
 @pytest.mark.parametrize("kind", ["async", "sync"])
-def test_reconnaissance_catches_mutation_through_calls(kind: str, mutation: str) -> None:
+def test_reconnaissance_catches_mutation_through_calls(kind: str, mutation: str, form: str) -> None:
     out: dict[str, Any] = {}
     with pytest.raises(ap.ClosureRuleError) as info:
-        ap.run(program(kind, mutation, at=3, invocation=0, outcome=out), nodes=2)
+        ap.run(program(kind, mutation, at=3, invocation=0, outcome=out, form=form), nodes=2)
     _expect(info, kind, out["label"], 3, 0)
 
 

@@ -5,11 +5,14 @@ differ in type or bits.
 
 Each case builds the body twice, as two ranks' drivers would, with the value in one place
 a body can read it from (a closure variable, a global, a default argument, a global a
-helper reads, a kernel argument), and compares what each copy reports.
+helper reads, a kernel argument, an attribute of a captured object, an attribute of the
+object a method body is bound to), and compares what each copy reports.  The values are
+numbers and arrays, and containers of numbers and strings nested in each other.
 """
 
 from __future__ import annotations
 
+import copy
 import struct
 from typing import Any
 
@@ -20,15 +23,27 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from engine import DriverCapturesDivergedError, DriverWritesDivergedError
-from engine._asyncfor.closure import captured_numbers, check_same_numbers
+from engine._asyncfor.closure import (
+    AGREE_ARRAY_BYTES,
+    AGREE_DEPTH,
+    captured_numbers,
+    check_same_numbers,
+)
 from engine._data.dds import value_bytes
 from engine._runtime.session import WRITES_KEPT, _DriverWrites, _writes_error
 
-PLACES = ("closure", "global", "default", "helper", "kernel")
+PLACES = ("closure", "global", "default", "helper", "kernel", "attribute", "method")
 
 _SOURCE = """
+class Holder:
+    def __init__(self, value, label):
+        self.v = value
+        self.t0 = sum(map(ord, label))  # per rank, but no body names it: not compared
+    def step(self, j):
+        return self.v
 def make(value, label):
     v = value
+    holder = Holder(value, label)
     def closure_body(j):
         return v + j if label else v
     def global_body(j):
@@ -41,13 +56,17 @@ def make(value, label):
         return helper(j)
     def kernel_py(j, X, v):
         return v
-    return closure_body, global_body, default_body, helper_body, kernel_py
+    def attribute_body(j):
+        return holder.v
+    return (closure_body, global_body, default_body, helper_body, kernel_py, attribute_body,
+            holder.step)
 """
 
 
 def _body(place: str, value: Any, label: str) -> list[tuple[str, str, str]]:
-    """What one rank's body reports, built in a module of its own (like a user's file)."""
-    ns: dict[str, Any] = {"V": value}
+    """What one rank's body reports, built in a module of its own (like a user's file;
+    ``label`` differs per rank and no body compares it)."""
+    ns: dict[str, Any] = {"V": value, "__name__": "rank_numbers_user"}
     exec(compile(_SOURCE, "<rank-numbers>", "exec"), ns)
     bodies = dict(zip(PLACES, ns["make"](value, label), strict=True))
     if place == "kernel":
@@ -143,13 +162,16 @@ def _check(place: str, a: Any, b: Any) -> None:
         assert "not a number on rank" in msg
 
 
-def test_labels_and_large_arrays_are_not_compared() -> None:
+def test_labels_and_large_arrays_by_shape_are_not_compared() -> None:
     """A per-rank string (a log prefix) may differ; an array past AGREE_ARRAY_BYTES is
-    data, not a hyperparameter, and is not sent at every invocation."""
+    data, not a hyperparameter, and only its dtype and shape are sent at every invocation."""
     assert _body("closure", "rank 0", "x") == []
-    big = [_body("global", np.full(1024, float(r)), "x") for r in range(2)]
-    assert big == [[], []]
+    assert _body("global", ["rank 0", ("log", b"x")], "x") == []
+    big = [_body("global", np.full(AGREE_ARRAY_BYTES // 8 + 1, float(r)), "x") for r in range(2)]
     check_same_numbers("async_for 'op' (invocation 0)", big)
+    other = _body("global", np.zeros(AGREE_ARRAY_BYTES // 8 + 2), "x")
+    with pytest.raises(DriverCapturesDivergedError, match=r"float64 array of shape \(8194,\) on"):
+        check_same_numbers("async_for 'op' (invocation 0)", [big[0], other])
 
 
 def test_the_error_names_where_the_body_reads_it() -> None:
@@ -159,6 +181,106 @@ def test_the_error_names_where_the_body_reads_it() -> None:
     per_rank = [_body("kernel", 0.5, "x"), _body("kernel", 0.25, "x")]
     with pytest.raises(DriverCapturesDivergedError, match="'v' \\(float, argument of kernel_py"):
         check_same_numbers("async_for 'op' (invocation 0)", per_rank)
+
+
+# ---------------------------------------------------------------- numbers inside values
+# A body reads numbers through lists, dicts, tuples, sets and objects too (a config dict,
+# a schedule, ``self.lr``, ``len(history)``).  Reference: two values read the same when
+# their numbers agree bit for bit at the same positions and every container that holds a
+# number (or is empty) has the same type and length (a dict: the same keys); strings, and
+# containers that hold nothing else, are labels; deeper than AGREE_DEPTH is not compared.
+
+plain = st.recursive(
+    st.one_of(scalars, st.text(max_size=2)),
+    lambda kids: st.one_of(
+        st.lists(kids, max_size=3),
+        st.lists(kids, max_size=3).map(tuple),
+        st.dictionaries(st.one_of(st.text(max_size=2), st.integers(0, 3)), kids, max_size=3),
+        st.frozensets(st.integers(-3, 3) | st.floats(allow_nan=False), max_size=3),
+    ),
+    max_leaves=12,
+)
+
+
+def _content(v: Any, depth: int = 0) -> Any:
+    """What the ranks must agree on in ``v``; None when nothing in it is compared."""
+    if depth > AGREE_DEPTH or isinstance(v, str):
+        return None
+    if isinstance(v, tuple) and v and all(not isinstance(x, (str, tuple, list, dict)) for x in v):
+        if not any(isinstance(x, (frozenset)) for x in v):
+            return _bits(v)  # a tuple of numbers is one value
+    if isinstance(v, (list, tuple)):
+        items = [_content(x, depth + 1) for x in v]
+        keep = not v or any(x is not None for x in items)
+        return (type(v), len(v), items) if keep else None
+    if isinstance(v, dict):
+        items = [(repr(k), _content(x, depth + 1)) for k, x in v.items()]
+        keep = not v or any(x is not None for _, x in items)
+        return ("dict", items) if keep else None
+    if isinstance(v, frozenset):
+        return ("set", sorted(repr(_bits(x)) for x in v))
+    return _bits(v)
+
+
+def _edited(v: Any, data: st.DataObject) -> Any:
+    """``v`` with one thing changed somewhere inside: a number (:func:`_variants`), a
+    string, an item added or dropped, a key renamed; or nothing."""
+    if isinstance(v, str):
+        return data.draw(st.text(max_size=2))
+    if isinstance(v, (list, tuple, dict)) and data.draw(st.booleans()):
+        how = data.draw(st.sampled_from(["inside", "add", "drop", "key"]))
+        keys = list(v) if isinstance(v, dict) else list(range(len(v)))
+        if not keys or how == "add":
+            extra = data.draw(plain)
+            if isinstance(v, dict):
+                return {**v, data.draw(st.text(max_size=2)): extra}
+            return type(v)([*v, extra])
+        k = data.draw(st.sampled_from(keys))
+        if isinstance(v, dict):
+            rest = {key: x for key, x in v.items() if key != k}
+            if how == "drop":
+                return rest
+            if how == "key":
+                return {**rest, f"{k}!": v[k]}
+            return {**rest, k: _edited(v[k], data)}
+        items = list(v)
+        if how == "drop":
+            del items[k]
+        else:
+            items[k] = _edited(items[k], data)
+        return type(v)(items)
+    if isinstance(v, (list, tuple, dict, frozenset)):
+        return copy.deepcopy(v)
+    return data.draw(st.sampled_from(_variants(v)))
+
+
+@given(place=st.sampled_from(PLACES), a=plain, data=st.data())
+def test_flagged_exactly_when_the_numbers_inside_differ(
+    place: str, a: Any, data: st.DataObject
+) -> None:
+    b = _edited(a, data) if data.draw(st.booleans()) else data.draw(plain)
+    per_rank = [_body(place, a, "rank 0"), _body(place, b, "rank 1")]
+    if _content(a) == _content(b):
+        check_same_numbers("async_for 'op' (invocation 0)", per_rank)
+        return
+    with pytest.raises(DriverCapturesDivergedError, match="on rank 0 and .* on rank 1;"):
+        check_same_numbers("async_for 'op' (invocation 0)", per_rank)
+
+
+def test_the_error_names_the_item_inside() -> None:
+    """A history only rank 0 appends to (``len(HISTORY)`` as an epoch counter), a config
+    dict, an attribute of a bound object: the message names the place and both values."""
+    cases = [
+        ("global", [[], [0.25]], "reads 'V' (list), which is [] on rank 0 and [0.25] on rank 1"),
+        ("closure", [{"lr": 0.1}, {"lr": 0.2}], "\"v['lr']\" (float), which is 0.1 on rank 0"),
+        ("method", [(1, [2.0]), (1, [3.0])], "reads 'self.v[1][0]' (float), which is 2.0 on"),
+        ("attribute", [1, 2], "reads 'holder.v' (int), which is 1 on rank 0 and 2 on rank 1"),
+    ]
+    for place, (a, b), message in cases:
+        per_rank = [_body(place, a, "rank 0"), _body(place, b, "rank 1")]
+        with pytest.raises(DriverCapturesDivergedError) as err:
+            check_same_numbers("async_for 'op' (invocation 0)", per_rank)
+        assert message in str(err.value), str(err.value)
 
 
 # ---------------------------------------------------------------- driver writes

@@ -22,29 +22,24 @@ def hot_rows(epochs: int = 2, n: int = 60) -> None:
         ap.log_objective("norm", float(np.abs(X.gather()).sum()))
 
 
-#: Losses the driver keeps for printing, on the "main" process only: per-process state.
-HISTORY: list[float] = []
-
-
-def rank0_history(epochs: int = 3, n: int = 24) -> None:
-    """Wrong on a cluster, right in one process: the driver appends to ``HISTORY`` only
-    where ``PMI_RANK`` is 0 (as ``if rank == 0: log(...)`` code does) and the body uses
-    ``len(HISTORY)`` as its epoch counter for a step-size decay.  An in-process
-    cluster shares the list, so every node sees the same epoch; under mpiexec the
-    other ranks stay at epoch 0 and compute something else from the second epoch on."""
+def rank_noise(epochs: int = 3, n: int = 24) -> None:
+    """Wrong on a cluster, right in one process: from the second epoch on the body adds
+    noise from an array each rank draws with its own seed (``PMI_RANK``, as per-rank
+    seeding code does).  The array holds 80 KB, past ``AGREE_ARRAY_BYTES``, so the ranks'
+    step check compares only its dtype and shape (it is data; it belongs in a DDS).  An
+    in-process cluster shares the array, so every node adds the same noise; under mpiexec
+    each rank's bodies add their own from epoch 1 on, and only the dual test sees it."""
     X = ap.dvector(n, shape=(2,), init=ap.init.normal(0, 1), name="X")
-    HISTORY.clear()
+    rank = int(os.environ.get("PMI_RANK", "0"))
+    noise = np.zeros(10_000)
     for _ in range(epochs):
 
-        def body(j: int) -> None:
-            step = 0.5 ** len(HISTORY)
-            X[j] = X[j] * (1.0 - step) + np.sin(j + X[j])
+        def body(j: int, noise: np.ndarray = noise) -> None:
+            X[j] = X[j] * 0.5 + np.sin(j + X[j]) + noise[j]
 
         ap.async_for(0, n, body, name="decay")
-        loss = float(np.abs(X.gather()).sum())
-        if os.environ.get("PMI_RANK", "0") == "0":
-            HISTORY.append(loss)
-        ap.log_objective("loss", loss)
+        ap.log_objective("loss", float(np.abs(X.gather()).sum()))
+        noise = np.random.default_rng(rank).normal(0.0, 1e-3, size=10_000)
 
 
 def _parallel() -> bool:

@@ -32,6 +32,17 @@ def _scaled(x: float) -> float:
     return x * SCALE
 
 
+class _Trainer:
+    """A bound method as the body: it reads ``self.lr``; ``self.started`` differs per
+    rank too, but the body never reads it."""
+
+    def __init__(self, X: Any, lr: float) -> None:
+        self.X, self.lr, self.started = X, lr, 1000.0 * RANK
+
+    def step(self, j: int) -> None:
+        self.X[j] = self.X[j] + self.lr
+
+
 def lr_app(where: str = "closure", epochs: int = 2, n: int = 16) -> None:
     """``where``: closure, kernel (a kernel argument), helper (a global a helper reads),
     sync (a ``sync_for`` body), shard (``X`` created from per-rank data, as MPI programs
@@ -39,7 +50,8 @@ def lr_app(where: str = "closure", epochs: int = 2, n: int = 16) -> None:
     everywhere; the body still captures a per-rank label, which is no number and may
     differ), driver_write (the driver writes a per-rank value to ``X``), map_key (the
     driver inserts a per-rank key), late_write (a per-rank value after 70 identical
-    writes)."""
+    writes), history (the body reads ``len(history)``, a list only rank 0 appends to), method
+    (the body is a bound method reading ``self.lr``)."""
     global SCALE
     if where == "shard":
         X = ap.dvector(n, shape=(), data=np.full(n, float(RANK)), name="X")
@@ -55,17 +67,18 @@ def lr_app(where: str = "closure", epochs: int = 2, n: int = 16) -> None:
         M[k] = [float(k), 0.0]
     M[WRITES] = [float(RANK if where == "late_write" else 0), 0.0]
     per_rank = 0.1 * (1 + RANK)
-    lr = 0.1 if where in ("same", "helper") else per_rank
+    lr = 0.1 if where in ("same", "helper", "history") else per_rank
     if where == "helper":
         SCALE = 1.0 + RANK
     tag = f"[rank {RANK}]"
     data = ap.dvector(n, shape=(1,), data=np.ones((n, 1)), name="data")
-    for _ in range(epochs):
+    history: list[int] = []
+    for epoch in range(epochs):
 
         def body(j: int) -> None:
             if j < 0:
                 print(tag)  # never runs; a captured string may differ between ranks
-            X[j] = X[j] + _scaled(lr)
+            X[j] = X[j] + _scaled(lr) * 0.5 ** len(history)
 
         def sync_body(batch: Any) -> None:
             X[0] += lr * float(batch.values.sum())
@@ -74,6 +87,10 @@ def lr_app(where: str = "closure", epochs: int = 2, n: int = 16) -> None:
             ap.async_for(0, n, _add_kernel.bind(X, lr), name="add")
         elif where == "sync":
             ap.sync_for(data, 4, sync_body, sync="bsp", name="add")
+        elif where == "method":
+            ap.async_for(0, n, _Trainer(X, lr).step, name="add")
         else:
             ap.async_for(0, n, body, name="add")
         ap.log_objective("s", float(X.gather().sum()))
+        if where == "history" and RANK == 0:  # as ``if rank == 0: log(...)`` code does
+            history.append(epoch)

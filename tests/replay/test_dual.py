@@ -157,9 +157,9 @@ def test_an_objective_before_a_later_digest_is_the_first_divergence(tmp_path: Pa
 def test_a_digest_divergence_still_names_iteration_invocation_index_and_element() -> None:
     from tests.replay import dual_apps
 
-    # serial side: no rank, so the history grows; a 2-node in-process run agrees with it
-    assert testing.forward(dual_apps.rank0_history).passed
-    res = testing.forward(dual_apps.rank0_history, parallel="mpi", nodes=2, timeout=60)
+    # serial side: no rank, so rank 0's noise; a 2-node in-process run agrees with it
+    assert testing.forward(dual_apps.rank_noise).passed
+    res = testing.forward(dual_apps.rank_noise, parallel="mpi", nodes=2, timeout=60)
     d = res.divergence
     assert d["what"] == "digest" and (d["op"], d["invocation"], d["iteration"]) == ("decay", 1, 1)
     assert d["dds"] == "X" and d["element"] == d["index"] and d["serial"] != d["parallel"]

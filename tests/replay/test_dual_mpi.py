@@ -56,16 +56,17 @@ def test_cli_in_process_is_an_explicit_choice(tmp_path: Path) -> None:
 def test_per_process_state_passes_in_process_and_fails_under_mpi(
     tmp_path: Path, ranks: int
 ) -> None:
-    """The driver keeps its history on rank 0 only; a body reads it.  In one process
-    every node shares the list, so only the MPI dual test can see the bug."""
-    app = f"{HERE / 'dual_apps.py'}:rank0_history"
+    """Each rank draws its own noise array, too large for the step check to compare by
+    content; a body reads it.  In one process every node shares the array, so only the
+    MPI dual test can see the bug."""
+    app = f"{HERE / 'dual_apps.py'}:rank_noise"
     code, res = _dual_json([app, "--ranks", str(ranks), "--in-process", "--no-trace"], tmp_path)
     assert code == 0 and res["forward"]["passed"] and res["backward"]["passed"]
     code, res = _dual_json([app, "--ranks", str(ranks), "--no-trace"], tmp_path)
     assert code == 1 and res["parallel"] == "mpi"
     for direction in ("forward", "backward"):
         d = res[direction]["divergence"]
-        # epoch 0 agrees; from epoch 1 the other ranks still use the epoch-0 step size
+        # epoch 0 agrees; from epoch 1 the other ranks add their own noise
         assert (d["what"], d["op"], d["invocation"], d["dds"]) == ("digest", "decay", 1, "X")
         assert isinstance(d["element"], int) and d["serial"] != d["parallel"]
     proc = run_cli([
@@ -85,7 +86,7 @@ def test_library_dual_on_mpi_with_an_importable_function() -> None:
         assert r.bodies == 2 * 40
     # a file path target works too, and finds the per-process bug
     res = testing.backward(
-        f"{HERE / 'dual_apps.py'}:rank0_history", nodes=3, parallel="mpi", timeout=JOB_TIMEOUT
+        f"{HERE / 'dual_apps.py'}:rank_noise", nodes=3, parallel="mpi", timeout=JOB_TIMEOUT
     )
     assert not res.passed and res.divergence["invocation"] == 1
 

@@ -19,6 +19,8 @@ CASES = {
     "kernel": ("reads 'lr' (float, argument of _add_kernel)", "0.1", "0.2"),
     "helper": ("reads 'SCALE' (float, global in rank_state_apps.py) via _scaled()", "1.0", "2.0"),
     "sync": ("sync_for 'add' (invocation 0) reads 'lr' (float)", "0.1", "0.2"),
+    "history": ("async_for 'add' (invocation 1) reads 'history' (list)", "[0]", "[]"),
+    "method": ("async_for 'add' (invocation 0) reads 'self.lr' (float)", "0.1", "0.2"),
 }
 
 
