@@ -58,8 +58,18 @@ def _where(fn: Callable[..., Any], lineno: int | None = None) -> str:
     return f"{code.co_filename}:{lineno or code.co_firstlineno}"
 
 
+def _bound_name(fn: Any) -> str | None:
+    """The name of the parameter a bound method's object fills (``self``), else None."""
+    if not isinstance(fn, types.MethodType):
+        return None
+    code = fn.__code__
+    return code.co_varnames[0] if code.co_argcount else None
+
+
 def _lookup(fn: Callable[..., Any], name: str) -> Any:
     code = fn.__code__
+    if name == _bound_name(fn):
+        return fn.__self__  # type: ignore[attr-defined]
     if name in code.co_freevars and fn.__closure__ is not None:
         cell = fn.__closure__[code.co_freevars.index(name)]
         try:
@@ -71,13 +81,38 @@ def _lookup(fn: Callable[..., Any], name: str) -> Any:
     return getattr(builtins, name, None)
 
 
-def _fail(op: str, fn: Callable[..., Any], name: str, value: Any, lineno: int | None) -> None:
+def _fail(
+    op: str, fn: Callable[..., Any], name: str, value: Any, lineno: int | None, part: str = ""
+) -> None:
+    """``part``: what the body assigns to inside ``name`` (``self.count``), if not all."""
     what = type(value).__name__ if value is not None else "variable"
+    into = f" through {part}" if part and part != name else ""
     raise ClosureRuleError(
-        f"{op!r}: the loop body assigns to captured variable {name!r} ({what}) at "
+        f"{op!r}: the loop body assigns to captured variable {name!r} ({what}){into} at "
         f"{_where(fn, lineno)}; inside a loop body only DDS elements may be written "
-        f"(closure rule). Make {name!r} a DDS, or compute it after the loop with ap.reduce"
+        f"(closure rule). Make {part or name!r} a DDS, or compute it after the loop with "
+        "ap.reduce"
     )
+
+
+_UNKNOWN = object()
+
+
+def _resolve(node: ast.AST, fn: Callable[..., Any]) -> Any:
+    """The value a name or attribute chain (``X``, ``self.model.W``) of the body refers
+    to, looked up without running code (no properties, no ``__getattr__``)."""
+    if isinstance(node, ast.Name):
+        return _lookup(fn, node.id)
+    if isinstance(node, ast.Attribute):
+        owner = _resolve(node.value, fn)
+        if owner is not _UNKNOWN:
+            with contextlib.suppress(AttributeError):
+                got = inspect.getattr_static(owner, node.attr)
+                if isinstance(got, types.MemberDescriptorType):  # a slot
+                    return got.__get__(owner)
+                if not hasattr(type(got), "__get__") or isinstance(got, types.FunctionType):
+                    return got
+    return _UNKNOWN  # a property or other descriptor: only running it would tell
 
 
 def _holds_only_dds(value: Any) -> bool:
@@ -104,12 +139,16 @@ def _check_ast(op: str, fn: Callable[..., Any], tree: ast.AST, line0: int) -> bo
         return True  # a lambda cannot assign (a walrus binds a lambda-local name)
     declared: set[str] = set()
     local: set[str] = {a.arg for a in ast.walk(func.args) if isinstance(a, ast.arg)}
+    stored: set[str] = set()
     for node in ast.walk(func):
         if isinstance(node, (ast.Nonlocal, ast.Global)):
             declared.update(node.names)
         elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
-            local.add(node.id)
-    local -= declared
+            stored.add(node.id)
+    local = (local | stored) - declared
+    bound = _bound_name(fn)
+    if bound is not None and bound not in stored:
+        local.discard(bound)  # ``self`` of a bound method body is captured, not a local
     for node in ast.walk(func):
         targets: list[ast.AST] = []
         if isinstance(node, ast.Assign):
@@ -138,11 +177,17 @@ def _check_ast(op: str, fn: Callable[..., Any], tree: ast.AST, line0: int) -> bo
                 continue
             value = _lookup(fn, name)
             if isinstance(t, ast.Subscript):
-                if isinstance(t.value, ast.Name) and isinstance(value, _DDS):
-                    continue
-                if isinstance(t.value, ast.Subscript) and _holds_only_dds(value):
+                target = _resolve(t.value, fn)
+                unknown = target is _UNKNOWN and isinstance(t.value, ast.Attribute)
+                if isinstance(target, _DDS) or unknown:
+                    continue  # X[i] = v, self.W[u] = v; a property's: the guard will see
+            part = t  # what is assigned to, without the subscripts
+            while isinstance(part, ast.Subscript):
+                part = part.value
+            if isinstance(t, ast.Subscript) and isinstance(t.value, ast.Subscript):
+                if _holds_only_dds(_resolve(part, fn)):
                     continue  # D[k][i] = v where D is a tuple/list/dict of DDS
-            _fail(op, fn, name, value, lineno)
+            _fail(op, fn, name, value, lineno, ast.unparse(part))
     return True
 
 
@@ -163,7 +208,11 @@ def check_body(op: str, fn: Callable[..., Any]) -> None:
         if not callable(fn):
             raise TypeError(f"{op!r}: the loop body must be callable, got {type(fn).__name__}")
         return
-    key = (code, tuple(id(_lookup(fn, n)) for n in code.co_freevars))
+    key = (
+        code,
+        tuple(id(_lookup(fn, n)) for n in code.co_freevars),
+        id(getattr(fn, "__self__", None)),
+    )
     if key in _checked:
         return
     _check_bytecode(op, fn)

@@ -468,6 +468,94 @@ def typical() -> None:
         ap.log_objective("s", float(X.gather().sum() + Y.gather().sum()))
 
 
+class Model:
+    """DDS held in attributes, written by a method body and by a closure through them
+    (``self.W[j] = ...``, ``model.slots.Z[j] = ...``), as object-style programs do."""
+
+    def __init__(self) -> None:
+        self.W = ap.dvector(N, shape=(), name="W")
+        self.slots = Slotted(ap.dvector(N, shape=(), name="Z"))
+        self.rate = 0.5
+
+    def step(self, j: int) -> None:
+        self.W[j] = self.W[j] + self.rate
+        self.slots.Z[j] += self.W[j]
+
+    @property
+    def view(self) -> Any:
+        return self.W
+
+
+class Slotted:
+    __slots__ = ("Z",)
+
+    def __init__(self, Z: Any) -> None:
+        self.Z = Z
+
+
+def object_style() -> None:
+    model = Model()
+
+    def body(j: int) -> None:
+        model.W[j] = model.W[j] * 2.0
+        model.slots.Z[j] = model.slots.Z[j] - 1.0
+        model.view[j] += 1.0  # a property: only the guard can tell, and it sees no change
+
+    for _ in range(2):
+        ap.async_for(0, N, model.step, name="method")
+        ap.async_for(0, N, body, name="attributes")
+        ap.log_objective("s", float(model.W.gather().sum() + model.slots.Z.gather().sum()))
+
+
+@pytest.mark.parametrize("kw", [{}, {"checked": True}, {"nodes": 2, "threads": 2}])
+def test_dds_written_through_attributes_are_not_flagged(kw: dict[str, Any]) -> None:
+    ap.run(object_style, **kw)
+
+
+class Counter:
+    def __init__(self) -> None:
+        self.X = ap.dvector(N, shape=(), name="X")
+        self.count, self.seen, self.later = 0, [0] * N, 0
+        self.box = Slotted([0] * N)
+
+    def count_up(self, j: int) -> None:
+        self.count += 1
+
+    def mark(self, j: int) -> None:
+        self.seen[j] = 1
+
+    def mark_slot(self, j: int) -> None:
+        self.box.Z[j] = 1
+
+    def on_later_invocations(self, j: int) -> None:
+        if self.count > 0:  # never at reconnaissance: only the static check can see it
+            self.later = j
+        self.X[j] = 1.0
+
+
+@pytest.mark.parametrize(
+    "method,part",
+    [
+        ("count_up", "self.count"),
+        ("mark", "self.seen"),
+        ("mark_slot", "self.box.Z"),
+        ("on_later_invocations", "self.later"),
+    ],
+)
+def test_a_method_body_assigning_to_its_object_is_rejected_before_it_runs(
+    method: str, part: str
+) -> None:
+    def driver() -> None:
+        counter = Counter()
+        ap.async_for(0, N, getattr(counter, method), name="loop")
+
+    with pytest.raises(ap.ClosureRuleError) as info:
+        ap.run(driver)
+    msg = str(info.value)
+    assert f"captured variable 'self' (Counter) through {part} at " in msg, msg
+    assert f"Make '{part}' a DDS" in msg, msg
+
+
 @pytest.mark.parametrize(
     "kw", [{}, {"checked": True}, {"test_mode": True}, {"nodes": 3, "threads": 2, "checked": True}]
 )
