@@ -1081,8 +1081,11 @@ def agree_numbers(
 
 def check_same_numbers(op: str, per_rank: list[Any]) -> None:
     """Raise :class:`DriverCapturesDivergedError` (on every rank alike) if the ranks'
-    :func:`captured_numbers` differ; ``per_rank`` is every rank's list, in rank order."""
-    if all(p == per_rank[0] for p in per_rank):
+    :func:`captured_numbers` differ; ``per_rank`` is every rank's list, in rank order.
+    Places and exact texts decide (as :attr:`Captures.keys`); the shown texts may differ
+    for equal values (a set's iteration order)."""
+    keys = [[(place, exact) for place, _, exact, _ in p or ()] for p in per_rank]
+    if all(k == keys[0] for k in keys):
         return
     tables = [{place: rest for place, *rest in p or ()} for p in per_rank]
     places = list(dict.fromkeys(place for t in tables for place in t))
