@@ -50,7 +50,7 @@ import xxhash
 from .._data.dds import _DDS
 from .._errors import ClosureRuleError, DriverCapturesDivergedError, _shown
 
-_checked: dict[Any, None] = {}
+_checked: dict[Any, tuple[Any, ...]] = {}
 
 
 def _where(fn: Callable[..., Any], lineno: int | None = None) -> str:
@@ -208,11 +208,15 @@ def check_body(op: str, fn: Callable[..., Any]) -> None:
         if not callable(fn):
             raise TypeError(f"{op!r}: the loop body must be callable, got {type(fn).__name__}")
         return
-    key = (
-        code,
-        tuple(id(_lookup(fn, n)) for n in code.co_freevars),
-        id(getattr(fn, "__self__", None)),
+    # the verdict depends on what the names the code uses hold (a DDS or not): key it by
+    # their ids and keep them alive while cached, so that no id is reused meanwhile
+    glob = getattr(fn, "__globals__", {})
+    pins = (
+        getattr(fn, "__self__", None),
+        *(_lookup(fn, n) for n in code.co_freevars),
+        *(glob[n] for n in sorted(_names(code)) if n in glob),
     )
+    key = (code, tuple(map(id, pins)))
     if key in _checked:
         return
     _check_bytecode(op, fn)
@@ -222,9 +226,9 @@ def check_body(op: str, fn: Callable[..., Any]) -> None:
         tree = None  # no source (REPL, exec): the bytecode check above still applies
     if tree is not None:
         _check_ast(op, fn, tree, code.co_firstlineno)
-    if len(_checked) > 4096:
+    if len(_checked) > 1024:
         _checked.clear()
-    _checked[key] = None
+    _checked[key] = pins
 
 
 # ====================================================================== mutation through calls

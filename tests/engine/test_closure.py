@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import sys
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -698,3 +699,25 @@ def test_a_deferred_comparison_names_every_state_that_changed() -> None:
         g.finish()
     msg = str(info.value)
     assert "'seen'" in msg and "'counts'" in msg and "between index 1 and index 2" in msg
+
+
+# --------------------------------------------------------------------- the static verdict
+TARGET: Any = None  # a global the body below writes into: a DDS or not, by the test
+
+
+def _writes_target(j: int) -> None:
+    TARGET[j] = 1.0
+
+
+def test_the_static_verdict_is_not_reused_when_a_name_holds_another_object() -> None:
+    """Whether ``TARGET[j] = v`` is allowed depends on what ``TARGET`` holds, so a body
+    that passed the check once is checked again when it names another object, and the
+    objects a cached verdict depends on are kept alive (their ids cannot be reused)."""
+    global TARGET
+    TARGET = ap.dvector(N, shape=(), name="T")
+    closure.check_body("loop", _writes_target)
+    ref = weakref.ref(TARGET)
+    TARGET = [0.0] * N
+    with pytest.raises(ap.ClosureRuleError, match="captured variable 'TARGET' \\(list\\)"):
+        closure.check_body("loop", _writes_target)
+    assert ref() is not None  # the DDS is pinned by the cached verdict
