@@ -7,7 +7,8 @@ different number of times on each of them.  Two checks enforce the rule:
 * **Static, before the body runs** (:func:`check_body`).  The body's source (``ast``),
   when available, catches ``nonlocal``/``global`` rebinding and item/attribute
   assignment through a captured object (``counts[k] += 1`` on a captured list); without
-  source the bytecode still catches rebinding.
+  source the bytecode still catches rebinding.  The source is read once per body code;
+  what each subscript target holds (a DDS or not) is looked up again at every invocation.
 * **Dynamic, while bodies run** (:func:`guard`).  Mutation through calls —
   ``seen.append(j)``, ``np.add.at(counts, idx, 1)``, ``d.setdefault(k, [])``, a helper
   that appends to a module-level list — is invisible to the first check.  Under
@@ -39,7 +40,7 @@ import time
 import types
 import weakref
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,12 +51,18 @@ import xxhash
 from .._data.dds import _DDS
 from .._errors import ClosureRuleError, DriverCapturesDivergedError, _shown
 
-_checked: dict[Any, tuple[Any, ...]] = {}
+#: What :func:`check_body` found in each body's code (see :class:`_Target`).
+_plans: dict[tuple[types.CodeType, bool], list[_Target]] = {}
 
 
 def _where(fn: Callable[..., Any], lineno: int | None = None) -> str:
     code = fn.__code__
     return f"{code.co_filename}:{lineno or code.co_firstlineno}"
+
+
+def _func_of(fn: Any) -> Any:
+    """The function of a bound method body (``trainer.step``), else ``fn`` itself."""
+    return fn.__func__ if isinstance(fn, types.MethodType) else fn
 
 
 def _bound_name(fn: Any) -> str | None:
@@ -98,6 +105,20 @@ def _fail(
 _UNKNOWN = object()
 
 
+def _instance_attribute(owner: Any, name: str) -> Any:
+    """``owner.name`` when it is a plain entry of the instance ``__dict__`` that no class
+    attribute can override (what :func:`inspect.getattr_static` would find, at a fifth of
+    its cost: this runs at every loop invocation), else :data:`_UNKNOWN`."""
+    for klass in type(owner).__mro__:
+        if name in klass.__dict__:
+            return _UNKNOWN
+    try:
+        d = object.__getattribute__(owner, "__dict__")
+    except AttributeError:
+        return _UNKNOWN
+    return d[name] if isinstance(d, dict) and name in d else _UNKNOWN
+
+
 def _resolve(node: ast.AST, fn: Callable[..., Any]) -> Any:
     """The value a name or attribute chain (``X``, ``self.model.W``) of the body refers
     to, looked up without running code (no properties, no ``__getattr__``)."""
@@ -106,6 +127,9 @@ def _resolve(node: ast.AST, fn: Callable[..., Any]) -> Any:
     if isinstance(node, ast.Attribute):
         owner = _resolve(node.value, fn)
         if owner is not _UNKNOWN:
+            got = _instance_attribute(owner, node.attr)
+            if got is not _UNKNOWN:
+                return got
             with contextlib.suppress(AttributeError):
                 got = inspect.getattr_static(owner, node.attr)
                 if isinstance(got, types.MemberDescriptorType):  # a slot
@@ -128,15 +152,28 @@ def _base_name(node: ast.AST) -> str | None:
     return node.id if isinstance(node, ast.Name) else None
 
 
-def _check_ast(op: str, fn: Callable[..., Any], tree: ast.AST, line0: int) -> bool:
+@dataclass(frozen=True)
+class _Target:
+    """A subscript assignment of a body (``X[i] = v``, ``self.W[u] += v``, ``D[k][i] = v``)
+    through captured name ``name``: allowed or not by what the names hold at each
+    invocation, so it is checked again at each one (:func:`check_body`)."""
+
+    name: str
+    lineno: int
+    into: ast.AST  # what is subscripted: ``X``, ``self.W``, ``D[k]``
+    part: ast.AST  # the same without subscripts: ``X``, ``self.W``, ``D``
+
+
+def _targets(op: str, fn: Callable[..., Any], tree: ast.AST, line0: int) -> list[_Target]:
+    """Refuse the assignments of body ``fn`` that break the closure rule whatever its
+    names hold (rebinding a captured name, assigning an attribute of a captured object);
+    return the subscript assignments through captured names, which depend on it."""
     func = next(
         (n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.Lambda))),
         None,
     )
-    if func is None:
-        return False
-    if isinstance(func, ast.Lambda):
-        return True  # a lambda cannot assign (a walrus binds a lambda-local name)
+    if func is None or isinstance(func, ast.Lambda):
+        return []  # a lambda cannot assign (a walrus binds a lambda-local name)
     declared: set[str] = set()
     local: set[str] = {a.arg for a in ast.walk(func.args) if isinstance(a, ast.arg)}
     stored: set[str] = set()
@@ -149,6 +186,7 @@ def _check_ast(op: str, fn: Callable[..., Any], tree: ast.AST, line0: int) -> bo
     bound = _bound_name(fn)
     if bound is not None and bound not in stored:
         local.discard(bound)  # ``self`` of a bound method body is captured, not a local
+    out: list[_Target] = []
     for node in ast.walk(func):
         targets: list[ast.AST] = []
         if isinstance(node, ast.Assign):
@@ -175,20 +213,24 @@ def _check_ast(op: str, fn: Callable[..., Any], tree: ast.AST, line0: int) -> bo
             name = _base_name(t)
             if name is None or name in local:
                 continue
-            value = _lookup(fn, name)
-            if isinstance(t, ast.Subscript):
-                target = _resolve(t.value, fn)
-                unknown = target is _UNKNOWN and isinstance(t.value, ast.Attribute)
-                if isinstance(target, _DDS) or unknown:
-                    continue  # X[i] = v, self.W[u] = v; a property's: the guard will see
             part = t  # what is assigned to, without the subscripts
             while isinstance(part, ast.Subscript):
                 part = part.value
-            if isinstance(t, ast.Subscript) and isinstance(t.value, ast.Subscript):
-                if _holds_only_dds(_resolve(part, fn)):
-                    continue  # D[k][i] = v where D is a tuple/list/dict of DDS
-            _fail(op, fn, name, value, lineno, ast.unparse(part))
-    return True
+            if isinstance(t, ast.Subscript):
+                out.append(_Target(name, lineno, t.value, part))
+            else:
+                _fail(op, fn, name, _lookup(fn, name), lineno, ast.unparse(part))
+    return out
+
+
+def _check_targets(op: str, fn: Callable[..., Any], targets: list[_Target]) -> None:
+    for t in targets:
+        into = _resolve(t.into, fn)
+        if isinstance(into, _DDS) or (into is _UNKNOWN and isinstance(t.into, ast.Attribute)):
+            continue  # X[i] = v, self.W[u] = v; a property's: the guard will see
+        if isinstance(t.into, ast.Subscript) and _holds_only_dds(_resolve(t.part, fn)):
+            continue  # D[k][i] = v where D is a tuple/list/dict of DDS
+        _fail(op, fn, t.name, _lookup(fn, t.name), t.lineno, ast.unparse(t.part))
 
 
 def _check_bytecode(op: str, fn: Callable[..., Any]) -> None:
@@ -202,33 +244,29 @@ def _check_bytecode(op: str, fn: Callable[..., Any]) -> None:
 
 
 def check_body(op: str, fn: Callable[..., Any]) -> None:
-    """Raise :class:`ClosureRuleError` if ``fn`` writes a captured non-DDS variable."""
+    """Raise :class:`ClosureRuleError` if ``fn`` writes a captured non-DDS variable.
+
+    What the code does is checked once per code object (and whether it is a bound
+    method); whether each subscript assignment writes a DDS depends on what the names
+    hold now, so that part is checked at every call (a few microseconds a target)."""
     code = getattr(fn, "__code__", None)
     if code is None:
         if not callable(fn):
             raise TypeError(f"{op!r}: the loop body must be callable, got {type(fn).__name__}")
         return
-    # the verdict depends on what the names the code uses hold (a DDS or not): key it by
-    # their ids and keep them alive while cached, so that no id is reused meanwhile
-    glob = getattr(fn, "__globals__", {})
-    pins = (
-        getattr(fn, "__self__", None),
-        *(_lookup(fn, n) for n in code.co_freevars),
-        *(glob[n] for n in sorted(_names(code)) if n in glob),
-    )
-    key = (code, tuple(map(id, pins)))
-    if key in _checked:
-        return
-    _check_bytecode(op, fn)
-    try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
-    except (OSError, TypeError, SyntaxError):
-        tree = None  # no source (REPL, exec): the bytecode check above still applies
-    if tree is not None:
-        _check_ast(op, fn, tree, code.co_firstlineno)
-    if len(_checked) > 1024:
-        _checked.clear()
-    _checked[key] = pins
+    key = (code, isinstance(fn, types.MethodType))
+    targets = _plans.get(key)
+    if targets is None:
+        _check_bytecode(op, fn)
+        try:
+            tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+        except (OSError, TypeError, SyntaxError):
+            tree = None  # no source (REPL, exec): the bytecode check above still applies
+        targets = [] if tree is None else _targets(op, fn, tree, code.co_firstlineno)
+        if len(_plans) > 1024:
+            _plans.clear()
+        _plans[key] = targets
+    _check_targets(op, fn, targets)
 
 
 # ====================================================================== mutation through calls
@@ -405,14 +443,11 @@ class _Collector:
         self.queue.append((fn, via))
 
     def run(self, body: Any) -> list[_Root]:
-        if isinstance(body, types.MethodType):  # self.step: the instance is a root too
-            fn = body.__func__
-            self.function(fn, ())
-            first = fn.__code__.co_varnames[:1] or ("self",)
-            root = _Root(repr(first[0]), "value", body.__self__)
+        fn = _func_of(body)
+        self.function(fn, ())
+        if fn is not body:  # self.step: the instance is a root too
+            root = _Root(repr(_bound_name(body) or "self"), "value", body.__self__)
             self._add(("value", id(body.__self__)), root, _names(fn.__code__), ())
-        else:
-            self.function(body, ())
         grew = True
         while grew:
             while self.queue:
@@ -512,16 +547,20 @@ class _Collector:
                     self._add(("name", id(cls_ns), name), root, names, via)
 
 
-def _attributes(obj: Any) -> dict[str, Any]:
-    """The instance attributes of ``obj``: its ``__dict__`` and its slots."""
-    out = dict(getattr(obj, "__dict__", None) or {})
+def _slots(obj: Any) -> Iterator[tuple[str, Any]]:
+    """The slots of ``obj`` over its class's MRO, with their values (:data:`_EMPTY` if
+    unset)."""
     for klass in type(obj).__mro__:
         slots = klass.__dict__.get("__slots__", ())
         for slot in (slots,) if isinstance(slots, str) else slots:
             if isinstance(slot, str) and slot not in ("__dict__", "__weakref__"):
-                value = getattr(obj, slot, _EMPTY)
-                if value is not _EMPTY:
-                    out[slot] = value
+                yield slot, getattr(obj, slot, _EMPTY)
+
+
+def _attributes(obj: Any) -> dict[str, Any]:
+    """The instance attributes of ``obj``: its ``__dict__`` and its set slots."""
+    out = dict(getattr(obj, "__dict__", None) or {})
+    out.update((name, value) for name, value in _slots(obj) if value is not _EMPTY)
     return out
 
 
@@ -530,16 +569,14 @@ _roots_cache: dict[tuple[Any, ...], tuple[Any, list[_Root], frozenset[str]]] = {
 
 def _is_body(fn: Any) -> bool:
     """A Python function, or a method of an object bound to one (``self.step``)."""
-    if isinstance(fn, types.MethodType):
-        fn = fn.__func__
-    return isinstance(fn, types.FunctionType)
+    return isinstance(_func_of(fn), types.FunctionType)
 
 
 def _reach(fn: Any) -> tuple[list[_Root], frozenset[str]]:
     """The roots body ``fn`` (see :func:`_is_body`) can reach and the names its code and
     its helpers' use, cached by code object, closure cells, globals, defaults and bound
     instance (the cache keeps those alive, so their ids stay unique while cached)."""
-    func = fn.__func__ if isinstance(fn, types.MethodType) else fn
+    func = _func_of(fn)
     pins: tuple[Any, ...] = (
         func.__closure__,
         func.__globals__,
@@ -650,7 +687,7 @@ class _Fingerprint:
         elif isinstance(v, _ATOMIC_BASES):
             return
         if _user_type(tp):
-            self.instance(v, tp, out, depth, k)
+            self.instance(v, out, depth, k)
 
     def summary(self, v: Any, out: list[Any]) -> None:
         """A large container, without copying it: its length and the identities of the
@@ -681,14 +718,12 @@ class _Fingerprint:
         else:
             self.large.append((k, a))
 
-    def instance(self, v: Any, tp: type, out: list[Any], depth: int, k: int) -> None:
+    def instance(self, v: Any, out: list[Any], depth: int, k: int) -> None:
         d = getattr(v, "__dict__", None)
         if isinstance(d, dict):
             self.value(d, out, depth + 1, k)
-        for klass in tp.__mro__:
-            for slot in klass.__dict__.get("__slots__", ()):
-                if isinstance(slot, str) and slot not in ("__dict__", "__weakref__"):
-                    self.value(getattr(v, slot, _EMPTY), out, depth + 1, k)
+        for _, value in _slots(v):
+            self.value(value, out, depth + 1, k)
 
 
 def _index(arg: Any) -> Any:
@@ -1046,7 +1081,7 @@ class Captures:
             for path, exact, v in values.of(root.read()):
                 self.keys.append((f"{root.label}{path} {root.note} {root.via}", exact))
                 self._items.append((root, path, v))
-        func = fn.__func__ if isinstance(fn, types.MethodType) else fn
+        func = _func_of(fn)
         params = func.__code__.co_varnames[1 : 1 + len(bound)]
         for name, value in zip(params, bound, strict=False):
             for path, exact, v in values.of(value):

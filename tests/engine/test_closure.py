@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 import sys
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -709,15 +708,174 @@ def _writes_target(j: int) -> None:
     TARGET[j] = 1.0
 
 
-def test_the_static_verdict_is_not_reused_when_a_name_holds_another_object() -> None:
-    """Whether ``TARGET[j] = v`` is allowed depends on what ``TARGET`` holds, so a body
-    that passed the check once is checked again when it names another object, and the
-    objects a cached verdict depends on are kept alive (their ids cannot be reused)."""
+def test_the_static_verdict_follows_what_a_global_holds() -> None:
+    """Whether ``TARGET[j] = v`` is allowed depends on what ``TARGET`` holds at each call."""
     global TARGET
     TARGET = ap.dvector(N, shape=(), name="T")
     closure.check_body("loop", _writes_target)
-    ref = weakref.ref(TARGET)
     TARGET = [0.0] * N
     with pytest.raises(ap.ClosureRuleError, match="captured variable 'TARGET' \\(list\\)"):
         closure.check_body("loop", _writes_target)
-    assert ref() is not None  # the DDS is pinned by the cached verdict
+    TARGET = ap.dvector(N, shape=(), name="T2")
+    closure.check_body("loop", _writes_target)
+
+
+class Holder:
+    def __init__(self, W: Any, Z: Any, T: Any) -> None:
+        self.W = W
+        self.slots = Slotted(Z)
+        self.tables: list[Any] = [T]
+
+    def step(self, j: int) -> None:
+        self.W[j] = 1.0
+
+
+def rebinding_driver(where: str) -> Callable[[], None]:
+    """A driver that rebinds what a body's subscript target refers to, from a DDS to a
+    list, between two invocations of a normal (unchecked) run: the second must be refused,
+    whichever way the body reaches the target."""
+
+    def driver() -> None:
+        h = Holder(*(ap.dvector(N, shape=(), name=name) for name in ("W", "Z", "T")))
+        X: Any = ap.dvector(N, shape=(), name="X")
+
+        def closure_var(j: int) -> None:
+            X[j] = 1.0
+
+        def attribute(j: int) -> None:
+            h.W[j] = 1.0
+
+        def slot(j: int) -> None:
+            h.slots.Z[j] = 1.0
+
+        def item(j: int) -> None:
+            h.tables[0][j] = 1.0
+
+        body = {"closure": closure_var, "attribute": attribute, "slot": slot, "item": item}
+        body["method"] = h.step
+        for epoch in range(2):
+            ap.async_for(0, N, body[where], name="loop")
+            if epoch == 0:
+                X = [0.0] * N
+                h.W = [0.0] * N
+                h.slots.Z = [0.0] * N
+                h.tables[0] = [0.0] * N
+
+    return driver
+
+
+@pytest.mark.parametrize("where", ["closure", "attribute", "slot", "item", "method"])
+def test_a_target_rebound_from_a_dds_to_a_list_between_invocations_is_refused(
+    where: str,
+) -> None:
+    with pytest.raises(ap.ClosureRuleError, match="the loop body assigns to captured variable"):
+        ap.run(rebinding_driver(where))
+
+
+def test_the_static_verdict_costs_no_parse_per_invocation(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The source is parsed once per body code, whatever its names hold later."""
+    global TARGET
+    TARGET = ap.dvector(N, shape=(), name="P")
+    closure.check_body("loop", _writes_target)
+    parses: list[Any] = []
+    real = closure.ast.parse
+    monkeypatch.setattr(closure.ast, "parse", lambda *a, **k: parses.append(a) or real(*a, **k))
+    for k in range(3):
+        TARGET = ap.dvector(N, shape=(), name=f"P{k}")
+        closure.check_body("loop", _writes_target)
+    assert parses == []
+
+
+class _Shadowed:
+    W = "class attribute"
+
+    @property
+    def P(self) -> str:
+        return "property"
+
+
+def test_the_fast_attribute_lookup_agrees_with_getattr_static() -> None:
+    """``_instance_attribute`` answers only where the instance ``__dict__`` decides, and
+    then as :func:`inspect.getattr_static` does; elsewhere it defers to it."""
+    import inspect
+
+    plain, shadowed = Holder(1, 2, 3), _Shadowed()
+    shadowed.__dict__.update(W="instance", P="instance", V="instance")
+    cases = [
+        (plain, "W"),
+        (plain, "missing"),
+        (shadowed, "W"),
+        (shadowed, "P"),
+        (shadowed, "V"),
+        (Slotted(1), "Z"),
+        (sys.modules[__name__], "TARGET"),
+        (Holder, "step"),
+    ]
+    answered = 0
+    for owner, name in cases:
+        got = closure._instance_attribute(owner, name)
+        if got is not closure._UNKNOWN:
+            answered += 1
+            assert got is inspect.getattr_static(owner, name), (owner, name)
+    assert answered == 3  # plain.W, shadowed.V, the module's TARGET
+
+
+_POOL: list[Any] = []  # DDS for the property below, made once (names are per session)
+
+
+def _bodies_writing_through(h: Holder) -> dict[str, Callable[..., Any]]:
+    X: Any = None
+
+    def closure_var(j: int) -> None:
+        X[j] = 1.0
+
+    def attribute(j: int) -> None:
+        h.W[j] = 1.0
+
+    def slot(j: int) -> None:
+        h.slots.Z[j] += 1.0
+
+    def item(j: int) -> None:
+        h.tables[0][j] = 1.0
+
+    return {
+        "global": _writes_target,
+        "closure": closure_var,
+        "attribute": attribute,
+        "slot": slot,
+        "item": item,
+        "method": h.step,
+    }
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    where=st.sampled_from(["global", "closure", "attribute", "slot", "item", "method"]),
+    kinds=st.lists(st.sampled_from(["dds", "list", "array", "tuple"]), min_size=1, max_size=6),
+)
+def test_the_static_verdict_follows_every_rebinding(where: str, kinds: list[str]) -> None:
+    """Whatever the driver rebinds a body's subscript target to, and however often, each
+    check refuses exactly the calls whose target is not a DDS at that moment."""
+    global TARGET
+    if not _POOL:
+        _POOL.extend(ap.dvector(N, shape=(), name=f"pool{k}") for k in range(2))
+    h = Holder(*_POOL[:1] * 3)
+    body = _bodies_writing_through(h)[where]
+    for step, kind in enumerate(kinds):
+        value = {
+            "dds": _POOL[step % 2],
+            "list": [0.0] * N,
+            "array": np.zeros(N),
+            "tuple": (0.0,) * N,
+        }[kind]
+        TARGET = value
+        if where == "closure":
+            body.__closure__[0].cell_contents = value  # type: ignore[attr-defined, index]
+        h.W, h.slots.Z, h.tables[0] = value, value, value
+        if kind == "dds":
+            closure.check_body("loop", body)
+        else:
+            with pytest.raises(ap.ClosureRuleError, match="assigns to captured variable"):
+                closure.check_body("loop", body)
