@@ -49,6 +49,7 @@ import numpy as np
 import xxhash
 
 from .._data.dds import _DDS
+from .._data.values import IMMUTABLE
 from .._errors import ClosureRuleError, DriverCapturesDivergedError, _shown
 
 #: What :func:`check_body` found in each body's code (see :class:`_Target`).
@@ -602,29 +603,15 @@ def reachable(fn: Callable[..., Any]) -> list[_Root]:
     return _reach(fn)[0]
 
 
-_ATOMIC: frozenset[type] = frozenset(
-    {
-        int,
-        float,
-        complex,
-        str,
-        bytes,
-        bool,
-        type(None),
-        type(...),
-        range,
-        types.FunctionType,
-        types.ModuleType,
-        types.CodeType,
-        type,
-        np.float64,
-        np.float32,
-        np.int64,
-        np.int32,
-        np.bool_,
-        np.dtype,
-    }
-)
+#: Values the fingerprint takes as tokens without descending: immutable values, and
+#: functions, modules, code and types (compared by identity).
+_ATOMIC: frozenset[type] = IMMUTABLE | {
+    types.FunctionType,
+    types.ModuleType,
+    types.CodeType,
+    type,
+    np.dtype,
+}
 _ATOMIC_BASES = (int, float, complex, str, bytes, type(None), np.generic, type, np.dtype)
 
 

@@ -17,9 +17,10 @@ operation:
 * checked mode: exec mode plus a check that each access is inside the body's
   reconnaissance sets.
 
-``X[i]`` returns a *copy* of a numeric row: changing it never changes the DDS, and
-``X[i] = v`` (or ``X[i] += v``) is the only way to write, which is what makes every
-write visible to the engine.
+``X[i]`` returns a *copy* of a numeric row, and Python-object elements cross every
+boundary with user code by value (``engine._data.values.detached``): changing what was
+read, or what was written, never changes the DDS, and ``X[i] = v`` (or ``X[i] += v``) is
+the only way to write, which is what makes every write visible to the engine.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from .._errors import AccessOutsideReconError, DDSError, DriverStepsDivergedErro
 from .._runtime.checkpoint import collective
 from .._runtime.session import _tls, current
 from . import digest as _digest
+from .values import detached
 
 if TYPE_CHECKING:
     from .._runtime.session import Session
@@ -244,11 +246,11 @@ class _DDS:
     def _read_slot(self, buf: Any, slot: int) -> Any:
         if self._numeric:
             return buf[slot].copy()
-        return buf[slot]
+        return detached(buf[slot])
 
     def _coerce(self, value: Any) -> Any:
         if not self._numeric:
-            return value
+            return detached(value, self._name)
         arr = np.asarray(value, dtype=self._dtype)
         if arr.shape != self._shape:
             try:
@@ -330,6 +332,16 @@ class _DDS:
                 else:
                     h.update(repr(v).encode())
                 h.update(b"\x00")
+
+
+def gathered(d: _DDS) -> np.ndarray:
+    """Every element of ``d`` from its owners, to hand to user code (``gather``,
+    ``evaluate``, ``store``): Python objects detached (:func:`detached`)."""
+    out = d._sess.cluster.gather_owned(d)
+    if not d._numeric:
+        for k, v in enumerate(out.tolist()):
+            out[k] = detached(v)
+    return out
 
 
 # ====================================================================== dvector
@@ -420,7 +432,7 @@ class dvector(_DDS):  # noqa: N801 - the name is part of the user API
             if self._numeric:
                 full = np.asarray(data, dtype=self._dtype).reshape((n, *self._shape))
             else:
-                full = list(data)
+                full = [detached(v, self._name) for v in data]
                 if len(full) != n:
                     raise DDSError(f"dvector {self._name}: data has {len(full)} items, n={n}")
             _check_same_data(sess, f"dvector {self._name!r}", full)
@@ -497,7 +509,7 @@ class dvector(_DDS):  # noqa: N801 - the name is part of the user API
 
     def gather(self) -> np.ndarray:
         """All elements as one numpy array (object dtype for Python elements), in index order."""
-        return collective(self._sess, "gather", lambda: self._sess.cluster.gather_owned(self))
+        return collective(self._sess, "gather", lambda: gathered(self))
 
     def _digest_head(self) -> bytes:
         return str(self._n).encode()
@@ -521,10 +533,10 @@ class _DVecObjExec(dvector):
     __slots__ = ()
 
     def __getitem__(self, i: Any) -> Any:
-        return self._buf[i]
+        return detached(self._buf[i])
 
     def __setitem__(self, i: Any, value: Any) -> None:
-        self._buf[i] = value
+        self._buf[i] = detached(value, self._name)
 
 
 def _check_relaxable(name: str | None, shape: Any, dtype: Any) -> None:
@@ -684,7 +696,7 @@ class dmap(_DDS):  # noqa: N801 - the name is part of the user API
 
     def gather(self) -> np.ndarray:
         """All values in key insertion order (object dtype for Python elements)."""
-        return collective(self._sess, "gather", lambda: self._sess.cluster.gather_owned(self))
+        return collective(self._sess, "gather", lambda: gathered(self))
 
     def _digest_head(self) -> bytes:
         return repr(self._keys).encode()
@@ -709,7 +721,7 @@ class dmultimap(dmap):  # noqa: N801 - the name is part of the user API
         return ()
 
     def _coerce(self, value: Any) -> Any:
-        return tuple(value)
+        return detached(tuple(value), self._name)
 
     def add(self, key: Any, value: Any) -> None:
         """Append ``value`` to the tuple stored under ``key`` (driver only)."""
@@ -795,12 +807,12 @@ class _DVecObjGuard(dvector):
     def __getitem__(self, i: Any) -> Any:
         if self._gm[i] > 1:
             GUARD.outside(self, self._slot(i), False)
-        return self._buf[i]
+        return detached(self._buf[i])
 
     def __setitem__(self, i: Any, value: Any) -> None:
         if self._gm[i] != 1:
             GUARD.outside(self, self._slot(i), True)
-        self._buf[i] = value
+        self._buf[i] = detached(value, self._name)
 
 
 class _DVecNumGuardT(dvector):
@@ -827,12 +839,12 @@ class _DVecObjGuardT(dvector):
         c = self._gm[i]
         if c and c != _tls.gcode:
             GUARD.outside(self, self._slot(i), False)
-        return self._buf[i]
+        return detached(self._buf[i])
 
     def __setitem__(self, i: Any, value: Any) -> None:
         if self._gm[i] != _tls.gcode:
             GUARD.outside(self, self._slot(i), True)
-        self._buf[i] = value
+        self._buf[i] = detached(value, self._name)
 
 
 class _DVecNumGuardRO(_DVecNumExec):
@@ -972,7 +984,7 @@ class _ReconMixin:
         if rec.overlay:
             v = rec.overlay.get(gid, _MISSING)
             if v is not _MISSING:
-                return v.copy() if self._numeric else v
+                return v.copy() if self._numeric else detached(v)
         return self._read_slot(self._buf, s)
 
     def __setitem__(self: _Moded, key: Any, value: Any) -> None:
@@ -1000,8 +1012,8 @@ class _DVecRecon(_ReconMixin):
         rec.reads.append(gid)
         if rec.overlay and gid in rec.overlay:
             v = rec.overlay[gid]
-            return v.copy() if self._numeric else v
-        return self._buf[i].copy() if self._numeric else self._buf[i]
+            return v.copy() if self._numeric else detached(v)
+        return self._buf[i].copy() if self._numeric else detached(self._buf[i])
 
     def __setitem__(self: _Moded, i: Any, value: Any) -> None:
         if type(i) is not int or i < 0 or not self._numeric:
@@ -1126,6 +1138,7 @@ __all__ = [
     "dmap",
     "dmultimap",
     "dvector",
+    "gathered",
     "public_class",
     "relaxing",
     "set_mode",

@@ -25,7 +25,8 @@ import numpy as np
 from .._errors import DataFormatError, DriverStepsDivergedError, InputFileError, _shown
 from .._runtime.checkpoint import collective
 from .._runtime.session import Session, current, driver_only
-from .dds import _DDS, dmap, dvector
+from .dds import _DDS, dmap, dvector, gathered
+from .values import detached
 
 
 def load(
@@ -81,7 +82,7 @@ def _owned_values(
             buf = src._bufs[node]
             if src._numeric:
                 return [fn(buf[s].copy()) for s in src.owned(node).tolist()]
-            return [fn(buf[s]) for s in src.owned(node).tolist()]
+            return [fn(detached(buf[s])) for s in src.owned(node).tolist()]
 
         values = cl.run_on_nodes(work)
     finally:
@@ -179,7 +180,7 @@ def evaluate(fn: Callable[..., Any], *args: Any) -> Any:
     sess = current()
 
     def compute() -> Any:
-        values = [sess.cluster.gather_owned(a) if isinstance(a, _DDS) else a for a in args]
+        values = [gathered(a) if isinstance(a, _DDS) else a for a in args]
         out = fn(*values)
         # fn is the program's: one rank's Python state in it would fork the drivers
         keys = sess.agree("ap.evaluate result", _value_key(out))
@@ -230,7 +231,7 @@ def store(
     """
     driver_only("ap.store")
     sess = current()
-    values = sess.cluster.gather_owned(src)
+    values = gathered(src)
     keys = list(range(len(src))) if isinstance(src, dvector) else src.keys()
     out = Path(path)
     if sess.cluster.rank == 0:

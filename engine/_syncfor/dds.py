@@ -20,6 +20,7 @@ import numpy as np
 
 from .._data import dds as _dds
 from .._data.dds import _DDS, _Moded, dmap, dmultimap, dvector
+from .._data.values import detached
 from .._errors import DDSError
 
 _stls = threading.local()
@@ -73,16 +74,22 @@ def batch_maker(data: _DDS, buf: Any) -> Callable[[int, int, int], Batch]:
     if data._numeric:
         buf = buf.view()
         buf.flags.writeable = False  # so every slice of it is read-only too
+
+    def values(lo: int, hi: int) -> Any:
+        if data._numeric:
+            return buf[lo:hi]
+        return [detached(v) for v in buf[lo:hi]]  # Python objects: by value, as X[i]
+
     if isinstance(data, dmap):
         keys = data._keys
 
         def make_keyed(number: int, lo: int, hi: int) -> Batch:
-            return Batch(number, keys[lo:hi], buf[lo:hi], lo)
+            return Batch(number, keys[lo:hi], values(lo, hi), lo)
 
         return make_keyed
 
     def make(number: int, lo: int, hi: int) -> Batch:
-        return Batch(number, None, buf[lo:hi], lo)
+        return Batch(number, None, values(lo, hi), lo)
 
     return make
 
@@ -127,7 +134,7 @@ class _SyncMixin:
         if mask is not None and not mask[s]:
             raise _stls.guard.outside(self, key, False)
         buf = _stls.rbufs[self._id]
-        return buf[s].copy() if self._numeric else buf[s]
+        return buf[s].copy() if self._numeric else detached(buf[s])
 
     def __setitem__(self: _Moded, key: Any, value: Any) -> None:
         if self.kind != "dvector" and key not in self._slots:

@@ -1,0 +1,226 @@
+"""Python-object DDS elements are handed out and taken in by value.
+
+The class of failure: an element that is a list, dict, set, array or user object reaches
+user code by reference, and user code changes it in place (``rec = A[j];
+rec.append(x)``).  That write is invisible to the engine: it changes one replica only, is
+applied twice when reconnaissance re-runs the body, and is never recorded, so a run ended
+with exit 0 and answers that depend on the placement (before this change: ``final s =
+72`` in one process, ``60`` on two ranks, for the same program).  Every path between a
+DDS and user code is covered here, for every kind of mutable element, on several
+placements; the DDS must end as if each read had been a copy and each write had stored
+a copy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import engine as ap
+from engine._data.values import detached, frozen
+
+N = 6
+
+
+class Box:
+    def __init__(self, n: int) -> None:
+        self.n, self.c = n, 0
+
+    def __repr__(self) -> str:
+        return f"Box({self.n}, {self.c})"
+
+
+def make(kind: str, i: int) -> Any:
+    return {
+        "list": lambda: [i, 0],
+        "dict": lambda: {"n": i, "c": 0},
+        "set": lambda: {i},
+        "object": lambda: Box(i),
+        "array": lambda: np.array([i, 0.0]),
+        "nested": lambda: (i, [0]),
+        "named": lambda: Pair(i, [0]),
+    }[kind]()
+
+
+class Pair(NamedTuple):
+    n: int
+    items: list[int]
+
+
+def mutate(kind: str, v: Any) -> None:
+    if kind == "list":
+        v.append(1)
+    elif kind == "dict":
+        v["c"] += 1
+    elif kind == "set":
+        v.add(-1)
+    elif kind == "object":
+        v.c += 1
+    elif kind == "array":
+        v += 1.0
+    else:  # nested, named: the list inside the tuple
+        v[1].append(1)
+
+
+def canon(v: Any) -> str:
+    if isinstance(v, np.ndarray):
+        return f"array{v.tolist()}"
+    if isinstance(v, set):
+        return f"set{sorted(v)}"
+    return repr(v)
+
+
+KINDS = ["list", "dict", "set", "object", "array", "nested", "named"]
+
+
+def program(kind: str, place: str, out: dict[str, Any]) -> Callable[[], None]:
+    """A driver whose only writes go through ``X[i] = v``; at ``place`` it changes, in
+    place, a value it read from ``X`` or gave to ``X``."""
+
+    def driver() -> None:
+        items = [make(kind, i) for i in range(N)]
+        X = ap.dvector(N, data=items, name="X")
+        S = ap.dvector(N, shape=(), name="S")
+
+        def reads(j: int) -> None:
+            v = X[j]
+            mutate(kind, v)
+            S[j] = S[j] + 1.0
+
+        def writes(j: int) -> None:
+            v = make(kind, j)
+            X[j] = v
+            mutate(kind, v)  # after the write: the DDS keeps what was written
+
+        def sync_body(batch: ap.Batch) -> None:
+            for v in batch.values:
+                mutate(kind, v)
+
+        for _ in range(2):
+            if place == "async_read":
+                ap.async_for(0, N, reads, name="loop")
+            elif place == "async_write":
+                ap.async_for(0, N, writes, name="loop")
+            elif place == "sync_read":
+                ap.sync_for(X, 2, sync_body, name="sync")
+            elif place == "driver_read":
+                mutate(kind, X[1])
+            elif place == "driver_iter":
+                for v in X:
+                    mutate(kind, v)
+            elif place == "driver_write":
+                v = make(kind, 1)
+                X[1] = v
+                mutate(kind, v)
+            elif place == "gather":
+                mutate(kind, X.gather()[2])
+            elif place == "map":
+                ap.map(X, lambda v: mutate(kind, v) or 0.0, shape=())
+            elif place == "reduce":
+                ap.reduce(X, lambda v: mutate(kind, v) or 1)
+            elif place == "evaluate":
+                ap.evaluate(lambda a: mutate(kind, a[3]), X)
+            elif place == "data":
+                mutate(kind, items[4])
+        shared = make(kind, 0)
+        Y = ap.create(N, lambda i: shared, name="Y")
+        mutate(kind, shared)
+        out["X"] = [canon(v) for v in X.gather()]
+        out["Y"] = [canon(v) for v in Y.gather()]
+
+    return driver
+
+
+PLACES = [
+    "async_read",
+    "async_write",
+    "sync_read",
+    "driver_read",
+    "driver_iter",
+    "driver_write",
+    "gather",
+    "map",
+    "reduce",
+    "evaluate",
+    "data",
+]
+PLACEMENTS: list[dict[str, Any]] = [
+    {},
+    {"nodes": 2, "threads": 2},
+    {"nodes": 3, "test_mode": True},
+    {"nodes": 2, "checked": True},
+]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    kind=st.sampled_from(KINDS),
+    place=st.sampled_from(PLACES),
+    placement=st.sampled_from(PLACEMENTS),
+)
+def test_changing_a_value_read_or_written_in_place_never_changes_the_dds(
+    kind: str, place: str, placement: dict[str, Any]
+) -> None:
+    out: dict[str, Any] = {}
+    ap.run(program(kind, place, out), **placement)
+    assert out["X"] == [canon(make(kind, i)) for i in range(N)]
+    assert out["Y"] == [canon(make(kind, 0))] * N
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("place", PLACES)
+def test_every_place_and_kind_on_two_nodes(kind: str, place: str) -> None:
+    out: dict[str, Any] = {}
+    ap.run(program(kind, place, out), nodes=2, threads=2)
+    assert out["X"] == [canon(make(kind, i)) for i in range(N)]
+
+
+def test_dmap_and_dmultimap_values_are_copies() -> None:
+    out: dict[str, Any] = {}
+
+    def driver() -> None:
+        M = ap.dmap(keys=["a", "b"], name="M")
+        M["a"], M["b"] = [1], [2]
+        T = ap.dmultimap(keys=["a"], name="T")
+        T.add("a", [7])
+
+        def body(j: int) -> None:
+            M["a" if j == 0 else "b"].append(9)
+            T["a"][0].append(9)
+
+        ap.async_for(0, 2, body, name="loop")
+        M["a"].append(5)
+        for _, v in M.items():
+            v.append(6)
+        out["M"], out["T"] = list(M.gather()), list(T.gather())
+
+    ap.run(driver, nodes=2)
+    assert out == {"M": [[1], [2]], "T": [([7],)]}
+
+
+def test_immutable_values_are_passed_as_they_are() -> None:
+    """No copy where none is needed: numbers, strings, tuples and named tuples of such
+    (the records ``ap.load`` makes) are the stored objects themselves."""
+    rec = Pair(1, 2.5)  # type: ignore[arg-type]
+    for v in (3, 2.5, "s", b"b", None, (1, "a", (2.0, None)), rec, frozenset({1, 2})):
+        assert frozen(v) and detached(v) is v
+    for v in ([1], {"a": 1}, {1}, (1, [2]), Pair(1, [2]), np.zeros(2), Box(1)):
+        assert not frozen(v)
+        got = detached(v)
+        assert got is not v and canon(got) == canon(v)
+
+
+def test_an_element_that_cannot_be_copied_is_refused_with_one_line() -> None:
+    import threading
+
+    def driver() -> None:
+        X = ap.dvector(2, name="X")
+        X[0] = threading.Lock()
+
+    with pytest.raises(ap.DDSError, match=r"^X: a DDS element is copied .* a lock cannot be"):
+        ap.run(driver)
