@@ -90,16 +90,16 @@ def _lookup(fn: Callable[..., Any], name: str) -> Any:
 
 
 def _fail(
-    op: str, fn: Callable[..., Any], name: str, value: Any, lineno: int | None, part: str = ""
+    who: str, fn: Callable[..., Any], name: str, value: Any, lineno: int | None, part: str = ""
 ) -> None:
-    """``part``: what the body assigns to inside ``name`` (``self.count``), if not all."""
+    """``who``: ``'sgd': the loop body``; ``part``: what the body assigns to inside
+    ``name`` (``self.count``), if not all."""
     what = type(value).__name__ if value is not None else "variable"
     into = f" through {part}" if part and part != name else ""
     raise ClosureRuleError(
-        f"{op!r}: the loop body assigns to captured variable {name!r} ({what}){into} at "
-        f"{_where(fn, lineno)}; inside a loop body only DDS elements may be written "
-        f"(closure rule). Make {part or name!r} a DDS, or compute it after the loop with "
-        "ap.reduce"
+        f"{who} assigns to captured variable {name!r} ({what}){into} at "
+        f"{_where(fn, lineno)}; only DDS elements may be written there (closure rule). "
+        f"Make {part or name!r} a DDS, or compute it after the loop with ap.reduce"
     )
 
 
@@ -165,7 +165,7 @@ class _Target:
     part: ast.AST  # the same without subscripts: ``X``, ``self.W``, ``D``
 
 
-def _targets(op: str, fn: Callable[..., Any], tree: ast.AST, line0: int) -> list[_Target]:
+def _targets(who: str, fn: Callable[..., Any], tree: ast.AST, line0: int) -> list[_Target]:
     """Refuse the assignments of body ``fn`` that break the closure rule whatever its
     names hold (rebinding a captured name, assigning an attribute of a captured object);
     return the subscript assignments through captured names, which depend on it."""
@@ -209,7 +209,7 @@ def _targets(op: str, fn: Callable[..., Any], tree: ast.AST, line0: int) -> list
             lineno = line0 + getattr(t, "lineno", 1) - 1
             if isinstance(t, ast.Name):
                 if t.id in declared:
-                    _fail(op, fn, t.id, _lookup(fn, t.id), lineno)
+                    _fail(who, fn, t.id, _lookup(fn, t.id), lineno)
                 continue
             name = _base_name(t)
             if name is None or name in local:
@@ -220,32 +220,33 @@ def _targets(op: str, fn: Callable[..., Any], tree: ast.AST, line0: int) -> list
             if isinstance(t, ast.Subscript):
                 out.append(_Target(name, lineno, t.value, part))
             else:
-                _fail(op, fn, name, _lookup(fn, name), lineno, ast.unparse(part))
+                _fail(who, fn, name, _lookup(fn, name), lineno, ast.unparse(part))
     return out
 
 
-def _check_targets(op: str, fn: Callable[..., Any], targets: list[_Target]) -> None:
+def _check_targets(who: str, fn: Callable[..., Any], targets: list[_Target]) -> None:
     for t in targets:
         into = _resolve(t.into, fn)
         if isinstance(into, _DDS) or (into is _UNKNOWN and isinstance(t.into, ast.Attribute)):
             continue  # X[i] = v, self.W[u] = v; a property's: the guard will see
         if isinstance(t.into, ast.Subscript) and _holds_only_dds(_resolve(t.part, fn)):
             continue  # D[k][i] = v where D is a tuple/list/dict of DDS
-        _fail(op, fn, t.name, _lookup(fn, t.name), t.lineno, ast.unparse(t.part))
+        _fail(who, fn, t.name, _lookup(fn, t.name), t.lineno, ast.unparse(t.part))
 
 
-def _check_bytecode(op: str, fn: Callable[..., Any]) -> None:
+def _check_bytecode(who: str, fn: Callable[..., Any]) -> None:
     code = fn.__code__
     for ins in dis.get_instructions(code):
         if ins.opname == "STORE_GLOBAL" or (
             ins.opname == "STORE_DEREF" and ins.argval in code.co_freevars
         ):
             lineno = ins.positions.lineno if ins.positions is not None else None
-            _fail(op, fn, ins.argval, _lookup(fn, ins.argval), lineno)
+            _fail(who, fn, ins.argval, _lookup(fn, ins.argval), lineno)
 
 
-def check_body(op: str, fn: Callable[..., Any]) -> None:
-    """Raise :class:`ClosureRuleError` if ``fn`` writes a captured non-DDS variable.
+def check_body(op: str, fn: Callable[..., Any], subject: str = "the loop body") -> None:
+    """Raise :class:`ClosureRuleError` if ``fn`` writes a captured non-DDS variable;
+    ``subject`` names ``fn`` in the message.
 
     What the code does is checked once per code object (and whether it is a bound
     method); whether each subscript assignment writes a DDS depends on what the names
@@ -253,21 +254,22 @@ def check_body(op: str, fn: Callable[..., Any]) -> None:
     code = getattr(fn, "__code__", None)
     if code is None:
         if not callable(fn):
-            raise TypeError(f"{op!r}: the loop body must be callable, got {type(fn).__name__}")
+            raise TypeError(f"{op!r}: {subject} must be callable, got {type(fn).__name__}")
         return
+    who = f"{op!r}: {subject}"
     key = (code, isinstance(fn, types.MethodType))
     targets = _plans.get(key)
     if targets is None:
-        _check_bytecode(op, fn)
+        _check_bytecode(who, fn)
         try:
             tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
         except (OSError, TypeError, SyntaxError):
             tree = None  # no source (REPL, exec): the bytecode check above still applies
-        targets = [] if tree is None else _targets(op, fn, tree, code.co_firstlineno)
+        targets = [] if tree is None else _targets(who, fn, tree, code.co_firstlineno)
         if len(_plans) > 1024:
             _plans.clear()
         _plans[key] = targets
-    _check_targets(op, fn, targets)
+    _check_targets(who, fn, targets)
 
 
 # ====================================================================== mutation through calls
@@ -714,7 +716,10 @@ class _Fingerprint:
 
 
 def _index(arg: Any) -> Any:
-    """The loop index of an ``async_for`` body, the minibatch number of a ``sync_for`` one."""
+    """The loop index of an ``async_for`` body, the minibatch number of a ``sync_for`` one,
+    the shape of the deltas an aggregation function gets."""
+    if isinstance(arg, np.ndarray):
+        return arg.shape
     return getattr(arg, "number", arg)
 
 
@@ -745,6 +750,7 @@ class BodyGuard:
         "kind",
         "inv",
         "what",
+        "subject",
         "roots",
         "values",
         "readers",
@@ -761,12 +767,21 @@ class BodyGuard:
         "_mu",
     )
 
-    def __init__(self, fn: Callable[..., Any], op: str, kind: str, inv: int, what: str) -> None:
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        op: str,
+        kind: str,
+        inv: int,
+        what: str,
+        subject: str = "the loop body",
+    ) -> None:
         self.fn = fn
         self.op = op
         self.kind = kind
         self.inv = inv
         self.what = what
+        self.subject = subject
         self.roots = reachable(fn)
         # roots holding immutable values or DDS only need an identity check per body
         self.values = [r.read() for r in self.roots]
@@ -822,9 +837,9 @@ class BodyGuard:
                 raise
             names = ", ".join(f"{self.roots[k].describe()}" for k, *_ in self.large)
             raise ClosureRuleError(
-                f"{self.kind} {self.op!r}: at {self._where(arg)} the loop body raised "
+                f"{self.kind} {self.op!r}: at {self._where(arg)} {self.subject} raised "
                 f"'ValueError: {exc}' while the large captured arrays it can reach were "
-                f"write-protected ({names}); inside a loop body everything except DDS is "
+                f"write-protected ({names}); everything it reaches except DDS is "
                 "read-only (closure rule). Keep the state in a DDS, or build it in the "
                 "driver after the loop"
             ) from exc
@@ -894,8 +909,8 @@ class BodyGuard:
         names = [self.roots[i].describe() for i in ([k] if isinstance(k, int) else k)]
         what = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
         raise ClosureRuleError(
-            f"{self.kind} {self.op!r}: the loop body changed {what} at "
-            f"{where}; inside a loop body everything except DDS is read-only "
+            f"{self.kind} {self.op!r}: {self.subject} changed {what} at "
+            f"{where}; everything it reaches except DDS is read-only "
             "(closure rule), and on other nodes, threads or replays that change would be "
             "lost or made a different number of times. Keep the state in a DDS, or build "
             "it in the driver after the loop"
@@ -903,13 +918,20 @@ class BodyGuard:
 
 
 def guard(
-    fn: Callable[..., Any], op: str, inv: int, *, kind: str = "async_for", what: str = "index"
+    fn: Callable[..., Any],
+    op: str,
+    inv: int,
+    *,
+    kind: str = "async_for",
+    what: str = "index",
+    subject: str = "the loop body",
 ) -> Callable[..., Any]:
     """``fn`` wrapped in a :class:`BodyGuard` (``fn`` itself when it is neither a Python
-    function nor a method bound to an object, or reaches nothing to check)."""
+    function nor a method bound to an object, or reaches nothing to check); ``what``
+    names its argument in messages (``index 3``), ``subject`` names ``fn``."""
     if not _is_body(fn) or not reachable(fn):
         return fn
-    return BodyGuard(fn, op, kind, inv, what)
+    return BodyGuard(fn, op, kind, inv, what, subject)
 
 
 def finish(body: Callable[..., Any]) -> None:
@@ -1055,7 +1077,7 @@ class Captures:
     the type out (ranks compare by it).  :meth:`details` adds what the error shows, only
     needed when they differ."""
 
-    __slots__ = ("keys", "_items")
+    __slots__ = ("keys", "_items", "_by")
 
     def __init__(self, fn: Any, bound: tuple[Any, ...] = ()) -> None:
         self.keys: list[tuple[str, str]] = []
@@ -1074,17 +1096,27 @@ class Captures:
             for path, exact, v in values.of(value):
                 self.keys.append((f"argument {name}{path}", exact))
                 self._items.append(((name, _short(func)), path, v))
+        self._by = [""] * len(self.keys)  # who reads each number, if not the body
+
+    def merge(self, other: Captures, by: str) -> None:
+        """Add the numbers ``other``'s function reads, named as read by ``by`` (``the
+        aggregation function of 'W'``)."""
+        self.keys += [(f"{by}: {place}", exact) for place, exact in other.keys]
+        self._items += other._items
+        self._by += [by] * len(other.keys)
 
     def details(self) -> list[tuple[str, str, str, str]]:
         """(place, description, exact text, shown text) of each number."""
         out = []
-        for (place, exact), (where, path, v) in zip(self.keys, self._items, strict=True):
+        for (place, exact), (where, path, v), by in zip(
+            self.keys, self._items, self._by, strict=True
+        ):
             if isinstance(where, _Root):
                 what = _described(where, path, v)
             else:
                 name, func = where
                 what = f"{name + path!r} ({type(v).__name__}, argument of {func})"
-            out.append((place, what, exact, _shown_value(v)))
+            out.append((place, f"{what} in {by}" if by else what, exact, _shown_value(v)))
         return out
 
 

@@ -105,6 +105,9 @@ def register_aggregation(dds: _DDS, fn: Callable[[np.ndarray], np.ndarray] | Non
     ``fn(deltas)`` gets one clock's deltas of the rows an owner aggregates, stacked
     as ``(workers, rows, *shape)`` in (node, thread) order (Hybrid: node order), and
     returns the ``(rows, *shape)`` delta to add.  ``fn=None`` restores the average.
+    ``fn`` must compute its result from the deltas alone (closure rule, as for a body:
+    it is called once per clock on each owner, so state it kept would change a
+    different number of times on another placement or in a replay).
 
     >>> import engine as ap
     >>> G = ap.dvector(3, shape=(), name="agg_doc")
@@ -120,6 +123,30 @@ def register_aggregation(dds: _DDS, fn: Callable[[np.ndarray], np.ndarray] | Non
         raise TypeError(f"register_aggregation({dds.name}): fn must be callable or None")
     else:
         _AGGREGATIONS[dds] = fn
+
+
+def _aggregation_of(d: _DDS) -> str:
+    return f"the aggregation function of {d.name!r}"
+
+
+def _aggregations(
+    params: list[_DDS], name: str, inv: int, *, guarded: bool
+) -> list[Callable[[np.ndarray], np.ndarray] | None]:
+    """The aggregation function of each of ``params`` (None: the average).  Like a body,
+    it may change nothing but DDS (closure rule: state it kept would differ between
+    ranks, replays and the dual tests' serial side, which call it a different number of
+    times): checked before it runs, and, when ``guarded`` (checked and test mode, the
+    first invocation), while it runs."""
+    out: list[Callable[[np.ndarray], np.ndarray] | None] = []
+    for d in params:
+        fn = _AGGREGATIONS.get(d)
+        if fn is not None:
+            subject = _aggregation_of(d)
+            check_body(name, fn, subject)
+            if guarded:
+                fn = guard(fn, name, inv, kind="sync_for", what="deltas of shape", subject=subject)
+        out.append(fn)
+    return out
 
 
 @dataclass
@@ -475,7 +502,12 @@ def sync_for(
     if replan not in REPLANS:
         raise ValueError(f"sync_for {name!r}: replan must be one of {REPLANS}, got {replan!r}")
     inv = sess.next_invocation(name)
-    numbers = Captures(body) if sess.cluster.is_mpi else None  # the same on every rank
+    numbers = None
+    if sess.cluster.is_mpi:  # the numbers the body and aggregations read: the same on every rank
+        numbers = Captures(body)
+        for d, fn in sorted(_AGGREGATIONS.items(), key=lambda kv: kv[0]._id):
+            if d._sess is sess:
+                numbers.merge(Captures(fn), _aggregation_of(d))
     got = sess.agree(f"sync_for {name!r} #{inv} over {data.name!r}", numbers and numbers.keys)
     agree_numbers(f"sync_for {name!r} (invocation {inv})", numbers, got, sess.cluster.allgather)
     if skip_invocation(sess, name, inv):  # time travel: fast-forward to a checkpoint
@@ -494,10 +526,12 @@ def sync_for(
             name=name,
             per_clock=int(per_clock),
             params=params,
-            aggs=[_AGGREGATIONS.get(d) for d in params],
+            aggs=(aggs := _aggregations(params, name, inv, guarded=True)),
             schedule=sched,
         )
-        finish(run_body)
+        for guarded_fn in (run_body, *aggs):
+            if guarded_fn is not None:
+                finish(guarded_fn)
         return
     check_body(name, body)
     hybrid = sync == "hybrid"
@@ -508,6 +542,7 @@ def sync_for(
     if sess.checked or getattr(sess, "test_mode", False):
         run_body = guard(body, name, inv, kind="sync_for", what="minibatch")
     st, fresh = _state(sess, name, inv, data, mb, pc, body, re, hybrid)
+    guarded = fresh or run_body is not body
     again = (body, data, mb, pc, hybrid)
     level = CACHED
     if not re:
@@ -543,7 +578,7 @@ def sync_for(
             layout=layout,
             hybrid=hybrid,
             staleness=stale,
-            aggs=[_AGGREGATIONS.get(d) for d in layout.params],
+            aggs=_aggregations(layout.params, name, inv, guarded=guarded),
             caches=st.caches,
             events=sess.new_tape(),
             sched=sched,
@@ -563,7 +598,9 @@ def sync_for(
         if replan == "auto":
             st.start = level
         _warn(sess, st, name, inv, violation, level)
-    finish(run_body)
+    for guarded_fn in (run_body, *ctx.aggs):
+        if guarded_fn is not None:
+            finish(guarded_fn)
     for d in layout.params:
         d._touch()
     seconds = time.perf_counter() - t1

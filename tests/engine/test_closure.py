@@ -879,3 +879,151 @@ def test_the_static_verdict_follows_every_rebinding(where: str, kinds: list[str]
         else:
             with pytest.raises(ap.ClosureRuleError, match="assigns to captured variable"):
                 closure.check_body("loop", body)
+
+
+# --------------------------------------------------------------------- aggregation functions
+# ``register_aggregation(W, fn)``: ``fn`` is called once per clock per owner, so state it
+# keeps changes a different number of times on 1 and 2 ranks, in ``replay single``, in a
+# resumed run and on the dual tests' serial side (before: a counter in it gave -5.85 on
+# one rank, -4.5 on two, and the dual test passed).  It is held to the closure rule.
+def aggregation_program(mutation: str, invocation: int, sync: str = "bsp") -> Callable[[], None]:
+    def driver() -> None:
+        mutate, _ = MUTATIONS[mutation]()
+        X = ap.dvector(4, shape=(), name="X")
+        data = ap.dvector(N, shape=(1,), init=ap.init.uniform(0, 1), name="data")
+        current = [0]
+
+        def agg(deltas: np.ndarray) -> np.ndarray:
+            if current[0] == invocation:
+                mutate(0)
+            return deltas.sum(axis=0)
+
+        ap.register_aggregation(X, agg)
+
+        def body(batch: ap.Batch) -> None:
+            X[batch.number % 4] += float(batch.values[0, 0])
+
+        for it in range(2):
+            current[0] = it
+            ap.sync_for(data, 1, body, sync=sync, name="loop")
+
+    return driver
+
+
+AGG_PLACEMENTS: list[dict[str, Any]] = [
+    {},
+    {"nodes": 2},
+    {"nodes": 2, "threads": 2},
+    {"nodes": 3, "checked": True},
+]
+
+
+@pytest.mark.parametrize("placement", AGG_PLACEMENTS, ids=str)
+@pytest.mark.parametrize("mutation", sorted(MUTATIONS))
+def test_an_aggregation_function_that_changes_state_is_stopped(
+    mutation: str, placement: dict[str, Any]
+) -> None:
+    label = MUTATIONS[mutation]()[1]
+    with pytest.raises(ap.ClosureRuleError) as info:
+        ap.run(aggregation_program(mutation, 0), **placement)
+    msg = str(info.value)
+    assert msg.startswith("sync_for 'loop': ") and "the aggregation function of 'X' " in msg
+    assert label in msg and "(invocation 0)" in msg, msg
+
+
+@pytest.mark.parametrize("sync", ["bsp", "ssp", "hybrid"])
+@pytest.mark.parametrize("kw", [{"checked": True}, {"test_mode": True}])
+def test_a_later_change_is_stopped_in_checked_and_test_mode(sync: str, kw: dict[str, Any]) -> None:
+    with pytest.raises(
+        ap.ClosureRuleError, match=r"'s' \(set\) via <lambda>\(\) at deltas of shape .*invocation 1"
+    ):
+        ap.run(aggregation_program("set.add", 1, sync), nodes=2, threads=2, **kw)
+
+
+def test_the_dual_test_stops_an_aggregation_function_that_changes_state() -> None:
+    with pytest.raises(ap.ClosureRuleError, match="the aggregation function of 'X'"):
+        testing.dual(aggregation_program("append", 0), nodes=2)
+
+
+class Momentum:
+    def __init__(self) -> None:
+        self.count = 0
+
+    def aggregate(self, deltas: np.ndarray) -> np.ndarray:
+        self.count += 1
+        return deltas.sum(axis=0)
+
+
+def _static_aggregations() -> dict[str, tuple[Callable[[np.ndarray], np.ndarray], str]]:
+    calls = [0]
+    velocity = np.zeros(4)
+    total = 0.0
+
+    def counter(deltas: np.ndarray) -> np.ndarray:
+        calls[0] += 1
+        return deltas.sum(axis=0)
+
+    def momentum(deltas: np.ndarray) -> np.ndarray:
+        velocity[: deltas.shape[1]] = 0.9 * velocity[: deltas.shape[1]] + deltas.sum(axis=0)
+        return velocity[: deltas.shape[1]].copy()
+
+    def rebinding(deltas: np.ndarray) -> np.ndarray:
+        nonlocal total
+        total += 1.0
+        return deltas.sum(axis=0)
+
+    return {
+        "counter": (counter, "captured variable 'calls' (list)"),
+        "momentum": (momentum, "captured variable 'velocity' (ndarray)"),
+        "rebinding": (rebinding, "captured variable 'total' (float)"),
+        "method": (Momentum().aggregate, "captured variable 'self' (Momentum) through self.count"),
+    }
+
+
+@pytest.mark.parametrize("case", ["counter", "momentum", "rebinding", "method"])
+def test_an_aggregation_function_assigning_to_captured_state_is_refused_before_it_runs(
+    case: str,
+) -> None:
+    def driver() -> None:
+        fn, _ = _static_aggregations()[case]
+        X = ap.dvector(4, shape=(), name="X")
+        data = ap.dvector(N, shape=(1,), init=ap.init.uniform(0, 1), name="data")
+        ap.register_aggregation(X, fn)
+
+        def body(batch: ap.Batch) -> None:
+            X[batch.number % 4] += 1.0
+
+        ap.sync_for(data, 1, body, name="loop")
+
+    with pytest.raises(ap.ClosureRuleError) as info:
+        ap.run(driver, nodes=2)
+    msg = str(info.value)
+    assert msg.startswith("'loop': the aggregation function of 'X' assigns to "), msg
+    assert _static_aggregations()[case][1] in msg, msg
+
+
+@pytest.mark.parametrize("kw", [{}, {"nodes": 2, "threads": 2}, {"nodes": 3, "checked": True}])
+def test_pure_aggregation_functions_reading_captured_state_are_not_flagged(
+    kw: dict[str, Any],
+) -> None:
+    """Reading captured numbers, arrays and helpers, and a driver that changes them
+    between invocations, are allowed."""
+    weights = np.linspace(1.0, 2.0, 8)
+
+    def driver() -> None:
+        scale = [1.0]
+        X = ap.dvector(4, shape=(), name="X")
+        data = ap.dvector(N, shape=(1,), init=ap.init.uniform(0, 1), name="data")
+        ap.register_aggregation(
+            X, lambda d: np.median(d, axis=0) * scale[0] + weights[: len(d)].sum() * 0.0
+        )
+
+        def body(batch: ap.Batch) -> None:
+            X[batch.number % 4] += float(batch.values[0, 0])
+
+        for _ in range(3):
+            ap.sync_for(data, 1, body, name="loop")
+            scale[0] *= 0.5  # the driver, between invocations
+
+    ap.run(driver, **kw)
+    testing.assert_dual(driver, nodes=2)

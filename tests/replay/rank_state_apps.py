@@ -51,7 +51,8 @@ def lr_app(where: str = "closure", epochs: int = 2, n: int = 16) -> None:
     differ), driver_write (the driver writes a per-rank value to ``X``), map_key (the
     driver inserts a per-rank key), late_write (a per-rank value after 70 identical
     writes), history (the body reads ``len(history)``, a list only rank 0 appends to), method
-    (the body is a bound method reading ``self.lr``)."""
+    (the body is a bound method reading ``self.lr``), aggregation (a ``sync_for`` whose
+    aggregation function reads the per-rank number)."""
     global SCALE
     if where == "shard":
         X = ap.dvector(n, shape=(), data=np.full(n, float(RANK)), name="X")
@@ -67,7 +68,7 @@ def lr_app(where: str = "closure", epochs: int = 2, n: int = 16) -> None:
         M[k] = [float(k), 0.0]
     M[WRITES] = [float(RANK if where == "late_write" else 0), 0.0]
     per_rank = 0.1 * (1 + RANK)
-    lr = 0.1 if where in ("same", "helper", "history") else per_rank
+    lr = 0.1 if where in ("same", "helper", "history", "aggregation") else per_rank
     if where == "helper":
         SCALE = 1.0 + RANK
     tag = f"[rank {RANK}]"
@@ -85,7 +86,9 @@ def lr_app(where: str = "closure", epochs: int = 2, n: int = 16) -> None:
 
         if where == "kernel":
             ap.async_for(0, n, _add_kernel.bind(X, lr), name="add")
-        elif where == "sync":
+        elif where in ("sync", "aggregation"):
+            if where == "aggregation":
+                ap.register_aggregation(X, lambda deltas: deltas.sum(axis=0) * per_rank)
             ap.sync_for(data, 4, sync_body, sync="bsp", name="add")
         elif where == "method":
             ap.async_for(0, n, _Trainer(X, lr).step, name="add")

@@ -21,6 +21,11 @@ CASES = {
     "sync": ("sync_for 'add' (invocation 0) reads 'lr' (float)", "0.1", "0.2"),
     "history": ("async_for 'add' (invocation 1) reads 'history' (list)", "[0]", "[]"),
     "method": ("async_for 'add' (invocation 0) reads 'self.lr' (float)", "0.1", "0.2"),
+    "aggregation": (
+        "sync_for 'add' (invocation 0) reads 'per_rank' (float) in the aggregation function of 'X'",
+        "0.1",
+        "0.2",
+    ),
 }
 
 
