@@ -837,7 +837,7 @@ class BodyGuard:
                 raise
             names = ", ".join(f"{self.roots[k].describe()}" for k, *_ in self.large)
             raise ClosureRuleError(
-                f"{self.kind} {self.op!r}: at {self._where(arg)} {self.subject} raised "
+                f"{self._head()}: at {self._where(arg)} {self.subject} raised "
                 f"'ValueError: {exc}' while the large captured arrays it can reach were "
                 f"write-protected ({names}); everything it reaches except DDS is "
                 "read-only (closure rule). Keep the state in a DDS, or build it in the "
@@ -885,7 +885,7 @@ class BodyGuard:
         else:
             last = "the last body" if arg is None else f"{self.what} {_index(arg)}"
             first = f"{self.what} {_index(since)}"
-            where = f"a body between {first} and {last} (invocation {self.inv})"
+            where = f"a body between {first} and {last}{self._invocation()}"
         changed: list[int] = []  # every root that changed: a deferred check may see several
         if self.deep:
             toks = _Fingerprint().of([r.read() for r in (self.roots[k] for k in self.deep)])
@@ -903,13 +903,20 @@ class BodyGuard:
             self._fail(sorted(set(changed)), where)
 
     def _where(self, arg: Any) -> str:
-        return f"{self.what} {_index(arg)} (invocation {self.inv})"
+        return f"{self.what} {_index(arg)}{self._invocation()}"
+
+    def _head(self) -> str:
+        """``async_for 'sgd'``; ``op`` alone without a ``kind`` (``ap.map over A``)."""
+        return f"{self.kind} {self.op!r}" if self.kind else self.op
+
+    def _invocation(self) -> str:
+        return f" (invocation {self.inv})" if self.inv >= 0 else ""
 
     def _fail(self, k: int | list[int], where: str) -> None:
         names = [self.roots[i].describe() for i in ([k] if isinstance(k, int) else k)]
         what = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
         raise ClosureRuleError(
-            f"{self.kind} {self.op!r}: {self.subject} changed {what} at "
+            f"{self._head()}: {self.subject} changed {what} at "
             f"{where}; everything it reaches except DDS is read-only "
             "(closure rule), and on other nodes, threads or replays that change would be "
             "lost or made a different number of times. Keep the state in a DDS, or build "

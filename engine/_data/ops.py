@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from .._asyncfor.closure import check_body, finish, guard
 from .._errors import DataFormatError, DriverStepsDivergedError, InputFileError, _shown
 from .._runtime.checkpoint import collective
 from .._runtime.session import Session, current, driver_only
@@ -71,9 +72,19 @@ def load(
 
 
 def _owned_values(
-    sess: Session, src: _DDS, fn: Callable[[Any], Any]
+    sess: Session, src: _DDS, fn: Callable[[Any], Any], op: str
 ) -> tuple[list[np.ndarray], list[list[Any]]]:
-    """Apply ``fn`` to every element on its owner; return (owned slots, values) per node."""
+    """Apply ``fn`` to every element on its owner; return (owned slots, values) per node.
+
+    Under MPI each rank calls ``fn`` on the elements it owns only, so state ``fn`` kept
+    (``seen.append(x)``) would hold a different part of the data on each rank, and all of
+    it in one process: ``fn`` is held to the closure rule, as a loop body is (checked
+    before it runs, and while it runs in checked and test mode).  ``op``: ``ap.map over
+    A``, for messages."""
+    check_body(op, fn, "its function")
+    run = fn
+    if sess.checked or sess.test_mode:
+        run = guard(fn, op, -1, kind="", what="element", subject="its function")
     cl = sess.cluster
     sess.set_mode("exec")
     try:
@@ -81,13 +92,18 @@ def _owned_values(
         def work(node: int) -> list[Any]:
             buf = src._bufs[node]
             if src._numeric:
-                return [fn(buf[s].copy()) for s in src.owned(node).tolist()]
-            return [fn(detached(buf[s])) for s in src.owned(node).tolist()]
+                return [run(buf[s].copy()) for s in src.owned(node).tolist()]
+            return [run(detached(buf[s])) for s in src.owned(node).tolist()]
 
         values = cl.run_on_nodes(work)
+        finish(run)
     finally:
         sess.set_mode("driver")
     return [src.owned(p) for p in range(cl.size)], values
+
+
+def _same(x: Any) -> Any:
+    return x
 
 
 def _in_order(n: int, slots: list[np.ndarray], values: list[list[Any]]) -> list[Any]:
@@ -109,7 +125,7 @@ def create(
     """A dvector of ``n`` elements where element ``i`` is ``fn(i)`` (computed by its owner)."""
     sess = current()
     index = dvector(n, data=range(n), name=None if name is None else f"{name}.index")
-    slots, values = _owned_values(sess, index, fn)
+    slots, values = _owned_values(sess, index, fn, f"ap.create of {name or 'a dvector'}")
     return dvector(n, shape=shape, dtype=dtype, data=_in_order(n, slots, values), name=name)
 
 
@@ -123,7 +139,7 @@ def map(  # noqa: A001 - part of the operator vocabulary (ap.map)
 ) -> _DDS:
     """A new DDS with ``fn(x)`` for every element ``x`` of ``src`` (same keys for a dmap)."""
     sess = current()
-    slots, values = _owned_values(sess, src, fn)
+    slots, values = _owned_values(sess, src, fn, f"ap.map over {src.name}")
     ordered = _in_order(len(src), slots, values)
     if isinstance(src, dmap):
         out = dmap(shape=shape, dtype=dtype, name=name)
@@ -148,7 +164,7 @@ def reduce(
     sess = current()
 
     def compute() -> Any:
-        slots, values = _owned_values(sess, src, fn or (lambda x: x))
+        slots, values = _owned_values(sess, src, fn or _same, f"ap.reduce over {src.name}")
         ordered = _in_order(len(src), slots, values)
         if initial is None:
             if not ordered:

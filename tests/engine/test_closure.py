@@ -11,6 +11,7 @@ import math
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -1027,3 +1028,84 @@ def test_pure_aggregation_functions_reading_captured_state_are_not_flagged(
 
     ap.run(driver, **kw)
     testing.assert_dual(driver, nodes=2)
+
+
+# --------------------------------------------------------------------- operator functions
+# ``ap.map``/``ap.reduce``/``ap.create`` call their function on each element's owner, so
+# under MPI each rank calls it on its own part of the data only: state it kept
+# (``seen.append(x)``) would hold a different part on each rank and all of it in one
+# process, and a driver using it computed per-placement answers with exit 0.
+def operator_program(verb: str, mutation: str) -> Callable[[], None]:
+    def driver() -> None:
+        mutate, _ = MUTATIONS[mutation]()
+        A = ap.create(N, lambda i: float(i), name="A")
+
+        def fn(x: Any) -> float:
+            mutate(0)
+            return float(x)
+
+        if verb == "map":
+            ap.map(A, fn, shape=(), name="B")
+        elif verb == "reduce":
+            ap.reduce(A, fn)
+        else:
+            ap.create(N, fn, name="C")
+
+    return driver
+
+
+@pytest.mark.parametrize("kw", [{"checked": True}, {"nodes": 2, "test_mode": True}])
+@pytest.mark.parametrize("mutation", sorted(MUTATIONS))
+@pytest.mark.parametrize("verb", ["map", "reduce", "create"])
+def test_an_operator_function_that_changes_state_is_stopped_in_checked_and_test_mode(
+    verb: str, mutation: str, kw: dict[str, Any]
+) -> None:
+    label = MUTATIONS[mutation]()[1]
+    with pytest.raises(ap.ClosureRuleError) as info:
+        ap.run(operator_program(verb, mutation), **kw)
+    msg = str(info.value)
+    assert msg.startswith(f"ap.{verb} ") and "its function" in msg and label in msg, msg
+
+
+@pytest.mark.parametrize("verb", ["map", "reduce", "create"])
+def test_an_operator_function_assigning_to_captured_state_is_refused_before_it_runs(
+    verb: str,
+) -> None:
+    def driver() -> None:
+        calls = [0]
+        A = ap.create(N, lambda i: float(i), name="A")
+
+        def fn(x: Any) -> float:
+            calls[0] += 1
+            return float(x)
+
+        {"map": lambda: ap.map(A, fn, shape=()), "reduce": lambda: ap.reduce(A, fn)}.get(
+            verb, lambda: ap.create(N, fn)
+        )()
+
+    with pytest.raises(ap.ClosureRuleError, match=r"its function assigns to captured variable"):
+        ap.run(driver, nodes=2)
+
+
+def test_pure_operator_functions_and_a_stateful_parser_are_not_flagged(tmp_path: Path) -> None:
+    """``ap.load``'s parser runs on every line on every rank, so a vocabulary it builds
+    is the same everywhere: it may keep state."""
+
+    def driver(path: str) -> None:
+        vocab: dict[str, int] = {}
+
+        def parse(line: str) -> tuple[int, float]:
+            word, value = line.split(",")
+            return vocab.setdefault(word, len(vocab)), float(value)
+
+        A = ap.load(path, parse=parse, name="A")
+        offset = [10.0]
+        B = ap.map(A, lambda r: r[1] + offset[0], shape=(), name="B")
+        total = ap.reduce(B, lambda v: float(v) * TABLE[1])
+        C = ap.create(len(vocab), lambda i: (i, sorted(vocab)[i]), name="C")
+        assert total > 0 and len(C) == 2
+
+    path = tmp_path / "d.csv"
+    path.write_text("a,1\nb,2\na,3\n")
+    for kw in ({}, {"nodes": 2, "checked": True}, {"nodes": 3, "test_mode": True}):
+        ap.run(lambda: driver(str(path)), **kw)
