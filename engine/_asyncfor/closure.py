@@ -1089,6 +1089,7 @@ class Captures:
     def __init__(self, fn: Any, bound: tuple[Any, ...] = ()) -> None:
         self.keys: list[tuple[str, str]] = []
         self._items: list[tuple[Any, str, Any]] = []  # (root or parameter, path, value)
+        self._by: list[str] = []  # who reads each number, if not the body ("")
         if not _is_body(fn):
             return
         roots, names = _reach(fn)
@@ -1103,7 +1104,7 @@ class Captures:
             for path, exact, v in values.of(value):
                 self.keys.append((f"argument {name}{path}", exact))
                 self._items.append(((name, _short(func)), path, v))
-        self._by = [""] * len(self.keys)  # who reads each number, if not the body
+        self._by = [""] * len(self.keys)
 
     def merge(self, other: Captures, by: str) -> None:
         """Add the numbers ``other``'s function reads, named as read by ``by`` (``the

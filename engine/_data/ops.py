@@ -84,7 +84,8 @@ def _owned_values(
     check_body(op, fn, "its function")
     run = fn
     if sess.checked or sess.test_mode:
-        run = guard(fn, op, -1, kind="", what="element", subject="its function")
+        what = "element of shape" if src._numeric else "element"  # a row: its shape
+        run = guard(fn, op, -1, kind="", what=what, subject="its function")
     cl = sess.cluster
     sess.set_mode("exec")
     try:

@@ -26,6 +26,7 @@ from engine import DriverCapturesDivergedError, DriverWritesDivergedError
 from engine._asyncfor.closure import (
     AGREE_ARRAY_BYTES,
     AGREE_DEPTH,
+    Captures,
     captured_numbers,
     check_same_numbers,
 )
@@ -181,6 +182,29 @@ def test_the_error_names_where_the_body_reads_it() -> None:
     per_rank = [_body("kernel", 0.5, "x"), _body("kernel", 0.25, "x")]
     with pytest.raises(DriverCapturesDivergedError, match="'v' \\(float, argument of kernel_py"):
         check_same_numbers("async_for 'op' (invocation 0)", per_rank)
+
+
+def _aggregation_reading(scale: float) -> Any:
+    return lambda deltas: deltas.sum(axis=0) * scale
+
+
+def test_an_aggregation_functions_numbers_are_named_as_its_own() -> None:
+    """``sync_for`` adds the numbers each aggregation function reads to its body's
+    (``Captures.merge``); a callable that is no Python function (``functools.partial``
+    of a numpy function) reads none."""
+    import functools
+
+    per_rank = []
+    for scale in (1.0, 2.0):
+        caps = Captures(lambda j: j)
+        caps.merge(Captures(functools.partial(np.sum, axis=0)), "the aggregation function of 'V'")
+        caps.merge(Captures(_aggregation_reading(scale)), "the aggregation function of 'W'")
+        per_rank.append(caps.details())
+    with pytest.raises(
+        DriverCapturesDivergedError,
+        match=r"reads 'scale' \(float\) in the aggregation function of 'W', which is 1.0 on",
+    ):
+        check_same_numbers("sync_for 'op' (invocation 0)", per_rank)
 
 
 # ---------------------------------------------------------------- numbers inside values
