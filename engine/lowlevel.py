@@ -19,6 +19,7 @@ from ._data.digest import NAMES as DIGEST_NAMES
 from ._data.digest import DigestKindError as DigestKindError
 from ._data.digest import check_same_kind as check_same_digest_kind
 from ._data.digest import kind_of as digest_kind_of
+from ._data.values import stable_text as stable_text
 from ._errors import ScheduleExhausted as ScheduleExhausted
 from ._machines.chaos import FAULT as FAULT
 from ._machines.chaos import Chaos as Chaos
@@ -77,6 +78,7 @@ __all__ = [
     "find_dds",
     "recorded_ticket_order",
     "serial_plan",
+    "stable_text",
     "under_mpi_launcher",
     "python_kernel_recon",
     "recon_cpu_times",

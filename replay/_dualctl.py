@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 import engine
-from engine.lowlevel import MutexLog, Schedule
+from engine.lowlevel import MutexLog, Schedule, stable_text
 
 from ._progress import InvocationTicker
 
@@ -284,10 +284,11 @@ class Tap(Steering):
 
 def comparable(a: np.ndarray) -> np.ndarray:
     """``a`` as an array whose elements compare by value: Python-object elements become
-    their ``repr`` (how the MPI side ships them: never pickled)."""
+    their stable text (``engine.lowlevel.stable_text``: the ``repr``, or the state where
+    that shows an address), which is how the MPI side ships them: never pickled."""
     if a.dtype != object:
         return a
-    return np.array([repr(x) for x in a], dtype=str).reshape(len(a))
+    return np.array([stable_text(x) for x in a], dtype=str).reshape(len(a))
 
 
 __all__ = [

@@ -40,7 +40,7 @@ import time
 import types
 import weakref
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,7 +49,7 @@ import numpy as np
 import xxhash
 
 from .._data.dds import _DDS
-from .._data.values import IMMUTABLE
+from .._data.values import IMMUTABLE, slot_values
 from .._errors import ClosureRuleError, DriverCapturesDivergedError, _shown
 
 #: What :func:`check_body` found in each body's code (see :class:`_Target`).
@@ -550,20 +550,10 @@ class _Collector:
                     self._add(("name", id(cls_ns), name), root, names, via)
 
 
-def _slots(obj: Any) -> Iterator[tuple[str, Any]]:
-    """The slots of ``obj`` over its class's MRO, with their values (:data:`_EMPTY` if
-    unset)."""
-    for klass in type(obj).__mro__:
-        slots = klass.__dict__.get("__slots__", ())
-        for slot in (slots,) if isinstance(slots, str) else slots:
-            if isinstance(slot, str) and slot not in ("__dict__", "__weakref__"):
-                yield slot, getattr(obj, slot, _EMPTY)
-
-
 def _attributes(obj: Any) -> dict[str, Any]:
     """The instance attributes of ``obj``: its ``__dict__`` and its set slots."""
     out = dict(getattr(obj, "__dict__", None) or {})
-    out.update((name, value) for name, value in _slots(obj) if value is not _EMPTY)
+    out.update(slot_values(obj))
     return out
 
 
@@ -711,7 +701,7 @@ class _Fingerprint:
         d = getattr(v, "__dict__", None)
         if isinstance(d, dict):
             self.value(d, out, depth + 1, k)
-        for _, value in _slots(v):
+        for _, value in slot_values(v):
             self.value(value, out, depth + 1, k)
 
 

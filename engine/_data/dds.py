@@ -38,7 +38,7 @@ from .._errors import AccessOutsideReconError, DDSError, DriverStepsDivergedErro
 from .._runtime.checkpoint import collective
 from .._runtime.session import _tls, current
 from . import digest as _digest
-from .values import detached
+from .values import detached, stable_text
 
 if TYPE_CHECKING:
     from .._runtime.session import Session
@@ -330,7 +330,7 @@ class _DDS:
                     h.update(v.dtype.str.encode())
                     h.update(np.ascontiguousarray(v).tobytes())
                 else:
-                    h.update(repr(v).encode())
+                    h.update(stable_text(v).encode())
                 h.update(b"\x00")
 
 

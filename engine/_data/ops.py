@@ -27,7 +27,7 @@ from .._errors import DataFormatError, DriverStepsDivergedError, InputFileError,
 from .._runtime.checkpoint import collective
 from .._runtime.session import Session, current, driver_only
 from .dds import _DDS, dmap, dvector, gathered
-from .values import detached
+from .values import detached, stable_text
 
 
 def load(
@@ -221,7 +221,7 @@ def _value_key(v: Any) -> bytes:
     elif isinstance(v, float):
         h.update(struct.pack("<d", v))
     else:
-        h.update(repr(v).encode())
+        h.update(stable_text(v).encode())
     return h.digest()
 
 

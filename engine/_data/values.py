@@ -14,6 +14,7 @@ tuples of such) is passed as it is, anything else as a deep copy.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from typing import Any
 
@@ -101,4 +102,68 @@ def detached(v: Any, where: Any = "") -> Any:
         ) from None
 
 
-__all__ = ["IMMUTABLE", "detached", "frozen"]
+def stable_text(v: Any) -> str:
+    """The text a Python-object element is digested and compared by: its ``repr``,
+    unless that shows a memory address (an object of a class without ``__repr__``,
+    ``<Box object at 0x7f...>``, or a container holding one), which differs between
+    processes and runs, so replays and the dual tests' sides could never agree on it.
+    Then: the type's name and the object's state, recursively (a set's items in sorted
+    order).  Values whose ``repr`` shows no address keep it, so the digests of traces
+    recorded before are unchanged."""
+    text = repr(v)
+    return text if " at 0x" not in text else _state_text(v, set())
+
+
+def _state_text(v: Any, path: set[int]) -> str:
+    tp = type(v)
+    if tp in IMMUTABLE:
+        return repr(v)
+    if id(v) in path:
+        return "<cycle>"
+    path.add(id(v))
+    try:
+        if isinstance(v, (list, tuple)):
+            items = ", ".join(_state_text(x, path) for x in v)
+            return f"{tp.__qualname__}[{items}]"
+        if isinstance(v, dict):
+            items = ", ".join(
+                f"{_state_text(k, path)}: {_state_text(x, path)}" for k, x in v.items()
+            )
+            return f"{tp.__qualname__}{{{items}}}"
+        if isinstance(v, (set, frozenset)):
+            return f"{tp.__qualname__}{{{', '.join(sorted(_state_text(x, path) for x in v))}}}"
+        if isinstance(v, np.ndarray) and v.dtype == object:
+            return f"array[{', '.join(_state_text(x, path) for x in v.ravel().tolist())}]"
+        text = repr(v)
+        if " at 0x" not in text:
+            return text
+        state = _state_of(v)
+        if state is None:  # a function, a lock: nothing but its kind to compare
+            return f"<{tp.__qualname__} {getattr(v, '__qualname__', '')}>"
+        items = ", ".join(f"{k}={_state_text(x, path)}" for k, x in state)
+        return f"{tp.__qualname__}({items})"
+    finally:
+        path.discard(id(v))
+
+
+def _state_of(v: Any) -> list[tuple[str, Any]] | None:
+    """An object's attributes (``__dict__`` and set slots), or None if it has none."""
+    d = getattr(v, "__dict__", None)
+    found = list(d.items()) if isinstance(d, dict) else []
+    found += slot_values(v)
+    return found if found or isinstance(d, dict) else None
+
+
+def slot_values(obj: Any) -> list[tuple[str, Any]]:
+    """The slots of ``obj`` that are set, over its class's MRO, with their values."""
+    out = []
+    for klass in type(obj).__mro__:
+        slots = klass.__dict__.get("__slots__", ())
+        for slot in (slots,) if isinstance(slots, str) else slots:
+            if isinstance(slot, str) and slot not in ("__dict__", "__weakref__"):
+                with contextlib.suppress(AttributeError):
+                    out.append((slot, getattr(obj, slot)))
+    return out
+
+
+__all__ = ["IMMUTABLE", "detached", "frozen", "slot_values", "stable_text"]

@@ -23,6 +23,7 @@ import numpy as np
 import xxhash
 
 from .._data import digest as _digest
+from .._data.values import stable_text
 from .._errors import (
     DriverDivergenceError,
     DriverStepsDivergedError,
@@ -500,7 +501,7 @@ def _differs(d: _dds._DDS, node: int, owners: Any) -> tuple[int, Any] | None:
         bad = np.flatnonzero((a != b).any(axis=1))
         return None if not len(bad) else (int(bad[0]), mine[int(bad[0])])
     for k, (a, b) in enumerate(zip(mine, owners, strict=True)):
-        if repr(a) != repr(b):
+        if stable_text(a) != stable_text(b):
             return k, a
     return None
 
