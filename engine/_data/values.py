@@ -93,6 +93,13 @@ def detached(v: Any, where: Any = "") -> Any:
             return v
     try:
         return copy.deepcopy(v)
+    except RecursionError:
+        what = f"{where}: " if where else ""
+        raise DDSError(
+            f"{what}a DDS element is copied whenever it is read or written, and this "
+            f"{type(v).__qualname__} is nested too deeply to be copied; store it flatter "
+            "(the values of a linked structure in a list, its links as indices)"
+        ) from None
     except Exception as exc:  # noqa: BLE001 - whatever deepcopy raises names the problem
         what = f"{where}: " if where else ""
         raise DDSError(
@@ -100,6 +107,10 @@ def detached(v: Any, where: Any = "") -> Any:
             f"{type(v).__qualname__} cannot be ({type(exc).__name__}: {exc}); store plain "
             "data (numbers, strings, tuples, lists, dicts, arrays, your own objects of such)"
         ) from None
+
+
+#: How deep :func:`stable_text` follows objects whose ``repr`` shows an address.
+MAX_NESTING = 300
 
 
 def stable_text(v: Any) -> str:
@@ -120,6 +131,12 @@ def _state_text(v: Any, path: set[int]) -> str:
         return repr(v)
     if id(v) in path:
         return "<cycle>"
+    if len(path) >= MAX_NESTING:
+        raise DDSError(
+            f"a DDS element of type {type(v).__qualname__} is nested more than {MAX_NESTING} "
+            "levels deep and shows memory addresses in its repr, so it cannot be compared "
+            "between processes; give its classes a __repr__ that shows their state"
+        )
     path.add(id(v))
     try:
         if isinstance(v, (list, tuple)):

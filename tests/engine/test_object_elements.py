@@ -302,3 +302,27 @@ def test_a_dds_of_plain_objects_passes_the_dual_tests() -> None:
 
     testing.assert_dual(driver, nodes=2, threads=2)
     ap.run(driver, nodes=3, test_mode=True)  # the replica check after every invocation
+
+
+class Node:
+    def __init__(self, value: int, nxt: Any = None) -> None:
+        self.value, self.nxt = value, nxt
+
+
+def test_a_long_chain_of_plain_objects_is_refused_with_one_line_not_a_crash() -> None:
+    short: Any = None
+    for k in range(100):
+        short = Node(k, short)
+    assert stable_text(short).count("Node(") == 100
+    long: Any = None
+    for k in range(5000):
+        long = Node(k, long)
+
+    with pytest.raises(ap.DDSError, match=r"nested more than 300 levels .* give its classes a"):
+        stable_text(long)
+
+    def driver() -> None:
+        ap.dvector(1, data=[long], name="L")
+
+    with pytest.raises(ap.DDSError, match=r"^L: .* this Node is nested too deeply to be copied"):
+        ap.run(driver)
