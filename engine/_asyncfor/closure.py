@@ -31,6 +31,7 @@ import inspect
 import itertools
 import operator
 import os
+import random
 import site
 import sys
 import sysconfig
@@ -753,6 +754,7 @@ class BodyGuard:
         "last",
         "_fp_s",
         "_keep",
+        "rngs",
         "_active",
         "_mu",
     )
@@ -784,6 +786,8 @@ class BodyGuard:
         t0 = time.perf_counter()
         fp = _Fingerprint()
         self.base = fp.of([self.values[k] for k in self.deep])
+        # (name, state reader, state now) of each global generator the body may draw from
+        self.rngs = [(label, get, get()) for label, get in _global_generators(fn)]
         self._fp_s = time.perf_counter() - t0
         self._keep = fp.keep
         self.large = [(self.deep[k], a, a.copy(), a.flags.writeable) for k, a in fp.large]
@@ -804,7 +808,7 @@ class BodyGuard:
             same = False
         if not same:
             self._check_identity(arg)
-        if self.deep:
+        if self.deep or self.rngs:
             self._check_contents(arg, arg)
         return out
 
@@ -891,6 +895,16 @@ class BodyGuard:
                 changed.append(k)
         if changed:
             self._fail(sorted(set(changed)), where)
+        for label, get, state in self.rngs:
+            if get() != state:
+                raise ClosureRuleError(
+                    f"{self._head()}: {self.subject} drew from {label} at {where}; its draws "
+                    "depend on the order bodies run in, which differs between nodes, threads, "
+                    "replays and the dual tests' serial side, so none of them could reproduce "
+                    "this run (closure rule: the generator's state lives outside DDS). Draw "
+                    "from ap.rng() instead: it is seeded by the run's seed, the operator, the "
+                    "invocation and the index"
+                )
 
     def _where(self, arg: Any) -> str:
         return f"{self.what} {_index(arg)}{self._invocation()}"
@@ -912,6 +926,30 @@ class BodyGuard:
             "lost or made a different number of times. Keep the state in a DDS, or build "
             "it in the driver after the loop"
         )
+
+
+def _numpy_state() -> Any:
+    _, keys, pos, has_gauss, gauss = np.random.mtrand._rand.get_state(legacy=True)
+    return pos, np.asarray(keys).tobytes(), has_gauss, gauss
+
+
+#: The process-wide generators a body must not draw from, and how to read their state.
+_GLOBAL_GENERATORS: tuple[tuple[str, Any, Callable[[], Any]], ...] = (
+    ("numpy's global random generator (np.random.*)", np.random.mtrand._rand, _numpy_state),
+    ("Python's global random generator (random.*)", random._inst, random.getstate),
+)
+
+
+def _global_generators(fn: Any) -> list[tuple[str, Callable[[], Any]]]:
+    """The global generators body ``fn`` may draw from: all of them when its code (or a
+    helper's) names ``random`` (``np.random.rand()``, ``random.random()``), the one a
+    captured function is bound to otherwise (``from numpy.random import rand``).  Reading
+    their state costs tens of microseconds, so bodies that cannot reach them skip it."""
+    roots, names = _reach(fn)
+    if "random" in names:
+        return [(label, get) for label, _, get in _GLOBAL_GENERATORS]
+    owners = {id(getattr(r.read(), "__self__", None)) for r in roots}
+    return [(label, get) for label, inst, get in _GLOBAL_GENERATORS if id(inst) in owners]
 
 
 def guard(

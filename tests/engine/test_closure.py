@@ -8,6 +8,7 @@ dual tests, and name what changed and the first index (or minibatch) that change
 from __future__ import annotations
 
 import math
+import random
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from numpy.random import rand as np_rand  # a global generator's method, imported by name
 
 import engine as ap
 from engine._asyncfor import closure
@@ -1109,3 +1111,90 @@ def test_pure_operator_functions_and_a_stateful_parser_are_not_flagged(tmp_path:
     path.write_text("a,1\nb,2\na,3\n")
     for kw in ({}, {"nodes": 2, "checked": True}, {"nodes": 3, "test_mode": True}):
         ap.run(lambda: driver(str(path)), **kw)
+
+
+# --------------------------------------------------------------------- global generators
+# ``np.random.rand()`` or ``random.random()`` in a body draws from a process-wide
+# generator whose draws depend on the order bodies run in: a recorded run that could
+# never replay (``replay single`` said DIVERGED), and exit 0 at record time.
+
+
+def _draw_helper() -> float:
+    return float(np.random.normal())
+
+
+def _draws() -> dict[str, tuple[Callable[[], float], str]]:
+    return {
+        "np.random.rand": (lambda: float(np.random.rand()), "numpy's"),
+        "np.random.choice": (lambda: float(np.random.choice(10)), "numpy's"),
+        "imported rand": (lambda: float(np_rand()), "numpy's"),
+        "helper": (lambda: _draw_helper(), "numpy's"),
+        "random.random": (lambda: random.random(), "Python's"),
+        "random.shuffle": (lambda: float(random.shuffle([1, 2, 3]) or 0.0), "Python's"),
+    }
+
+
+def drawing_program(draw: str, place: str, invocation: int) -> Callable[[], None]:
+    def driver() -> None:
+        fn = _draws()[draw][0]
+        X = ap.dvector(N, shape=(), name="X")
+        data = ap.dvector(N, shape=(1,), init=ap.init.uniform(0, 1), name="data")
+        current = [0]
+
+        def body(j: int) -> None:
+            X[j] = X[j] + (fn() if current[0] == invocation else 0.0)
+
+        def sync_body(batch: ap.Batch) -> None:
+            X[batch.number] += fn() if current[0] == invocation else 0.0
+
+        for it in range(2):
+            current[0] = it
+            if place == "async":
+                ap.async_for(0, N, body, name="loop")
+            elif place == "sync":
+                ap.sync_for(data, 1, sync_body, name="loop")
+            else:
+                ap.map(X, lambda v: float(v) + (fn() if current[0] == invocation else 0.0))
+
+    return driver
+
+
+@pytest.mark.parametrize(
+    "place,invocation,kw",
+    [
+        ("async", 0, {}),
+        ("async", 0, {"nodes": 2, "threads": 2}),
+        ("async", 1, {"checked": True}),
+        ("sync", 0, {"nodes": 2}),
+        ("sync", 1, {"test_mode": True}),
+        ("map", 1, {"checked": True}),
+    ],
+)
+@pytest.mark.parametrize("draw", sorted(_draws()))
+def test_a_draw_from_a_global_generator_is_stopped(
+    draw: str, place: str, invocation: int, kw: dict[str, Any]
+) -> None:
+    which = _draws()[draw][1]
+    with pytest.raises(ap.ClosureRuleError) as info:
+        ap.run(drawing_program(draw, place, invocation), **kw)
+    msg = str(info.value)
+    assert f"drew from {which} global random generator" in msg, msg
+    assert "Draw from ap.rng() instead" in msg, msg
+
+
+def test_local_generators_and_a_driver_drawing_between_invocations_are_not_flagged() -> None:
+    def driver() -> None:
+        X = ap.dvector(N, shape=(), name="X")
+
+        def body(j: int) -> None:
+            local = np.random.default_rng(j).random() + random.Random(j).random()
+            X[j] = X[j] + local + float(ap.rng().random())
+
+        for _ in range(2):
+            ap.async_for(0, N, body, name="loop")
+            np.random.rand()  # the driver may: its draws do not depend on how bodies run
+            random.random()
+
+    for kw in ({}, {"nodes": 2, "threads": 2, "checked": True}, {"test_mode": True}):
+        ap.run(driver, **kw)
+    testing.assert_dual(driver, nodes=2)
