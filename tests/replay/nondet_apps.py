@@ -37,9 +37,11 @@ def uses_wall_clock(epochs: int = 2) -> None:
         ap.async_for(0, 8, body, name="clock")
 
 
-#: Longest sleep of one sync_for body (seconds): random per body, from the global
-#: ``random`` module (seeded from the OS), so only the timing differs between runs.
+#: Longest sleep of one sync_for body (seconds): random per body, from a generator of its
+#: own (seeded from the OS), so only the timing differs between runs.  Not the global
+#: ``random`` module: the closure guard stops a body drawing from that.
 SLEEP_S = 0.006
+JITTER = random.Random()
 
 
 def _sync_data(n: int) -> np.ndarray:
@@ -60,7 +62,7 @@ def ssp_delays(epochs: int = 2, n: int = 480, minibatch: int = 10, staleness: in
     W = ap.dvector(4, shape=(2,), name="W")
 
     def body(batch: ap.Batch) -> None:
-        time.sleep(random.random() * SLEEP_S)
+        time.sleep(JITTER.random() * SLEEP_S)
         _mix(W, batch.values.mean(axis=0))
 
     for _ in range(epochs):
@@ -75,7 +77,7 @@ def hybrid_threads(epochs: int = 2, n: int = 360, minibatch: int = 5, per_clock:
     W = ap.dvector(4, shape=(2,), name="W")
 
     def body(batch: ap.Batch) -> None:
-        time.sleep(random.random() * SLEEP_S / 6)
+        time.sleep(JITTER.random() * SLEEP_S / 6)
         _mix(W, batch.values.mean(axis=0))
 
     for _ in range(epochs):

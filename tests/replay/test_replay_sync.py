@@ -294,8 +294,8 @@ def test_more_ssp_clocks_than_recorded_diverge_on_visibility(tmp_path: Path) -> 
     path = _copy_app(tmp_path)
     trace = record(tmp_path, f"{path}:ssp_delays", "--ranks", "2")
     text = path.read_text().replace(
-        'X = ap.dvector(n, shape=(2,), data=_sync_data(n), name="X")\n    W = ap.dvector(4, shape=(2,), name="W")\n\n    def body(batch: ap.Batch) -> None:\n        time.sleep(random.random() * SLEEP_S)\n',
-        'n += 40\n    X = ap.dvector(n, shape=(2,), data=_sync_data(n), name="X")\n    W = ap.dvector(4, shape=(2,), name="W")\n\n    def body(batch: ap.Batch) -> None:\n        time.sleep(random.random() * SLEEP_S)\n',
+        'X = ap.dvector(n, shape=(2,), data=_sync_data(n), name="X")\n    W = ap.dvector(4, shape=(2,), name="W")\n\n    def body(batch: ap.Batch) -> None:\n        time.sleep(JITTER.random() * SLEEP_S)\n',
+        'n += 40\n    X = ap.dvector(n, shape=(2,), data=_sync_data(n), name="X")\n    W = ap.dvector(4, shape=(2,), name="W")\n\n    def body(batch: ap.Batch) -> None:\n        time.sleep(JITTER.random() * SLEEP_S)\n',
     )
     assert "n += 40" in text
     path.write_text(text)
