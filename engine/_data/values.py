@@ -10,6 +10,9 @@ code (loop bodies in every mode, the driver, the functions of ``map``/``reduce``
 ``create``/``evaluate``, ``sync_for`` minibatches, ``gather``) goes through
 :func:`detached`: a value nothing can change in place (numbers, strings, tuples and named
 tuples of such) is passed as it is, anything else as a deep copy.
+
+Object elements are digested and compared between processes (replay, replica checks, dual
+tests) by :func:`stable_text`, which must not depend on where an object sits in memory.
 """
 
 from __future__ import annotations
