@@ -309,6 +309,10 @@ COPY_BYTES = 64 * 1024
 CHECK_SHARE = 1.0
 #: The most bodies between two comparisons of contents.
 MAX_EVERY = 1000
+#: Bodies between two reads of the global generators' state (a read costs tens of
+#: microseconds; a draw changes the state for good, so none is missed, only located less
+#: precisely).
+RNG_EVERY = 16
 
 _ROOT = Path(__file__).resolve().parents[2]
 _OWN = tuple(str(_ROOT / p) + os.sep for p in ("engine", "tracer", "replay", "tui"))
@@ -755,6 +759,9 @@ class BodyGuard:
         "_fp_s",
         "_keep",
         "rngs",
+        "rng_first",
+        "rng_last",
+        "rng_count",
         "_active",
         "_mu",
     )
@@ -786,9 +793,12 @@ class BodyGuard:
         t0 = time.perf_counter()
         fp = _Fingerprint()
         self.base = fp.of([self.values[k] for k in self.deep])
+        self._fp_s = time.perf_counter() - t0
         # (name, state reader, state now) of each global generator the body may draw from
         self.rngs = [(label, get, get()) for label, get in _global_generators(fn)]
-        self._fp_s = time.perf_counter() - t0
+        self.rng_first: Any = _EMPTY  # the first body since the generators were compared
+        self.rng_last: Any = _EMPTY
+        self.rng_count = 0
         self._keep = fp.keep
         self.large = [(self.deep[k], a, a.copy(), a.flags.writeable) for k, a in fp.large]
         self.every = max(1, sum(a.nbytes for _, a in fp.large) // COPY_BYTES)
@@ -808,8 +818,10 @@ class BodyGuard:
             same = False
         if not same:
             self._check_identity(arg)
-        if self.deep or self.rngs:
+        if self.deep:
             self._check_contents(arg, arg)
+        if self.rngs:
+            self._tick_generators(arg)
         return out
 
     def _call_slow(self, arg: Any) -> Any:
@@ -852,6 +864,8 @@ class BodyGuard:
         self._check_identity(arg)
         if n % self.every == 0:
             self._check_contents(arg, None)
+        if self.rngs:
+            self._tick_generators(arg)
         return out
 
     def finish(self) -> None:
@@ -859,6 +873,37 @@ class BodyGuard:
         bodies once more."""
         if self.since is not _EMPTY:
             self._check_contents(None if self.last is _EMPTY else self.last, None)
+        if self.rng_first is not _EMPTY:
+            self._check_generators(self.rng_last)
+
+    def _tick_generators(self, arg: Any) -> None:
+        """A draw from a global generator changes its state for good, and reading the state
+        costs tens of microseconds, so it is compared every :data:`RNG_EVERY` bodies and
+        after the last (a draw is then named as a range of bodies)."""
+        if self.rng_first is _EMPTY:
+            self.rng_first = arg
+        self.rng_last = arg
+        self.rng_count += 1
+        if self.rng_count % RNG_EVERY == 0:
+            self._check_generators(arg)
+
+    def _check_generators(self, last: Any) -> None:
+        first, self.rng_first = self.rng_first, _EMPTY
+        if first is last:
+            where = self._where(last)
+        else:
+            span = f"{self.what} {_index(first)} and {self.what} {_index(last)}"
+            where = f"a body between {span}{self._invocation()}"
+        for label, get, state in self.rngs:
+            if get() != state:
+                raise ClosureRuleError(
+                    f"{self._head()}: {self.subject} drew from {label} at {where}; its draws "
+                    "depend on the order bodies run in, which differs between nodes, threads, "
+                    "replays and the dual tests' serial side, so none of them could reproduce "
+                    "this run (closure rule: the generator's state lives outside DDS). Draw "
+                    "from ap.rng() instead: it is seeded by the run's seed, the operator, the "
+                    "invocation and the index"
+                )
 
     def _check_identity(self, arg: Any) -> None:
         now = [r.read() for r in self.roots]
@@ -895,16 +940,6 @@ class BodyGuard:
                 changed.append(k)
         if changed:
             self._fail(sorted(set(changed)), where)
-        for label, get, state in self.rngs:
-            if get() != state:
-                raise ClosureRuleError(
-                    f"{self._head()}: {self.subject} drew from {label} at {where}; its draws "
-                    "depend on the order bodies run in, which differs between nodes, threads, "
-                    "replays and the dual tests' serial side, so none of them could reproduce "
-                    "this run (closure rule: the generator's state lives outside DDS). Draw "
-                    "from ap.rng() instead: it is seeded by the run's seed, the operator, the "
-                    "invocation and the index"
-                )
 
     def _where(self, arg: Any) -> str:
         return f"{self.what} {_index(arg)}{self._invocation()}"
