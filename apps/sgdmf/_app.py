@@ -7,11 +7,12 @@ matrices are DDS and the inner loop is an ``async_for``.  Each body touches one 
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numba
 import numpy as np
 
 import engine as ap
@@ -113,7 +114,6 @@ def numeric_ratings(A: ap.dvector) -> ap.dvector:
     return ap.map(A, lambda r: (r.user, r.item, r.rating), shape=(3,), name="ratings3")
 
 
-@numba.njit(cache=True)
 def _squared_error_sum(r: np.ndarray, w: np.ndarray, h: np.ndarray) -> float:
     """Sum of squared training errors in index order: the same operations, in the same
     order, as :func:`rmse`'s ``ap.reduce``, so the two agree bit for bit."""
@@ -124,8 +124,19 @@ def _squared_error_sum(r: np.ndarray, w: np.ndarray, h: np.ndarray) -> float:
     return acc
 
 
+@functools.cache
+def _compiled_squared_error_sum() -> Callable[[np.ndarray, np.ndarray, np.ndarray], float]:
+    """:func:`_squared_error_sum` compiled, on first use: numba is imported only by the
+    kernel version, so the Python app runs where numba cannot be imported."""
+    import numba
+
+    compiled: Callable[[np.ndarray, np.ndarray, np.ndarray], float]
+    compiled = numba.njit(cache=True)(_squared_error_sum)
+    return compiled
+
+
 def _rmse_of(ratings: np.ndarray, w: np.ndarray, h: np.ndarray) -> float:
-    return math.sqrt(_squared_error_sum(ratings, w, h) / len(ratings))
+    return math.sqrt(_compiled_squared_error_sum()(ratings, w, h) / len(ratings))
 
 
 def rmse_compiled(ratings: np.ndarray, W: ap.dvector, H: ap.dvector) -> float:

@@ -231,8 +231,8 @@ def prepare(body: BoundKernel, op: str) -> None:
         from . import compiled
     except ImportError as exc:  # numba missing or broken
         raise KernelError(
-            f"async_for {op!r}: kernel {kern.__qualname__!r} needs numba, which cannot be "
-            f"imported ({first_line(exc)}); run the Python body instead "
+            f"async_for {op!r}: kernel {kern.__qualname__!r} ({kern.where()}) needs numba, "
+            f"which cannot be imported ({first_line(exc)}); run the Python body instead "
             f"({kern.__name__}.bind(...).python)"
         ) from None
     state = np.zeros(compiled.STATE_LEN, dtype=np.int64)

@@ -6,6 +6,7 @@ one line."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import textwrap
 from pathlib import Path
@@ -16,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import engine as ap
-from tests.conftest import run_cli
+from tests.conftest import ROOT, run_cli
 
 
 @ap.kernel
@@ -275,6 +276,53 @@ def test_the_cli_reports_a_compile_failure_in_one_line_exit_2(tmp_path: Path) ->
     assert len(lines) == 1, proc.stderr
     assert "kernel 'body'" in lines[0] and "does not compile with numba" in lines[0]
     assert "Traceback" not in proc.stderr
+
+
+def _without_numba(tmp_path: Path) -> dict[str, str]:
+    """An environment in which ``import numba`` fails as a broken install fails: a package
+    of that name, first on the path, that raises ImportError."""
+    shadow = tmp_path / "shadow" / "numba"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text(
+        'raise ImportError("Numba needs NumPy 1.0 or less (a broken install, simulated)")\n'
+    )
+    return {"PYTHONPATH": f"{shadow.parent}{os.pathsep}{ROOT}"}
+
+
+def test_without_numba_a_kernel_stops_in_one_line_naming_it_exit_2(tmp_path: Path) -> None:
+    app = tmp_path / "kern.py"
+    app.write_text(
+        textwrap.dedent(
+            """
+            import engine as ap
+
+            @ap.kernel
+            def body(j, X):
+                X[j] = X[j] + 1.0
+
+            def train(n: int = 4):
+                X = ap.dvector(n, shape=(), init=ap.init.zeros(), name="X")
+                ap.async_for(0, n, body.bind(X), name="body")
+            """
+        )
+    )
+    env = _without_numba(tmp_path)
+    for args in ([f"{app}:train"], ["sgdmf", "-p", "kernel=true", "-p", "synthetic=true"]):
+        proc = run_cli(["run", *args, "--no-trace"], env=env)
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+        assert "needs numba" in lines[0] and "Numba needs NumPy 1.0 or less" in lines[0]
+        assert ".bind(...).python" in lines[0]
+        assert ("kernel 'body' (" if args[0] != "sgdmf" else "kernel 'sgd_kernel' (") in lines[0]
+
+
+def test_without_numba_the_python_sgdmf_still_runs(tmp_path: Path) -> None:
+    """Only the kernel version needs numba: the Python app (the demo's) runs without it."""
+    args = ["sgdmf", "-p", "synthetic=true", "-p", "epochs=2", "--no-trace", "--json"]
+    proc = run_cli(["run", *args], env=_without_numba(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    assert len(json.loads(proc.stdout)["objectives"]["rmse"]) == 2
 
 
 def test_the_readme_kernel_example_runs_and_matches_its_python_body(tmp_path: Path) -> None:
