@@ -50,7 +50,7 @@ import numpy as np
 import xxhash
 
 from .._data.dds import _DDS
-from .._data.values import IMMUTABLE, slot_values
+from .._data.values import IMMUTABLE, attributes, slot_values
 from .._errors import ClosureRuleError, DriverCapturesDivergedError, _shown
 
 #: What :func:`check_body` found in each body's code (see :class:`_Target`).
@@ -465,7 +465,7 @@ class _Collector:
             # read on any object reached: follow what it holds, until nothing is new
             grew = False
             for obj, via, done in list(self.instances.values()):
-                attrs = _attributes(obj)
+                attrs = attributes(obj) or {}
                 for name in sorted(self.names.intersection(attrs).difference(done)):
                     done.add(name)
                     grew = True
@@ -553,13 +553,6 @@ class _Collector:
                     label = repr(f"{klass.__qualname__}.{name}")
                     root = _Root(label, "name", cls_ns, name, via=via)
                     self._add(("name", id(cls_ns), name), root, names, via)
-
-
-def _attributes(obj: Any) -> dict[str, Any]:
-    """The instance attributes of ``obj``: its ``__dict__`` and its set slots."""
-    out = dict(getattr(obj, "__dict__", None) or {})
-    out.update(slot_values(obj))
-    return out
 
 
 _roots_cache: dict[tuple[Any, ...], tuple[Any, list[_Root], frozenset[str]]] = {}
@@ -1117,7 +1110,7 @@ class _Values:
                 self.out.append((path, f"set {texts}", v))
             return
         elif _user_type(type(v)):
-            attrs = _attributes(v)
+            attrs = attributes(v) or {}
             for name in sorted(self.names.intersection(attrs)):
                 self.walk(attrs[name], f"{path}.{name}", depth + 1)
             return

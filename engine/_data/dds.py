@@ -244,9 +244,12 @@ class _DDS:
         return [None] * n
 
     def _read_slot(self, buf: Any, slot: int) -> Any:
-        if self._numeric:
-            return buf[slot].copy()
-        return detached(buf[slot])
+        return self._copy_out(buf[slot])
+
+    def _copy_out(self, v: Any) -> Any:
+        """A stored element as user code gets it: a copy of a numeric row, an object
+        element detached (:func:`~engine._data.values.detached`)."""
+        return v.copy() if self._numeric else detached(v)
 
     def _coerce(self, value: Any) -> Any:
         if not self._numeric:
@@ -751,6 +754,7 @@ class _Moded(Protocol):
     def _slot(self, key: Any) -> int: ...
     def _desc(self, key: Any) -> str: ...
     def _read_slot(self, buf: Any, slot: int) -> Any: ...
+    def _copy_out(self, v: Any) -> Any: ...
     def _coerce(self, value: Any) -> Any: ...
 
 
@@ -984,7 +988,7 @@ class _ReconMixin:
         if rec.overlay:
             v = rec.overlay.get(gid, _MISSING)
             if v is not _MISSING:
-                return v.copy() if self._numeric else detached(v)
+                return self._copy_out(v)
         return self._read_slot(self._buf, s)
 
     def __setitem__(self: _Moded, key: Any, value: Any) -> None:
@@ -1011,9 +1015,8 @@ class _DVecRecon(_ReconMixin):
         assert rec is not None
         rec.reads.append(gid)
         if rec.overlay and gid in rec.overlay:
-            v = rec.overlay[gid]
-            return v.copy() if self._numeric else detached(v)
-        return self._buf[i].copy() if self._numeric else detached(self._buf[i])
+            return self._copy_out(rec.overlay[gid])
+        return self._copy_out(self._buf[i])
 
     def __setitem__(self: _Moded, i: Any, value: Any) -> None:
         if type(i) is not int or i < 0 or not self._numeric:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -72,8 +73,10 @@ def frozen(v: Any) -> bool:
     tp = type(v)
     if tp in IMMUTABLE:
         return True
-    if not _sealed(tp):
-        return False
+    return _sealed(tp) and _items_frozen(v)
+
+
+def _items_frozen(v: Any) -> bool:
     for item in v:
         if type(item) not in IMMUTABLE and not frozen(item):
             return False
@@ -88,12 +91,8 @@ def detached(v: Any, where: Any = "") -> Any:
     tp = type(v)  # frozen(v), inlined: this runs at every read of an object element
     if tp in IMMUTABLE:
         return v
-    if _SEALED.get(tp) or _sealed(tp):
-        for item in v:
-            if type(item) not in IMMUTABLE and not frozen(item):
-                break
-        else:
-            return v
+    if (_SEALED.get(tp) or _sealed(tp)) and _items_frozen(v):
+        return v
     try:
         return copy.deepcopy(v)
     except RecursionError:
@@ -157,21 +156,22 @@ def _state_text(v: Any, path: set[int]) -> str:
         text = repr(v)
         if " at 0x" not in text:
             return text
-        state = _state_of(v)
-        if state is None:  # a function, a lock: nothing but its kind to compare
+        state = attributes(v)
+        if state is None:  # a lock, a C object: nothing but its kind to compare
             return f"<{tp.__qualname__} {getattr(v, '__qualname__', '')}>"
-        items = ", ".join(f"{k}={_state_text(x, path)}" for k, x in state)
+        items = ", ".join(f"{k}={_state_text(x, path)}" for k, x in state.items())
         return f"{tp.__qualname__}({items})"
     finally:
         path.discard(id(v))
 
 
-def _state_of(v: Any) -> list[tuple[str, Any]] | None:
-    """An object's attributes (``__dict__`` and set slots), or None if it has none."""
-    d = getattr(v, "__dict__", None)
-    found = list(d.items()) if isinstance(d, dict) else []
-    found += slot_values(v)
-    return found if found or isinstance(d, dict) else None
+def attributes(obj: Any) -> dict[str, Any] | None:
+    """The instance attributes of ``obj``, its ``__dict__`` and then its set slots; None
+    when it has neither a ``__dict__`` nor a set slot (a lock, most C objects)."""
+    d = getattr(obj, "__dict__", None)
+    found = dict(d) if isinstance(d, Mapping) else {}  # (a class's is a mappingproxy)
+    found.update(slot_values(obj))
+    return found if found or isinstance(d, Mapping) else None
 
 
 def slot_values(obj: Any) -> list[tuple[str, Any]]:
@@ -186,4 +186,4 @@ def slot_values(obj: Any) -> list[tuple[str, Any]]:
     return out
 
 
-__all__ = ["IMMUTABLE", "detached", "frozen", "slot_values", "stable_text"]
+__all__ = ["IMMUTABLE", "attributes", "detached", "frozen", "slot_values", "stable_text"]

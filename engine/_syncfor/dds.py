@@ -134,7 +134,7 @@ class _SyncMixin:
         if mask is not None and not mask[s]:
             raise _stls.guard.outside(self, key, False)
         buf = _stls.rbufs[self._id]
-        return buf[s].copy() if self._numeric else detached(buf[s])
+        return self._read_slot(buf, s)
 
     def __setitem__(self: _Moded, key: Any, value: Any) -> None:
         if self.kind != "dvector" and key not in self._slots:
