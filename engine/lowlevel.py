@@ -19,6 +19,7 @@ from ._data.digest import NAMES as DIGEST_NAMES
 from ._data.digest import DigestKindError as DigestKindError
 from ._data.digest import check_same_kind as check_same_digest_kind
 from ._data.digest import kind_of as digest_kind_of
+from ._data.values import TEXT_VERSION as OBJECT_TEXT_VERSION
 from ._data.values import stable_text as stable_text
 from ._errors import ScheduleExhausted as ScheduleExhausted
 from ._machines.chaos import FAULT as FAULT
@@ -49,6 +50,7 @@ from ._runtime.transport import under_mpi_launcher as under_mpi_launcher
 
 __all__ = [
     "DIGEST_NAMES",
+    "OBJECT_TEXT_VERSION",
     "Chaos",
     "DigestKindError",
     "check_same_digest_kind",

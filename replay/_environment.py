@@ -32,6 +32,8 @@ REEXEC_MARKER = "STRADS_REPLAY_REEXEC_HASHSEED"
 DEFAULT_HASH_SEED = "0"
 #: Versions whose change between a run and its replay is worth a warning.
 VERSION_KEYS = ("python", "numpy", "strads-replay")
+#: The key of ``engine.lowlevel.OBJECT_TEXT_VERSION`` in a run's versions.
+OBJECT_TEXT = "object-text"
 
 #: The command line to re-execute (set by the CLI's ``main``; None: no re-exec).
 _reexec_args: list[str] | None = None
@@ -194,6 +196,24 @@ def version_change(recorded: Mapping[str, Any], current: Mapping[str, Any]) -> s
     )
 
 
+def object_text_change(recorded: Mapping[str, Any]) -> str | None:
+    """One line when the run's Python-object elements were digested by another text than
+    this replay's (``engine.lowlevel.OBJECT_TEXT_VERSION``), or None.  A run recorded by
+    the CLI before the version was recorded used the ``repr`` (version 1)."""
+    if not recorded:  # no versions recorded at all: nothing known
+        return None
+    from engine.lowlevel import OBJECT_TEXT_VERSION
+
+    had = str(recorded.get(OBJECT_TEXT, "1"))
+    if had == str(OBJECT_TEXT_VERSION):
+        return None
+    return (
+        f"the trace digested Python-object DDS elements by their repr (object text {had}, "
+        f"this replay uses {OBJECT_TEXT_VERSION}, exact since 2026-11-28): if its object "
+        "elements hold arrays or objects, their digests will differ; re-record the run"
+    )
+
+
 def warn_replay_environment(
     environment: Mapping[str, Any], recorded: Mapping[str, Any], *, here: bool = True
 ) -> None:
@@ -201,7 +221,7 @@ def warn_replay_environment(
     (hash seed; only if the replay runs ``here``, not in ranks that get it from
     :func:`worker_env`) and ``recorded`` versions."""
     problem = hash_seed_problem(environment) if here else None
-    for msg in (problem, version_change(recorded, versions())):
+    for msg in (problem, version_change(recorded, versions()), object_text_change(recorded)):
         if msg is not None:
             warnings.warn(msg, ReplayEnvironmentWarning, stacklevel=2)
 
@@ -211,7 +231,9 @@ def versions() -> dict[str, str]:
     import platform
     from importlib.metadata import PackageNotFoundError, version
 
-    out = {"python": platform.python_version()}
+    from engine.lowlevel import OBJECT_TEXT_VERSION
+
+    out = {"python": platform.python_version(), OBJECT_TEXT: str(OBJECT_TEXT_VERSION)}
     for pkg in ("strads-replay", "numpy", "scipy", "mpi4py", "mpich", "SQLAlchemy"):
         try:
             out[pkg] = version(pkg)

@@ -172,3 +172,12 @@ def test_hash_seed_choice(monkeypatch: pytest.MonkeyPatch) -> None:
     assert _environment.hash_seed_problem({}) is None  # a trace from before the record
     assert "random" in (_environment.hash_seed_problem({"PYTHONHASHSEED": "random"}) or "")
     assert _environment.version_change({"python": "3.11.7"}, {"python": "3.11.7"}) is None
+
+
+def test_a_trace_from_before_exact_object_texts_is_named_when_replayed() -> None:
+    """Runs recorded before 2026-11-28 digested object elements by ``repr``: a replay of
+    one says so before it can report a DIVERGED that is only the change of text."""
+    assert _environment.object_text_change({}) is None  # nothing recorded: nothing known
+    assert _environment.object_text_change(_environment.versions()) is None
+    old = _environment.object_text_change({"python": "3.11.7", "numpy": "2.2.6"})
+    assert old is not None and "by their repr (object text 1" in old and "re-record" in old

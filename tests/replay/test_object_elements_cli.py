@@ -70,3 +70,44 @@ def test_objects_pass_the_dual_tests_under_mpi(app: str) -> None:
     res = run_cli(["dual", app, "--ranks", "2", "--no-trace"])
     assert res.returncode == 0, res.stdout + res.stderr
     assert "forward: PASS" in res.stdout and "backward: PASS" in res.stdout
+
+
+NUDGED = """
+import os
+
+import numpy as np
+
+import engine as ap
+
+
+def app(n: int = 6, epochs: int = 2):
+    P = ap.create(n, lambda i: {"w": np.full(3, i + 1.0)}, name="P")
+
+    def body(j):
+        p = P[j]
+        # state outside the trace: a change in the 15th digit the replay must report
+        p["w"] = p["w"] * 1.5 * (1 + float(os.environ.get("NUDGE", "0")) * 1e-15)
+        P[j] = p
+
+    for _ in range(epochs):
+        ap.async_for(0, n, body, name="b")
+"""
+
+
+def test_a_replay_that_differs_inside_an_array_of_an_object_element_diverges(
+    tmp_path: Path,
+) -> None:
+    """Object elements were digested by ``repr``, which shows a float array to 8 digits:
+    this replay said ``identical`` though every element differed (before this change)."""
+    app = tmp_path / "nudged.py"
+    app.write_text(NUDGED)
+    trace = str(tmp_path / "t.sqlite")
+    rec = run_cli(["run", f"{app}:app", "--trace", trace], env={"NUDGE": "0"})
+    assert rec.returncode == 0, rec.stderr
+    for mode in ("single", "cluster"):
+        same = run_cli([mode, trace], env={"NUDGE": "0"})
+        assert same.returncode == 0 and "identical" in same.stdout, same.stdout + same.stderr
+        assert "object text" not in same.stderr  # recorded with this text: no warning
+        moved = run_cli([mode, trace], env={"NUDGE": "1"})
+        assert moved.returncode == 3, moved.stdout + moved.stderr
+        assert "DIVERGED on node 0 at b#0, outcome digest of P" in moved.stdout
