@@ -265,16 +265,24 @@ def test_objects_without_repr_compare_by_state_not_address() -> None:
 scalar_values = st.one_of(
     st.integers(), st.floats(allow_nan=False), st.text(max_size=3), st.none(), st.booleans()
 )
-plain_values = st.recursive(
-    scalar_values,
-    lambda kids: st.one_of(
-        st.lists(kids, max_size=3),
-        st.lists(kids, max_size=3).map(tuple),
-        st.dictionaries(st.text(max_size=2), kids, max_size=3),
-        st.builds(Pair, st.integers(), kids),
-    ),
-    max_leaves=12,
-)
+
+
+def nested(leaves: Any, *objects: Callable[[Any], Any], max_leaves: int = 12) -> Any:
+    """Lists, tuples, dicts and named tuples of ``leaves``, and what ``objects`` build."""
+    return st.recursive(
+        leaves,
+        lambda kids: st.one_of(
+            st.lists(kids, max_size=3),
+            st.lists(kids, max_size=3).map(tuple),
+            st.dictionaries(st.text(max_size=2), kids, max_size=3),
+            st.builds(Pair, st.integers(), kids),
+            *(make(kids) for make in objects),
+        ),
+        max_leaves=max_leaves,
+    )
+
+
+plain_values = nested(scalar_values)
 
 
 @settings(max_examples=200, deadline=None)
@@ -358,17 +366,11 @@ leaf_values = st.one_of(
     st.integers(1, 3).map(lambda k: np.linspace(0.0, 1.0, 700 * k)),  # summarised repr
     st.lists(st.integers(-5, 5), max_size=3).map(lambda x: np.array(x, dtype=np.int32)),
 )
-exact_values = st.recursive(
+exact_values = nested(
     leaf_values,
-    lambda kids: st.one_of(
-        st.lists(kids, max_size=3),
-        st.lists(kids, max_size=3).map(tuple),
-        st.dictionaries(st.text(max_size=2), kids, max_size=3),
-        st.builds(Pair, st.integers(), kids),
-        st.builds(Plain, kids, kids),
-        st.builds(Named, st.text(max_size=2), kids),
-        st.builds(Slots, kids),
-    ),
+    lambda kids: st.builds(Plain, kids, kids),
+    lambda kids: st.builds(Named, st.text(max_size=2), kids),
+    lambda kids: st.builds(Slots, kids),
     max_leaves=10,
 )
 
@@ -404,13 +406,14 @@ def _leaves(v: Any, out: list[Callable[[], Any]], put: Callable[[Any], None]) ->
 
 
 def _next(x: Any) -> Any:
-    """The value next to ``x``: one ulp up, one more, one character more, flipped."""
-    if isinstance(x, np.floating):
-        return -x if np.isinf(x) else np.nextafter(x, np.inf, dtype=x.dtype)
+    """The value next to ``x``: one ulp nearer zero (a zero or an infinity: its sign
+    flipped), one more, one character more, flipped."""
+    if isinstance(x, np.floating):  # towards zero: never overflows
+        return -x if np.isinf(x) or x == 0 else np.nextafter(x, 0, dtype=x.dtype)
     if isinstance(x, bool) or x is None:
         return not x
     if isinstance(x, float):
-        return float(np.nextafter(x, np.inf)) if x != float("inf") else -x
+        return -x if x in (0.0, float("inf"), -float("inf")) else float(np.nextafter(x, 0.0))
     if isinstance(x, (int, np.integer)):
         return x + 1
     return x + "x"
