@@ -48,13 +48,15 @@ def without_guard() -> Iterator[None]:
 
 @contextmanager
 def without_closure_guard() -> Iterator[None]:
-    """Run ``async_for`` bodies bare, without the closure guard around them."""
-    real = _asyncfor.closure_guard
+    """Run ``async_for`` bodies bare, without the closure guard around them and without
+    the normal run's comparison after each invocation (``closure.watch``)."""
+    real, watch = _asyncfor.closure_guard, _asyncfor.closure_watch
     _asyncfor.closure_guard = lambda fn, *a, **kw: fn
+    _asyncfor.closure_watch = lambda fn, *a, **kw: None
     try:
         yield
     finally:
-        _asyncfor.closure_guard = real
+        _asyncfor.closure_guard, _asyncfor.closure_watch = real, watch
 
 
 @contextmanager

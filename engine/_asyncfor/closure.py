@@ -15,7 +15,9 @@ different number of times on each of them.  Two checks enforce the rule:
   reconnaissance (every first invocation), checked mode and test mode (dual tests), the
   body is wrapped in a :class:`BodyGuard` that fingerprints every non-DDS object the
   body can reach before the first body and after each one; what it covers is listed at
-  the head of that section.  Normal execution after reconnaissance runs the bare body.
+  the head of that section.  Normal execution after reconnaissance runs the bare body,
+  and :func:`watch`/:func:`verify` compare what it reaches once before and once after
+  each invocation (the index is then unknown; checked mode names it).
 """
 
 from __future__ import annotations
@@ -757,6 +759,7 @@ class BodyGuard:
         "rng_count",
         "_active",
         "_mu",
+        "light",
     )
 
     def __init__(
@@ -767,6 +770,7 @@ class BodyGuard:
         inv: int,
         what: str,
         subject: str = "the loop body",
+        light: bool = False,
     ) -> None:
         self.fn = fn
         self.op = op
@@ -793,13 +797,18 @@ class BodyGuard:
         self.rng_last: Any = _EMPTY
         self.rng_count = 0
         self._keep = fp.keep
-        self.large = [(self.deep[k], a, a.copy(), a.flags.writeable) for k, a in fp.large]
+        # the large arrays' baselines: a copy, or in light mode (:meth:`verify`) a hash
+        self.large: list[tuple[int, np.ndarray, Any, bool]] = [
+            (self.deep[k], a, _array_hash(a) if light else a.copy(), a.flags.writeable)
+            for k, a in fp.large
+        ]
         self.every = max(1, sum(a.nbytes for _, a in fp.large) // COPY_BYTES)
         self.calls = 0
         self.since: Any = _EMPTY  # the first body since contents were last compared
         self.last: Any = _EMPTY  # the body that finished last
         self._active = 0
         self._mu = threading.Lock()
+        self.light = light
 
     def __call__(self, arg: Any) -> Any:
         if self.large or self.every > 1 or self.calls == 0:
@@ -887,6 +896,9 @@ class BodyGuard:
         else:
             span = f"{self.what} {_index(first)} and {self.what} {_index(last)}"
             where = f"a body between {span}{self._invocation()}"
+        self._generators_changed(where)
+
+    def _generators_changed(self, where: str) -> None:
         for label, get, state in self.rngs:
             if get() != state:
                 raise ClosureRuleError(
@@ -918,7 +930,14 @@ class BodyGuard:
             last = "the last body" if arg is None else f"{self.what} {_index(arg)}"
             first = f"{self.what} {_index(since)}"
             where = f"a body between {first} and {last}{self._invocation()}"
-        changed: list[int] = []  # every root that changed: a deferred check may see several
+        changed = self._changed()
+        if changed:
+            self._fail(changed, where)
+
+    def _changed(self) -> list[int]:
+        """Every root whose contents differ from the baseline (a deferred comparison may
+        see several)."""
+        changed: list[int] = []
         if self.deep:
             toks = _Fingerprint().of([r.read() for r in (self.roots[k] for k in self.deep)])
             if toks != self.base:
@@ -927,12 +946,33 @@ class BodyGuard:
                     for i, (a, b) in enumerate(zip(toks, self.base, strict=True))
                     if a != b
                 ]
-        for k, a, copy, _ in self.large:
+        for k, a, base, _ in self.large:
+            if self.light:
+                if _array_hash(a) != base:
+                    changed.append(k)
+                continue
             now = a if a.flags.c_contiguous else np.ascontiguousarray(a)
-            if not np.array_equal(now.reshape(-1).view(np.uint8), copy.reshape(-1).view(np.uint8)):
+            if not np.array_equal(now.reshape(-1).view(np.uint8), base.reshape(-1).view(np.uint8)):
                 changed.append(k)
+        return sorted(set(changed))
+
+    def verify(self) -> None:
+        """After an invocation whose bodies ran bare (a normal run, :func:`watch`): did
+        anything the body reaches change?  The index is unknown here; ``--checked``
+        names it."""
+        noun = self.what.split(" of ")[0]
+        where = (
+            f"one of the calls{self._invocation()} (a normal run compares what it reaches "
+            f"after the last call; run with --checked to name the {noun})"
+        )
+        now = [r.read() for r in self.roots]
+        moved = [k for k, (a, b) in enumerate(zip(now, self.values, strict=True)) if a is not b]
+        changed = sorted(set(moved + self._changed()))
         if changed:
-            self._fail(sorted(set(changed)), where)
+            self._fail(changed, where)
+        if self.rngs:
+            self.rng_first = self.rng_last = _EMPTY
+            self._generators_changed(where)
 
     def _where(self, arg: Any) -> str:
         return f"{self.what} {_index(arg)}{self._invocation()}"
@@ -988,19 +1028,43 @@ def guard(
     kind: str = "async_for",
     what: str = "index",
     subject: str = "the loop body",
+    light: bool = False,
 ) -> Callable[..., Any]:
     """``fn`` wrapped in a :class:`BodyGuard` (``fn`` itself when it is neither a Python
     function nor a method bound to an object, or reaches nothing to check); ``what``
     names its argument in messages (``index 3``), ``subject`` names ``fn``."""
     if not _is_body(fn) or not reachable(fn):
         return fn
-    return BodyGuard(fn, op, kind, inv, what, subject)
+    return BodyGuard(fn, op, kind, inv, what, subject, light)
 
 
 def finish(body: Callable[..., Any]) -> None:
     """After the last body of an invocation: the final check of a guarded body."""
     if isinstance(body, BodyGuard):
         body.finish()
+
+
+def watch(fn: Callable[..., Any], op: str, inv: int, **names: str) -> BodyGuard | None:
+    """The closure rule in a normal run, where bodies run bare: a baseline of what ``fn``
+    reaches, taken before an invocation, for :func:`verify` after it (large arrays by a
+    hash instead of a copy; ``names`` as for :func:`guard`).  A body whose mutation
+    depends on values that reconnaissance did not see (``if x > 2: seen.append(j)``,
+    true from the third epoch on) is caught at the end of that invocation.  None when
+    ``fn`` reaches nothing to check."""
+    got = guard(fn, op, inv, light=True, **names)
+    return got if isinstance(got, BodyGuard) else None
+
+
+def verify(baseline: BodyGuard | None) -> None:
+    """After the invocation :func:`watch` was taken for: a change is a
+    :class:`ClosureRuleError`."""
+    if baseline is not None:
+        baseline.verify()
+
+
+def _array_hash(a: np.ndarray) -> bytes:
+    data: Any = np.ascontiguousarray(a)  # (numpy's stubs do not declare the buffer protocol)
+    return xxhash.xxh3_128_digest(memoryview(data).cast("B"))
 
 
 # ====================================================================== values across ranks
@@ -1237,4 +1301,6 @@ __all__ = [
     "finish",
     "guard",
     "reachable",
+    "verify",
+    "watch",
 ]

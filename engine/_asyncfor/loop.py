@@ -59,6 +59,8 @@ from .._runtime.transport import Cluster, RoundWrites
 from .closure import Captures, agree_numbers, check_body
 from .closure import finish as finish_closure
 from .closure import guard as closure_guard
+from .closure import verify as closure_verify
+from .closure import watch as closure_watch
 from .guard import POLICIES, Guard, GuardPlan, PlanViolation, Violation, install
 from .kernel import BoundKernel, code_of, prepare, python_of, run_group, wrap_body
 from .recon import AccessSets, concat_sets, recon_range
@@ -317,8 +319,10 @@ def async_for(
     sess.ops[name] = st
     sess.hooks.check_plan(name, inv, st.plan)
     t1 = time.perf_counter()
-    # checked and test mode: every body's fingerprints (closure rule)
+    # checked and test mode: every body's fingerprints (closure rule); a normal run
+    # compares what the bare body reaches before and after the invocation
     run_body = closure_guard(body, name, inv) if checked else body
+    baseline = None if checked else closure_watch(body, name, inv)
     round_s, violation = _attempt(sess, st, run_body, inv, checked, replan, sched)
     if violation is not None:
         _note(sess, violation, "re-planned it")
@@ -336,6 +340,7 @@ def async_for(
             round_s, _ = _attempt(sess, st, run_body, inv, checked, replan, sched)
         made = True
     finish_closure(run_body)
+    closure_verify(baseline)
     if made:
         sess.recorder.plan_made(name, st.plan)
     seconds = time.perf_counter() - t1

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from .._asyncfor.closure import check_body, finish, guard
+from .._asyncfor.closure import check_body, finish, guard, verify, watch
 from .._errors import DataFormatError, DriverStepsDivergedError, InputFileError, _shown
 from .._runtime.checkpoint import collective
 from .._runtime.session import Session, current, driver_only
@@ -83,9 +83,10 @@ def _owned_values(
     A``, for messages."""
     check_body(op, fn, "its function")
     run = fn
+    what = "element of shape" if src._numeric else "element"  # a row: its shape
     if sess.checked or sess.test_mode:
-        what = "element of shape" if src._numeric else "element"  # a row: its shape
         run = guard(fn, op, -1, kind="", what=what, subject="its function")
+    baseline = watch(fn, op, -1, kind="", what=what, subject="its function") if run is fn else None
     cl = sess.cluster
     sess.set_mode("exec")
     try:
@@ -98,6 +99,7 @@ def _owned_values(
 
         values = cl.run_on_nodes(work)
         finish(run)
+        verify(baseline)
     finally:
         sess.set_mode("driver")
     return [src.owned(p) for p in range(cl.size)], values

@@ -74,7 +74,16 @@ from typing import Any
 
 import numpy as np
 
-from .._asyncfor.closure import Captures, agree_numbers, check_body, finish, guard
+from .._asyncfor.closure import (
+    BodyGuard,
+    Captures,
+    agree_numbers,
+    check_body,
+    finish,
+    guard,
+    verify,
+    watch,
+)
 from .._asyncfor.recon import AccessSets, concat_sets, recon_range
 from .._data.dds import _DDS, SLOT_BITS
 from .._errors import DDSError, SessionError
@@ -541,6 +550,15 @@ def sync_for(
     run_body = body
     if sess.checked or getattr(sess, "test_mode", False):
         run_body = guard(body, name, inv, kind="sync_for", what="minibatch")
+    # a normal run: what the bare body and aggregations reach, compared after the invocation
+    baselines: list[BodyGuard | None] = []
+    if run_body is body:
+        baselines.append(watch(body, name, inv, kind="sync_for", what="minibatch"))
+        for d, fn in sorted(_AGGREGATIONS.items(), key=lambda kv: kv[0]._id):
+            if d._sess is sess:
+                subject = _aggregation_of(d)
+                kw = {"kind": "sync_for", "what": "deltas of shape", "subject": subject}
+                baselines.append(watch(fn, name, inv, **kw))
     st, fresh = _state(sess, name, inv, data, mb, pc, body, re, hybrid)
     guarded = fresh or run_body is not body
     again = (body, data, mb, pc, hybrid)
@@ -601,6 +619,8 @@ def sync_for(
     for guarded_fn in (run_body, *ctx.aggs):
         if guarded_fn is not None:
             finish(guarded_fn)
+    for baseline in baselines:
+        verify(baseline)
     for d in layout.params:
         d._touch()
     seconds = time.perf_counter() - t1

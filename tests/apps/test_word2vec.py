@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import queue
 import re
 import shutil
 import subprocess
@@ -505,7 +506,9 @@ def test_two_nodes_sum_the_deltas_of_minibatches_run_from_the_same_rows(
     """What the parallel program computes, hand-checked on one clock: two nodes each run
     one minibatch from the clock's starting rows, and a row's new value is its start
     plus the sum of both nodes' deltas (not their mean, not a sequential run)."""
-    calls: list[tuple[np.ndarray, np.ndarray, np.ndarray, float]] = []
+    # the spy keeps what it saw in a queue: the closure rule (which stops a body that
+    # changes a list it reaches) compares a library object by identity only
+    seen: queue.SimpleQueue[tuple[np.ndarray, np.ndarray, np.ndarray, float]] = queue.SimpleQueue()
     real = _model.step
 
     def step(
@@ -513,7 +516,7 @@ def test_two_nodes_sum_the_deltas_of_minibatches_run_from_the_same_rows(
     ) -> tuple:
         new_h, new_o, loss = real(plan, h, o, lr, kernel)
         if ap.current().mode != "recon":  # reconnaissance runs the body too
-            calls.append((plan.in_rows.copy(), np.array(h), new_h.copy(), lr))
+            seen.put((plan.in_rows.copy(), np.array(h), new_h.copy(), lr))
         return new_h, new_o, loss
 
     monkeypatch.setattr(_model, "step", step)
@@ -525,6 +528,7 @@ def test_two_nodes_sum_the_deltas_of_minibatches_run_from_the_same_rows(
         return out
 
     ap.run(run, nodes=2)  # 400 sentences: two minibatches, one clock
+    calls = [seen.get() for _ in range(seen.qsize())]
     assert len(calls) == 2
     (rows0, h0, new0, lr0), (rows1, h1, new1, lr1) = sorted(calls, key=lambda c: -c[3])
     assert lr0 == 0.025 and lr1 == pytest.approx(0.025 - 0.0249 / 2)

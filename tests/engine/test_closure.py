@@ -371,15 +371,26 @@ def test_reconnaissance_catches_direct_mutation_in_the_body(kind: str, k: int) -
 
 
 # --------------------------------------------------------------------- checked mode
-@pytest.mark.parametrize("mutation", ["append", "np.add.at", "helper two deep", "default argument"])
+@pytest.mark.parametrize("form", ["function", "method"])
+@pytest.mark.parametrize("mutation", sorted(MUTATIONS))
 @pytest.mark.parametrize("kind", ["async", "sync"])
-def test_checked_mode_catches_mutation_after_reconnaissance(kind: str, mutation: str) -> None:
+def test_a_normal_run_catches_mutation_after_reconnaissance(
+    kind: str, mutation: str, form: str
+) -> None:
+    """Reconnaissance runs the bodies of the first invocation only, and a normal run runs
+    them bare: a mutation that first happens later (``if x > 2: seen.append(j)``) left
+    state that differed with the placement, exit 0.  A normal run now compares what the
+    body reaches after every invocation; checked mode names the index."""
     out: dict[str, Any] = {}
-    prog = program(kind, mutation, at=5, invocation=1, outcome=out)
-    ap.run(prog, nodes=2)  # unchecked: reconnaissance never saw it, nothing else looks
     with pytest.raises(ap.ClosureRuleError) as info:
-        ap.run(program(kind, mutation, at=5, invocation=1, outcome=out), nodes=2, checked=True)
-    _expect(info, kind, out["label"], 5, 1)
+        ap.run(program(kind, mutation, at=5, invocation=1, outcome=out, form=form), nodes=2)
+    msg = str(info.value)
+    assert out["label"] in msg and f"{kind}_for 'loop'" in msg, msg
+    assert "at one of the calls (invocation 1)" in msg and "--checked to name the" in msg, msg
+    with pytest.raises(ap.ClosureRuleError) as named:
+        prog = program(kind, mutation, at=5, invocation=1, outcome=out, form=form)
+        ap.run(prog, nodes=2, checked=True)
+    _expect(named, kind, out["label"], 5, 1)
 
 
 def test_checked_mode_with_threads_names_the_variable() -> None:
@@ -943,6 +954,20 @@ def test_a_later_change_is_stopped_in_checked_and_test_mode(sync: str, kw: dict[
         ap.run(aggregation_program("set.add", 1, sync), nodes=2, threads=2, **kw)
 
 
+@pytest.mark.parametrize("sync", ["bsp", "ssp", "hybrid"])
+@pytest.mark.parametrize("mutation", sorted(MUTATIONS))
+def test_a_later_change_is_stopped_in_a_normal_run(sync: str, mutation: str) -> None:
+    """After the first invocation a normal run calls the aggregation function bare, and
+    compares what it reaches after every invocation (before: it did not look)."""
+    label = MUTATIONS[mutation]()[1]
+    with pytest.raises(ap.ClosureRuleError) as info:
+        ap.run(aggregation_program(mutation, 1, sync), nodes=2, threads=2)
+    msg = str(info.value)
+    assert msg.startswith("sync_for 'loop': the aggregation function of 'X' changed"), msg
+    assert label in msg and "at one of the calls (invocation 1)" in msg, msg
+    assert "--checked to name the deltas" in msg, msg
+
+
 def test_the_dual_test_stops_an_aggregation_function_that_changes_state() -> None:
     with pytest.raises(ap.ClosureRuleError, match="the aggregation function of 'X'"):
         testing.dual(aggregation_program("append", 0), nodes=2)
@@ -1056,12 +1081,16 @@ def operator_program(verb: str, mutation: str) -> Callable[[], None]:
     return driver
 
 
-@pytest.mark.parametrize("kw", [{"checked": True}, {"nodes": 2, "test_mode": True}])
+@pytest.mark.parametrize(
+    "kw", [{}, {"nodes": 2}, {"checked": True}, {"nodes": 2, "test_mode": True}], ids=str
+)
 @pytest.mark.parametrize("mutation", sorted(MUTATIONS))
 @pytest.mark.parametrize("verb", ["map", "reduce", "create"])
-def test_an_operator_function_that_changes_state_is_stopped_in_checked_and_test_mode(
+def test_an_operator_function_that_changes_state_is_stopped(
     verb: str, mutation: str, kw: dict[str, Any]
 ) -> None:
+    """In every mode: checked and test mode name the element, a normal run compares
+    after the last call (before, a normal run did not look)."""
     label = MUTATIONS[mutation]()[1]
     with pytest.raises(ap.ClosureRuleError) as info:
         ap.run(operator_program(verb, mutation), **kw)

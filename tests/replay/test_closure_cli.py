@@ -3,7 +3,8 @@
 A loop body that mutates captured Python state through a call (a helper appending to a
 module-level list) would be applied a different number of times on each node, thread,
 replay or serial run.  Reconnaissance catches it on the first invocation; a mutation that
-only starts later is caught by ``--checked`` and by the dual tests, on 1, 2 and 3 ranks.
+only starts later is caught at the end of that invocation by a normal run (which names no
+index), and body by body by ``--checked`` and the dual tests, on 1, 2 and 3 ranks.
 """
 
 from __future__ import annotations
@@ -65,11 +66,13 @@ def test_reconnaissance_catches_a_helper_that_appends(app: str, ranks: int, slow
 
 
 @pytest.mark.parametrize("ranks", [2, 3])
-def test_a_mutation_after_reconnaissance_needs_checked_or_the_dual_tests(
-    app: str, ranks: int
-) -> None:
+def test_a_mutation_after_reconnaissance_stops_every_kind_of_run(app: str, ranks: int) -> None:
+    """Before, a normal run checked reconnaissance only and ended with exit 0."""
     plain = run_cli(["run", app, "-p", "late=true", "--ranks", str(ranks), "--no-trace"])
-    assert plain.returncode == 0, plain.stderr  # documented: normal runs check RE only
+    assert plain.returncode == 2, plain.stdout + plain.stderr
+    last = plain.stderr.strip().splitlines()[-1]
+    assert "async_for 'count': the loop body changed" in last and "closure rule" in last, last
+    assert "at one of the calls (invocation 1)" in last and "--checked to name" in last, last
     checked = run_cli(
         ["run", app, "-p", "late=true", "--ranks", str(ranks), "--no-trace", "--checked"]
     )
