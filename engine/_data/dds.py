@@ -243,8 +243,8 @@ class _DDS:
             return np.zeros((n, *self._shape), dtype=self._dtype)
         return [None] * n
 
-    def _read_slot(self, buf: Any, slot: int) -> Any:
-        return self._copy_out(buf[slot])
+    def _read_slot(self, buf: Any, slot: int) -> Any:  # _copy_out, inlined: a hot path
+        return buf[slot].copy() if self._numeric else detached(buf[slot])
 
     def _copy_out(self, v: Any) -> Any:
         """A stored element as user code gets it: a copy of a numeric row, an object
@@ -1016,7 +1016,7 @@ class _DVecRecon(_ReconMixin):
         rec.reads.append(gid)
         if rec.overlay and gid in rec.overlay:
             return self._copy_out(rec.overlay[gid])
-        return self._copy_out(self._buf[i])
+        return self._buf[i].copy() if self._numeric else detached(self._buf[i])  # (inlined)
 
     def __setitem__(self: _Moded, i: Any, value: Any) -> None:
         if type(i) is not int or i < 0 or not self._numeric:

@@ -248,8 +248,10 @@ def _compound_text(v: Any, tp: type, path: set[int]) -> str:
         items = [text(x) for x in v]
         if not all(_plain(x, 0) for x in v):  # objects hashed by address: no fixed order
             items.sort()
-        inner = f"{{{', '.join(items)}}}" if items else ""
-        return f"{{{', '.join(items)}}}" if tp is set and items else f"{tp.__name__}({inner})"
+        if not items:
+            return f"{tp.__name__}()"
+        inner = f"{{{', '.join(items)}}}"
+        return inner if tp is set else f"frozenset({inner})"
     if isinstance(v, (list, tuple, set, frozenset, dict)):  # subclasses: name, items, state
         if isinstance(v, dict):
             shown = [f"{text(k)}: {text(x)}" for k, x in v.items()]
