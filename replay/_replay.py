@@ -29,7 +29,7 @@ from ._controller import ReplayChecker, ReplayFinished, TraceController
 from ._errors import UsageError
 from ._job import code_digest, recorded_in_test_mode, rounded_times
 from ._progress import tick_line
-from ._target import CodeChangedError, check_digest, check_params, file_digest, target_file
+from ._target import CodeChangedError, check_digest, check_params, file_digest, own_source
 from ._timetravel import FastForward, Start, first_step, program_order, start_before, step_of
 
 
@@ -120,20 +120,27 @@ def open_run(path: str, run_id: str | None, *, check: bool = False) -> Any:
     return run
 
 
-def recorded_app(info: Any, *, allow_changed: bool = False) -> App:
+def recorded_app(
+    info: Any, *, allow_changed: bool = False, announce: Callable[[str], None] | None = None
+) -> App:
     """The app a trace names, checked before any of its code runs (see ``_target``).
 
-    A built-in app is ours and imported as usual; a user target must be a module file
-    or importable module of this machine whose source has the recorded digest.
+    A built-in app is ours and imported as usual; a user target must be the user's own
+    source file (outside every library path) whose source has the recorded digest.
+    ``announce`` is told which file will run, before anything of it is imported.
     """
     builtin = info.app in BUILTIN_APPS
     target = info.app if builtin else (info.target or info.app)
     try:
         if not builtin:
-            path = target_file(target)
+            path = own_source(target)
             check_digest(
                 info.code_digest, file_digest(path), str(path), allow_changed=allow_changed
             )
+            if announce is not None:
+                fn = target.rsplit(":", 1)[-1]
+                same = "unchanged since recording" if not allow_changed else "digest not checked"
+                announce(f"replay: the trace names your function {fn} in {path} ({same})")
         app = resolve(target)
     except CodeChangedError:
         raise

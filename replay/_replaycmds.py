@@ -177,7 +177,12 @@ def _check_from(path: str, run_id: str, start: str | None) -> list[Any] | None:
 
 
 def _replayable(
-    trace: str, run_id: str | None, allow_changed: bool, max_ranks: int, max_threads: int
+    trace: str,
+    run_id: str | None,
+    allow_changed: bool,
+    max_ranks: int,
+    max_threads: int,
+    say: Callable[[str], None] | None = None,
 ) -> tuple[str, Any]:
     """(the trace as the ranks will see it, the run's info), once every check that needs
     no code to run has passed: the machine can host its shape, the recorded app is found
@@ -187,7 +192,7 @@ def _replayable(
     run = open_run(path, run_id, check=True)
     info = run.info
     _procs.check_shape(info.ranks, info.threads, max_ranks=max_ranks, max_threads=max_threads)
-    recorded_app(info, allow_changed=allow_changed)
+    recorded_app(info, allow_changed=allow_changed, announce=say)
     check_replayable(run)
     return path, info
 
@@ -204,7 +209,7 @@ def _cluster(
     say: Callable[[str], None],
     start: str | None = None,
 ) -> None:
-    path, info = _replayable(trace, run_id, allow_changed, max_ranks, max_threads)
+    path, info = _replayable(trace, run_id, allow_changed, max_ranks, max_threads, say)
     point = _check_from(path, info.run_id, start)
     hash_seed = _environment.recorded_hash_seed(info.environment)
     if under_launcher() or info.ranks == 1:
@@ -291,7 +296,7 @@ def _single(
     start: str | None = None,
 ) -> None:
     # every recorded node becomes threads of this one process
-    path, info = _replayable(trace, run_id, allow_changed, max_ranks, max_threads)
+    path, info = _replayable(trace, run_id, allow_changed, max_ranks, max_threads, say)
     point = _check_from(path, info.run_id, start)
     _environment.ensure(_environment.recorded_hash_seed(info.environment))
     spec: dict[str, Any] = {

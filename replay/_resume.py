@@ -48,6 +48,8 @@ class ResumeHooks(engine.DebugHooks):
         self.recorder = recorder
         #: the resumed run goes on with the crashed run's digest hash
         self.digest_kind = travel.run.digest_kind()
+        #: the fast-forward reached the checkpoint and restored it
+        self.restored = False
 
     def fast_forward(self) -> tuple[str, int] | None:
         return self.travel.fast_forward()
@@ -57,6 +59,7 @@ class ResumeHooks(engine.DebugHooks):
 
     def check_restored(self, op: str, invocation: int, digests: list[tuple[str, str]]) -> None:
         self.travel.check_restored(op, invocation, digests)
+        self.restored = True
         # the objectives logged while fast-forwarding must be the crashed run's: one
         # computed from the DDS outside a collective operator would have seen them stale
         recorded = self.travel.run.objectives()
@@ -216,6 +219,19 @@ def resume_here(
             hooks=hooks,
             test_mode=test_mode,
         )
+        if not hooks.restored:
+            # the program ended before the point the crashed run had reached: it is not
+            # the program that crashed (a forged or changed parameter), never a success
+            raise engine.DivergenceError(
+                node=-1,
+                op=str(start.op),
+                invocation=start.invocation,
+                event="fast-forward",
+                what="resume",
+                expected=f"the program to reach the checkpoint at {start.op}#{start.invocation}",
+                actual="not reach it: it ended first (its parameters or code differ from the "
+                "crashed run's)",
+            )
     before = digests_up_to(crashed, start.step)
     out = run_json(spec["run_id"], spec["trace"], app.spec, params, res)
     out["digests"] = before + res.digests

@@ -48,7 +48,8 @@ def resume_cmd(
         run, start = resumable(path, run_id)
         info = run.info
         _procs.check_shape(info.ranks, info.threads, max_ranks=max_ranks, max_threads=max_threads)
-        recorded_app(info)  # a missing or changed app is one line here, before any rank starts
+        # a missing or changed app is one line here, before any rank starts
+        recorded_app(info, announce=say)
         spec = new_spec(path, run, start)
         if info.ranks == 1:
             _environment.ensure(spec["hash_seed"])  # may re-execute this process

@@ -8,6 +8,11 @@ target, so before anything runs:
 * the target must be a module file or an importable module of this machine, found
   without executing any of it (no parent package, no path from the trace on
   ``sys.path``), and not part of the Python standard library;
+* a target the *trace* names (the user named none) must moreover be the user's own
+  source: a file outside every library path of this interpreter (standard library,
+  site-packages, dist-packages, the user site, and this product's own packages), so a
+  forged run row cannot point replay at an installed library function that runs a
+  command (``numpy.distutils.lib2def:getnm``, pip's CLI);
 * its source file must have the recorded digest (``--allow-changed-code`` waives this);
 * once imported, the target must be a Python function defined in a ``.py`` file — not a
   builtin, a C function, a class, a lambda or a standard-library function;
@@ -23,6 +28,7 @@ import hashlib
 import importlib.machinery
 import inspect
 import os
+import site
 import sys
 import sysconfig
 import types
@@ -55,6 +61,42 @@ def _in_stdlib(path: Path) -> bool:
     p = path.resolve()
     site = [d for d in ("site-packages", "dist-packages") if d in p.parts]
     return not site and any(p.is_relative_to(d) for d in _stdlib_dirs())
+
+
+def library_dirs() -> list[Path]:
+    """Every directory this interpreter installs or ships library code in."""
+    paths = sysconfig.get_paths()
+    dirs = [paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths]
+    try:
+        dirs += site.getsitepackages()
+    except AttributeError:  # a virtualenv's old site module
+        pass
+    user = site.getusersitepackages() if site.ENABLE_USER_SITE else None
+    if isinstance(user, str):
+        dirs.append(user)
+    # this product's own packages, wherever they are installed (an editable install too)
+    here = Path(__file__).resolve().parent.parent
+    dirs += [str(here / pkg) for pkg in ("engine", "tracer", "replay", "tui", "apps")]
+    return [Path(d).resolve() for d in dict.fromkeys(dirs)]
+
+
+def in_library(path: Path) -> bool:
+    """Whether ``path`` lies in a library directory (see :func:`library_dirs`)."""
+    p = path.resolve()
+    if "site-packages" in p.parts or "dist-packages" in p.parts:
+        return True
+    return any(p.is_relative_to(d) for d in library_dirs())
+
+
+def own_source(target: str) -> Path:
+    """The file of a target the trace names, if it is the user's own source file."""
+    path = target_file(target)
+    if in_library(path):
+        raise UsageError(
+            f"the trace names {target!r}, which is library code ({path}), not a training "
+            "function of yours; replay runs a trace's own target only from your source files"
+        )
+    return path
 
 
 def module_file(name: str) -> Path:
@@ -213,6 +255,9 @@ __all__ = [
     "check_function",
     "check_params",
     "file_digest",
+    "in_library",
+    "library_dirs",
     "module_file",
+    "own_source",
     "target_file",
 ]

@@ -314,6 +314,12 @@ def verify_cmd(trace_path: str, run_id: str | None, as_json: bool) -> None:
     elif bad is None:
         tail = sum(r.tail for r in reports)
         more = f" ({tail} row(s) of unfinished invocations not covered)" if tail else ""
+        legacy = [r.run_id[:12] for r in reports if r.legacy]
+        if legacy:
+            more += (
+                f"; not verified: the run row (target, parameters, seed, shape) of run(s) "
+                f"{', '.join(legacy)}, recorded before the chain covered it"
+            )
         click.echo(f"ok: {blocks} blocks on {nodes} nodes verified{more}")
     else:
         assert bad.problem is not None

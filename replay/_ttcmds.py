@@ -4,6 +4,7 @@ answered by replaying from the trace's checkpoints (see ``_inspect``)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -19,10 +20,15 @@ from ._timetravel import parse_point
 
 
 def _prepare(
-    trace: str, run_id: str | None, allow_changed: bool, max_ranks: int, max_threads: int
+    trace: str,
+    run_id: str | None,
+    allow_changed: bool,
+    max_ranks: int,
+    max_threads: int,
+    say: Callable[[str], None] | None = None,
 ) -> tuple[Any, Any]:
     """(the run, its app) once every check that needs no code to run has passed."""
-    path, info = _replayable(trace, run_id, allow_changed, max_ranks, max_threads)
+    path, info = _replayable(trace, run_id, allow_changed, max_ranks, max_threads, say)
     _environment.ensure(_environment.recorded_hash_seed(info.environment))
     run = open_run(path, info.run_id)
     return run, recorded_app(run.info, allow_changed=allow_changed)
@@ -65,7 +71,7 @@ def history_cmd(
     if between:
         rng = (parse_point(between[0], "--between"), parse_point(between[1], "--between"))
     with Printer(as_json, "history") as say:
-        run, app = _prepare(trace, run_id, allow_changed, max_ranks, max_threads)
+        run, app = _prepare(trace, run_id, allow_changed, max_ranks, max_threads, say)
         el = parse_element(element, dds_names(run))
         say(f"replaying run {run.info.run_id[:12]} for {el.text}")
         doc = history(run, app, el, rng)
@@ -108,7 +114,7 @@ def watch_cmd(
     'abs(H[3]).max() > 10'.
     """
     with Printer(as_json, "watch") as say:
-        run, app = _prepare(trace, run_id, allow_changed, max_ranks, max_threads)
+        run, app = _prepare(trace, run_id, allow_changed, max_ranks, max_threads, say)
         w = compile_watch(expression, watchable(run))
         say(f"replaying run {run.info.run_id[:12]} until {expression} holds")
         doc = watch(run, app, w)

@@ -20,6 +20,22 @@ fall into that node's next link.  Canonical bytes depend on the schema's column 
 only (ints as int64, floats as float64 with one NaN, strings as UTF-8, blobs raw), never
 on how the database stored them, and nothing is pickled.
 
+The **run row** is covered too: the first link of the primary node (node 0) starts
+from ``genesis(run row)`` instead of nothing, a digest of every field of the run row
+that chooses what runs or how (target, parameters, code digest, ranks, threads, seed,
+versions and environment, labels, the run it continues).  An edited target or
+parameter therefore breaks node 0's chain, and under a key nobody can re-seal it.  A
+chain whose node 0 starts from nothing was recorded before this rule (``Report.legacy``).
+
+**Time-travel rows** (checkpoints, their blocks, the driver's collective values) have
+no sequence numbers and are written outside the invocation commits (each rank writes
+its own checkpoint).  Each node keeps a second, *side* chain for them: link numbers
+-1, -2, ...; a side link is written in the same transaction as the rows it covers (a
+checkpoint's marker, the collective values of one commit), and its manifest names each
+row by a key derived from what identifies it (op, invocation, node, DDS; the call
+number).  Blocks of a checkpoint whose marker never got written are ignored by every
+reader and need no link.
+
 Without a key the chain finds damage, not a determined editor, who can recompute it.
 Verification lives in ``_verify``; this module is the pure encoding and the writer.
 """
@@ -40,6 +56,9 @@ from sqlalchemy import Float, LargeBinary, String, Text
 from ._schema import (
     CALL_BLOCKS,
     ChainLink,
+    Checkpoint,
+    CheckpointBlock,
+    CollectiveValue,
     Digest,
     Invocation,
     MessageBlock,
@@ -64,10 +83,37 @@ CHAINED: tuple[tuple[Any, str], ...] = (
 )
 CODE = {model: k for k, (model, _) in enumerate(CHAINED)}
 SEQ_COLUMN = dict(CHAINED)
+#: Side-chained tables (time travel) and their table codes in manifests.
+SIDE: dict[Any, int] = {Checkpoint: 100, CheckpointBlock: 101, CollectiveValue: 102}
+#: The columns that identify a side row (its key in a manifest).
+SIDE_KEY: dict[Any, tuple[str, ...]] = {
+    Checkpoint: ("op", "invocation", "node"),
+    CheckpointBlock: ("op", "invocation", "node", "dds"),
+    CollectiveValue: ("k",),
+}
 
 MANIFEST_DTYPE = np.dtype([("table", "u1"), ("seq", "<i8"), ("digest", f"S{ROW_DIGEST_BYTES}")])
 
 _NAN = struct.pack("<d", math.nan)
+
+#: The node whose chain starts from the run row's genesis digest (the primary's).
+GENESIS_NODE = 0
+#: Fields of the run row that choose what runs or how: what ``genesis`` covers.  The
+#: end fields (status, error, ended_at, end_node, end_seq) are written later and are
+#: checked against the chain's end instead.
+RUN_FIELDS: tuple[tuple[str, str], ...] = (
+    ("run_id", "s"),
+    ("app", "s"),
+    ("target", "s"),
+    ("params", "s"),
+    ("code_digest", "s"),
+    ("ranks", "i"),
+    ("threads", "i"),
+    ("seed", "i"),
+    ("versions", "s"),
+    ("continues", "s"),
+    ("labels", "s"),
+)
 
 
 def _kind(col: Any) -> str:
@@ -88,7 +134,7 @@ COLUMNS: dict[Any, tuple[tuple[str, str, Any], ...]] = {
         for c in model.__table__.columns
         if c.name != "id"
     )
-    for model, _ in CHAINED
+    for model in (*(m for m, _ in CHAINED), *SIDE)
 }
 
 
@@ -126,6 +172,37 @@ def row_digest(model: Any, row: Mapping[str, Any]) -> bytes:
     return h.digest()
 
 
+def genesis(run: Mapping[str, Any]) -> bytes:
+    """The digest node 0's chain starts from: every field of ``RUN_FIELDS``."""
+    h = hashlib.blake2b(b"run", digest_size=32)
+    for name, kind in RUN_FIELDS:
+        v = run.get(name)
+        if kind == "i" and not isinstance(v, int):  # a damaged row: hash what is there
+            h.update(b"X" + str(v).encode())
+        else:
+            h.update(_value(kind, v))
+    return h.digest()
+
+
+def side_key(model: Any, row: Mapping[str, Any]) -> int:
+    """A side row's key in a manifest (63 bits of blake2b over its identifying columns)."""
+    if model is CollectiveValue:
+        return int(row["k"])
+    h = hashlib.blake2b(model.__tablename__.encode(), digest_size=8)
+    for name in SIDE_KEY[model]:
+        h.update(_value("s" if name in ("op", "dds") else "i", row.get(name)))
+    return int.from_bytes(h.digest(), "little") >> 1
+
+
+def side_manifest(entries: Iterable[tuple[Any, Mapping[str, Any]]]) -> bytes:
+    """The manifest of side rows ``entries`` (model, row): sorted by (table code, key)."""
+    items = sorted(
+        ((SIDE[m], side_key(m, r), row_digest(m, r)) for m, r in entries),
+        key=lambda e: (e[0], e[1]),
+    )
+    return np.array(items, dtype=MANIFEST_DTYPE).tobytes()
+
+
 def manifest(entries: Iterable[tuple[Any, Mapping[str, Any]]]) -> bytes:
     """The manifest of ``entries`` (model, row): sorted by (table code, seq)."""
     items = sorted(
@@ -148,27 +225,33 @@ def link_of(
 
 
 class _NodeChain:
-    __slots__ = ("prev", "link_no", "first_seq", "pending")
+    __slots__ = ("prev", "link_no", "first_seq", "pending", "side_prev", "side_no")
 
     def __init__(self) -> None:
         self.prev = b""
         self.link_no = 0
         self.first_seq = 0
         self.pending: list[tuple[Any, Mapping[str, Any]]] = []
+        self.side_prev = b""
+        self.side_no = -1
 
 
 class ChainWriter:
     """The chain state of the nodes a recorder hosts (pure: no SQL, no clock)."""
 
-    def __init__(self, run_id: str, key: bytes | None) -> None:
+    def __init__(self, run_id: str, key: bytes | None, start: bytes = b"") -> None:
         self.run_id = run_id
         self.key = key
+        #: where the chain of :data:`GENESIS_NODE` starts (the run row's genesis)
+        self.start = start
         self._nodes: dict[int, _NodeChain] = {}
 
     def _node(self, node: int) -> _NodeChain:
         st = self._nodes.get(node)
         if st is None:
             st = self._nodes[node] = _NodeChain()
+            if node == GENESIS_NODE:
+                st.prev = self.start
         return st
 
     def written(self, rows: Mapping[Any, list[dict[str, Any]]], *, but: int | None = None) -> None:
@@ -219,23 +302,57 @@ class ChainWriter:
     def advance(self, link: Mapping[str, Any]) -> None:
         """``link`` is durable: the node's next link follows it."""
         st = self._node(int(link["node"]))
+        if int(link["link_no"]) < 0:
+            st.side_prev = link["link"]
+            st.side_no -= 1
+            return
         st.prev = link["link"]
         st.link_no += 1
         st.first_seq = int(link["end_seq"])
         st.pending = []
+
+    def side_link(
+        self, node: int, op: str, invocation: int, rows: Mapping[Any, list[dict[str, Any]]]
+    ) -> dict[str, Any]:
+        """The side ``chain_link`` row covering the time-travel ``rows`` (written in the
+        same transaction); :meth:`advance` it once committed."""
+        st = self._node(node)
+        entries = [(m, r) for m, batch in rows.items() if m in SIDE for r in batch]
+        man = side_manifest(entries)
+        row = dict(
+            run=self.run_id,
+            node=node,
+            link_no=st.side_no,
+            first_seq=-1,
+            end_seq=-1,
+            op=op,
+            invocation=int(invocation),
+            n_rows=len(entries),
+            keyed=int(self.key is not None),
+        )
+        row["manifest"] = man
+        row["link"] = link_of(st.side_prev, row, man, self.key)
+        return row
 
 
 __all__ = [
     "CHAINED",
     "CODE",
     "COLUMNS",
+    "GENESIS_NODE",
+    "RUN_FIELDS",
     "KEY_ENV",
     "MANIFEST_DTYPE",
     "SEQ_COLUMN",
+    "SIDE",
+    "SIDE_KEY",
     "ChainLink",
     "ChainWriter",
+    "genesis",
     "link_of",
     "manifest",
     "row_digest",
+    "side_key",
+    "side_manifest",
     "trace_key",
 ]

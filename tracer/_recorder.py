@@ -34,7 +34,7 @@ from sqlalchemy import Engine, select
 from engine import Recorder
 from engine.lowlevel import Schedule, emit_events
 
-from ._chain import ChainWriter, trace_key
+from ._chain import ChainWriter, genesis, trace_key
 from ._codec import AUTO, encode, encode_lines, int_width
 from ._insert import RowWriter
 from ._plain import NotPlain, array_dtype, encode_plain
@@ -172,9 +172,14 @@ class TraceRecorder(Recorder):
         self._handed: dict[Any, list[dict[str, Any]]] | None = None  # last rows handed over
         if self.is_primary:
             with self._engine.connect() as conn:
-                have = conn.execute(select(Run.run_id).where(Run.run_id == self.run_id)).first()
+                have = conn.execute(select(Run.__table__).where(Run.run_id == self.run_id)).first()
             if have is None:
-                start_run(self._engine, self.run_id, meta or {"ranks": len(nodes)})
+                row = start_run(self._engine, self.run_id, meta or {"ranks": len(nodes)})
+            else:
+                row = dict(have._mapping)
+            # node 0's chain starts from the run row, so an edited target or parameter
+            # breaks it (see ``_chain``)
+            self._chain.start = genesis(row)
 
     # ------------------------------------------------------------ hot calls
     def _buf(self, node: int) -> _NodeBuf:
@@ -353,14 +358,19 @@ class TraceRecorder(Recorder):
         if self._objectives:
             rows[Objective] = self._objectives
         link = self._chain.link(node, b.seq, op, invocation, rows)
-        if self._collectives:  # not chained: added after the link is computed
-            rows[CollectiveValue] = self._collectives
         rows[ChainLink].append(link)
+        side = None
+        if self._collectives:  # on the side chain, in this same transaction
+            rows[CollectiveValue] = self._collectives
+            side = self._chain.side_link(node, op, invocation, {CollectiveValue: self._collectives})
+            rows[ChainLink].append(side)
         if self._funnel is None:
             self._write(rows, (node,))
         else:
             self._hand_over(node, rows)
         self._chain.advance(link)
+        if side is not None:
+            self._chain.advance(side)
         self._chain.written(rows, but=node)
         self._objectives = []
         self._collectives = []
@@ -450,7 +460,7 @@ class TraceRecorder(Recorder):
         query = select(ChainLink.id).where(
             ChainLink.run == self.run_id,
             ChainLink.node == link["node"],
-            ChainLink.link_no == link["link_no"],
+            ChainLink.link_no == link["link_no"],  # >= 0: the node's main chain
         )
         deadline = time.monotonic() + FUNNEL_WAIT_S
         while True:
@@ -550,7 +560,10 @@ class TraceRecorder(Recorder):
         mark = rows.pop(Checkpoint)
         self._write(rows)
         mark[0]["seconds"] = time.perf_counter() - t0
-        self._write({Checkpoint: mark})
+        # the marker and the side link that covers it and its blocks, in one transaction
+        side = self._chain.side_link(node, op, invocation, {Checkpoint: mark, **rows})
+        self._write({Checkpoint: mark, ChainLink: [side]})
+        self._chain.advance(side)
         return nbytes
 
     # ------------------------------------------------------------ end
@@ -587,6 +600,11 @@ class TraceRecorder(Recorder):
                 rows[ChainLink] = links
                 if self._collectives:
                     rows[CollectiveValue] = self._collectives
+                    links.append(
+                        self._chain.side_link(
+                            self._home, "", -1, {CollectiveValue: self._collectives}
+                        )
+                    )
                     self._collectives = []
                 for model, batch in (handed or {}).items():
                     rows[model] = batch + rows[model]

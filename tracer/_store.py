@@ -239,14 +239,8 @@ def _labels(labels: Any) -> dict[str, Any]:
     return labels
 
 
-def start_run(store: Any, run_id: str, meta: dict[str, Any]) -> None:
-    """Insert the row of a new run (status ``running``); creates the store if needed.
-
-    ``meta`` keys: app, target, params (dict), code_digest, ranks, threads, seed,
-    versions (dict), environment (dict: hash seed, BLAS threads), continues (the id of
-    the crashed run this one resumes), labels (dict of plain values, e.g. a chaos run's
-    seed and number).  Unknown keys are an error, missing ones get neutral defaults.
-    """
+def run_row(run_id: str, meta: dict[str, Any]) -> dict[str, Any]:
+    """The row of a new run (status ``running``) from ``meta`` (see :func:`start_run`)."""
     allowed = {
         "app",
         "target",
@@ -265,8 +259,7 @@ def start_run(store: Any, run_id: str, meta: dict[str, Any]) -> None:
         raise ValueError(
             f"start_run: unknown meta keys {sorted(extra)}; allowed: {sorted(allowed)}"
         )
-    engine = store if isinstance(store, Engine) else create_store(store)
-    row = {
+    return {
         "run_id": str(run_id),
         "app": str(meta.get("app", "")),
         "target": str(meta.get("target", "")),
@@ -281,6 +274,19 @@ def start_run(store: Any, run_id: str, meta: dict[str, Any]) -> None:
         "continues": None if meta.get("continues") is None else str(meta["continues"]),
         "labels": json.dumps(_labels(meta.get("labels", {})), sort_keys=True),
     }
+
+
+def start_run(store: Any, run_id: str, meta: dict[str, Any]) -> dict[str, Any]:
+    """Insert the row of a new run (status ``running``); creates the store if needed.
+
+    ``meta`` keys: app, target, params (dict), code_digest, ranks, threads, seed,
+    versions (dict), environment (dict: hash seed, BLAS threads), continues (the id of
+    the crashed run this one resumes), labels (dict of plain values, e.g. a chaos run's
+    seed and number).  Unknown keys are an error, missing ones get neutral defaults.
+    Returns the row as inserted.
+    """
+    row = run_row(run_id, meta)
+    engine = store if isinstance(store, Engine) else create_store(store)
     try:
         with engine.begin() as conn:
             if conn.execute(select(Run.run_id).where(Run.run_id == row["run_id"])).first():
@@ -293,6 +299,7 @@ def start_run(store: Any, run_id: str, meta: dict[str, Any]) -> None:
     finally:
         if not isinstance(store, Engine):
             engine.dispose()
+    return row
 
 
 def _versions_column(meta: dict[str, Any]) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from replay._controller import plan_difference
 from replay._errors import UsageError
 from replay._target import check_params
 from tests.conftest import run_cli
+from tests.tracer.tracehelp import reseal
 
 HERE = Path(__file__).parent
 APPS = HERE / "nondet_apps.py"
@@ -68,11 +69,15 @@ def record(tmp_path: Path, app: str, *args: str, name: str = "t.sqlite", **kw) -
 
 
 def forge(src: Path, dst: Path, **columns: str) -> Path:
-    """A copy of trace ``src`` whose run row says what ``columns`` say."""
+    """A copy of trace ``src`` whose run row says what ``columns`` say, re-sealed as a
+    determined editor of an unkeyed chain could (so the checks behind the chain are
+    what these tests exercise; tests/replay/test_run_row_forgery.py covers the chain)."""
     shutil.copy(src, dst)
     with sqlite3.connect(dst) as db:
         for col, value in columns.items():
             db.execute(f"UPDATE run SET {col} = ?", (value,))  # noqa: S608 - test columns
+    db.close()
+    reseal(dst)
     return dst
 
 

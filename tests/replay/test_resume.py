@@ -13,6 +13,7 @@ import os
 import random
 import re
 import shlex
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -24,6 +25,7 @@ import pytest
 
 import tracer
 from tests.conftest import ROOT, run_cli
+from tests.tracer.tracehelp import reseal
 
 HERE = Path(__file__).parent
 APPS = HERE / "resume_apps.py"
@@ -114,6 +116,9 @@ def test_sigkill_a_rank_then_resume_is_bitwise_an_uninterrupted_run(
         runs = runs_of(trace)
         assert [r.status for r in runs] == ["crashed", "finished"], where
         assert runs[1].continues == runs[0].run_id and runs[1].run_id == res["run_id"], where
+        # readers agree with writers: both runs verify, chaining through the checkpoint
+        rc, out, err = cli("verify", str(trace))
+        assert rc == 0 and out.startswith("ok:"), (where, out, err)
 
 
 @pytest.fixture(scope="module")
@@ -123,6 +128,29 @@ def resumed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert record(trace, "sgdmf", 2, "1:2:5") != 0
     resume(trace)
     return trace
+
+
+def test_verify_passes_a_resumed_trace_and_refuses_a_broken_link(
+    resumed: Path, tmp_path: Path
+) -> None:
+    rc, out, err = cli("verify", str(resumed), "--json")
+    assert rc == 0, err
+    doc = json.loads(out)
+    assert doc["ok"] and len(doc["runs"]) == 2 and not any(r["legacy"] for r in doc["runs"])
+    # the resumed run must start where the crashed run's completed invocations end
+    crashed, later = runs_of(resumed)
+    bad = tmp_path / "gap.sqlite"
+    shutil.copy(resumed, bad)
+    with sqlite3.connect(bad) as db:
+        last = db.execute(
+            "SELECT max(invocation) FROM invocation WHERE run = ?", (crashed.run_id,)
+        ).fetchone()[0]
+        db.execute(
+            "DELETE FROM invocation WHERE run = ? AND invocation = ?", (crashed.run_id, last)
+        )
+    reseal(bad)
+    rc, out, err = cli("verify", str(bad), "--run", later.run_id)
+    assert rc == 2 and "resumed run starts at invocation" in err, (out, err)
 
 
 def test_show_json_lists_the_resumed_run_with_continues(resumed: Path) -> None:

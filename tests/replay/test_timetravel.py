@@ -16,6 +16,7 @@ import engine
 import tracer
 from engine._runtime.checkpoint import BUDGET
 from tests.conftest import run_cli
+from tests.tracer.tracehelp import reseal
 from tracer._codec import encode
 from tracer._plain import NotPlain, decode_plain, encode_plain
 
@@ -336,6 +337,11 @@ def test_a_damaged_checkpoint_is_named(traces: dict[str, Path], tmp_path: Path) 
     )
     con.commit()
     con.close()
+    # the chain covers checkpoints: the edit is refused before anything runs
+    rc, out, err = cli("single", str(bad), "--from", "sgd:3", "--json")
+    assert rc == 2 and "table checkpoint_block node 0 invocation sgd:2" in err, err
+    # re-sealed by an editor of the unkeyed chain: the restored digest still tells
+    reseal(bad)
     rc, out, err = cli("single", str(bad), "--from", "sgd:3", "--json")
     assert rc == 3, err
     diff = json.loads(out)["first_difference"]

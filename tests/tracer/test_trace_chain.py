@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_trace_mpi import HERE, mpirun
-from tracehelp import record
+from tracehelp import record, reseal
 
 import tracer
 from replay._cli import cli
@@ -239,34 +239,7 @@ def test_crashed_trace_verifies_up_to_its_last_invocation(tmp_path: Path) -> Non
 
 
 # --------------------------------------------------------------------- a determined editor
-def _rechain(path: Path) -> None:
-    """Recompute every manifest and link of an unkeyed trace, as an editor could."""
-    from sqlalchemy import create_engine, select
-
-    from tracer._chain import SEQ_COLUMN, link_of, manifest
-    from tracer._schema import ChainLink
-
-    eng = create_engine(f"sqlite:///{path}")
-    with eng.begin() as conn:
-        links = conn.execute(select(ChainLink.__table__).order_by("node", "link_no")).all()
-        prev: dict[int, bytes] = {}
-        for ln in links:
-            entries = []
-            for model, col in SEQ_COLUMN.items():
-                c = getattr(model, col)
-                stmt = select(model.__table__).where(
-                    model.node == ln.node, c >= ln.first_seq, c < ln.end_seq
-                )
-                entries += [(model, r._mapping) for r in conn.execute(stmt)]
-            man = manifest(entries)
-            link = link_of(prev.get(ln.node, b""), ln._mapping, man, None)
-            prev[ln.node] = link
-            conn.execute(
-                ChainLink.__table__.update()
-                .where(ChainLink.id == ln.id)
-                .values(manifest=man, n_rows=len(entries), link=link)
-            )
-    eng.dispose()
+_rechain = reseal
 
 
 def test_a_rechained_edit_passes_the_chain_but_not_the_cross_references(

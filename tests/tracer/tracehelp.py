@@ -6,6 +6,8 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 import engine as ap
 import tracer
 
@@ -54,3 +56,66 @@ def record(
 def digest(path: Path) -> str:
     """blake2b of a file's bytes (to check a file was not modified)."""
     return hashlib.blake2b(path.read_bytes()).hexdigest()
+
+
+def reseal(path: Path) -> None:
+    """Recompute every manifest and link of an unkeyed trace after an edit, as a
+    determined editor could (the run row's genesis and the side chains included)."""
+    from sqlalchemy import create_engine, select
+
+    from tracer._chain import (
+        GENESIS_NODE,
+        MANIFEST_DTYPE,
+        SEQ_COLUMN,
+        SIDE,
+        genesis,
+        link_of,
+        manifest,
+        side_key,
+        side_manifest,
+    )
+    from tracer._schema import ChainLink, Run
+
+    eng = create_engine(f"sqlite:///{path}")
+    with eng.begin() as conn:
+        runs = {r.run_id: r._mapping for r in conn.execute(select(Run.__table__))}
+        links = conn.execute(select(ChainLink.__table__)).all()
+        prev: dict[tuple[str, int, bool], bytes] = {}
+        for ln in sorted(links, key=lambda ln: (ln.run, ln.node, ln.link_no < 0, abs(ln.link_no))):
+            side = ln.link_no < 0
+            if side:  # the rows the old manifest named, as they are now
+                named = {
+                    (int(e["table"]), int(e["seq"]))
+                    for e in np.frombuffer(bytes(ln.manifest), dtype=MANIFEST_DTYPE)
+                }
+                entries = [
+                    (model, r._mapping)
+                    for model, code in SIDE.items()
+                    for r in conn.execute(select(model.__table__).where(model.run == ln.run))
+                    if (code, side_key(model, r._mapping)) in named
+                ]
+                man = side_manifest(entries)
+            else:
+                entries = []
+                for model, col in SEQ_COLUMN.items():
+                    c = getattr(model, col)
+                    stmt = select(model.__table__).where(
+                        model.run == ln.run,
+                        model.node == ln.node,
+                        c >= ln.first_seq,
+                        c < ln.end_seq,
+                    )
+                    entries += [(model, r._mapping) for r in conn.execute(stmt)]
+                man = manifest(entries)
+            start = b""
+            if not side and ln.node == GENESIS_NODE:
+                start = genesis(runs[ln.run])
+            k = (ln.run, ln.node, side)
+            link = link_of(prev.get(k, start), ln._mapping, man, None)
+            prev[k] = link
+            conn.execute(
+                ChainLink.__table__.update()
+                .where(ChainLink.id == ln.id)
+                .values(manifest=man, n_rows=len(entries), link=link)
+            )
+    eng.dispose()
