@@ -2,16 +2,18 @@
 
 A FIFO named ``x.sqlite`` blocks the first ``open()`` forever, so input paths are
 looked at with ``os.stat`` only (the tracer does the same for every trace it opens).
-An output path never replaces a trace that is being read, and never replaces any
-existing file unless the user says ``--force``.
+An output path never replaces a trace that is being read, nor anything but a regular
+file (the checks are ``engine.lowlevel.check_output_path``, which every writer repeats),
+and never an existing file unless the user says ``--force``.
 """
 
 from __future__ import annotations
 
 import os
-import stat
 from collections.abc import Iterable
 
+from engine import OutputPathError
+from engine.lowlevel import check_output_path
 from tracer import special_kind
 
 from ._errors import UsageError
@@ -31,16 +33,6 @@ def _same(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
         return os.path.realpath(a) == os.path.realpath(b)
 
 
-def _is_sqlite(path: str | os.PathLike[str]) -> bool:
-    try:
-        if not stat.S_ISREG(os.stat(path).st_mode):  # stat first: never open a FIFO
-            return False
-        with open(path, "rb") as fh:
-            return fh.read(16) == b"SQLite format 3\x00"
-    except OSError:
-        return False
-
-
 def check_output(
     path: str | os.PathLike[str],
     *,
@@ -48,8 +40,9 @@ def check_output(
     reading: Iterable[str | os.PathLike[str]] = (),
     option: str = "-o",
 ) -> None:
-    """Refuse to write ``path`` onto a file being read, or onto any existing file
-    (including a FIFO or device, where a write would block) unless ``force``."""
+    """Refuse to write ``path`` onto a file being read, onto anything but an absent or
+    regular file (a link, FIFO, device, directory, a trace store or its ``-wal``), into a
+    missing directory, or onto an existing file unless ``force``."""
     shown = os.fspath(path)
     for src in reading:
         if _same(path, src):
@@ -57,17 +50,10 @@ def check_output(
                 f"{option} {shown} is the trace being read; writing there would destroy it: "
                 "pass another output path"
             )
-    if os.path.isdir(path):
-        raise UsageError(f"{option} {shown} is a directory; pass a file path")
-    if _is_sqlite(path):
-        raise UsageError(
-            f"{option} {shown} is a trace store; it is never overwritten, even with --force: "
-            "pass another output path"
-        )
-    if os.path.lexists(path) and not force:
-        kind = special_kind(path)
-        what = f"is {kind}" if kind else "already exists"
-        raise UsageError(f"{option} {shown} {what}; pass --force to overwrite it")
+    try:
+        check_output_path(path, force=force, label=f"{option} {shown}")
+    except OutputPathError as exc:
+        raise UsageError(str(exc)) from None
 
 
 __all__ = ["check_output", "refuse_special", "special_kind"]

@@ -14,8 +14,10 @@ from typing import Any
 
 import click
 
+import engine
 import tracer
 
+from ._errors import UsageError
 from ._paths import check_output, refuse_special
 
 #: File name patterns ``replay ls`` treats as trace stores.
@@ -280,7 +282,10 @@ def export_cmd(trace_path: str, fmt: str, output: str, run_id: str | None, force
     """Export a run of TRACE for a timeline viewer."""
     check_output(output, force=force, reading=[] if tracer.is_url(trace_path) else [trace_path])
     with tracer.open(trace_path) as trace:
-        n = tracer.export_chrome(trace, run_id, output)
+        try:
+            n = tracer.export_chrome(trace, run_id, output, force=force, label=f"-o {output}")
+        except engine.OutputPathError as exc:  # the path changed since check_output
+            raise UsageError(str(exc)) from None
     click.echo(f"wrote {n} events to {output} (open it in https://ui.perfetto.dev)")
 
 
