@@ -9,11 +9,13 @@ and never an existing file unless the user says ``--force``.
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from pathlib import Path
 
 from engine import OutputPathError
-from engine.lowlevel import check_output_path
+from engine.lowlevel import SQLITE_SIDECARS, check_output_path
 from tracer import special_kind
 
 from ._errors import UsageError
@@ -56,4 +58,49 @@ def check_output(
         raise UsageError(str(exc)) from None
 
 
-__all__ = ["check_output", "refuse_special", "special_kind"]
+def reserve_trace(path: Path, shown: str) -> Callable[[], None]:
+    """Create the new trace file ``path``, empty, failing if anything has that name.
+
+    The creation itself is the check (``O_CREAT|O_EXCL``): of two commands given the same
+    new path, exactly one gets it, where an exists-check followed by SQLite's create let
+    both record into one file.  Returns a function that removes the file again if it is
+    still the empty one made here (the command ended before recording anything).
+    """
+    if os.path.lexists(path):
+        raise UsageError(
+            f"trace {shown!r} already exists; pass a new path (a trace is never overwritten)"
+        )
+    name = os.fspath(path)
+    for suffix in SQLITE_SIDECARS:
+        if name.endswith(suffix) and os.path.lexists(name[: -len(suffix)]):
+            raise UsageError(
+                f"trace {shown!r} is SQLite's {suffix} file of {name[: -len(suffix)]}; "
+                "pass a new path"
+            )
+        if os.path.lexists(name + suffix):  # SQLite would read it as the new trace's own
+            raise UsageError(
+                f"trace {shown!r} has a leftover {name + suffix}; remove it or pass a new path"
+            )
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        os.close(os.open(path, flags, 0o666))
+    except FileExistsError:
+        raise UsageError(
+            f"trace {shown!r} already exists; pass a new path (a trace is never overwritten)"
+        ) from None
+    except OSError as exc:
+        raise UsageError(f"cannot create trace {shown!r}: {exc.strerror}") from None
+    made = os.lstat(path)
+
+    def forget() -> None:
+        with contextlib.suppress(OSError):
+            st = os.lstat(path)
+            unused = st.st_size == 0 and not any(os.path.lexists(name + s) for s in SQLITE_SIDECARS)
+            if (st.st_dev, st.st_ino) == (made.st_dev, made.st_ino) and unused:
+                os.unlink(path)
+
+    return forget
+
+
+__all__ = ["check_output", "refuse_special", "reserve_trace", "special_kind"]
