@@ -163,7 +163,7 @@ def trace_options(what: str) -> Callable[..., Any]:
             click.option(
                 "--trace",
                 "trace",
-                type=click.Path(dir_okay=False),
+                type=click.Path(),  # a directory is refused by trace_path, in one line
                 metavar="PATH|URL",
                 default=None,
                 help=f"{what} A file path (SQLite) or an SQLAlchemy URL such as "

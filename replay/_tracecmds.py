@@ -274,7 +274,11 @@ def show_cmd(trace_path: str, run_id: str | None, as_json: bool) -> None:
     help="Output format (Chrome trace-event JSON, opens in Perfetto).",
 )
 @click.option(
-    "-o", "--output", required=True, type=click.Path(dir_okay=False), help="File to write."
+    "-o",
+    "--output",
+    required=True,
+    type=click.Path(),  # a directory is refused by check_output, in one line
+    help="File to write.",
 )
 @click.option("--run", "run_id", default=None, help="Run to export (default: the latest).")
 @click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists (never a trace).")
