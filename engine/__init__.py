@@ -40,6 +40,7 @@ from ._errors import DriverWritesDivergedError as DriverWritesDivergedError
 from ._errors import EngineError as EngineError
 from ._errors import InputFileError as InputFileError
 from ._errors import KernelError as KernelError
+from ._errors import OutputPathError as OutputPathError
 from ._errors import PeerRankFailed as PeerRankFailed
 from ._errors import ReplicaMismatchError as ReplicaMismatchError
 from ._errors import SessionError as SessionError
@@ -75,6 +76,7 @@ __all__ = [
     "InputFileError",
     "Kernel",
     "KernelError",
+    "OutputPathError",
     "PeerRankFailed",
     "Plan",
     "Recorder",

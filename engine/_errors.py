@@ -97,6 +97,11 @@ class BodyError(EngineError, RuntimeError):
         )
 
 
+class OutputPathError(EngineError, ValueError):
+    """A file would be written somewhere it must not be (a link, a device, a trace store,
+    an existing file without ``force``, a missing directory)."""
+
+
 class InputFileError(EngineError, FileNotFoundError):
     """An input file does not exist or cannot be read."""
 

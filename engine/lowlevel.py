@@ -22,6 +22,10 @@ from ._data.digest import kind_of as digest_kind_of
 from ._data.values import TEXT_VERSION as OBJECT_TEXT_VERSION
 from ._data.values import stable_text as stable_text
 from ._errors import ScheduleExhausted as ScheduleExhausted
+from ._files import SIDECARS as SQLITE_SIDECARS
+from ._files import check_target as check_output_path
+from ._files import replacing as replacing
+from ._files import write_file as write_file
 from ._machines.chaos import FAULT as FAULT
 from ._machines.chaos import Chaos as Chaos
 from ._machines.grants import GrantOrderError as GrantOrderError
@@ -54,10 +58,12 @@ __all__ = [
     "Chaos",
     "DigestKindError",
     "check_same_digest_kind",
+    "check_output_path",
     "digest_kind_of",
     "FAULT",
     "SLOT_BITS",
     "SLOT_MASK",
+    "SQLITE_SIDECARS",
     "GrantLog",
     "MessageLog",
     "MessageOrder",
@@ -78,6 +84,8 @@ __all__ = [
     "Turnstile",
     "dds_contents",
     "find_dds",
+    "replacing",
+    "write_file",
     "recorded_ticket_order",
     "serial_plan",
     "stable_text",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import sys
 import time
 import traceback
@@ -20,6 +21,7 @@ import tracer
 from . import _procs
 from ._errors import UsageError
 from ._job import EXIT_DIVERGED, EXIT_FAILED, EXIT_USAGE, JobFailed, describe
+from ._paths import reserve_trace
 from ._progress import DOWNLOAD_PROGRESS_ENV, bars_wanted
 
 
@@ -161,7 +163,7 @@ def trace_options(what: str) -> Callable[..., Any]:
             click.option(
                 "--trace",
                 "trace",
-                type=click.Path(dir_okay=False),
+                type=click.Path(),  # a directory is refused by trace_path, in one line
                 metavar="PATH|URL",
                 default=None,
                 help=f"{what} A file path (SQLite) or an SQLAlchemy URL such as "
@@ -185,23 +187,35 @@ def trace_path(app: str, given: str | None) -> str:
     if given is not None and tracer.is_url(given):
         tracer.probe_store(given)
         return given
+    first = not under_launcher() or rank() == 0  # the other ranks use rank 0's path
     if given is not None:
         p = Path(given)
-        if p.exists():
-            raise UsageError(
-                f"trace {given!r} already exists; pass a new path (a trace is never overwritten)"
-            )
+        if first:
+            _reserve(p, given)
         return str(p.resolve())
     stamp = time.strftime("%Y%m%d-%H%M%S")
     base = Path("traces") / f"{trace_stem(app)}-{stamp}"
     p = base.with_suffix(".sqlite")
     k = 1
-    while p.exists():
+    while first:
+        try:
+            _reserve(p, str(p))
+            break
+        except UsageError:
+            if not os.path.lexists(p):
+                raise  # not taken by another run: something else is wrong
         p = base.parent / f"{base.name}-{k}.sqlite"
         k += 1
-    if not under_launcher() or rank() == 0:  # the other ranks use rank 0's path
+    if first:
         point_latest(p)
     return str(p.resolve())
+
+
+def _reserve(p: Path, shown: str) -> None:
+    forget = reserve_trace(p, shown)
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None:  # a command that fails before recording leaves no empty trace
+        ctx.call_on_close(forget)
 
 
 def trace_stem(app: str) -> str:
@@ -226,9 +240,10 @@ def point_latest(trace: Path) -> None:
     if link.exists() and not link.is_symlink():
         return
     trace.parent.mkdir(parents=True, exist_ok=True)
-    tmp = trace.parent / f".{LATEST}-{os.getpid()}"
+    # a random name, made by symlink() (which never follows or replaces): nothing that was
+    # already there is ever removed or written through
+    tmp = trace.parent / f".{LATEST}.{secrets.token_hex(8)}"
     try:
-        tmp.unlink(missing_ok=True)
         os.symlink(trace.name, tmp)
         os.replace(tmp, link)
     except OSError:

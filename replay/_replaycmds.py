@@ -125,7 +125,7 @@ def _identical_head(res: dict[str, Any]) -> str:
 @click.option(
     "--trace-out",
     "out_trace",
-    type=click.Path(dir_okay=False),
+    type=click.Path(),  # a directory is refused by trace_path, in one line
     metavar="PATH|URL",
     default=None,
     help="Also record the replay into this new trace (a path or an SQLAlchemy URL).",

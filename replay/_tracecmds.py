@@ -14,8 +14,10 @@ from typing import Any
 
 import click
 
+import engine
 import tracer
 
+from ._errors import UsageError
 from ._paths import check_output, refuse_special
 
 #: File name patterns ``replay ls`` treats as trace stores.
@@ -272,7 +274,11 @@ def show_cmd(trace_path: str, run_id: str | None, as_json: bool) -> None:
     help="Output format (Chrome trace-event JSON, opens in Perfetto).",
 )
 @click.option(
-    "-o", "--output", required=True, type=click.Path(dir_okay=False), help="File to write."
+    "-o",
+    "--output",
+    required=True,
+    type=click.Path(),  # a directory is refused by check_output, in one line
+    help="File to write.",
 )
 @click.option("--run", "run_id", default=None, help="Run to export (default: the latest).")
 @click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists (never a trace).")
@@ -280,7 +286,10 @@ def export_cmd(trace_path: str, fmt: str, output: str, run_id: str | None, force
     """Export a run of TRACE for a timeline viewer."""
     check_output(output, force=force, reading=[] if tracer.is_url(trace_path) else [trace_path])
     with tracer.open(trace_path) as trace:
-        n = tracer.export_chrome(trace, run_id, output)
+        try:
+            n = tracer.export_chrome(trace, run_id, output, force=force, label=f"-o {output}")
+        except engine.OutputPathError as exc:  # the path changed since check_output
+            raise UsageError(str(exc)) from None
     click.echo(f"wrote {n} events to {output} (open it in https://ui.perfetto.dev)")
 
 

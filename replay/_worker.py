@@ -19,9 +19,10 @@ EXIT_PEER = 70
 
 
 def _write(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data))
-    os.replace(tmp, path)
+    # the job directory is private (mkdtemp), but a result is written like every other file
+    from engine.lowlevel import write_file
+
+    write_file(path, json.dumps(data), force=True)
 
 
 def main(argv: list[str]) -> int:

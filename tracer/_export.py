@@ -33,10 +33,11 @@ import math
 import os
 from collections import defaultdict
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from engine.lowlevel import write_file
 
 from ._events import ObjectiveLogged
 from ._read import Trace
@@ -527,8 +528,20 @@ def _meta(name: str, pid: int, tid: int, key: str, value: Any) -> dict[str, Any]
     return {"name": name, "ph": "M", "pid": pid, "tid": tid, "args": {key: value}}
 
 
-def export_chrome(trace: Trace | RunTrace, run_id: str | None, path: str | os.PathLike[str]) -> int:
-    """Write run ``run_id`` (None: the latest) of ``trace`` to ``path``; returns the event count."""
+def export_chrome(
+    trace: Trace | RunTrace,
+    run_id: str | None,
+    path: str | os.PathLike[str],
+    *,
+    force: bool = True,
+    label: str | None = None,
+) -> int:
+    """Write run ``run_id`` (None: the latest) of ``trace`` to ``path``; returns the event count.
+
+    ``path`` may replace an existing regular file only if ``force``; a link, device,
+    directory or trace store is never replaced (:class:`engine.OutputPathError`, which
+    names the path as ``label`` if given).
+    """
     run = trace if isinstance(trace, RunTrace) else trace.run(run_id)
     doc = {
         "traceEvents": chrome_events(run),
@@ -541,10 +554,8 @@ def export_chrome(trace: Trace | RunTrace, run_id: str | None, path: str | os.Pa
             "order within their round; sends are not recorded",
         },
     }
-    out = Path(os.fspath(path))
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(json.dumps(doc, separators=(",", ":"), allow_nan=False))
-    os.replace(tmp, out)
+    text = json.dumps(doc, separators=(",", ":"), allow_nan=False)
+    write_file(path, text, force=force, label=label)
     return len(doc["traceEvents"])
 
 

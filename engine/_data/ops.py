@@ -15,7 +15,6 @@ import hashlib
 import operator
 import os
 import struct
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ import numpy as np
 
 from .._asyncfor.closure import check_body, finish, guard, verify, watch
 from .._errors import DataFormatError, DriverStepsDivergedError, InputFileError, _shown
+from .._files import replacing
 from .._runtime.checkpoint import collective
 from .._runtime.session import Session, current, driver_only
 from .dds import _DDS, dmap, dvector, gathered
@@ -246,7 +246,9 @@ def store(
 ) -> Path:
     """Write ``src`` to a text file, one ``fmt(key, value)`` line per element (rank 0 writes).
 
-    The file is replaced atomically, so a crash never leaves half a file.
+    The file is replaced atomically, so a crash never leaves half a file; an existing
+    regular file is replaced, but never a link, device, directory or trace store
+    (:class:`OutputPathError`).
     """
     driver_only("ap.store")
     sess = current()
@@ -261,15 +263,9 @@ def store(
             return f"{k}\t{v!r}"
 
         f = fmt or default
-        fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent or ".")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                for k, v in zip(keys, values, strict=True):
-                    fh.write(f(k, v) + "\n")
-            os.replace(tmp, out)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        with replacing(out, force=True, label=f"ap.store path {out}", encoding="utf-8") as fh:
+            for k, v in zip(keys, values, strict=True):
+                fh.write(f(k, v) + "\n")
     sess.cluster.barrier()
     return out
 
