@@ -124,9 +124,16 @@ def shown(path: str) -> str:
         return path
 
 
-def check_seed(seed: int) -> None:
-    if not 0 <= seed < 2**63:
-        raise UsageError(f"--seed must be an integer in [0, 2**63), got {seed}")
+def check_counts(**values: int | None) -> None:
+    """Refuse ``--ranks``/``--threads``/``--seed`` values (keyword: the option's name; None:
+    not given) that a run row cannot hold, before anything starts: the bounds are the
+    readers' own (``tracer.RUN_LIMITS``), so a run that records is one they can read."""
+    for name, value in values.items():
+        lo, hi = tracer.RUN_LIMITS[name]
+        if value is not None and not lo <= value <= hi:
+            raise UsageError(
+                f"--{name} must be an integer in [{lo}, {hi}] (what a trace can hold), got {value}"
+            )
 
 
 common = [
@@ -274,7 +281,7 @@ __all__ = [
     "POSITIVE_SECONDS",
     "Group",
     "allow_changed",
-    "check_seed",
+    "check_counts",
     "common",
     "fail",
     "json_error",

@@ -38,7 +38,15 @@ from ._errors import (
     TraceNotFoundError,
     TraceWriteError,
 )
-from ._schema import APP_ID, ENVIRONMENT_KEY, SCHEMA_VERSION, Base, Run, SchemaInfo
+from ._schema import (
+    APP_ID,
+    ENVIRONMENT_KEY,
+    RUN_LIMITS,
+    SCHEMA_VERSION,
+    Base,
+    Run,
+    SchemaInfo,
+)
 
 #: Milliseconds a writer waits for another rank's transaction before giving up.
 BUSY_TIMEOUT_MS = 60_000
@@ -265,6 +273,10 @@ def start_run(store: Any, run_id: str, meta: dict[str, Any]) -> None:
         raise ValueError(
             f"start_run: unknown meta keys {sorted(extra)}; allowed: {sorted(allowed)}"
         )
+    counts = {col: int(meta.get(col, lo)) for col, (lo, _) in RUN_LIMITS.items()}
+    for col, (lo, hi) in RUN_LIMITS.items():
+        if not lo <= counts[col] <= hi:  # a reader would refuse the row: never write it
+            raise ValueError(f"start_run: {col} must be in [{lo}, {hi}], got {counts[col]}")
     engine = store if isinstance(store, Engine) else create_store(store)
     row = {
         "run_id": str(run_id),
@@ -272,9 +284,7 @@ def start_run(store: Any, run_id: str, meta: dict[str, Any]) -> None:
         "target": str(meta.get("target", "")),
         "params": json.dumps(meta.get("params", {}), sort_keys=True, default=repr),
         "code_digest": str(meta.get("code_digest", "")),
-        "ranks": int(meta.get("ranks", 1)),
-        "threads": int(meta.get("threads", 1)),
-        "seed": int(meta.get("seed", 0)),
+        **counts,
         "versions": json.dumps(_versions_column(meta), sort_keys=True, default=repr),
         "started_at": time.time(),
         "status": "running",
