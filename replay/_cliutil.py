@@ -198,9 +198,15 @@ def trace_path(app: str, given: str | None) -> str:
             raise UsageError(
                 f"trace {given!r} already exists; pass a new path (a trace is never overwritten)"
             )
-        return str(p.resolve())
+        return absolute(given, "pass a new path for the trace")
+    folder = Path(DEFAULT_DIR)
+    if os.path.lexists(folder) and not folder.is_dir():
+        raise UsageError(
+            f"{DEFAULT_DIR} is not a directory, but new traces go there by default: "
+            f"move it away, or pass --trace PATH"
+        )
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    base = Path("traces") / f"{trace_stem(app)}-{stamp}"
+    base = folder / f"{trace_stem(app)}-{stamp}"
     p = base.with_suffix(".sqlite")
     k = 1
     while p.exists():
@@ -209,6 +215,17 @@ def trace_path(app: str, given: str | None) -> str:
     if not under_launcher() or rank() == 0:  # the other ranks use rank 0's path
         point_latest(p)
     return str(p.resolve())
+
+
+def absolute(path: str, what: str) -> str:
+    """``path`` made absolute; a symbolic link loop on the way is a user error saying
+    ``what`` to do instead (Python 3.11 raises RuntimeError for one, 3.13 OSError)."""
+    try:
+        return str(Path(path).resolve())
+    except (RuntimeError, OSError):
+        raise UsageError(
+            f"{path} is a symbolic link loop (following it never reaches a file): {what}"
+        ) from None
 
 
 def trace_stem(app: str) -> str:
@@ -222,6 +239,8 @@ def trace_stem(app: str) -> str:
     return module.rsplit(".", 1)[-1] or "run"
 
 
+#: Where a run without ``--trace`` writes its trace, and what ``ls`` and ``browse`` read.
+DEFAULT_DIR = "traces"
 #: The symlink in ``traces/`` naming the newest default-named trace.
 LATEST = "latest"
 
@@ -244,7 +263,9 @@ def point_latest(trace: Path) -> None:
 
 def trace_arg(trace: str) -> str:
     """A trace argument as the ranks will see it: a URL as is, a path made absolute."""
-    return trace if tracer.is_url(trace) else str(Path(trace).resolve())
+    if tracer.is_url(trace):
+        return trace
+    return absolute(trace, "pass a trace file written by 'replay run --trace' (see 'replay ls')")
 
 
 def rank() -> int:
@@ -277,9 +298,11 @@ def limit_options() -> Callable[..., Any]:
 
 
 __all__ = [
+    "DEFAULT_DIR",
     "LATEST",
     "POSITIVE_SECONDS",
     "Group",
+    "absolute",
     "allow_changed",
     "check_counts",
     "common",
