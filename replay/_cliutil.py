@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import sys
 import time
 import traceback
@@ -41,7 +42,7 @@ class Group(click.Group):
         except JobFailed as exc:
             fail(str(exc), exc.status, as_json)
         except KeyboardInterrupt:
-            fail("interrupted", 130, as_json)
+            fail("interrupted by SIGINT", 128 + signal.SIGINT, as_json)  # as README says
         except BrokenPipeError:
             # the reader went away (``replay ls | head``): nothing to say, and no one to
             # say it to on stdout; exit as a program killed by SIGPIPE would
