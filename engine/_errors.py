@@ -133,8 +133,15 @@ class DivergenceError(EngineError, RuntimeError):
         self.what = what
         super().__init__(
             f"replay diverged on node {node} at {op}#{invocation}, {what} {event}: "
-            f"the trace expected {expected}, the program did {actual}"
+            f"{self.contrast(expected, actual)}"
         )
+
+    @staticmethod
+    def contrast(expected: str, actual: str) -> str:
+        """``the trace expected E, the program did A``; an ``actual`` that is already a
+        sentence about the program (``the program ended before it``) is kept whole."""
+        did = actual if actual.startswith("the program ") else f"the program did {actual}"
+        return f"the trace expected {expected}, {did}"
 
     def as_dict(self) -> dict[str, object]:
         """The JSON form used in ``first_difference``."""

@@ -11,7 +11,7 @@ import click
 from . import _environment
 from ._cliutil import (
     POSITIVE_SECONDS,
-    check_seed,
+    check_counts,
     common,
     printer,
     shown,
@@ -82,6 +82,7 @@ def chaos_cmd(
     as_json: bool,
 ) -> None:
     """Run APP under --runs schedules drawn from --chaos-seed; group the outcomes."""
+    check_counts(ranks=ranks, threads=threads, seed=seed)
     _environment.ensure(_environment.choose_hash_seed())
     from . import chaos
     from ._apps import parse_params
@@ -89,11 +90,8 @@ def chaos_cmd(
 
     if ranks is None:  # exploring runs in process unless ranks are asked for
         ranks, in_process = 2, True
-    if ranks < 1 or threads < 1:
-        raise UsageError("--ranks and --threads must be >= 1")
     if trace is not None and no_trace:
         raise UsageError("--trace and --no-trace exclude each other")
-    check_seed(seed)
     if under_launcher():
         raise UsageError("replay chaos starts its own MPI jobs; run it without mpiexec")
     chaos.parse_check(None if check == "app" else check)

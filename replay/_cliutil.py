@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import secrets
+import signal
 import sys
 import time
 import traceback
@@ -43,7 +44,7 @@ class Group(click.Group):
         except JobFailed as exc:
             fail(str(exc), exc.status, as_json)
         except KeyboardInterrupt:
-            fail("interrupted", 130, as_json)
+            fail("interrupted by SIGINT", 128 + signal.SIGINT, as_json)  # as README says
         except BrokenPipeError:
             # the reader went away (``replay ls | head``): nothing to say, and no one to
             # say it to on stdout; exit as a program killed by SIGPIPE would
@@ -126,9 +127,16 @@ def shown(path: str) -> str:
         return path
 
 
-def check_seed(seed: int) -> None:
-    if not 0 <= seed < 2**63:
-        raise UsageError(f"--seed must be an integer in [0, 2**63), got {seed}")
+def check_counts(**values: int | None) -> None:
+    """Refuse ``--ranks``/``--threads``/``--seed`` values (keyword: the option's name; None:
+    not given) that a run row cannot hold, before anything starts: the bounds are the
+    readers' own (``tracer.RUN_LIMITS``), so a run that records is one they can read."""
+    for name, value in values.items():
+        lo, hi = tracer.RUN_LIMITS[name]
+        if value is not None and not lo <= value <= hi:
+            raise UsageError(
+                f"--{name} must be an integer in [{lo}, {hi}] (what a trace can hold), got {value}"
+            )
 
 
 common = [
@@ -190,11 +198,18 @@ def trace_path(app: str, given: str | None) -> str:
     first = not under_launcher() or rank() == 0  # the other ranks use rank 0's path
     if given is not None:
         p = Path(given)
+        resolved = absolute(given, "pass a new path for the trace")
         if first:
             _reserve(p, given)
-        return str(p.resolve())
+        return resolved
+    folder = Path(DEFAULT_DIR)
+    if os.path.lexists(folder) and not folder.is_dir():
+        raise UsageError(
+            f"{DEFAULT_DIR} is not a directory, but new traces go there by default: "
+            f"move it away, or pass --trace PATH"
+        )
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    base = Path("traces") / f"{trace_stem(app)}-{stamp}"
+    base = folder / f"{trace_stem(app)}-{stamp}"
     p = base.with_suffix(".sqlite")
     k = 1
     while first:
@@ -218,6 +233,17 @@ def _reserve(p: Path, shown: str) -> None:
         ctx.call_on_close(forget)
 
 
+def absolute(path: str, what: str) -> str:
+    """``path`` made absolute; a symbolic link loop on the way is a user error saying
+    ``what`` to do instead (Python 3.11 raises RuntimeError for one, 3.13 OSError)."""
+    try:
+        return str(Path(path).resolve())
+    except (RuntimeError, OSError):
+        raise UsageError(
+            f"{path} is a symbolic link loop (following it never reaches a file): {what}"
+        ) from None
+
+
 def trace_stem(app: str) -> str:
     """A built-in app's name, else the user's module (``path/train.py:fit`` -> ``train``,
     ``pkg.models:fit`` -> ``models``)."""
@@ -229,6 +255,8 @@ def trace_stem(app: str) -> str:
     return module.rsplit(".", 1)[-1] or "run"
 
 
+#: Where a run without ``--trace`` writes its trace, and what ``ls`` and ``browse`` read.
+DEFAULT_DIR = "traces"
 #: The symlink in ``traces/`` naming the newest default-named trace.
 LATEST = "latest"
 
@@ -252,7 +280,9 @@ def point_latest(trace: Path) -> None:
 
 def trace_arg(trace: str) -> str:
     """A trace argument as the ranks will see it: a URL as is, a path made absolute."""
-    return trace if tracer.is_url(trace) else str(Path(trace).resolve())
+    if tracer.is_url(trace):
+        return trace
+    return absolute(trace, "pass a trace file written by 'replay run --trace' (see 'replay ls')")
 
 
 def rank() -> int:
@@ -285,11 +315,13 @@ def limit_options() -> Callable[..., Any]:
 
 
 __all__ = [
+    "DEFAULT_DIR",
     "LATEST",
     "POSITIVE_SECONDS",
     "Group",
+    "absolute",
     "allow_changed",
-    "check_seed",
+    "check_counts",
     "common",
     "fail",
     "json_error",

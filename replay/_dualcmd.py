@@ -12,7 +12,7 @@ import click
 from . import _environment
 from ._cliutil import (
     POSITIVE_SECONDS,
-    check_seed,
+    check_counts,
     common,
     printer,
     shown,
@@ -79,15 +79,13 @@ def dual_cmd(
     as_json: bool,
 ) -> None:
     """Dual-test APP: its parallel runs must equal its serial version exactly."""
+    check_counts(ranks=ranks, threads=threads, seed=seed)
     _environment.ensure(_environment.choose_hash_seed())
     from . import testing
     from ._apps import parse_params
     from ._apps import resolve as resolve_app
     from ._job import _recorder, recording
 
-    if ranks < 1 or threads < 1:
-        raise UsageError("--ranks and --threads must be >= 1")
-    check_seed(seed)
     if under_launcher():
         raise UsageError(
             "replay dual starts its own MPI job for the parallel side; run it without mpiexec"

@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 import tracer
+from engine import DivergenceError
 
 from . import _environment, _procs
 from ._cliutil import (
@@ -99,7 +100,7 @@ def _replay_report(res: dict[str, Any], as_json: bool) -> None:
             what = event if event.startswith(str(d["what"])) else f"{d['what']} {event}"
             say(
                 f"DIVERGED on node {d['node']} at {d['op']}#{d['invocation']}, {what}: "
-                f"the trace expected {d['expected']}, the program did {d['actual']}"
+                f"{DivergenceError.contrast(str(d['expected']), str(d['actual']))}"
             )
     if not stopped and not res["identical"]:
         sys.exit(EXIT_DIVERGED)

@@ -17,7 +17,7 @@ from engine import DriverDivergenceError
 from . import _environment
 from ._cliutil import (
     POSITIVE_SECONDS,
-    check_seed,
+    check_counts,
     common,
     printer,
     rank,
@@ -65,9 +65,7 @@ def execute(
         "checkpoint_every": checkpoint_every,
         "digest": digest,
     }
-    if threads < 1:
-        raise UsageError(f"--threads must be >= 1, got {threads}")
-    check_seed(seed)
+    check_counts(ranks=ranks, threads=threads, seed=seed)
     hash_seed = _environment.choose_hash_seed()
     if under_launcher():
         _environment.ensure(hash_seed)  # re-executes this rank: before MPI is initialised
@@ -97,8 +95,6 @@ def execute(
                 # MPICH's Abort can return before mpiexec kills this rank: no second report
                 os._exit(status)
     ranks = 1 if ranks is None else ranks
-    if ranks < 1:
-        raise UsageError(f"--ranks must be >= 1, got {ranks}")
     spec["run_id"] = uuid.uuid4().hex
     if ranks == 1:
         _environment.ensure(hash_seed)
@@ -170,6 +166,7 @@ def run_cmd(
     digest: str,
 ) -> None:
     """Run APP (a built-in name such as sgdmf, or path/to/train.py:function)."""
+    check_counts(ranks=ranks, threads=threads, seed=seed)  # before a default path is made
     if trace is not None and no_trace:
         raise UsageError("--trace and --no-trace exclude each other")
     if checkpoint_every is not None and no_checkpoints:
@@ -203,6 +200,7 @@ def run_cmd(
 def demo_cmd(ranks: int, epochs: int) -> None:
     """The main job: train SGDMF on MovieLens-100K on 2 MPI ranks with recording, replay the
     trace on the cluster and in one process, and summarise."""
+    check_counts(ranks=ranks)
     _environment.ensure(_environment.choose_hash_seed())
     say = printer(False)
     params: tuple[str, ...] = (f"epochs={epochs}",)

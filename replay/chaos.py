@@ -36,6 +36,7 @@ from collections.abc import Callable
 from typing import Any
 
 import engine
+import tracer
 
 from . import _environment
 from ._apps import App, resolve
@@ -155,8 +156,12 @@ def explore(
         raise UsageError(f"--chaos-seed must be an integer in [0, 2**63), got {chaos_seed}")
     if only is not None and not 0 <= only < runs:
         raise UsageError(f"--only must name a run in 0..{runs - 1}, got {only}")
-    if nodes < 1 or threads < 1:
-        raise UsageError(f"nodes and threads must be >= 1, got {nodes} x {threads}")
+    (n_lo, n_hi), (t_lo, t_hi) = tracer.RUN_LIMITS["ranks"], tracer.RUN_LIMITS["threads"]
+    if not (n_lo <= nodes <= n_hi and t_lo <= threads <= t_hi):  # what a trace can hold
+        raise UsageError(
+            f"nodes and threads must be in [{n_lo}, {n_hi}] x [{t_lo}, {t_hi}], "
+            f"got {nodes} x {threads}"
+        )
     check = parse_check(check)
     app = _app_of(train)
     params = dict(params or {})

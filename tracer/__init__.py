@@ -55,6 +55,7 @@ from ._run import MutexGrantArrays as MutexGrantArrays
 from ._run import OperatorSummary as OperatorSummary
 from ._run import RunTrace as RunTrace
 from ._run import VerdictInfo as VerdictInfo
+from ._schema import RUN_LIMITS as RUN_LIMITS
 from ._schema import SCHEMA_VERSION as SCHEMA_VERSION
 from ._store import create_store as create_store
 from ._store import describe as describe
@@ -70,6 +71,7 @@ __all__ = [
     "CODECS",
     "CRASH_AFTER_S",
     "EVENT_TYPES",
+    "RUN_LIMITS",
     "SCHEMA_VERSION",
     "DeltasAggregated",
     "DigestRecorded",

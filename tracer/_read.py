@@ -36,6 +36,7 @@ from ._run import RunTrace
 from ._schema import (
     BLOB_COLUMNS,
     ENVIRONMENT_KEY,
+    RUN_LIMITS,
     RUN_STATUSES,
     VERDICT_KINDS,
     Invocation,
@@ -48,11 +49,6 @@ from ._verify import Report, check_run
 #: A ``running`` run with no commit for this many seconds is reported as crashed.  A
 #: live run whose single invocation takes longer is misreported until it commits.
 CRASH_AFTER_S = 30.0
-
-
-#: Largest rank and thread counts a trace may claim; beyond them the row is damaged.
-MAX_RANKS = 4096
-MAX_THREADS = 1024
 
 
 def _damaged(where: str, col: str, what: str) -> TraceFormatError:
@@ -226,9 +222,10 @@ class Trace:
             _check(isinstance(getattr(r, col), str), where, col, "is not text")
         _check(r.error is None or isinstance(r.error, str), where, "error", "is not text")
         _check(r.status in RUN_STATUSES, where, "status", f"is not one of {RUN_STATUSES}")
-        ranks = _int_col(r, "ranks", where, lo=1, hi=MAX_RANKS)
-        threads = _int_col(r, "threads", where, lo=1, hi=MAX_THREADS)
-        seed = _int_col(r, "seed", where, lo=0, hi=2**63 - 1)
+        ranks, threads, seed = (
+            _int_col(r, col, where, lo=RUN_LIMITS[col][0], hi=RUN_LIMITS[col][1])
+            for col in ("ranks", "threads", "seed")
+        )
         started = _float_col(r.started_at, where, "started_at")
         ended = None if r.ended_at is None else _float_col(r.ended_at, where, "ended_at")
         if last_commit is not None:

@@ -39,6 +39,16 @@ SCHEMA_VERSION = 6
 #: Identifies a trace store among SQLite files (kept in ``schema_info.app_id``).
 APP_ID = "strads-replay-trace"
 
+#: The integer fields of a run row and the inclusive range each may hold.  The one
+#: source of these bounds: ``start_run`` refuses to write a value outside them, every
+#: reader refuses to read one, and the CLI refuses the option before anything starts,
+#: so a run that records is always a run that can be read back.  The rank and thread
+#: bounds are far above any machine this replays on (``--max-ranks`` guards that).
+RUN_LIMITS: dict[str, tuple[int, int]] = {
+    "ranks": (1, 4096),
+    "threads": (1, 1024),
+    "seed": (0, 2**63 - 1),
+}
 #: Values of ``run.status``.
 RUN_STATUSES = ("running", "finished", "failed", "crashed", "interrupted")
 #: Values of ``verdict.kind``.

@@ -10,6 +10,7 @@ open it read-only, so bad input is reported in one line and never modified.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import sqlite3
@@ -38,7 +39,15 @@ from ._errors import (
     TraceNotFoundError,
     TraceWriteError,
 )
-from ._schema import APP_ID, ENVIRONMENT_KEY, SCHEMA_VERSION, Base, Run, SchemaInfo
+from ._schema import (
+    APP_ID,
+    ENVIRONMENT_KEY,
+    RUN_LIMITS,
+    SCHEMA_VERSION,
+    Base,
+    Run,
+    SchemaInfo,
+)
 
 #: Milliseconds a writer waits for another rank's transaction before giving up.
 BUSY_TIMEOUT_MS = 60_000
@@ -62,9 +71,12 @@ def describe(target: Any) -> str:
     if isinstance(target, Engine):
         return target.url.render_as_string(hide_password=True)
     if is_url(target):
+        if _userinfo_problem(target) is not None:  # where its password ends is unknown
+            scheme, rest = target.split("://", 1)
+            return f"{scheme}://***@{rest.split('?', 1)[0].rsplit('@', 1)[1]}"
         try:
             return make_url(target).render_as_string(hide_password=True)
-        except ArgumentError:
+        except (ArgumentError, ValueError):
             return "<an unparsable URL>"  # never echo it: it may hold a password
     return os.fspath(target)
 
@@ -73,16 +85,60 @@ def hide_password(text: str, target: Any) -> str:
     """``text`` with the password of ``target``'s URL (if any) replaced by ``***``."""
     try:
         url = target.url if isinstance(target, Engine) else make_url(target)
-    except (ArgumentError, TypeError):
+    except (ArgumentError, TypeError, ValueError):
         return text
     pw = url.password
     return text.replace(str(pw), "***") if pw else text
 
 
+#: Characters that may stand unencoded in the user and password of a URL (RFC 3986
+#: userinfo: unreserved, sub-delims and ":"); anything else must be percent-encoded.
+_USERINFO_OK = frozenset(
+    "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._~!$&'()*+,;=:"
+)
+_HEX = frozenset("0123456789abcdefABCDEF")
+
+
+def _userinfo_problem(target: str) -> str | None:
+    """Why the ``USER:PASSWORD`` part of URL ``target`` is malformed, or None.
+
+    It ends at the last ``@`` before any ``?``: SQLAlchemy splits at the first one and
+    then reads the rest of the password as the host and port (``p@ss:w/rd`` became host
+    ``ss``, port ``w``: a ValueError).  Which ``@`` the user meant cannot be known, so
+    nothing is guessed: any character outside RFC 3986 userinfo, or a ``%`` that does not
+    start an ``%XX`` escape, is refused.  (A ``@`` in the database name reads as one in
+    the password, so it is refused too; it can be written ``%40``.)
+    """
+    rest = target.split("://", 1)[1].split("?", 1)[0]
+    if "@" not in rest:
+        return None
+    userinfo = rest[: rest.rindex("@")]
+    for k, ch in enumerate(userinfo):
+        if ch == "%":
+            if len(userinfo) < k + 3 or not set(userinfo[k + 1 : k + 3]) <= _HEX:
+                return "a '%' that does not start a %XX escape"
+        elif ch not in _USERINFO_OK:
+            return f"an unencoded {ch!r}"
+    return None
+
+
+def _unparsable(target: str, why: str) -> TraceFormatError:
+    return TraceFormatError(
+        f"{describe(target)} is not a valid database URL: {why}; percent-encode the user "
+        "and password (@ as %40, : as %3A, / as %2F, % as %25) in "
+        "postgresql+psycopg://USER:PASSWORD@HOST:PORT/DATABASE"
+    )
+
+
 def store_url(target: str) -> URL:
     """``target`` parsed, with ``postgresql://`` meaning the psycopg driver."""
+    problem = _userinfo_problem(target)
+    if problem is not None:
+        raise _unparsable(target, f"its password (or user) holds {problem}")
     try:
         url = make_url(target)
+    except ValueError:  # SQLAlchemy's int() of a port that is not a number
+        raise _unparsable(target, "its port is not a number") from None
     except ArgumentError:
         raise TraceFormatError(
             f"{describe(target)} is not a valid SQLAlchemy URL: write it as "
@@ -259,15 +315,17 @@ def run_row(run_id: str, meta: dict[str, Any]) -> dict[str, Any]:
         raise ValueError(
             f"start_run: unknown meta keys {sorted(extra)}; allowed: {sorted(allowed)}"
         )
+    counts = {col: int(meta.get(col, lo)) for col, (lo, _) in RUN_LIMITS.items()}
+    for col, (lo, hi) in RUN_LIMITS.items():
+        if not lo <= counts[col] <= hi:  # a reader would refuse the row: never write it
+            raise ValueError(f"start_run: {col} must be in [{lo}, {hi}], got {counts[col]}")
     return {
         "run_id": str(run_id),
         "app": str(meta.get("app", "")),
         "target": str(meta.get("target", "")),
         "params": json.dumps(meta.get("params", {}), sort_keys=True, default=repr),
         "code_digest": str(meta.get("code_digest", "")),
-        "ranks": int(meta.get("ranks", 1)),
-        "threads": int(meta.get("threads", 1)),
-        "seed": int(meta.get("seed", 0)),
+        **counts,
         "versions": json.dumps(_versions_column(meta), sort_keys=True, default=repr),
         "started_at": time.time(),
         "status": "running",
@@ -390,6 +448,10 @@ def check_file(path: Path) -> None:
     except FileNotFoundError:
         raise TraceNotFoundError(f"{shown} does not exist: {HINT}") from None
     except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise TraceNotFoundError(
+                f"{shown} is a symbolic link loop (following it never reaches a file): {HINT}"
+            ) from None
         raise TraceNotFoundError(f"cannot read {shown}: {exc.strerror}") from None
     if stat.S_ISDIR(mode):
         raise TraceFormatError(f"{shown} is a directory, not a trace file: {HINT}")

@@ -214,3 +214,116 @@ def test_the_programs_own_errors_name_its_line_not_an_internal_error(
     assert "Traceback" not in res.stderr
     for n in needles:
         assert n in err, err
+
+
+# ---------------------------------------------------------------- in process (CliRunner)
+#: A password with every character that must be percent-encoded, unencoded; nothing
+#: listens on port 1, so a connection attempt (there must be none) would fail at once.
+BAD_PASSWORD_URL = "postgresql+psycopg://u:p@ss:w/rd%@127.0.0.1:1/db"
+
+
+def _tree(root: Path) -> dict[str, bytes | str]:
+    """Every entry under ``root``: a file's bytes, a symlink's target."""
+    out: dict[str, bytes | str] = {}
+    for p in sorted(root.rglob("*")):
+        key = str(p.relative_to(root))
+        if p.is_symlink():
+            out[key] = "-> " + str(p.readlink())
+        elif p.is_file():
+            out[key] = p.read_bytes()
+    return out
+
+
+def refused_in_process(args: list[str], root: Path, *needles: str) -> str:
+    """``replay ARGS`` run in this process: exit 2, one line, nothing under ``root`` changed."""
+    from click.testing import CliRunner
+
+    from replay._cli import cli
+
+    before = _tree(root)
+    res = CliRunner().invoke(cli, args)
+    err = res.stderr.strip()
+    assert res.exit_code == 2, (res.exit_code, res.stderr, res.exception)
+    assert len(err.splitlines()) == 1 and err.startswith("replay: error: "), err
+    assert "Traceback" not in res.stderr and "internal error" not in err, err
+    for n in needles:
+        assert n in err, err
+    assert _tree(root) == before
+    return err
+
+
+@pytest.fixture
+def loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """``loop``, a symbolic link to itself, in the current directory."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "loop").symlink_to("loop")
+    return tmp_path / "loop"
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["history", "loop", "W[1]"],
+        ["watch", "loop", "W[1] > 0"],
+        ["single", "loop"],
+        ["cluster", "loop"],
+        ["resume", "loop"],
+        ["show", "loop"],
+        ["run", "mlr", "-p", "synthetic=true", "--trace", "loop"],
+        ["dual", "mlr", "--in-process", "--trace", "loop"],
+        ["chaos", "mlr", "--runs", "1", "--chaos-seed", "0", "--trace", "loop"],
+    ],
+    ids=lambda a: "-".join(a[:1] + a[-2:-1]),
+)
+def test_a_symlink_loop_is_a_usage_error(args: list[str], loop: Path) -> None:
+    refused_in_process(args, loop.parent, "loop is a symbolic link loop")
+
+
+@pytest.mark.timeout(120)
+def test_a_symlink_loop_as_trace_out_is_a_usage_error(mlr1: Path, loop: Path) -> None:
+    refused_in_process(
+        ["cluster", str(mlr1), "--trace-out", "loop"], loop.parent, "loop is a symbolic link loop"
+    )
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["run", "mlr", "-p", "synthetic=true"],
+        ["dual", "mlr", "--in-process"],
+        ["chaos", "mlr", "--runs", "1", "--chaos-seed", "0"],
+    ],
+    ids=lambda a: a[0],
+)
+def test_a_file_named_traces_is_not_the_default_directory(
+    args: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "traces").write_text("my notes\n")
+    refused_in_process(args, tmp_path, "traces is not a directory", "--trace PATH")
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    ("url", "needle"),
+    [
+        (BAD_PASSWORD_URL, "holds an unencoded '@'"),
+        ("postgresql+psycopg://u:p@ss@127.0.0.1:1/db", "holds an unencoded '@'"),
+        ("postgresql+psycopg://u:pa/ss@127.0.0.1:1/db", "holds an unencoded '/'"),
+        ("postgresql+psycopg://u:pa%zz@127.0.0.1:1/db", "'%' that does not start a %XX"),
+        ("postgresql+psycopg://u:pass@127.0.0.1:port/db", "its port is not a number"),
+    ],
+)
+@pytest.mark.parametrize(
+    "cmd", [["show"], ["ls"], ["cluster"], ["run", "mlr", "--trace"]], ids=lambda c: c[0]
+)
+def test_an_unencoded_password_is_refused_at_parsing(
+    url: str, needle: str, cmd: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    err = refused_in_process([*cmd, url], tmp_path, needle)
+    assert "percent-encode the user and password" in err, err
+    for secret in ("ss:w", "rd%", "pa/ss", "pa%zz", "p@ss"):
+        assert secret not in err, err

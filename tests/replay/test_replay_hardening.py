@@ -15,12 +15,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import engine
 import tracer
 from engine._machines.planner import Task
 from replay._controller import plan_difference
 from replay._errors import UsageError
 from replay._target import check_params
-from tests.conftest import run_cli
+from tests.conftest import ROOT, run_cli
 from tests.tracer.tracehelp import reseal
 
 HERE = Path(__file__).parent
@@ -300,3 +301,58 @@ def test_plan_difference_names_the_task_and_the_moved_indices() -> None:
 def test_timeout_must_be_positive(args: list[str]) -> None:
     proc = run_cli(args, timeout=60)
     assert proc.returncode == 2 and "--timeout" in proc.stderr
+
+
+def _divergence(actual: str) -> engine.DivergenceError:
+    return engine.DivergenceError(
+        node=-1,
+        op="sgd",
+        invocation=3,
+        event="end",
+        what="invocation",
+        expected="this invocation",
+        actual=actual,
+    )
+
+
+@pytest.mark.parametrize(
+    ("actual", "said"),
+    [
+        ("the program ended before it", "the program ended before it"),
+        ("run it", "the program did run it"),
+    ],
+)
+def test_a_divergence_reads_as_one_sentence(
+    actual: str, said: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    from replay import _replaycmds
+
+    exc = _divergence(actual)
+    assert str(exc).endswith(f"invocation end: the trace expected this invocation, {said}")
+    monkeypatch.setattr(_replaycmds, "store_verdict", lambda res: None)
+    res = {"identical": False, "first_difference": exc.as_dict(), "checked": {}}
+    with pytest.raises(SystemExit) as stop:
+        _replaycmds._replay_report(res, as_json=False)
+    assert stop.value.code == 3
+    out = capsys.readouterr().out
+    assert out == (
+        f"DIVERGED on node -1 at sgd#3, invocation end: the trace expected this invocation, "
+        f"{said}\n"
+    )
+    assert "did the program" not in out
+
+
+def test_ctrl_c_says_interrupted_by_sigint(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The README's words, and exit 128 + SIGINT."""
+    from click.testing import CliRunner
+
+    from replay import _tracecmds
+    from replay._cli import cli
+
+    def ctrl_c(*_a: object, **_k: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(_tracecmds, "_ls", ctrl_c)
+    res = CliRunner().invoke(cli, ["ls", "."])
+    assert (res.exit_code, res.stderr) == (130, "replay: error: interrupted by SIGINT\n")
+    assert '"interrupted by SIGINT/SIGTERM/SIGHUP"' in (ROOT / "README.md").read_text()

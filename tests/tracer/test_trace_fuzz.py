@@ -1,5 +1,10 @@
 """Fuzzing the CLI with damaged traces: never a traceback, never exit 70, never a changed file.
 
+The in-process tests at the end (click's CliRunner, fast) also forge run-row values and
+give commands odd paths (symlink loops, a file where a directory belongs) and odd database
+URLs (unencoded password characters, unknown dialects, no host, absurd ports): each must
+be refused in one line, exit 2 (3 for a divergence), in bounded time, changing no file.
+
 Valid traces are recorded once per module; each example copies one, damages it with sqlite3
 (deleted rows, flipped blob bytes, JSON of the wrong type, out-of-range numbers, wrong-typed
 text) and runs one command on the copy.  Every command must exit 0, 2 or 3 with at most one
@@ -24,6 +29,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import tracer
 from tests.conftest import run_cli
 
 #: Examples per test in CI: each one starts a ``replay`` process (about 2 s each).
@@ -242,3 +248,176 @@ def test_replay_commands_on_damaged_traces(bases: Any, data: Any) -> None:
         grew = after.pop("verdict")[0] - before.pop("verdict")[0]
         assert after == before, f"replay {' '.join(cmd)} changed the trace after {muts}"
         assert grew in (0, 1)
+
+
+# ------------------------------------------------------------ in process: rows, paths, URLs
+#: Examples per in-process test in CI (each takes well under a second); the ``ci``
+#: hypothesis profile or ``STRADS_FUZZ_EXAMPLES`` raise it.
+CI_INPROCESS_EXAMPLES = 25
+#: Seconds one in-process command may take: a hang must fail the test, not CI.
+INPROCESS_S = 30
+#: Run-row values; those a column may hold (a seed of 0 or 10**12) are left out for it.
+FORGED = [0, -1, 10**12, 2**63, "9" * 400, "x" * 100_000, 1.5, None]
+#: What a forged ``epochs`` parameter becomes in the run's params JSON.
+FORGED_EPOCHS = [0, -1, 10**12, -(10**12), "9" * 400, "x" * 100_000, 1.5, None, [1]]
+
+
+def _inprocess_settings() -> settings:
+    """The small CI budget, raised by the ``ci`` profile or ``STRADS_FUZZ_EXAMPLES``."""
+    profile = os.environ.get("HYPOTHESIS_PROFILE")
+    ci = settings.get_profile(profile).max_examples if profile == "ci" else 0
+    return settings(
+        max_examples=_LOCAL or max(CI_INPROCESS_EXAMPLES, ci),
+        deadline=None,
+        derandomize=not _LOCAL,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+        database=None,
+    )
+
+
+def _invoke(args: list[str]) -> Any:
+    """``replay ARGS`` in this process; the result, with ``seconds`` it took."""
+    import time
+
+    from click.testing import CliRunner
+
+    from replay._cli import cli
+
+    t0 = time.monotonic()
+    res = CliRunner().invoke(cli, args)
+    res.seconds = time.monotonic() - t0
+    return res
+
+
+def _refused(res: Any, args: list[str], codes: tuple[int, ...] = (2,)) -> None:
+    where = f"replay {' '.join(args)[:300]}"
+    assert res.exit_code in codes, f"{where}: exit {res.exit_code}: {res.stderr} {res.exception!r}"
+    assert "Traceback" not in res.stderr + res.stdout, f"{where}: {res.stderr}"
+    assert "internal error" not in res.stderr, f"{where}: {res.stderr}"
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("replay: error: "), f"{where}: {res.stderr}"
+    assert res.seconds < INPROCESS_S, f"{where}: took {res.seconds:.1f} s"
+
+
+def _fits_row(col: str, value: Any) -> bool:
+    lo, hi = tracer.RUN_LIMITS[col]
+    return isinstance(value, int) and lo <= value <= hi
+
+
+@pytest.fixture(scope="module")
+def small_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One epoch of mlr on one rank, recorded in this process."""
+    path = tmp_path_factory.mktemp("fuzz-small") / "mlr1.sqlite"
+    res = _invoke(["run", "mlr", "-p", "synthetic=true", "-p", "epochs=1", "--trace", str(path)])
+    assert res.exit_code == 0, res.stderr
+    return path
+
+
+@pytest.mark.timeout(300)
+@_inprocess_settings()
+@given(
+    col=st.sampled_from(["ranks", "threads", "seed", "epochs"]),
+    data=st.data(),
+    command=st.sampled_from(["show", "show --json", "verify", "cluster", "single"]),
+)
+def test_forged_run_row_values(
+    small_trace: Path, col: str, data: Any, command: str, tmp_path_factory: Any
+) -> None:
+    values = FORGED_EPOCHS if col == "epochs" else [v for v in FORGED if not _fits_row(col, v)]
+    value = data.draw(st.sampled_from(values), "value")
+    root = tmp_path_factory.mktemp("forged")
+    trace = root / "t.sqlite"
+    shutil.copyfile(small_trace, trace)
+    con = sqlite3.connect(trace)
+    try:
+        if col == "epochs":
+            params = json.loads(con.execute("SELECT params FROM run").fetchone()[0])
+            con.execute("UPDATE run SET params = ?", (json.dumps(dict(params, epochs=value)),))
+        else:
+            stored = str(value) if isinstance(value, int) and abs(value) >= 2**63 else value
+            try:
+                con.execute(f"UPDATE run SET {col} = ?", (stored,))
+            except sqlite3.IntegrityError:
+                return  # SQLite's NOT NULL keeps it out: nothing to read
+        con.commit()
+    finally:
+        con.close()
+    before = _files(root, set())
+    args = [*command.split(), str(trace)]
+    res = _invoke(args)
+    if col == "epochs" and command.split()[0] in ("show", "verify"):
+        # a parameter is only shown there; it is checked against the app when one runs
+        assert (res.exit_code, res.stderr) == (0, ""), (args, res.stderr, res.exception)
+    else:  # epochs=0 replays nothing of what the trace holds: a divergence (exit 3)
+        _refused(res, args, (2, 3))
+    assert _files(root, set()) == before, f"replay {' '.join(args)} changed the trace"
+
+
+@st.composite
+def odd_urls(draw: Any) -> str:
+    """Database URLs a user may mistype: an unencoded password, an unknown dialect, no host,
+    a port no server can have (nothing listens on 127.0.0.1:1 either)."""
+    kind = draw(st.sampled_from(["password", "dialect", "host", "port"]))
+    password = "secret"
+    dialect, host, port = "postgresql+psycopg", "127.0.0.1", "1"
+    if kind == "password":
+        ch = st.sampled_from(list("@:/%") + ["a", "%4", "%zz"])
+        password = "".join(draw(st.lists(ch, min_size=1, max_size=6)))
+        if not any(c in password for c in "@/%"):
+            password += "@"
+    elif kind == "dialect":
+        dialect = draw(st.sampled_from(["nosuch", "postgresql+nosuch", "mysql+nosuch", "x"]))
+    elif kind == "host":
+        host = draw(st.sampled_from(["", ":", "[", "[::1", "@"]))
+    else:
+        port = str(draw(st.one_of(st.integers(65536, 10**12), st.integers(-(10**6), -1))))
+    return f"{dialect}://user:{password}@{host}:{port}/db"
+
+
+def _odd_path(kind: str, root: Path) -> tuple[list[str], str]:
+    """(arguments, the path given) for a path that is not what a command expects."""
+    if kind == "loop":
+        (root / "loop").symlink_to("loop")
+        return [], "loop"
+    if kind == "loop-in-dir":
+        (root / "d").symlink_to("d")
+        return [], "d/t.sqlite"
+    (root / "f").write_text("a file\n")
+    return [], "f/t.sqlite"  # a file where a directory is expected
+
+
+@pytest.mark.timeout(300)
+@_inprocess_settings()
+@given(
+    target=st.one_of(
+        odd_urls(), st.sampled_from(["path:loop", "path:loop-in-dir", "path:not-a-dir"])
+    ),
+    command=st.sampled_from(
+        [
+            "show {t}",
+            "ls {t}",
+            "cluster {t}",
+            "single {t}",
+            "history {t} W[0]",
+            "resume {t}",
+            "run mlr -p synthetic=true --trace {t}",
+            "cluster {trace} --trace-out {t}",
+            "dual mlr --in-process -p synthetic=true --trace {t}",
+        ]
+    ),
+)
+def test_odd_paths_and_urls(
+    small_trace: Path, target: str, command: str, tmp_path_factory: Any, monkeypatch: Any
+) -> None:
+    root = tmp_path_factory.mktemp("odd")
+    monkeypatch.chdir(root)
+    if target.startswith("path:"):
+        _, target = _odd_path(target[5:], root)
+    trace = root / "t.sqlite"
+    shutil.copyfile(small_trace, trace)
+    before = _files(root, set())
+    args = [a.format(t=target, trace=trace) for a in command.split()]
+    res = _invoke(args)
+    _refused(res, args)
+    assert _files(root, set()) == before, f"replay {' '.join(args)} changed files"
+    assert "secret" not in res.stderr
