@@ -36,6 +36,7 @@ from engine.lowlevel import Schedule, emit_events
 
 from ._chain import ChainWriter, trace_key
 from ._codec import AUTO, encode, encode_lines, int_width
+from ._errors import TraceWriteError
 from ._insert import RowWriter
 from ._plain import NotPlain, array_dtype, encode_plain
 from ._plans import encode_plan
@@ -170,6 +171,7 @@ class TraceRecorder(Recorder):
         if self._funnel is not None and self.is_primary != (self._funnel.Get_rank() == 0):
             raise ValueError("the funnel's rank 0 must be the primary recorder")
         self._handed: dict[Any, list[dict[str, Any]]] | None = None  # last rows handed over
+        self._full: str | None = None  # the write error, once a write found the disk full
         if self.is_primary:
             with self._engine.connect() as conn:
                 have = conn.execute(select(Run.run_id).where(Run.run_id == self.run_id)).first()
@@ -463,7 +465,12 @@ class TraceRecorder(Recorder):
 
     def _write(self, rows: dict[Any, list[dict[str, Any]]], clear: tuple[int, ...] = ()) -> None:
         """Insert ``rows`` in one transaction, then drop the bulk buffers of ``clear``."""
-        self._writer.write(rows)
+        try:
+            self._writer.write(rows)
+        except TraceWriteError as exc:
+            if exc.disk_full and self._full is None:
+                self._full = str(exc)
+            raise
         for n in clear:
             self._bufs[n].clear()
 
@@ -555,55 +562,78 @@ class TraceRecorder(Recorder):
 
     # ------------------------------------------------------------ end
     def close(self, status: str, error: str | None = None) -> None:
-        """Flush what is buffered and record how the run ended (idempotent)."""
+        """Flush what is buffered and record how the run ended (idempotent).
+
+        After a write failed for lack of space the run ended ``crashed`` with the error
+        ``disk full: ...`` whatever stopped the program (the write error itself): its
+        completed invocations are intact and it can be resumed once there is room.
+        Nothing else is written then, so that this small update may still fit.
+        """
         if self.closed:
             return
         self.closed = True
+        failed: TraceWriteError | None = None
         try:
-            rows: dict[Any, list[dict[str, Any]]] = defaultdict(list)
-            # a run that stops early may stop before the primary wrote what this rank
-            # handed over last: then this rank writes it, or its chain would skip a link
-            handed = (
-                self._handed_unwritten() if status != "finished" and not self.is_primary else None
-            )
-            pending = tuple(n for n, b in self._bufs.items() if b.pending())
-            for node in pending:
-                # events of an invocation that never completed (a body failed): kept, and
-                # messages filed under the operator of the node's last other event, if any
-                b = self._bufs[node]
-                last = max(
-                    (c for cs in b.calls.values() for c in cs), key=lambda c: c[3], default=None
-                )
-                self._bulk_rows(b, node, *(last[:2] if last else ("", -1)), rows)
-            if self._objectives:
-                rows[Objective] = self._objectives
-            links = [
-                self._chain.link(n, b.seq, "", -1, rows)
-                for n, b in self._bufs.items()
-                if self._chain.has_pending(n)
-                or any(r["node"] == n for rs in rows.values() for r in rs)
-            ]
-            if rows or links or self._collectives or handed:
-                rows[ChainLink] = links
-                if self._collectives:
-                    rows[CollectiveValue] = self._collectives
-                    self._collectives = []
-                for model, batch in (handed or {}).items():
-                    rows[model] = batch + rows[model]
-                self._write(rows, pending)
-                for link in links:
-                    self._chain.advance(link)
-                self._objectives = []
+            if self._full is None:
+                try:
+                    self._flush(status)
+                except TraceWriteError as exc:
+                    if not exc.disk_full:
+                        raise
+                    failed = exc
+            if self._full is not None:
+                status, error = "crashed", f"disk full: {self._full}"
             if self.is_primary or status != "finished":
                 b = self._bufs[self._home]
-                finish_run(self._engine, self.run_id, status, error, self._home, b.seq)
+                try:
+                    finish_run(self._engine, self.run_id, status, error, self._home, b.seq)
+                except TraceWriteError:
+                    if self._full is None:
+                        raise
+                    # still full: readers show the run crashed after its last commit
                 b.seq += 1
+            if failed is not None:
+                raise failed
         finally:
             self._writer.close()  # before the WAL checkpoint, which it would block
             if self.is_primary:
                 checkpoint(self._engine)
             if self._own_engine:
                 self._engine.dispose()
+
+    def _flush(self, status: str) -> None:
+        """Write what is still buffered: events of an unfinished invocation, objectives,
+        collective values, chain links, and rows handed to a primary that never wrote
+        them."""
+        rows: dict[Any, list[dict[str, Any]]] = defaultdict(list)
+        # a run that stops early may stop before the primary wrote what this rank
+        # handed over last: then this rank writes it, or its chain would skip a link
+        handed = self._handed_unwritten() if status != "finished" and not self.is_primary else None
+        pending = tuple(n for n, b in self._bufs.items() if b.pending())
+        for node in pending:
+            # events of an invocation that never completed (a body failed): kept, and
+            # messages filed under the operator of the node's last other event, if any
+            b = self._bufs[node]
+            last = max((c for cs in b.calls.values() for c in cs), key=lambda c: c[3], default=None)
+            self._bulk_rows(b, node, *(last[:2] if last else ("", -1)), rows)
+        if self._objectives:
+            rows[Objective] = self._objectives
+        links = [
+            self._chain.link(n, b.seq, "", -1, rows)
+            for n, b in self._bufs.items()
+            if self._chain.has_pending(n) or any(r["node"] == n for rs in rows.values() for r in rs)
+        ]
+        if rows or links or self._collectives or handed:
+            rows[ChainLink] = links
+            if self._collectives:
+                rows[CollectiveValue] = self._collectives
+                self._collectives = []
+            for model, batch in (handed or {}).items():
+                rows[model] = batch + rows[model]
+            self._write(rows, pending)
+            for link in links:
+                self._chain.advance(link)
+            self._objectives = []
 
 
 __all__ = ["TraceRecorder"]

@@ -10,6 +10,7 @@ open it read-only, so bad input is reported in one line and never modified.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import sqlite3
@@ -225,9 +226,28 @@ def _reason(exc: BaseException, target: Any = None) -> str:
     return hide_password(lines[0], target) if target is not None else lines[0]
 
 
+#: SQLite's primary result code for a full disk (or a database at max_page_count), and
+#: PostgreSQL's SQLSTATE disk_full.
+_SQLITE_FULL = 13
+_PG_DISK_FULL = "53100"
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """Whether a failed write failed for lack of space."""
+    orig = getattr(exc, "orig", None) or exc
+    code = getattr(orig, "sqlite_errorcode", None)
+    if isinstance(code, int):
+        return code & 0xFF == _SQLITE_FULL
+    return getattr(orig, "sqlstate", None) == _PG_DISK_FULL or (
+        isinstance(orig, OSError) and orig.errno == errno.ENOSPC
+    )
+
+
 def write_error(engine: Engine, exc: BaseException) -> TraceWriteError:
     """A one-line :class:`TraceWriteError` for a failed write."""
-    return TraceWriteError(f"cannot write trace {describe(engine)}: {_reason(exc, engine)}")
+    err = TraceWriteError(f"cannot write trace {describe(engine)}: {_reason(exc, engine)}")
+    err.disk_full = is_disk_full(exc)
+    return err
 
 
 def _labels(labels: Any) -> dict[str, Any]:

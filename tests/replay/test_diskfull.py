@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+import tracer
 from replay._cli import cli
 from tests.conftest import run_cli
 from tracer import _wal as tracer_wal
@@ -117,3 +118,75 @@ def test_a_wal_that_lacks_the_tail_is_still_truncated(tmp_path: Path) -> None:
     wal.unlink()  # no WAL at all: as before
     proc = _cli(["show", str(trace)])
     assert proc.returncode == 2 and f"is truncated ({trace.stat().st_size} bytes" in proc.stderr
+
+
+SGDMF = ["synthetic=true", "epochs=5", "rank=4"]
+
+
+def _record_sgdmf(trace: Path, max_pages: int | None = None) -> BaseException | None:
+    """Record sgdmf in this process, its store capped at ``max_pages`` pages (SQLite then
+    fails a commit with SQLITE_FULL, "database or disk is full", as on a full disk)."""
+    from sqlalchemy import Engine, event
+
+    from replay._job import run_here
+
+    def cap(dbapi_conn: sqlite3.Connection, _record: object) -> None:
+        dbapi_conn.execute(f"PRAGMA max_page_count={max_pages}")
+
+    if max_pages is not None:
+        event.listen(Engine, "connect", cap)
+    try:
+        spec = {"app": "sgdmf", "params": SGDMF, "trace": str(trace), "checkpoint_every": 1}
+        run_here(spec)
+    except Exception as exc:  # noqa: BLE001 - what the run raised is part of the result
+        return exc
+    finally:
+        if max_pages is not None:
+            event.remove(Engine, "connect", cap)
+    return None
+
+
+@pytest.mark.filterwarnings("ignore::replay._environment.ReplayEnvironmentWarning")
+def test_a_run_stopped_by_a_full_store_says_disk_full_and_resumes(tmp_path: Path) -> None:
+    whole = tmp_path / "whole.sqlite"
+    assert _record_sgdmf(whole) is None
+    pages = whole.stat().st_size // 4096
+    trace = tmp_path / "t.sqlite"
+    raised = _record_sgdmf(trace, max_pages=pages - 8)  # full before the last commits
+    assert isinstance(raised, tracer.TraceWriteError) and raised.disk_full, raised
+    assert "database or disk is full" in str(raised)
+    with tracer.open(trace) as store:
+        run = store.run()
+        assert run.info.status == "crashed", run.info
+        assert run.info.error == f"disk full: {raised}"
+        done = [i.invocation for i in run.invocations()]
+        assert done and done == list(range(len(done))) and len(done) < 5, done
+    proc = _cli(["show", str(trace)])
+    assert proc.returncode == 0 and " crashed " in proc.stdout, proc.stderr
+    proc = _cli(["verify", str(trace)])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    proc = run_cli(["resume", str(trace)])
+    assert proc.returncode == 0, proc.stderr
+    short = run.info.run_id[:12]
+    assert f"run {short} stopped because its trace could not be written: disk full: " in (
+        proc.stdout
+    )
+    assert "loop body" not in proc.stdout + proc.stderr
+
+
+def test_a_run_failed_by_a_trace_write_error_is_not_blamed_on_a_body(tmp_path: Path) -> None:
+    """What the recorder wrote before it knew a full disk from a failing program."""
+    trace = tmp_path / "t.sqlite"
+    whole = tmp_path / "whole.sqlite"
+    assert _record_sgdmf(whole) is None
+    raised = _record_sgdmf(trace, max_pages=whole.stat().st_size // 4096 - 8)
+    assert raised is not None
+    error = f"Traceback (most recent call last):\n  ...\ntracer._errors.TraceWriteError: {raised}\n"
+    con = sqlite3.connect(trace)
+    con.execute("UPDATE run SET status = 'failed', error = ?", (error,))
+    con.commit()
+    con.close()
+    proc = run_cli(["resume", str(trace)])
+    assert proc.returncode == 0, proc.stderr
+    assert f"stopped because its trace could not be written: {raised}" in proc.stdout
+    assert "loop body" not in proc.stdout + proc.stderr
