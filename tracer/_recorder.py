@@ -40,6 +40,7 @@ from ._errors import TraceWriteError
 from ._insert import RowWriter
 from ._plain import NotPlain, array_dtype, encode_plain
 from ._plans import encode_plan
+from ._reserve import SpaceReserve
 from ._schema import (
     CALL_BLOCKS,
     AggregationBlock,
@@ -58,7 +59,7 @@ from ._schema import (
     Run,
     VisibilityBlock,
 )
-from ._store import checkpoint, create_store, finish_run, start_run
+from ._store import checkpoint, create_store, finish_run, sqlite_path, start_run
 
 #: How long a failing rank waits for the primary to commit the rows it handed over
 #: last, before writing them itself (the primary commits within milliseconds unless it
@@ -155,6 +156,8 @@ class TraceRecorder(Recorder):
             raise ValueError("TraceRecorder needs at least one node id")
         self._own_engine = not isinstance(store, Engine)
         self._engine = create_store(store)
+        db = sqlite_path(self._engine) if self._engine.dialect.name == "sqlite" else None
+        self._reserve = SpaceReserve(db) if db is not None else None  # for the run row
         self._writer = RowWriter(self._engine)
         self.run_id = str(run_id)
         self.nodes = nodes
@@ -583,6 +586,8 @@ class TraceRecorder(Recorder):
                     failed = exc
             if self._full is not None:
                 status, error = "crashed", f"disk full: {self._full}"
+                if self._reserve is not None:
+                    self._reserve.release()  # room for the run row's few pages
             if self.is_primary or status != "finished":
                 b = self._bufs[self._home]
                 try:
@@ -595,6 +600,8 @@ class TraceRecorder(Recorder):
             if failed is not None:
                 raise failed
         finally:
+            if self._reserve is not None:
+                self._reserve.release()
             self._writer.close()  # before the WAL checkpoint, which it would block
             if self.is_primary:
                 checkpoint(self._engine)

@@ -13,6 +13,7 @@ import json
 import shutil
 import sqlite3
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,6 @@ from click.testing import CliRunner
 import tracer
 from replay._cli import cli
 from tests.conftest import run_cli
-from tracer import _wal as tracer_wal
 
 HERE = Path(__file__).parent
 KILLED = f"{HERE / 'crash_apps.py'}:killed"
@@ -104,8 +104,10 @@ def test_a_wal_that_lacks_the_tail_is_still_truncated(tmp_path: Path) -> None:
     trace = _half_checkpointed(tmp_path)
     wal = Path(f"{trace}-wal")
     # cut into pages that the run never changed, which so are in the main file only
+    from tracer._wal import wal_commits
+
     page = int.from_bytes(trace.read_bytes()[16:18], "big")
-    held = sorted(tracer_wal.wal_commits(trace, page).held)  # type: ignore[union-attr]
+    held = sorted(wal_commits(trace, page).held)  # type: ignore[union-attr]
     lacking = next(p for p in range(1, held[-1]) if p not in held)
     with trace.open("r+b") as fh:
         fh.truncate(page * (lacking - 1))
@@ -190,3 +192,69 @@ def test_a_run_failed_by_a_trace_write_error_is_not_blamed_on_a_body(tmp_path: P
     assert proc.returncode == 0, proc.stderr
     assert f"stopped because its trace could not be written: {raised}" in proc.stdout
     assert "loop body" not in proc.stdout + proc.stderr
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 768 KiB file system (tmpfs: needs root, as CI has)."""
+    where = tmp_path / "disk"
+    where.mkdir()
+    try:
+        proc = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=768k", "tmpfs", str(where)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    except OSError as exc:
+        pytest.skip(f"no mount command to make a small file system: {exc}")
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a 768 KiB tmpfs (needs root): {proc.stderr.strip()}")
+    try:
+        yield where
+    finally:  # lazily if this process still holds a file there
+        if subprocess.run(["umount", str(where)], capture_output=True).returncode:
+            subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+@pytest.mark.filterwarnings("ignore::replay._environment.ReplayEnvironmentWarning")
+def test_a_run_that_fills_the_disk_is_a_crashed_run(
+    small_disk: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    trace = small_disk / "t.sqlite"
+    wal = Path(f"{trace}-wal")
+    argv = ["run", "sgdmf", "-p", "synthetic=true", "-p", "epochs=10", "-p", "rank=4"]
+    proc = run_cli([*argv, "--checkpoint-every", "1", "--trace", str(trace)])
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.endswith("database or disk is full\n"), proc.stderr
+    # what the full disk left: the last checkpoint stopped half way through the WAL
+    head = trace.read_bytes()[:100]
+    pages = int.from_bytes(head[16:18], "big") * int.from_bytes(head[28:32], "big")
+    assert wal.stat().st_size > 0 and trace.stat().st_size < pages
+    before = _digests(trace, wal)
+    monkeypatch.setattr("tracer._read.CRASH_AFTER_S", 1e9)  # the row says it all
+    proc = _cli(["show", str(trace), "--json"])
+    assert proc.returncode == 0, proc.stderr
+    (run,) = json.loads(proc.stdout)["runs"]
+    assert run["status"] == "crashed", run
+    assert run["error"].startswith("disk full: cannot write trace ") and run["error"].endswith(
+        ": database or disk is full"
+    )
+    done = run["operators"]["sgd"]["invocations"]
+    assert 0 < done < 10 and run["checkpoints"][-1] == f"sgd#{done - 1}", run
+    proc = _cli(["verify", str(trace)])
+    assert proc.returncode == 0 and proc.stdout.startswith("ok:"), proc.stdout + proc.stderr
+    assert _digests(trace, wal) == before
+    proc = _cli(["single", str(trace), "--json"])  # its verdict does not fit: a warning
+    assert proc.returncode == 0, proc.stderr
+    res = json.loads(proc.stdout)
+    assert res["identical"] and res["replayed_up_to"] == f"sgd#{done - 1}", res
+    # with room again (a copy elsewhere), it resumes as a crashed run does
+    room = tmp_path / "room"
+    room.mkdir()
+    shutil.copy(trace, room / trace.name)
+    shutil.copy(wal, room / wal.name)
+    proc = run_cli(["resume", str(room / trace.name)])
+    assert proc.returncode == 0, proc.stderr
+    assert "stopped because its trace could not be written: disk full: " in proc.stdout
+    assert f"after the checkpoint at sgd#{done - 1} as run " in proc.stdout
