@@ -107,7 +107,7 @@ def resumable(path: str, run_id: str | None) -> tuple[Any, Start]:
             f"{tracer.CRASH_AFTER_S:g} s ago); if its processes are dead, resume it once it "
             "has been silent that long"
         )
-    if info.status not in RESUMABLE:
+    if info.status not in RESUMABLE and trace_not_written(info) is None:
         raise UsageError(
             f"run {short} {info.status} (a loop body raised: {_last_line(info.error)}); "
             "only a crashed or interrupted run can be resumed: fix the program and re-run it"
@@ -129,6 +129,22 @@ def resumable(path: str, run_id: str | None) -> tuple[Any, Start]:
         )
     last = cps[-1]
     return run, Start(last.op, last.invocation, last.step)
+
+
+def trace_not_written(info: Any) -> str | None:
+    """Why run ``info`` stopped, if it stopped because its trace could not be written
+    (the recorder's ``disk full: ...``, or a run that a write error failed); else None.
+
+    Such a run did not fail in the program: like a crashed run, it can be resumed (once
+    there is room for its trace again).
+    """
+    error = (info.error or "").strip()
+    if info.status == "crashed" and error.startswith("disk full:"):
+        return error.splitlines()[0]
+    last = _last_line(error)
+    if info.status == "failed" and ("TraceWriteError: " in last or "cannot write trace" in last):
+        return last.split("TraceWriteError: ", 1)[-1]
+    return None
 
 
 def _last_line(text: str | None) -> str:
@@ -250,4 +266,12 @@ def new_spec(path: str, run: Any, start: Start) -> dict[str, Any]:
     }
 
 
-__all__ = ["RESUMABLE", "ResumeHooks", "digests_up_to", "new_spec", "resumable", "resume_here"]
+__all__ = [
+    "RESUMABLE",
+    "ResumeHooks",
+    "digests_up_to",
+    "new_spec",
+    "resumable",
+    "resume_here",
+    "trace_not_written",
+]

@@ -14,7 +14,7 @@ from ._errors import UsageError
 from ._job import launch
 from ._progress import Printer
 from ._replay import recorded_app
-from ._resume import new_spec, resumable, resume_here
+from ._resume import new_spec, resumable, resume_here, trace_not_written
 
 
 @click.command("resume")
@@ -53,6 +53,10 @@ def resume_cmd(
         spec = new_spec(path, run, start)
         if info.ranks == 1:
             _environment.ensure(spec["hash_seed"])  # may re-execute this process
+        why = trace_not_written(info)
+        if why is not None:  # not a crash, and not a loop body: say what stopped it
+            say(f"run {info.run_id[:12]} stopped because its trace could not be written: {why}")
+        if info.ranks == 1:
             res = resume_here(spec, progress=say)
         else:
             res = launch(spec, info.ranks, timeout=timeout, out=say)

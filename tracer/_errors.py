@@ -26,6 +26,10 @@ class RunNotFoundError(TracerError, LookupError):
 class TraceWriteError(TracerError, RuntimeError):
     """The trace store could not be written (locked, read-only, disk full)."""
 
+    #: True when the write failed for lack of space (SQLite's SQLITE_FULL, PostgreSQL's
+    #: disk_full): the recorder then says so in the run's row, if that still fits.
+    disk_full: bool = False
+
 
 class RunExistsError(TracerError, ValueError):
     """``start_run`` was given a run id that the store already holds."""

@@ -36,9 +36,11 @@ from engine.lowlevel import Schedule, emit_events
 
 from ._chain import ChainWriter, genesis, trace_key
 from ._codec import AUTO, encode, encode_lines, int_width
+from ._errors import TraceWriteError
 from ._insert import RowWriter
 from ._plain import NotPlain, array_dtype, encode_plain
 from ._plans import encode_plan
+from ._reserve import SpaceReserve
 from ._schema import (
     CALL_BLOCKS,
     AggregationBlock,
@@ -57,7 +59,7 @@ from ._schema import (
     Run,
     VisibilityBlock,
 )
-from ._store import checkpoint, create_store, finish_run, start_run
+from ._store import checkpoint, create_store, finish_run, sqlite_path, start_run
 
 #: How long a failing rank waits for the primary to commit the rows it handed over
 #: last, before writing them itself (the primary commits within milliseconds unless it
@@ -154,6 +156,8 @@ class TraceRecorder(Recorder):
             raise ValueError("TraceRecorder needs at least one node id")
         self._own_engine = not isinstance(store, Engine)
         self._engine = create_store(store)
+        db = sqlite_path(self._engine) if self._engine.dialect.name == "sqlite" else None
+        self._reserve = SpaceReserve(db) if db is not None else None  # for the run row
         self._writer = RowWriter(self._engine)
         self.run_id = str(run_id)
         self.nodes = nodes
@@ -170,6 +174,7 @@ class TraceRecorder(Recorder):
         if self._funnel is not None and self.is_primary != (self._funnel.Get_rank() == 0):
             raise ValueError("the funnel's rank 0 must be the primary recorder")
         self._handed: dict[Any, list[dict[str, Any]]] | None = None  # last rows handed over
+        self._full: str | None = None  # the write error, once a write found the disk full
         if self.is_primary:
             with self._engine.connect() as conn:
                 have = conn.execute(select(Run.__table__).where(Run.run_id == self.run_id)).first()
@@ -473,7 +478,12 @@ class TraceRecorder(Recorder):
 
     def _write(self, rows: dict[Any, list[dict[str, Any]]], clear: tuple[int, ...] = ()) -> None:
         """Insert ``rows`` in one transaction, then drop the bulk buffers of ``clear``."""
-        self._writer.write(rows)
+        try:
+            self._writer.write(rows)
+        except TraceWriteError as exc:
+            if exc.disk_full and self._full is None:
+                self._full = str(exc)
+            raise
         for n in clear:
             self._bufs[n].clear()
 
@@ -568,60 +578,85 @@ class TraceRecorder(Recorder):
 
     # ------------------------------------------------------------ end
     def close(self, status: str, error: str | None = None) -> None:
-        """Flush what is buffered and record how the run ended (idempotent)."""
+        """Flush what is buffered and record how the run ended (idempotent).
+
+        After a write failed for lack of space the run ended ``crashed`` with the error
+        ``disk full: ...`` whatever stopped the program (the write error itself): its
+        completed invocations are intact and it can be resumed once there is room.
+        Nothing else is written then, so that this small update may still fit.
+        """
         if self.closed:
             return
         self.closed = True
+        failed: TraceWriteError | None = None
         try:
-            rows: dict[Any, list[dict[str, Any]]] = defaultdict(list)
-            # a run that stops early may stop before the primary wrote what this rank
-            # handed over last: then this rank writes it, or its chain would skip a link
-            handed = (
-                self._handed_unwritten() if status != "finished" and not self.is_primary else None
-            )
-            pending = tuple(n for n, b in self._bufs.items() if b.pending())
-            for node in pending:
-                # events of an invocation that never completed (a body failed): kept, and
-                # messages filed under the operator of the node's last other event, if any
-                b = self._bufs[node]
-                last = max(
-                    (c for cs in b.calls.values() for c in cs), key=lambda c: c[3], default=None
-                )
-                self._bulk_rows(b, node, *(last[:2] if last else ("", -1)), rows)
-            if self._objectives:
-                rows[Objective] = self._objectives
-            links = [
-                self._chain.link(n, b.seq, "", -1, rows)
-                for n, b in self._bufs.items()
-                if self._chain.has_pending(n)
-                or any(r["node"] == n for rs in rows.values() for r in rs)
-            ]
-            if rows or links or self._collectives or handed:
-                rows[ChainLink] = links
-                if self._collectives:
-                    rows[CollectiveValue] = self._collectives
-                    links.append(
-                        self._chain.side_link(
-                            self._home, "", -1, {CollectiveValue: self._collectives}
-                        )
-                    )
-                    self._collectives = []
-                for model, batch in (handed or {}).items():
-                    rows[model] = batch + rows[model]
-                self._write(rows, pending)
-                for link in links:
-                    self._chain.advance(link)
-                self._objectives = []
+            if self._full is None:
+                try:
+                    self._flush(status)
+                except TraceWriteError as exc:
+                    if not exc.disk_full:
+                        raise
+                    failed = exc
+            if self._full is not None:
+                status, error = "crashed", f"disk full: {self._full}"
+                if self._reserve is not None:
+                    self._reserve.release()  # room for the run row's few pages
             if self.is_primary or status != "finished":
                 b = self._bufs[self._home]
-                finish_run(self._engine, self.run_id, status, error, self._home, b.seq)
+                try:
+                    finish_run(self._engine, self.run_id, status, error, self._home, b.seq)
+                except TraceWriteError:
+                    if self._full is None:
+                        raise
+                    # still full: readers show the run crashed after its last commit
                 b.seq += 1
+            if failed is not None:
+                raise failed
         finally:
+            if self._reserve is not None:
+                self._reserve.release()
             self._writer.close()  # before the WAL checkpoint, which it would block
             if self.is_primary:
                 checkpoint(self._engine)
             if self._own_engine:
                 self._engine.dispose()
+
+    def _flush(self, status: str) -> None:
+        """Write what is still buffered: events of an unfinished invocation, objectives,
+        collective values, chain links, and rows handed to a primary that never wrote
+        them."""
+        rows: dict[Any, list[dict[str, Any]]] = defaultdict(list)
+        # a run that stops early may stop before the primary wrote what this rank
+        # handed over last: then this rank writes it, or its chain would skip a link
+        handed = self._handed_unwritten() if status != "finished" and not self.is_primary else None
+        pending = tuple(n for n, b in self._bufs.items() if b.pending())
+        for node in pending:
+            # events of an invocation that never completed (a body failed): kept, and
+            # messages filed under the operator of the node's last other event, if any
+            b = self._bufs[node]
+            last = max((c for cs in b.calls.values() for c in cs), key=lambda c: c[3], default=None)
+            self._bulk_rows(b, node, *(last[:2] if last else ("", -1)), rows)
+        if self._objectives:
+            rows[Objective] = self._objectives
+        links = [
+            self._chain.link(n, b.seq, "", -1, rows)
+            for n, b in self._bufs.items()
+            if self._chain.has_pending(n) or any(r["node"] == n for rs in rows.values() for r in rs)
+        ]
+        if rows or links or self._collectives or handed:
+            rows[ChainLink] = links
+            if self._collectives:
+                rows[CollectiveValue] = self._collectives
+                links.append(
+                    self._chain.side_link(self._home, "", -1, {CollectiveValue: self._collectives})
+                )
+                self._collectives = []
+            for model, batch in (handed or {}).items():
+                rows[model] = batch + rows[model]
+            self._write(rows, pending)
+            for link in links:
+                self._chain.advance(link)
+            self._objectives = []
 
 
 __all__ = ["TraceRecorder"]

@@ -48,6 +48,7 @@ from ._schema import (
     Run,
     SchemaInfo,
 )
+from ._wal import wal_commits
 
 #: Milliseconds a writer waits for another rank's transaction before giving up.
 BUSY_TIMEOUT_MS = 60_000
@@ -280,9 +281,28 @@ def _reason(exc: BaseException, target: Any = None) -> str:
     return hide_password(lines[0], target) if target is not None else lines[0]
 
 
+#: SQLite's primary result code for a full disk (or a database at max_page_count), and
+#: PostgreSQL's SQLSTATE disk_full.
+_SQLITE_FULL = 13
+_PG_DISK_FULL = "53100"
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """Whether a failed write failed for lack of space."""
+    orig = getattr(exc, "orig", None) or exc
+    code = getattr(orig, "sqlite_errorcode", None)
+    if isinstance(code, int):
+        return code & 0xFF == _SQLITE_FULL
+    return getattr(orig, "sqlstate", None) == _PG_DISK_FULL or (
+        isinstance(orig, OSError) and orig.errno == errno.ENOSPC
+    )
+
+
 def write_error(engine: Engine, exc: BaseException) -> TraceWriteError:
     """A one-line :class:`TraceWriteError` for a failed write."""
-    return TraceWriteError(f"cannot write trace {describe(engine)}: {_reason(exc, engine)}")
+    err = TraceWriteError(f"cannot write trace {describe(engine)}: {_reason(exc, engine)}")
+    err.disk_full = is_disk_full(exc)
+    return err
 
 
 def _labels(labels: Any) -> dict[str, Any]:
@@ -440,8 +460,9 @@ def refuse_special(path: str | os.PathLike[str]) -> None:
         raise TraceFormatError(f"{os.fspath(path)} is {kind}, not a trace file: {HINT}")
 
 
-def check_file(path: Path) -> None:
-    """Refuse, in one line, a path that is missing or not an intact SQLite file."""
+def check_file(path: Path) -> bool:
+    """Refuse, in one line, a path that is missing or not an intact SQLite file; True
+    when the file is intact only together with its WAL (``T.sqlite-wal``)."""
     shown = os.fspath(path)
     try:
         mode = os.stat(path).st_mode  # never open() first: a FIFO would block forever
@@ -472,11 +493,18 @@ def check_file(path: Path) -> None:
     page = 65536 if page == 1 else page
     pages = int.from_bytes(head[28:32], "big")
     valid = head[24:28] == head[92:96]  # header page count is trustworthy only then
-    if page < 512 or size % page or (valid and size < page * pages):
-        raise TraceFormatError(
-            f"{shown} is truncated ({size} bytes, expected {page * pages}): the trace is "
-            "damaged; re-record the run"
-        )
+    if page >= 512 and not size % page and not (valid and size < page * pages):
+        return False
+    # short: intact only if the WAL's committed frames hold every page the main file
+    # lacks (a checkpoint that stopped half way, e.g. on a full disk; see tracer._wal)
+    wal = wal_commits(path, page) if page >= 512 else None
+    if wal is not None and all(p in wal.held for p in range(size // page + 1, wal.pages + 1)):
+        return True
+    raise TraceFormatError(
+        f"{shown} is truncated ({size} bytes, expected {page * max(pages, wal.pages if wal else 0)}"
+        f"{', and its -wal does not hold the rest' if wal else ''}): the trace is damaged; "
+        "re-record the run"
+    )
 
 
 def _ro_connect(path: Path, immutable: bool) -> Any:
@@ -497,8 +525,7 @@ def open_engine(target: Any, *, writable: bool = False, allow_empty: bool = Fals
     if isinstance(target, Engine):
         engine = target
     elif path is not None:  # a SQLite path or sqlite:/// URL: never let SQLite create it
-        check_file(path)
-        engine = _open_sqlite_ro(path)
+        engine = _open_sqlite_ro(path, needs_wal=check_file(path))
     else:
         engine = url_engine(str(target))
     try:
@@ -513,9 +540,15 @@ def open_engine(target: Any, *, writable: bool = False, allow_empty: bool = Fals
     return engine
 
 
-def _open_sqlite_ro(path: Path) -> Engine:
+def _open_sqlite_ro(path: Path, *, needs_wal: bool = False) -> Engine:
     """A read-only engine on ``path`` (``immutable`` if SQLite cannot open it ``mode=ro``)."""
     for immutable in (False, True):
+        if immutable and needs_wal:  # immutable ignores the WAL, which holds the rest
+            raise TraceFormatError(
+                f"{path} keeps committed rows in {path.name}-wal, which SQLite can read only "
+                f"with a {path.name}-shm beside it, and it cannot create one there: copy "
+                f"{path.name} and {path.name}-wal to a writable directory and read the copy"
+            )
         probe = create_engine(
             "sqlite://",
             creator=lambda im=immutable: _ro_connect(path, im),

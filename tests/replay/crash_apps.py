@@ -15,12 +15,13 @@ import numpy as np
 import engine as ap
 
 
-def killed(epochs: int = 4, kill_at: int = 0, n: int = 240) -> None:
-    """SGD-like updates of two row vectors; a rank dies in a body of epoch ``kill_at``."""
+def killed(epochs: int = 4, kill_at: int = 0, n: int = 240, rows: int = 30) -> None:
+    """SGD-like updates of two row vectors; a rank dies in a body of epoch ``kill_at``
+    (``rows`` sizes the vectors, and so the checkpoints)."""
     rng = np.random.default_rng(0)
-    pairs = rng.integers(0, 30, size=(n, 2))
-    W = ap.dvector(30, shape=(2,), init=ap.init.normal(0.5, 0.1), name="W")
-    H = ap.dvector(30, shape=(2,), init=ap.init.normal(0.5, 0.1), name="H")
+    pairs = rng.integers(0, rows, size=(n, 2))
+    W = ap.dvector(rows, shape=(2,), init=ap.init.normal(0.5, 0.1), name="W")
+    H = ap.dvector(rows, shape=(2,), init=ap.init.normal(0.5, 0.1), name="H")
     for epoch in range(epochs):
 
         def body(j: int) -> None:
