@@ -13,6 +13,7 @@ import pytest
 
 import tracer
 from tests.conftest import ROOT, run_cli
+from tests.tracer.tracehelp import reseal
 
 
 def readme_app() -> str:
@@ -46,6 +47,8 @@ def damaged(src: Path, tmp_path: Path, sql: str, *params: object) -> Path:
     with sqlite3.connect(dst) as con:
         con.execute(sql, params)
     con.close()
+    if sql.upper().startswith("UPDATE RUN "):
+        reseal(dst)  # the chain would refuse it first: exercise the checks behind it
     return dst
 
 

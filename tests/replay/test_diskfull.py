@@ -241,7 +241,9 @@ def test_a_run_that_fills_the_disk_is_a_crashed_run(
         ": database or disk is full"
     )
     done = run["operators"]["sgd"]["invocations"]
-    assert 0 < done < 10 and run["checkpoints"][-1] == f"sgd#{done - 1}", run
+    # the disk may fill between an invocation's commit and its checkpoint's
+    last = run["checkpoints"][-1]
+    assert 0 < done < 10 and last in (f"sgd#{done - 1}", f"sgd#{done - 2}"), run
     proc = _cli(["verify", str(trace)])
     assert proc.returncode == 0 and proc.stdout.startswith("ok:"), proc.stdout + proc.stderr
     assert _digests(trace, wal) == before
@@ -257,4 +259,4 @@ def test_a_run_that_fills_the_disk_is_a_crashed_run(
     proc = run_cli(["resume", str(room / trace.name)])
     assert proc.returncode == 0, proc.stderr
     assert "stopped because its trace could not be written: disk full: " in proc.stdout
-    assert f"after the checkpoint at sgd#{done - 1} as run " in proc.stdout
+    assert f"after the checkpoint at {last} as run " in proc.stdout

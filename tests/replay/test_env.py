@@ -16,6 +16,7 @@ import tracer
 from replay import _environment
 from replay._replay import replay_here
 from tests.conftest import run_cli, run_mpi
+from tests.tracer.tracehelp import reseal
 
 APPS = Path(__file__).parent / "env_apps.py"
 APP = f"{APPS}:hash_order"
@@ -126,6 +127,8 @@ def _set_versions(trace: Path, **changed: str) -> None:
         versions = json.loads(text)
         versions.update(changed)
         con.execute("UPDATE run SET versions = ?", (json.dumps(versions),))
+    con.close()
+    reseal(trace)  # the chain covers versions: test the warning behind it
 
 
 @pytest.mark.parametrize("ranks", [1, 2])

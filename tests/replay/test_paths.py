@@ -16,6 +16,7 @@ import pytest
 from replay._errors import UsageError
 from replay._paths import check_output, special_kind
 from tests.conftest import run_cli
+from tests.tracer.tracehelp import reseal
 
 #: Seconds a command on a FIFO may take: a regression must fail, not hang.
 FIFO_TIMEOUT = 30
@@ -153,6 +154,8 @@ def big_trace(trace: Path, tmp_path: Path) -> Path:
     path.write_bytes(trace.read_bytes())
     with sqlite3.connect(path) as db:
         db.execute("UPDATE run SET ranks = 999")
+    db.close()
+    reseal(path)  # the chain would refuse the edit first: test the limit behind it
     return path
 
 
@@ -171,6 +174,8 @@ def test_max_threads_bounds_the_recorded_threads(trace: Path, tmp_path: Path) ->
     path.write_bytes(trace.read_bytes())
     with sqlite3.connect(path) as db:
         db.execute("UPDATE run SET threads = 500")
+    db.close()
+    reseal(path)
     res = run_cli(["single", str(path), "--max-threads", "4"], timeout=30)
     assert res.returncode == 2
     assert "500" in res.stderr and "limit of 4" in res.stderr and "--max-threads" in res.stderr
@@ -182,6 +187,8 @@ def test_max_ranks_raises_the_limit(trace: Path, tmp_path: Path) -> None:
     path.write_bytes(trace.read_bytes())
     with sqlite3.connect(path) as db:
         db.execute("UPDATE run SET ranks = 3")
+    db.close()
+    reseal(path)
     refused = run_cli(["single", str(path), "--max-ranks", "2"], timeout=60)
     assert refused.returncode == 2 and "--max-ranks" in refused.stderr
     allowed = run_cli(["single", str(path), "--max-ranks", "3"], timeout=120)
