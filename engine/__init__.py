@@ -44,6 +44,7 @@ from ._errors import OutputPathError as OutputPathError
 from ._errors import PeerRankFailed as PeerRankFailed
 from ._errors import ReplicaMismatchError as ReplicaMismatchError
 from ._errors import SessionError as SessionError
+from ._errors import StaleDriverReadError as StaleDriverReadError
 from ._errors import SyncProtocolError as SyncProtocolError
 from ._machines.planner import Plan as Plan
 from ._runtime.control import DebugHooks as DebugHooks
@@ -84,6 +85,7 @@ __all__ = [
     "RunResult",
     "ScheduleSource",
     "SessionError",
+    "StaleDriverReadError",
     "SyncProtocolError",
     "async_for",
     "create",

@@ -83,6 +83,11 @@ class SessionError(EngineError, RuntimeError):
     """An operator was used outside a session or with a session in the wrong state."""
 
 
+class StaleDriverReadError(EngineError, RuntimeError):
+    """The driver read a DDS element while the run fast-forwarded to a checkpoint, where
+    its value would not be the recorded run's (the bodies that wrote it were skipped)."""
+
+
 class BodyError(EngineError, RuntimeError):
     """A loop body raised; carries the operator, invocation and index that failed."""
 

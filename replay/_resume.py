@@ -50,6 +50,51 @@ class ResumeHooks(engine.DebugHooks):
         self.digest_kind = travel.run.digest_kind()
         #: the fast-forward reached the checkpoint and restored it
         self.restored = False
+        crashed = travel.run
+        digs = crashed.digests()
+        low = min((d.node for d in digs), default=0)
+        #: what the crashed run recorded: every invocation it completed after the
+        #: checkpoint must come out the same again, bit for bit (checked as it happens)
+        self._want_digests = {(d.op, d.invocation, d.dds): d.digest for d in digs if d.node == low}
+        self._want_objectives = crashed.objectives()
+        self._seen_digests = 0
+
+    def _compare(self) -> None:
+        """Every digest and objective the resumed run produced that the crashed run also
+        recorded must be equal: a resumed run never quietly starts a new history."""
+        sess = engine.current()
+        for d in sess.digests[self._seen_digests :]:
+            exp = self._want_digests.get((d["op"], d["invocation"], d["dds"]))
+            if exp is not None and exp != d["digest"]:
+                raise engine.DivergenceError(
+                    node=-1,
+                    op=d["op"],
+                    invocation=d["invocation"],
+                    event=f"digest of {d['dds']}",
+                    what="resume",
+                    expected=f"{exp} (the crashed run's)",
+                    actual=f"{d['digest']} when resumed (the driver or a body depends on "
+                    "something the checkpoint does not hold)",
+                )
+        self._seen_digests = len(sess.digests)
+        for name, values in sess.objectives.items():
+            want = self._want_objectives.get(name, [])
+            for i, v in enumerate(values[: len(want)]):
+                if not same_value(want[i], v, signed_zero=False):
+                    op, inv = self.travel.start.op, self.travel.start.invocation
+                    raise engine.DivergenceError(
+                        node=-1,
+                        op=str(op),
+                        invocation=int(inv),
+                        event=f"objective {name}[{i}]",
+                        what="resume",
+                        expected=f"{want[i]!r} (the crashed run's)",
+                        actual=f"{v!r} when resumed",
+                    )
+
+    def after_invocation(self, op: str, invocation: int) -> None:
+        if self.restored:
+            self._compare()
 
     def fast_forward(self) -> tuple[str, int] | None:
         return self.travel.fast_forward()
@@ -235,6 +280,8 @@ def resume_here(
             hooks=hooks,
             test_mode=test_mode,
         )
+        if hooks.restored:
+            hooks._compare()  # the objectives logged after the last invocation too
         if not hooks.restored:
             # the program ended before the point the crashed run had reached: it is not
             # the program that crashed (a forged or changed parameter), never a success

@@ -35,6 +35,7 @@ import numpy as np
 import xxhash
 
 from .._errors import AccessOutsideReconError, DDSError, DriverStepsDivergedError, _shown
+from .._runtime import checkpoint as _checkpoint
 from .._runtime.checkpoint import collective
 from .._runtime.session import _tls, current
 from . import digest as _digest
@@ -495,6 +496,8 @@ class dvector(_DDS):  # noqa: N801 - the name is part of the user API
         return bufs[owner] if owner in bufs else self._buf
 
     def __getitem__(self, i: Any) -> Any:
+        if _checkpoint.STALE is not None:  # fast-forwarding: the value may be stale
+            _checkpoint.STALE(self)
         s = self._slot(i)
         return self._read_slot(self._auth_buf(s), s)
 
@@ -681,6 +684,8 @@ class dmap(_DDS):  # noqa: N801 - the name is part of the user API
         return iter(list(self._keys))
 
     def __getitem__(self, key: Any) -> Any:
+        if _checkpoint.STALE is not None:  # fast-forwarding: the value may be stale
+            _checkpoint.STALE(self)
         s = self._slot(key)
         owner = self._owners[s]
         buf = self._bufs.get(owner, self._buf)

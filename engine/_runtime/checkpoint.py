@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .._errors import SessionError
+from .._errors import SessionError, StaleDriverReadError
 from .session import Session, current, driver_only
 
 if TYPE_CHECKING:
@@ -166,17 +166,51 @@ def collective(sess: Session, kind: str, compute: Callable[[], Any]) -> Any:
 
 
 # ------------------------------------------------------------------ fast-forward
+#: Set while a run fast-forwards past a skipped loop invocation: every driver read of a
+#: DDS element calls it with the DDS (``engine._data.dds``).  A DDS the checkpoint holds
+#: was written by the skipped bodies, so its value there is stale until the checkpoint is
+#: restored: the read is refused (:class:`StaleDriverReadError`), never served wrong.
+STALE: Callable[[Any], None] | None = None
+
+
+def _stale_guard(names: frozenset[str], target: tuple[str, int]) -> Callable[[Any], None]:
+    def check(d: Any) -> None:
+        if d.name in names:
+            raise StaleDriverReadError(
+                f"the driver reads an element of DDS {d.name!r} directly before "
+                f"{target[0]}#{target[1]}, while the run fast-forwards to that checkpoint: "
+                "the loop bodies that wrote it were skipped, so the value would not be the "
+                "recorded run's; compute it with ap.reduce or X.gather() (served from the "
+                "trace), or replay from the start"
+            )
+
+    return check
+
+
+def end_fast_forward() -> None:
+    """Drop the stale-read guard (the checkpoint is restored, or the run ended)."""
+    global STALE
+    STALE = None
+
+
 def skip_invocation(sess: Session, op: str, invocation: int) -> bool:
     """True when this loop invocation is skipped (the run fast-forwards to a checkpoint);
     at the checkpoint's own invocation the DDS are restored from it."""
+    global STALE
     target = sess.fast_forward
     if target is None:
         return False
     sess.steps += 1
     sess.hooks.skipped(op, invocation)
+    cp = sess.checkpoint_state.get("fast_forward_to")
+    if cp is None:  # the first skipped invocation: driver reads of its DDS turn stale
+        cp = sess.checkpoint_state["fast_forward_to"] = sess.hooks.restore(*target)
+        STALE = _stale_guard(frozenset(cp.rows), (str(target[0]), int(target[1])))
+        sess.on_end.append(end_fast_forward)
     if (op, invocation) == tuple(target):
         sess.fast_forward = None  # from here on collective values are computed
-        restore(sess, sess.hooks.restore(op, invocation))
+        end_fast_forward()
+        restore(sess, cp)
         if sess.recorder.checkpoint_every != 0:
             # a recorded run that starts here (``replay resume``) holds the checkpoint it
             # started from: it can itself be replayed, and resumed, from that point on

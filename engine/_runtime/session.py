@@ -321,6 +321,8 @@ class Session:
         self.collectives = 0
         self.checkpoint_state: dict[str, Any] = {}
         self.fast_forward = self.hooks.fast_forward()
+        #: called once when the run ends, however it ends (process-wide state to drop)
+        self.on_end: list[Callable[[], None]] = []
         self._driver_rng_count = 0
         self._writes = _DriverWrites()
         self.mode = "driver"
@@ -586,6 +588,8 @@ def run(
         wall = time.perf_counter() - t0
     finally:
         sess._running = False  # type: ignore[attr-defined]
+        for end in sess.on_end:
+            end()
         cluster.close()
         _current = prev
     return RunResult(

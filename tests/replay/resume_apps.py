@@ -104,3 +104,35 @@ def signed_zero(epochs: int = 4) -> None:
 
             ap.async_for(0, 4, body, name="inc")
             ap.log_objective("z", -0.0)
+
+
+def driver_reads(epochs: int = 5, how: str = "reduce", every: int = 2) -> None:
+    """A driver that carries state from the DDS across epochs and branches on it: ``how``
+    is ``direct`` (``X[0]`` read in the driver), ``reduce``, ``gather`` or ``late`` (a
+    direct read only after the last loop); every ``every``-th epoch it runs one more loop
+    when the running total is odd (a branch on a value the resume must reproduce)."""
+    with _kill_switch():
+        X = ap.dvector(6, shape=(), init=ap.init.zeros(), name="X")
+        g = 0.0
+        for it in range(epochs):
+            scale = 1.0 + (int(g) % 3)
+
+            def body(j: int) -> None:
+                X[j] = X[j] * 0.5 + scale * (j + 1)  # noqa: B023 - read in this epoch
+
+            ap.async_for(0, 6, body, name="step")
+            if how == "direct":
+                g = g + float(X[0])
+            elif how == "gather":
+                g = g + float(X.gather()[0])
+            elif how == "reduce":
+                g = g + ap.reduce(X, lambda x: float(x))
+            if every and it % every == 0 and int(g) % 2 == 1:
+
+                def extra(j: int) -> None:
+                    X[j] = X[j] + 0.25
+
+                ap.async_for(0, 6, extra, name="extra")
+            ap.log_objective("g", g)
+        if how == "late":
+            ap.log_objective("last", float(X[0]))
