@@ -412,6 +412,10 @@ class ReplayChecker(engine.Recorder):
             )
         self.checked_objectives += 1
 
+    def produced_everything(self) -> bool:
+        """Whether every invocation the trace holds has been replayed (or skipped)."""
+        return not (set(self._digests) - self._seen_invocations - self.skipped)
+
     def finish(self) -> None:
         """The program ended: it must have produced everything the trace holds."""
         missing = set(self._digests) - self._seen_invocations - self.skipped

@@ -269,6 +269,7 @@ def replay_here(
     first_difference = None
     complete = True
     stopped = False
+    reproduced: str | None = None
     try:
         engine.run(
             app.fn,
@@ -288,9 +289,13 @@ def replay_here(
     except engine.DivergenceError as exc:
         first_difference = exc.as_dict()
     except Exception as exc:
-        if not _user_quit(exc):
+        if _user_quit(exc):
+            stopped = True
+        elif _same_end(info, exc, checker):
+            complete = False  # the recorded run stopped here too, and so does its replay
+            reproduced = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        else:
             raise
-        stopped = True
     finally:
         if tee is not None:
             tee.close("finished" if first_difference is None and not stopped else "failed")
@@ -308,12 +313,27 @@ def replay_here(
         "first_difference": first_difference,
         "checked": {"digests": checker.checked_digests, "objectives": checker.checked_objectives},
         "recorded_status": info.status,
+        "reproduced_failure": reproduced,
         "breakpoint_hits": len(hits),
         "from": None if travel is None else travel.start.as_json(),
         "out_trace": spec.get("out_trace"),
         "wall_s": round(wall, 6),
         "objective_times": rounded_times(checker.objective_times),
     }
+
+
+def _same_end(info: Any, exc: BaseException, checker: ReplayChecker) -> bool:
+    """Whether ``exc`` is the recorded run's own end reproduced: the run did not finish,
+    the error is the program's (an engine error such as a failed body or the driver's
+    cross-rank check, not a divergence) and everything the trace holds was replayed.
+    Then every replay mode gives the same verdict, whether or not it can reproduce the
+    error itself (one process cannot see ranks disagree)."""
+    return (
+        info.status != "finished"
+        and isinstance(exc, engine.EngineError)
+        and not isinstance(exc, engine.DivergenceError)
+        and checker.produced_everything()
+    )
 
 
 def store_verdict(result: dict[str, Any]) -> None:

@@ -6,6 +6,7 @@ Without the checks these runs finish with exit 0 and a result no serial run comp
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -89,3 +90,22 @@ def test_the_same_numbers_and_a_per_rank_label_run(tmp_path: Path) -> None:
     proc = run_cli(args, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "final s = 3.2" in proc.stdout
+
+
+@pytest.mark.parametrize("where", ["closure", "sync"])
+def test_a_run_stopped_by_the_rank_check_replays_alike_in_both_modes(
+    where: str, tmp_path: Path
+) -> None:
+    """cluster replay reproduces the ranks' disagreement, one process cannot: both give
+    the verdict of the recorded run's end (identical up to where it failed), exit 0."""
+    trace = tmp_path / "t.sqlite"
+    args = ["run", APP, "-p", f"where={where}", "--ranks", "2", "--timeout", "90"]
+    assert run_cli([*args, "--trace", str(trace)], cwd=tmp_path).returncode == 1
+    verdicts = {}
+    for mode in ("cluster", "single"):
+        extra = ["--timeout", "90"] if mode == "cluster" else []
+        proc = run_cli([mode, str(trace), "--json", *extra], cwd=tmp_path)
+        assert proc.returncode == 0, (mode, proc.stderr)
+        res = json.loads(proc.stdout)
+        verdicts[mode] = (res["identical"], res["complete"], res["replayed_up_to"])
+    assert verdicts["cluster"] == verdicts["single"] == (True, False, None), verdicts
