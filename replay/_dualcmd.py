@@ -24,6 +24,7 @@ from ._cliutil import (
 from ._errors import UsageError
 from ._job import EXIT_FAILED
 from ._progress import Printer, reporting
+from ._untested import advice, not_tested
 
 
 @click.command("dual")
@@ -130,14 +131,23 @@ def dual_cmd(
         with tracer.open_writable(path) as store:
             for d, r in results.items():
                 store.add_verdict(run_id, f"dual-{d}", r.passed, r.as_dict())
+    untested = not_tested(*(r.not_tested for r in results.values()))
+    note = None
+    if untested:
+        objectives = dict.fromkeys(k for r in results.values() for k in r.objectives)
+        note = advice(untested, app, objectives)
     if as_json:
         out: dict[str, Any] = {d: r.as_dict() for d, r in results.items()}
         out["trace"] = None if path is None else tracer.describe(path)
         out["parallel"] = parallel
+        out["not_tested"] = untested
+        out["note"] = note
         click.echo(json.dumps(out))
     else:
         for r in results.values():
-            say(r.report() if not r.passed else f"{r.direction}: PASS ({r.bodies} bodies)")
+            say(r.report())
+        if note is not None:
+            say(f"note: {note}")
         if path is not None:
             say(f"trace: {shown(path)}")
     if not all(r.passed for r in results.values()):

@@ -43,6 +43,9 @@ class Outcome:
     body_orders: BodyOrders = field(default_factory=dict)
     bodies: int = 0
     log: list[tuple[Any, ...]] = field(default_factory=list)
+    #: what test mode ran exactly though the program declared it relaxed or stale
+    #: (``engine.RunResult.ran_exact``)
+    ran_exact: list[dict[str, Any]] = field(default_factory=list)
 
     def events(self) -> list[tuple[tuple[Any, ...], Any]]:
         """(key, value) per outcome event in program order: key ``("digest", op, inv,
@@ -118,7 +121,14 @@ def outcome_of(res: engine.RunResult, body_orders: BodyOrders) -> Outcome:
         for op, info in res.planner.items()
     )
     return Outcome(
-        res.digests, res.objectives, res.orders, sync_ops, body_orders, bodies, res.outcome_log
+        res.digests,
+        res.objectives,
+        res.orders,
+        sync_ops,
+        body_orders,
+        bodies,
+        res.outcome_log,
+        res.ran_exact,
     )
 
 

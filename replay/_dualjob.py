@@ -214,6 +214,7 @@ class MpiSide:
                 body_orders=_body_orders_of(res["body_orders"]),
                 bodies=res["bodies"],
                 log=[tuple(e) for e in res["log"]],
+                ran_exact=res.get("ran_exact", []),
             )
 
         return self._job(controller, extra, read)
@@ -303,6 +304,7 @@ def dual_here(spec: dict[str, Any], comm: Any) -> dict[str, Any]:
         "sync_ops": sorted(out.sync_ops),
         "body_orders": _body_orders_json(out.body_orders),
         "bodies": out.bodies,
+        "ran_exact": out.ran_exact,
     }
 
 

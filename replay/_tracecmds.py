@@ -19,6 +19,8 @@ import tracer
 
 from ._errors import UsageError
 from ._paths import check_output, refuse_special
+from ._untested import phrase
+from ._untested import untested_of as _untested_of
 
 #: File name patterns ``replay ls`` treats as trace stores.
 TRACE_GLOBS = ("*.sqlite", "*.db")
@@ -228,7 +230,11 @@ def show_cmd(trace_path: str, run_id: str | None, as_json: bool) -> None:
                 click.echo(f"  verdict {v['kind']}: unreadable ({v['error']})")
             else:
                 verdict = "PASS" if v["passed"] else "FAIL"
-                click.echo(f"  verdict {v['kind']}: {verdict} at {_when(v['created_at'])}")
+                untested = phrase(_untested_of(v.get("detail")))
+                click.echo(
+                    f"  verdict {v['kind']}: {verdict} at {_when(v['created_at'])}"
+                    + (f" ({untested})" if untested else "")
+                )
         rows = [
             [
                 "operator",

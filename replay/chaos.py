@@ -16,6 +16,12 @@ the comparison; also ``<``, ``>=``, ``>``), or a callable ``check(result) -> str
 (a message when the run is wrong).  The first failing run stops the exploration unless
 ``keep_going``.
 
+``"dual"`` runs in test mode, which runs relaxed DDS exactly and SSP as BSP: the SSP
+visibility choices and relaxed rounds would not be explored, and the check would pass
+schedules it never ran.  So a program that declares either is refused (before any run
+is recorded), naming what and suggesting an objective check, which runs the program as
+declared.
+
 >>> from replay import chaos
 >>> report = chaos.explore(train, {"epochs": 2}, runs=20, chaos_seed=7,
 ...                        nodes=2, threads=2, check="dual")   # doctest: +SKIP
@@ -42,6 +48,7 @@ from . import _environment
 from ._apps import App, resolve
 from ._chaosctl import ChaosController, NodeStopped, labels
 from ._chaosreport import ChaosFailure, ChaosReport, ChaosRun, outcome_digest
+from ._dualctl import Steering
 from ._errors import UsageError
 
 #: ``objective:NAME<op>VALUE`` checks: the comparisons understood, longest first.
@@ -101,6 +108,50 @@ def app_check(app: App) -> Callable[..., Any]:
             "a message for a wrong run (else None), or use --check dual|objective:..."
         )
     return fn
+
+
+# ====================================================================== dual in test mode
+class _Declared(BaseException):
+    """The probe met a relaxed DDS or an SSP operator (not an ``Exception``: no body or
+    engine handler may swallow it)."""
+
+    def __init__(self, entry: dict[str, Any]) -> None:
+        super().__init__(entry)
+        self.entry = entry
+
+
+class _Probe(Steering):
+    """Stops a test-mode run at the first relaxation it turns off."""
+
+    def ran_exact(self, entry: dict[str, Any]) -> None:
+        raise _Declared(entry)
+
+
+def _refusal(app: App, entry: dict[str, Any]) -> UsageError:
+    if entry["kind"] == "ssp":
+        what = f"SSP {entry['name']!r} as BSP, so chaos would not explore its SSP visibility"
+    else:
+        what = f"relaxed DDS {entry['name']!r} exactly, so chaos would not explore its relaxed"
+        what += " rounds"
+    return UsageError(
+        f"--check dual cannot explore {app.spec}: the dual test runs {what}; state a property "
+        "and check it under the real schedules: --check 'objective:NAME<=VALUE'"
+    )
+
+
+def refuse_untested_dual(app: App, params: dict[str, Any], seed: int) -> None:
+    """Raise :class:`UsageError` if ``app`` declares a relaxed DDS or an SSP operator,
+    which ``--check dual`` (test mode) would run exactly: found by a one-node test-mode
+    run that stops at the first one (a program with neither runs to its end)."""
+    probe = _Probe()
+    try:
+        engine.run(
+            app.fn, params, seed=seed, schedules=probe, hooks=probe, test_mode=True, digest=None
+        )
+    except _Declared as exc:
+        raise _refusal(app, exc.entry) from None
+    except Exception:  # noqa: BLE001 - the real runs report what is wrong with the program
+        return
 
 
 # ====================================================================== explore
@@ -165,6 +216,8 @@ def explore(
     check = parse_check(check)
     app = _app_of(train)
     params = dict(params or {})
+    if check == "dual":
+        refuse_untested_dual(app, params, seed)
     report = ChaosReport(chaos_seed, trace)
     t0 = time.perf_counter()
     for k in [only] if only is not None else range(runs):
@@ -259,6 +312,8 @@ def _one_run(
                     mpi_trace=(trace, run_id) if mpi and trace is not None else None,
                     timeout=timeout,
                 )
+                if dual.parallel is not None and dual.parallel.ran_exact:  # shaped by ranks
+                    raise _refusal(app, dual.parallel.ran_exact[0])
                 if dual.parallel is not None:
                     digests = _digest_rows(dual.parallel.digests)
                     objectives = dual.parallel.objectives

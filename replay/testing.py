@@ -11,7 +11,10 @@ every logged objective.
 For ``sync_for`` the serial side runs the synchronous semantics of the same P × T
 workers one worker at a time (its schedule values say ``workers=(P, T)``, and the
 engine runs its serial definition, written apart from the distributed code), with aggregation in node, thread order and Hybrid bodies in
-the recorded order; test mode turns SSP staleness off.
+the recorded order; test mode turns SSP staleness off.  Test mode also runs relaxed DDS
+exactly, so a verdict names what it did not test as declared (``DualResult.not_tested``,
+said in :meth:`DualResult.report`): check such a program's property under the real
+execution with ``replay chaos APP --check 'objective:NAME<=VALUE'``.
 
 Where the parallel side runs is ``parallel=``: ``"in-process"`` (default) hosts its
 nodes in this process; ``"mpi"`` runs it under ``mpiexec`` (``replay._dualjob``),
@@ -48,6 +51,7 @@ from ._dualctl import (
 from ._dualdiff import first_difference, localise
 from ._dualsides import PARALLEL, invocations_of, make_sides, run_side
 from ._progress import stage
+from ._untested import UntestedWarning, not_tested, phrase
 
 #: Errors of a test-mode run that are a dual test's FAIL verdict, not a crash: the
 #: program is not deterministic, or a replica missed a write.
@@ -64,11 +68,22 @@ class DualResult:
     bodies: int = 0
     #: the backward test's parallel run (its digests and objectives), when it completed
     parallel: Outcome | None = field(default=None, repr=False, compare=False)
+    #: what the runs did not test as the program declared it: relaxed DDS run exactly,
+    #: SSP operators run as BSP (``{"kind", "name", "tested_as"[, "staleness"]}``)
+    not_tested: list[dict[str, Any]] = field(default_factory=list)
+    #: the names of the objectives the runs logged (for the advice on what to check)
+    objectives: list[str] = field(default_factory=list, repr=False, compare=False)
 
     def report(self) -> str:
-        """One paragraph saying what diverged where, with both values."""
+        """One paragraph saying what diverged where, with both values, and what the
+        test did not test as declared."""
+        untested = phrase(self.not_tested)
         if self.passed:
-            return f"{self.direction}: PASS ({self.bodies} bodies compared)"
+            extra = f"; {untested}" if untested else ""
+            return f"{self.direction}: PASS ({self.bodies} bodies compared{extra})"
+        return self._failure() + (f" ({untested})" if untested else "")
+
+    def _failure(self) -> str:
         d = self.divergence or {}
         keys = ("objective", "iteration", "op", "invocation", "index", "dds", "element")
         where = ", ".join(f"{k} {d[k]}" for k in keys if d.get(k) is not None)
@@ -84,8 +99,31 @@ class DualResult:
         )
 
     def as_dict(self) -> dict[str, Any]:
-        """The JSON form (``{"passed", "divergence"}``)."""
-        return {"passed": self.passed, "divergence": self.divergence}
+        """The JSON form (``{"passed", "divergence", "not_tested"}``)."""
+        return {
+            "passed": self.passed,
+            "divergence": self.divergence,
+            "not_tested": self.not_tested,
+        }
+
+
+def _verdict(
+    direction: str,
+    passed: bool,
+    divergence: dict[str, Any] | None,
+    *sides: Outcome | None,
+    **kw: Any,
+) -> DualResult:
+    """A :class:`DualResult` naming what the completed ``sides`` ran exactly."""
+    done = [o for o in sides if o is not None]
+    return DualResult(
+        direction,
+        passed,
+        divergence,
+        not_tested=not_tested(*(o.ran_exact for o in done)),
+        objectives=list(dict.fromkeys(k for o in done for k in o.objectives)),
+        **kw,
+    )
 
 
 def _h(text: str) -> int:
@@ -154,11 +192,11 @@ def forward(
         with stage("forward: parallel run", invocations_of(s)):
             p = side.run(p_controller, record)
     except _VERDICTS as exc:
-        return DualResult("forward", False, exc.as_dict())
+        return _verdict("forward", False, exc.as_dict(), s)
     diff = first_difference(s, p)
     if diff is not None:
         diff = localise(diff, driver, params, s_cfg, side, p_controller, orders)
-    return DualResult("forward", diff is None, diff, s.bodies)
+    return _verdict("forward", diff is None, diff, s, p, bodies=s.bodies)
 
 
 def backward(
@@ -213,12 +251,12 @@ def backward(
         with stage("backward: serial run", invocations_of(p)):
             s = run_side(driver, params, **s_cfg)
     except _VERDICTS as exc:
-        return DualResult("backward", False, exc.as_dict(), parallel=p)
+        return _verdict("backward", False, exc.as_dict(), p, parallel=p)
     diff = first_difference(s, p)
     if diff is not None:
         replayed = Replayed(p.orders, p.body_orders)
         diff = localise(diff, driver, params, s_cfg, side, replayed, recorded)
-    return DualResult("backward", diff is None, diff, p.bodies, parallel=p)
+    return _verdict("backward", diff is None, diff, p, s, bodies=p.bodies, parallel=p)
 
 
 def dual(
@@ -273,11 +311,38 @@ def dual(
 def assert_dual(
     fn: Callable[..., Any] | str, params: dict[str, Any] | None = None, **kw: Any
 ) -> None:
-    """``dual(...)`` that raises AssertionError with the divergence report on failure."""
+    """``dual(...)`` that raises AssertionError with the divergence report on failure,
+    and warns (:class:`UntestedWarning`) when a pass ran relaxed DDS or SSP exactly."""
     results = dual(fn, params, **kw)
     failed = [r.report() for r in results.values() if not r.passed]
     if failed:
         raise AssertionError("\n".join(failed))
+    warn_untested(results.values())
 
 
-__all__ = ["DualResult", "OrderSource", "Outcome", "assert_dual", "backward", "dual", "forward"]
+def warn_untested(results: Any, where: str = "") -> None:
+    """Warn (:class:`UntestedWarning`) once with what passing ``results`` did not test."""
+    import warnings
+
+    untested = not_tested(*(r.not_tested for r in results))
+    if untested:
+        warnings.warn(
+            UntestedWarning(
+                f"dual test{where} passed with {phrase(untested)}; check a property under "
+                "the real execution: replay chaos APP --check 'objective:NAME<=VALUE'"
+            ),
+            stacklevel=3,
+        )
+
+
+__all__ = [
+    "DualResult",
+    "OrderSource",
+    "Outcome",
+    "UntestedWarning",
+    "assert_dual",
+    "backward",
+    "dual",
+    "forward",
+    "warn_untested",
+]

@@ -90,6 +90,20 @@ _MESSAGE = re.compile(r"message \d+ on '(.*)'")
 _DIGEST = re.compile(r"digest of (.+)")
 
 
+def not_tested(detail: dict[str, Any]) -> str:
+    """What a dual verdict ran exactly instead of as declared ("" if nothing), as the
+    ``replay dual`` line says it: ``relaxed DDS 'claims' tested exact; SSP 'fit' tested
+    as BSP: staleness not covered``."""
+    got = detail.get("not_tested")
+    entries = [e for e in got if isinstance(e, dict)] if isinstance(got, list) else []
+    relaxed = ", ".join(repr(e.get("name")) for e in entries if e.get("kind") == "relaxed")
+    ssp = ", ".join(repr(e.get("name")) for e in entries if e.get("kind") == "ssp")
+    parts = [f"relaxed DDS {relaxed} tested exact"] if relaxed else []
+    if ssp:
+        parts.append(f"SSP {ssp} tested as BSP: staleness not covered")
+    return "; ".join(parts)
+
+
 def divergence_target(detail: dict[str, Any]) -> Target:
     """The orders-view row a verdict's detail points at (any key may be missing)."""
     d = divergence_of(detail) or {}

@@ -419,6 +419,8 @@ class dvector(_DDS):  # noqa: N801 - the name is part of the user API
             _check_relaxable(name, shape, dtype)
         self._setup(sess, name, shape, dtype)
         self._relaxed = bool(relaxed)
+        if relaxed and not relaxing(self):
+            sess.note_exact("relaxed", self.name)
         try:
             self._allocate(sess, n, init, data)
         except (MemoryError, OverflowError) as exc:

@@ -54,6 +54,11 @@ class DebugHooks:
     def after_invocation(self, op: str, invocation: int) -> None:
         """Called in the driver after every operator invocation completes."""
 
+    def ran_exact(self, entry: dict[str, Any]) -> None:
+        """Test or checked mode runs exactly what the program declared relaxed or stale
+        (``entry``: ``{"kind": "relaxed"|"ssp", "name": ...}``, see ``RunResult.ran_exact``);
+        called in the driver, once per (kind, name), when first met."""
+
     # ------------------------------------------------------------ time travel
     # Replay from a checkpoint: the driver runs from the start, loop invocations up to
     # the checkpoint are skipped, the values collective operators returned are served

@@ -193,6 +193,11 @@ class RunResult:
     #: the outcome in program order: ("digest", op, invocation, dds) and
     #: ("objective", name, iteration) entries (dual tests report the earliest difference)
     outcome_log: list[tuple[Any, ...]] = field(default_factory=list)
+    #: what the program declared relaxed or stale that this run (test or checked mode)
+    #: ran exactly instead, in the order met: ``{"kind": "relaxed", "name": DDS}`` and
+    #: ``{"kind": "ssp", "name": OP, "staleness": S}`` (a dual verdict says it did not
+    #: test them as declared)
+    ran_exact: list[dict[str, Any]] = field(default_factory=list)
 
 
 _current: Session | None = None
@@ -286,6 +291,8 @@ class Session:
         self.noted: set[tuple[str, str]] = set()
         #: test mode (dual tests): no relaxation, no staleness, every order kept
         self.test_mode = False
+        #: (kind, name) -> what test or checked mode ran exactly (``RunResult.ran_exact``)
+        self.ran_exact: dict[tuple[str, str], dict[str, Any]] = {}
         self.want_digests = digests
         #: the hash of this run's DDS digests: as asked, else the one of the trace that
         #: the schedules or hooks replay (see ``engine._data.digest``), else the default
@@ -409,6 +416,16 @@ class Session:
             got if got is not None else d._compute_digest() if s else d._digest[1]  # type: ignore[index]
             for d, s, got in zip(dds, stale, out, strict=True)
         ]
+
+    def note_exact(self, kind: str, name: str, **info: Any) -> None:
+        """Test or checked mode runs ``name`` exactly though the program declared it
+        ``kind`` (``"relaxed"``, ``"ssp"``): keep it for the verdict, tell the hooks."""
+        key = (kind, name)
+        if key in self.ran_exact:
+            return
+        entry = {"kind": kind, "name": name, **info}
+        self.ran_exact[key] = entry
+        self.hooks.ran_exact(entry)
 
     def check_replicas(self, op: str, invocation: int) -> None:
         """Test and checked mode: every node's replica of every row must equal its
@@ -605,6 +622,7 @@ def run(
         objective_times=sess.objective_times,
         value=value,
         orders=sess.orders,
+        ran_exact=list(sess.ran_exact.values()),
         outcome_log=sess.outcome_log,
     )
 

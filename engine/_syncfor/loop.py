@@ -545,6 +545,8 @@ def sync_for(
     check_body(name, body)
     hybrid = sync == "hybrid"
     stale = int(staleness) if sync == "ssp" and not getattr(sess, "test_mode", False) else 0
+    if sync == "ssp" and staleness > 0 and not stale:
+        sess.note_exact("ssp", name, staleness=int(staleness))
     mb, pc = int(minibatch), int(per_clock)
     t0 = time.perf_counter()
     run_body = body

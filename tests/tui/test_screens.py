@@ -543,3 +543,22 @@ def test_params_stored_as_a_list_make_the_trace_unreadable_not_a_crash(
         assert isinstance(pilot.app.screen, RunsScreen)
 
     drive(BrowserApp([path]), script)
+
+
+def test_a_dual_verdict_shows_what_it_did_not_test(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from replay._cli import cli
+
+    app = f"{Path(__file__).parents[1] / 'replay' / 'verdict_apps.py'}:capacity"
+    trace = tmp_path / "c.sqlite"
+    res = CliRunner().invoke(cli, ["dual", app, "--in-process", "--trace", str(trace)])
+    assert res.exit_code == 0, res.output
+
+    async def script(pilot: Any) -> None:
+        await pilot.press("v")
+        await wait_text(pilot, "2 verdict(s), 0 failed")
+        text = await wait_text(pilot, "not tested as declared:")
+        assert "relaxed DDS 'claims' tested exact" in text.replace("\n", " ")
+
+    drive(BrowserApp([tmp_path]), script, size=(140, 40))

@@ -12,7 +12,14 @@ from textual.widgets import DataTable, Footer, Header, Static
 
 from .. import _format as fmt
 from .._repo import BrowseError, RunRef
-from .._verdict import divergence_of, divergence_target, explain, flatten, is_highlighted
+from .._verdict import (
+    divergence_of,
+    divergence_target,
+    explain,
+    flatten,
+    is_highlighted,
+    not_tested,
+)
 from ..widgets import ListTable
 from ._base import BrowserScreen
 
@@ -95,6 +102,9 @@ class VerdictsScreen(BrowserScreen):
         head = Text(f"{v.kind} verdict #{v.id}: ")
         head.append("passed" if v.passed else "FAILED", style="green" if v.passed else "bold red")
         parts: list[Text | Table] = [head]
+        untested = not_tested(v.detail)
+        if untested:  # what a pass does not cover, before anything else
+            parts.append(Text(f"not tested as declared: {untested}", style="bold yellow"))
         why = explain(v.detail, self.ref.path, self.ref.run_id if self._shared_file() else None)
         shown: set[str] = set()
         if why is not None:
@@ -111,7 +121,11 @@ class VerdictsScreen(BrowserScreen):
             # the keys of the divergence the lines above said; everything else follows
             sub = next((k for k in ("first_difference", "divergence") if k in v.detail), "")
             shown = {f"{sub}.{k}" if sub else k for k in why.shown}
-        rest = [(k, val) for k, val in flatten(v.detail) if k not in shown]
+        rest = [
+            (k, val)
+            for k, val in flatten(v.detail)
+            if k not in shown and not (untested and k.startswith("not_tested"))
+        ]
         if rest:
             grid = Table.grid(padding=(0, 2))
             grid.add_column(no_wrap=True)
