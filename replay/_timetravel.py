@@ -119,6 +119,7 @@ class FastForward:
         self._values: list[Any] | None = None
         #: loop invocations skipped so far (the outcome checker does not expect them)
         self.skipped: set[tuple[str, int]] = set()
+        self._count = 0
 
     def fast_forward(self) -> tuple[str, int] | None:
         if self.start.op is None:
@@ -180,6 +181,24 @@ class FastForward:
 
     def note_skipped(self, op: str, invocation: int) -> None:
         self.skipped.add((op, invocation))
+        self._count += 1
+        # the fast-forward's work is bounded by the recorded run's progress: the
+        # checkpoint's own invocation is loop invocation ``step``, never later
+        start = self.start
+        if start.op is None or self._count <= start.step:
+            return
+        if (op, invocation) != (start.op, start.invocation):
+            raise DivergenceError(
+                node=-1,
+                op=op,
+                invocation=invocation,
+                event="fast-forward",
+                what="program order",
+                expected=f"{start.op}#{start.invocation} as loop invocation {start.step} "
+                "(the checkpoint's)",
+                actual=f"{op}#{invocation} there (its parameters or code differ from the "
+                "recorded run's)",
+            )
 
 
 __all__ = [

@@ -475,3 +475,30 @@ def test_a_resume_that_computes_another_history_is_diverged(tmp_path: Path) -> N
     reseal(trace2)
     rc, out, err = cli("resume", str(trace2))
     assert rc == 3 and "the crashed run's" in err, (out, err)
+
+
+@pytest.mark.parametrize(
+    "params,needle",
+    [
+        ({"epochs": 1}, "not reach it: it ended first"),  # ends before the checkpoint
+        ({"every": 1}, "as loop invocation"),  # another program order before it
+    ],
+)
+def test_forged_parameters_do_not_steer_a_resume(
+    tmp_path: Path, params: dict[str, int], needle: str
+) -> None:
+    """A re-sealed (unkeyed) trace whose parameters were edited: the fast-forward is
+    bounded by the recorded run's progress, and a resume that cannot reach the checkpoint
+    the way the recorded run did is a divergence (exit 3), never a success."""
+    trace = tmp_path / "t.sqlite"
+    args = ["run", target("driver_reads"), "-p", "how=reduce", "-p", "every=2"]
+    args += ["--trace", str(trace), "--checkpoint-every", "1"]
+    rc, _, _ = cli(*args, env={"RESUME_KILL": "0:5:1", "RESUME_HOW": "interrupt"})
+    assert rc != 0
+    with sqlite3.connect(trace) as db:
+        (text,) = db.execute("SELECT params FROM run").fetchone()
+        db.execute("UPDATE run SET params = ?", (json.dumps(json.loads(text) | params),))
+    db.close()
+    reseal(trace)
+    rc, out, err = cli("resume", str(trace))
+    assert rc == 3 and needle in err, (out, err)
