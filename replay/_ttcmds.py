@@ -12,11 +12,12 @@ import click
 from . import _environment
 from ._cliutil import allow_changed as allow_changed_option
 from ._cliutil import limit_options, printer
-from ._inspect import compile_watch, dds_names, history, parse_element, watch, watchable
+from ._inspect import dds_names, history, parse_element
 from ._progress import Printer
 from ._replay import open_run, recorded_app
 from ._replaycmds import _replayable
 from ._timetravel import parse_point
+from ._watch import compile_watch, watch, watchable
 
 
 def _prepare(
