@@ -189,7 +189,7 @@ def test_watch_reports_the_first_invocation_or_what_it_did_not_check(
     if mono["unchecked"] and got is None:
         assert f"{expr} was not found, but {mono['unchecked']} of the run's" in text, text
     elif mono["unchecked"]:
-        assert f"{expr} first found after {got[0]}#{got[1]}" in text, text
+        assert f"{expr} first found after {mono['op']}#{mono['invocation']}" in text, text
         assert "not every invocation was checked" in text, text
     assert mono["unchecked"] == 0 or "never holds" not in text and "first holds" not in text
 
