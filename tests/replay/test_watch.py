@@ -19,6 +19,7 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import tracer
 from replay._cli import cli as group
 
 pytestmark = pytest.mark.filterwarnings("ignore::replay._environment.ReplayEnvironmentWarning")
@@ -141,6 +142,12 @@ def test_watch_reports_the_first_invocation_or_what_it_did_not_check(
         f"{o}#{n}" for o, n, a in steps[: first if first is not None else None] if a[dds] is None
     ]
 
+    run = tracer.open(trace).run()
+    if not any(dds in run.checkpoint_state(c.op, c.invocation).rows for c in run.checkpoints()):
+        # W written only after the last checkpoint: refused, as a name in no checkpoint
+        rc, out, err = _invoke("watch", str(trace), expr)
+        assert rc == 2 and "neither np nor a checkpointed DDS (X)" in err, err
+        return
     # the default: every invocation is checked, and the answer is exactly the truth
     rc, out, err = _invoke("watch", str(trace), expr, "--json")
     assert rc == 0, (out, err)
