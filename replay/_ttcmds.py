@@ -12,11 +12,12 @@ import click
 from . import _environment
 from ._cliutil import allow_changed as allow_changed_option
 from ._cliutil import limit_options, printer
-from ._inspect import compile_watch, dds_names, history, parse_element, watch, watchable
+from ._inspect import dds_names, history, parse_element
 from ._progress import Printer
 from ._replay import open_run, recorded_app
 from ._replaycmds import _replayable
 from ._timetravel import parse_point
+from ._watch import compile_watch, names_in, watch, watchable
 
 
 def _prepare(
@@ -95,6 +96,12 @@ def history_cmd(
 @click.argument("trace", metavar="TRACE", type=click.Path(dir_okay=False))
 @click.argument("expression", metavar="'EXPR'")
 @click.option("--run", "run_id", default=None, help="Run id in the trace. [default: the latest]")
+@click.option(
+    "--monotone",
+    is_flag=True,
+    help="EXPR stays true once it holds: bisect over the checkpoints instead of checking "
+    "every invocation (faster with few checkpoints; wrong answers if EXPR is not monotone).",
+)
 @allow_changed_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
 @limit_options()
@@ -102,6 +109,7 @@ def watch_cmd(
     trace: str,
     expression: str,
     run_id: str | None,
+    monotone: bool,
     allow_changed: bool,
     as_json: bool,
     max_ranks: int,
@@ -111,13 +119,13 @@ def watch_cmd(
 
     EXPR is your own Python expression (it is never read from the trace), evaluated
     with numpy as np and the checkpointed DDS as arrays, such as 'np.isnan(W).any()' or
-    'abs(H[3]).max() > 10'.
+    'abs(H[3]).max() > 10'. Every invocation is checked, in order, unless --monotone.
     """
     with Printer(as_json, "watch") as say:
         run, app = _prepare(trace, run_id, allow_changed, max_ranks, max_threads, say)
-        w = compile_watch(expression, watchable(run))
+        w = compile_watch(expression, watchable(run, names_in(expression)))
         say(f"replaying run {run.info.run_id[:12]} until {expression} holds")
-        doc = watch(run, app, w)
+        doc = watch(run, app, w, monotone=monotone)
     if doc["found"] and doc["index"] is not None:
         cmd = f"replay single {trace} --break {doc['op']}:{doc['invocation']}:{doc['index']}"
         cmd += f"@{doc['node']}"
@@ -128,17 +136,57 @@ def watch_cmd(
         click.echo(json.dumps(doc))
         return
     out = printer(False)
-    if not doc["found"]:
-        out(f"{expression} never holds in this run")
-        return
-    where = f"after {doc['op']}#{doc['invocation']}"
-    if doc["index"] is None:
-        out(f"{expression} first holds {where} (no single loop body made it true)")
-        return
-    out(f"{expression} first holds {where}, index {doc['index']} on node {doc['node']}")
-    for k, v in doc["values"].items():
-        out(f"  {k} = {_short(v)}")
-    out(f"stop there with: {doc['break']}")
+    for line in watch_lines(expression, doc):
+        out(line)
+
+
+def watch_lines(expression: str, doc: dict[str, Any]) -> list[str]:
+    """What ``watch`` prints for its result ``doc``: no claim about an invocation that
+    was not evaluated (``unchecked``), and where EXPR could not be evaluated."""
+    lines = []
+    n, skipped = doc["invocations"], doc["unchecked"]
+    if not doc["found"] and not skipped:
+        lines.append(
+            f"{expression} never holds in this run (checked after each of its {n} invocations)"
+        )
+    elif not doc["found"]:
+        lines.append(
+            f"{expression} was not found, but {skipped} of the run's {n} invocations were not "
+            "checked: --monotone bisects over the checkpoints and assumes EXPR stays true "
+            "once it holds; without --monotone every invocation is checked"
+        )
+    else:
+        verb = "first holds" if not skipped else "first found"
+        line = f"{expression} {verb} after {doc['op']}#{doc['invocation']}"
+        if doc["held_before"]:
+            line += " (it held before the first body: no loop body made it true)"
+        elif doc["index"] is None:
+            line += " (no single loop body made it true)"
+        else:
+            line += f", index {doc['index']} on node {doc['node']}"
+        lines.append(line)
+        if skipped:
+            lines.append(
+                f"  not every invocation was checked ({skipped} before it were not): "
+                "--monotone assumes EXPR stays true once it holds; without --monotone "
+                "every invocation is checked"
+            )
+        for k, v in doc["values"].items():
+            lines.append(f"  {k} = {_short(v)}")
+        if doc["break"]:
+            lines.append(f"stop there with: {doc['break']}")
+    for where, why in (("replay", "did not exist"), ("checkpoint", "was not in the checkpoint")):
+        gone = [e for e in doc["not_evaluable"] if e["in"] == where]
+        if not gone:
+            continue
+        at = [f"{e['op']}#{e['invocation']}" for e in gone]
+        shown = ", ".join(at[:4]) + (f" and {len(at) - 4} more" if len(at) > 4 else "")
+        names = ", ".join(sorted({d for e in gone for d in e["dds"]}))
+        lines.append(
+            f"note: {expression} could not be evaluated after {shown} ({names} {why} "
+            "there): counted as not holding"
+        )
+    return lines
 
 
 def register(cli: click.Group) -> None:

@@ -1,0 +1,228 @@
+"""``replay watch`` never claims what it did not check (issue 34, points 4 and 5).
+
+A family of small user programs whose DDS elements follow generated sequences, monotone
+or not, with a DDS created late; the test knows after which invocation the predicate
+first holds and demands that ``watch`` says exactly that, or says what it did not check.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import operator
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import tracer
+from replay._cli import cli as group
+
+pytestmark = pytest.mark.filterwarnings("ignore::replay._environment.ReplayEnvironmentWarning")
+
+ROWS = 4
+OPS: dict[str, Callable[[float, float], bool]] = {"==": operator.eq, ">": operator.gt}
+
+PROGRAM = """\
+import engine as ap
+
+SEQ = {seq!r}
+
+
+def train(epochs: int = {epochs}) -> None:
+    X = ap.dvector({rows}, shape=(2,), init=ap.init.zeros(), name="X")
+    W = None
+    for e in range(epochs):
+        v = float(SEQ[e])
+        if e == {birth}:
+            W = ap.dvector({rows}, shape=(2,), init=ap.init.zeros(), name="W")
+
+        def set_x(j: int) -> None:
+            if j == {i}:
+                row = list(X[j])
+                row[{j}] = v  # noqa: B023
+                X[j] = row
+
+        ap.async_for(0, {rows}, set_x, name="set")
+        if W is not None:
+
+            def set_w(j: int) -> None:
+                if j == {i}:
+                    row = list(W[j])  # noqa: B023
+                    row[{j}] = v + 1.0  # noqa: B023
+                    W[j] = row  # noqa: B023
+
+            ap.async_for(0, {rows}, set_w, name="late")
+"""
+
+_names = itertools.count()
+
+
+def _invoke(*argv: str) -> tuple[int, str, str]:
+    res = CliRunner().invoke(group, list(argv))
+    if res.exception is not None and not isinstance(res.exception, SystemExit):
+        raise res.exception
+    return res.exit_code, res.stdout, res.stderr
+
+
+def _steps(seq: list[int], birth: int, i: int, j: int) -> list[tuple[str, int, dict]]:
+    """Every invocation in program order with the arrays after it (W absent before birth)."""
+    x = np.zeros((ROWS, 2))
+    w: np.ndarray | None = None
+    out: list[tuple[str, int, dict]] = []
+    for e, v in enumerate(seq):
+        if e == birth:
+            w = np.zeros((ROWS, 2))
+        x[i, j] = v
+        out.append(("set", e, {"X": x.copy(), "W": None if w is None else w.copy()}))
+        if w is not None:
+            w[i, j] = v + 1.0
+            out.append(("late", e - birth, {"X": x.copy(), "W": w.copy()}))
+    return out
+
+
+def _record(d: Path, seq: list[int], birth: int, i: int, j: int, every: int) -> Path:
+    k = next(_names)
+    prog = d / f"watched_{k}.py"
+    prog.write_text(PROGRAM.format(seq=seq, epochs=len(seq), rows=ROWS, birth=birth, i=i, j=j))
+    trace = d / f"watched_{k}.sqlite"
+    rc, out, err = _invoke(
+        "run", f"{prog}:train", "--checkpoint-every", str(every), "--trace", str(trace)
+    )
+    assert rc == 0, (out, err)
+    return trace
+
+
+@st.composite
+def cases(draw: st.DrawFn) -> dict:
+    epochs = draw(st.integers(2, 5))
+    seq = draw(st.lists(st.integers(0, 3), min_size=epochs, max_size=epochs))
+    if draw(st.booleans()):
+        seq.sort()  # a monotone sequence, so ``>`` is a monotone predicate
+    return {
+        "seq": seq,
+        "birth": draw(st.integers(1, epochs)),  # == epochs: W is never created
+        "i": draw(st.integers(0, ROWS - 1)),
+        "j": draw(st.integers(0, 1)),
+        "dds": draw(st.sampled_from(["X", "W"])),
+        "op": draw(st.sampled_from(sorted(OPS))),
+        "v": draw(st.integers(0, 4)),
+        "every": draw(st.sampled_from([1, 1, 2])),
+    }
+
+
+@settings(
+    max_examples=10,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(case=cases())
+def test_watch_reports_the_first_invocation_or_what_it_did_not_check(
+    tmp_path: Path, case: dict
+) -> None:
+    seq, birth, i, j = case["seq"], case["birth"], case["i"], case["j"]
+    dds, op, v = case["dds"], case["op"], case["v"]
+    if dds == "W" and birth >= len(seq):
+        dds = "X"  # a DDS in no checkpoint is refused (tested below)
+    trace = _record(tmp_path, seq, birth, i, j, case["every"])
+    expr = f"{dds}[{i}, {j}] {op} {v}"
+    steps = _steps(seq, birth, i, j)
+
+    def truth(arrays: dict) -> bool:
+        a = arrays[dds]
+        return a is not None and OPS[op](float(a[i, j]), float(v))
+
+    held = [truth(a) for _, _, a in steps]
+    first = held.index(True) if True in held else None
+    missing = [
+        f"{o}#{n}" for o, n, a in steps[: first if first is not None else None] if a[dds] is None
+    ]
+
+    run = tracer.open(trace).run()
+    if not any(dds in run.checkpoint_state(c.op, c.invocation).rows for c in run.checkpoints()):
+        # W written only after the last checkpoint: refused, as a name in no checkpoint
+        rc, out, err = _invoke("watch", str(trace), expr)
+        assert rc == 2 and "neither np nor a checkpointed DDS (X)" in err, err
+        return
+    # the default: every invocation is checked, and the answer is exactly the truth
+    rc, out, err = _invoke("watch", str(trace), expr, "--json")
+    assert rc == 0, (out, err)
+    doc = json.loads(out)
+    assert doc["checked"] == "every invocation" and doc["unchecked"] == 0, doc
+    assert doc["invocations"] == len(steps)
+    got = None if not doc["found"] else (doc["op"], doc["invocation"])
+    want = None if first is None else steps[first][:2]
+    assert got == want, (case, doc)
+    if first is not None:
+        # the state as the invocation begins: the last one's, and W once created
+        began = dict(steps[first - 1][2]) if first else {"X": np.zeros((ROWS, 2)), "W": None}
+        if steps[first][:2] == ("set", birth):
+            began["W"] = np.zeros((ROWS, 2))
+        if truth(began):  # the driver made it true: no body did
+            assert doc["held_before"] and doc["index"] is None, doc
+        else:
+            assert (doc["index"], doc["node"]) == (i, 0), doc  # the one body that does
+    assert [f"{e['op']}#{e['invocation']}" for e in doc["not_evaluable"]] == missing, doc
+    rc, text, err = _invoke("watch", str(trace), expr)
+    assert rc == 0, err
+    if want is None:
+        assert f"{expr} never holds in this run (checked after each of its" in text, text
+    elif doc["held_before"]:
+        assert f"{expr} first holds after {want[0]}#{want[1]} (it held before the first" in text
+    else:
+        assert f"{expr} first holds after {want[0]}#{want[1]}, index {i} on node 0" in text
+    assert ("could not be evaluated" in text) == bool(missing), text
+
+    # --monotone: the exact answer, or it says what it did not check; never a false hit
+    rc, out, err = _invoke("watch", str(trace), expr, "--monotone", "--json")
+    assert rc == 0, (out, err)
+    mono = json.loads(out)
+    got = None if not mono["found"] else (mono["op"], mono["invocation"])
+    if got is not None:
+        assert held[[s[:2] for s in steps].index(got)], (case, mono)  # it does hold there
+    if mono["unchecked"] == 0:
+        assert mono["checked"] == "every invocation" and got == want, (case, mono)
+    else:
+        assert mono["checked"] == "bisection (assumed monotone)", mono
+    monotone = held == sorted(held)
+    if monotone and not any(e["in"] == "checkpoint" for e in mono["not_evaluable"]):
+        assert got == want, (case, mono)
+    rc, text, err = _invoke("watch", str(trace), expr, "--monotone")
+    assert rc == 0, err
+    if mono["unchecked"] and got is None:
+        assert f"{expr} was not found, but {mono['unchecked']} of the run's" in text, text
+    elif mono["unchecked"]:
+        assert f"{expr} first found after {mono['op']}#{mono['invocation']}" in text, text
+        assert "not every invocation was checked" in text, text
+    assert mono["unchecked"] == 0 or "never holds" not in text and "first holds" not in text
+
+
+def test_a_predicate_true_between_checkpoints_is_found(tmp_path: Path) -> None:
+    """X[1, 0] == 1 holds only after set#1, which bisection over the five checkpoints
+    never looks at (it looks at 2, 3, 4); the old watch said it never holds."""
+    trace = _record(tmp_path, [0, 1, 0, 0, 0], 5, 1, 0, every=1)
+    rc, text, err = _invoke("watch", str(trace), "X[1, 0] == 1")
+    assert rc == 0, err
+    assert "X[1, 0] == 1 first holds after set#1, index 1 on node 0" in text, text
+    rc, text, err = _invoke("watch", str(trace), "X[1, 0] == 1", "--monotone")
+    assert rc == 0, err
+    assert "X[1, 0] == 1 was not found, but 2 of the run's 5 invocations were not checked" in text
+
+
+def test_a_dds_created_after_the_first_checkpoint_can_be_watched(tmp_path: Path) -> None:
+    trace = _record(tmp_path, [1, 2, 3], 1, 2, 1, every=1)
+    rc, out, err = _invoke("watch", str(trace), "W[2, 1] > 3", "--json")
+    assert rc == 0, err
+    doc = json.loads(out)
+    assert (doc["op"], doc["invocation"], doc["index"]) == ("late", 1, 2), doc
+    assert doc["not_evaluable"] == [{"op": "set", "invocation": 0, "dds": ["W"], "in": "replay"}]
+    rc, text, err = _invoke("watch", str(trace), "W[2, 1] > 3")
+    assert rc == 0, err
+    assert "could not be evaluated after set#0 (W did not exist there)" in text, text
+    # a name in no checkpoint is still refused, naming every checkpointed DDS
+    rc, out, err = _invoke("watch", str(trace), "Q[0, 0] > 1")
+    assert rc == 2 and "neither np nor a checkpointed DDS (X, W)" in err, err
