@@ -85,9 +85,12 @@ def test_the_relaxed_program_plans_otherwise_when_checked(tmp_path: Path) -> Non
     assert len(plans[False].rounds) != len(plans[True].rounds)
 
 
-def test_time_travel_and_resume_of_a_checked_run(tmp_path: Path) -> None:
+@pytest.mark.parametrize("checked", [False, True], ids=["relaxed", "checked"])
+def test_time_travel_and_resume_in_the_run_s_mode(tmp_path: Path, checked: bool) -> None:
+    """Normal mode restores the relaxed ``S`` from checkpoints; checked mode replans."""
     trace = tmp_path / "t.sqlite"
-    argv = [PROG, "--threads", "2", "--checked", "--checkpoint-every", "1"]
+    flags = ["--checked"] if checked else []
+    argv = [PROG, "--threads", "2", *flags, "--checkpoint-every", "1"]
     record(trace, *argv)
     got = identical("single", trace, "--from", "acc:2")
     assert got["from"]["invocation"] == 1
@@ -101,7 +104,7 @@ def test_time_travel_and_resume_of_a_checked_run(tmp_path: Path) -> None:
     stopped = tmp_path / "stopped.sqlite"
     record(stopped, *argv, env={"MODE_APPS_INTERRUPT": "2"}, status=130)
     invoke("resume", str(stopped))
-    assert labels(stopped) == [{"checked": True}, {"checked": True}]
+    assert labels(stopped) == [{"checked": True} if checked else {}] * 2
     with tracer.open(trace) as whole, tracer.open(stopped) as parts:
         want = whole.run().objectives()
         runs = parts.runs()
