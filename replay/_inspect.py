@@ -23,7 +23,7 @@ from engine.lowlevel import find_dds
 
 from ._controller import ReplayChecker, ReplayFinished, TraceController
 from ._errors import UsageError
-from ._job import recorded_in_test_mode
+from ._job import recorded_modes
 from ._timetravel import (
     FastForward,
     Start,
@@ -220,7 +220,7 @@ def replay_with(
             recorder=checker,
             schedules=ctl,
             hooks=ctl,
-            test_mode=recorded_in_test_mode(info),
+            **recorded_modes(info),
         )
         checker.finish()
     except (_Stop, ReplayFinished):

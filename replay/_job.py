@@ -23,7 +23,7 @@ import traceback
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from . import _environment, _procs
 from ._apps import all_params, parse_params, resolve
@@ -148,9 +148,36 @@ def code_digest(fn: Callable[..., Any]) -> str:
 TEST_MODE_LABEL = "test_mode"
 
 
+#: The run label of a run recorded with ``--checked``: checked mode turns relaxation off
+#: (``engine._data.dds.relaxing``), so a replay of it runs checked too, or a program with
+#: a relaxed DDS plans otherwise and diverges at its first plan.
+CHECKED_LABEL = "checked"
+
+
 def recorded_in_test_mode(info: Any) -> bool:
     """Whether the run ``info`` describes was recorded in test mode."""
     return bool((info.labels or {}).get(TEST_MODE_LABEL))
+
+
+class Modes(TypedDict):
+    """The ``engine.run`` keywords of a run's modes."""
+
+    checked: bool
+    test_mode: bool
+
+
+def recorded_modes(info: Any) -> Modes:
+    """The modes the run ``info`` describes was recorded in, as ``engine.run`` keywords.
+
+    They are what changes execution beyond the run row's own fields (ranks, threads,
+    seed, parameters): checked and test mode, which also decide whether relaxed DDS are
+    relaxed and SSP is stale.  Both are run labels, so the run row's hash chain covers
+    them; a trace recorded before a label existed has it off, as its run had.
+    """
+    labels = info.labels or {}
+    return Modes(
+        checked=bool(labels.get(CHECKED_LABEL)), test_mode=bool(labels.get(TEST_MODE_LABEL))
+    )
 
 
 def _recorder(spec: dict[str, Any], app: Any, params: dict[str, Any], comm: Any) -> Any:
@@ -179,6 +206,8 @@ def _recorder(spec: dict[str, Any], app: Any, params: dict[str, Any], comm: Any)
         labels = dict(spec.get("labels") or {})
         if spec.get("test_mode") or spec.get("kind") == "dual":
             labels[TEST_MODE_LABEL] = True
+        if spec.get("checked"):
+            labels[CHECKED_LABEL] = True
         if labels:
             meta["labels"] = labels
         tracer.start_run(path, run_id, meta)

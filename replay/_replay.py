@@ -27,7 +27,7 @@ from . import _environment
 from ._apps import BUILTIN_APPS, App, resolve
 from ._controller import ReplayChecker, ReplayFinished, TraceController
 from ._errors import UsageError
-from ._job import code_digest, recorded_in_test_mode, rounded_times
+from ._job import code_digest, recorded_modes, rounded_times
 from ._progress import tick_line
 from ._target import CodeChangedError, check_digest, check_params, file_digest, own_source
 from ._timetravel import FastForward, Start, first_step, program_order, start_before, step_of
@@ -253,7 +253,7 @@ def replay_here(
                 threads=info.threads,
                 seed=info.seed,
                 nodes=info.ranks,
-                test_mode=recorded_in_test_mode(info),
+                **recorded_modes(info),
             ),
             app,
             dict(info.params),
@@ -281,7 +281,7 @@ def replay_here(
             recorder=checker,
             schedules=controller,
             hooks=controller,
-            test_mode=recorded_in_test_mode(info),
+            **recorded_modes(info),
         )
         checker.finish()
     except (ReplayFinished, ScheduleExhausted):

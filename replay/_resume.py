@@ -27,7 +27,7 @@ import tracer
 from . import _environment
 from ._dualctl import same_value
 from ._errors import UsageError
-from ._job import _recorder, recorded_in_test_mode, recording, run_json
+from ._job import _recorder, recorded_modes, recording, run_json
 from ._replay import open_run, recorded_app
 from ._timetravel import FastForward, Start, first_step, program_order
 
@@ -256,14 +256,14 @@ def resume_here(
             f"{info.threads} thread(s), seed {info.seed}) after the checkpoint at {op}#{inv}"
         )
     travel = FastForward(crashed, start)
-    test_mode = recorded_in_test_mode(info)
+    modes = recorded_modes(info)  # the resumed run is recorded in them too
     rec_spec = dict(
         spec,
         nodes=info.ranks,
         threads=info.threads,
         seed=info.seed,
         checkpoint_every=None,
-        test_mode=test_mode,
+        **modes,
     )
     recorder = _recorder(rec_spec, app, params, comm)
     hooks = ResumeHooks(travel, recorder)
@@ -278,7 +278,7 @@ def resume_here(
             recorder=recorder,
             progress=say,
             hooks=hooks,
-            test_mode=test_mode,
+            **modes,
         )
         if hooks.restored:
             hooks._compare()  # the objectives logged after the last invocation too

@@ -361,7 +361,9 @@ def async_for(
         if k == 0:
             info["digests"] = digests
         sess.recorder.invocation_done(name, inv, node, info)
-    end_invocation(sess, name, inv, st.written_dds, seconds)
+    # relaxed DDS are outside the reconnaissance sets, so not in ``written_dds``; a body may
+    # still have changed them, and a checkpoint without them restores a wrong state
+    end_invocation(sess, name, inv, [*st.written_dds, *_relaxed.active(sess)], seconds)
     sess.hooks.after_invocation(name, inv)
 
 

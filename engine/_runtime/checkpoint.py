@@ -7,8 +7,9 @@ driver got from a collective operator (``reduce``, ``gather``) is served from th
 instead of computed on stale DDS, and at the checkpoint the DDS some loop body wrote
 are put back.  DDS no body writes (the loaded ratings) are re-created by the driver.
 
-Only the DDS written by a loop body are stored, and each node stores only the rows it
-owns (no node gathers the model).  Numeric rows are arrays; object rows only if they
+Only the DDS written by a loop body are stored (relaxed DDS always: reconnaissance does
+not see their writes, and LDA's replayed from checkpoints without them diverged at once),
+and each node stores only the rows it owns (no node gathers the model).  Numeric rows are arrays; object rows only if they
 are plain data (numbers, strings, tuples and lists of them), otherwise that DDS is
 left out with one line saying why.
 
