@@ -17,13 +17,38 @@ from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
+from hypothesis.database import DirectoryBasedExampleDatabase
 
 ROOT = Path(__file__).resolve().parent.parent
 
+# ====================================================================== hypothesis
+#: Examples per ``@given`` test in CI, for every test that does not set its own (13 files
+#: rely on it: the engine's async_for, planner, schedule, grants, SSP, digest, messages,
+#: control and rank numbers, the trace codec and plans, lasso's coordinate choice and the
+#: progress ticks; also the three dual-test properties of tests/replay/test_dual_property).
+#: The mutant hunts (tests/replay/test_dual_property.py) measured how many generated
+#: programs the rarest engine mutants need before one fails: stale_prefetch and
+#: wrong_lock_order fail ~5% of examples once hypothesis is past its small first ones, and
+#: 20 hunts each needed at most ~180.  200 is the smallest round number above that, so
+#: the default-settings properties would catch those bugs on their own too.
+CI_EXAMPLES = 200
+#: Examples per ``@given`` test while editing (``pytest -m unit``): enough to exercise each
+#: strategy's shapes, few enough to keep the unit layer fast.  CI runs ten times as many.
+DEV_EXAMPLES = 20
+#: CI's example database, at a fixed place in the checkout (``.hypothesis/`` is git-ignored):
+#: a failure CI found is replayed first by the next run on that checkout, and
+#: ``HYPOTHESIS_PROFILE=ci pytest`` reproduces it locally from a copied directory.
+CI_DATABASE = ROOT / ".hypothesis" / "ci"
+
 settings.register_profile(
-    "ci", max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    "ci",
+    max_examples=CI_EXAMPLES,
+    deadline=None,
+    derandomize=False,
+    database=DirectoryBasedExampleDatabase(CI_DATABASE),
+    suppress_health_check=[HealthCheck.too_slow],
 )
-settings.register_profile("dev", max_examples=50, deadline=None)
+settings.register_profile("dev", max_examples=DEV_EXAMPLES, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 #: Seconds an MPI test may take before it is killed and fails (a deadlock must not hang CI).
 MPI_TIMEOUT = 120
