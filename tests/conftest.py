@@ -2,23 +2,54 @@
 
 from __future__ import annotations
 
+import ast
 import compileall
+import inspect
 import json
 import os
+import re
 import subprocess
 import sys
+import textwrap
+from functools import cache
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
-
-settings.register_profile(
-    "ci", max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow]
-)
-settings.register_profile("dev", max_examples=50, deadline=None)
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+from hypothesis.database import DirectoryBasedExampleDatabase
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# ====================================================================== hypothesis
+#: Examples per ``@given`` test in CI, for every test that does not set its own (13 files
+#: rely on it: the engine's async_for, planner, schedule, grants, SSP, digest, messages,
+#: control and rank numbers, the trace codec and plans, lasso's coordinate choice and the
+#: progress ticks; also the three dual-test properties of tests/replay/test_dual_property).
+#: The mutant hunts (tests/replay/test_dual_property.py) measured how many generated
+#: programs the rarest engine mutants need before one fails: stale_prefetch and
+#: wrong_lock_order fail ~5% of examples once hypothesis is past its small first ones, and
+#: 20 hunts each needed at most ~180.  200 is the smallest round number above that, so
+#: the default-settings properties would catch those bugs on their own too.
+CI_EXAMPLES = 200
+#: Examples per ``@given`` test while editing (``pytest -m unit``): enough to exercise each
+#: strategy's shapes, few enough to keep the unit layer fast.  CI runs ten times as many.
+DEV_EXAMPLES = 20
+#: CI's example database, at a fixed place in the checkout (``.hypothesis/`` is git-ignored):
+#: a failure CI found is replayed first by the next run on that checkout, and
+#: ``HYPOTHESIS_PROFILE=ci pytest`` reproduces it locally from a copied directory.
+CI_DATABASE = ROOT / ".hypothesis" / "ci"
+
+settings.register_profile(
+    "ci",
+    max_examples=CI_EXAMPLES,
+    deadline=None,
+    derandomize=False,
+    database=DirectoryBasedExampleDatabase(CI_DATABASE),
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile("dev", max_examples=DEV_EXAMPLES, deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 #: Seconds an MPI test may take before it is killed and fails (a deadlock must not hang CI).
 MPI_TIMEOUT = 120
 
@@ -37,6 +68,115 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     regardless (into ``__pycache__``, which git ignores)."""
     for name in PACKAGES:
         compileall.compile_dir(ROOT / name, quiet=1)
+
+
+# ====================================================================== layers
+#: Every test is in exactly one layer (``slow`` comes on top of one of them):
+#: ``unit`` runs in this process, ``e2e`` starts a ``replay`` command, another program or a
+#: PostgreSQL server, ``mpi`` starts ``mpiexec`` itself.  ``pytest -m unit`` is the fast
+#: layer to run while editing; plain ``pytest`` still runs all of them.
+LAYERS = ("unit", "e2e", "mpi")
+#: Code that starts ``mpiexec`` itself (checked first: such a test is ``mpi``).
+MPI_CODE = re.compile(r"\brun_mpi\(|\bmpiexec\(|'mpiexec'")
+#: Code that starts a ``replay`` command, another program or a PostgreSQL server.
+E2E_CODE = re.compile(
+    r"\brun_cli\(|\bunrecorded_outcomes\(|\bsubprocess\.|\bpexpect\b|\btmux\b|\bpg_server\b"
+)
+#: Where the code that decides a test's layer lives: the test, its fixtures, and the helpers
+#: they name, followed through ``tests/`` (library code is not followed).
+TESTS = ROOT / "tests"
+
+
+def _unwrapped(fn: Any) -> Any:
+    """The function the test author wrote (under hypothesis's and functools' wrappers)."""
+    inner = getattr(getattr(fn, "hypothesis", None), "inner_test", None)
+    return inspect.unwrap(inner if inner is not None else fn)
+
+
+@cache
+def _scan(obj: Any) -> tuple[str, tuple[Any, ...]]:
+    """``obj``'s code without comments and docstrings, and the functions, classes and
+    modules of ``tests/`` it names."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(obj)))
+    except (OSError, TypeError, SyntaxError):
+        return "", ()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (
+            isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+            and body
+            and isinstance(body[0], ast.Expr)
+            and isinstance(body[0].value, ast.Constant)
+            and isinstance(body[0].value.value, str)
+        ):
+            body[0] = ast.Pass()
+    names = getattr(obj, "__globals__", None) or vars(inspect.getmodule(obj) or object())
+    found: list[Any] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            target = names.get(node.id)
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            target = getattr(names.get(node.value.id), node.attr, None)
+        else:
+            continue
+        if _in_tests(target):
+            found.append(target)
+    return ast.unparse(tree), tuple(dict.fromkeys(found))
+
+
+def _in_tests(obj: Any) -> bool:
+    if not (inspect.isfunction(obj) or inspect.isclass(obj)):
+        return False
+    try:
+        return Path(inspect.getsourcefile(obj) or "").resolve().is_relative_to(TESTS)
+    except TypeError:  # a builtin class
+        return False
+
+
+def _layer(item: pytest.Function) -> str:
+    """The layer of ``item`` from the code it reaches: the test function, the fixtures it
+    requests (with their own fixtures), and the helpers in ``tests/`` any of them names."""
+    todo: list[Any] = [_unwrapped(item.function)]
+    info = getattr(item, "_fixtureinfo", None)
+    for defs in info.name2fixturedefs.values() if info else ():
+        todo += [d.func for d in defs if _in_tests(_unwrapped(d.func))]
+    seen: set[Any] = set()
+    code: list[str] = []
+    while todo:
+        obj = _unwrapped(todo.pop())
+        if obj in seen:
+            continue
+        seen.add(obj)
+        text, named = _scan(obj)
+        code.append(text)
+        todo += named
+    joined = "\n".join(code)
+    if MPI_CODE.search(joined):
+        return "mpi"
+    if E2E_CODE.search(joined) or "pg_server" in item.fixturenames:
+        return "e2e"
+    return "unit"
+
+
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects by the markers added here
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark each test with its layer unless it carries one explicitly (which wins).
+
+    With ``REPLAY_LAYERS_REPORT=PATH`` set, also write every collected test's layer markers
+    (before ``-m`` deselects any) to PATH as JSON: ``tests/test_layers.py`` reads them."""
+    for item in items:
+        if isinstance(item, pytest.Function) and not any(
+            item.get_closest_marker(name) for name in LAYERS
+        ):
+            item.add_marker(_layer(item))
+    report = os.environ.get("REPLAY_LAYERS_REPORT")
+    if report:
+        layers = {
+            item.nodeid: [m for m in (*LAYERS, "slow") if item.get_closest_marker(m)]
+            for item in items
+        }
+        Path(report).write_text(json.dumps(layers, indent=1))
 
 
 def mpiexec() -> str:

@@ -111,7 +111,9 @@ def sgd_kernel(j: int, R: Any, W: Any, H: Any, g: float, lam: float) -> None:
 
 def numeric_ratings(A: ap.dvector) -> ap.dvector:
     """The ratings as a dvector of (user, item, rating) rows, what a kernel can index."""
-    return ap.map(A, lambda r: (r.user, r.item, r.rating), shape=(3,), name="ratings3")
+    R = ap.map(A, lambda r: (r.user, r.item, r.rating), shape=(3,), name="ratings3")
+    assert isinstance(R, ap.dvector)  # ap.map keeps the container kind
+    return R
 
 
 def _squared_error_sum(r: np.ndarray, w: np.ndarray, h: np.ndarray) -> float:
@@ -173,7 +175,7 @@ def train(
     ratings = R.gather() if R is not None else None
     g = gamma
     for _ in range(epochs):
-        if R is not None:
+        if R is not None and ratings is not None:
             kernel_epoch(R, W, H, g, lam)
             ap.log_objective("rmse", rmse_compiled(ratings, W, H))
         else:

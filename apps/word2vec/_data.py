@@ -93,7 +93,7 @@ def read_corpus(path: pathlib.Path, sentence_len: int) -> list[list[str]]:
     ``sentence_len`` tokens.  A missing, unreadable, non-UTF-8 or word-less file is an
     :class:`AppError` naming the file."""
     text = read_utf8(path, "word2vec: corpus", "give a plain text file, one sentence per line")
-    out = []
+    out: list[list[str]] = []
     for line in text.splitlines():
         words = tokenize(line)
         out.extend(words[i : i + sentence_len] for i in range(0, len(words), sentence_len))

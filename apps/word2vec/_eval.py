@@ -67,17 +67,17 @@ def analogies(
             rows.append(ids)
     if not rows:
         return Score(float("nan"), 0, len(questions))
-    q = np.asarray(rows, dtype=np.int64)
+    asked = np.asarray(rows, dtype=np.int64)
     correct = 0
-    for lo in range(0, len(q), ANALOGY_CHUNK):
-        part = q[lo : lo + ANALOGY_CHUNK]
+    for lo in range(0, len(asked), ANALOGY_CHUNK):
+        part = asked[lo : lo + ANALOGY_CHUNK]
         query = unit[part[:, 1]] - unit[part[:, 0]] + unit[part[:, 2]]
         sims = query @ unit.T
         r = np.arange(len(part))
         for k in range(3):
             sims[r, part[:, k]] = -np.inf
         correct += int((sims.argmax(axis=1) == part[:, 3]).sum())
-    return Score(correct / len(q), len(q), len(questions))
+    return Score(correct / len(asked), len(asked), len(questions))
 
 
 def nearest(vectors: np.ndarray, word: int, k: int) -> np.ndarray:

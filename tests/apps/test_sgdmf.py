@@ -66,6 +66,9 @@ def test_rmse_decreases_on_synthetic_data() -> None:
     assert res.planner["sgd"]["strategy"] == "rotation"
 
 
+# in-process, but ~15 s on 2 cores: out of the fast layer
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_movielens_rank32_ten_epochs_reaches_rmse_below_0_90() -> None:
     try:
         movielens_100k()
@@ -112,6 +115,8 @@ def test_kernel_epoch_equals_the_hand_written_loop_in_plan_order() -> None:
     assert np.array_equal(W, w_end) and np.array_equal(H, h_end)
 
 
+# mpiexec is started by replay.testing.dual, not here: the scan cannot see it
+@pytest.mark.mpi
 @pytest.mark.parametrize("ranks", [2, 3])
 def test_kernel_dual_forward_and_backward_under_mpi(ranks: int) -> None:
     params = {"epochs": 2, "rank": 4, "synthetic": True, "kernel": True}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 import engine as ap
@@ -94,7 +96,7 @@ def mini_mf(
         ap.log_objective("w", float(np.abs(W.gather()).sum()))
 
 
-def check(run) -> str | None:  # type: ignore[no-untyped-def]
+def check(run: Any) -> str | None:
     """``replay chaos --check app``: every logged objective is finite."""
     bad = [k for k, v in run.objectives.items() if not np.all(np.isfinite(v))]
     return f"objective {bad[0]} is not finite" if bad else None

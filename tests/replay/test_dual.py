@@ -18,6 +18,8 @@ HERE = Path(__file__).parent
 SGD = {"epochs": 2, "rank": 4, "synthetic": True}
 
 
+# in-process, but 10-13 s each on 2 cores: out of the fast layer
+@pytest.mark.e2e
 @pytest.mark.parametrize("nodes", [2, 3])
 @pytest.mark.parametrize("threads", [1, 2])
 def test_sgdmf_passes_both_directions(nodes: int, threads: int) -> None:

@@ -77,6 +77,8 @@ def test_per_process_state_passes_in_process_and_fails_under_mpi(
     assert "forward: FAIL at iteration 1, op decay, invocation 1" in proc.stdout
 
 
+# mpiexec is started by replay.testing.dual, not here: the scan cannot see it
+@pytest.mark.mpi
 def test_library_dual_on_mpi_with_an_importable_function() -> None:
     results = testing.dual(
         dual_apps.hot_rows, {"n": 40}, nodes=2, threads=2, parallel="mpi", timeout=JOB_TIMEOUT

@@ -163,6 +163,8 @@ def test_marker_and_fixture_reject_bad_options(suite: pytest.Pytester) -> None:
     res.stdout.fnmatch_lines(["*nodes must be an int >= 1*", "*takes keywords only*"])
 
 
+# the plugin's parallel side starts mpiexec: the scan cannot see it
+@pytest.mark.mpi
 def test_marker_and_fixture_run_the_parallel_side_under_mpi(suite: pytest.Pytester) -> None:
     suite.makepyfile(
         test_it="""

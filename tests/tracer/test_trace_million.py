@@ -6,6 +6,7 @@ import uuid
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 import engine as ap
 import tracer
@@ -13,6 +14,9 @@ import tracer
 N = 1_000_000
 
 
+# in-process, but > 15 s on 2 cores: out of the fast layer
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_one_million_bodies_nothing_lost(tmp_path: Path) -> None:
     path = tmp_path / "m.sqlite"
 
