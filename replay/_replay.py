@@ -325,14 +325,17 @@ def replay_here(
 def _same_end(info: Any, exc: BaseException, checker: ReplayChecker) -> bool:
     """Whether ``exc`` is the recorded run's own end reproduced: the run did not finish,
     the error is the program's (an engine error such as a failed body or the driver's
-    cross-rank check, not a divergence) and everything the trace holds was replayed.
+    cross-rank check, not a divergence), it is the error the run recorded, and everything
+    the trace holds was replayed.
     Then every replay mode gives the same verdict, whether or not it can reproduce the
     error itself (one process cannot see ranks disagree)."""
+    first = (str(exc).splitlines() or [""])[0]
     return (
         info.status != "finished"
         and isinstance(exc, engine.EngineError)
         and not isinstance(exc, engine.DivergenceError)
         and checker.produced_everything()
+        and first in (info.error or "")  # the recorded run's own error, not another
     )
 
 
