@@ -128,7 +128,7 @@ def _read(engine: Engine, run_id: str) -> tuple[Any, list[Any], dict[Any, list[A
             links = list(
                 conn.execute(
                     select(ChainLink.__table__)
-                    .where(ChainLink.run == run_id)
+                    .where(ChainLink.run == run_id, ChainLink.link_no >= 0)
                     .order_by(ChainLink.node, ChainLink.link_no)
                 ).all()
             )
@@ -146,6 +146,13 @@ def _read(engine: Engine, run_id: str) -> tuple[Any, list[Any], dict[Any, list[A
                 rows[model] = list(
                     conn.execute(select(model.__table__).where(model.run == run_id)).all()
                 )
+            # side links after their rows: a side link commits with its rows, so every
+            # row read here has its link in this later read, even while the run writes
+            links += conn.execute(
+                select(ChainLink.__table__)
+                .where(ChainLink.run == run_id, ChainLink.link_no < 0)
+                .order_by(ChainLink.node, ChainLink.link_no)
+            ).all()
     except DBAPIError as exc:
         reason = str(getattr(exc, "orig", exc)).splitlines()[0]
         raise TraceFormatError(f"the trace is damaged ({reason}); re-record the run") from None
@@ -277,11 +284,16 @@ def _check_chains(
         _fail("chain_link", run.end_node, "the primary node has no chain at all")
     if not side_links and (rep.legacy or (rep.keyed and key is None)):
         return  # recorded before time-travel rows were chained, or the links need the key
-    _check_side(side_links, rows, rep, key)
+    _check_side(side_links, rows, rep, key, live=run.status == "running")
 
 
 def _check_side(
-    links: list[Any], rows: dict[Any, list[Any]], rep: Report, key: bytes | None
+    links: list[Any],
+    rows: dict[Any, list[Any]],
+    rep: Report,
+    key: bytes | None,
+    *,
+    live: bool = False,
 ) -> None:
     """The side chains (see ``_chain``): consecutive links, and every time-travel row is
     in one manifest with its digest (blocks of an unmarked checkpoint are ignored)."""
@@ -345,7 +357,7 @@ def _check_side(
                 )
             rep.blocks += 1
     for entry, (_, ln) in entries.items():
-        if entry not in seen:
+        if entry not in seen and not live:  # a live run may have committed it since
             _fail(
                 names[entry[0]],
                 int(ln.node),
