@@ -19,6 +19,11 @@ import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
 
+from replay import _environment
+
+#: Set in the environment of the pytest process ``pytest_configure`` re-executed (once).
+REEXEC_MARKER = "STRADS_REPLAY_TESTS_REEXEC"
+
 ROOT = Path(__file__).resolve().parent.parent
 
 # ====================================================================== hypothesis
@@ -56,6 +61,34 @@ MPI_TIMEOUT = 120
 
 #: The directories whose modules the suite's subprocesses import.
 PACKAGES = ("apps", "engine", "replay", "tracer", "tui", "tests", "benchmarks")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Run the suite under the hash seed and BLAS pinning a ``replay`` command has.
+
+    The console script re-executes itself under PYTHONHASHSEED (the user's number, else
+    0) with BLAS pools pinned to one thread; tests that run commands in this process
+    (``cli``, tests/cli.py) need the same, so pytest does it once here: after its
+    conftests are loaded and with output capture stopped (the new process starts its
+    own), before collection.  A seed the user set is kept, as the command keeps it."""
+    if _environment.current_hash_seed() is not None or os.environ.get(REEXEC_MARKER):
+        return
+    capman = config.pluginmanager.getplugin("capturemanager")
+    if capman is not None:
+        capman.stop_global_capturing()
+    env = dict(os.environ, **_environment.worker_env(None), **{REEXEC_MARKER: "1"})
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)
+
+
+@pytest.fixture
+def cli() -> Any:
+    """``cli(*args, env=..., cwd=..., input=...)``: ``replay ARGS`` run in this process,
+    returning a ``CompletedProcess`` (``returncode``, ``stdout``, ``stderr``)."""
+    from tests.cli import invoke
+
+    return lambda *args, **kw: invoke(args, **kw)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
