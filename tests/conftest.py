@@ -267,6 +267,19 @@ def _isolated_cache(
 
 
 @pytest.fixture(scope="session")
+def trace_library(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """Traces recorded once per test run, keyed by their ``replay run`` arguments
+    (tests/traces.py).  Read-only: a test that changes one must ``copy`` it; one that
+    does not fails the run when the session ends."""
+    from tests.traces import TraceLibrary
+
+    lib = TraceLibrary(tmp_path_factory.mktemp("trace-library"))
+    yield lib
+    changed = lib.changed()
+    assert not changed, f"shared traces changed by a test (copy them first): {changed}"
+
+
+@pytest.fixture(scope="session")
 def pg_server():
     """A real PostgreSQL server for the session (skips with a reason without one)."""
     from tests.pg import start_server
