@@ -7,8 +7,8 @@ keyed by its ``replay run`` arguments, in this process (``tests/cli.py``; a run 
 than one rank still starts ``mpiexec`` for its ranks).
 
 A shared trace is read-only.  A test that damages, extends or resumes a trace takes a
-private copy (:meth:`TraceLibrary.copy`), and so does one that replays it: ``single``,
-``cluster``, ``history`` and the other replays store their verdict in the trace.  Sharing is a shortcut, so it is checked: each
+private copy (:meth:`TraceLibrary.copy`), and so does one that replays it: ``single``
+and ``cluster`` store their verdict in the trace, and ``resume`` appends a run.  Sharing is a shortcut, so it is checked: each
 trace's bytes are hashed when it is recorded and again when the session ends, and a trace
 that changed fails the run, naming it (a test wrote to a shared trace, or a read-only
 command wrote to its file).
