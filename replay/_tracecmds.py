@@ -288,14 +288,42 @@ def show_cmd(trace_path: str, run_id: str | None, as_json: bool) -> None:
 )
 @click.option("--run", "run_id", default=None, help="Run to export (default: the latest).")
 @click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists (never a trace).")
-def export_cmd(trace_path: str, fmt: str, output: str, run_id: str | None, force: bool) -> None:
-    """Export a run of TRACE for a timeline viewer."""
+@click.option(
+    "--damaged",
+    "allow_damaged",
+    is_flag=True,
+    help="Export a run that 'replay verify' finds damaged, with a warning (to look at the "
+    "damage; its orders are not the recorded ones).",
+)
+def export_cmd(
+    trace_path: str, fmt: str, output: str, run_id: str | None, force: bool, allow_damaged: bool
+) -> None:
+    """Export a run of TRACE for a timeline viewer (a run 'replay verify' refuses is
+    refused here too, unless --damaged)."""
     check_output(output, force=force, reading=[] if tracer.is_url(trace_path) else [trace_path])
     with tracer.open(trace_path) as trace:
+        rid = trace.run(run_id).info.run_id
+        problem = trace.verify(rid, full=True).problem
+        damaged = None
+        if problem is not None:
+            damaged = f"{tracer.describe(trace_path)} run {rid} is damaged: {problem.line()}"
+            if not allow_damaged:
+                raise UsageError(
+                    f"{damaged}; run 'replay verify' for details, or pass --damaged to "
+                    "export it anyway"
+                )
         try:
-            n = tracer.export_chrome(trace, run_id, output, force=force, label=f"-o {output}")
+            n = tracer.export_chrome(
+                trace, rid, output, force=force, label=f"-o {output}", damaged=damaged
+            )
         except engine.OutputPathError as exc:  # the path changed since check_output
             raise UsageError(str(exc)) from None
+    if damaged is not None:  # after the export: a run it cannot decode is one error line
+        click.echo(
+            f"replay: warning: {damaged}; exported anyway (--damaged): its events may be "
+            "forged or missing",
+            err=True,
+        )
     click.echo(f"wrote {n} events to {output} (open it in https://ui.perfetto.dev)")
 
 

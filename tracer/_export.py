@@ -535,8 +535,13 @@ def export_chrome(
     *,
     force: bool = True,
     label: str | None = None,
+    damaged: str | None = None,
 ) -> int:
     """Write run ``run_id`` (None: the latest) of ``trace`` to ``path``; returns the event count.
+
+    ``damaged`` is what verification found wrong with the run, when the caller exports
+    it anyway: the file then says so (``otherData.damaged``), so no viewer of it can take
+    its orders for the recorded ones.
 
     ``path`` may replace an existing regular file only if ``force``; a link, device,
     directory or trace store is never replaced (:class:`engine.OutputPathError`, which
@@ -554,6 +559,8 @@ def export_chrome(
             "order within their round; sends are not recorded",
         },
     }
+    if damaged is not None:
+        doc["otherData"]["damaged"] = damaged  # type: ignore[index]
     text = json.dumps(doc, separators=(",", ":"), allow_nan=False)
     write_file(path, text, force=force, label=label)
     return len(doc["traceEvents"])
