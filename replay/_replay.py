@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import bdb
 import inspect
+import os
 import pdb
 import sys
+import sysconfig
 import time
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import engine
@@ -59,6 +62,29 @@ def _int(s: str, what: str, whole: str) -> int:
         return int(s)
     except ValueError:
         raise UsageError(f"{what} in {whole!r} must be an integer, got {s!r}") from None
+
+
+#: Where frames that are not the user's driver live: our packages (the engine calls the
+#: ``--until`` hook) and the standard library (context managers between them).
+_NOT_DRIVER = tuple(
+    str(p.resolve()) + os.sep
+    for p in [
+        *(Path(str(m.__file__)).parent for m in (engine, tracer, sys.modules[str(__package__)])),
+        Path(sysconfig.get_paths()["stdlib"]),
+    ]
+)
+
+
+def _driver_frame() -> Any:
+    """The innermost frame of the program's driver (``--until`` stops there, where the
+    user's variables are, not in the engine code that called the hook)."""
+    frame = sys._getframe(1)
+    while frame.f_back is not None and (
+        os.path.realpath(frame.f_code.co_filename).startswith(_NOT_DRIVER)
+        or frame.f_code.co_filename.startswith("<")
+    ):
+        frame = frame.f_back
+    return frame
 
 
 class _Pdb(pdb.Pdb):
@@ -238,7 +264,7 @@ def replay_here(
         def stop_after(op: str, invocation: int) -> None:
             if (op, invocation) == tuple(until):
                 print(f"replay: stopped after {op}#{invocation} ('c' continues)", flush=True)
-                pdb.Pdb().set_trace(sys._getframe(2))
+                pdb.Pdb().set_trace(_driver_frame())
 
         controller.set_until(stop_after)
     tee = None

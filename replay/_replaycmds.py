@@ -26,6 +26,7 @@ from ._cliutil import (
 from ._cliutil import (
     allow_changed as allow_changed_option,
 )
+from ._errors import UsageError
 from ._job import EXIT_DIVERGED, launch
 from ._progress import Printer
 from ._replay import (
@@ -38,7 +39,7 @@ from ._replay import (
     start_at,
     store_verdict,
 )
-from ._timetravel import parse_point
+from ._timetravel import parse_point, program_order, step_of
 
 from_option = click.option(
     "--from",
@@ -177,6 +178,43 @@ def _check_from(path: str, run_id: str, start: str | None) -> list[Any] | None:
     return list(point)
 
 
+def _check_stops(
+    path: str, run_id: str, brk: str | None, until: str | None, point: list[Any] | None
+) -> None:
+    """``--break`` and ``--until`` checked against the trace before anything runs: a stop
+    at an operator, invocation or node the replay cannot reach is one line (exit 2), not
+    a whole replay followed by a note.  A run that did not finish may also stop in the
+    invocation it was in when it stopped (each operator's next one)."""
+    if not (brk or until):
+        return
+    run = open_run(path, run_id)
+    info = run.info
+    order = program_order(run)
+    counts: dict[str, int] = {}
+    for o, _ in order:
+        counts[o] = counts.get(o, 0) + 1
+    begin = None if point is None else step_of(order, (point[0], point[1]), "--from")
+    stops: list[tuple[str, str, int]] = []
+    if brk:
+        op, inv, _index, node = parse_break(brk)
+        if node is not None and not 0 <= node < info.ranks:
+            raise UsageError(
+                f"--break {brk}: node {node} does not exist; the run has nodes 0..{info.ranks - 1}"
+            )
+        stops.append(("--break", op, inv))
+    if until:
+        stops.append(("--until", *parse_until(until)))
+    for option, op, inv in stops:
+        if info.status != "finished" and inv == counts.get(op, 0):
+            continue  # the invocation the run stopped in: a replay runs up to there
+        step = step_of(order, (op, inv), option)
+        if point is not None and begin is not None and step < begin:
+            raise UsageError(
+                f"{option}: {op}#{inv} comes before --from {point[0]}:{point[1]}, where the "
+                "replay starts: it would never stop there"
+            )
+
+
 def _replayable(
     trace: str,
     run_id: str | None,
@@ -299,6 +337,7 @@ def _single(
     # every recorded node becomes threads of this one process
     path, info = _replayable(trace, run_id, allow_changed, max_ranks, max_threads, say)
     point = _check_from(path, info.run_id, start)
+    _check_stops(path, info.run_id, brk, until, point)
     _environment.ensure(_environment.recorded_hash_seed(info.environment))
     spec: dict[str, Any] = {
         "kind": "replay",

@@ -1,0 +1,92 @@
+"""``--break`` and ``--until`` are checked against the trace before anything runs, and
+``--until`` stops in the driver (issue 36).
+
+A stop at an operator or invocation the run never had used to be noticed only after a
+whole replay (``note: breakpoint ... was never reached``, exit 0), and ``--until``
+stopped inside the engine (``engine/_asyncfor/loop.py``), where the user had to type
+``u`` to see their variables.  Generated stop points that the trace cannot reach are
+refused in one line with exit 2, with no replay and no verdict stored; ``--until``'s
+pdb session starts in the driver's frame.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import tracer
+from tests.conftest import run_cli
+
+HERE = Path(__file__).parent
+APP = f"{HERE / 'nondet_apps.py'}:hot_locks"
+EPOCHS = 3
+
+
+@pytest.fixture(scope="module")
+def hot(trace_library) -> Path:
+    """A 2-rank run of three ``hot`` invocations, a checkpoint after each (read-only)."""
+    args = ["-p", f"epochs={EPOCHS}", "-p", "n=60", "--ranks", "2", "--checkpoint-every", "1"]
+    return trace_library.get(APP, *args)
+
+
+def _unreachable(draw: st.DrawFn) -> list[str]:
+    """The options of one stop point the run of ``hot`` never reaches."""
+    kind = draw(st.sampled_from(["op", "invocation", "node", "before-from"]))
+    how = draw(st.sampled_from(["--break", "--until"]))
+    op, inv = "hot", draw(st.integers(0, EPOCHS - 1))
+    extra: list[str] = []
+    node = ""
+    if kind == "op":
+        op = draw(st.text("abcdefghijklmnopqrstuvwxyz_", min_size=1, max_size=8))
+        if op == "hot":
+            op = "hotter"
+    elif kind == "invocation":
+        inv = draw(st.one_of(st.integers(EPOCHS, 10**6), st.integers(-5, -1)))
+    elif kind == "node":
+        how = "--break"
+        node = f"@{draw(st.integers(2, 64))}"
+    else:
+        inv = draw(st.integers(0, EPOCHS - 2))
+        extra = ["--from", f"hot:{draw(st.integers(inv + 1, EPOCHS - 1))}"]
+    where = f"{op}:{inv}:5{node}" if how == "--break" else f"{op}:{inv}"
+    return [how, where, *extra]
+
+
+@settings(
+    max_examples=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(data=st.data())
+def test_a_stop_the_run_never_reaches_is_refused_before_anything_runs(
+    hot: Path, tmp_path: Path, data: st.DataObject, cli
+) -> None:
+    trace = tmp_path / "t.sqlite"
+    shutil.copyfile(hot, trace)
+    opts = data.draw(st.composite(_unreachable)())
+    res = cli("single", trace, *opts)
+    err = res.stderr.strip()
+    assert res.returncode == 2, (opts, res.returncode, res.stdout, res.stderr)
+    assert len(err.splitlines()) == 1 and err.startswith("replay: error: "), err
+    assert opts[0] in err and "Traceback" not in err, err
+    assert "replaying" not in res.stdout  # refused before the replay started
+    with tracer.open(trace) as store:
+        assert store.run().verdicts() == []
+
+
+def test_until_stops_in_the_driver_frame(hot: Path, tmp_path: Path) -> None:
+    """A real process: pytest takes pdb over in its own process."""
+    trace = tmp_path / "t.sqlite"
+    shutil.copyfile(hot, trace)
+    # ``epochs`` and ``X`` are the driver's locals; ``__file__`` is the driver's module
+    res = run_cli(
+        ["single", str(trace), "--until", "hot:1"], input="p __file__, epochs, X.name\nc\n"
+    )
+    assert res.returncode == 0, res.stderr
+    assert "stopped after hot#1" in res.stdout
+    assert f"('{HERE / 'nondet_apps.py'}', {EPOCHS}, 'X')" in res.stdout, res.stdout
+    assert "identical" in res.stdout
