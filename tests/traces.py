@@ -67,7 +67,7 @@ class TraceLibrary:
             path = self.root / f"t{len(self._made)}.sqlite"
             proc = invoke(["run", *key, "--trace", path, "--json"])
             assert proc.returncode == 0, (key, proc.returncode, proc.stderr)
-            _settle(path)
+            settle(path)
             self._made[key] = (path, _digest(path), json.loads(proc.stdout))
         return self._made[key]
 
@@ -86,7 +86,7 @@ def _sidecars(path: Path) -> list[Path]:
     return [p for p in files if p.exists() and p.stat().st_size > 0]
 
 
-def _settle(path: Path) -> None:
+def settle(path: Path) -> None:
     """Fold any write-ahead log into the file, so that a plain byte copy is the whole
     trace and the hash covers everything."""
     if _sidecars(path):

@@ -205,9 +205,12 @@ def _check_chains(
     nodes = sorted(set(per_node) | set(by_node))
     rep.nodes = len(nodes)
     closed = run.status == "finished"
-    rep.keyed = any(ln.keyed for ln in links)
-    if rep.keyed and not all(ln.keyed for ln in links):
-        ln = next(ln for ln in links if not ln.keyed)
+    # keyed-ness is one fact about the whole chain, side links included: a flag flipped
+    # on one link must not switch that link's check off
+    every = links + side_links
+    rep.keyed = any(ln.keyed for ln in every)
+    if rep.keyed and not all(ln.keyed for ln in every):
+        ln = next(ln for ln in every if not ln.keyed)
         _fail(
             "chain_link",
             int(ln.node),
