@@ -1,4 +1,4 @@
-"""The built-in SGDMF and MLR apps with a kill switch, for the ``replay resume`` tests.
+"""The built-in apps with a kill switch, for the ``replay resume`` tests.
 
 ``RESUME_KILL=RANK:INVOCATION:INDEX`` (set only while recording the run that must
 crash) makes rank RANK SIGKILL itself in the INDEX-th loop body (from 0) it runs in the
@@ -9,6 +9,7 @@ ones, unchanged: the uninterrupted run and the resume run exactly their arithmet
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import signal
@@ -17,8 +18,12 @@ from contextlib import contextmanager
 from typing import Any
 
 import engine as ap
+from apps.lasso import train as lasso_train
+from apps.lda import train as lda_train
 from apps.mlr import train as mlr_train
 from apps.sgdmf import train as sgdmf_train
+from apps.transe import train as transe_train
+from apps.word2vec import train as word2vec_train
 
 
 @contextmanager
@@ -136,3 +141,25 @@ def driver_reads(epochs: int = 5, how: str = "reduce", every: int = 2) -> None:
             ap.log_objective("g", g)
         if how == "late":
             ap.log_objective("last", float(X[0]))
+
+
+def _killable(train: Callable[..., Any]) -> Callable[..., Any]:
+    """``train`` (a built-in app) behind the kill switch, with its parameters and their
+    types (``-p`` converts by the signature, which ``functools.wraps`` carries over)."""
+
+    @functools.wraps(train)
+    def app(*args: Any, **kw: Any) -> Any:
+        with _kill_switch():
+            return train(*args, **kw)
+
+    return app
+
+
+#: Every built-in app unchanged (its own parameters and defaults) behind the kill switch:
+#: ``resume_apps.py:app_NAME`` (tests/replay/test_timetravel_apps.py).
+app_sgdmf = _killable(sgdmf_train)
+app_mlr = _killable(mlr_train)
+app_transe = _killable(transe_train)
+app_lasso = _killable(lasso_train)
+app_word2vec = _killable(word2vec_train)
+app_lda = _killable(lda_train)
