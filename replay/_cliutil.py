@@ -212,6 +212,8 @@ def trace_path(app: str, given: str | None) -> str:
     base = folder / f"{trace_stem(app)}-{stamp}"
     p = base.with_suffix(".sqlite")
     k = 1
+    if first:
+        _unpoint_if_removed(p.parent)  # registered first, so it runs after the removal
     while first:
         try:
             _reserve(p, str(p))
@@ -222,8 +224,38 @@ def trace_path(app: str, given: str | None) -> str:
         p = base.parent / f"{base.name}-{k}.sqlite"
         k += 1
     if first:
-        point_latest(p)
+        _latest_moves[p.parent] = (p, point_latest(p))
     return str(p.resolve())
+
+
+#: Per traces folder: the trace ``latest`` was moved to by this command, and what it named
+#: before (``_unpoint_if_removed`` puts that back if the command ends without a trace).
+_latest_moves: dict[Path, tuple[Path, str | None]] = {}
+
+
+def _unpoint_if_removed(folder: Path) -> None:
+    """When the command ends: if the trace ``latest`` was moved to is gone (the command
+    failed before recording, and its empty file was removed), ``latest`` names what it
+    named before, or nothing; a link that another command has moved since is left."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is None:
+        return
+
+    def restore() -> None:
+        moved = _latest_moves.pop(folder, None)
+        if moved is None or os.path.lexists(moved[0]):
+            return
+        trace, previous = moved
+        link = folder / LATEST
+        with contextlib.suppress(OSError):
+            if not link.is_symlink() or os.readlink(link) != trace.name:
+                return
+            if previous is not None and (folder / previous).exists():
+                _swap_link(folder, previous)
+            else:
+                link.unlink()
+
+    ctx.call_on_close(restore)
 
 
 def _reserve(p: Path, shown: str) -> None:
@@ -261,19 +293,29 @@ DEFAULT_DIR = "traces"
 LATEST = "latest"
 
 
-def point_latest(trace: Path) -> None:
+def point_latest(trace: Path) -> str | None:
     """Make ``traces/latest`` name ``trace`` (atomically; a relative link, so the folder
-    can move).  Only a symlink is ever replaced: a user's own file of that name stays."""
+    can move), which exists: the reserved empty file at least.  Only a symlink is ever
+    replaced: a user's own file of that name stays.  Returns what the link named before
+    (None if there was no link)."""
     link = trace.parent / LATEST
     if link.exists() and not link.is_symlink():
-        return
+        return None
+    previous = None
+    with contextlib.suppress(OSError):
+        previous = os.readlink(link)
     trace.parent.mkdir(parents=True, exist_ok=True)
+    _swap_link(trace.parent, trace.name)
+    return previous
+
+
+def _swap_link(folder: Path, target: str) -> None:
     # a random name, made by symlink() (which never follows or replaces): nothing that was
     # already there is ever removed or written through
-    tmp = trace.parent / f".{LATEST}.{secrets.token_hex(8)}"
+    tmp = folder / f".{LATEST}.{secrets.token_hex(8)}"
     try:
-        os.symlink(trace.name, tmp)
-        os.replace(tmp, link)
+        os.symlink(target, tmp)
+        os.replace(tmp, folder / LATEST)
     except OSError:
         tmp.unlink(missing_ok=True)  # an alias is a convenience; the run still records
 
