@@ -43,7 +43,7 @@ from ._schema import (
     Run,
     Verdict,
 )
-from ._store import checkpoint, describe, open_engine, sqlite_path, write_error
+from ._store import checkpoint, describe, leave_wal, open_engine, sqlite_path, write_error
 from ._verify import Report, check_run
 
 #: A ``running`` run with no commit for this many seconds is reported as crashed.  A
@@ -319,6 +319,7 @@ class WritableTrace(Trace):
         written so far), then release the connections."""
         checkpoint(self._engine)
         super().close()
+        leave_wal(sqlite_path(self._engine))
 
     def add_verdict(
         self, run_id: str, kind: str, passed: bool, detail: dict[str, Any] | None = None

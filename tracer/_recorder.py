@@ -59,7 +59,7 @@ from ._schema import (
     Run,
     VisibilityBlock,
 )
-from ._store import checkpoint, create_store, finish_run, sqlite_path, start_run
+from ._store import checkpoint, create_store, finish_run, leave_wal, sqlite_path, start_run
 
 #: How long a failing rank waits for the primary to commit the rows it handed over
 #: last, before writing them itself (the primary commits within milliseconds unless it
@@ -620,6 +620,8 @@ class TraceRecorder(Recorder):
                 checkpoint(self._engine)
             if self._own_engine:
                 self._engine.dispose()
+                if self.is_primary:
+                    leave_wal(sqlite_path(self._engine))
 
     def _flush(self, status: str) -> None:
         """Write what is still buffered: events of an unfinished invocation, objectives,

@@ -426,6 +426,7 @@ def mark_crashed(
         if not isinstance(store, Engine):
             checkpoint(engine)
             engine.dispose()
+            leave_wal(sqlite_path(engine))
 
 
 # ====================================================================== readers
@@ -651,6 +652,26 @@ def checkpoint(engine: Engine) -> None:
         raw.close()
 
 
+def leave_wal(path: Path | None) -> None:
+    """Switch the trace file ``path`` back to a rollback journal, once its writers are
+    done: a read-only reader of a WAL file creates ``-wal`` and ``-shm`` beside it and,
+    unable to remove them, leaves them; of a rollback-journal file it creates nothing.
+    Writers switch it to WAL again when they open it.  If any connection, of this process
+    or another, still has the file open, SQLite refuses at once and it stays WAL."""
+    if path is None:
+        return
+    try:  # mode=rw: never create a file that is not there
+        con = sqlite3.connect(f"file:{pathname2url(str(path))}?mode=rw", uri=True, timeout=0)
+    except sqlite3.Error:
+        return
+    try:
+        con.execute("PRAGMA journal_mode=DELETE").fetchall()
+    except sqlite3.Error:
+        pass  # busy (another connection), read-only directory, full disk: stays WAL
+    finally:
+        con.close()
+
+
 __all__ = [
     "BUSY_TIMEOUT_MS",
     "check_file",
@@ -659,6 +680,7 @@ __all__ = [
     "finish_run",
     "hide_password",
     "is_url",
+    "leave_wal",
     "mark_crashed",
     "open_engine",
     "probe_store",
