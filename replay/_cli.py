@@ -20,6 +20,7 @@ from . import _environment, _procs
 from ._chaoscmd import register as register_chaos
 from ._cliutil import Group
 from ._dualcmd import register as register_dual
+from ._examples import attach as attach_examples
 from ._replaycmds import register as register_replay
 from ._resumecmd import register as register_resume
 from ._runcmds import execute
@@ -42,6 +43,7 @@ register_trace_commands(cli)
 register_time_travel(cli)
 register_resume(cli)
 register_browse(cli)
+attach_examples(cli)
 
 
 def main() -> None:
