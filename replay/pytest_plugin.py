@@ -10,7 +10,8 @@ activates it.  Two ways to use it:
           dual_test(train, {"epochs": 2}, nodes=3, threads=2)
 
 * the ``dual`` marker: the test *returns* the driver function and the plugin
-  dual-tests it on every combination of the given ``nodes`` and ``threads``::
+  dual-tests it on every combination of the given ``nodes`` and ``threads``, one test
+  item per combination (``test_train[nodes2-threads1]``, ...)::
 
       @pytest.mark.dual(nodes=(2, 3), threads=(1, 2), params={"epochs": 2})
       def test_train():
@@ -99,6 +100,32 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", MARKER_HELP)
 
 
+#: The hidden parameter that makes one test item per (nodes, threads) of a ``dual`` marker.
+COMBINATION = "_replay_dual_combination"
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """A ``@pytest.mark.dual`` test with several (nodes, threads) combinations becomes one
+    item per combination (``test_x[nodes2-threads1]``): each passes or fails on its own,
+    and ``-k`` or a node id runs one.  A bad marker is left whole, to fail when it runs."""
+    marker = metafunc.definition.get_closest_marker("dual")
+    if marker is None or marker.args:
+        return
+    try:
+        combos = list(
+            itertools.product(
+                _values("nodes", marker.kwargs.get("nodes", 2)),
+                _values("threads", marker.kwargs.get("threads", 1)),
+            )
+        )
+    except (TypeError, ValueError):
+        return
+    if len(combos) < 2:
+        return
+    metafunc.fixturenames.append(COMBINATION)  # a parameter the function does not take
+    metafunc.parametrize(COMBINATION, combos, ids=[f"nodes{p}-threads{t}" for p, t in combos])
+
+
 @pytest.fixture
 def dual_test() -> Callable[..., dict[tuple[int, int], dict[str, DualResult]]]:
     """``dual_test(fn, params=None, nodes=2, threads=1, direction="both", ...)``: dual-test
@@ -130,8 +157,18 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
             pytrace=False,
         )
     kw = dict(marker.kwargs)
+    callspec = getattr(pyfuncitem, "callspec", None)
+    if callspec is not None and COMBINATION in callspec.params:
+        kw["nodes"], kw["threads"] = callspec.params[COMBINATION]  # this item's combination
     run_dual(fn, kw.pop("params", None), **kw)
     return True
 
 
-__all__ = ["MARKER_HELP", "dual_test", "pytest_configure", "pytest_pyfunc_call", "run_dual"]
+__all__ = [
+    "MARKER_HELP",
+    "dual_test",
+    "pytest_configure",
+    "pytest_generate_tests",
+    "pytest_pyfunc_call",
+    "run_dual",
+]

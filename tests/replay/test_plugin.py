@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import numpy.fft  # noqa: F401 - an extension module cannot load twice (first use: a dual run)
 import pytest
+import scipy.sparse.csgraph  # noqa: F401 - the planner imports it on first use
 
 import engine  # noqa: F401 - imported once here: in-process pytester runs drop new modules
 import replay.testing  # noqa: F401
@@ -133,8 +135,12 @@ def test_marker_dual_tests_the_returned_function(suite: pytest.Pytester) -> None
         """
     )
     res = run(suite)
-    res.assert_outcomes(passed=4, failed=2)
+    res.assert_outcomes(passed=7, failed=2)  # test_hot: one item per (nodes, threads)
     out = res.stdout.str()
+    ids = suite.runpytest("-p", "no:cacheprovider", "-q", "--collect-only").stdout.str()
+    for combo in ("nodes2-threads1", "nodes2-threads2", "nodes3-threads1", "nodes3-threads2"):
+        assert f"test_it.py::test_hot[{combo}]" in ids, combo
+    assert "test_it.py::test_hot_backward\n" in ids  # one combination: one item, as written
     assert "test_forward_sees_it" in out and "forward: FAIL at iteration 0, op one" in out
     assert "must return the driver function to dual-test; it returned None" in out
 
