@@ -248,14 +248,18 @@ def demo_cmd(ranks: int, epochs: int) -> None:
         else:
             say(f"DIVERGED: {rep['first_difference']}")
     say("")
-    say(f"== 4. replay dual sgdmf --ranks {ranks} (forward and backward, 2 epochs)")
+    dual_epochs = min(epochs, 2)
+    say(
+        f"== 4. replay dual sgdmf --ranks {ranks} (forward and backward, "
+        f"{dual_epochs} epoch{'s' if dual_epochs != 1 else ''})"
+    )
     from . import testing
     from ._apps import parse_params
     from ._apps import resolve as resolve_app
 
     app = resolve_app("sgdmf")
     dual_params = parse_params(app.fn, [p for p in params if not p.startswith("epochs=")])
-    dual_params["epochs"] = min(epochs, 2)
+    dual_params["epochs"] = dual_epochs
     duals = testing.dual(
         "sgdmf",
         dual_params,
