@@ -12,8 +12,10 @@ import numpy as np
 import pytest
 
 import tracer
-from tests.conftest import ROOT, run_cli
+from tests import cli as tcli
+from tests.conftest import ROOT
 from tests.tracer.tracehelp import reseal
+from tests.traces import MLR_1, SGDMF_2
 
 
 def readme_app() -> str:
@@ -22,16 +24,14 @@ def readme_app() -> str:
     return re.search(r"```python\n(# train.py\n.*?)```", section, re.S).group(1)
 
 
-@pytest.fixture(scope="module")
-def mlr1(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("bad") / "mlr1.sqlite"
-    res = run_cli(["run", "mlr", "-p", "synthetic=true", "-p", "epochs=1", "--trace", str(path)])
-    assert res.returncode == 0, res.stderr
-    return path
+@pytest.fixture
+def mlr1(trace_library) -> Path:
+    """A 1-rank MLR trace, shared read-only (tests damage copies of it)."""
+    return trace_library.get(*MLR_1)
 
 
 def one_line_exit_2(args: list[str], *needles: str, **kw) -> str:
-    res = run_cli(args, **kw)
+    res = tcli.invoke(args, **kw)
     err = res.stderr.strip()
     assert res.returncode == 2, (res.returncode, res.stderr)
     assert len(err.splitlines()) == 1 and err.startswith("replay: error: "), err
@@ -52,10 +52,10 @@ def damaged(src: Path, tmp_path: Path, sql: str, *params: object) -> Path:
     return dst
 
 
-def test_schema_version_that_is_not_a_number(mlr1: Path, tmp_path: Path) -> None:
+def test_schema_version_that_is_not_a_number(mlr1: Path, tmp_path: Path, cli) -> None:
     t = damaged(mlr1, tmp_path, "UPDATE schema_info SET version = 'abc'")
     one_line_exit_2(["show", str(t)], "invalid trace schema version 'abc'")
-    res = run_cli(["ls", str(tmp_path)])
+    res = cli("ls", str(tmp_path))
     assert res.returncode == 0 and "invalid trace schema version" in res.stdout
     assert res.stderr == "replay: note: skipped 1 unreadable file(s)\n"
 
@@ -72,18 +72,17 @@ def test_schema_version_that_is_not_a_number(mlr1: Path, tmp_path: Path) -> None
         ("UPDATE verdict SET detail = '[]'", "show", None),
     ],
 )
-def test_damaged_run_rows(mlr1: Path, tmp_path: Path, sql: str, cmd: str, needle: str) -> None:
+def test_damaged_run_rows(mlr1: Path, tmp_path: Path, sql: str, cmd: str, needle: str, cli) -> None:
     t = damaged(mlr1, tmp_path, sql)
     if needle is None:  # show does not read verdicts: a bad one does not stop it
-        assert run_cli([cmd, str(t)]).returncode == 0
+        assert cli(cmd, str(t)).returncode == 0
         return
     one_line_exit_2([cmd, str(t)], needle)
 
 
-def test_message_sources_that_are_not_ranks(tmp_path: Path) -> None:
-    t = tmp_path / "sgdmf2.sqlite"
-    args = ["run", "sgdmf", "--ranks", "2", "-p", "synthetic=true", "-p", "epochs=1"]
-    assert run_cli([*args, "--trace", str(t)]).returncode == 0
+@pytest.mark.mpi  # the shared 2-rank recording starts mpiexec
+def test_message_sources_that_are_not_ranks(tmp_path: Path, trace_library) -> None:
+    t = trace_library.copy(tmp_path / "sgdmf2.sqlite", *SGDMF_2)
     with sqlite3.connect(t) as con:
         for row_id, count in con.execute("SELECT id, count FROM message_block").fetchall():
             blob = np.full(count, 7, np.uint8).tobytes()
@@ -136,9 +135,9 @@ def test_bad_data_for_sgdmf(tmp_path: Path, content: str, needle: str) -> None:
     ],
 )
 def test_json_errors_are_one_object_on_stdout(
-    tmp_path: Path, args: list[str], kind: str, status: int
+    tmp_path: Path, args: list[str], kind: str, status: int, cli
 ) -> None:
-    res = run_cli(args, cwd=tmp_path)
+    res = cli(*args, cwd=tmp_path)
     assert res.returncode == status, (res.returncode, res.stderr)
     assert "Traceback" not in res.stderr
     (line,) = res.stdout.splitlines()
@@ -146,8 +145,8 @@ def test_json_errors_are_one_object_on_stdout(
     assert err["kind"] == kind and err["message"] and "\n" not in err["message"]
 
 
-def test_a_json_success_carries_no_error_object(tmp_path: Path, mlr1: Path) -> None:
-    res = run_cli(["show", str(mlr1), "--json"])
+def test_a_json_success_carries_no_error_object(tmp_path: Path, mlr1: Path, cli) -> None:
+    res = cli("show", str(mlr1), "--json")
     assert res.returncode == 0 and "error" not in json.loads(res.stdout)
 
 
@@ -195,13 +194,16 @@ def train(where: str = "driver"):
     "where,ranks,needles",
     [
         ("driver", 1, ["the program failed: TypeError"]),
-        ("driver", 2, ["the program failed: TypeError"]),
-        ("lambda", 2, ["the program failed: TypeError"]),
-        ("body_reduce", 2, ["ap.reduce was called inside a loop body"]),
+        # in-process, but --ranks 2 starts mpiexec
+        pytest.param("driver", 2, ["the program failed: TypeError"], marks=pytest.mark.mpi),
+        pytest.param("lambda", 2, ["the program failed: TypeError"], marks=pytest.mark.mpi),
+        pytest.param(
+            "body_reduce", 2, ["ap.reduce was called inside a loop body"], marks=pytest.mark.mpi
+        ),
     ],
 )
 def test_the_programs_own_errors_name_its_line_not_an_internal_error(
-    tmp_path: Path, where: str, ranks: int, needles: list[str]
+    tmp_path: Path, where: str, ranks: int, needles: list[str], cli
 ) -> None:
     """An exception the program raises (in the driver, in a function it gives an operator,
     or one of our checks a body trips) is the program's failure: exit 1 and its file and
@@ -210,7 +212,7 @@ def test_the_programs_own_errors_name_its_line_not_an_internal_error(
     path.write_text(FAILING)
     line = next(k for k, x in enumerate(FAILING.splitlines(), 1) if x.endswith(f"<- {where}"))
     needles = [*needles, f"failing.py:{line}"]
-    res = run_cli(["run", f"{path}:train", "-p", f"where={where}", "--ranks", str(ranks)])
+    res = cli("run", f"{path}:train", "-p", f"where={where}", "--ranks", str(ranks))
     err = res.stderr.strip().splitlines()[-1]
     assert res.returncode == 1, (res.returncode, res.stderr)
     assert err.startswith("replay: error: ") and "internal error" not in err, err

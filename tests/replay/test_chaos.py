@@ -15,7 +15,6 @@ import tracer
 from engine.lowlevel import Chaos
 from replay import chaos
 from tests import mutants
-from tests.conftest import run_cli
 from tests.replay.chaos_apps import bsp_mix, hybrid_mix, mini_mf, ssp_mix
 from tests.replay.dual_apps import hot_rows
 
@@ -135,10 +134,10 @@ def test_bad_input_is_one_usage_error(kw: dict, match: str) -> None:
 HOT_APP = str(Path(__file__).with_name("dual_apps.py")) + ":hot_rows"
 
 
-def test_chaos_command_prints_one_json_object_and_replays(tmp_path: Path) -> None:
+def test_chaos_command_prints_one_json_object_and_replays(tmp_path: Path, cli) -> None:
     path = tmp_path / "c.sqlite"
     args = ["chaos", HOT_APP, "-p", "n=40", "--in-process", "--threads", "2"]
-    res = run_cli([*args, "--runs", "4", "--chaos-seed", "5", "--trace", str(path), "--json"])
+    res = cli(*args, "--runs", "4", "--chaos-seed", "5", "--trace", str(path), "--json")
     assert res.returncode == 0, res.stderr
     out = json.loads(res.stdout)
     assert set(out) == {"runs", "distinct", "failed"} and out["failed"] is None
@@ -147,32 +146,30 @@ def test_chaos_command_prints_one_json_object_and_replays(tmp_path: Path) -> Non
     assert out["distinct"] == len({r["outcome"] for r in out["runs"]}) > 1
     assert all(r["seed"] == 5 for r in out["runs"])
     # --only re-runs one schedule: the same outcome, appended to a new store
-    again = run_cli(
-        [*args, "--runs", "4", "--chaos-seed", "5", "--only", "2", "--no-trace", "--json"]
-    )
+    again = cli(*args, "--runs", "4", "--chaos-seed", "5", "--only", "2", "--no-trace", "--json")
     assert again.returncode == 0, again.stderr
     (only,) = json.loads(again.stdout)["runs"]
     assert only["run"] == 2 and only["outcome"] == out["runs"][2]["outcome"]
-    rep = run_cli(["single", str(path), "--run", out["runs"][3]["run_id"]])
+    rep = cli("single", str(path), "--run", out["runs"][3]["run_id"])
     assert rep.returncode == 0 and "identical" in rep.stdout, rep.stderr
 
 
-def test_a_failing_check_exits_1_with_the_replay_command(tmp_path: Path) -> None:
+def test_a_failing_check_exits_1_with_the_replay_command(tmp_path: Path, cli) -> None:
     path = tmp_path / "c.sqlite"
-    res = run_cli(  # no --ranks: 2 nodes in this process
-        ["chaos", HOT_APP, "--threads", "2", "--runs", "3"]
-        + ["--chaos-seed", "1", "--check", "objective:norm<=1", "--trace", str(path)]
+    res = cli(  # no --ranks: 2 nodes in this process
+        *["chaos", HOT_APP, "--threads", "2", "--runs", "3"],
+        *["--chaos-seed", "1", "--check", "objective:norm<=1", "--trace", str(path)],
     )
     assert res.returncode == 1, res.stderr
     assert "on 2 in-process node(s) x 2 thread(s)" in res.stdout
     assert "FAILED check objective:norm<=1 in run 0 (chaos seed 1)" in res.stdout
     m = re.search(r"replay it: (replay single \S+ --run ([0-9a-f]{32}))", res.stdout)
     assert m is not None, res.stdout
-    rep = run_cli(m.group(1).split()[1:])
+    rep = cli(*m.group(1).split()[1:])
     assert rep.returncode == 0 and "identical" in rep.stdout, rep.stderr
-    js = run_cli(
-        ["chaos", HOT_APP, "--in-process", "--threads", "2", "--runs", "3", "--keep-going"]
-        + ["--chaos-seed", "1", "--check", "objective:norm<=1", "--no-trace", "--json"]
+    js = cli(
+        *["chaos", HOT_APP, "--in-process", "--threads", "2", "--runs", "3", "--keep-going"],
+        *["--chaos-seed", "1", "--check", "objective:norm<=1", "--no-trace", "--json"],
     )
     assert js.returncode == 1
     out = json.loads(js.stdout)
@@ -191,25 +188,26 @@ def test_a_failing_check_exits_1_with_the_replay_command(tmp_path: Path) -> None
         (["--runs", "2", "--chaos-seed", "1", "-p", "n=many"], "n"),
     ],
 )
-def test_chaos_bad_input_is_one_line_and_exit_2(extra: list[str], needle: str) -> None:
-    res = run_cli(["chaos", HOT_APP, "--in-process", "--no-trace", *extra])
+def test_chaos_bad_input_is_one_line_and_exit_2(extra: list[str], needle: str, cli) -> None:
+    res = cli("chaos", HOT_APP, "--in-process", "--no-trace", *extra)
     err = res.stderr.strip()
     assert res.returncode == 2, (res.returncode, res.stderr)
     assert len(err.splitlines()) == 1 and err.startswith("replay: error: "), err
     assert needle in err and "Traceback" not in err, err
 
 
-def test_under_mpiexec_the_same_seed_gives_the_in_process_outcomes(tmp_path: Path) -> None:
+@pytest.mark.mpi  # in-process, but --ranks 2 and cluster start mpiexec
+def test_under_mpiexec_the_same_seed_gives_the_in_process_outcomes(tmp_path: Path, cli) -> None:
     path = tmp_path / "m.sqlite"
     args = ["chaos", HOT_APP, "-p", "n=40", "--threads", "2", "--runs", "2", "--chaos-seed", "1"]
-    mpi = run_cli([*args, "--ranks", "2", "--trace", str(path), "--json"])
+    mpi = cli(*args, "--ranks", "2", "--trace", str(path), "--json")
     assert mpi.returncode == 0, mpi.stderr
     here = chaos.explore(hot_rows, {"n": 40}, runs=2, chaos_seed=1, nodes=2, threads=2)
     got = json.loads(mpi.stdout)["runs"]
     assert [r["outcome"] for r in got] == [r.outcome for r in here.runs]
     with tracer.open(path) as store:
         assert [r.labels["chaos_run"] for r in store.runs()] == [0, 1]
-    rep = run_cli(["cluster", str(path), "--run", got[1]["run_id"]])
+    rep = cli("cluster", str(path), "--run", got[1]["run_id"])
     assert rep.returncode == 0 and "identical" in rep.stdout, rep.stderr
 
 
@@ -385,7 +383,7 @@ def test_faults_need_the_in_process_cluster_and_no_dual_check() -> None:
 
 
 # ====================================================================== README
-def test_readme_chaos_commands_are_chaos_commands_and_the_ssp_one_runs(tmp_path: Path) -> None:
+def test_readme_chaos_commands_are_chaos_commands_and_the_ssp_one_runs(tmp_path: Path, cli) -> None:
     import shlex
 
     from tests.conftest import ROOT
@@ -396,16 +394,16 @@ def test_readme_chaos_commands_are_chaos_commands_and_the_ssp_one_runs(tmp_path:
     lines = block.splitlines()
     assert lines and all(line.startswith("replay chaos ") for line in lines)
     (ssp,) = [line for line in lines if "sync=ssp" in line]
-    res = run_cli([*shlex.split(ssp)[1:], "--trace", str(tmp_path / "r.sqlite")], cwd=ROOT)
+    res = cli(*shlex.split(ssp)[1:], "--trace", str(tmp_path / "r.sqlite"), cwd=ROOT)
     assert res.returncode == 0, res.stderr
     assert "5 chaos run(s) with chaos seed 1" in res.stdout
     assert "loss per iteration (min / median / max):" in res.stdout
 
 
-def test_check_app_uses_the_app_modules_check_function(tmp_path: Path) -> None:
+def test_check_app_uses_the_app_modules_check_function(tmp_path: Path, cli) -> None:
     ok_app = str(Path(__file__).with_name("chaos_apps.py")) + ":ssp_mix"
     args = ["chaos", ok_app, "--runs", "2", "--chaos-seed", "1", "--no-trace", "--check", "app"]
-    res = run_cli(args)
+    res = cli(*args)
     assert res.returncode == 0, res.stdout + res.stderr
     bad = tmp_path / "bad_check.py"
     bad.write_text(
@@ -417,10 +415,10 @@ def test_check_app_uses_the_app_modules_check_function(tmp_path: Path) -> None:
         "    return f'x is {x}, above 0.5' if x > 0.5 else None\n"
     )
     args = ["chaos", f"{bad}:train", "--runs", "3", "--chaos-seed", "1", "--no-trace"]
-    res = run_cli([*args, "--check", "app"])
+    res = cli(*args, "--check", "app")
     assert res.returncode == 1, res.stdout + res.stderr
     assert "x is 1.0, above 0.5" in res.stdout + res.stderr
-    res = run_cli(["chaos", HOT_APP, "--runs", "1", "--chaos-seed", "1", "--check", "app"])
+    res = cli("chaos", HOT_APP, "--runs", "1", "--chaos-seed", "1", "--check", "app")
     assert res.returncode == 2, res.stdout + res.stderr
     err = res.stderr.strip().splitlines()
     assert len(err) == 1 and "defines no function check(run)" in err[0]
@@ -511,18 +509,18 @@ def _canon(plan: object) -> list[list[tuple[tuple[bool, tuple[int, ...]], ...]]]
     ]
 
 
-def test_in_process_runs_of_a_builtin_app_replay_by_its_name(tmp_path: Path) -> None:
+def test_in_process_runs_of_a_builtin_app_replay_by_its_name(tmp_path: Path, cli) -> None:
     """The command records a built-in app by its name, in process as under mpiexec, so
     the ``replay single`` command it prints works (it was recorded as the app's module
     file, which cannot be imported on its own)."""
     trace = tmp_path / "c.sqlite"
     argv = ["chaos", "sgdmf", "-p", "synthetic=true", "-p", "epochs=1", "--in-process"]
     argv += ["--ranks", "2", "--runs", "2", "--chaos-seed", "3", "--trace", str(trace), "--json"]
-    res = run_cli(argv)
+    res = cli(*argv)
     assert res.returncode == 0, res.stderr
     runs = json.loads(res.stdout)["runs"]
     with tracer.open(trace) as store:
         assert {r.app for r in store.runs()} == {"sgdmf"}
     for r in runs:
-        rep = run_cli(["single", str(trace), "--run", r["run_id"], "--json"])
+        rep = cli("single", str(trace), "--run", r["run_id"], "--json")
         assert rep.returncode == 0 and json.loads(rep.stdout)["identical"], rep.stderr

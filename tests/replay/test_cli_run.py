@@ -58,8 +58,9 @@ def one_line_error(proc, status: int, *needles: str) -> None:
         assert n in err, err
 
 
-def test_run_two_ranks_json_has_the_design_fields() -> None:
-    proc = run_cli(["run", "sgdmf", "--ranks", "2", "-p", "epochs=2", *SYN, "--json"])
+@pytest.mark.mpi  # in-process, but --ranks 2 starts mpiexec
+def test_run_two_ranks_json_has_the_design_fields(cli) -> None:
+    proc = cli("run", "sgdmf", "--ranks", "2", "-p", "epochs=2", *SYN, "--json")
     assert proc.returncode == 0, proc.stderr
     res = json.loads(proc.stdout)
     for key in (
@@ -88,16 +89,19 @@ def test_run_two_ranks_json_has_the_design_fields() -> None:
     assert len(t) == 2 and 0 < t[0] <= t[1] <= res["wall_s"]
 
 
-def test_run_prints_progress_and_rmse_per_epoch() -> None:
-    proc = run_cli(["run", "sgdmf", "-p", "epochs=3", *SYN])
+def test_run_prints_progress_and_rmse_per_epoch(cli) -> None:
+    proc = cli("run", "sgdmf", "-p", "epochs=3", *SYN)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count("  rmse =") == 3 and "final rmse =" in proc.stdout
     assert "plan sgd: rotation" in proc.stdout
 
 
-def test_same_outcome_in_process_and_on_two_ranks_for_a_conflict_free_app(user_app: Path) -> None:
-    one = json.loads(run_cli(["run", f"{user_app}:train", "-p", "epochs=3", "--json"]).stdout)
-    two = run_cli(["run", f"{user_app}:train", "--ranks", "2", "-p", "epochs=3", "--json"])
+@pytest.mark.mpi  # in-process, but --ranks 2 starts mpiexec
+def test_same_outcome_in_process_and_on_two_ranks_for_a_conflict_free_app(
+    user_app: Path, cli
+) -> None:
+    one = json.loads(cli("run", f"{user_app}:train", "-p", "epochs=3", "--json").stdout)
+    two = cli("run", f"{user_app}:train", "--ranks", "2", "-p", "epochs=3", "--json")
     assert two.returncode == 0, two.stderr
     two = json.loads(two.stdout)
     assert one["objectives"] == two["objectives"]
@@ -112,45 +116,41 @@ def test_user_launched_mpiexec_does_not_start_a_second_one() -> None:
     assert res["ranks"] == 2
 
 
-def test_unknown_app() -> None:
-    one_line_error(run_cli(["run", "nope"]), 2, "unknown app 'nope'", "sgdmf")
+def test_unknown_app(cli) -> None:
+    one_line_error(cli("run", "nope"), 2, "unknown app 'nope'", "sgdmf")
 
 
-def test_missing_app_file(tmp_path: Path) -> None:
-    one_line_error(run_cli(["run", f"{tmp_path}/x.py:train"]), 2, "does not exist")
+def test_missing_app_file(tmp_path: Path, cli) -> None:
+    one_line_error(cli("run", f"{tmp_path}/x.py:train"), 2, "does not exist")
 
 
-def test_bad_param_value_and_unknown_param() -> None:
-    one_line_error(
-        run_cli(["run", "sgdmf", "-p", "epochs=abc"]), 2, "epochs", "'abc' is not an integer"
-    )
-    one_line_error(
-        run_cli(["run", "sgdmf", "-p", "nope=1"]), 2, "unknown parameter 'nope'", "epochs"
-    )
-    one_line_error(run_cli(["run", "sgdmf", "-p", "epochs"]), 2, "NAME=VALUE")
+def test_bad_param_value_and_unknown_param(cli) -> None:
+    one_line_error(cli("run", "sgdmf", "-p", "epochs=abc"), 2, "epochs", "'abc' is not an integer")
+    one_line_error(cli("run", "sgdmf", "-p", "nope=1"), 2, "unknown parameter 'nope'", "epochs")
+    one_line_error(cli("run", "sgdmf", "-p", "epochs"), 2, "NAME=VALUE")
 
 
-def test_missing_data_file(tmp_path: Path) -> None:
-    proc = run_cli(["run", "sgdmf", "-p", f"data={tmp_path}/none.inter", "--ranks", "2"])
+def test_missing_data_file(tmp_path: Path, cli) -> None:
+    proc = cli("run", "sgdmf", "-p", f"data={tmp_path}/none.inter", "--ranks", "2")
     one_line_error(proc, 2, "none.inter", "does not exist")
 
 
-def test_malformed_data_line(tmp_path: Path) -> None:
+def test_malformed_data_line(tmp_path: Path, cli) -> None:
     p = tmp_path / "bad.inter"
     p.write_text(
         "user_id:token\titem_id:token\trating:float\ttimestamp:float\n1\t2\t3\t4\n1\tx\t3\t4\n"
     )
-    one_line_error(run_cli(["run", "sgdmf", "-p", f"data={p}"]), 2, f"{p}:3", "item id 'x'")
+    one_line_error(cli("run", "sgdmf", "-p", f"data={p}"), 2, f"{p}:3", "item id 'x'")
 
 
-def test_missing_mpiexec() -> None:
-    proc = run_cli(
-        ["run", "sgdmf", "--ranks", "2", *SYN], env={"REPLAY_MPIEXEC": "/nonexistent/mpiexec"}
-    )
+def test_missing_mpiexec(cli) -> None:
+    proc = cli("run", "sgdmf", "--ranks", "2", *SYN, env={"REPLAY_MPIEXEC": "/nonexistent/mpiexec"})
     one_line_error(proc, 2, "mpiexec not found")
 
 
 def test_a_rank_that_dies_is_reported_and_nothing_hangs(user_app: Path) -> None:
+    # a real process: a SIGKILLed rank, and the timeout must fail the test if the
+    # launcher hangs (an in-process command has no timeout to stop it)
     proc = run_cli(
         ["run", f"{user_app}:train", "--ranks", "2", "-p", "die_on_rank=1", "-p", "epochs=3"],
         timeout=60,
@@ -159,14 +159,15 @@ def test_a_rank_that_dies_is_reported_and_nothing_hangs(user_app: Path) -> None:
     one_line_error(proc, 2, "died", "signal 9")
 
 
-def test_a_failing_body_exits_1_with_its_location(user_app: Path) -> None:
+@pytest.mark.mpi  # in-process, but --ranks 2 starts mpiexec
+def test_a_failing_body_exits_1_with_its_location(user_app: Path, cli) -> None:
     for ranks in ("1", "2"):
-        proc = run_cli(["run", f"{user_app}:crash", "--ranks", ranks])
+        proc = cli("run", f"{user_app}:crash", "--ranks", ranks)
         one_line_error(proc, 1, "div#0 index 2", "ZeroDivisionError", "train.py:")
 
 
-def test_help_lists_commands() -> None:
-    proc = run_cli(["--help"])
+def test_help_lists_commands(cli) -> None:
+    proc = cli("--help")
     assert proc.returncode == 0 and "run" in proc.stdout and "demo" in proc.stdout
 
 
@@ -174,8 +175,9 @@ def test_python_version_guard() -> None:
     assert sys.version_info >= (3, 11)
 
 
-def test_demo_records_replays_both_ways_and_suggests_browse(tmp_path: Path) -> None:
-    proc = run_cli(["demo", "--epochs", "1"], cwd=tmp_path, timeout=300)
+@pytest.mark.mpi  # in-process, but the demo runs its ranks under mpiexec
+def test_demo_records_replays_both_ways_and_suggests_browse(tmp_path: Path, cli) -> None:
+    proc = cli("demo", "--epochs", "1", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert "cluster replay: identical" in out and "single replay: identical" in out
@@ -183,15 +185,15 @@ def test_demo_records_replays_both_ways_and_suggests_browse(tmp_path: Path) -> N
     assert len(list((tmp_path / "traces").glob("sgdmf-*.sqlite"))) == 1
     latest = tmp_path / "traces" / "latest"
     assert latest.is_symlink() and latest.resolve().name.startswith("sgdmf-")
-    proc = run_cli(["show", "traces/latest"], cwd=tmp_path)  # the quick start, literally
+    proc = cli("show", "traces/latest", cwd=tmp_path)  # the quick start, literally
     assert proc.returncode == 0 and "app sgdmf" in proc.stdout, proc.stderr
 
 
 def test_user_traces_are_named_after_the_module_and_latest_follows(
-    tmp_path: Path, user_app: Path
+    tmp_path: Path, user_app: Path, cli
 ) -> None:
     for _ in range(2):
-        proc = run_cli(["run", f"{user_app}:train", "-p", "epochs=1"], cwd=tmp_path)
+        proc = cli("run", f"{user_app}:train", "-p", "epochs=1", cwd=tmp_path)
         assert proc.returncode == 0, proc.stderr
     traces = sorted((tmp_path / "traces").glob("*.sqlite"))
     assert len(traces) == 2 and all(t.name.startswith("train-") for t in traces)
@@ -199,5 +201,5 @@ def test_user_traces_are_named_after_the_module_and_latest_follows(
     assert os.readlink(latest) in {t.name for t in traces}
     newest = max(traces, key=lambda t: t.stat().st_mtime_ns)
     assert latest.resolve() == newest.resolve()
-    proc = run_cli(["single", "traces/latest"], cwd=tmp_path)
+    proc = cli("single", "traces/latest", cwd=tmp_path)
     assert proc.returncode == 0 and "identical" in proc.stdout, proc.stderr

@@ -12,6 +12,8 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
+
 import tracer
 from tests.conftest import run_cli
 
@@ -25,9 +27,10 @@ def _copy(trace: Path, dest: Path) -> tracer.Trace:
     return tracer.open(dest / trace.name)
 
 
-def test_copies_hold_the_run_and_every_verdict(tmp_path: Path) -> None:
+@pytest.mark.mpi  # in-process, but --ranks 2 and cluster start mpiexec
+def test_copies_hold_the_run_and_every_verdict(tmp_path: Path, cli) -> None:
     trace = tmp_path / "t.sqlite"
-    proc = run_cli(["run", "sgdmf", *SMALL, "--ranks", "2", "--trace", str(trace)])
+    proc = cli("run", "sgdmf", *SMALL, "--ranks", "2", "--trace", str(trace))
     assert proc.returncode == 0, proc.stderr
     with _copy(trace, tmp_path / "after-run") as copy:
         run = copy.run()
@@ -35,19 +38,19 @@ def test_copies_hold_the_run_and_every_verdict(tmp_path: Path) -> None:
         assert run.verdicts() == []
     expected: list[tuple[str, bool]] = []
     for n, mode in enumerate(("cluster", "single")):
-        proc = run_cli([mode, str(trace)])
+        proc = cli(mode, str(trace))
         assert proc.returncode == 0, proc.stderr
         expected.append((mode, True))
         with _copy(trace, tmp_path / f"after-{n}-{mode}") as copy:
             got = [(v.kind, v.passed) for v in copy.run().verdicts()]
             assert got == expected
-    proc = run_cli(["show", str(trace), "--json"])
+    proc = cli("show", str(trace), "--json")
     assert proc.returncode == 0, proc.stderr
     (run,) = json.loads(proc.stdout)["runs"]
     assert [(v["kind"], v["passed"]) for v in run["verdicts"]] == expected
     for v in run["verdicts"]:
         assert isinstance(v["created_at"], float) and v["detail"]["complete"] is True
-    proc = run_cli(["show", str(trace)])
+    proc = cli("show", str(trace))
     assert "verdict cluster: PASS at" in proc.stdout and "verdict single: PASS" in proc.stdout
 
 
@@ -55,6 +58,7 @@ def test_a_copy_of_an_interrupted_run_says_interrupted(tmp_path: Path) -> None:
     trace = tmp_path / "i.sqlite"
     app = f"{HERE / 'crash_apps.py'}:killed"
     argv = ["run", app, "--ranks", "1", "-p", "kill_at=1", "--trace", str(trace)]
+    # a real process: the run is stopped by a KeyboardInterrupt (a user's Ctrl-C)
     proc = run_cli(argv, env={"CRASH_APPS_INTERRUPT": "1"})
     assert proc.returncode == 130, proc.stderr
     with _copy(trace, tmp_path / "copy") as copy:
@@ -63,23 +67,23 @@ def test_a_copy_of_an_interrupted_run_says_interrupted(tmp_path: Path) -> None:
         assert [i.op for i in run.invocations()][:1] == ["sgd"]
 
 
-def test_a_copy_holds_the_dual_verdicts(tmp_path: Path) -> None:
+def test_a_copy_holds_the_dual_verdicts(tmp_path: Path, cli) -> None:
     trace = tmp_path / "d.sqlite"
-    proc = run_cli(["dual", "sgdmf", *SMALL, "--in-process", "--trace", str(trace)])
+    proc = cli("dual", "sgdmf", *SMALL, "--in-process", "--trace", str(trace))
     assert proc.returncode == 0, proc.stderr
     with _copy(trace, tmp_path / "copy") as copy:
         kinds = sorted(v.kind for v in copy.run().verdicts())
         assert kinds == ["dual-backward", "dual-forward"]
 
 
-def test_show_reports_the_sync_for_mode(tmp_path: Path) -> None:
+def test_show_reports_the_sync_for_mode(tmp_path: Path, cli) -> None:
     for mode in ("ssp", "hybrid"):
         trace = tmp_path / f"{mode}.sqlite"
         argv = ["run", "mlr", "-p", "synthetic=true", "-p", "epochs=1", "-p", f"sync={mode}"]
-        proc = run_cli([*argv, "--threads", "2", "--trace", str(trace)])
+        proc = cli(*argv, "--threads", "2", "--trace", str(trace))
         assert proc.returncode == 0, proc.stderr
-        proc = run_cli(["show", str(trace), "--json"])
+        proc = cli("show", str(trace), "--json")
         assert proc.returncode == 0, proc.stderr
         (run,) = json.loads(proc.stdout)["runs"]
         assert mode in {op["strategy"] for op in run["operators"].values()}
-        assert f" {mode} " in run_cli(["show", str(trace)]).stdout
+        assert f" {mode} " in cli("show", str(trace)).stdout

@@ -15,10 +15,11 @@ import pytest
 
 from replay._errors import UsageError
 from replay._paths import check_output, special_kind
-from tests.conftest import run_cli
 from tests.tracer.tracehelp import reseal
+from tests.traces import SGDMF_1
 
-#: Seconds a command on a FIFO may take: a regression must fail, not hang.
+#: Seconds a command on a FIFO may take: a regression must fail, not hang (the commands
+#: run in this process: pytest-timeout stops a test blocked opening a FIFO).
 FIFO_TIMEOUT = 30
 
 
@@ -29,12 +30,10 @@ def fifo(tmp_path: Path) -> Path:
     return path
 
 
-@pytest.fixture(scope="module")
-def trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("trace") / "t.sqlite"
-    res = run_cli(["run", "sgdmf", "-p", "synthetic=true", "-p", "epochs=1", "--trace", str(path)])
-    assert res.returncode == 0, res.stderr
-    return path
+@pytest.fixture
+def trace(trace_library) -> Path:
+    """A 1-rank SGDMF trace, shared read-only (the tests copy it to change it)."""
+    return trace_library.get(*SGDMF_1)
 
 
 def _digest(path: Path) -> str:
@@ -60,9 +59,10 @@ def test_special_kind_uses_stat_only(fifo: Path, tmp_path: Path) -> None:
     ],
     ids=lambda a: a[0],
 )
-def test_every_command_refuses_a_fifo(fifo: Path, args: list[str]) -> None:
+@pytest.mark.timeout(FIFO_TIMEOUT)
+def test_every_command_refuses_a_fifo(fifo: Path, args: list[str], cli) -> None:
     argv = [a.format(f=fifo, d=fifo.parent) for a in args]
-    res = run_cli(argv, timeout=FIFO_TIMEOUT)
+    res = cli(*argv)
     assert res.returncode == 2, res.stderr
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("replay: error:"), res.stderr
@@ -71,21 +71,23 @@ def test_every_command_refuses_a_fifo(fifo: Path, args: list[str]) -> None:
     assert not (fifo.parent / "out.json").exists()
 
 
-def test_cluster_trace_out_refuses_a_fifo(fifo: Path, trace: Path) -> None:
-    res = run_cli(["cluster", str(trace), "--trace-out", str(fifo)], timeout=FIFO_TIMEOUT)
+@pytest.mark.timeout(FIFO_TIMEOUT)
+def test_cluster_trace_out_refuses_a_fifo(fifo: Path, trace: Path, cli) -> None:
+    res = cli("cluster", str(trace), "--trace-out", str(fifo))
     assert res.returncode == 2 and "already exists" in res.stderr
 
 
-def test_ls_skips_a_fifo_and_says_why(fifo: Path, trace: Path) -> None:
+@pytest.mark.timeout(FIFO_TIMEOUT)
+def test_ls_skips_a_fifo_and_says_why(fifo: Path, trace: Path, cli) -> None:
     other = fifo.parent / "t.sqlite"
     other.write_bytes(trace.read_bytes())
-    res = run_cli(["ls", str(fifo.parent)], timeout=FIFO_TIMEOUT)
+    res = cli("ls", str(fifo.parent))
     assert res.returncode == 0, res.stderr
     assert "t.sqlite" in res.stdout and "sgdmf" in res.stdout
     row = next(line for line in res.stdout.splitlines() if "x.sqlite" in line)
     assert "skipped" in row and "FIFO" in row  # an unreadable file is a row saying why
     assert res.stderr.strip() == "replay: note: skipped 1 unreadable file(s)"
-    res = run_cli(["ls", str(fifo.parent), "--json"], timeout=FIFO_TIMEOUT)
+    res = cli("ls", str(fifo.parent), "--json")
     doc = json.loads(res.stdout)
     assert [Path(e["path"]).name for e in doc["errors"]] == ["x.sqlite"]
     assert len(doc["traces"]) == 1
@@ -110,32 +112,32 @@ def test_browse_shows_a_fifo_as_unreadable_and_q_quits(fifo: Path) -> None:
     asyncio.run(asyncio.wait_for(main(), FIFO_TIMEOUT))
 
 
-def test_export_refuses_to_overwrite_the_trace_it_reads(trace: Path) -> None:
+def test_export_refuses_to_overwrite_the_trace_it_reads(trace: Path, tmp_path: Path, cli) -> None:
     before = _digest(trace)
     for out in (str(trace), str(trace.parent / ".." / trace.parent.name / trace.name)):
-        res = run_cli(["export", str(trace), "--format", "chrome", "-o", out, "--force"])
+        res = cli("export", str(trace), "--format", "chrome", "-o", out, "--force")
         assert res.returncode == 2 and "trace being read" in res.stderr, res.stderr
-    link = trace.parent / "link.json"
+    link = tmp_path / "link.json"  # the shared trace's directory is not ours to write
     link.symlink_to(trace)
-    res = run_cli(["export", str(trace), "-o", str(link), "--force"])
+    res = cli("export", str(trace), "-o", str(link), "--force")
     assert res.returncode == 2 and "trace being read" in res.stderr
     assert _digest(trace) == before
 
 
 def test_export_needs_force_for_an_existing_file_and_never_replaces_a_trace(
-    trace: Path, tmp_path: Path
+    trace: Path, tmp_path: Path, cli
 ) -> None:
     out = tmp_path / "out.json"
     out.write_text("keep")
-    res = run_cli(["export", str(trace), "-o", str(out)])
+    res = cli("export", str(trace), "-o", str(out))
     assert res.returncode == 2 and "--force" in res.stderr and len(res.stderr.splitlines()) == 1
     assert out.read_text() == "keep"
-    res = run_cli(["export", str(trace), "-o", str(out), "--force"])
+    res = cli("export", str(trace), "-o", str(out), "--force")
     assert res.returncode == 0, res.stderr
     assert "traceEvents" in json.loads(out.read_text())
     other = tmp_path / "other.sqlite"
     other.write_bytes(trace.read_bytes())
-    res = run_cli(["export", str(trace), "-o", str(other), "--force"])
+    res = cli("export", str(trace), "-o", str(other), "--force")
     assert res.returncode == 2 and "never overwritten" in res.stderr
     assert _digest(other) == _digest(trace)
 
@@ -160,28 +162,30 @@ def big_trace(trace: Path, tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize("cmd", ["cluster", "single"])
-def test_a_trace_asking_for_999_ranks_is_refused_quickly(big_trace: Path, cmd: str) -> None:
+@pytest.mark.timeout(30)
+def test_a_trace_asking_for_999_ranks_is_refused_quickly(big_trace: Path, cmd: str, cli) -> None:
     t0 = time.monotonic()
-    res = run_cli([cmd, str(big_trace), "--max-ranks", "8"], timeout=30)
+    res = cli(cmd, str(big_trace), "--max-ranks", "8")
     assert time.monotonic() - t0 < 30
     assert res.returncode == 2
     (line,) = res.stderr.strip().splitlines()
     assert "999" in line and "limit of 8" in line and "--max-ranks" in line
 
 
-def test_max_threads_bounds_the_recorded_threads(trace: Path, tmp_path: Path) -> None:
+@pytest.mark.timeout(30)
+def test_max_threads_bounds_the_recorded_threads(trace: Path, tmp_path: Path, cli) -> None:
     path = tmp_path / "threads.sqlite"
     path.write_bytes(trace.read_bytes())
     with sqlite3.connect(path) as db:
         db.execute("UPDATE run SET threads = 500")
     db.close()
     reseal(path)
-    res = run_cli(["single", str(path), "--max-threads", "4"], timeout=30)
+    res = cli("single", str(path), "--max-threads", "4")
     assert res.returncode == 2
     assert "500" in res.stderr and "limit of 4" in res.stderr and "--max-threads" in res.stderr
 
 
-def test_max_ranks_raises_the_limit(trace: Path, tmp_path: Path) -> None:
+def test_max_ranks_raises_the_limit(trace: Path, tmp_path: Path, cli) -> None:
     # a 1-rank trace claiming 3 ranks: allowed past the limit, then replayed in-process
     path = tmp_path / "three.sqlite"
     path.write_bytes(trace.read_bytes())
@@ -189,8 +193,8 @@ def test_max_ranks_raises_the_limit(trace: Path, tmp_path: Path) -> None:
         db.execute("UPDATE run SET ranks = 3")
     db.close()
     reseal(path)
-    refused = run_cli(["single", str(path), "--max-ranks", "2"], timeout=60)
+    refused = cli("single", str(path), "--max-ranks", "2")
     assert refused.returncode == 2 and "--max-ranks" in refused.stderr
-    allowed = run_cli(["single", str(path), "--max-ranks", "3"], timeout=120)
+    allowed = cli("single", str(path), "--max-ranks", "3")
     assert "--max-ranks" not in allowed.stderr
     assert allowed.returncode in (0, 3), allowed.stderr  # past the check: it replays

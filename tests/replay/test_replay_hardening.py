@@ -21,8 +21,10 @@ from engine._machines.planner import Task
 from replay._controller import plan_difference
 from replay._errors import UsageError
 from replay._target import check_params
+from tests import cli as tcli
 from tests.conftest import ROOT, run_cli
 from tests.tracer.tracehelp import reseal
+from tests.traces import SGDMF_1, settle
 
 HERE = Path(__file__).parent
 APPS = HERE / "nondet_apps.py"
@@ -64,7 +66,7 @@ def one_line(proc, status: int, *needles: str) -> str:
 
 def record(tmp_path: Path, app: str, *args: str, name: str = "t.sqlite", **kw) -> Path:
     trace = tmp_path / name
-    proc = run_cli(["run", app, *args, "--trace", str(trace), "--json"], **kw)
+    proc = tcli.invoke(["run", app, *args, "--trace", str(trace), "--json"], **kw)
     assert proc.returncode == 0, proc.stderr
     return trace
 
@@ -90,6 +92,15 @@ def user_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return record(tmp, f"{app}:train", "--ranks", "2")
 
 
+@pytest.fixture(scope="module")
+def hot_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 2-rank, 2-thread recording of ``hot_locks``, shared: tests copy it."""
+    tmp = tmp_path_factory.mktemp("hot")
+    trace = record(tmp, f"{APPS}:hot_locks", "--ranks", "2", "--threads", "2")
+    settle(trace)  # a byte copy is then the whole trace
+    return trace
+
+
 # ---------------------------------------------------------------- 1. what replay runs
 @pytest.mark.parametrize(
     "target,params",
@@ -104,8 +115,9 @@ def user_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
         ("{app}.txt:train", {}),  # not a .py file
     ],
 )
+@pytest.mark.mpi  # in-process, but the 2-rank recording or cluster starts mpiexec
 def test_a_target_that_is_not_a_python_function_is_refused(
-    tmp_path: Path, user_trace: Path, target: str, params: dict[str, str]
+    tmp_path: Path, user_trace: Path, target: str, params: dict[str, str], cli
 ) -> None:
     marker = tmp_path / "ran"
     app = user_trace.parent / "train.py"
@@ -116,28 +128,30 @@ def test_a_target_that_is_not_a_python_function_is_refused(
         user_trace, tmp_path / "forged.sqlite", app=target, target=target, params=json.dumps(values)
     )
     for mode in ("single", "cluster"):
-        proc = run_cli([mode, str(bad)], timeout=60)
+        proc = cli(mode, str(bad))
         one_line(proc, 2)
         assert not marker.exists(), f"replay {mode} ran {target}"
 
 
+@pytest.mark.mpi  # in-process, but the 2-rank recording or cluster starts mpiexec
 def test_a_file_target_with_another_digest_is_not_even_imported(
-    tmp_path: Path, user_trace: Path
+    tmp_path: Path, user_trace: Path, cli
 ) -> None:
     marker = tmp_path / "imported"
     evil = tmp_path / "evil.py"
     evil.write_text(f"open({str(marker)!r}, 'w').close()\ndef train(epochs: int = 1): pass\n")
     bad = forge(user_trace, tmp_path / "f.sqlite", app=f"{evil}:train", target=f"{evil}:train")
     for mode in ("single", "cluster"):
-        one_line(run_cli([mode, str(bad)], timeout=60), 2, "--allow-changed-code")
+        one_line(cli(mode, str(bad)), 2, "--allow-changed-code")
         assert not marker.exists()
 
 
-def test_a_builtin_app_is_checked_against_its_digest_too(tmp_path: Path) -> None:
-    trace = record(tmp_path, "sgdmf", "-p", "epochs=1", "-p", "synthetic=true", "-p", "rank=4")
-    bad = forge(trace, tmp_path / "b.sqlite", code_digest="0" * 32)
+def test_a_builtin_app_is_checked_against_its_digest_too(
+    tmp_path: Path, trace_library, cli
+) -> None:
+    bad = forge(trace_library.get(*SGDMF_1), tmp_path / "b.sqlite", code_digest="0" * 32)
     for mode in ("single", "cluster"):
-        one_line(run_cli([mode, str(bad)], timeout=60), 2, "000000000000 recorded")
+        one_line(cli(mode, str(bad)), 2, "000000000000 recorded")
 
 
 @pytest.mark.parametrize(
@@ -171,11 +185,12 @@ def test_well_typed_params_pass() -> None:
     assert check_params(ns["train"], ok, "t") == ok
 
 
-def test_wrong_recorded_params_exit_2_before_running(tmp_path: Path, user_trace: Path) -> None:
+@pytest.mark.mpi  # in-process, but the 2-rank recording or cluster starts mpiexec
+def test_wrong_recorded_params_exit_2_before_running(tmp_path: Path, user_trace: Path, cli) -> None:
     for k, values in enumerate(({"epochs": [1, 2]}, [3], {"scale": "fast"})):
         bad = forge(user_trace, tmp_path / f"p{k}.sqlite", params=json.dumps(values))
         for mode in ("single", "cluster"):
-            one_line(run_cli([mode, str(bad)], timeout=60), 2, "the trace")
+            one_line(cli(mode, str(bad)), 2, "the trace")
 
 
 # ---------------------------------------------------------------- 7. crashes and pdb
@@ -186,10 +201,12 @@ def test_wrong_recorded_params_exit_2_before_running(tmp_path: Path, user_trace:
         (2, "identical (up to sgd#1, the run crashed after it)"),
     ],
 )
+@pytest.mark.mpi  # the replays run in-process, but cluster starts mpiexec
 def test_a_crashed_trace_replays_what_was_completed(
-    tmp_path: Path, kill_at: int, head: str
+    tmp_path: Path, kill_at: int, head: str, cli
 ) -> None:
     trace = tmp_path / "c.sqlite"
+    # a real process records: a rank SIGKILLs itself and the command marks the run crashed
     proc = run_cli(
         [
             "run",
@@ -207,28 +224,33 @@ def test_a_crashed_trace_replays_what_was_completed(
     assert proc.returncode != 0 and "signal 9" in proc.stderr, proc.stderr
     assert tracer.open(trace).run().info.status == "crashed"
     for mode in ("cluster", "single"):
-        proc = run_cli([mode, str(trace)], timeout=120)
+        proc = cli(mode, str(trace))
         assert proc.returncode == 0, (proc.stdout, proc.stderr)
         assert head in proc.stdout and "DIVERGED" not in proc.stdout
     verdicts = tracer.open(trace).run().verdicts()
     assert [(v.kind, v.passed) for v in verdicts] == [("cluster", True), ("single", True)]
 
 
-def test_a_run_stopped_by_ctrl_c_is_interrupted_not_crashed(tmp_path: Path) -> None:
+def test_a_run_stopped_by_ctrl_c_is_interrupted_not_crashed(tmp_path: Path, cli) -> None:
     trace = tmp_path / "i.sqlite"
+    # a real process records: a KeyboardInterrupt must not escape into pytest
     argv = ["run", f"{CRASH}:killed", "--ranks", "1", "-p", "kill_at=1", "--trace", str(trace)]
     proc = run_cli(argv, env={"CRASH_APPS_INTERRUPT": "1"}, timeout=120)
     assert proc.returncode == 130 and "Traceback" not in proc.stderr, proc.stderr
     info = tracer.open(trace).run().info
     assert (info.status, info.error) == ("interrupted", "interrupted by SIGINT")
-    proc = run_cli(["single", str(trace)], timeout=120)
+    proc = cli("single", str(trace))
     assert proc.returncode == 0, (proc.stdout, proc.stderr)
     assert "identical (up to sgd#0, the run was interrupted after it)" in proc.stdout
 
 
 @pytest.mark.parametrize("how", ["--break", "--until"])
-def test_quitting_pdb_stops_the_replay_without_a_verdict(tmp_path: Path, how: str) -> None:
-    trace = record(tmp_path, f"{APPS}:hot_locks", "--ranks", "2", "--threads", "2")
+@pytest.mark.mpi  # the shared recording starts mpiexec
+def test_quitting_pdb_stops_the_replay_without_a_verdict(
+    tmp_path: Path, hot_trace: Path, how: str
+) -> None:
+    # pdb reads the real process's stdin: it cannot be driven in-process under pytest
+    trace = Path(shutil.copy(hot_trace, tmp_path / "t.sqlite"))
     where = "hot:1:17@1" if how == "--break" else "hot:0"
     proc = run_cli(["single", str(trace), how, where], input="q\n", timeout=60)
     assert proc.returncode == 0, (proc.stdout, proc.stderr)
@@ -236,11 +258,12 @@ def test_quitting_pdb_stops_the_replay_without_a_verdict(tmp_path: Path, how: st
     assert tracer.open(trace).run().verdicts() == []
 
 
-def test_quitting_pdb_interactively(tmp_path: Path) -> None:
+@pytest.mark.mpi  # the shared recording starts mpiexec
+def test_quitting_pdb_interactively(tmp_path: Path, hot_trace: Path) -> None:
     pexpect = pytest.importorskip("pexpect")
     import sys
 
-    trace = record(tmp_path, f"{APPS}:hot_locks", "--ranks", "2", "--threads", "2")
+    trace = Path(shutil.copy(hot_trace, tmp_path / "t.sqlite"))
     child = pexpect.spawn(
         sys.executable,
         ["-m", "replay", "single", str(trace), "--break", "hot:1:17@1"],
@@ -260,13 +283,14 @@ def test_quitting_pdb_interactively(tmp_path: Path) -> None:
 
 
 # ---------------------------------------------------------------- 3. precise reports
-def test_a_cluster_message_divergence_names_the_operator(tmp_path: Path) -> None:
+@pytest.mark.mpi  # in-process, but the 2-rank recording or cluster starts mpiexec
+def test_a_cluster_message_divergence_names_the_operator(tmp_path: Path, cli) -> None:
     app = tmp_path / "k.py"
     shutil.copy(CRASH, app)
     trace = record(tmp_path, f"{app}:killed", "--ranks", "2", "-p", "epochs=2")
     app.write_text(app.read_text().replace("range(epochs)", "range(epochs + 1)"))
     for mode in ("cluster", "single"):
-        proc = run_cli([mode, str(trace), "--allow-changed-code"], timeout=120)
+        proc = cli(mode, str(trace), "--allow-changed-code")
         assert proc.returncode == 3, proc.stderr
         assert "at sgd#2," in proc.stdout and "-#-1" not in proc.stdout, proc.stdout
 
@@ -298,8 +322,8 @@ def test_plan_difference_names_the_task_and_the_moved_indices() -> None:
         ["dual", "sgdmf", "--timeout", "0"],
     ],
 )
-def test_timeout_must_be_positive(args: list[str]) -> None:
-    proc = run_cli(args, timeout=60)
+def test_timeout_must_be_positive(args: list[str], cli) -> None:
+    proc = cli(*args)
     assert proc.returncode == 2 and "--timeout" in proc.stderr
 
 

@@ -7,15 +7,17 @@ from pathlib import Path
 import pytest
 
 import tracer
-from tests.conftest import run_cli
+
+#: Every test runs ``replay run --ranks N`` in this process: mpiexec starts the ranks.
+pytestmark = pytest.mark.mpi
 
 APP = f"{Path(__file__).parent / 'env_apps.py'}:rank_state"
 
 
 @pytest.mark.parametrize("ranks", [2, 3])
-def test_rank_specific_driver_state_stops_the_run(ranks: int, tmp_path: Path) -> None:
+def test_rank_specific_driver_state_stops_the_run(ranks: int, tmp_path: Path, cli) -> None:
     trace = tmp_path / "t.sqlite"
-    proc = run_cli(["run", APP, "--ranks", str(ranks), "--trace", str(trace)])
+    proc = cli("run", APP, "--ranks", str(ranks), "--trace", str(trace))
     assert proc.returncode == 1, proc.stderr
     errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("replay: error")]
     assert len(errors) == 1, proc.stderr
@@ -26,12 +28,12 @@ def test_rank_specific_driver_state_stops_the_run(ranks: int, tmp_path: Path) ->
     assert tracer.open(trace).run().objectives() == {"loss": [28.0]}
 
 
-def test_signed_zero_differs_but_nan_is_equal() -> None:
-    proc = run_cli(["run", APP, "--ranks", "2", "--no-trace", "-p", "kind=signed_zero"])
+def test_signed_zero_differs_but_nan_is_equal(cli) -> None:
+    proc = cli("run", APP, "--ranks", "2", "--no-trace", "-p", "kind=signed_zero")
     assert proc.returncode == 1
     assert "iteration 0 is rank 0: 0.0; rank 1: -0.0;" in proc.stderr
     for kind in ("nan", "same"):
-        proc = run_cli(["run", APP, "--ranks", "2", "--no-trace", "-p", f"kind={kind}"])
+        proc = cli("run", APP, "--ranks", "2", "--no-trace", "-p", f"kind={kind}")
         assert proc.returncode == 0, proc.stderr
 
 
@@ -50,22 +52,22 @@ STEPS = f"{Path(__file__).parent / 'env_apps.py'}:rank_steps"
         ("objective", 2, "rank 0 at ap.log_objective('extra') iteration 0"),
     ],
 )
+@pytest.mark.timeout(120)  # a hang (ranks waiting for each other) must fail, not block
 def test_a_driver_whose_operations_differ_between_ranks_stops_at_once(
-    kind: str, ranks: int, needle: str
+    kind: str, ranks: int, needle: str, cli
 ) -> None:
     """Ranks that reach different operations (a loop count, a branch, a range, a metric
     from one rank's Python state) waited for each other until killed; now every rank
     checks at each operation that all are at the same one: exit 1 and one line naming
     what each rank was doing."""
-    proc = run_cli(
-        ["run", STEPS, "--ranks", str(ranks), "--no-trace", "-p", f"kind={kind}"], timeout=120
-    )
+    proc = cli("run", STEPS, "--ranks", str(ranks), "--no-trace", "-p", f"kind={kind}")
     assert proc.returncode == 1, proc.stderr
     errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("replay: error")]
     assert len(errors) == 1, proc.stderr
     assert "the driver diverged between MPI ranks" in errors[0] and needle in errors[0], errors
 
 
-def test_the_same_operations_on_every_rank_pass_the_check() -> None:
-    proc = run_cli(["run", STEPS, "--ranks", "3", "--no-trace", "-p", "kind=same"], timeout=120)
+@pytest.mark.timeout(120)
+def test_the_same_operations_on_every_rank_pass_the_check(cli) -> None:
+    proc = cli("run", STEPS, "--ranks", "3", "--no-trace", "-p", "kind=same")
     assert proc.returncode == 0, proc.stderr
