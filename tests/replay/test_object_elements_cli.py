@@ -5,7 +5,8 @@ Object elements are digested and compared by text.  An object of a class without
 deterministic program with such a DDS was reported ``DIVERGED`` by ``replay single`` and
 ``FAIL`` by the dual tests; and a list read from a DDS and changed in place changed one
 replica only (``final s`` 72 in one process, 60 on two ranks).  Both are checked here
-through the CLI a user runs.
+through the CLI a user runs (in this process, tests/cli.py: the 2-rank runs still start
+``mpiexec``, whose ranks are other processes, so those tests are ``mpi``).
 """
 
 from __future__ import annotations
@@ -13,8 +14,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from tests.conftest import run_cli
 
 APP = """
 import engine as ap
@@ -53,21 +52,23 @@ def _final(stdout: str) -> str:
     return next(ln for ln in stdout.splitlines() if ln.startswith("final s"))
 
 
+@pytest.mark.mpi
 def test_objects_replay_identically_and_give_one_answer_on_any_placement(
-    app: str, tmp_path: Path
+    app: str, tmp_path: Path, cli
 ) -> None:
     trace = str(tmp_path / "t.sqlite")
-    one = run_cli(["run", app, "--no-trace"])
-    two = run_cli(["run", app, "--ranks", "2", "--trace", trace, "--timeout", "90"])
+    one = cli("run", app, "--no-trace")
+    two = cli("run", app, "--ranks", "2", "--trace", trace, "--timeout", "90")
     assert one.returncode == 0 and two.returncode == 0, one.stderr + two.stderr
     assert _final(one.stdout) == _final(two.stdout) == "final s = 80"
     for mode in ("single", "cluster"):
-        rep = run_cli([mode, trace])
+        rep = cli(mode, trace)
         assert rep.returncode == 0 and "identical" in rep.stdout, rep.stdout + rep.stderr
 
 
-def test_objects_pass_the_dual_tests_under_mpi(app: str) -> None:
-    res = run_cli(["dual", app, "--ranks", "2", "--no-trace"])
+@pytest.mark.mpi
+def test_objects_pass_the_dual_tests_under_mpi(app: str, cli) -> None:
+    res = cli("dual", app, "--ranks", "2", "--no-trace")
     assert res.returncode == 0, res.stdout + res.stderr
     assert "forward: PASS" in res.stdout and "backward: PASS" in res.stdout
 
@@ -95,19 +96,19 @@ def app(n: int = 6, epochs: int = 2):
 
 
 def test_a_replay_that_differs_inside_an_array_of_an_object_element_diverges(
-    tmp_path: Path,
+    tmp_path: Path, cli
 ) -> None:
     """Object elements were digested by ``repr``, which shows a float array to 8 digits:
     this replay said ``identical`` though every element differed (before this change)."""
     app = tmp_path / "nudged.py"
     app.write_text(NUDGED)
     trace = str(tmp_path / "t.sqlite")
-    rec = run_cli(["run", f"{app}:app", "--trace", trace], env={"NUDGE": "0"})
+    rec = cli("run", f"{app}:app", "--trace", trace, env={"NUDGE": "0"})
     assert rec.returncode == 0, rec.stderr
     for mode in ("single", "cluster"):
-        same = run_cli([mode, trace], env={"NUDGE": "0"})
+        same = cli(mode, trace, env={"NUDGE": "0"})
         assert same.returncode == 0 and "identical" in same.stdout, same.stdout + same.stderr
         assert "object text" not in same.stderr  # recorded with this text: no warning
-        moved = run_cli([mode, trace], env={"NUDGE": "1"})
+        moved = cli(mode, trace, env={"NUDGE": "1"})
         assert moved.returncode == 3, moved.stdout + moved.stderr
         assert "DIVERGED on node 0 at b#0, outcome digest of P" in moved.stdout

@@ -2,6 +2,10 @@
 
 The server comes from the ``pg_server`` fixture (tests/pg.py); each test has its own
 database.  The URLs carry a real password, and no output or file name may show it.
+
+The commands run in this process (tests/cli.py), except where a process is the point: a
+writer read while it runs, a fresh interpreter without the driver, and one smoke test of
+the console script.  Commands that run 2 ranks still start ``mpiexec`` (marked ``mpi``).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from pathlib import Path
 import pytest
 
 import tracer
+from tests import cli as tcli
 from tests.conftest import ROOT, run_cli
 from tests.pg import PASSWORD
 
@@ -60,12 +65,13 @@ def test_a_recorded_run_lives_in_postgres_and_nowhere_else(pg_trace: dict) -> No
         assert trace.verify(info.run_id).ok
 
 
+@pytest.mark.mpi
 def test_cluster_and_single_replay_are_identical_and_store_verdicts(
-    pg_trace: dict, tmp_path: Path
+    pg_trace: dict, tmp_path: Path, cli
 ) -> None:
     url = pg_trace["url"]
     for mode in ("cluster", "single"):
-        proc = run_cli([mode, url, "--json"], cwd=tmp_path, timeout=300)
+        proc = cli(mode, url, "--json", cwd=tmp_path)
         assert proc.returncode == 0, proc.stderr
         _no_password(proc.stdout, proc.stderr)
         res = json.loads(proc.stdout)
@@ -77,15 +83,15 @@ def test_cluster_and_single_replay_are_identical_and_store_verdicts(
     assert _files(tmp_path) == []
 
 
-def test_show_ls_export_and_verify_hide_the_password(pg_trace: dict, tmp_path: Path) -> None:
+def test_show_ls_export_and_verify_hide_the_password(pg_trace: dict, tmp_path: Path, cli) -> None:
     url, shown = pg_trace["url"], tracer.describe(pg_trace["url"])
-    proc = run_cli(["show", url], cwd=tmp_path)
+    proc = cli("show", url, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith(shown + ": 1 run(s)")
     assert "sgd" in proc.stdout and "rotation" in proc.stdout
     _no_password(proc.stdout, proc.stderr)
 
-    proc = run_cli(["show", url, "--json"], cwd=tmp_path)
+    proc = cli("show", url, "--json", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     assert doc["trace"] == shown and doc["store_bytes"] > 0
@@ -93,28 +99,29 @@ def test_show_ls_export_and_verify_hide_the_password(pg_trace: dict, tmp_path: P
     assert run["operators"]["sgd"]["invocations"] == 2
     _no_password(proc.stdout, proc.stderr)
 
-    proc = run_cli(["ls", url, "--json"], cwd=tmp_path)
+    proc = cli("ls", url, "--json", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     assert doc["errors"] == []
     assert [(t["path"], t["run_id"]) for t in doc["traces"]][0] == (shown, pg_trace["run_id"])
-    proc = run_cli(["ls", url], cwd=tmp_path)
+    proc = cli("ls", url, cwd=tmp_path)
     assert proc.returncode == 0 and "sgdmf" in proc.stdout and "2x1" in proc.stdout
     _no_password(proc.stdout, proc.stderr)
 
-    proc = run_cli(["export", url, "-o", "timeline.json"], cwd=tmp_path)
+    proc = cli("export", url, "-o", "timeline.json", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     events = json.loads((tmp_path / "timeline.json").read_text())
     assert events and _files(tmp_path) == ["timeline.json"]
     _no_password(proc.stdout, proc.stderr, (tmp_path / "timeline.json").read_text())
 
-    proc = run_cli(["verify", url], cwd=tmp_path)
+    proc = cli("verify", url, cwd=tmp_path)
     assert proc.returncode == 0 and proc.stdout.startswith("ok:"), proc.stderr
 
 
-def test_dual_test_records_into_postgres(pg_url: str, tmp_path: Path) -> None:
+@pytest.mark.mpi
+def test_dual_test_records_into_postgres(pg_url: str, tmp_path: Path, cli) -> None:
     args = ["dual", "sgdmf", "-p", "synthetic=true", "-p", "epochs=1", "--ranks", "2"]
-    proc = run_cli([*args, "--trace", pg_url, "--json"], cwd=tmp_path, timeout=300)
+    proc = cli(*args, "--trace", pg_url, "--json", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     _no_password(proc.stdout, proc.stderr)
     doc = json.loads(proc.stdout)
@@ -127,7 +134,8 @@ def test_dual_test_records_into_postgres(pg_url: str, tmp_path: Path) -> None:
     assert _files(tmp_path) == []
 
 
-def test_reading_while_a_run_writes_gives_no_errors(pg_url: str, tmp_path: Path) -> None:
+def test_reading_while_a_run_writes_gives_no_errors(pg_url: str, tmp_path: Path, cli) -> None:
+    """The writer is a real process (it runs while this one reads); the reads are not."""
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
     args = ["run", "sgdmf", "-p", "synthetic=true", "-p", "epochs=8", "--ranks", "2"]
     writer = subprocess.Popen(
@@ -147,7 +155,7 @@ def test_reading_while_a_run_writes_gives_no_errors(pg_url: str, tmp_path: Path)
             if not _has_schema(pg_url):
                 time.sleep(0.2)  # the run has not created its store yet
                 continue
-            proc = run_cli(["show", pg_url, "--json"], cwd=tmp_path, timeout=60)
+            proc = cli("show", pg_url, "--json", cwd=tmp_path)
             assert proc.returncode == 0, proc.stderr
             _no_password(proc.stdout, proc.stderr)
             for run in json.loads(proc.stdout)["runs"]:
@@ -160,7 +168,7 @@ def test_reading_while_a_run_writes_gives_no_errors(pg_url: str, tmp_path: Path)
             writer.communicate()
     assert writer.returncode == 0, err
     assert reads >= 1 and seen <= {"running", "finished"}
-    proc = run_cli(["show", pg_url, "--json"], cwd=tmp_path)
+    proc = cli("show", pg_url, "--json", cwd=tmp_path)
     (run,) = json.loads(proc.stdout)["runs"]
     assert run["status"] == "finished" and len(run["objectives"]["rmse"]) == 8
     assert _files(tmp_path) == []
@@ -195,7 +203,7 @@ def test_without_the_driver_a_url_names_the_extra(pg_trace: dict, tmp_path: Path
     assert _files(tmp_path) == []
 
 
-def test_a_driver_that_is_not_installed_is_one_line(tmp_path: Path) -> None:
+def test_a_driver_that_is_not_installed_is_one_line(tmp_path: Path, cli) -> None:
     try:
         import pg8000  # noqa: F401
     except ImportError:
@@ -203,22 +211,15 @@ def test_a_driver_that_is_not_installed_is_one_line(tmp_path: Path) -> None:
     else:
         pytest.skip("pg8000 is installed here")
     url = f"postgresql+pg8000://someone:{PASSWORD}@127.0.0.1/db"
-    _one_line_error(run_cli(["show", url], cwd=tmp_path), "'pg8000'", "strads-replay[postgres]")
+    _one_line_error(cli("show", url, cwd=tmp_path), "'pg8000'", "strads-replay[postgres]")
 
 
-def test_bad_urls_are_one_line_without_the_password(
-    pg_server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from click.testing import CliRunner
-
-    from replay._cli import cli
-
+def test_bad_urls_are_one_line_without_the_password(pg_server, tmp_path: Path) -> None:
     refused = f"postgresql+psycopg://replay:{PASSWORD}@127.0.0.1:1/db"
     wrong_pw = pg_server.url().replace(PASSWORD, PASSWORD + "-wrong")
     unknown_db = pg_server.url("no_such_database")
     # the real console script once; the rest of the matrix in-process (same code path)
     _one_line_error(run_cli(["cluster", wrong_pw], cwd=tmp_path), "password authentication")
-    monkeypatch.chdir(tmp_path)
     for url in (refused, wrong_pw, unknown_db):
         for args in (
             ["show", url],
@@ -229,14 +230,13 @@ def test_bad_urls_are_one_line_without_the_password(
             ["verify", url],
             ["run", "sgdmf", "-p", "synthetic=true", "--trace", url],
         ):
-            res = CliRunner().invoke(cli, args)
-            proc = subprocess.CompletedProcess(args, res.exit_code, res.stdout, res.stderr)
+            proc = tcli.invoke(args, cwd=tmp_path)
             _one_line_error(proc, "cannot connect to", "***")
-            assert PASSWORD + "-wrong" not in res.stderr
+            assert PASSWORD + "-wrong" not in proc.stderr
     assert _files(tmp_path) == []
 
 
-def test_a_postgres_database_of_another_application_is_refused(pg_url: str) -> None:
+def test_a_postgres_database_of_another_application_is_refused(pg_url: str, cli) -> None:
     import sqlalchemy as sa
 
     engine = sa.create_engine(pg_url)
@@ -244,4 +244,4 @@ def test_a_postgres_database_of_another_application_is_refused(pg_url: str) -> N
         conn.exec_driver_sql("CREATE TABLE invoices (id integer primary key)")
     engine.dispose()
     for args in (["show", pg_url], ["run", "sgdmf", "-p", "synthetic=true", "--trace", pg_url]):
-        _one_line_error(run_cli(args), "no schema_info table")
+        _one_line_error(cli(*args), "no schema_info table")

@@ -1,4 +1,11 @@
-"""Cluster and single-node replay: identical outcomes, breakpoints, divergence reports."""
+"""Cluster and single-node replay: identical outcomes, breakpoints, divergence reports.
+
+Commands run in this process (tests/cli.py) unless a process is the point (pdb driven
+through a terminal or stdin, ``mpiexec`` started by the user); a command that runs more
+than one rank still starts ``mpiexec``, so those tests are marked ``mpi``.  The 2-rank,
+3-thread lock app is recorded once per session (``trace_library``); a test that replays
+it takes a copy (``single``/``cluster`` store their verdict in the trace).
+"""
 
 from __future__ import annotations
 
@@ -11,27 +18,31 @@ from pathlib import Path
 import pytest
 
 import tracer
+from tests import cli as tcli
 from tests.conftest import run_cli, run_mpi, unrecorded_outcomes
 
 HERE = Path(__file__).parent
 ROOT = HERE.parent.parent
 APPS = HERE / "nondet_apps.py"
 SYN = ["-p", "synthetic=true", "-p", "rank=4"]
+#: The lock app on 2 ranks of 3 threads: its lock orders differ between unrecorded runs.
+HOT_LOCKS = (f"{APPS}:hot_locks", "--ranks", "2", "--threads", "3")
 
 
 def record(tmp_path: Path, app: str, *args: str, name: str = "t.sqlite") -> Path:
     trace = tmp_path / name
-    proc = run_cli(["run", app, *args, "--trace", str(trace), "--json"])
+    proc = tcli.invoke(["run", app, *args, "--trace", trace, "--json"])
     assert proc.returncode == 0, proc.stderr
     return trace
 
 
 def replay(mode: str, trace: Path, *args: str, **kw) -> tuple[int, dict]:
-    proc = run_cli([mode, str(trace), *args, "--json"], **kw)
+    proc = tcli.invoke([mode, trace, *args, "--json"], **kw)
     assert proc.stdout.strip(), proc.stderr
     return proc.returncode, json.loads(proc.stdout)
 
 
+@pytest.mark.mpi
 @pytest.mark.parametrize("ranks,threads", [(2, 1), (2, 2), (3, 1)])
 def test_sgdmf_replays_identically_both_ways(tmp_path: Path, ranks: int, threads: int) -> None:
     trace = record(
@@ -47,19 +58,23 @@ def test_sgdmf_replays_identically_both_ways(tmp_path: Path, ranks: int, threads
     assert kinds == ["cluster", "single"]
 
 
-def test_lock_app_is_nondeterministic_unrecorded_but_replays_exactly(tmp_path: Path) -> None:
+@pytest.mark.mpi
+def test_lock_app_is_nondeterministic_unrecorded_but_replays_exactly(
+    tmp_path: Path, trace_library
+) -> None:
     app = f"{APPS}:hot_locks"
     outcomes = unrecorded_outcomes(app, "--threads", "3", runs=6)
     assert len(outcomes) >= 2, "six unrecorded runs gave the same result: nothing to replay"
-    trace = record(tmp_path, app, "--ranks", "2", "--threads", "3")
+    trace = trace_library.copy(tmp_path, *HOT_LOCKS)
     for mode in ("cluster", "single"):
         for _ in range(4):
             rc, res = replay(mode, trace)
             assert rc == 0 and res["identical"], res
 
 
-def test_traced_replay_has_the_same_orders_and_digests(tmp_path: Path) -> None:
-    trace = record(tmp_path, f"{APPS}:hot_locks", "--ranks", "2", "--threads", "3")
+@pytest.mark.mpi
+def test_traced_replay_has_the_same_orders_and_digests(tmp_path: Path, trace_library) -> None:
+    trace = trace_library.copy(tmp_path, *HOT_LOCKS)
     out = tmp_path / "again.sqlite"
     rc, res = replay("cluster", trace, "--trace-out", str(out))
     assert rc == 0 and res["identical"]
@@ -77,6 +92,7 @@ def test_traced_replay_has_the_same_orders_and_digests(tmp_path: Path) -> None:
         assert ma.source.tolist() == mb.source.tolist()
 
 
+@pytest.mark.mpi
 def test_lock_heavy_gauss_seidel_replays_identically_both_ways(tmp_path: Path) -> None:
     app = f"{ROOT / 'benchmarks' / 'gauss_seidel.py'}:train"
     params = ["-p", "vertices=900", "-p", "degree=3", "-p", "sweeps=2"]
@@ -109,11 +125,14 @@ def _tamper_first_handover(path: Path) -> None:
         )
 
 
-def test_a_tampered_lock_order_is_caught_by_the_chain_and_by_replay(tmp_path: Path) -> None:
+@pytest.mark.mpi
+def test_a_tampered_lock_order_is_caught_by_the_chain_and_by_replay(
+    tmp_path: Path, trace_library
+) -> None:
     sys.path.insert(0, str(ROOT / "tests" / "tracer"))
     from test_trace_chain import _rechain
 
-    trace = record(tmp_path, f"{APPS}:hot_locks", "--ranks", "2", "--threads", "3")
+    trace = trace_library.get(*HOT_LOCKS)  # read only: the edits go to a copy
     edited = tmp_path / "edited.sqlite"
     shutil.copyfile(trace, edited)
     _tamper_first_handover(edited)
@@ -126,24 +145,26 @@ def test_a_tampered_lock_order_is_caught_by_the_chain_and_by_replay(tmp_path: Pa
     assert res["first_difference"]["op"] == "hot", res
 
 
-def test_changed_code_exits_2_naming_both_digests_unless_allowed(tmp_path: Path) -> None:
+@pytest.mark.mpi
+def test_changed_code_exits_2_naming_both_digests_unless_allowed(tmp_path: Path, cli) -> None:
     app = tmp_path / "app.py"
     shutil.copy(APPS, app)
     trace = record(tmp_path, f"{app}:hot_locks", "--ranks", "2", "--threads", "2")
     recorded = tracer.open(trace).run().info.code_digest
     app.write_text(app.read_text().replace("v * 0.99", "v * 0.98"))
     for mode in ("cluster", "single"):
-        proc = run_cli([mode, str(trace)], timeout=120)
+        proc = cli(mode, trace)
         err = proc.stderr.strip()
         assert proc.returncode == 2 and err.count("\n") == 0, proc.stderr
         assert recorded[:12] in err and str(app) in err and "--allow-changed-code" in err
-        proc = run_cli([mode, str(trace), "--allow-changed-code", "--json"], timeout=120)
+        proc = cli(mode, trace, "--allow-changed-code", "--json")
         assert proc.returncode == 3, proc.stderr
         d = json.loads(proc.stdout)["first_difference"]
         assert d["op"] == "hot" and d["invocation"] == 0 and d["what"] == "outcome"
     assert [v.kind for v in tracer.open(trace).run().verdicts()] == ["cluster", "single"]
 
 
+@pytest.mark.mpi
 def test_changed_data_diverges(tmp_path: Path) -> None:
     data = tmp_path / "r.inter"
     lines = ["user_id:token\titem_id:token\trating:float\ttimestamp:float"]
@@ -157,17 +178,18 @@ def test_changed_data_diverges(tmp_path: Path) -> None:
         tmp_path, "sgdmf", "--ranks", "2", "-p", f"data={data}", "-p", "epochs=2", "-p", "rank=4"
     )
     data.write_text("\n".join(lines[:-50]) + "\n")
-    rc, res = replay("cluster", trace, timeout=120)
+    rc, res = replay("cluster", trace)
     assert rc == 3 and res["first_difference"]["what"] in ("plan", "outcome")
 
 
+@pytest.mark.mpi
 def test_nondeterministic_body_diverges(tmp_path: Path) -> None:
     trace = record(tmp_path, f"{APPS}:uses_wall_clock", "--ranks", "2")
-    rc, res = replay("single", trace, timeout=120)
+    rc, res = replay("single", trace)
     assert rc == 3 and res["first_difference"]["op"] == "clock"
 
 
-def test_wrong_rank_count_and_missing_app_exit_2(tmp_path: Path) -> None:
+def test_wrong_rank_count_and_missing_app_exit_2(tmp_path: Path, cli) -> None:
     trace = record(tmp_path, "sgdmf", "--ranks", "2", "-p", "epochs=1", *SYN)
     proc = run_mpi(["-m", "replay", "cluster", str(trace)], 3)
     assert proc.returncode != 0 and "recorded on 2 rank(s) but this replay has 3" in proc.stderr
@@ -176,16 +198,16 @@ def test_wrong_rank_count_and_missing_app_exit_2(tmp_path: Path) -> None:
     trace2 = record(tmp_path, f"{app}:hot_locks", "-p", "epochs=1", name="t2.sqlite")
     app.unlink()
     for mode in ("cluster", "single"):
-        proc = run_cli([mode, str(trace2)])
+        proc = cli(mode, trace2)
         assert proc.returncode == 2 and "app cannot be found" in proc.stderr
         assert proc.stderr.strip().count("\n") == 0
 
 
-def test_not_a_trace_exits_2(tmp_path: Path) -> None:
+def test_not_a_trace_exits_2(tmp_path: Path, cli) -> None:
     bad = tmp_path / "x.sqlite"
     bad.write_bytes(b"not a database at all" * 10)
     for mode in ("cluster", "single"):
-        proc = run_cli([mode, str(bad)])
+        proc = cli(mode, bad)
         assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert bad.read_bytes() == b"not a database at all" * 10
 
@@ -217,6 +239,7 @@ def test_break_stops_in_pdb_inside_the_body(tmp_path: Path) -> None:
 
 
 def test_until_stops_in_the_driver(tmp_path: Path) -> None:
+    """A real process: pdb reads its commands from the command's stdin."""
     trace = record(tmp_path, f"{APPS}:hot_locks", "-p", "epochs=3")
     proc = run_cli(["single", str(trace), "--until", "hot:1"], input="p _ is None\nc\n")
     assert proc.returncode == 0, proc.stderr
@@ -224,7 +247,7 @@ def test_until_stops_in_the_driver(tmp_path: Path) -> None:
     assert "identical" in proc.stdout
 
 
-def test_bad_break_spec_exits_2(tmp_path: Path) -> None:
+def test_bad_break_spec_exits_2(tmp_path: Path, cli) -> None:
     trace = record(tmp_path, f"{APPS}:hot_locks", "-p", "epochs=1")
-    proc = run_cli(["single", str(trace), "--break", "hot:x:1"])
+    proc = cli("single", trace, "--break", "hot:x:1")
     assert proc.returncode == 2 and "INVOCATION" in proc.stderr
