@@ -83,10 +83,11 @@ def test_stop_is_the_kkt_test_on_the_final_coefficients() -> None:
     assert kkt == pytest.approx(out["kkt"], rel=1e-3) and out["kkt"] <= 1e-10 * out["alpha"]
 
 
+@pytest.mark.mpi  # an in-process command whose ranks start under mpiexec
 def test_cli_two_ranks_reaches_the_oracle_and_agrees_with_in_process(
-    diabetes_one_node: ap.RunResult,
+    diabetes_one_node: ap.RunResult, cli
 ) -> None:
-    proc = run_cli(["run", "lasso", "--ranks", "2", "--no-trace", "--json", *DIABETES_CLI])
+    proc = cli("run", "lasso", "--ranks", "2", "--no-trace", "--json", *DIABETES_CLI)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["objectives"]["max_abs_diff_sklearn"][0] <= ORACLE
@@ -159,8 +160,8 @@ def test_bad_parameters_are_refused_before_any_work(params: dict, message: str) 
     assert message in str(info.value) and "\n" not in str(info.value)
 
 
-def test_a_bad_parameter_on_the_cli_gives_one_line_and_exit_2() -> None:
-    proc = run_cli(["run", "lasso", "--no-trace", "-p", "threshold=0"])
+def test_a_bad_parameter_on_the_cli_gives_one_line_and_exit_2(cli) -> None:
+    proc = cli("run", "lasso", "--no-trace", "-p", "threshold=0")
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "threshold=0.0 (need 0 < threshold <= 1)" in lines[0], proc.stderr
@@ -174,12 +175,15 @@ def test_dual_forward_and_backward_on_two_nodes() -> None:
         assert r.bodies > 15
 
 
-def test_record_then_replay_on_the_cluster_and_in_pdb(tmp_path: Path) -> None:
+# recording and cluster replay run in-process (their ranks under mpiexec: marked mpi);
+# pdb cannot be driven in-process under pytest, so `single --break` stays a real process
+@pytest.mark.mpi
+def test_record_then_replay_on_the_cluster_and_in_pdb(tmp_path: Path, cli) -> None:
     trace = tmp_path / "lasso.sqlite"
     params = ["-p", "iterations=25", "-p", "compare=false", *DIABETES_CLI]
-    rec = run_cli(["run", "lasso", "--ranks", "2", "--trace", str(trace), *params])
+    rec = cli("run", "lasso", "--ranks", "2", "--trace", trace, *params)
     assert rec.returncode == 0, rec.stderr
-    rep = run_cli(["cluster", str(trace), "--json"])
+    rep = cli("cluster", trace, "--json")
     assert rep.returncode == 0, rep.stderr
     out = json.loads(rep.stdout)
     assert out["identical"] and out["checked"]["objectives"] == 50

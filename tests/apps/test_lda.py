@@ -89,14 +89,14 @@ def test_missing_member_and_no_network_are_one_line(
     assert "gensim==4.4.0" in str(err.value) and "\n" not in str(err.value)
 
 
-def test_cli_corrupt_cached_corpus_is_one_line_exit_2(tmp_path: pathlib.Path) -> None:
+def test_cli_corrupt_cached_corpus_is_one_line_exit_2(tmp_path: pathlib.Path, cli) -> None:
     cache = tmp_path / "cache"
     dest = cache / "datasets" / _data.CACHE_SUBDIR
     dest.mkdir(parents=True)
     for name in _data.MEMBERS:
         (dest / name).write_text("damaged\n")
-    proc = run_cli(
-        ["run", "lda", "-p", "corpus=lee", "--no-trace"], env={"STRADS_REPLAY_CACHE": str(cache)}
+    proc = cli(
+        "run", "lda", "-p", "corpus=lee", "--no-trace", env={"STRADS_REPLAY_CACHE": str(cache)}
     )
     assert proc.returncode == 2, proc.stderr
     errors = [line for line in proc.stderr.splitlines() if "error" in line]
@@ -258,21 +258,13 @@ def test_perplexity_is_on_par_with_scikit_learn() -> None:
 
 
 # --- CLI, replay, dual ------------------------------------------------------------------------
-def test_cli_two_ranks_two_threads_replays_bitwise(tmp_path: pathlib.Path) -> None:
+# recording and cluster replay run in-process (their ranks under mpiexec: marked mpi);
+# pdb cannot be driven in-process under pytest, so `single --break` stays a real process
+@pytest.mark.mpi
+def test_cli_two_ranks_two_threads_replays_bitwise(tmp_path: pathlib.Path, cli) -> None:
     trace = tmp_path / "lda.db"
-    proc = run_cli(
-        [
-            "run",
-            "lda",
-            *SMALL_CLI,
-            "--ranks",
-            "2",
-            "--threads",
-            "2",
-            "--trace",
-            str(trace),
-            "--json",
-        ]
+    proc = cli(
+        "run", "lda", *SMALL_CLI, "--ranks", "2", "--threads", "2", "--trace", trace, "--json"
     )
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
@@ -280,7 +272,7 @@ def test_cli_two_ranks_two_threads_replays_bitwise(tmp_path: pathlib.Path) -> No
     assert out["objectives"] == here.objectives
     assert out["planner"]["gibbs"]["strategy"] == "components"
     for mode in ("cluster", "single"):
-        rep = run_cli([mode, str(trace), "--json"])
+        rep = cli(mode, trace, "--json")
         assert rep.returncode == 0, rep.stderr
         assert json.loads(rep.stdout)["identical"]
     # pdb inside block 2's body of iteration 3: the relaxed totals it sees count every token
@@ -314,8 +306,8 @@ def test_dual_forward_and_backward_are_exact_on_two_nodes() -> None:
         ("corpus=wiki", "corpus must be one of lee, head500, got 'wiki'"),
     ],
 )
-def test_cli_bad_parameter_is_one_line_exit_2(param: str, message: str) -> None:
-    proc = run_cli(["run", "lda", "-p", param, "--no-trace"])
+def test_cli_bad_parameter_is_one_line_exit_2(param: str, message: str, cli) -> None:
+    proc = cli("run", "lda", "-p", param, "--no-trace")
     assert proc.returncode == 2
     errors = [line for line in proc.stderr.splitlines() if "error" in line]
     assert len(errors) == 1 and message in errors[0] and "Traceback" not in proc.stderr

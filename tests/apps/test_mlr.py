@@ -10,7 +10,6 @@ import pytest
 import engine as ap
 from apps.mlr import evaluate, train
 from apps.mlr._data import digits_split, synthetic_digits
-from tests.conftest import run_cli
 
 
 def test_digits_split_is_fixed_disjoint_and_scaled() -> None:
@@ -37,8 +36,14 @@ def test_evaluate_on_a_perfect_model() -> None:
     assert acc == 1.0 and loss < 1e-6
 
 
-def test_bsp_on_two_nodes_reaches_093_and_logs_every_epoch() -> None:
-    res = ap.run(train, {"epochs": 10}, nodes=2)
+@pytest.fixture(scope="module")
+def bsp_two_nodes() -> ap.RunResult:
+    """Ten BSP epochs on two in-process nodes (the CLI's 2-rank run must equal it)."""
+    return ap.run(train, {"epochs": 10}, nodes=2)
+
+
+def test_bsp_on_two_nodes_reaches_093_and_logs_every_epoch(bsp_two_nodes: ap.RunResult) -> None:
+    res = bsp_two_nodes
     acc, loss = res.objectives["test_accuracy"], res.objectives["loss"]
     assert len(acc) == len(loss) == 10
     assert acc[-1] >= 0.93, acc
@@ -52,26 +57,30 @@ def test_ssp_and_hybrid_learn_on_synthetic_data(sync: str, threads: int) -> None
     assert res.objectives["test_accuracy"][-1] > 0.8, res.objectives
 
 
-def test_cli_two_ranks_bsp_matches_in_process_and_reaches_093() -> None:
-    proc = run_cli(["run", "mlr", "--ranks", "2", "--json", "-p", "epochs=10"])
+# in-process commands whose ranks start under mpiexec (the layer scan cannot see it)
+@pytest.mark.mpi
+def test_cli_two_ranks_bsp_matches_in_process_and_reaches_093(
+    bsp_two_nodes: ap.RunResult, cli
+) -> None:
+    proc = cli("run", "mlr", "--ranks", "2", "--json", "-p", "epochs=10")
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["objectives"]["test_accuracy"][-1] >= 0.93
-    here = ap.run(train, {"epochs": 10}, nodes=2)
-    assert out["objectives"] == here.objectives  # MPI and in-process BSP agree bit for bit
+    assert out["objectives"] == bsp_two_nodes.objectives  # MPI and in-process BSP agree bit for bit
 
 
+@pytest.mark.mpi
 @pytest.mark.parametrize("args", [["-p", "sync=ssp"], ["-p", "sync=hybrid", "--threads", "2"]])
-def test_cli_ssp_and_hybrid_run(args: list[str]) -> None:
-    proc = run_cli(["run", "mlr", "--ranks", "2", "--json", "-p", "epochs=3", *args])
+def test_cli_ssp_and_hybrid_run(args: list[str], cli) -> None:
+    proc = cli("run", "mlr", "--ranks", "2", "--json", "-p", "epochs=3", *args)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["params"]["sync"] == args[1].split("=")[1]
     assert out["objectives"]["test_accuracy"][-1] > 0.85
 
 
-def test_cli_rejects_an_unknown_sync_model_in_one_line() -> None:
-    proc = run_cli(["run", "mlr", "-p", "sync=async"])
+def test_cli_rejects_an_unknown_sync_model_in_one_line(cli) -> None:
+    proc = cli("run", "mlr", "-p", "sync=async")
     assert proc.returncode == 2
     assert "sync must be bsp, ssp or hybrid" in proc.stderr
     assert "Traceback" not in proc.stderr

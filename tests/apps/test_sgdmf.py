@@ -126,12 +126,15 @@ def test_kernel_dual_forward_and_backward_under_mpi(ranks: int) -> None:
         assert r.bodies >= 2 * 20000
 
 
-def test_kernel_record_then_replay_on_the_cluster_and_in_pdb(tmp_path) -> None:
+# recording and cluster replay run in-process (their ranks under mpiexec: marked mpi);
+# pdb cannot be driven in-process under pytest, so `single --break` stays a real process
+@pytest.mark.mpi
+def test_kernel_record_then_replay_on_the_cluster_and_in_pdb(tmp_path, cli) -> None:
     trace = tmp_path / "k.sqlite"
     params = ["-p", "synthetic=true", "-p", "epochs=2", "-p", "rank=4", "-p", "kernel=true"]
-    rec = run_cli(["run", "sgdmf", "--ranks", "2", "--trace", str(trace), *params])
+    rec = cli("run", "sgdmf", "--ranks", "2", "--trace", trace, *params)
     assert rec.returncode == 0, rec.stderr
-    rep = run_cli(["cluster", str(trace), "--json"])
+    rep = cli("cluster", trace, "--json")
     assert rep.returncode == 0, rep.stderr
     out = json.loads(rep.stdout)
     assert out["identical"] and out["checked"]["objectives"] == 2
@@ -144,15 +147,16 @@ def test_kernel_record_then_replay_on_the_cluster_and_in_pdb(tmp_path) -> None:
     assert "identical" in single.stdout
 
 
-def test_kernel_with_threads_replays_in_one_process(tmp_path) -> None:
+@pytest.mark.mpi  # in-process commands; `run` and `cluster` start mpiexec for the ranks
+def test_kernel_with_threads_replays_in_one_process(tmp_path, cli) -> None:
     """2 ranks x 2 threads: lock-split groups ran the Python function under locks; single
     replay runs every node-round as one compiled loop in the recorded order (ANY_OWN)."""
     trace = tmp_path / "kt.sqlite"
     params = ["-p", "synthetic=true", "-p", "epochs=2", "-p", "rank=4", "-p", "kernel=true"]
     shape = ["--ranks", "2", "--threads", "2"]
-    rec = run_cli(["run", "sgdmf", *shape, "--trace", str(trace), *params])
+    rec = cli("run", "sgdmf", *shape, "--trace", trace, *params)
     assert rec.returncode == 0, rec.stderr
     for mode in ("single", "cluster"):
-        rep = run_cli([mode, str(trace), "--json"])
+        rep = cli(mode, trace, "--json")
         assert rep.returncode == 0, rep.stderr
         assert json.loads(rep.stdout)["identical"], rep.stdout

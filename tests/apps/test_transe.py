@@ -35,7 +35,7 @@ from apps.transe._data import (
     synthetic_graph,
 )
 from apps.transe._eval import known_tensor, metrics
-from tests.conftest import MPI_TIMEOUT, run_cli
+from tests.conftest import MPI_TIMEOUT
 
 #: Parameters under which the planted grid is learnt in about a second.
 FAST = {"synthetic": True, "epochs": 120, "dim": 16, "lr": 0.02}
@@ -139,14 +139,13 @@ def test_real_nations_from_the_pykeen_wheel() -> None:
     assert (len(kg.train), len(kg.valid), len(kg.test)) == (1592, 199, 201)
 
 
-def test_cli_corrupt_cached_dataset_is_one_line_exit_2(tmp_path: pathlib.Path) -> None:
+def test_cli_corrupt_cached_dataset_is_one_line_exit_2(tmp_path: pathlib.Path, cli) -> None:
     where = tmp_path / "datasets" / f"pykeen-{PYKEEN_VERSION}" / "nations"
     where.mkdir(parents=True)
     for split in ("train", "valid", "test"):
         (where / f"{split}.txt").write_text("usa\tembassy\n")  # truncated: two fields
-    proc = run_cli(
-        ["run", "transe", "-p", "epochs=1", "--no-trace"],
-        env={"STRADS_REPLAY_CACHE": str(tmp_path)},
+    proc = cli(
+        "run", "transe", "-p", "epochs=1", "--no-trace", env={"STRADS_REPLAY_CACHE": str(tmp_path)}
     )
     assert proc.returncode == 2, proc.stderr
     [line] = [ln for ln in proc.stderr.splitlines() if ln.startswith("replay: error")]
@@ -154,10 +153,10 @@ def test_cli_corrupt_cached_dataset_is_one_line_exit_2(tmp_path: pathlib.Path) -
     assert "Traceback" not in proc.stderr
 
 
-def test_cli_missing_split_file_is_one_line_exit_2(tmp_path: pathlib.Path) -> None:
+def test_cli_missing_split_file_is_one_line_exit_2(tmp_path: pathlib.Path, cli) -> None:
     synthetic_graph(tmp_path)
     (tmp_path / "test.txt").unlink()
-    proc = run_cli(["run", "transe", "-p", f"data={tmp_path}", "--no-trace"])
+    proc = cli("run", "transe", "-p", f"data={tmp_path}", "--no-trace")
     assert proc.returncode == 2
     assert "test.txt' does not exist" in proc.stderr and "Traceback" not in proc.stderr
 
@@ -296,11 +295,13 @@ def test_planted_graph_is_learnt_far_above_chance_and_ranks_agree_bitwise() -> N
     assert two.planner["ent0"]["rounds"] == 1 and two.planner["ent0"]["bodies"] == 2
 
 
-def test_cli_two_ranks_equals_the_in_process_run() -> None:
+# in-process commands that start mpiexec for their ranks: the layer scan cannot see it
+@pytest.mark.mpi
+def test_cli_two_ranks_equals_the_in_process_run(cli) -> None:
     params = {"synthetic": True, "epochs": 3}
-    proc = run_cli(
-        ["run", "transe", "--ranks", "2", "--json", "--no-trace", "--timeout", str(MPI_TIMEOUT),
-         "-p", "synthetic=true", "-p", "epochs=3"]
+    proc = cli(
+        "run", "transe", "--ranks", "2", "--json", "--no-trace", "--timeout", str(MPI_TIMEOUT),
+        "-p", "synthetic=true", "-p", "epochs=3",
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
@@ -308,26 +309,28 @@ def test_cli_two_ranks_equals_the_in_process_run() -> None:
     assert set(out["objectives"]) == {"loss", "mrr", "hits10"}
 
 
+@pytest.mark.mpi
 def test_cli_recorded_two_rank_run_replays_on_the_cluster_and_in_one_process(
-    tmp_path: pathlib.Path,
+    tmp_path: pathlib.Path, cli
 ) -> None:
     trace = str(tmp_path / "transe.sqlite")
-    proc = run_cli(
-        ["run", "transe", "--ranks", "2", "--threads", "2", "--trace", trace, "--json",
-         "--timeout", str(MPI_TIMEOUT), "-p", "synthetic=true", "-p", "epochs=2"]
+    proc = cli(
+        "run", "transe", "--ranks", "2", "--threads", "2", "--trace", trace, "--json",
+        "--timeout", str(MPI_TIMEOUT), "-p", "synthetic=true", "-p", "epochs=2",
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     for mode in ("cluster", "single"):
-        proc = run_cli([mode, trace, "--json"])
+        proc = cli(mode, trace, "--json")
         assert proc.returncode == 0, proc.stderr
         out = json.loads(proc.stdout)
         assert out["identical"] and out["first_difference"] is None, (mode, out)
 
 
-def test_cli_dual_forward_and_backward_on_three_ranks() -> None:
-    proc = run_cli(
-        ["dual", "transe", "--ranks", "3", "--json", "--no-trace", "--timeout", str(MPI_TIMEOUT),
-         "-p", "synthetic=true", "-p", "epochs=2"]
+@pytest.mark.mpi
+def test_cli_dual_forward_and_backward_on_three_ranks(cli) -> None:
+    proc = cli(
+        "dual", "transe", "--ranks", "3", "--json", "--no-trace", "--timeout", str(MPI_TIMEOUT),
+        "-p", "synthetic=true", "-p", "epochs=2",
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
@@ -350,7 +353,7 @@ def test_bad_parameters_are_refused_naming_the_value(params: dict, what: str) ->
         ap.run(train, {"synthetic": True, **params})
 
 
-def test_cli_bad_parameter_is_one_line_exit_2() -> None:
-    proc = run_cli(["run", "transe", "-p", "synthetic=true", "-p", "norm=3", "--no-trace"])
+def test_cli_bad_parameter_is_one_line_exit_2(cli) -> None:
+    proc = cli("run", "transe", "-p", "synthetic=true", "-p", "norm=3", "--no-trace")
     assert proc.returncode == 2 and "norm must be 1 (L1) or 2 (L2), got 3" in proc.stderr
     assert "Traceback" not in proc.stderr

@@ -20,7 +20,6 @@ from apps import _datasets
 from apps._datasets import DatasetUnavailableError, cache_dir
 from apps._errors import AppError
 from apps.word2vec import _data, _eval, _kernel, _model, train
-from tests.conftest import run_cli
 
 #: A small synthetic run: fast, and still enough to learn the planted synonyms.
 SMALL = {"synthetic": True, "dim": 16, "epochs": 3, "minibatch": 4}
@@ -111,27 +110,27 @@ def test_check_file_accepts_the_right_bytes_only(
         _data.check_file(path)
 
 
-def test_cli_corrupt_cached_corpus_is_one_line_exit_2(tmp_path: pathlib.Path) -> None:
+def test_cli_corrupt_cached_corpus_is_one_line_exit_2(tmp_path: pathlib.Path, cli) -> None:
     cache = tmp_path / "cache"
     env = {"STRADS_REPLAY_CACHE": str(cache)}
     dest = cache / "datasets" / _data.CACHE_SUBDIR
     dest.mkdir(parents=True)
     for name in _data.MEMBERS:
         (dest / name).write_text("damaged\n")
-    proc = run_cli(["run", "word2vec", "-p", "corpus=head500", "--no-trace"], env=env)
+    proc = cli("run", "word2vec", "-p", "corpus=head500", "--no-trace", env=env)
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "corrupt" in lines[0] and "Traceback" not in proc.stderr
 
 
-def test_cli_missing_or_binary_corpus_file_is_one_line_exit_2(tmp_path: pathlib.Path) -> None:
+def test_cli_missing_or_binary_corpus_file_is_one_line_exit_2(tmp_path: pathlib.Path, cli) -> None:
     missing = tmp_path / "nope.txt"
-    proc = run_cli(["run", "word2vec", "-p", f"data={missing}", "--no-trace"])
+    proc = cli("run", "word2vec", "-p", f"data={missing}", "--no-trace")
     assert proc.returncode == 2 and "does not exist" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
     binary = tmp_path / "corpus.txt"
     binary.write_bytes(b"good words \xff\xfe bad bytes\n")
-    proc = run_cli(["run", "word2vec", "-p", f"data={binary}", "--no-trace"])
+    proc = cli("run", "word2vec", "-p", f"data={binary}", "--no-trace")
     assert proc.returncode == 2 and "not UTF-8" in proc.stderr
     assert "Traceback" not in proc.stderr
 
@@ -151,8 +150,8 @@ def test_bad_parameters_are_app_errors(bad: dict, match: str) -> None:
         ap.run(train, {**SMALL, **bad}, nodes=1)
 
 
-def test_cli_bad_parameter_is_one_line_exit_2() -> None:
-    proc = run_cli(["run", "word2vec", "-p", "synthetic=true", "-p", "sync=async", "--no-trace"])
+def test_cli_bad_parameter_is_one_line_exit_2(cli) -> None:
+    proc = cli("run", "word2vec", "-p", "synthetic=true", "-p", "sync=async", "--no-trace")
     assert proc.returncode == 2, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and "word2vec: sync must" in proc.stderr
 
@@ -452,30 +451,33 @@ def test_the_same_seed_gives_the_same_run_and_another_seed_does_not() -> None:
 
 
 # --- the CLI under MPI -------------------------------------------------------------------------
-def test_cli_two_ranks_hybrid_learns_and_replays_both_ways(tmp_path: pathlib.Path) -> None:
+# in-process commands, but `run`/`cluster`/`dual --ranks 2` start mpiexec: the scan cannot see it
+@pytest.mark.mpi
+def test_cli_two_ranks_hybrid_learns_and_replays_both_ways(tmp_path: pathlib.Path, cli) -> None:
     trace = tmp_path / "w2v.sqlite"
     args = ["run", "word2vec", "--ranks", "2", "--json", "--trace", str(trace)]
-    proc = run_cli([*args, "-p", "synthetic=true", "-p", "dim=16", "-p", "epochs=3"])
+    proc = cli(*args, "-p", "synthetic=true", "-p", "dim=16", "-p", "epochs=3")
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["params"]["sync"] == "hybrid" and out["ranks"] == 2
     assert out["objectives"]["wordsim"][-1] > 0.6, out["objectives"]
     assert out["planner"]["sgns"]["bytes_moved"] > 0
     for how in ("cluster", "single"):
-        replayed = run_cli([how, str(trace), "--json"])
+        replayed = cli(how, trace, "--json")
         assert replayed.returncode == 0, (how, replayed.stderr)
         assert json.loads(replayed.stdout)["identical"] is True, how
 
 
-def test_cli_dual_two_ranks_passes_both_ways() -> None:
+@pytest.mark.mpi
+def test_cli_dual_two_ranks_passes_both_ways(cli) -> None:
     args = ["dual", "word2vec", "--ranks", "2", "--json", "--no-trace"]
-    proc = run_cli([*args, "-p", "synthetic=true", "-p", "dim=8", "-p", "epochs=1"])
+    proc = cli(*args, "-p", "synthetic=true", "-p", "dim=8", "-p", "epochs=1")
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["forward"]["passed"] and out["backward"]["passed"], out
 
 
-def test_the_browser_draws_the_objectives(tmp_path: pathlib.Path) -> None:
+def test_the_browser_draws_the_objectives(tmp_path: pathlib.Path, cli) -> None:
     import asyncio
 
     from tests.tui.tui_helpers import wait_text
@@ -483,7 +485,7 @@ def test_the_browser_draws_the_objectives(tmp_path: pathlib.Path) -> None:
 
     trace = tmp_path / "w2v.sqlite"
     args = ["run", "word2vec", "-p", "synthetic=true", "-p", "dim=8", "-p", "epochs=2"]
-    proc = run_cli([*args, "--trace", str(trace)])
+    proc = cli(*args, "--trace", trace)
     assert proc.returncode == 0, proc.stderr
 
     async def main() -> tuple[str, str]:

@@ -5,10 +5,13 @@ give commands odd paths (symlink loops, a file where a directory belongs) and od
 URLs (unencoded password characters, unknown dialects, no host, absurd ports): each must
 be refused in one line, exit 2 (3 for a divergence), in bounded time, changing no file.
 
-Valid traces are recorded once per module; each example copies one, damages it with sqlite3
+Valid traces come from the session's trace library (tests/traces.py); each example copies
+one, damages it with sqlite3
 (deleted rows, flipped blob bytes, JSON of the wrong type, out-of-range numbers, wrong-typed
-text) and runs one command on the copy.  Every command must exit 0, 2 or 3 with at most one
-line on stderr, and leave every file as it was, except the verdict a replay writes.
+text) and runs one command on the copy, in this process (tests/cli.py: what a command
+prints and returns, not that it is a process).  Every command must exit 0, 2 or 3 with at
+most one line on stderr, within a bounded time, and leave every file as it was, except the
+verdict a replay writes.
 
 ``STRADS_FUZZ_EXAMPLES=N`` runs N examples per test instead of the small CI budget.
 """
@@ -22,6 +25,7 @@ import os
 import shutil
 import sqlite3
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -30,9 +34,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tracer
-from tests.conftest import run_cli
+from tests import cli as tcli
+from tests.traces import MLR_1, SGDMF_2, settle
 
-#: Examples per test in CI: each one starts a ``replay`` process (about 2 s each).
+#: Examples per test in CI (each one ran a ``replay`` process of about 2 s before they
+#: ran in this process; the budget was set then).
 CI_READ_EXAMPLES = 16
 CI_REPLAY_EXAMPLES = 6
 _LOCAL = int(os.environ.get("STRADS_FUZZ_EXAMPLES", "0"))
@@ -101,23 +107,37 @@ def _contents(path: Path, skip: str = "verdict") -> dict[str, list[Any]]:
         con.close()
 
 
+#: Seconds one command may take on a damaged trace (it ran under this timeout as a process).
+COMMAND_S = 60
+#: Seconds one replay command may take (its ``--timeout`` is 60 s).
+REPLAY_S = 90
+
+
+def _run(cmd: list[str], limit: float) -> Any:
+    """``replay CMD`` in this process, failing the test if it took longer than ``limit``."""
+    t0 = time.monotonic()
+    res = tcli.invoke(cmd)
+    took = time.monotonic() - t0
+    assert took < limit, f"replay {' '.join(cmd)} took {took:.1f} s (limit {limit} s)"
+    return res
+
+
 @pytest.fixture(scope="module")
-def bases() -> Any:
-    """Two valid traces: sgdmf on 2 ranks (2 epochs), mlr's sync_for on 1 rank with a verdict."""
-    root = Path(tempfile.mkdtemp(prefix="fuzz-base-"))
-    two, one = root / "sgdmf2.sqlite", root / "mlr1.sqlite"
-    for args in (
-        ["run", "sgdmf", "--ranks", "2", "-p", "synthetic=true", "-p", "epochs=2"],
-        ["run", "mlr", "-p", "synthetic=true", "-p", "epochs=1"],
-    ):
-        path = two if args[1] == "sgdmf" else one
-        res = run_cli([*args, "--trace", str(path)], timeout=120)
-        assert res.returncode == 0, res.stderr
-    res = run_cli(["single", str(one)], timeout=120)  # a verdict row to damage too
+def one_rank(trace_library: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """mlr's sync_for on 1 rank, with a verdict (a private copy of the library's trace)."""
+    one = trace_library.copy(tmp_path_factory.mktemp("fuzz-base") / "mlr1.sqlite", *MLR_1)
+    res = tcli.invoke(["single", one])  # a verdict row to damage too
     assert res.returncode == 0, res.stderr
-    has_verify = "verify" in run_cli(["--help"], timeout=60).stdout
-    yield {"two": two, "one": one, "verify": has_verify}
-    shutil.rmtree(root, ignore_errors=True)
+    settle(one)  # each example copies the file alone: no pages may wait in a WAL
+    return one
+
+
+@pytest.fixture(scope="module")
+def bases(trace_library: Any, one_rank: Path) -> Any:
+    """Two valid traces: sgdmf on 2 ranks (2 epochs, the library's, read only: examples
+    copy it), mlr's sync_for on 1 rank with a verdict."""
+    has_verify = "verify" in tcli.invoke(["--help"]).stdout
+    return {"two": trace_library.get(*SGDMF_2), "one": one_rank, "verify": has_verify}
 
 
 def _fits(kind: str, table: str, col: str, ty: str) -> bool:
@@ -205,6 +225,9 @@ def _check_output(res: Any, cmd: list[str], muts: Any) -> None:
     assert len(lines) <= 1, f"{where}: {len(lines)} lines on stderr: {res.stderr}"
 
 
+# the commands run in this process, but the 2-rank base is recorded under mpiexec (the
+# layer scan cannot see it)
+@pytest.mark.mpi
 @_settings(CI_READ_EXAMPLES)
 @given(data=st.data())
 def test_read_commands_on_damaged_traces(bases: Any, data: Any) -> None:
@@ -221,7 +244,7 @@ def test_read_commands_on_damaged_traces(bases: Any, data: Any) -> None:
         if which == "export":
             cmd += ["-o", str(root / "out.json")]
         before = _files(root, set())
-        res = run_cli(cmd, timeout=60)
+        res = _run(cmd, COMMAND_S)
         _check_output(res, cmd, muts)
         after = _files(root, {"out.json"})
         assert after == before, f"replay {' '.join(cmd)} changed files after {muts}"
@@ -229,8 +252,8 @@ def test_read_commands_on_damaged_traces(bases: Any, data: Any) -> None:
 
 @_settings(CI_REPLAY_EXAMPLES)
 @given(data=st.data())
-def test_replay_commands_on_damaged_traces(bases: Any, data: Any) -> None:
-    base = bases["one"]
+def test_replay_commands_on_damaged_traces(one_rank: Path, data: Any) -> None:
+    base = one_rank
     muts = data.draw(mutations(base), label="mutations")
     which = data.draw(st.sampled_from(["cluster", "single"]), label="command")
     with tempfile.TemporaryDirectory() as tmp:
@@ -241,7 +264,7 @@ def test_replay_commands_on_damaged_traces(bases: Any, data: Any) -> None:
         before_files = _files(root, {"t.sqlite", "t.sqlite-wal"})
         before = _contents(trace)
         cmd = [which, str(trace), "--timeout", "60"] if which == "cluster" else [which, str(trace)]
-        res = run_cli(cmd, timeout=90)
+        res = _run(cmd, REPLAY_S)
         _check_output(res, cmd, muts)
         assert _files(root, {"t.sqlite", "t.sqlite-wal"}) == before_files
         after = _contents(trace)
@@ -305,12 +328,9 @@ def _fits_row(col: str, value: Any) -> bool:
 
 
 @pytest.fixture(scope="module")
-def small_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One epoch of mlr on one rank, recorded in this process."""
-    path = tmp_path_factory.mktemp("fuzz-small") / "mlr1.sqlite"
-    res = _invoke(["run", "mlr", "-p", "synthetic=true", "-p", "epochs=1", "--trace", str(path)])
-    assert res.exit_code == 0, res.stderr
-    return path
+def small_trace(trace_library: Any) -> Path:
+    """One epoch of mlr on one rank, from the trace library: read only, tests copy it."""
+    return trace_library.get(*MLR_1)
 
 
 @pytest.mark.timeout(300)
