@@ -118,6 +118,17 @@ def main() -> int:
 
 
 # ====================================================================== in pytest
+def selected(request: Any, test: Any) -> list[dict[str, Any]]:
+    """The parameters of each of ``test``'s items this session runs (``request`` is a
+    fixture's): a batch that adds only those cases launches for what ``-k`` or a node id
+    picked, not for the whole module."""
+    return [
+        dict(item.callspec.params) if hasattr(item, "callspec") else {}
+        for item in request.session.items
+        if getattr(item, "function", None) is test
+    ]
+
+
 class Batch:
     """Cases that run together in one ``mpiexec -n RANKS`` launch, on first use.
 

@@ -335,12 +335,18 @@ MPI_SHAPES = [(2, 1), (3, 1), (3, 2)]
 
 
 @pytest.fixture(scope="module")
-def guard_mpi(tmp_path_factory: pytest.TempPathFactory) -> dict[int, mpibatch.Batch]:
-    """tests/engine/mpi_guard.py for every shape, in one mpiexec launch per rank count."""
+def guard_mpi(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> dict[int, mpibatch.Batch]:
+    """tests/engine/mpi_guard.py for each selected shape, one mpiexec launch per rank count."""
     tmp = tmp_path_factory.mktemp("guard-mpi")
     batches = {n: mpibatch.Batch(n, tmp / str(n)) for n in (2, 3)}
-    for ranks, threads in MPI_SHAPES:
-        batches[ranks].add(f"guard-{threads}", Path(__file__).parent / "mpi_guard.py", threads)
+    for p in mpibatch.selected(
+        request, test_the_guard_under_mpiexec_matches_the_in_process_cluster
+    ):
+        batches[p["ranks"]].add(
+            f"guard-{p['threads']}", Path(__file__).parent / "mpi_guard.py", p["threads"]
+        )
     return batches
 
 

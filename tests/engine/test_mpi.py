@@ -18,15 +18,19 @@ JITTER = [(3, 2, 0), (3, 1, 1), (2, 2, 2)]
 
 
 @pytest.fixture(scope="module")
-def mpi(tmp_path_factory: pytest.TempPathFactory) -> Batches:
-    """This module's cases, one batch per rank count."""
+def mpi(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Batches:
+    """The selected tests' cases, one batch per rank count."""
     tmp = tmp_path_factory.mktemp("mpi")
     batches = {n: mpibatch.Batch(n, tmp / str(n)) for n in (2, 3)}
-    for ranks, threads in SERIALIZABLE:
-        batches[ranks].add(f"serializable-{threads}", HERE / "mpi_serializable.py", threads)
-    batches[3].add("rounds", HERE / "mpi_rounds.py")
-    for ranks, threads, seed in JITTER:
-        batches[ranks].add(f"jitter-{threads}-{seed}", HERE / "mpi_jitter.py", threads, seed)
+    for p in mpibatch.selected(request, test_serializable_under_mpiexec):
+        batches[p["ranks"]].add(
+            f"serializable-{p['threads']}", HERE / "mpi_serializable.py", p["threads"]
+        )
+    if mpibatch.selected(request, test_write_back_of_a_rank_a_round_ahead_waits_for_its_round):
+        batches[3].add("rounds", HERE / "mpi_rounds.py")
+    for p in mpibatch.selected(request, test_message_timing_never_changes_a_result):
+        name = f"jitter-{p['threads']}-{p['seed']}"
+        batches[p["ranks"]].add(name, HERE / "mpi_jitter.py", p["threads"], p["seed"])
     return batches
 
 

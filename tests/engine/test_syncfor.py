@@ -332,12 +332,14 @@ MPI_SHAPES = [(2, 1), (2, 2), (3, 1), (3, 2)]
 
 
 @pytest.fixture(scope="module")
-def syncfor_mpi(tmp_path_factory: pytest.TempPathFactory) -> dict[int, mpibatch.Batch]:
-    """tests/engine/mpi_syncfor.py for every shape, in one mpiexec launch per rank count."""
+def syncfor_mpi(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> dict[int, mpibatch.Batch]:
+    """tests/engine/mpi_syncfor.py for each selected shape, one mpiexec launch per rank count."""
     tmp = tmp_path_factory.mktemp("syncfor-mpi")
     batches = {n: mpibatch.Batch(n, tmp / str(n)) for n in (2, 3)}
-    for ranks, threads in MPI_SHAPES:
-        batches[ranks].add(f"syncfor-{threads}", HERE / "mpi_syncfor.py", threads)
+    for p in mpibatch.selected(request, test_all_models_under_mpiexec):
+        batches[p["ranks"]].add(f"syncfor-{p['threads']}", HERE / "mpi_syncfor.py", p["threads"])
     return batches
 
 
