@@ -1,9 +1,9 @@
 """Many MPI test cases in one ``mpiexec`` launch.
 
-Each launch pays several seconds of process start-up and imports per rank (on 2 cores,
-with 2 or 3 ranks); a module that started one launch per case spent most of its time
-there.  Here the cases of a module that need the same number of ranks run one after
-another in a single launch:
+Each launch pays process start-up and imports on every rank (1 to several seconds on 2
+cores, with 2 or 3 ranks, more under load), once per case when a module started one
+launch per case.  Here the cases of a module that need the same number of ranks run one
+after another in a single launch:
 
 - a case is a script (``tests/engine/mpi_*.py``, ``tests/replay/mpi_dual.py``) that
   exposes ``case(comm, *args)`` and its arguments (JSON values).  The script's own
