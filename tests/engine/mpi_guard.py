@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from mpi4py import MPI
 
@@ -26,10 +27,9 @@ from test_guard import (  # noqa: E402
 import engine as ap  # noqa: E402
 
 
-def main() -> int:
-    threads = int(sys.argv[1])
-    comm = MPI.COMM_WORLD
-    out = {}
+def case(comm: MPI.Comm, threads: int) -> dict[str, Any]:
+    """Per program, what rank 0 prints (every rank returns its own)."""
+    out: dict[str, Any] = {}
     init, final, orders = ap.run(_flag_program(), comm=comm, threads=threads).value
     out["flag"] = {
         "serial": final.tobytes() == _flag_serial(init, orders).tobytes(),
@@ -40,6 +40,12 @@ def main() -> int:
     X, y = _lasso_data()
     beta = ap.run(_lasso_program(X, y, 0.05, 120), comm=comm, threads=threads).value
     out["lasso"] = {"bytes": beta.tobytes().hex()}
+    return out
+
+
+def main() -> int:
+    comm = MPI.COMM_WORLD
+    out = case(comm, int(sys.argv[1]))
     if comm.Get_rank() == 0:
         print(json.dumps(out), flush=True)
     return 0

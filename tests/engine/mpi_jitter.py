@@ -57,9 +57,8 @@ def sgd(comm: Any, threads: int, strategy: str) -> bool:
     return bool(ap.run(prog, comm=comm, threads=threads).value)
 
 
-def main() -> int:
-    threads, seed = int(sys.argv[1]), int(sys.argv[2])
-    world = MPI.COMM_WORLD
+def case(world: MPI.Comm, threads: int, seed: int) -> int:
+    """Rank 0 prints ``OK`` or what differed; the exit status."""
     me = world.Get_rank()
     assert MPI.Query_thread() == MPI.THREAD_MULTIPLE, "late delivery needs MPI_THREAD_MULTIPLE"
     comm = Jitter(world, np.random.default_rng([seed, me]))
@@ -87,6 +86,10 @@ def main() -> int:
         if not any(every):
             print("OK", flush=True)
     return 1 if any(every) else 0
+
+
+def main() -> int:
+    return case(MPI.COMM_WORLD, int(sys.argv[1]), int(sys.argv[2]))
 
 
 if __name__ == "__main__":

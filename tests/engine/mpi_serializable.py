@@ -14,9 +14,8 @@ from progs import make_program, serial_reference  # noqa: E402
 import engine as ap  # noqa: E402
 
 
-def main() -> int:
-    threads = int(sys.argv[1])
-    comm = MPI.COMM_WORLD
+def case(comm: MPI.Comm, threads: int) -> int:
+    """Rank 0 prints ``ranks=P threads=T OK rotation``; the exit status (1 on a mismatch)."""
     bad = 0
     for seed in range(6):
         reads, writes, extra, program = make_program(seed, n=80)
@@ -61,6 +60,10 @@ def main() -> int:
     if comm.Get_rank() == 0:
         print(f"ranks={comm.Get_size()} threads={threads} {'OK' if not bad else 'FAIL'} {strategy}")
     return 1 if bad else 0
+
+
+def main() -> int:
+    return case(MPI.COMM_WORLD, int(sys.argv[1]))
 
 
 if __name__ == "__main__":

@@ -10,8 +10,8 @@ import engine as ap
 from tests.replay.env_apps import rank_state
 
 
-def main() -> int:
-    comm = MPI.COMM_WORLD
+def case(comm: MPI.Comm) -> None:
+    """Rank 0 prints one line per rank and run: ``ok`` or where the ranks diverged."""
     rank = comm.Get_rank()
     lines = []
     for kind in ("same", "nan", "state", "signed_zero", "same"):
@@ -23,6 +23,10 @@ def main() -> int:
     every = comm.gather(lines)  # one writer: ranks' prints would interleave
     if rank == 0:
         print("\n".join(line for part in every for line in part), flush=True)
+
+
+def main() -> int:
+    case(MPI.COMM_WORLD)
     return 0
 
 

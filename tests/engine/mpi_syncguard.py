@@ -135,11 +135,8 @@ def counts_program(n: int) -> Any:
     return prog
 
 
-def main() -> int:
-    from mpi4py import MPI
-
-    threads = int(sys.argv[1])
-    comm = MPI.COMM_WORLD
+def case(comm: Any, threads: int) -> int:
+    """Rank 0 prints ``ranks=P threads=T OK|FAIL ...``; the exit status."""
     P, rank = comm.Get_size(), comm.Get_rank()
     fails: list[str] = []
 
@@ -173,6 +170,12 @@ def main() -> int:
         status = "OK" if not fails else "FAIL " + "; ".join(fails)
         print(f"ranks={P} threads={threads} {status}", flush=True)
     return 1 if fails else 0
+
+
+def main() -> int:
+    from mpi4py import MPI
+
+    return case(MPI.COMM_WORLD, int(sys.argv[1]))
 
 
 if __name__ == "__main__":

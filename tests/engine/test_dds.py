@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import engine as ap
-from tests.conftest import run_mpi
+from tests import mpibatch
 
 
 def in_cluster(nodes: int, fn, threads: int = 1):
@@ -154,9 +154,27 @@ def test_a_dvectors_owned_runs_are_its_owned_slots() -> None:
             ap.run(prog, {"n": n, "nodes": nodes}, nodes=nodes)
 
 
-@pytest.mark.parametrize("kind", ["xxh3-chunks", "xxh3-128", "blake2b-128"])
+DIGESTS = ["xxh3-chunks", "xxh3-128", "blake2b-128"]
+
+
+@pytest.fixture(scope="module")
+def digest_mpi(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> dict[int, mpibatch.Batch]:
+    """tests/engine/mpi_digest.py for each selected hash on 2 and 3 ranks: one launch per
+    rank count."""
+    tmp = tmp_path_factory.mktemp("digest-mpi")
+    batches = {n: mpibatch.Batch(n, tmp / str(n)) for n in (2, 3)}
+    test = test_digests_follow_their_definition_in_process_and_under_mpi
+    for batch in batches.values():
+        for p in mpibatch.selected(request, test):
+            batch.add(p["kind"], Path(__file__).parent / "mpi_digest.py", p["kind"])
+    return batches
+
+
+@pytest.mark.parametrize("kind", DIGESTS)
 def test_digests_follow_their_definition_in_process_and_under_mpi(
-    kind: str, monkeypatch: pytest.MonkeyPatch
+    kind: str, monkeypatch: pytest.MonkeyPatch, digest_mpi: dict[int, mpibatch.Batch]
 ) -> None:
     # the digest is the run's hash of the head and the gathered array's bytes; the
     # in-process cluster hashes the owners' runs in place and MPI gathers raw rows to
@@ -171,7 +189,7 @@ def test_digests_follow_their_definition_in_process_and_under_mpi(
     assert want.startswith("x3:") == (kind == "xxh3-128")
     assert want.startswith("xc:") == (kind == "xxh3-chunks")
     for ranks in (2, 3):
-        proc = run_mpi([str(Path(__file__).parent / "mpi_digest.py"), kind], ranks)
+        proc = digest_mpi[ranks].result(kind)
         assert proc.returncode == 0, proc.stdout + proc.stderr
         lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("OK")]
         assert lines == [f"OK {want}"], proc.stdout

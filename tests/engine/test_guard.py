@@ -10,6 +10,8 @@ engine reports — on 1 to 3 nodes of 1 or 2 threads.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -18,7 +20,7 @@ from hypothesis import strategies as st
 import engine as ap
 from replay import strategies as rs
 from replay.strategies import _apply
-from tests import mutants
+from tests import mpibatch, mutants
 
 SHAPES = [(1, 1), (2, 1), (3, 1), (2, 2), (3, 2)]
 
@@ -329,16 +331,32 @@ def test_checked_mode_finds_a_replica_that_missed_a_write() -> None:
 
 
 # ====================================================================== under mpiexec
-@pytest.mark.parametrize("ranks,threads", [(2, 1), (3, 1), (3, 2)])
-def test_the_guard_under_mpiexec_matches_the_in_process_cluster(ranks, threads) -> None:
-    import json
-    from pathlib import Path
+MPI_SHAPES = [(2, 1), (3, 1), (3, 2)]
 
-    from tests.conftest import run_mpi
 
-    proc = run_mpi([str(Path(__file__).parent / "mpi_guard.py"), str(threads)], ranks)
+@pytest.fixture(scope="module")
+def guard_mpi(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> dict[int, mpibatch.Batch]:
+    """tests/engine/mpi_guard.py for each selected shape, one mpiexec launch per rank count."""
+    tmp = tmp_path_factory.mktemp("guard-mpi")
+    batches = {n: mpibatch.Batch(n, tmp / str(n)) for n in (2, 3)}
+    for p in mpibatch.selected(
+        request, test_the_guard_under_mpiexec_matches_the_in_process_cluster
+    ):
+        batches[p["ranks"]].add(
+            f"guard-{p['threads']}", Path(__file__).parent / "mpi_guard.py", p["threads"]
+        )
+    return batches
+
+
+@pytest.mark.parametrize("ranks,threads", MPI_SHAPES)
+def test_the_guard_under_mpiexec_matches_the_in_process_cluster(
+    ranks, threads, guard_mpi: dict[int, mpibatch.Batch]
+) -> None:
+    proc = guard_mpi[ranks].result(f"guard-{threads}")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    got = guard_mpi[ranks].values(f"guard-{threads}")[0]  # what rank 0 printed as JSON
     assert got["flag"]["serial"]
     _, final, _ = ap.run(_flag_program(), nodes=ranks, threads=threads).value
     assert got["flag"]["bytes"] == final.tobytes().hex()

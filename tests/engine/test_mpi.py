@@ -1,4 +1,7 @@
-"""async_for under mpiexec with 2 and 3 ranks (bounded by a timeout)."""
+"""async_for under mpiexec with 2 and 3 ranks (bounded by a timeout).
+
+The cases run in one ``mpiexec`` launch per rank count (tests/mpibatch.py); each test
+reads its case's outcome, as it read its own launch's."""
 
 from __future__ import annotations
 
@@ -6,29 +9,51 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_mpi
+from tests import mpibatch
 
 HERE = Path(__file__).parent
+Batches = dict[int, mpibatch.Batch]
+SERIALIZABLE = [(2, 1), (2, 2), (3, 1), (3, 3)]
+JITTER = [(3, 2, 0), (3, 1, 1), (2, 2, 2)]
 
 
-@pytest.mark.parametrize("ranks,threads", [(2, 1), (2, 2), (3, 1), (3, 3)])
-def test_serializable_under_mpiexec(ranks: int, threads: int) -> None:
-    proc = run_mpi([str(HERE / "mpi_serializable.py"), str(threads)], ranks)
+@pytest.fixture(scope="module")
+def mpi(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Batches:
+    """The selected tests' cases, one batch per rank count."""
+    tmp = tmp_path_factory.mktemp("mpi")
+    batches = {n: mpibatch.Batch(n, tmp / str(n)) for n in (2, 3)}
+    for p in mpibatch.selected(request, test_serializable_under_mpiexec):
+        batches[p["ranks"]].add(
+            f"serializable-{p['threads']}", HERE / "mpi_serializable.py", p["threads"]
+        )
+    if mpibatch.selected(request, test_write_back_of_a_rank_a_round_ahead_waits_for_its_round):
+        batches[3].add("rounds", HERE / "mpi_rounds.py")
+    for p in mpibatch.selected(request, test_message_timing_never_changes_a_result):
+        name = f"jitter-{p['threads']}-{p['seed']}"
+        batches[p["ranks"]].add(name, HERE / "mpi_jitter.py", p["threads"], p["seed"])
+    return batches
+
+
+@pytest.mark.parametrize("ranks,threads", SERIALIZABLE)
+def test_serializable_under_mpiexec(ranks: int, threads: int, mpi: Batches) -> None:
+    proc = mpi[ranks].result(f"serializable-{threads}")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"ranks={ranks} threads={threads} OK rotation" in proc.stdout
 
 
-def test_write_back_of_a_rank_a_round_ahead_waits_for_its_round() -> None:
+def test_write_back_of_a_rank_a_round_ahead_waits_for_its_round(mpi: Batches) -> None:
     # rank 1's rows of round 1 reach rank 0 before rank 2's rows of round 0
-    proc = run_mpi([str(HERE / "mpi_rounds.py")], 3)
+    proc = mpi[3].result("rounds")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "OK" in proc.stdout
 
 
-@pytest.mark.parametrize("ranks,threads,seed", [(3, 2, 0), (3, 1, 1), (2, 2, 2)])
-def test_message_timing_never_changes_a_result(ranks: int, threads: int, seed: int) -> None:
+@pytest.mark.parametrize("ranks,threads,seed", JITTER)
+def test_message_timing_never_changes_a_result(
+    ranks: int, threads: int, seed: int, mpi: Batches
+) -> None:
     # seeded late deliveries and pauses (tests/engine/mpi_jitter.py); seed 0 on 3 ranks
     # broke the write-back that took a round-ahead rank's rows (fixed in 700b76b)
-    proc = run_mpi([str(HERE / "mpi_jitter.py"), str(threads), str(seed)], ranks)
+    proc = mpi[ranks].result(f"jitter-{threads}-{seed}")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "OK" in proc.stdout

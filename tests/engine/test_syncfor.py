@@ -11,7 +11,7 @@ import pytest
 
 import engine as ap
 from engine._syncfor.drive import SeededDelays, use_delays
-from tests.conftest import run_mpi
+from tests import mpibatch
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
@@ -328,8 +328,25 @@ def test_public_api() -> None:
 
 
 # ---------------------------------------------------------------- MPI
-@pytest.mark.parametrize("ranks,threads", [(2, 1), (2, 2), (3, 1), (3, 2)])
-def test_all_models_under_mpiexec(ranks: int, threads: int) -> None:
-    proc = run_mpi([str(HERE / "mpi_syncfor.py"), str(threads)], ranks)
+MPI_SHAPES = [(2, 1), (2, 2), (3, 1), (3, 2)]
+
+
+@pytest.fixture(scope="module")
+def syncfor_mpi(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> dict[int, mpibatch.Batch]:
+    """tests/engine/mpi_syncfor.py for each selected shape, one mpiexec launch per rank count."""
+    tmp = tmp_path_factory.mktemp("syncfor-mpi")
+    batches = {n: mpibatch.Batch(n, tmp / str(n)) for n in (2, 3)}
+    for p in mpibatch.selected(request, test_all_models_under_mpiexec):
+        batches[p["ranks"]].add(f"syncfor-{p['threads']}", HERE / "mpi_syncfor.py", p["threads"])
+    return batches
+
+
+@pytest.mark.parametrize("ranks,threads", MPI_SHAPES)
+def test_all_models_under_mpiexec(
+    ranks: int, threads: int, syncfor_mpi: dict[int, mpibatch.Batch]
+) -> None:
+    proc = syncfor_mpi[ranks].result(f"syncfor-{threads}")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"ranks={ranks} threads={threads} OK" in proc.stdout, proc.stdout + proc.stderr

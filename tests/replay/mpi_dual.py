@@ -166,14 +166,20 @@ def run_case(case: rs.Case, comm: Any) -> dict[str, Any]:
     return {"case": repr(case), "digests": len(p.digests), "forward": forward, "backward": backward}
 
 
+def case(comm: Any, path: str) -> list[dict[str, Any]]:
+    """Both directions of every case in the file ``path`` (rank 0's results are whole)."""
+    namespace = {name: getattr(rs, name) for name in rs.__all__}
+    with open(path) as f:
+        cases = [eval(line, namespace) for line in f if line.strip()]  # noqa: S307 - test input
+    # JSON-ready, as main prints it
+    return list(json.loads(json.dumps([run_case(c, comm) for c in cases], default=str)))
+
+
 def main() -> int:
     comm = MPI.COMM_WORLD
-    namespace = {name: getattr(rs, name) for name in rs.__all__}
-    with open(sys.argv[1]) as f:
-        cases = [eval(line, namespace) for line in f if line.strip()]  # noqa: S307 - test input
-    out = [run_case(c, comm) for c in cases]
+    out = case(comm, sys.argv[1])
     if comm.Get_rank() == 0:
-        print(json.dumps(out, default=str), flush=True)
+        print(json.dumps(out), flush=True)
     return 0
 
 

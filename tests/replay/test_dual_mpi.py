@@ -1,4 +1,9 @@
-"""Dual tests whose parallel side runs under mpiexec (``replay._dualjob``)."""
+"""Dual tests whose parallel side runs under mpiexec (``replay._dualjob``).
+
+The ``replay dual`` commands run in this process (tests/cli.py): the command starts the
+ranks itself, so what is under test is still a real ``mpiexec``; the layer scan cannot
+see that, hence the explicit ``mpi`` marks.  tests/replay/test_progress.py keeps a
+``dual --ranks 2`` run of the console script."""
 
 from __future__ import annotations
 
@@ -9,7 +14,7 @@ import pytest
 
 import tracer
 from replay import UsageError, testing
-from tests.conftest import run_cli
+from tests import cli as tcli
 from tests.replay import dual_apps
 
 HERE = Path(__file__).parent
@@ -18,11 +23,12 @@ JOB_TIMEOUT = 90
 
 
 def _dual_json(args: list[str], cwd: Path) -> tuple[int, dict]:
-    proc = run_cli(["dual", *args, "--json", "--timeout", str(JOB_TIMEOUT)], cwd=cwd)
+    proc = tcli.invoke(["dual", *args, "--json", "--timeout", str(JOB_TIMEOUT)], cwd=cwd)
     assert proc.returncode in (0, 1), proc.stderr
     return proc.returncode, json.loads(proc.stdout)
 
 
+@pytest.mark.mpi
 def test_cli_sgdmf_runs_its_parallel_side_under_mpi_and_traces_it(tmp_path: Path) -> None:
     trace = tmp_path / "d.sqlite"
     params = ["-p", "synthetic=true", "-p", "epochs=1", "-p", "rank=4"]
@@ -36,6 +42,7 @@ def test_cli_sgdmf_runs_its_parallel_side_under_mpi_and_traces_it(tmp_path: Path
     assert sorted(v.kind for v in run.verdicts()) == ["dual-backward", "dual-forward"]
 
 
+@pytest.mark.mpi
 def test_cli_mlr_hybrid_sync_for_passes_under_mpi(tmp_path: Path) -> None:
     params = ["-p", "epochs=1", "-p", "sync=hybrid", "--threads", "2"]
     code, res = _dual_json(["mlr", *params, "--ranks", "2", "--no-trace"], tmp_path)
@@ -52,9 +59,10 @@ def test_cli_in_process_is_an_explicit_choice(tmp_path: Path) -> None:
     assert code == 0 and res["parallel"] == "in-process"
 
 
+@pytest.mark.mpi
 @pytest.mark.parametrize("ranks", [2, 3])
 def test_per_process_state_passes_in_process_and_fails_under_mpi(
-    tmp_path: Path, ranks: int
+    tmp_path: Path, ranks: int, cli
 ) -> None:
     """Each rank draws its own noise array, too large for the step check to compare by
     content; a body reads it.  In one process every node shares the array, so only the
@@ -69,10 +77,10 @@ def test_per_process_state_passes_in_process_and_fails_under_mpi(
         # epoch 0 agrees; from epoch 1 the other ranks add their own noise
         assert (d["what"], d["op"], d["invocation"], d["dds"]) == ("digest", "decay", 1, "X")
         assert isinstance(d["element"], int) and d["serial"] != d["parallel"]
-    proc = run_cli([
+    proc = cli(
         "dual", app, "--ranks", str(ranks), "--no-trace", "--direction", "forward",
-        "--timeout", str(JOB_TIMEOUT),
-    ], cwd=tmp_path)  # fmt: skip
+        "--timeout", str(JOB_TIMEOUT), cwd=tmp_path,
+    )  # fmt: skip
     assert proc.returncode == 1, proc.stderr
     assert "forward: FAIL at iteration 1, op decay, invocation 1" in proc.stdout
 
