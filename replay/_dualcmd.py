@@ -136,22 +136,59 @@ def dual_cmd(
     if untested:
         objectives = dict.fromkeys(k for r in results.values() for k in r.objectives)
         note = advice(untested, app, objectives)
+    nexts = _next_commands(results, path, run_id)
     if as_json:
-        out: dict[str, Any] = {d: r.as_dict() for d, r in results.items()}
+        out: dict[str, Any] = {d: dict(r.as_dict(), next=nexts.get(d)) for d, r in results.items()}
         out["trace"] = None if path is None else tracer.describe(path)
         out["parallel"] = parallel
         out["not_tested"] = untested
         out["note"] = note
         click.echo(json.dumps(out))
     else:
-        for r in results.values():
+        for d, r in results.items():
             say(r.report())
+            if d in nexts:
+                say(f"  stop there with: {nexts[d]}")
         if note is not None:
             say(f"note: {note}")
         if path is not None:
             say(f"trace: {shown(path)}")
     if not all(r.passed for r in results.values()):
         sys.exit(EXIT_FAILED)
+
+
+def _next_commands(results: dict[str, Any], path: str | None, run_id: str) -> dict[str, str]:
+    """Per failed direction, the ``replay single`` command that stops in pdb at (or just
+    before) the divergence in the recorded parallel run; none without a trace, or when
+    the divergence names no operator invocation (the browser shows the same command)."""
+    failed = {d: r for d, r in results.items() if not r.passed}
+    if path is None or not failed:
+        return {}
+    import shlex
+
+    import tracer
+    from tui._verdict import explain
+
+    from ._replaycmds import check_stops
+
+    with tracer.open(path) as store:
+        runs = [r.run_id for r in store.runs()]
+    if run_id not in runs:
+        return {}  # the parallel side stopped before it recorded anything
+    named = run_id if len(runs) > 1 else None
+    out = {}
+    for d, r in failed.items():
+        said = explain(r.as_dict(), path, named)
+        if said is None or said.command is None:
+            continue
+        words = shlex.split(said.command)
+        stop = {w: words[k + 1] for k, w in enumerate(words[:-1]) if w in ("--break", "--until")}
+        try:  # the check replay single makes: a stop the trace cannot reach is no advice
+            check_stops(path, run_id, stop.get("--break"), stop.get("--until"), None)
+        except UsageError:
+            continue  # e.g. the side stopped inside its first invocation: none recorded
+        out[d] = said.command
+    return out
 
 
 def register(cli: click.Group) -> None:

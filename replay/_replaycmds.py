@@ -178,7 +178,7 @@ def _check_from(path: str, run_id: str, start: str | None) -> list[Any] | None:
     return list(point)
 
 
-def _check_stops(
+def check_stops(
     path: str, run_id: str, brk: str | None, until: str | None, point: list[Any] | None
 ) -> None:
     """``--break`` and ``--until`` checked against the trace before anything runs: a stop
@@ -337,7 +337,7 @@ def _single(
     # every recorded node becomes threads of this one process
     path, info = _replayable(trace, run_id, allow_changed, max_ranks, max_threads, say)
     point = _check_from(path, info.run_id, start)
-    _check_stops(path, info.run_id, brk, until, point)
+    check_stops(path, info.run_id, brk, until, point)
     _environment.ensure(_environment.recorded_hash_seed(info.environment))
     spec: dict[str, Any] = {
         "kind": "replay",
@@ -363,4 +363,4 @@ def register(cli: click.Group) -> None:
     cli.add_command(single_cmd)
 
 
-__all__ = ["register"]
+__all__ = ["check_stops", "register"]

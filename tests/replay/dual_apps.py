@@ -79,3 +79,16 @@ def objective_then_digest(n: int = 8) -> None:
     ap.async_for(0, n, first, name="inc")
     ap.log_objective("probe", float(X.gather().sum()) + (1e-9 if parallel else 0.0))
     ap.async_for(0, n, second, name="inc")
+
+
+def differs_in_a_body(epochs: int = 3, n: int = 8) -> None:
+    """From the second invocation on, the parallel side's body for index 5 adds a little
+    more: a divergence in one body, with its loop index (``inc#1``, index 5)."""
+    X = ap.dvector(n, shape=(), name="X")
+    parallel = _parallel()
+    for it in range(epochs):
+
+        def body(j: int, it: int = it) -> None:
+            X[j] = X[j] + (1.0 + 1e-9 if parallel and it >= 1 and j == 5 else 1.0)
+
+        ap.async_for(0, n, body, name="inc")
