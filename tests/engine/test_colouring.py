@@ -19,7 +19,7 @@ from engine._machines import planner as _planner
 from engine._machines.colouring import colour_bodies, colour_lower_bound
 from engine._machines.planner import conflicts, make_plan
 from replay import testing
-from tests.conftest import run_cli
+from tests.conftest import MPI_TIMEOUT
 from tests.engine.test_planner import access_sets, check_plan, gid, make_sets
 from tracer._plans import decode_plan, encode_plan
 
@@ -229,12 +229,14 @@ def test_dual_tests_pass_on_a_colouring_plan(nodes: int, threads: int) -> None:
     assert "colouring" in seen  # the backward test's parallel side ran the colouring plan
 
 
-def test_mpi_record_then_replay_both_ways(tmp_path: Path) -> None:
+# in-process commands whose ranks start under mpiexec (the layer scan cannot see it); the
+# MPI jobs' own --timeout bounds them as run_cli's timeout did
+@pytest.mark.mpi
+def test_mpi_record_then_replay_both_ways(tmp_path: Path, cli) -> None:
     trace = tmp_path / "lp.sqlite"
     params = ["-p", "vertices=3000", "-p", "labels=4", "-p", "sweeps=2"]
-    proc = run_cli(
-        ["run", GS_APP, *params, "--ranks", "2", "--trace", str(trace), "--json"], timeout=120
-    )
+    limit = ["--timeout", str(MPI_TIMEOUT)]
+    proc = cli("run", GS_APP, *params, "--ranks", "2", "--trace", trace, "--json", *limit)
     assert proc.returncode == 0, proc.stderr
     res = json.loads(proc.stdout)
     info = res["planner"]["lp"]
@@ -243,7 +245,7 @@ def test_mpi_record_then_replay_both_ways(tmp_path: Path) -> None:
     op = tracer.open(trace).run().operators()["lp"]
     assert op.strategy == "colouring" and op.lock_grants == 0
     for mode in ("cluster", "single"):
-        proc = run_cli([mode, str(trace), "--json"], timeout=120)
+        proc = cli(mode, trace, "--json", *(limit if mode == "cluster" else []))
         out = json.loads(proc.stdout)
         assert proc.returncode == 0 and out["identical"], out
         assert out["checked"]["digests"] == 2

@@ -253,7 +253,7 @@ def test_a_kernel_that_does_not_compile_is_one_line() -> None:
     assert "\n" not in msg and ".bind(...).python" in msg
 
 
-def test_the_cli_reports_a_compile_failure_in_one_line_exit_2(tmp_path: Path) -> None:
+def test_the_cli_reports_a_compile_failure_in_one_line_exit_2(tmp_path: Path, cli) -> None:
     app = tmp_path / "badkern.py"
     app.write_text(
         textwrap.dedent(
@@ -270,7 +270,7 @@ def test_the_cli_reports_a_compile_failure_in_one_line_exit_2(tmp_path: Path) ->
             """
         )
     )
-    proc = run_cli(["run", f"{app}:train", "--no-trace"])
+    proc = cli("run", f"{app}:train", "--no-trace")
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
@@ -289,6 +289,8 @@ def _without_numba(tmp_path: Path) -> dict[str, str]:
     return {"PYTHONPATH": f"{shadow.parent}{os.pathsep}{ROOT}"}
 
 
+# a broken numba install is a property of the interpreter (numba is imported in this one):
+# the two tests below stay real processes, whose PYTHONPATH shadows numba
 def test_without_numba_a_kernel_stops_in_one_line_naming_it_exit_2(tmp_path: Path) -> None:
     app = tmp_path / "kern.py"
     app.write_text(
@@ -325,7 +327,8 @@ def test_without_numba_the_python_sgdmf_still_runs(tmp_path: Path) -> None:
     assert len(json.loads(proc.stdout)["objectives"]["rmse"]) == 2
 
 
-def test_the_readme_kernel_example_runs_and_matches_its_python_body(tmp_path: Path) -> None:
+@pytest.mark.mpi  # in-process commands whose ranks start under mpiexec
+def test_the_readme_kernel_example_runs_and_matches_its_python_body(tmp_path: Path, cli) -> None:
     text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     code = re.search(r"```python\n(# train_fast.py\n.*?)```", text, re.S).group(1)
     (tmp_path / "train_fast.py").write_text(code)
@@ -334,7 +337,7 @@ def test_the_readme_kernel_example_runs_and_matches_its_python_body(tmp_path: Pa
     ]
     (tmp_path / "ratings.csv").write_text("\n".join(rows) + "\n")
     args = ["train_fast.py:train", "--ranks", "2", "-p", "epochs=3", "-p", "path=ratings.csv"]
-    proc = run_cli(["run", *args, "--no-trace", "--json"], cwd=tmp_path)
+    proc = cli("run", *args, "--no-trace", "--json", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     rmse = json.loads(proc.stdout)["objectives"]["rmse"]
     assert len(rmse) == 3 and rmse[-1] < rmse[0]
@@ -343,7 +346,7 @@ def test_the_readme_kernel_example_runs_and_matches_its_python_body(tmp_path: Pa
     assert py != code
     (tmp_path / "train_py.py").write_text(py)
     args[0] = "train_py.py:train"
-    proc = run_cli(["run", *args, "--no-trace", "--json"], cwd=tmp_path)
+    proc = cli("run", *args, "--no-trace", "--json", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["objectives"]["rmse"] == rmse
 

@@ -15,7 +15,6 @@ from hypothesis import strategies as st
 import engine as ap
 from engine.lowlevel import SLOT_BITS
 from replay import testing
-from tests.conftest import run_cli
 from tests.engine.relaxed_prog import SLOTS, train
 
 HERE = Path(__file__).parent
@@ -194,13 +193,13 @@ def test_sync_for_without_reconnaissance_refuses_a_relaxed_dvector() -> None:
     assert "\n" not in str(err.value)
 
 
-def test_cli_bad_relaxed_declaration_is_one_line_exit_2(tmp_path: Path) -> None:
+def test_cli_bad_relaxed_declaration_is_one_line_exit_2(tmp_path: Path, cli) -> None:
     prog = tmp_path / "bad.py"
     prog.write_text(
         "import engine as ap\n\n\ndef train() -> None:\n"
         "    ap.dmap(shape=(1,), relaxed=True, name='totals')\n"
     )
-    proc = run_cli(["run", f"{prog}:train", "--no-trace"])
+    proc = cli("run", f"{prog}:train", "--no-trace")
     assert proc.returncode == 2, proc.stderr
     errors = [line for line in proc.stderr.splitlines() if "error" in line]
     assert len(errors) == 1 and "relaxed=True is only supported" in errors[0]
@@ -208,6 +207,8 @@ def test_cli_bad_relaxed_declaration_is_one_line_exit_2(tmp_path: Path) -> None:
 
 
 # ----------------------------------------------------------------- replay
+# in-process commands whose ranks start under mpiexec (the layer scan cannot see it)
+@pytest.mark.mpi
 @pytest.mark.parametrize(
     "ranks,params",
     [
@@ -217,14 +218,12 @@ def test_cli_bad_relaxed_declaration_is_one_line_exit_2(tmp_path: Path) -> None:
     ],
 )
 def test_recorded_mpi_run_with_threads_replays_bitwise(
-    ranks: int, params: dict[str, Any], tmp_path: Path
+    ranks: int, params: dict[str, Any], tmp_path: Path, cli: Any
 ) -> None:
     trace = tmp_path / "relaxed.db"
-    cli = [a for k, v in params.items() for a in ("-p", f"{k}={v}")]
-    proc = run_cli(
-        ["run", PROG, *cli, "--ranks", str(ranks), "--threads", "2", "--trace", str(trace)]
-        + ["--json"]
-    )
+    flags = [a for k, v in params.items() for a in ("-p", f"{k}={v}")]
+    shape = ["--ranks", str(ranks), "--threads", "2"]
+    proc = cli("run", PROG, *flags, *shape, "--trace", trace, "--json")
     assert proc.returncode == 0, proc.stderr
     recorded = json.loads(proc.stdout)
     if params:
@@ -236,7 +235,7 @@ def test_recorded_mpi_run_with_threads_replays_bitwise(
         assert recorded["objectives"] == here.objectives
         assert [d["digest"] for d in recorded["digests"]] == [d["digest"] for d in here.digests]
     for mode in ("cluster", "single"):
-        proc = run_cli([mode, str(trace), "--json"])
+        proc = cli(mode, trace, "--json")
         assert proc.returncode == 0, proc.stderr
         out = json.loads(proc.stdout)
         assert out["identical"] and out["checked"]["digests"] == len(recorded["digests"])

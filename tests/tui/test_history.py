@@ -12,7 +12,7 @@ import pytest
 from textual.widgets import Input
 from tui_helpers import wait_for, wait_text
 
-from tests.conftest import run_cli
+from tests import cli as tcli
 from tui import BrowserApp
 from tui.screens import ElementPrompt, HistoryScreen, OrdersScreen
 from tui.screens.history import child_target, history_table, magnitude
@@ -23,10 +23,8 @@ TIMEOUT = 120
 
 
 def record(path: Path, *args: str) -> Path:
-    proc = run_cli(
-        ["run", "sgdmf", *SGD, *args, "--trace", str(path), "--json", "--timeout", "100"],
-        timeout=TIMEOUT,
-    )
+    """A one-rank run recorded in this process (``--timeout`` bounds it)."""
+    proc = tcli.invoke(["run", "sgdmf", *SGD, *args, "--trace", path, "--json", "--timeout", "100"])
     assert proc.returncode == 0, proc.stderr
     return path
 
@@ -62,8 +60,11 @@ async def open_history(pilot: Any, element: str) -> None:
     assert isinstance(pilot.app.screen, HistoryScreen)
 
 
-def test_typed_element_shows_the_history_of_replay_history(tt_trace: Path) -> None:
-    proc = run_cli(["history", str(tt_trace), "W[3]", "--json"], timeout=TIMEOUT)
+# The history view computes its answer with a `replay history` child process: the tests
+# that open it on a recorded run start a replay command (the layer scan cannot see it).
+@pytest.mark.e2e
+def test_typed_element_shows_the_history_of_replay_history(tt_trace: Path, cli: Any) -> None:
+    proc = cli("history", tt_trace, "W[3]", "--json")
     assert proc.returncode == 0, proc.stderr
     expected = json.loads(proc.stdout)["history"]
     assert len(expected) == 3
@@ -94,6 +95,7 @@ def test_typed_element_shows_the_history_of_replay_history(tt_trace: Path) -> No
     drive(BrowserApp([str(tt_trace)]), script)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     "element,message",
     [("Q[1]", "no DDS named 'Q'"), ("W[100000]", "index out of range"), ("W17", "DDS[INDEX]")],
@@ -110,6 +112,7 @@ def test_bad_element_is_one_line_in_the_view(tt_trace: Path, element: str, messa
     drive(BrowserApp([str(tt_trace)]), script)
 
 
+@pytest.mark.e2e
 def test_trace_without_checkpoints_is_a_message(tmp_path: Path) -> None:
     path = record(tmp_path / "none.sqlite", "--no-checkpoints")
 
@@ -177,6 +180,7 @@ def test_h_on_a_lock_row_offers_its_element(synth_dir: Path) -> None:
     drive(BrowserApp([synth_dir / "a.sqlite"]), script)
 
 
+@pytest.mark.e2e
 def test_recompute_replays_again_and_leaving_kills_the_replay(tt_trace: Path) -> None:
     """``r`` forgets the kept answer and replays again; escape while it replays kills
     the child process, so nothing of the user's program keeps running."""
