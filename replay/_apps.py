@@ -46,7 +46,15 @@ class App:
 
 
 def _load_file(path: Path) -> Any:
-    mod_name = "replay_user_" + hashlib.blake2b(str(path).encode(), digest_size=6).hexdigest()
+    """The module of the user's file ``path``, imported once per content: a process that
+    lives on (the browser, in-process commands) runs the file as it is now, not as it
+    was when it first imported it, under the name every process gives that content."""
+    h = hashlib.blake2b(str(path).encode(), digest_size=6)
+    try:
+        h.update(path.read_bytes())
+    except OSError as exc:
+        raise UsageError(f"cannot read {str(path)!r}: {exc.strerror}") from None
+    mod_name = "replay_user_" + h.hexdigest()
     if mod_name in sys.modules:
         return sys.modules[mod_name]
     spec = importlib.util.spec_from_file_location(mod_name, path)
