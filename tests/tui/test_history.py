@@ -145,6 +145,7 @@ def test_rows_without_a_writer_and_scalar_values() -> None:
     assert magnitude("text") != magnitude("text")  # NaN
 
 
+@pytest.mark.e2e  # the history view starts a 'replay history' process
 def test_h_on_a_lock_row_offers_its_element(synth_dir: Path) -> None:
     """On the lock tab, ``h`` pre-fills the prompt with the element of the row under the
     cursor; escape cancels; a run whose program cannot be replayed is one line."""
