@@ -130,6 +130,7 @@ def test_bad_param_value_and_unknown_param(cli) -> None:
     one_line_error(cli("run", "sgdmf", "-p", "epochs"), 2, "NAME=VALUE")
 
 
+@pytest.mark.mpi  # the ranks find the file missing: mpiexec starts them
 def test_missing_data_file(tmp_path: Path, cli) -> None:
     proc = cli("run", "sgdmf", "-p", f"data={tmp_path}/none.inter", "--ranks", "2")
     one_line_error(proc, 2, "none.inter", "does not exist")

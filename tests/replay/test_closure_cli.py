@@ -13,8 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_cli
-
 APP = """
 import time
 
@@ -55,30 +53,41 @@ def app(tmp_path: Path) -> str:
     return f"{path}:train"
 
 
-@pytest.mark.parametrize("ranks,slow", [(1, "false"), (2, "false"), (3, "false"), (2, "true")])
-def test_reconnaissance_catches_a_helper_that_appends(app: str, ranks: int, slow: str) -> None:
+#: Runs on more than one rank start mpiexec (in-process commands: mark them).
+MPI = pytest.mark.mpi
+
+
+@pytest.mark.parametrize(
+    "ranks,slow",
+    [
+        (1, "false"),
+        pytest.param(2, "false", marks=MPI),
+        pytest.param(3, "false", marks=MPI),
+        pytest.param(2, "true", marks=MPI),
+    ],
+)
+def test_reconnaissance_catches_a_helper_that_appends(app: str, ranks: int, slow: str, cli) -> None:
     """The error names the first violation in index order (``SEEN`` at index 5, not
     ``counts`` at 7) whichever rank fails first: the ranks agree before one reports."""
-    res = run_cli(["run", app, "--ranks", str(ranks), "--no-trace", "-p", f"slow={slow}"])
+    res = cli("run", app, "--ranks", str(ranks), "--no-trace", "-p", f"slow={slow}")
     assert res.returncode == 2, res.stdout + res.stderr
     last = res.stderr.strip().splitlines()[-1]
     assert "'count'" in last and "'SEEN'" in last and "closure rule" in last, last
 
 
 @pytest.mark.parametrize("ranks", [2, 3])
-def test_a_mutation_after_reconnaissance_stops_every_kind_of_run(app: str, ranks: int) -> None:
+@MPI
+def test_a_mutation_after_reconnaissance_stops_every_kind_of_run(app: str, ranks: int, cli) -> None:
     """Before, a normal run checked reconnaissance only and ended with exit 0."""
-    plain = run_cli(["run", app, "-p", "late=true", "--ranks", str(ranks), "--no-trace"])
+    plain = cli("run", app, "-p", "late=true", "--ranks", str(ranks), "--no-trace")
     assert plain.returncode == 2, plain.stdout + plain.stderr
     last = plain.stderr.strip().splitlines()[-1]
     assert "async_for 'count': the loop body changed" in last and "closure rule" in last, last
     assert "at one of the calls (invocation 1)" in last and "--checked to name" in last, last
-    checked = run_cli(
-        ["run", app, "-p", "late=true", "--ranks", str(ranks), "--no-trace", "--checked"]
-    )
+    checked = cli("run", app, "-p", "late=true", "--ranks", str(ranks), "--no-trace", "--checked")
     assert checked.returncode == 2, checked.stderr
     assert "invocation 1" in checked.stderr and "'count'" in checked.stderr
-    dual = run_cli(["dual", app, "-p", "late=true", "--ranks", str(ranks), "--no-trace"])
+    dual = cli("dual", app, "-p", "late=true", "--ranks", str(ranks), "--no-trace")
     assert dual.returncode != 0, dual.stdout + dual.stderr
     assert "'count'" in dual.stderr and "closure rule" in dual.stderr
 
@@ -114,9 +123,9 @@ def train():
 """
 
 
-@pytest.mark.parametrize("ranks", [1, 2, 3])
+@pytest.mark.parametrize("ranks", [1, pytest.param(2, marks=MPI), pytest.param(3, marks=MPI)])
 def test_a_change_seen_by_a_deferred_comparison_is_not_hidden_by_a_later_one(
-    tmp_path: Path, ranks: int
+    tmp_path: Path, ranks: int, cli
 ) -> None:
     """The change at index 5 shows only when contents are compared (every 24 bodies here,
     and after a share's last body); the rebinding at index 7 shows at once.  The error
@@ -125,7 +134,7 @@ def test_a_change_seen_by_a_deferred_comparison_is_not_hidden_by_a_later_one(
     comes first in index order, not a check after every rank has finished."""
     path = tmp_path / "lazy.py"
     path.write_text(LAZY)
-    res = run_cli(["run", f"{path}:train", "--ranks", str(ranks), "--no-trace"])
+    res = cli("run", f"{path}:train", "--ranks", str(ranks), "--no-trace")
     assert res.returncode == 2, res.stdout + res.stderr
     last = res.stderr.strip().splitlines()[-1]
     assert "'SEEN'" in last and "'TOKEN'" not in last, last

@@ -13,6 +13,7 @@ import json
 import shutil
 import sqlite3
 import subprocess
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,7 +21,9 @@ import pytest
 from click.testing import CliRunner
 
 import tracer
+from replay import _environment
 from replay._cli import cli
+from tests import cli as tcli
 from tests.conftest import run_cli
 
 HERE = Path(__file__).parent
@@ -36,15 +39,21 @@ def _cli(args: list[str]) -> subprocess.CompletedProcess[str]:
     return subprocess.CompletedProcess(args, res.exit_code, res.stdout, res.stderr)
 
 
-def _half_checkpointed(tmp_path: Path) -> Path:
-    """A crashed run's trace as a checkpoint that stopped half way leaves it: the main
-    file's page 1 says the full size, its tail is missing, the ``-wal`` holds it all."""
-    killed = tmp_path / "killed"
-    trace = killed / "k.sqlite"
+@pytest.fixture(scope="module")
+def killed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The trace of a run SIGKILLed after two invocations, its commits in its ``-wal``
+    (a real process: it kills itself).  Read-only: tests copy it and its ``-wal``."""
+    trace = tmp_path_factory.mktemp("killed") / "k.sqlite"
     argv = ["run", KILLED, "--ranks", "1", "-p", "kill_at=2", "-p", "rows=5000"]
     argv += ["--checkpoint-every", "1"]
     proc = run_cli([*argv, "--trace", str(trace)], env={"CRASH_APPS_KILL": "1"})
     assert proc.returncode == -9, proc.stderr  # killed: its commits are in the -wal
+    return trace
+
+
+def _half_checkpointed(tmp_path: Path, trace: Path) -> Path:
+    """A crashed run's trace as a checkpoint that stopped half way leaves it: the main
+    file's page 1 says the full size, its tail is missing, the ``-wal`` holds it all."""
     wal = Path(f"{trace}-wal")
     assert wal.stat().st_size > 0
     before = trace.stat().st_size
@@ -68,10 +77,10 @@ def _half_checkpointed(tmp_path: Path) -> Path:
 
 @pytest.mark.filterwarnings("ignore::replay._environment.ReplayEnvironmentWarning")
 def test_a_half_checkpointed_trace_reads_as_the_crashed_run(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, killed: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr("tracer._read.CRASH_AFTER_S", -1.0)  # its writer is dead
-    trace = _half_checkpointed(tmp_path)
+    trace = _half_checkpointed(tmp_path, killed)
     wal = Path(f"{trace}-wal")
     before = _digests(trace, wal)
     proc = _cli(["show", str(trace), "--json"])
@@ -100,8 +109,8 @@ def test_a_half_checkpointed_trace_reads_as_the_crashed_run(
         assert res["replayed_up_to"] == "sgd#1", res
 
 
-def test_a_wal_that_lacks_the_tail_is_still_truncated(tmp_path: Path) -> None:
-    trace = _half_checkpointed(tmp_path)
+def test_a_wal_that_lacks_the_tail_is_still_truncated(tmp_path: Path, killed: Path) -> None:
+    trace = _half_checkpointed(tmp_path, killed)
     wal = Path(f"{trace}-wal")
     # cut into pages that the run never changed, which so are in the main file only
     from tracer._wal import wal_commits
@@ -148,13 +157,36 @@ def _record_sgdmf(trace: Path, max_pages: int | None = None) -> BaseException | 
     return None
 
 
+@pytest.fixture(scope="module")
+def full_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, BaseException | None]:
+    """A run whose store filled up before its last commits, and what it raised (recorded
+    once: tests take :func:`_copy_of` it)."""
+    tmp = tmp_path_factory.mktemp("full-store")
+    whole = tmp / "whole.sqlite"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", _environment.ReplayEnvironmentWarning)
+        assert _record_sgdmf(whole) is None
+        trace = tmp / "t.sqlite"
+        # full before the last commits
+        raised = _record_sgdmf(trace, max_pages=whole.stat().st_size // 4096 - 8)
+    return trace, raised
+
+
+def _copy_of(trace: Path, dst: Path) -> Path:
+    """``trace`` and its journal files, copied to ``dst`` (the commits not yet
+    checkpointed are in the ``-wal``)."""
+    for suffix in ("", "-wal", "-journal"):
+        if Path(f"{trace}{suffix}").exists():
+            shutil.copy(f"{trace}{suffix}", f"{dst}{suffix}")
+    return dst
+
+
 @pytest.mark.filterwarnings("ignore::replay._environment.ReplayEnvironmentWarning")
-def test_a_run_stopped_by_a_full_store_says_disk_full_and_resumes(tmp_path: Path) -> None:
-    whole = tmp_path / "whole.sqlite"
-    assert _record_sgdmf(whole) is None
-    pages = whole.stat().st_size // 4096
-    trace = tmp_path / "t.sqlite"
-    raised = _record_sgdmf(trace, max_pages=pages - 8)  # full before the last commits
+def test_a_run_stopped_by_a_full_store_says_disk_full_and_resumes(
+    tmp_path: Path, full_store: tuple[Path, BaseException | None]
+) -> None:
+    trace = _copy_of(full_store[0], tmp_path / "t.sqlite")
+    raised = full_store[1]
     assert isinstance(raised, tracer.TraceWriteError) and raised.disk_full, raised
     assert "database or disk is full" in str(raised)
     with tracer.open(trace) as store:
@@ -167,7 +199,7 @@ def test_a_run_stopped_by_a_full_store_says_disk_full_and_resumes(tmp_path: Path
     assert proc.returncode == 0 and " crashed " in proc.stdout, proc.stderr
     proc = _cli(["verify", str(trace)])
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    proc = run_cli(["resume", str(trace)])
+    proc = tcli.invoke(["resume", str(trace)])
     assert proc.returncode == 0, proc.stderr
     short = run.info.run_id[:12]
     assert f"run {short} stopped because its trace could not be written: disk full: " in (
@@ -176,19 +208,19 @@ def test_a_run_stopped_by_a_full_store_says_disk_full_and_resumes(tmp_path: Path
     assert "loop body" not in proc.stdout + proc.stderr
 
 
-def test_a_run_failed_by_a_trace_write_error_is_not_blamed_on_a_body(tmp_path: Path) -> None:
+def test_a_run_failed_by_a_trace_write_error_is_not_blamed_on_a_body(
+    tmp_path: Path, full_store: tuple[Path, BaseException | None]
+) -> None:
     """What the recorder wrote before it knew a full disk from a failing program."""
-    trace = tmp_path / "t.sqlite"
-    whole = tmp_path / "whole.sqlite"
-    assert _record_sgdmf(whole) is None
-    raised = _record_sgdmf(trace, max_pages=whole.stat().st_size // 4096 - 8)
+    trace = _copy_of(full_store[0], tmp_path / "t.sqlite")
+    raised = full_store[1]
     assert raised is not None
     error = f"Traceback (most recent call last):\n  ...\ntracer._errors.TraceWriteError: {raised}\n"
     con = sqlite3.connect(trace)
     con.execute("UPDATE run SET status = 'failed', error = ?", (error,))
     con.commit()
     con.close()
-    proc = run_cli(["resume", str(trace)])
+    proc = tcli.invoke(["resume", str(trace)])
     assert proc.returncode == 0, proc.stderr
     assert f"stopped because its trace could not be written: {raised}" in proc.stdout
     assert "loop body" not in proc.stdout + proc.stderr
@@ -224,7 +256,7 @@ def test_a_run_that_fills_the_disk_is_a_crashed_run(
     trace = small_disk / "t.sqlite"
     wal = Path(f"{trace}-wal")
     argv = ["run", "sgdmf", "-p", "synthetic=true", "-p", "epochs=10", "-p", "rank=4"]
-    proc = run_cli([*argv, "--checkpoint-every", "1", "--trace", str(trace)])
+    proc = tcli.invoke([*argv, "--checkpoint-every", "1", "--trace", str(trace)])
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.endswith("database or disk is full\n"), proc.stderr
     # what the full disk left: the last checkpoint stopped half way through the WAL
@@ -256,7 +288,7 @@ def test_a_run_that_fills_the_disk_is_a_crashed_run(
     room.mkdir()
     shutil.copy(trace, room / trace.name)
     shutil.copy(wal, room / wal.name)
-    proc = run_cli(["resume", str(room / trace.name)])
+    proc = tcli.invoke(["resume", str(room / trace.name)])
     assert proc.returncode == 0, proc.stderr
     assert "stopped because its trace could not be written: disk full: " in proc.stdout
     assert f"after the checkpoint at {last} as run " in proc.stdout

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 import tracer
 from replay import _environment
 from replay._replay import replay_here
+from tests import cli as tcli
 from tests.conftest import run_cli, run_mpi
 from tests.tracer.tracehelp import reseal
 
@@ -38,7 +39,7 @@ def replay(mode: str, trace: Path, hash_seed: str) -> tuple[int, dict, str]:
 
 
 def show(trace: Path) -> dict:
-    proc = run_cli(["show", str(trace), "--json"])
+    proc = tcli.invoke(["show", str(trace), "--json"])  # reads the trace: no re-exec
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)["runs"][-1]
 

@@ -11,7 +11,6 @@ import pytest
 
 import tracer
 from replay._dualctl import same_value
-from tests.conftest import run_cli
 
 APP = """
 import math
@@ -48,11 +47,12 @@ def test_same_value(a: object, b: object, same: bool) -> None:
     assert same_value(a, b) is same
 
 
-def test_a_nan_loss_is_recorded_replayed_and_dual_tested(tmp_path: Path) -> None:
+@pytest.mark.mpi  # in-process, but --ranks 2 and cluster start mpiexec
+def test_a_nan_loss_is_recorded_replayed_and_dual_tested(tmp_path: Path, cli) -> None:
     app = tmp_path / "diverge.py"
     app.write_text(APP)
     trace = tmp_path / "t.sqlite"
-    proc = run_cli(["run", f"{app}:train", "--ranks", "2", "--trace", str(trace)])
+    proc = cli("run", f"{app}:train", "--ranks", "2", "--trace", str(trace))
     assert proc.returncode == 0, proc.stderr
     with tracer.open(trace) as t:
         run = t.run()
@@ -60,12 +60,12 @@ def test_a_nan_loss_is_recorded_replayed_and_dual_tested(tmp_path: Path) -> None
         loss = run.objectives()["loss"]
         assert loss[0] == 20.0 and math.isnan(loss[1]) and loss[2] == math.inf
         assert run.objectives()["neg"] == [0.0, -math.inf, -math.inf]  # SQLite: -0.0 is 0
-    assert run_cli(["verify", str(trace)]).returncode == 0
+    assert cli("verify", str(trace)).returncode == 0
     for mode in ("cluster", "single"):
-        proc = run_cli([mode, str(trace), "--json"])
+        proc = cli(mode, str(trace), "--json")
         assert proc.returncode == 0, proc.stderr
         assert json.loads(proc.stdout)["identical"] is True
-    proc = run_cli(["dual", f"{app}:train", "--ranks", "2", "--no-trace", "--json"])
+    proc = cli("dual", f"{app}:train", "--ranks", "2", "--no-trace", "--json")
     assert proc.returncode == 0, proc.stderr
     res = json.loads(proc.stdout)
     assert res["forward"]["passed"] and res["backward"]["passed"]

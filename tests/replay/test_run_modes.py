@@ -22,7 +22,7 @@ from click.testing import CliRunner
 
 import tracer
 from replay._cli import cli
-from tests.conftest import run_cli
+from tests import cli as tcli
 
 HERE = Path(__file__).parent
 PROG = str(HERE / "mode_apps.py") + ":train"
@@ -129,13 +129,14 @@ def test_dual_and_chaos_traces_of_the_program_replay(tmp_path: Path) -> None:
 
 # ------------------------------------------------------------------ MPI (slower)
 @pytest.mark.parametrize("sync", ["ssp", "hybrid"])
+@pytest.mark.mpi  # in-process, but --ranks 2 and cluster start mpiexec
 def test_a_checked_two_rank_run_replays_on_the_cluster(tmp_path: Path, sync: str) -> None:
     trace = tmp_path / "t.sqlite"
     argv = ["run", PROG, "-p", f"sync={sync}", "--ranks", "2", "--threads", "2", "--checked"]
-    proc = run_cli([*argv, "--trace", str(trace), "--timeout", "90"])
+    proc = tcli.invoke([*argv, "--trace", str(trace), "--timeout", "90"])
     assert proc.returncode == 0, proc.stderr
     assert labels(trace) == [{"checked": True}]
     for mode in ("cluster", "single"):
-        rep = run_cli([mode, str(trace), "--json"])
+        rep = tcli.invoke([mode, str(trace), "--json"])
         assert rep.returncode == 0, rep.stdout + rep.stderr
         assert json.loads(rep.stdout)["identical"]
