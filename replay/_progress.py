@@ -1,12 +1,14 @@
-"""Progress on long work: a rich bar on a terminal, nothing anywhere else.
+"""Progress on long work: a rich bar on a terminal, a plain line now and then elsewhere.
 
 Work that runs here or in MPI ranks reports through the same line-based ``progress``
 callback the CLI already gives it: an ordinary line is text for the user, and a line
 made by :func:`tick_line` says how far the work is ("3 of 20 invocations").  The ranks'
 lines reach the CLI through mpiexec's stdout, so one format serves both cases.  The
 :class:`Printer` the CLI hands out turns tick lines into a bar when stderr is a
-terminal and ``--json`` is off, and drops them otherwise, so output for scripts stays
-exactly what it was.
+terminal and ``--json`` is off; off a terminal (a pipe, a CI log) it prints one plain
+line on stderr at most every :data:`PLAIN_EVERY_S` seconds (``replay: cluster replay
+5/10 invocations, 28 s``), so long work shows life and short work prints nothing; under
+``--json`` it prints none.  stdout stays exactly what it was.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -27,6 +30,20 @@ import click
 DOWNLOAD_PROGRESS_ENV = "STRADS_REPLAY_PROGRESS"
 #: Prefix of a line that reports progress rather than text (never shown as text).
 TICK = "\x1breplay-progress "
+#: Off a terminal, the least seconds between two plain progress lines (and before the first).
+PLAIN_EVERY_S = 10.0
+#: Environment variable that sets those seconds (0: no plain lines at all).
+PLAIN_EVERY_ENV = "STRADS_REPLAY_PROGRESS_EVERY"
+
+
+def plain_every() -> float | None:
+    """Seconds between plain progress lines (None: none), from :data:`PLAIN_EVERY_ENV`."""
+    raw = os.environ.get(PLAIN_EVERY_ENV, "").strip()
+    try:
+        every = float(raw) if raw else PLAIN_EVERY_S
+    except ValueError:
+        every = PLAIN_EVERY_S  # a malformed value must not stop the work it reports on
+    return every if every > 0 else None
 
 
 def tick_line(done: int, total: int | None, what: str) -> str:
@@ -69,10 +86,21 @@ class Printer:
     """The CLI's ``say``: prints text lines (on stderr under ``--json``) and shows tick
     lines as a bar labelled ``label`` (a context manager: the bar ends with the block)."""
 
-    def __init__(self, as_json: bool, label: str = "working", *, bars: bool = True) -> None:
+    def __init__(
+        self,
+        as_json: bool,
+        label: str = "working",
+        *,
+        bars: bool = True,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.as_json = as_json
         self.label = label
         self._bars = bars and bars_wanted(as_json)
+        # off a terminal (and not for a pdb session, which asks for no bars): plain lines
+        self._every = plain_every() if bars and not as_json and not self._bars else None
+        self._clock = clock
+        self._start = self._last = clock()
         self._progress: Any = None
         self._tasks: dict[str, Any] = {}
 
@@ -82,6 +110,17 @@ class Printer:
             click.echo(line, err=self.as_json)
         elif self._bars:
             self._show(*tick)
+        elif self._every is not None:
+            self._say_plainly(self._every, *tick)
+
+    def _say_plainly(self, every: float, done: int, total: int | None, what: str) -> None:
+        now = self._clock()
+        if now - self._last < every:
+            return
+        self._last = now
+        count = f"{done}/{total}" if total is not None else str(done)
+        unit = f" {what}" if what else ""
+        click.echo(f"replay: {self.label} {count}{unit}, {now - self._start:.0f} s", err=True)
 
     def _show(self, done: int, total: int | None, what: str) -> None:
         if self._progress is None:
@@ -184,6 +223,8 @@ class InvocationTicker:
 
 __all__ = [
     "DOWNLOAD_PROGRESS_ENV",
+    "PLAIN_EVERY_ENV",
+    "PLAIN_EVERY_S",
     "TICK",
     "InvocationTicker",
     "Printer",
@@ -191,6 +232,7 @@ __all__ = [
     "bars_wanted",
     "current_stage",
     "parse_tick",
+    "plain_every",
     "reporting",
     "route_ticks",
     "stage",

@@ -30,6 +30,7 @@ from ._cliutil import (
 )
 from ._errors import UsageError
 from ._job import EXIT_DIVERGED, EXIT_FAILED, describe, launch, run_here
+from ._progress import Printer, reporting
 from ._replay import replay_here, store_verdict
 
 
@@ -233,10 +234,12 @@ def demo_cmd(ranks: int, epochs: int) -> None:
         say("")
         say(f"== {step}. replay {mode} {where}")
         spec = {"kind": "replay", "mode": mode, "trace": trace, "run_id": res["run_id"]}
-        if mode == "cluster" and ranks > 1:
-            rep = launch(spec, ranks, out=say)
-        else:
-            rep = replay_here(spec, progress=say)
+        # the ranks' progress ticks become a bar on a terminal, never text
+        with Printer(False, f"{mode} replay") as bar:
+            if mode == "cluster" and ranks > 1:
+                rep = launch(spec, ranks, out=bar)
+            else:
+                rep = replay_here(spec, progress=bar)
         store_verdict(rep)
         verdicts[mode] = rep
         if rep["identical"]:
@@ -260,14 +263,15 @@ def demo_cmd(ranks: int, epochs: int) -> None:
     app = resolve_app("sgdmf")
     dual_params = parse_params(app.fn, [p for p in params if not p.startswith("epochs=")])
     dual_params["epochs"] = dual_epochs
-    duals = testing.dual(
-        "sgdmf",
-        dual_params,
-        nodes=ranks,
-        threads=1,
-        order="random",
-        parallel="mpi" if ranks > 1 else "in-process",
-    )
+    with Printer(False, "dual test") as bar, reporting(bar):
+        duals = testing.dual(
+            "sgdmf",
+            dual_params,
+            nodes=ranks,
+            threads=1,
+            order="random",
+            parallel="mpi" if ranks > 1 else "in-process",
+        )
     import tracer
 
     with tracer.open_writable(trace) as store:

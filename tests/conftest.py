@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
 
 from replay import _environment
+from replay._progress import PLAIN_EVERY_ENV
 
 #: Set in the environment of the pytest process ``pytest_configure`` re-executed (once).
 REEXEC_MARKER = "STRADS_REPLAY_TESTS_REEXEC"
@@ -71,6 +72,9 @@ def pytest_configure(config: pytest.Config) -> None:
     (``cli``, tests/cli.py) need the same, so pytest does it once here: after its
     conftests are loaded and with output capture stopped (the new process starts its
     own), before collection.  A seed the user set is kept, as the command keeps it."""
+    # no plain progress lines off a terminal (tests read exact stderr); one test turns
+    # them on (tests/replay/test_plain_progress.py).  Set before the re-exec: inherited.
+    os.environ.setdefault(PLAIN_EVERY_ENV, "0")
     if _environment.current_hash_seed() is not None or os.environ.get(REEXEC_MARKER):
         return
     capman = config.pluginmanager.getplugin("capturemanager")

@@ -181,6 +181,7 @@ def test_demo_records_replays_both_ways_and_suggests_browse(tmp_path: Path, cli)
     proc = cli("demo", "--epochs", "1", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
+    assert "replay-progress" not in out + proc.stderr and "\x1b" not in out + proc.stderr
     assert "cluster replay: identical" in out and "single replay: identical" in out
     assert "browse it: replay browse traces/" in out
     assert len(list((tmp_path / "traces").glob("sgdmf-*.sqlite"))) == 1
