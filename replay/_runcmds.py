@@ -198,7 +198,7 @@ def run_cmd(
 
 @click.command("demo")
 @click.option("--ranks", type=int, default=2, show_default=True, help="MPI ranks.")
-@click.option("--epochs", type=int, default=5, show_default=True, help="Training epochs.")
+@click.option("--epochs", type=int, default=3, show_default=True, help="Training epochs.")
 def demo_cmd(ranks: int, epochs: int) -> None:
     """The main job: train SGDMF on MovieLens-100K on 2 MPI ranks with recording, replay the
     trace on the cluster and in one process, and summarise."""
