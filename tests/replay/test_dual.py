@@ -76,28 +76,11 @@ def test_a_forward_failure_is_localised_to_element_and_index(monkeypatch) -> Non
     assert "FAIL" in text and "element" in text and "serial gave" in text
 
 
-def test_cli_pass_json_and_verdicts_in_the_trace(tmp_path: Path) -> None:
+@pytest.mark.mpi  # in this process (tests/cli.py), but its 3 ranks are mpiexec's
+def test_cli_pass_json_and_verdicts_in_the_trace(tmp_path: Path, cli) -> None:
     trace = tmp_path / "d.sqlite"
-    proc = run_cli(
-        [
-            "dual",
-            "sgdmf",
-            "-p",
-            "synthetic=true",
-            "-p",
-            "epochs=1",
-            "-p",
-            "rank=4",
-            "--ranks",
-            "3",
-            "--threads",
-            "2",
-            "--trace",
-            str(trace),
-            "--json",
-        ],
-        timeout=300,  # 3 ranks x 2 threads under mpiexec, oversubscribed on 2 cores
-    )
+    args = ["-p", "synthetic=true", "-p", "epochs=1", "-p", "rank=4", "--ranks", "3"]
+    proc = cli("dual", "sgdmf", *args, "--threads", "2", "--trace", trace, "--json")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     res = json.loads(proc.stdout)
     assert res["forward"] == {"passed": True, "divergence": None, "not_tested": []}
@@ -107,6 +90,7 @@ def test_cli_pass_json_and_verdicts_in_the_trace(tmp_path: Path) -> None:
 
 
 def test_cli_failure_names_the_place_and_exits_1(tmp_path: Path) -> None:
+    """The real console script (the smoke test of ``dual``'s exit status 1)."""
     app = f"{HERE / 'nondet_apps.py'}:uses_wall_clock"
     proc = run_cli(["dual", app, "--direction", "forward", "--no-trace"], cwd=tmp_path)
     assert proc.returncode == 1, proc.stderr
@@ -140,13 +124,13 @@ def test_objectives_are_compared_in_the_order_they_were_logged() -> None:
     assert res.divergence["objective"] == "zloss"
 
 
-def test_an_objective_before_a_later_digest_is_the_first_divergence(tmp_path: Path) -> None:
+def test_an_objective_before_a_later_digest_is_the_first_divergence(tmp_path: Path, cli) -> None:
     app = f"{HERE / 'dual_apps.py'}:objective_then_digest"
-    proc = run_cli(["dual", app, "--in-process", "--no-trace"], cwd=tmp_path)
+    proc = cli("dual", app, "--in-process", "--no-trace", cwd=tmp_path)
     assert proc.returncode == 1, proc.stderr
     assert "forward: FAIL at objective probe, iteration 0" in proc.stdout
     assert "backward: FAIL at objective probe, iteration 0" in proc.stdout
-    proc = run_cli(["dual", app, "--in-process", "--no-trace", "--json"], cwd=tmp_path)
+    proc = cli("dual", app, "--in-process", "--no-trace", "--json", cwd=tmp_path)
     assert proc.returncode == 1, proc.stderr
     res = json.loads(proc.stdout)
     for direction in ("forward", "backward"):

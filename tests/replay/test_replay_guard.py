@@ -3,6 +3,9 @@
 The recorded run undid and re-planned invocations (and ran one serially on every node);
 only the attempts that completed are in the trace, and replay follows the plans the run
 made at each invocation instead of repeating the failed attempts.
+
+The commands run in this process (tests/cli.py); on more than one rank they still start
+``mpiexec`` (those tests are marked ``mpi``).
 """
 
 from __future__ import annotations
@@ -11,8 +14,6 @@ import json
 from pathlib import Path
 
 import pytest
-
-from tests.conftest import run_cli
 
 APP = """
 import numpy as np
@@ -41,26 +42,29 @@ def train(epochs: int = 3, n: int = 30):
 """
 
 
-@pytest.mark.parametrize("ranks", [1, 2, 3])
-def test_a_replanned_run_replays_identically(tmp_path: Path, ranks: int) -> None:
+@pytest.mark.parametrize(
+    "ranks", [1, pytest.param(2, marks=pytest.mark.mpi), pytest.param(3, marks=pytest.mark.mpi)]
+)
+def test_a_replanned_run_replays_identically(tmp_path: Path, ranks: int, cli) -> None:
     app = tmp_path / "flip.py"
     app.write_text(APP)
     trace = tmp_path / "t.sqlite"
-    run = run_cli(["run", f"{app}:train", "--ranks", str(ranks), "--trace", str(trace), "--json"])
+    run = cli("run", f"{app}:train", "--ranks", str(ranks), "--trace", trace, "--json")
     assert run.returncode == 0, run.stderr
     if ranks > 1:
         assert run.stderr.count("note: async_for 'flip' invocation 1") == 1, run.stderr
     for mode in ("cluster", "single"):
-        rep = run_cli([mode, str(trace), "--json"])
+        rep = cli(mode, trace, "--json")
         assert rep.returncode == 0, rep.stdout + rep.stderr
         assert json.loads(rep.stdout)["identical"] is True
         assert "note:" not in rep.stderr  # replay follows the recorded plans: no new attempt
 
 
-def test_replan_never_exits_1_naming_the_element(tmp_path: Path) -> None:
+@pytest.mark.mpi
+def test_replan_never_exits_1_naming_the_element(tmp_path: Path, cli) -> None:
     app = tmp_path / "flip.py"
     app.write_text(APP.replace('name="flip")', 'name="flip", replan="never")'))
-    res = run_cli(["run", f"{app}:train", "--ranks", "2", "--no-trace"])
+    res = cli("run", f"{app}:train", "--ranks", "2", "--no-trace")
     assert res.returncode == 1, res.stderr
     last = res.stderr.strip().splitlines()[-1]
     assert "'flip' invocation 1 index" in last and "X[" in last and "replan='never'" in last

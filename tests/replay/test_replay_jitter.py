@@ -3,6 +3,9 @@ message timing (``tests/jitter.py``: late delivery, pauses) replays bit for bit 
 cluster under another.  Whatever timing decides in a run — lock grants, arrival orders,
 SSP visibility, Hybrid mutex orders — must come from the trace in a replay, never from
 when messages happen to arrive.
+
+The commands run in this process (tests/cli.py); the ranks, which the jitter site module
+perturbs, are the processes ``mpiexec`` starts with the command's environment.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT
 
 APPS = Path(__file__).parent / "nondet_apps.py"
 SITE = ROOT / "tests" / "jitter_site"
@@ -22,6 +25,7 @@ def jittered(seed: int) -> dict[str, str]:
     return {"PYTHONPATH": f"{SITE}:{ROOT}", "STRADS_TEST_JITTER": str(seed)}
 
 
+@pytest.mark.mpi
 @pytest.mark.parametrize(
     "app,args",
     [
@@ -33,12 +37,12 @@ def jittered(seed: int) -> dict[str, str]:
     ],
 )
 def test_a_run_recorded_under_one_timing_replays_under_another(
-    tmp_path: Path, app: str, args: list[str]
+    tmp_path: Path, app: str, args: list[str], cli
 ) -> None:
     trace = tmp_path / "t.sqlite"
-    proc = run_cli(["run", app, *args, "--trace", str(trace), "--json"], env=jittered(11))
+    proc = cli("run", app, *args, "--trace", trace, "--json", env=jittered(11))
     assert proc.returncode == 0, proc.stderr
-    proc = run_cli(["cluster", str(trace), "--json"], env=jittered(12))
+    proc = cli("cluster", trace, "--json", env=jittered(12))
     assert proc.stdout.strip(), proc.stderr
     res = json.loads(proc.stdout)
     assert proc.returncode == 0 and res["identical"], res

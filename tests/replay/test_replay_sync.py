@@ -29,7 +29,8 @@ from engine._machines.ssp import (
 )
 from engine._syncfor.drive import SeededDelays, use_delays
 from engine.lowlevel import MutexLog, Schedule, VisibilityLog
-from tests.conftest import run_cli, unrecorded_outcomes
+from tests import cli as tcli
+from tests.conftest import unrecorded_outcomes
 from tests.replay import nondet_apps
 
 HERE = Path(__file__).parent
@@ -37,17 +38,20 @@ APPS = HERE / "nondet_apps.py"
 #: Unrecorded runs per non-determinism check, and replays per mode (issue 5, item 3).
 UNRECORDED_RUNS = 6
 REPLAYS = 4
+#: The Hybrid app on 2 ranks of 3 threads, recorded once per session (``trace_library``);
+#: its replays take a copy (``single``/``cluster`` store their verdict in the trace).
+HYBRID = (f"{APPS}:hybrid_threads", "--ranks", "2", "--threads", "3")
 
 
 def record(tmp_path: Path, app: str, *args: str, name: str = "t.sqlite") -> Path:
     trace = tmp_path / name
-    proc = run_cli(["run", app, *args, "--trace", str(trace), "--json"])
+    proc = tcli.invoke(["run", app, *args, "--trace", trace, "--json"])
     assert proc.returncode == 0, proc.stderr
     return trace
 
 
 def replay(mode: str, trace: Path, *args: str, **kw: Any) -> tuple[int, dict]:
-    proc = run_cli([mode, str(trace), *args, "--json"], **kw)
+    proc = tcli.invoke([mode, trace, *args, "--json"], **kw)
     assert proc.stdout.strip(), proc.stderr
     return proc.returncode, json.loads(proc.stdout)
 
@@ -202,17 +206,23 @@ def test_in_process_hybrid_order_of_another_program_diverges_at_once() -> None:
 
 
 # ============================================================ real MPI runs, both replays
+# (the commands run in this process, tests/cli.py; their ranks are mpiexec's: ``mpi``)
+@pytest.mark.mpi
 @pytest.mark.parametrize(
     "app,threads",
     [("ssp_delays", "1"), ("hybrid_threads", "3")],
 )
 def test_sync_app_is_nondeterministic_unrecorded_but_replays_exactly(
-    tmp_path: Path, app: str, threads: str
+    tmp_path: Path, app: str, threads: str, trace_library
 ) -> None:
     target = f"{APPS}:{app}"
     outcomes = unrecorded_outcomes(target, "--threads", threads, runs=UNRECORDED_RUNS)
     assert len(outcomes) >= 2, "unrecorded runs all gave the same result: nothing to replay"
-    trace = record(tmp_path, target, "--ranks", "2", "--threads", threads)
+    run_args = (target, "--ranks", "2", "--threads", threads)
+    if run_args == HYBRID:
+        trace = trace_library.copy(tmp_path, *run_args)
+    else:
+        trace = record(tmp_path, *run_args)
     for mode in ("cluster", "single"):
         for _ in range(REPLAYS):
             rc, res = replay(mode, trace)
@@ -220,6 +230,7 @@ def test_sync_app_is_nondeterministic_unrecorded_but_replays_exactly(
             assert res["checked"]["digests"] == 4 and res["checked"]["objectives"] == 2
 
 
+@pytest.mark.mpi
 def test_ssp_replays_on_three_ranks(tmp_path: Path) -> None:
     trace = record(tmp_path, f"{APPS}:ssp_delays", "--ranks", "3", "-p", "epochs=1")
     for mode in ("cluster", "single"):
@@ -227,9 +238,16 @@ def test_ssp_replays_on_three_ranks(tmp_path: Path) -> None:
         assert rc == 0 and res["identical"], res
 
 
+@pytest.mark.mpi
 @pytest.mark.parametrize("app,threads", [("ssp_delays", "2"), ("hybrid_threads", "3")])
-def test_traced_replay_has_the_same_sync_orders(tmp_path: Path, app: str, threads: str) -> None:
-    trace = record(tmp_path, f"{APPS}:{app}", "--ranks", "2", "--threads", threads)
+def test_traced_replay_has_the_same_sync_orders(
+    tmp_path: Path, app: str, threads: str, trace_library
+) -> None:
+    run_args = (f"{APPS}:{app}", "--ranks", "2", "--threads", threads)
+    if run_args == HYBRID:
+        trace = trace_library.copy(tmp_path, *run_args)
+    else:
+        trace = record(tmp_path, *run_args)
     out = tmp_path / "again.sqlite"
     rc, res = replay("cluster", trace, "--trace-out", str(out))
     assert rc == 0 and res["identical"], res
@@ -246,6 +264,7 @@ def test_traced_replay_has_the_same_sync_orders(tmp_path: Path, app: str, thread
             assert va if op == "ssp" else len(ga.clock)
 
 
+@pytest.mark.mpi
 @pytest.mark.parametrize("sync,threads", [("bsp", "2"), ("ssp", "2"), ("hybrid", "3")])
 def test_mlr_replays_identically_both_ways(tmp_path: Path, sync: str, threads: str) -> None:
     trace = record(
@@ -273,6 +292,7 @@ def _copy_app(tmp_path: Path) -> Path:
     return app
 
 
+@pytest.mark.mpi
 @pytest.mark.parametrize(
     "app,threads,op", [("ssp_delays", "1", "ssp"), ("hybrid_threads", "3", "hybrid")]
 )
@@ -283,13 +303,14 @@ def test_changed_sync_body_diverges_with_exit_3(
     trace = record(tmp_path, f"{path}:{app}", "--ranks", "2", "--threads", threads)
     path.write_text(path.read_text().replace("w + 0.3 *", "w + 0.31 *"))
     for mode in ("cluster", "single"):
-        rc, res = replay(mode, trace, "--allow-changed-code", timeout=120)
+        rc, res = replay(mode, trace, "--allow-changed-code")
         assert rc == 3 and not res["identical"], res
         d = res["first_difference"]
         assert (d["op"], d["invocation"], d["what"]) == (op, 0, "outcome")
         assert d["expected"] != d["actual"]
 
 
+@pytest.mark.mpi
 def test_more_ssp_clocks_than_recorded_diverge_on_visibility(tmp_path: Path) -> None:
     path = _copy_app(tmp_path)
     trace = record(tmp_path, f"{path}:ssp_delays", "--ranks", "2")
@@ -300,13 +321,14 @@ def test_more_ssp_clocks_than_recorded_diverge_on_visibility(tmp_path: Path) -> 
     assert "n += 40" in text
     path.write_text(text)
     for mode in ("cluster", "single"):
-        rc, res = replay(mode, trace, "--allow-changed-code", timeout=120)
+        rc, res = replay(mode, trace, "--allow-changed-code")
         assert rc == 3, res
         d = res["first_difference"]
         assert (d["op"], d["invocation"], d["what"]) == ("ssp", 0, "visibility"), d
         assert d["event"].startswith("clock ")
 
 
+@pytest.mark.mpi
 def test_changed_hybrid_schedule_diverges_on_body_order(tmp_path: Path) -> None:
     path = _copy_app(tmp_path)
     trace = record(tmp_path, f"{path}:hybrid_threads", "--ranks", "2", "--threads", "3")
@@ -314,7 +336,7 @@ def test_changed_hybrid_schedule_diverges_on_body_order(tmp_path: Path) -> None:
     assert "per_clock - 1" in text
     path.write_text(text)
     for mode in ("cluster", "single"):
-        rc, res = replay(mode, trace, "--allow-changed-code", timeout=120)
+        rc, res = replay(mode, trace, "--allow-changed-code")
         assert rc == 3, res
         d = res["first_difference"]
         assert (d["op"], d["invocation"], d["what"], d["event"]) == (

@@ -3,6 +3,11 @@
 The apps are the built-in SGDMF (``async_for``) and MLR (``sync_for``, BSP) behind a
 kill switch (``resume_apps.py``): the run that must crash is recorded with
 ``RESUME_KILL`` set, the resume and the uninterrupted run without it.
+
+A run that must crash or be interrupted is a real process (``crash``): the kill switch
+SIGKILLs a rank or raises KeyboardInterrupt, and a 1-rank run is the command itself.
+Every other command (resume, verify, show, replays, uninterrupted runs) runs in this
+process (``cli``, tests/cli.py); on 2 ranks it still starts ``mpiexec`` (``mpi``).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tracer
+from tests import cli as tcli
 from tests.conftest import ROOT, run_cli
 from tests.tracer.tracehelp import reseal
 
@@ -39,7 +45,15 @@ BODIES = {"sgdmf": 40, "mlr": 3}
 
 
 def cli(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
-    proc = run_cli(list(args), timeout=TIMEOUT, env=env or {})
+    """``replay ARGS`` in this process: (status, stdout, stderr)."""
+    proc = tcli.invoke(args, env=env)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def crash(*args: str, env: dict[str, str]) -> tuple[int, str, str]:
+    """``replay ARGS`` as a real process, for a run the kill switch in ``env`` stops."""
+    assert "RESUME_KILL" in env, env
+    proc = run_cli(list(args), timeout=TIMEOUT, env=env)
     return proc.returncode, proc.stdout, proc.stderr
 
 
@@ -68,7 +82,7 @@ def record(trace: Path, app: str, ranks: int, kill: str | None = None, **env: st
         e["RESUME_KILL"] = kill
     args = ["run", target(app), "-p", f"epochs={EPOCHS}", "--trace", str(trace)]
     args += ["--checkpoint-every", "1", "--ranks", str(ranks), "--timeout", "60", "--json"]
-    rc, _, err = cli(*args, env=e)
+    rc, _, err = crash(*args, env=e) if kill is not None else cli(*args, env=e)
     if kill is None:
         assert rc == 0, err
     return rc
@@ -93,6 +107,7 @@ def uninterrupted() -> dict[str, dict[str, Any]]:
     return out
 
 
+@pytest.mark.mpi
 def test_sigkill_a_rank_then_resume_is_bitwise_an_uninterrupted_run(
     tmp_path: Path, uninterrupted: dict[str, dict[str, Any]]
 ) -> None:
@@ -229,7 +244,7 @@ def test_in_process_interrupted_run_resumes(
 def test_no_checkpoint_is_refused(tmp_path: Path) -> None:
     trace = tmp_path / "t.sqlite"
     args = ["run", target("sgdmf"), "-p", "epochs=3", "--trace", str(trace)]
-    rc, _, _ = cli(
+    rc, _, _ = crash(
         *args, "--no-checkpoints", "--ranks", "2", "--timeout", "60", env={"RESUME_KILL": "0:1:3"}
     )
     assert rc != 0
@@ -323,7 +338,7 @@ def test_readme_resume_commands_run_as_written(tmp_path: Path) -> None:
     assert proc.returncode == 128 + signal.SIGINT, err
     assert of_run(trace, lambda r: r.info.status) == "interrupted"
     for line in lines[1:]:
-        got = run_cli(shlex.split(line)[1:], timeout=TIMEOUT, cwd=tmp_path)
+        got = tcli.invoke(shlex.split(line)[1:], cwd=tmp_path)  # resume, show: in-process
         assert got.returncode == 0, got.stderr
         if " resume " in f" {line} ":
             assert "resumed run" in got.stdout and "after the checkpoint at sgd#" in got.stdout
@@ -356,6 +371,7 @@ def test_history_and_watch_of_a_resumed_run_start_at_its_checkpoint(resumed: Pat
     assert rc == 0 and json.loads(out)["found"] is False, err
 
 
+@pytest.mark.mpi
 def test_a_resumed_run_that_crashes_is_resumed_again(
     tmp_path: Path, uninterrupted: dict[str, dict[str, Any]]
 ) -> None:
@@ -363,7 +379,7 @@ def test_a_resumed_run_that_crashes_is_resumed_again(
     skipped invocations too), resumed again: still the uninterrupted run, bitwise."""
     trace = tmp_path / "t.sqlite"
     assert record(trace, "sgdmf", 2, "0:1:7") != 0
-    rc, _, err = cli("resume", str(trace), "--timeout", "60", env={"RESUME_KILL": "1:3:7"})
+    rc, _, err = crash("resume", str(trace), "--timeout", "60", env={"RESUME_KILL": "1:3:7"})
     assert rc != 0, err
     first, second = runs_of(trace)
     assert second.status == "crashed" and second.continues == first.run_id
@@ -378,7 +394,7 @@ def test_a_resumed_run_that_crashes_is_resumed_again(
 def test_an_objective_the_fast_forward_cannot_reproduce_stops_the_resume(tmp_path: Path) -> None:
     trace = tmp_path / "t.sqlite"
     args = ["run", target("stale"), "--trace", str(trace), "--checkpoint-every", "1"]
-    rc, _, _ = cli(*args, env={"RESUME_KILL": "0:2:1", "RESUME_HOW": "interrupt"})
+    rc, _, _ = crash(*args, env={"RESUME_KILL": "0:2:1", "RESUME_HOW": "interrupt"})
     assert rc != 0
     rc, out, err = cli("resume", str(trace))
     assert rc == 2, err
@@ -396,7 +412,7 @@ def test_an_objective_read_back_as_the_trace_keeps_it_does_not_stop_the_resume(
     # the trace (SQLite) keeps -0.0 as 0.0: the check compares as replay does
     trace = tmp_path / "t.sqlite"
     args = ["run", target("signed_zero"), "--trace", str(trace), "--checkpoint-every", "1"]
-    rc, _, _ = cli(*args, env={"RESUME_KILL": "0:2:1", "RESUME_HOW": "interrupt"})
+    rc, _, _ = crash(*args, env={"RESUME_KILL": "0:2:1", "RESUME_HOW": "interrupt"})
     assert rc != 0
     rc, out, err = cli("resume", str(trace))
     assert rc == 0, err
@@ -432,7 +448,7 @@ def test_a_resumed_driver_is_bitwise_the_uninterrupted_one_or_refused(
     trace = tmp_path_factory.mktemp("driver") / "t.sqlite"
     args = ["run", target("driver_reads"), "-p", f"how={how}", "--trace", str(trace)]
     args += ["--checkpoint-every", str(every)]
-    rc, _, _ = cli(*args, env={"RESUME_KILL": f"0:{kill}:2", "RESUME_HOW": "interrupt"})
+    rc, _, _ = crash(*args, env={"RESUME_KILL": f"0:{kill}:2", "RESUME_HOW": "interrupt"})
     assert rc != 0
     if not of_run(trace, lambda r: r.checkpoints()):
         return  # interrupted before the first checkpoint: nothing to resume from
@@ -453,7 +469,7 @@ def test_a_resume_that_computes_another_history_is_diverged(tmp_path: Path) -> N
     with exit 0; and an edited (re-sealed) crashed digest is a divergence (exit 3)."""
     trace = tmp_path / "t.sqlite"
     args = ["run", target("driver_reads"), "-p", "how=direct", "--trace", str(trace)]
-    rc, _, _ = cli(
+    rc, _, _ = crash(
         *args, "--checkpoint-every", "2", env={"RESUME_KILL": "0:3:1", "RESUME_HOW": "interrupt"}
     )
     assert rc != 0
@@ -462,7 +478,7 @@ def test_a_resume_that_computes_another_history_is_diverged(tmp_path: Path) -> N
     # a run whose completed invocations come out different when resumed: exit 3
     trace2 = tmp_path / "r.sqlite"
     args = ["run", target("driver_reads"), "-p", "how=reduce", "--trace", str(trace2)]
-    rc, _, _ = cli(
+    rc, _, _ = crash(
         *args, "--checkpoint-every", "2", env={"RESUME_KILL": "0:4:1", "RESUME_HOW": "interrupt"}
     )
     assert rc != 0
@@ -493,7 +509,7 @@ def test_forged_parameters_do_not_steer_a_resume(
     trace = tmp_path / "t.sqlite"
     args = ["run", target("driver_reads"), "-p", "how=reduce", "-p", "every=2"]
     args += ["--trace", str(trace), "--checkpoint-every", "1"]
-    rc, _, _ = cli(*args, env={"RESUME_KILL": "0:5:1", "RESUME_HOW": "interrupt"})
+    rc, _, _ = crash(*args, env={"RESUME_KILL": "0:5:1", "RESUME_HOW": "interrupt"})
     assert rc != 0
     with sqlite3.connect(trace) as db:
         (text,) = db.execute("SELECT params FROM run").fetchone()

@@ -6,6 +6,10 @@ the key when there is one: an edit of any of them is refused by ``verify`` and b
 replaying command before anything runs.  And a target the trace names is run only if it
 is the user's own source file: one in a library directory is refused even when an
 editor re-seals an unkeyed chain around it.
+
+Every command runs in this process; the module's two traces are recorded in it too
+(tests/cli.py), on 2 ranks that ``mpiexec`` starts, so the tests that read them are
+``mpi``.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from hypothesis import strategies as st
 
 from replay._cli import cli as group
 from replay._target import file_digest
-from tests.conftest import run_cli
+from tests import cli as tcli
 from tests.tracer.tracehelp import reseal
 from tracer._chain import KEY_ENV, RUN_FIELDS
 
@@ -69,7 +73,7 @@ def record(tmp: Path, name: str, **env: str) -> Path:
         app.write_text(USER_APP)
     trace = tmp / name
     args = ["run", f"{app}:train", "--ranks", "2", "--checkpoint-every", "1", "--trace"]
-    proc = run_cli([*args, str(trace), "--json"], env=env)
+    proc = tcli.invoke([*args, trace, "--json"], env=env)
     assert proc.returncode == 0, proc.stderr
     return trace
 
@@ -87,6 +91,7 @@ def _copy(src: Path, tmp: Path) -> Path:
     return dst
 
 
+@pytest.mark.mpi
 def test_the_recorded_trace_verifies_and_covers_its_time_travel_rows(
     traces: dict[str, Path],
 ) -> None:
@@ -139,6 +144,7 @@ def _args(cmd: list[str], trace: Path) -> list[str]:
     return [a.format(t=trace, c=crashed) for a in cmd]
 
 
+@pytest.mark.mpi
 @settings(
     max_examples=25,
     deadline=None,
@@ -192,6 +198,7 @@ def _side_edit(db: sqlite3.Connection, data: st.DataObject) -> str:
     return f"{table}.{col}"
 
 
+@pytest.mark.mpi
 @settings(
     max_examples=25,
     deadline=None,
@@ -209,6 +216,7 @@ def test_an_edit_of_a_checkpoint_or_collective_row_is_refused(
         assert "damaged" in line or "table" in line, (what, line)
 
 
+@pytest.mark.mpi
 def test_a_resealed_keyed_trace_is_refused(traces: dict[str, Path], tmp_path: Path) -> None:
     """An editor without the key can recompute every manifest, but not the links."""
     trace = _copy(traces["keyed"], tmp_path)
@@ -220,6 +228,7 @@ def test_a_resealed_keyed_trace_is_refused(traces: dict[str, Path], tmp_path: Pa
         refused(invoke(*_args(cmd, trace), env=env))
 
 
+@pytest.mark.mpi
 @pytest.mark.parametrize("where", ["site-packages", "dist-packages", "installed"])
 def test_a_library_target_is_refused_even_in_a_resealed_trace(
     traces: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
@@ -253,6 +262,7 @@ def test_a_library_target_is_refused_even_in_a_resealed_trace(
     assert not marker.exists()
 
 
+@pytest.mark.mpi
 def test_replay_says_which_of_your_files_it_runs(traces: dict[str, Path]) -> None:
     proc = invoke("single", str(traces["plain"]))
     assert proc.returncode == 0, proc.stderr

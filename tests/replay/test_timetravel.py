@@ -1,4 +1,10 @@
-"""Time travel (issue 16): checkpoints, replay --from, history and watch."""
+"""Time travel (issue 16): checkpoints, replay --from, history and watch.
+
+Commands run in this process (tests/cli.py), but where pdb reads its commands from stdin
+(a real process).  The module's traces are recorded when a test first asks for one, so a
+test of the 1-rank traces records no 2-rank one; a test that reads a 2-rank trace, or
+replays one on its ranks, starts ``mpiexec`` and is marked ``mpi``.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +21,7 @@ from hypothesis import strategies as st
 import engine
 import tracer
 from engine._runtime.checkpoint import BUDGET
+from tests import cli as tcli
 from tests.conftest import run_cli
 from tests.tracer.tracehelp import reseal
 from tracer._codec import encode
@@ -29,7 +36,7 @@ TIMEOUT = 180
 
 
 def cli(*args: str) -> tuple[int, str, str]:
-    proc = run_cli(list(args), timeout=TIMEOUT)
+    proc = tcli.invoke(args)
     return proc.returncode, proc.stdout, proc.stderr
 
 
@@ -39,29 +46,42 @@ def record(path: Path, app: str, *args: str) -> Path:
     return path
 
 
+EVERY = ["--checkpoint-every", "2"]
+#: The module's traces by name: SGDMF and MLR on 1 and 2 ranks, checkpoints every 2.
+TRACES: dict[str, tuple[str, ...]] = {
+    "sgd1": ("sgdmf", *SGD, *EVERY),
+    "sgd2": ("sgdmf", *SGD, *EVERY, "--ranks", "2"),
+    "mlr1": ("mlr", *MLR, *EVERY),
+    "mlr2": ("mlr", *MLR, *EVERY, "--ranks", "2"),
+    "sgdk2": ("sgdmf", *SGD, *KERNEL, *EVERY, "--ranks", "2"),
+    # the digests of traces recorded before xxh3 (and of --digest blake2b), and of
+    # traces recorded before xxh3-chunks (and of --digest xxh3)
+    "sgdb2": ("sgdmf", *SGD, *EVERY, "--ranks", "2", "--digest", "blake2b"),
+    "sgdx2": ("sgdmf", *SGD, *EVERY, "--ranks", "2", "--digest", "xxh3"),
+}
+
+
+class _Traces(dict[str, Path]):
+    """``TRACES``, each recorded into ``root`` the first time a test asks for it."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__()
+        self.root = root
+
+    def __missing__(self, name: str) -> Path:
+        app, *args = TRACES[name]
+        self[name] = record(self.root / f"{name}.sqlite", app, *args)
+        return self[name]
+
+
 @pytest.fixture(scope="module")
 def traces(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Small traces recorded once: SGDMF and MLR on 1 and 2 ranks, checkpoints every 2."""
-    d = tmp_path_factory.mktemp("tt")
-    every = ["--checkpoint-every", "2"]
-    return {
-        "sgd1": record(d / "sgd1.sqlite", "sgdmf", *SGD, *every),
-        "sgd2": record(d / "sgd2.sqlite", "sgdmf", *SGD, *every, "--ranks", "2"),
-        "mlr1": record(d / "mlr1.sqlite", "mlr", *MLR, *every),
-        "mlr2": record(d / "mlr2.sqlite", "mlr", *MLR, *every, "--ranks", "2"),
-        "sgdk2": record(d / "sgdk2.sqlite", "sgdmf", *SGD, *KERNEL, *every, "--ranks", "2"),
-        # the digests of traces recorded before xxh3 (and of --digest blake2b), and of
-        # traces recorded before xxh3-chunks (and of --digest xxh3)
-        "sgdb2": record(
-            d / "sgdb2.sqlite", "sgdmf", *SGD, *every, "--ranks", "2", "--digest", "blake2b"
-        ),
-        "sgdx2": record(
-            d / "sgdx2.sqlite", "sgdmf", *SGD, *every, "--ranks", "2", "--digest", "xxh3"
-        ),
-    }
+    """Small traces recorded once per module, on first use (``TRACES``)."""
+    return _Traces(tmp_path_factory.mktemp("tt"))
 
 
 # ---------------------------------------------------------------- checkpoints
+@pytest.mark.mpi
 @pytest.mark.parametrize("name,op,dds", [("sgd2", "sgd", {"W", "H"}), ("mlr2", "mlr", {"W"})])
 def test_each_node_stores_only_the_rows_it_owns(
     traces: dict[str, Path], name: str, op: str, dds: set[str]
@@ -97,6 +117,7 @@ def test_checkpoint_bytes_are_reported_apart(traces: dict[str, Path]) -> None:
     assert r["store_bytes"] == size - cp
 
 
+@pytest.mark.mpi
 def test_collective_values_are_recorded(traces: dict[str, Path]) -> None:
     vals = tracer.open(traces["sgd1"]).run().collective_values()
     assert [v.kind for v in vals] == ["reduce"] * (3 + 5)  # users, items, mean, 5 x rmse
@@ -109,6 +130,7 @@ def test_collective_values_are_recorded(traces: dict[str, Path]) -> None:
     assert all(v.value.shape == (10, 65) and v.value.dtype == np.float64 for v in gathers)
 
 
+@pytest.mark.mpi
 def test_a_compiled_metric_records_its_value_not_the_model(traces: dict[str, Path]) -> None:
     """The kernel SGDMF's RMSE (``ap.evaluate`` over W and H) is one float per epoch in the
     trace, and a run fast-forwarding to a checkpoint is served it, on the cluster and in
@@ -267,7 +289,10 @@ def test_object_dds_checkpointed_if_plain_else_refused(tmp_path: Path) -> None:
 
 
 # ---------------------------------------------------------------- replay --from
-@pytest.mark.parametrize("name,op", [("sgd1", "sgd"), ("mlr1", "mlr"), ("sgd2", "sgd")])
+@pytest.mark.parametrize(
+    "name,op",
+    [("sgd1", "sgd"), ("mlr1", "mlr"), pytest.param("sgd2", "sgd", marks=pytest.mark.mpi)],
+)
 def test_single_from_restores_bitwise(traces: dict[str, Path], name: str, op: str) -> None:
     rc, out, err = cli("single", str(traces[name]), "--from", f"{op}:4", "--json")
     assert rc == 0, err
@@ -280,6 +305,7 @@ def test_single_from_restores_bitwise(traces: dict[str, Path], name: str, op: st
     assert rc == 0 and json.loads(out)["from"] is None  # nothing earlier: from the start
 
 
+@pytest.mark.mpi
 @pytest.mark.parametrize("name,op", [("sgd2", "sgd"), ("mlr2", "mlr")])
 def test_cluster_from_under_mpiexec(traces: dict[str, Path], name: str, op: str) -> None:
     rc, out, err = cli("cluster", str(traces[name]), "--from", f"{op}:3", "--json")
@@ -288,6 +314,7 @@ def test_cluster_from_under_mpiexec(traces: dict[str, Path], name: str, op: str)
     assert res["identical"] and res["from"] == {"op": op, "invocation": 2, "step": 2}, res
 
 
+@pytest.mark.mpi
 @pytest.mark.parametrize(
     "name,prefix,mode",
     [("sgdb2", "", "single"), ("sgdb2", "", "cluster"), ("sgdx2", "x3:", "cluster")],
@@ -367,7 +394,7 @@ def _ratings() -> list:
     return [r for r in map(parse_line, lines) if r is not None]
 
 
-@pytest.mark.parametrize("name", ["sgd1", "sgd2"])
+@pytest.mark.parametrize("name", ["sgd1", pytest.param("sgd2", marks=pytest.mark.mpi)])
 def test_history_of_an_sgdmf_row(traces: dict[str, Path], name: str) -> None:
     rc, out, err = cli("history", str(traces[name]), "W[17]", "--json")
     assert rc == 0, err
@@ -411,6 +438,7 @@ def _max_abs(run, op: str, inv: int, dds: str) -> float:
     return float(np.abs(run.checkpoint_state(op, inv).rows[dds][1]).max())
 
 
+@pytest.mark.mpi
 def test_watch_finds_the_invocation_and_the_body(traces: dict[str, Path]) -> None:
     run = tracer.open(traces["sgd2"]).run()
     lo, hi = _max_abs(run, "sgd", 0, "H"), _max_abs(run, "sgd", 4, "H")
@@ -425,7 +453,7 @@ def test_watch_finds_the_invocation_and_the_body(traces: dict[str, Path]) -> Non
     ratings = _ratings()
     r = ratings[doc["index"]]
     assert set(doc["values"]) <= {f"H[{r.item}]"}
-    # the offered command stops in that body
+    # the offered command stops in that body (a real process: pdb reads stdin)
     cmd = doc["break"].split()
     assert cmd[:3] == ["replay", "single", str(traces["sgd2"])]
     proc = run_cli(cmd[1:], timeout=TIMEOUT, input="c\n")
@@ -454,7 +482,9 @@ def test_watch_mlr(traces: dict[str, Path]) -> None:
         (["history", "{sgd1}", "W[1]", "--between", "sgd:1", "sgd:9"], "sgd#9 does not exist"),
         (["history", "{sgd1}", "W[1]", "--between", "sgd:3", "sgd:1"], "give the earlier"),
         (["single", "{sgd1}", "--from", "sgd:5"], "sgd#5 does not exist"),
-        (["cluster", "{sgd2}", "--from", "nope:1"], "no operator 'nope'"),
+        pytest.param(
+            ["cluster", "{sgd2}", "--from", "nope:1"], "no operator 'nope'", marks=pytest.mark.mpi
+        ),
         (["single", "{sgd1}", "--from", "sgd"], "expects OP:INVOCATION"),
         (["watch", "{sgd1}", "np.isnan(W"], "does not parse"),
         (["watch", "{sgd1}", "W > 1"], "not one truth value"),
@@ -469,7 +499,7 @@ def test_bad_input_is_one_line_and_exit_2(
 
     from replay._cli import cli as group
 
-    argv = [a.format(**{k: str(v) for k, v in traces.items()}) for a in args]
+    argv = [a.format_map(traces) for a in args]  # records only the trace named
     # in-process (the same code path as the console script, which other tests run)
     res = CliRunner().invoke(group, argv)
     rc, out, err = res.exit_code, res.stdout, res.stderr
@@ -500,7 +530,10 @@ def test_readme_time_travel_commands_run_as_written(tmp_path: Path) -> None:
     for line in lines:
         argv = shlex.split(line)
         assert argv[0] == "replay"
-        proc = run_cli(argv[1:], cwd=tmp_path, timeout=TIMEOUT, input="c\n")
+        if "--break" in argv or "--until" in argv:  # pdb reads stdin: a real process
+            proc = run_cli(argv[1:], cwd=tmp_path, timeout=TIMEOUT, input="c\n")
+        else:
+            proc = tcli.invoke(argv[1:], cwd=tmp_path, input="c\n")
         assert proc.returncode == 0, (line, proc.stderr)
         outputs.append(proc.stdout)
     # the watch line finds the body the last line stops in, as the README says
