@@ -22,6 +22,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import click
+
 import engine
 import tracer
 from engine.lowlevel import ScheduleExhausted
@@ -138,11 +140,23 @@ def _user_quit(exc: BaseException | None) -> bool:
 
 
 def open_run(path: str, run_id: str | None, *, check: bool = False) -> Any:
-    """The recorded run to replay (read-only); ``check``: refuse it if damaged."""
+    """The recorded run to replay (read-only); ``check``: refuse it if damaged.
+
+    The store stays open while the run is read (lazily); under a command it is closed
+    when the command ends (a process that lives on, such as in-process commands, kept a
+    database connection per call, which a PostgreSQL server counts), elsewhere when the
+    process ends."""
     trace = tracer.open(path, assume_finished=True)
-    run = trace.run(run_id)
-    if check:
-        trace.ensure_intact(run.info.run_id)
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None:
+        ctx.call_on_close(trace.close)
+    try:
+        run = trace.run(run_id)
+        if check:
+            trace.ensure_intact(run.info.run_id)
+    except BaseException:
+        trace.close()
+        raise
     return run
 
 

@@ -10,11 +10,13 @@ the console script.  Commands that run 2 ranks still start ``mpiexec`` (marked `
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -69,14 +71,22 @@ def test_a_recorded_run_lives_in_postgres_and_nowhere_else(pg_trace: dict) -> No
 def test_cluster_and_single_replay_are_identical_and_store_verdicts(
     pg_trace: dict, tmp_path: Path, cli
 ) -> None:
+    """Also: no command leaves a server connection open behind it (each replay opened
+    the store and never closed it; a process that runs many commands kept them all)."""
     url = pg_trace["url"]
-    for mode in ("cluster", "single"):
-        proc = cli(mode, url, "--json", cwd=tmp_path)
-        assert proc.returncode == 0, proc.stderr
-        _no_password(proc.stdout, proc.stderr)
-        res = json.loads(proc.stdout)
-        assert res["identical"] is True and res["complete"] is True, res
-        assert res["checked"]["digests"] > 0
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always", ResourceWarning)
+        for mode in ("cluster", "single"):
+            proc = cli(mode, url, "--json", cwd=tmp_path)
+            assert proc.returncode == 0, proc.stderr
+            assert "ResourceWarning" not in proc.stderr, proc.stderr
+            _no_password(proc.stdout, proc.stderr)
+            res = json.loads(proc.stdout)
+            assert res["identical"] is True and res["complete"] is True, res
+            assert res["checked"]["digests"] > 0
+        gc.collect()
+    leaks = [str(w.message) for w in seen if issubclass(w.category, ResourceWarning)]
+    assert not [m for m in leaks if "psycopg" in m], leaks
     with tracer.open(url) as trace:
         kinds = {v.kind: v.passed for v in trace.run(pg_trace["run_id"]).verdicts()}
     assert kinds["cluster"] is True and kinds["single"] is True
