@@ -48,6 +48,9 @@ from ._untested import advice, not_tested
     type=click.Choice(["forward", "backward", "both"]),
     default="both",
     show_default=True,
+    help="forward: the parallel run must reproduce a serial run's order and outcome; "
+    "backward: a serial run in the parallel run's serialization order must reproduce its "
+    "outcome.",
 )
 @click.option(
     "--order",
@@ -56,7 +59,13 @@ from ._untested import advice, not_tested
     show_default=True,
     help="Serial order of the forward test.",
 )
-@click.option("--order-seed", type=int, default=0, show_default=True)
+@click.option(
+    "--order-seed",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Seed of the serial order's permutation under --order random.",
+)
 @click.option(
     "--timeout",
     type=POSITIVE_SECONDS,

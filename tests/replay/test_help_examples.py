@@ -58,3 +58,14 @@ def test_examples_that_read_the_trace_run_as_typed(tmp_path: Path, cli) -> None:
             res = cli(*words, cwd=tmp_path)
             assert res.returncode == 0, (line, res.stderr)
             assert "Traceback" not in res.stderr, line
+
+
+def test_every_option_of_every_command_says_what_it_does() -> None:
+    """``dual --direction`` and ``--order-seed`` had no help text (issue 36)."""
+    silent = [
+        (name, p.opts)
+        for name, cmd in app.commands.items()
+        for p in cmd.params
+        if isinstance(p, click.Option) and not p.hidden and not (p.help or "").strip()
+    ]
+    assert silent == []
