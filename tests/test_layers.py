@@ -24,7 +24,18 @@ def layers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[str]]:
     report = tmp_path_factory.mktemp("layers") / "layers.json"
     env = dict(os.environ, REPLAY_LAYERS_REPORT=str(report))
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"],
+        # one process: the report is written where collection happens (not in workers)
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "--collect-only",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-n",
+            "0",
+        ],
         cwd=ROOT,
         env=env,
         capture_output=True,
