@@ -51,7 +51,8 @@ def _load_file(path: Path) -> Any:
     was when it first imported it, under the name every process gives that content."""
     h = hashlib.blake2b(str(path).encode(), digest_size=6)
     try:
-        h.update(path.read_bytes())
+        source = path.read_bytes()
+        h.update(source)
     except OSError as exc:
         raise UsageError(f"cannot read {str(path)!r}: {exc.strerror}") from None
     mod_name = "replay_user_" + h.hexdigest()
@@ -64,7 +65,10 @@ def _load_file(path: Path) -> Any:
     sys.modules[mod_name] = module
     sys.path.insert(0, str(path.parent))
     try:
-        spec.loader.exec_module(module)
+        # compiled from the bytes just hashed, never from __pycache__: a file rewritten
+        # within its mtime's resolution at the same size kept its old bytecode, so the
+        # process ran the code the file held before (and replay compared against it)
+        exec(compile(source, str(path), "exec"), module.__dict__)  # noqa: S102 - the user's app
     except Exception as exc:
         del sys.modules[mod_name]
         raise UsageError(f"importing {str(path)!r} failed: {type(exc).__name__}: {exc}") from exc
