@@ -11,8 +11,11 @@ import re
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
+from subprocess import Popen
 from typing import Any
 
 import pytest
@@ -65,7 +68,7 @@ PACKAGES = ("apps", "engine", "replay", "tracer", "tui", "tests", "benchmarks")
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Run the suite under the hash seed and BLAS pinning a ``replay`` command has.
+    """Record durations if asked (``--record-durations``), and run the suite under the hash seed and BLAS pinning a ``replay`` command has.
 
     The console script re-executes itself under PYTHONHASHSEED (the user's number, else
     0) with BLAS pools pinned to one thread; tests that run commands in this process
@@ -75,6 +78,9 @@ def pytest_configure(config: pytest.Config) -> None:
     # no plain progress lines off a terminal (tests read exact stderr); one test turns
     # them on (tests/replay/test_plain_progress.py).  Set before the re-exec: inherited.
     os.environ.setdefault(PLAIN_EVERY_ENV, "0")
+    record = config.getoption("record_durations", None)
+    if record and not hasattr(config, "workerinput"):  # the controlling process only
+        config.pluginmanager.register(_Durations(Path(record)), "replay-durations")
     if _environment.current_hash_seed() is not None or os.environ.get(REEXEC_MARKER):
         return
     capman = config.pluginmanager.getplugin("capturemanager")
@@ -95,6 +101,13 @@ def cli() -> Any:
     return lambda *args, **kw: invoke(args, **kw)
 
 
+# pytest caches the assertion-rewritten test modules beside their bytecode, but not under
+# PYTHONDONTWRITEBYTECODE (set on the CI hosts): every pytest process (the controller and
+# each xdist worker) then rewrote all ~350 test modules again, 10-15 s each.  Like the
+# compileall below, this writes only into git-ignored __pycache__ directories.
+sys.dont_write_bytecode = False
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
     """Compile the project's modules once, before any test starts a process.
 
@@ -109,12 +122,13 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 # ====================================================================== layers
 #: Every test is in exactly one layer (``slow`` comes on top of one of them):
-#: ``unit`` runs in this process, ``e2e`` starts a ``replay`` command, another program or a
-#: PostgreSQL server, ``mpi`` starts ``mpiexec`` itself.  ``pytest -m unit`` is the fast
-#: layer to run while editing; plain ``pytest`` still runs all of them.
+#: ``unit`` runs in this process and quickly, ``e2e`` starts a ``replay`` command, another
+#: program or a PostgreSQL server (or runs in this process but slowly: ``SLOW_TESTS``),
+#: ``mpi`` starts ``mpiexec`` itself.  ``pytest -m unit`` is the fast layer to run while
+#: editing (a unit test that starts a process fails); plain ``pytest`` runs all of them.
 LAYERS = ("unit", "e2e", "mpi")
 #: Code that starts ``mpiexec`` itself (checked first: such a test is ``mpi``).
-MPI_CODE = re.compile(r"\brun_mpi\(|\bmpiexec\(|'mpiexec'")
+MPI_CODE = re.compile(r"\brun_mpi\(|\bmpiexec\(|['\"]mpiexec['\"]")
 #: Code that starts a ``replay`` command, another program or a PostgreSQL server.
 E2E_CODE = re.compile(
     r"\brun_cli\(|\bunrecorded_outcomes\(|\bsubprocess\.|\bpexpect\b|\btmux\b|\bpg_server\b"
@@ -135,9 +149,11 @@ def _scan(obj: Any) -> tuple[str, tuple[Any, ...]]:
     """``obj``'s code without comments and docstrings, and the functions, classes and
     modules of ``tests/`` it names."""
     try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(obj)))
+        source = textwrap.dedent(inspect.getsource(obj))
+        tree = ast.parse(source)
     except (OSError, TypeError, SyntaxError):
         return "", ()
+    lines = source.splitlines()
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
         if (
@@ -147,7 +163,8 @@ def _scan(obj: Any) -> tuple[str, tuple[Any, ...]]:
             and isinstance(body[0].value, ast.Constant)
             and isinstance(body[0].value.value, str)
         ):
-            body[0] = ast.Pass()
+            for k in range(body[0].lineno - 1, body[0].end_lineno or body[0].lineno):
+                lines[k] = ""
     names = getattr(obj, "__globals__", None) or vars(inspect.getmodule(obj) or object())
     found: list[Any] = []
     for node in ast.walk(tree):
@@ -159,12 +176,33 @@ def _scan(obj: Any) -> tuple[str, tuple[Any, ...]]:
             continue
         if _in_tests(target):
             found.append(target)
-    return ast.unparse(tree), tuple(dict.fromkeys(found))
+    return "\n".join(map(_uncommented, lines)), tuple(dict.fromkeys(found))
+
+
+def _uncommented(line: str) -> str:
+    """``line`` without its ``#`` comment (a ``#`` inside a one-line string stays)."""
+    if "#" not in line:
+        return line
+    quote = ""
+    for k, ch in enumerate(line):
+        if quote:
+            if ch == quote and line[k - 1] != "\\":
+                quote = ""
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "#":
+            return line[:k]
+    return line
 
 
 def _in_tests(obj: Any) -> bool:
     if not (inspect.isfunction(obj) or inspect.isclass(obj)):
         return False
+    return _defined_in_tests(obj)
+
+
+@cache
+def _defined_in_tests(obj: Any) -> bool:
     try:
         return Path(inspect.getsourcefile(obj) or "").resolve().is_relative_to(TESTS)
     except TypeError:  # a builtin class
@@ -173,7 +211,9 @@ def _in_tests(obj: Any) -> bool:
 
 def _layer(item: pytest.Function) -> str:
     """The layer of ``item`` from the code it reaches: the test function, the fixtures it
-    requests (with their own fixtures), and the helpers in ``tests/`` any of them names."""
+    requests (with their own fixtures), and the helpers in ``tests/`` any of them names.
+    An in-process test that took more than ``UNIT_SECONDS`` when last measured
+    (``SLOW_TESTS``) is ``e2e`` too: the fast layer holds only quick tests."""
     todo: list[Any] = [_unwrapped(item.function)]
     info = getattr(item, "_fixtureinfo", None)
     for defs in info.name2fixturedefs.values() if info else ():
@@ -193,7 +233,59 @@ def _layer(item: pytest.Function) -> str:
         return "mpi"
     if E2E_CODE.search(joined) or "pg_server" in item.fixturenames:
         return "e2e"
-    return "unit"
+    return "e2e" if item.nodeid in _slow_tests() else "unit"
+
+
+# ====================================================================== measured speed
+#: The most a ``unit`` test may take (setup, call and teardown, on the 2-core CI host).
+UNIT_SECONDS = 2.0
+#: Tests that took more than ``UNIT_SECONDS`` in a whole-suite run: ``{node id: seconds}``,
+#: written by ``pytest --record-durations tests/durations.json`` (README, "Running the
+#: tests").  Each is marked ``slow``; an in-process one leaves the unit layer for ``e2e``.
+SLOW_TESTS = TESTS / "durations.json"
+
+
+@cache
+def _slow_tests() -> dict[str, float]:
+    try:
+        return dict(json.loads(SLOW_TESTS.read_text())["slow"])
+    except FileNotFoundError:
+        return {}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--record-durations",
+        metavar="PATH",
+        help=f"write the tests that took more than {UNIT_SECONDS} s to PATH (JSON); "
+        "tests/durations.json is what takes slow in-process tests out of the unit layer",
+    )
+
+
+class _Durations:
+    """Sums each test's setup, call and teardown times (reports reach the controlling
+    process under xdist too) and writes the slow ones when the session ends."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.seconds: dict[str, float] = {}
+        self.failed = False
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self.seconds[report.nodeid] = self.seconds.get(report.nodeid, 0.0) + report.duration
+        self.failed |= report.failed
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        opt = session.config.option
+        whole = session.config.args_source == pytest.Config.ArgsSource.TESTPATHS
+        if self.failed or opt.markexpr or opt.keyword or not whole:
+            # a failed or partial run does not measure the suite: keep the file as it is
+            print(f"\n--record-durations: not writing {self.path} (only a whole passing run)")
+            return
+        rounded = {k: round(v, 1) for k, v in sorted(self.seconds.items())}
+        slow = {k: v for k, v in rounded.items() if v > UNIT_SECONDS}
+        doc = {"unit_seconds": UNIT_SECONDS, "tests": len(self.seconds), "slow": slow}
+        self.path.write_text(json.dumps(doc, indent=1) + "\n")
 
 
 @pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects by the markers added here
@@ -207,6 +299,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.get_closest_marker(name) for name in LAYERS
         ):
             item.add_marker(_layer(item))
+        if item.nodeid in _slow_tests() and not item.get_closest_marker("slow"):
+            item.add_marker("slow")
     report = os.environ.get("REPLAY_LAYERS_REPORT")
     if report:
         layers = {
@@ -256,6 +350,41 @@ def unrecorded_outcomes(app: str, *args: str, runs: int = 6) -> set[tuple[str, .
         if len(outcomes) >= 2:
             break
     return outcomes
+
+
+@contextmanager
+def no_processes() -> Iterator[None]:
+    """Starting a process inside fails (``OSError``, which is how a missing program shows),
+    and leaving fails the test naming the first one, even if the code caught the error."""
+    started: list[str] = []
+    # (no "subprocess." here: the layer scan would read every test as starting processes)
+    real = Popen._execute_child  # type: ignore[attr-defined]
+
+    def refuse(self: Popen, args: Any, *rest: Any, **kw: Any) -> None:
+        started.append(" ".join(map(str, args)) if isinstance(args, list) else str(args))
+        raise OSError(f"a unit test may not start a process: {started[-1]}")
+
+    Popen._execute_child = refuse  # type: ignore[attr-defined]
+    try:
+        yield
+    finally:
+        Popen._execute_child = real  # type: ignore[attr-defined]
+    if started:
+        pytest.fail(
+            f"this unit test started a process ({started[0]!r}): mark it e2e or mpi "
+            "(tests/conftest.py, layers)"
+        )
+
+
+@pytest.fixture(autouse=True)
+def _unit_tests_start_no_process(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A ``unit`` test that starts a process (a ``replay`` command's ``mpiexec``, say, which
+    the layer scan cannot see through library code) fails: it belongs in another layer."""
+    if request.node.get_closest_marker("unit") is None:
+        yield
+        return
+    with no_processes():
+        yield
 
 
 @pytest.fixture(autouse=True)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import LAYERS, ROOT
+from tests.conftest import LAYERS, ROOT, SLOW_TESTS, UNIT_SECONDS, no_processes
 
 #: The least the ``unit`` layer may hold: it is the layer run while editing, so a
 #: classifier that pushed most of the suite out of it would quietly weaken that loop.
@@ -62,7 +62,32 @@ def test_a_module_that_starts_processes_can_still_hold_unit_tests(
 ) -> None:
     """Classification is per test: an in-process test beside ``run_cli`` ones stays unit."""
     here = "tests/test_layers.py::"
-    assert layers[here + "test_every_test_is_in_exactly_one_layer"] == ["e2e"]
+    assert layers[here + "test_every_test_is_in_exactly_one_layer"][0] == "e2e"
     assert layers[
         "tests/replay/test_dual_property.py::test_descriptions_reject_out_of_range_accesses"
     ] == ["unit"]
+
+
+def test_the_measured_slow_tests_exist_and_leave_the_unit_layer(
+    layers: dict[str, list[str]],
+) -> None:
+    """tests/durations.json names collected tests only (a renamed test would silently
+    return to the fast layer), and each of them is ``slow`` and not ``unit``."""
+    doc = json.loads(SLOW_TESTS.read_text())
+    assert doc["unit_seconds"] == UNIT_SECONDS
+    slow = doc["slow"]
+    assert slow and all(seconds > UNIT_SECONDS for seconds in slow.values())
+    gone = [test for test in slow if test not in layers]
+    assert not gone, f"tests/durations.json names tests that no longer exist: {gone}"
+    wrong = {test: layers[test] for test in slow if "unit" in layers[test]}
+    assert not wrong and all("slow" in layers[test] for test in slow), wrong
+
+
+def test_a_unit_test_that_starts_a_process_fails_even_if_it_catches_the_error() -> None:
+    with pytest.raises(pytest.fail.Exception, match="started a process.*true"):
+        with no_processes():
+            with pytest.raises(OSError, match="may not start a process"):
+                subprocess.run(["true"], check=False)
+    assert subprocess.run(["true"], check=False).returncode == 0  # restored
+    with no_processes():
+        pass  # nothing started: nothing fails

@@ -140,6 +140,8 @@ def test_an_objective_before_a_later_digest_is_the_first_divergence(tmp_path: Pa
     assert res["parallel"] == "in-process"
 
 
+# testing.forward runs the parallel side under mpiexec
+@pytest.mark.mpi
 def test_a_digest_divergence_still_names_iteration_invocation_index_and_element() -> None:
     from tests.replay import dual_apps
 

@@ -42,6 +42,8 @@ def recorded(trace_library, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return trace_library.get(*MLR_1)
 
 
+# in-process, but `run --ranks 2` starts mpiexec
+@pytest.mark.mpi
 def test_a_recorded_trace_is_one_file(tmp_path: Path, cli) -> None:
     for ranks in ("1", "2"):
         trace = tmp_path / f"r{ranks}.sqlite"

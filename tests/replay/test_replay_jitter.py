@@ -35,6 +35,7 @@ def jittered(seed: int) -> dict[str, str]:
         (f"{APPS}:hybrid_threads", ["--ranks", "2", "--threads", "3"]),
         ("mlr", ["-p", "synthetic=true", "-p", "epochs=2", "--ranks", "3", "--threads", "2"]),
     ],
+    ids=["sgdmf", "hot_locks", "ssp_delays", "hybrid_threads", "mlr"],  # no checkout path
 )
 def test_a_run_recorded_under_one_timing_replays_under_another(
     tmp_path: Path, app: str, args: list[str], cli
