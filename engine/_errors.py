@@ -128,8 +128,11 @@ class DivergenceError(EngineError, RuntimeError):
         expected: str,
         actual: str,
         what: str = "event",
+        detail: dict[str, object] | None = None,
     ) -> None:
         self.node = node
+        #: more about the difference (the first differing element and its two values)
+        self.detail = dict(detail or {})
         self.op = op
         self.invocation = invocation
         self.event = event
@@ -158,6 +161,7 @@ class DivergenceError(EngineError, RuntimeError):
             "what": self.what,
             "expected": self.expected,
             "actual": self.actual,
+            **self.detail,
         }
 
 

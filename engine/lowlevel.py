@@ -50,6 +50,7 @@ from ._machines.tape import emit as emit_events
 from ._machines.turnstile import Turnstile as Turnstile
 from ._runtime.checkpoint import dds_contents as dds_contents
 from ._runtime.checkpoint import find_dds as find_dds
+from ._runtime.checkpoint import local_owned_rows as local_owned_rows
 from ._runtime.transport import under_mpi_launcher as under_mpi_launcher
 
 __all__ = [
@@ -83,6 +84,7 @@ __all__ = [
     "Task",
     "Turnstile",
     "dds_contents",
+    "local_owned_rows",
     "find_dds",
     "replacing",
     "write_file",

@@ -30,6 +30,7 @@ from engine.lowlevel import (
 )
 
 from ._dualctl import same_value
+from ._elements import first_difference
 
 
 class ReplayFinished(Exception):
@@ -378,6 +379,7 @@ class ReplayChecker(engine.Recorder):
                     what="outcome",
                     expected=str(exp),
                     actual=got,
+                    detail=first_difference(self.run, dds, op, invocation),
                 )
             self.checked_digests += 1
         self.last_completed = (op, invocation)

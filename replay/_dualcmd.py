@@ -170,33 +170,14 @@ def _next_commands(results: dict[str, Any], path: str | None, run_id: str) -> di
     """Per failed direction, the ``replay single`` command that stops in pdb at (or just
     before) the divergence in the recorded parallel run; none without a trace, or when
     the divergence names no operator invocation (the browser shows the same command)."""
-    failed = {d: r for d, r in results.items() if not r.passed}
-    if path is None or not failed:
+    from ._replaycmds import next_command
+
+    if path is None:
         return {}
-    import shlex
-
-    import tracer
-    from tui._verdict import explain
-
-    from ._replaycmds import check_stops
-
-    with tracer.open(path) as store:
-        runs = [r.run_id for r in store.runs()]
-    if run_id not in runs:
-        return {}  # the parallel side stopped before it recorded anything
-    named = run_id if len(runs) > 1 else None
     out = {}
-    for d, r in failed.items():
-        said = explain(r.as_dict(), path, named)
-        if said is None or said.command is None:
-            continue
-        words = shlex.split(said.command)
-        stop = {w: words[k + 1] for k, w in enumerate(words[:-1]) if w in ("--break", "--until")}
-        try:  # the check replay single makes: a stop the trace cannot reach is no advice
-            check_stops(path, run_id, stop.get("--break"), stop.get("--until"), None)
-        except UsageError:
-            continue  # e.g. the side stopped inside its first invocation: none recorded
-        out[d] = said.command
+    for d, r in results.items():
+        if not r.passed and (cmd := next_command(r.as_dict(), path, run_id)) is not None:
+            out[d] = cmd
     return out
 
 

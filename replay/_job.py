@@ -446,9 +446,11 @@ def launch(
                 if not t.is_alive():  # a reader still blocked keeps its file (daemon)
                     f.close()
         result_file = job / "result.json"
-        diverged = sorted(job.glob("diverged.*.json"))
+        diverged = [json.loads(f.read_text()) for f in sorted(job.glob("diverged.*.json"))]
         if diverged:
-            return json.loads(diverged[0].read_text())
+            # the report of the rank that could name the differing element, if one did
+            named = [r for r in diverged if "element" in (r.get("first_difference") or {})]
+            return (named or diverged)[0]
         errors = sorted(job.glob("error.*.json"))
         if errors:
             first = json.loads(errors[0].read_text())

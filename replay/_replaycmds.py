@@ -51,12 +51,19 @@ from_option = click.option(
 )
 
 
-def _replay_report(res: dict[str, Any], as_json: bool) -> None:
+def _replay_report(
+    res: dict[str, Any], as_json: bool, path: str, run_id: str, allow_changed: bool
+) -> None:
     """Print a replay result, store its verdict in the trace, exit 3 on divergence.
 
     A replay the user stopped in pdb has no verdict: it is neither identical nor not.
+    A divergence names its first differing element where the trace keeps its values, and
+    the ``replay single`` command that stops just before it (``next``).
     """
     stopped = bool(res.get("stopped"))
+    diverged = not stopped and not res["identical"] and res.get("first_difference")
+    extra = ("--allow-changed-code",) if allow_changed else ()
+    nxt = next_command(res["first_difference"], path, run_id, extra) if diverged else None
     if not stopped:
         try:
             store_verdict(res)
@@ -80,6 +87,7 @@ def _replay_report(res: dict[str, Any], as_json: bool) -> None:
             "objective_times",
         )
         doc = {k: res.get(k) for k in keys}
+        doc["next"] = nxt
         if "from" in res and res.get("from_asked"):
             doc["from"] = res["from"]
         if doc["out_trace"]:
@@ -103,6 +111,16 @@ def _replay_report(res: dict[str, Any], as_json: bool) -> None:
                 f"DIVERGED on node {d['node']} at {d['op']}#{d['invocation']}, {what}: "
                 f"{DivergenceError.contrast(str(d['expected']), str(d['actual']))}"
             )
+            if "element" in d:
+                say(
+                    f"  first differing element: {d['dds']}[{d['element']!r}]: the trace has "
+                    f"{d['trace_value']}, the program has {d['program_value']} "
+                    f"({d['elements_differ']} of {d['elements_compared']} element(s) differ)"
+                )
+            elif "values" in d:
+                say(f"  values of {d['dds']}: {d['values']}")
+            if nxt is not None:
+                say(f"  stop there with: {nxt}")
     if not stopped and not res["identical"]:
         sys.exit(EXIT_DIVERGED)
 
@@ -176,6 +194,33 @@ def _check_from(path: str, run_id: str, start: str | None) -> list[Any] | None:
     point = parse_point(start, "--from")
     start_at(open_run(path, run_id), point)
     return list(point)
+
+
+def next_command(
+    detail: dict[str, Any], path: str, run_id: str, extra: tuple[str, ...] = ()
+) -> str | None:
+    """The ``replay single`` command that stops in pdb at (or just before) the divergence
+    ``detail`` names in run ``run_id`` of ``path`` (the browser shows the same), checked
+    as ``replay single`` checks it: None when no stop the trace can reach names it."""
+    import shlex
+
+    import tracer
+    from tui._verdict import explain
+
+    with tracer.open(path) as store:
+        runs = [r.run_id for r in store.runs()]
+    if run_id not in runs:
+        return None  # the run stopped before it recorded anything
+    said = explain(detail, path, run_id if len(runs) > 1 else None)
+    if said is None or said.command is None:
+        return None
+    words = shlex.split(said.command)
+    stop = {w: words[k + 1] for k, w in enumerate(words[:-1]) if w in ("--break", "--until")}
+    try:  # a stop the trace cannot reach is no advice
+        check_stops(path, run_id, stop.get("--break"), stop.get("--until"), None)
+    except UsageError:
+        return None
+    return " ".join([said.command, *extra])
 
 
 def check_stops(
@@ -280,7 +325,7 @@ def _cluster(
     else:
         res = launch(spec, info.ranks, timeout=timeout, out=say)
     res["from_asked"] = point is not None
-    _replay_report(res, as_json)
+    _replay_report(res, as_json, path, info.run_id, allow_changed)
 
 
 @click.command("single")
@@ -354,7 +399,7 @@ def _single(
     res["from_asked"] = point is not None
     if brk and not res["breakpoint_hits"] and res["identical"]:
         click.echo(f"replay: note: breakpoint {brk} was never reached", err=True)
-    _replay_report(res, as_json)
+    _replay_report(res, as_json, path, info.run_id, allow_changed)
 
 
 def register(cli: click.Group) -> None:

@@ -25,6 +25,18 @@ def _write(path: Path, data: dict[str, Any]) -> None:
     write_file(path, json.dumps(data), force=True)
 
 
+#: Seconds a diverged rank waits for the other ranks' reports before it stops the job:
+#: every rank checks the same digest, but only the rank that owns the differing element
+#: can name it (it reads no other rank's rows).
+PEER_REPORT_WAIT_S = 2.0
+
+
+def _await_peer_reports(job: Path, ranks: int) -> None:
+    deadline = time.monotonic() + PEER_REPORT_WAIT_S
+    while len(list(job.glob("diverged.*.json"))) < ranks and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
 def main(argv: list[str]) -> int:
     """Run the job in ``argv[1]`` as one rank of COMM_WORLD."""
     spec = json.loads(Path(argv[1]).read_text())
@@ -55,6 +67,7 @@ def main(argv: list[str]) -> int:
             if not result["identical"]:
                 # this rank left its recorded path: stop the others, which may wait on it
                 _write(job / f"diverged.{rank:04d}.json", result)
+                _await_peer_reports(job, comm.Get_size())
                 sys.stdout.flush()
                 comm.Abort(3)
         elif spec.get("kind") == "dual":

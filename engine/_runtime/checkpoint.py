@@ -267,8 +267,18 @@ def dds_contents(d: Any) -> Any:
     return d._sess.cluster.gather_owned(d)
 
 
+def local_owned_rows(d: Any) -> list[tuple[np.ndarray, Any]]:
+    """``(slots, values)`` of the rows each node hosted by this process owns (every node
+    in an in-process cluster, this rank's under MPI); no collective call, so a rank can
+    read them while the others have stopped."""
+    cluster = d._sess.cluster
+    nodes = [cluster.rank] if getattr(cluster, "comm", None) is not None else range(cluster.size)
+    return [(d.owned(node), d.rows(node, d.owned(node))) for node in nodes]
+
+
 __all__ = [
     "dds_contents",
+    "local_owned_rows",
     "find_dds",
     "BUDGET",
     "Rows",

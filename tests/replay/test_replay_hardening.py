@@ -354,9 +354,10 @@ def test_a_divergence_reads_as_one_sentence(
     exc = _divergence(actual)
     assert str(exc).endswith(f"invocation end: the trace expected this invocation, {said}")
     monkeypatch.setattr(_replaycmds, "store_verdict", lambda res: None)
+    monkeypatch.setattr(_replaycmds, "next_command", lambda *a: None)  # no trace here
     res = {"identical": False, "first_difference": exc.as_dict(), "checked": {}}
     with pytest.raises(SystemExit) as stop:
-        _replaycmds._replay_report(res, as_json=False)
+        _replaycmds._replay_report(res, False, "t.sqlite", "run", allow_changed=False)
     assert stop.value.code == 3
     out = capsys.readouterr().out
     assert out == (
