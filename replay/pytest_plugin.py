@@ -55,6 +55,43 @@ def _values(what: str, v: int | Iterable[int]) -> list[int]:
     return vals
 
 
+def reproduce_command(
+    fn: Callable[..., Any] | str, params: dict[str, Any] | None, p: int, t: int, **options: Any
+) -> str | None:
+    """The ``replay dual`` command that runs the same test from a shell, or None when the
+    driver is not a module-level function of a file or a parameter is not a number, bool
+    or string (``-p`` takes only those)."""
+    import os
+    import shlex
+
+    if isinstance(fn, str):
+        target = fn
+    else:
+        name = getattr(fn, "__qualname__", "")
+        try:
+            source = inspect.getsourcefile(fn)
+        except TypeError:
+            return None
+        if not source or not name.isidentifier():  # nested: <locals>, methods
+            return None
+        rel = os.path.relpath(source)
+        target = f"{source if rel.startswith('..') else rel}:{name}"
+    words = ["replay", "dual", target]
+    for key, value in (params or {}).items():
+        if not isinstance(value, bool | int | float | str):
+            return None
+        words += ["-p", f"{key}={str(value).lower() if isinstance(value, bool) else value}"]
+    words += ["--ranks", str(p), "--threads", str(t)]
+    if options.get("parallel", "in-process") != "mpi":
+        words.append("--in-process")
+    for option in ("seed", "direction", "order", "order_seed", "timeout"):
+        default = {"seed": 0, "direction": "both", "order": "identity", "order_seed": 0}
+        value = options.get(option)
+        if value is not None and value != default.get(option):
+            words += [f"--{option.replace('_', '-')}", str(value)]
+    return shlex.join(words)
+
+
 def run_dual(
     fn: Callable[..., Any] | str,
     params: dict[str, Any] | None = None,
@@ -63,7 +100,10 @@ def run_dual(
     threads: int | Iterable[int] = 1,
     **options: Any,
 ) -> dict[tuple[int, int], dict[str, DualResult]]:
-    """Dual-test ``fn`` on every (nodes, threads) combination; fail the test on a divergence."""
+    """Dual-test ``fn`` on every (nodes, threads) combination; fail the test on a divergence,
+    at the line of the user's test that called this (this module's frames are hidden), with
+    the command that reproduces each failure from a shell."""
+    __tracebackhide__ = True
     from .testing import dual, warn_untested
 
     unknown = set(options) - set(_OPTIONS)
@@ -83,13 +123,19 @@ def run_dual(
     for p, t in itertools.product(_values("nodes", nodes), _values("threads", threads)):
         results = dual(fn, params, nodes=p, threads=t, **options)
         out[(p, t)] = results
-        failed += [
-            f"{name} on {p} node(s) x {t} thread(s){where}: {r.report()}"
-            for r in results.values()
-            if not r.passed
-        ]
+        bad = [r for r in results.values() if not r.passed]
+        failed += [f"{name} on {p} node(s) x {t} thread(s){where}: {r.report()}" for r in bad]
+        if bad:
+            cmd = reproduce_command(fn, params, p, t, **options)
+            failed.append(
+                f"  reproduce: {cmd}"
+                if cmd
+                else "  (no shell command reproduces it: "
+                "the driver is not a module-level function, or a parameter is not "
+                "a number, bool or string)"
+            )
     if failed:
-        pytest.fail("dual test failed:\n" + "\n".join(failed), pytrace=False)
+        pytest.fail("dual test failed:\n" + "\n".join(failed))
     # a pass that ran relaxed DDS exactly or SSP as BSP says so in the warnings summary
     warn_untested([r for got in out.values() for r in got.values()], f" of {name}")
     return out
@@ -160,12 +206,23 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     callspec = getattr(pyfuncitem, "callspec", None)
     if callspec is not None and COMBINATION in callspec.params:
         kw["nodes"], kw["threads"] = callspec.params[COMBINATION]  # this item's combination
-    run_dual(fn, kw.pop("params", None), **kw)
+    try:
+        run_dual(fn, kw.pop("params", None), **kw)
+    except pytest.fail.Exception as exc:
+        # the test only returned the driver: point at its definition and marker instead
+        import os
+
+        _, line = inspect.getsourcelines(test)  # the first line: its marker
+        source = inspect.getsourcefile(test) or "?"
+        rel = os.path.relpath(source)
+        where = f"{source if rel.startswith('..') else rel}:{line}"
+        pytest.fail(f"{where}: {pyfuncitem.name} (@pytest.mark.dual): {exc.msg}", pytrace=False)
     return True
 
 
 __all__ = [
     "MARKER_HELP",
+    "reproduce_command",
     "dual_test",
     "pytest_configure",
     "pytest_generate_tests",

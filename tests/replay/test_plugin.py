@@ -96,6 +96,56 @@ def test_fixture_fails_with_the_divergence_report(suite: pytest.Pytester) -> Non
         ]
     )
     assert "Traceback" not in res.stdout.str()
+    out = res.stdout.str()
+    # the failure is at the user's line, not in the plugin, and says how to rerun it
+    marked = [x for x in out.splitlines() if x.lstrip().startswith(">")]
+    assert len(marked) == 1 and 'dual_test(lonely, {"scale": 0.25}, nodes=2)' in marked[0], out
+    assert "test_it.py:5: Failed" in out and "pytest_plugin.py" not in out, out
+    assert "reproduce: replay dual programs.py:lonely -p scale=0.25 --ranks 2 --threads 1 " in out
+
+
+def test_the_reproduce_command_fails_the_same_way_from_a_shell(
+    pytester: pytest.Pytester, cli
+) -> None:
+    """The command the failure prints, run as printed, fails with the same report."""
+    import shlex
+
+    from tests.replay import dual_apps
+
+    pytester.makepyfile(
+        test_it="""
+        from tests.replay.dual_apps import differs_in_a_body
+
+        def test_it(dual_test):
+            dual_test(differs_in_a_body, {"epochs": 2, "n": 8}, nodes=2, direction="forward")
+        """
+    )
+    res = run(pytester)
+    res.assert_outcomes(failed=1)
+    out = res.stdout.str()
+    line = next(x for x in out.splitlines() if "reproduce: replay dual" in x)
+    words = shlex.split(line.split("reproduce: ", 1)[1])
+    assert words[2] == f"{dual_apps.__file__}:differs_in_a_body", words
+    report = next(x for x in out.splitlines() if "forward: FAIL" in x)
+    proc = cli(*words[1:], "--no-trace")
+    assert proc.returncode == 1, proc.stderr
+    assert report.split("forward: ", 1)[1] in proc.stdout, (report, proc.stdout)
+
+
+def test_no_command_for_a_nested_driver_or_a_list_parameter() -> None:
+    from replay.pytest_plugin import reproduce_command
+
+    def inner() -> None:
+        pass
+
+    assert reproduce_command(inner, None, 2, 1) is None
+    assert reproduce_command("a.py:f", {"sizes": [1, 2]}, 2, 1) is None
+    cmd = reproduce_command("a.py:f", {"on": True, "lr": 0.5, "name": "a b"}, 3, 2, seed=4)
+    assert cmd == (
+        "replay dual a.py:f -p on=true -p lr=0.5 -p 'name=a b' --ranks 3 --threads 2 "
+        "--in-process --seed 4"
+    )
+    assert "--in-process" not in reproduce_command("a.py:f", None, 2, 1, parallel="mpi")
 
 
 def test_marker_dual_tests_the_returned_function(suite: pytest.Pytester) -> None:
@@ -142,6 +192,8 @@ def test_marker_dual_tests_the_returned_function(suite: pytest.Pytester) -> None
         assert f"test_it.py::test_hot[{combo}]" in ids, combo
     assert "test_it.py::test_hot_backward\n" in ids  # one combination: one item, as written
     assert "test_forward_sees_it" in out and "forward: FAIL at iteration 0, op one" in out
+    # the marked test only returned the driver: the failure names its definition
+    assert "\ntest_it.py:22: test_forward_sees_it (@pytest.mark.dual): dual test failed" in out
     assert "must return the driver function to dual-test; it returned None" in out
 
 
