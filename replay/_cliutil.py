@@ -23,7 +23,7 @@ from . import _procs
 from ._errors import UsageError
 from ._job import EXIT_DIVERGED, EXIT_FAILED, EXIT_USAGE, JobFailed, describe
 from ._paths import reserve_trace
-from ._progress import DOWNLOAD_PROGRESS_ENV, bars_wanted
+from ._progress import DOWNLOAD_PROGRESS_ENV, bars_wanted, finish_bars
 
 
 class Group(click.Group):
@@ -94,7 +94,11 @@ allow_changed = click.option(
 
 
 def printer(as_json: bool) -> Callable[[str], None]:
+    """Prints a command's result lines (on stderr under ``--json``), after erasing any
+    progress bar, so a result never follows a bar's last frame on the same line."""
+
     def say(line: str) -> None:
+        finish_bars()
         click.echo(line, err=as_json)
 
     return say

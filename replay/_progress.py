@@ -72,6 +72,13 @@ def route_ticks(ticks: Callable[[str], None], text: Callable[[str], None]) -> Ca
     return out
 
 
+def _tty(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
+
+
 def bars_wanted(as_json: bool) -> bool:
     """Bars only for a person: stderr is a terminal, no ``--json``, not a dumb terminal."""
     if as_json or os.environ.get("TERM") == "dumb":
@@ -80,6 +87,13 @@ def bars_wanted(as_json: bool) -> bool:
         return sys.stderr.isatty()
     except (AttributeError, ValueError):
         return False
+
+
+def finish_bars() -> None:
+    """Erase the bars on screen, if any: called before a result is printed, so the result
+    starts on its own line instead of after the bar's last frame."""
+    for live in list(_LIVE):
+        live.close()
 
 
 class Printer:
@@ -93,10 +107,13 @@ class Printer:
         *,
         bars: bool = True,
         clock: Callable[[], float] = time.monotonic,
+        console: Any = None,
     ) -> None:
         self.as_json = as_json
+        #: where bars go (a rich Console; None: stderr, made when the first bar is)
+        self._console = console
         self.label = label
-        self._bars = bars and bars_wanted(as_json)
+        self._bars = bars and (console is not None or bars_wanted(as_json))
         # off a terminal (and not for a pdb session, which asks for no bars): plain lines
         self._every = plain_every() if bars and not as_json and not self._bars else None
         self._clock = clock
@@ -106,7 +123,12 @@ class Printer:
 
     def __call__(self, line: str) -> None:
         tick = parse_tick(line)
-        if tick is None:
+        if tick is None and self._progress is not None and _tty(sys.stdout):
+            # stdout and the bar share the screen: print above the bar, never after its frame
+            from rich.text import Text
+
+            self._progress.console.print(Text(line), soft_wrap=True)
+        elif tick is None:
             click.echo(line, err=self.as_json)
         elif self._bars:
             self._show(*tick)
@@ -125,35 +147,41 @@ class Printer:
     def _show(self, done: int, total: int | None, what: str) -> None:
         if self._progress is None:
             from rich.console import Console
-            from rich.progress import (
-                BarColumn,
-                MofNCompleteColumn,
-                Progress,
-                TextColumn,
-                TimeElapsedColumn,
-            )
+            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
             self._progress = Progress(
                 TextColumn("{task.description}"),
                 BarColumn(),
-                MofNCompleteColumn(),
+                TextColumn("{task.completed}/{task.fields[of]}"),
                 TimeElapsedColumn(),
-                console=Console(stderr=True),
+                *_rate_and_eta_columns(),
+                console=self._console or Console(stderr=True),
+                get_time=self._clock,
                 transient=True,
-                redirect_stdout=sys.stdout.isatty(),  # else stdout goes to its file as is
+                redirect_stdout=_tty(sys.stdout),  # else stdout goes to its file as is
                 redirect_stderr=False,
             )
             self._progress.start()
+            _LIVE.append(self)
         key = what or self.label
         task = self._tasks.get(key)
+        of = "?" if total is None else str(total)
         if task is None:
-            task = self._tasks[key] = self._progress.add_task(f"{self.label}: {key}", total=total)
-        self._progress.update(task, completed=done, total=total)
+            # phases follow one another: the clocks of the earlier ones stop here
+            for earlier in self._tasks.values():
+                self._progress.stop_task(earlier)
+            task = self._tasks[key] = self._progress.add_task(
+                f"{self.label}: {key}", total=total, of=of
+            )
+        self._progress.update(task, completed=done, total=total, of=of)
 
     def close(self) -> None:
+        """Erase the bars (they are transient); later ticks start new ones."""
         if self._progress is not None:
             self._progress.stop()
             self._progress = None
+            if self in _LIVE:
+                _LIVE.remove(self)
 
     def __enter__(self) -> Printer:
         return self
@@ -165,6 +193,33 @@ class Printer:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def _rate_and_eta_columns() -> list[Any]:
+    """Units per second once some are done, and the time left where the total is known
+    (both blank otherwise); rich is imported only when a bar is shown."""
+    from rich.progress import ProgressColumn
+    from rich.text import Text
+
+    class Rate(ProgressColumn):
+        def render(self, task: Any) -> Text:
+            speed = task.finished_speed or task.speed
+            return Text(f"{speed:.2f}/s" if speed else "", style="progress.data.speed")
+
+    class Eta(ProgressColumn):
+        def render(self, task: Any) -> Text:
+            left = task.time_remaining
+            if task.total is None or left is None or task.finished:
+                return Text("")
+            m, sec = divmod(int(left + 0.5), 60)
+            return Text(f"ETA {m // 60}:{m % 60:02d}:{sec:02d}", style="progress.remaining")
+
+    return [Rate(), Eta()]
+
+
+#: The Printers whose bars are on screen (shared by threads: the lines of MPI ranks reach a
+#: Printer in the threads that read their output).
+_LIVE: list[Printer] = []
 
 
 # ====================================================================== stages of a run
@@ -231,6 +286,7 @@ __all__ = [
     "Stage",
     "bars_wanted",
     "current_stage",
+    "finish_bars",
     "parse_tick",
     "plain_every",
     "reporting",

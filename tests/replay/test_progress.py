@@ -106,3 +106,59 @@ def test_dual_shows_each_side_and_the_mpi_ranks_report_through_mpiexec() -> None
         assert f"dual test: {stage}" in term, term
     assert "3/3" in term and TICK not in out and TICK not in term
     assert "forward: PASS" in out and "backward: PASS" in out
+
+
+def _terminal() -> tuple[object, object]:
+    import io
+
+    from rich.console import Console
+
+    buf = io.StringIO()
+    return Console(file=buf, force_terminal=True, width=120, color_system=None), buf
+
+
+def test_a_known_total_shows_count_rate_and_time_left() -> None:
+    from replay._progress import Printer
+
+    now = [100.0]
+    console, buf = _terminal()
+    with Printer(False, "cluster replay", console=console, clock=lambda: now[0]) as say:
+        for k in range(1, 5):  # one invocation a second
+            now[0] += 1.0
+            say(tick_line(k, 10, "invocations"))
+        say._progress.refresh()
+    out = buf.getvalue()
+    assert "cluster replay: invocations" in out and "4/10" in out, out
+    assert "1.00/s" in out and "ETA 0:00:06" in out, out
+
+
+def test_an_unknown_total_says_so_and_its_clock_stops_when_the_next_phase_starts() -> None:
+    from replay._progress import Printer
+
+    console, buf = _terminal()
+    with Printer(False, "dual test", console=console) as say:
+        say(tick_line(3, None, "forward: serial run"))
+        say._progress.refresh()
+        assert "3/?" in buf.getvalue() and "None" not in buf.getvalue()
+        say(tick_line(1, 5, "forward: parallel run"))
+        first, second = say._progress.tasks
+        assert first.stop_time is not None and second.stop_time is None
+        assert "".join(str(c.render(first)) for c in say._progress.columns[5:]) == ""
+
+
+def test_a_result_erases_the_bar_first_even_from_another_thread() -> None:
+    """The bar is fed by the threads that read the MPI ranks' output; the result line the
+    command prints afterwards must start on a clean line, not after the bar's last frame."""
+    from replay._cliutil import printer
+    from replay._progress import _LIVE, Printer
+
+    console, buf = _terminal()
+    with Printer(False, "cluster replay", console=console) as say:
+        feeder = threading.Thread(target=say, args=(tick_line(3, 3, "invocations"),))
+        feeder.start()
+        feeder.join()
+        assert say._progress is not None and _LIVE == [say]
+        before = len(buf.getvalue())
+        printer(False)("identical: 3 digest(s)")
+        assert say._progress is None and _LIVE == []
+        assert "\x1b[2K" in buf.getvalue()[before:]  # the bar's line was erased
