@@ -54,11 +54,21 @@ def first_difference(run: Any, name: str, op: str, invocation: int) -> dict[str,
         )
         return out
     slots, values = kept
-    n = int(state.lengths[name])
-    recorded = np.zeros((n, *values.shape[1:]), values.dtype)
-    have = np.zeros(n, bool)
-    recorded[slots] = values
-    have[slots] = True
+    n = len(live)  # never a size read from the trace: that is hostile input
+    if int(state.lengths.get(name, -1)) != n:
+        out["values"] = f"not compared: {name} has another number of elements than in the trace"
+        return out
+    try:
+        slots = np.asarray(slots, dtype=np.int64)
+        if len(slots) and (slots.min() < 0 or slots.max() >= n):
+            raise IndexError(name)
+        recorded = np.zeros((n, *values.shape[1:]), values.dtype)
+        have = np.zeros(n, bool)
+        recorded[slots] = values
+        have[slots] = True
+    except (ValueError, IndexError, TypeError):
+        out["values"] = f"not compared: the checkpoint's rows of {name} do not fit it (damaged?)"
+        return out
     first: tuple[int, Any, Any] | None = None
     differ = compared = 0
     for own, rows in local_owned_rows(live):
@@ -82,8 +92,9 @@ def first_difference(run: Any, name: str, op: str, invocation: int) -> dict[str,
         )
         return out
     slot, was, now = first
+    key = live.key_of(slot)
     out.update(
-        element=live.key_of(slot),
+        element=key if isinstance(key, int | str) else repr(key),  # JSON: a dmap's key
         trace_value=_shown(was),
         program_value=_shown(now),
         elements_differ=differ,

@@ -99,3 +99,41 @@ def test_under_mpi_a_rank_names_the_element_from_its_own_rows(tmp_path: Path, cl
     d = json.loads(proc.stdout)["first_difference"]
     assert (d["element"], d["trace_value"], d["program_value"]) == (4, "2.0", "3.0"), d
     assert d["elements_differ"] == 1 and d["elements_compared"] in (3, 6), d
+
+
+@pytest.mark.parametrize(
+    ("lengths", "slots", "values"),
+    [
+        ({"X": 10**12}, [0, 1], [1.0, 2.0]),  # a forged size: never allocated
+        ({"X": 4}, [0, 9], [1.0, 2.0]),  # a slot outside the DDS
+        ({"X": 4}, [-1, 0], [1.0, 2.0]),
+        ({"X": 4}, [0, 1], [1.0, 2.0, 3.0]),  # more values than slots
+        ({}, [0], [1.0]),
+    ],
+)
+def test_a_forged_checkpoint_is_not_compared_and_nothing_crashes(
+    monkeypatch: pytest.MonkeyPatch, lengths: dict, slots: list, values: list
+) -> None:
+    import numpy as np
+
+    from replay import _elements
+    from tracer._run import CheckpointState
+
+    class Live:
+        def __len__(self) -> int:
+            return 4
+
+        def key_of(self, slot: int) -> int:
+            return slot
+
+    state = CheckpointState("add", 0, {"X": (np.array(slots), np.array(values))}, dict(lengths), {})
+
+    class Run:
+        def checkpoint_state(self, op: str, invocation: int) -> CheckpointState:
+            return state
+
+    monkeypatch.setattr(_elements, "find_dds", lambda name: Live())
+    rows = [(np.arange(4), np.zeros(4))]
+    monkeypatch.setattr(_elements, "local_owned_rows", lambda d: rows)
+    got = _elements.first_difference(Run(), "X", "add", 0)
+    assert "element" not in got and got["values"].startswith("not compared"), got
