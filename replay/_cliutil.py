@@ -23,7 +23,7 @@ from . import _procs
 from ._errors import UsageError
 from ._job import EXIT_DIVERGED, EXIT_FAILED, EXIT_USAGE, JobFailed, describe
 from ._paths import reserve_trace
-from ._progress import DOWNLOAD_PROGRESS_ENV, bars_wanted, finish_bars
+from ._progress import DOWNLOAD_PROGRESS_ENV, TICK, bars_wanted, finish_bars
 
 
 class Group(click.Group):
@@ -98,6 +98,8 @@ def printer(as_json: bool) -> Callable[[str], None]:
     progress bar, so a result never follows a bar's last frame on the same line."""
 
     def say(line: str) -> None:
+        if line.startswith(TICK):  # progress protocol (a phase, a tick): never text
+            return
         finish_bars()
         click.echo(line, err=as_json)
 

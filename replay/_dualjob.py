@@ -50,7 +50,7 @@ from ._dualctl import (
     outcome_of,
 )
 from ._errors import UsageError
-from ._progress import current_stage, reporting, route_ticks
+from ._progress import current_stage, phase_reporter, reporting, route_ticks
 
 
 # ====================================================================== wire format
@@ -264,6 +264,7 @@ def dual_here(spec: dict[str, Any], comm: Any) -> dict[str, Any]:
         **(ticks or {}),
     ):
         capture = Capture(recorder)  # its ticker takes the stage current now
+        phases = phase_reporter()
     try:
         with recording(recorder):
             res = engine.run(
@@ -276,6 +277,7 @@ def dual_here(spec: dict[str, Any], comm: Any) -> dict[str, Any]:
                 hooks=controller,
                 recorder=capture,
                 test_mode=True,
+                phases=phases,
             )
     except engine.DivergenceError as exc:
         return {"divergence": exc.as_dict()}

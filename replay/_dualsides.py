@@ -12,6 +12,7 @@ import engine
 
 from ._dualctl import Capture, Outcome, Steering, Tap, comparable, outcome_of
 from ._dualjob import MpiSide, importable_target
+from ._progress import phase_reporter
 
 #: Where the parallel side of a dual test may run.
 PARALLEL = ("in-process", "mpi")
@@ -38,6 +39,7 @@ def run_side(
         hooks=controller,
         recorder=capture,
         test_mode=True,
+        phases=phase_reporter(),  # to the dual test's stage, when someone listens
     )
     return outcome_of(res, capture.body_orders)
 

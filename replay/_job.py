@@ -29,6 +29,7 @@ from . import _environment, _procs
 from ._apps import all_params, parse_params, resolve
 from ._chaosctl import ChaosController
 from ._errors import LaunchError, ReplayError, UsageError
+from ._progress import phase_reporter
 
 if TYPE_CHECKING:
     import engine
@@ -277,6 +278,7 @@ def run_here(
             comm=comm,
             recorder=recorder,
             progress=say,
+            phases=phase_reporter(say) if say is not None else None,
             schedules=controller,
             hooks=controller,
             digest=spec.get("digest"),

@@ -51,6 +51,32 @@ def tick_line(done: int, total: int | None, what: str) -> str:
     return f"{TICK}{done} {-1 if total is None else total} {what}"
 
 
+#: Prefix of a line that says a long phase started (``planning sgd``).
+PHASE = TICK + "phase "
+
+
+def phase_line(name: str) -> str:
+    """The line that says the long phase ``name`` started (it lasts until the next tick)."""
+    return PHASE + name
+
+
+def parse_phase(line: str) -> str | None:
+    """The phase a :func:`phase_line` names; None for any other line."""
+    return line[len(PHASE) :] if line.startswith(PHASE) else None
+
+
+def phase_reporter(say: Callable[[str], None] | None = None) -> Callable[[str], None] | None:
+    """``engine.run(phases=...)``: phase lines to ``say``, else to the stage current now
+    (:func:`reporting`); None when nobody listens."""
+    if say is None:
+        cur = current_stage()
+        say = None if cur is None else cur.say
+    if say is None:
+        return None
+    out = say
+    return lambda name: out(phase_line(name))
+
+
 def parse_tick(line: str) -> tuple[int, int | None, str] | None:
     """``(done, total, what)`` of a tick line; None for an ordinary or garbled line."""
     if not line.startswith(TICK):
@@ -64,10 +90,11 @@ def parse_tick(line: str) -> tuple[int, int | None, str] | None:
 
 
 def route_ticks(ticks: Callable[[str], None], text: Callable[[str], None]) -> Callable[[str], None]:
-    """A line callback that sends tick lines to ``ticks`` and the others to ``text``."""
+    """A line callback that sends tick and phase lines (anything with the protocol's
+    prefix, never text for a person) to ``ticks`` and the others to ``text``."""
 
     def out(line: str) -> None:
-        (ticks if parse_tick(line) is not None else text)(line)
+        (ticks if line.startswith(TICK) else text)(line)
 
     return out
 
@@ -120,9 +147,16 @@ class Printer:
         self._start = self._last = clock()
         self._progress: Any = None
         self._tasks: dict[str, Any] = {}
+        self._phase_task: Any = None
 
     def __call__(self, line: str) -> None:
+        phase = parse_phase(line)
+        if phase is not None:
+            self._phase(phase)
+            return
         tick = parse_tick(line)
+        if self._progress is not None:
+            self._end_phase()  # a tick or a line of text: the phase is over
         if tick is None and self._progress is not None and _tty(sys.stdout):
             # stdout and the bar share the screen: print above the bar, never after its frame
             from rich.text import Text
@@ -135,6 +169,22 @@ class Printer:
         elif self._every is not None:
             self._say_plainly(self._every, *tick)
 
+    def _phase(self, name: str) -> None:
+        """A spinner (an indeterminate bar with its clock) named ``name`` until the next
+        tick or phase; off a terminal, a plain line if none was printed for a while."""
+        if self._bars:
+            self._show(0, None, "", phase=name)
+        elif self._every is not None:
+            now = self._clock()
+            if now - self._last >= self._every:
+                self._last = now
+                click.echo(f"replay: {self.label}: {name}, {now - self._start:.0f} s", err=True)
+
+    def _end_phase(self) -> None:
+        if self._phase_task is not None and self._progress is not None:
+            self._progress.remove_task(self._phase_task)
+        self._phase_task = None
+
     def _say_plainly(self, every: float, done: int, total: int | None, what: str) -> None:
         now = self._clock()
         if now - self._last < every:
@@ -144,7 +194,7 @@ class Printer:
         unit = f" {what}" if what else ""
         click.echo(f"replay: {self.label} {count}{unit}, {now - self._start:.0f} s", err=True)
 
-    def _show(self, done: int, total: int | None, what: str) -> None:
+    def _show(self, done: int, total: int | None, what: str, phase: str | None = None) -> None:
         if self._progress is None:
             from rich.console import Console
             from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -152,7 +202,7 @@ class Printer:
             self._progress = Progress(
                 TextColumn("{task.description}"),
                 BarColumn(),
-                TextColumn("{task.completed}/{task.fields[of]}"),
+                TextColumn("{task.fields[count]}"),
                 TimeElapsedColumn(),
                 *_rate_and_eta_columns(),
                 console=self._console or Console(stderr=True),
@@ -163,20 +213,28 @@ class Printer:
             )
             self._progress.start()
             _LIVE.append(self)
+        self._end_phase()
+        if phase is not None:
+            self._phase_task = self._progress.add_task(
+                f"{self.label}: {phase}", total=None, count=""
+            )
+            return
         key = what or self.label
         task = self._tasks.get(key)
-        of = "?" if total is None else str(total)
+        count = f"{done}/{'?' if total is None else total}"
         if task is None:
-            # phases follow one another: the clocks of the earlier ones stop here
+            # stages follow one another: the clocks of the earlier ones stop here
             for earlier in self._tasks.values():
                 self._progress.stop_task(earlier)
             task = self._tasks[key] = self._progress.add_task(
-                f"{self.label}: {key}", total=total, of=of
+                f"{self.label}: {key}", total=total, count=count
             )
-        self._progress.update(task, completed=done, total=total, of=of)
+        self._progress.update(task, completed=done, total=total, count=count)
 
     def close(self) -> None:
         """Erase the bars (they are transient); later ticks start new ones."""
+        self._phase_task = None
+        self._tasks.clear()
         if self._progress is not None:
             self._progress.stop()
             self._progress = None
@@ -282,12 +340,16 @@ __all__ = [
     "PLAIN_EVERY_S",
     "TICK",
     "InvocationTicker",
+    "PHASE",
     "Printer",
     "Stage",
     "bars_wanted",
     "current_stage",
     "finish_bars",
+    "parse_phase",
     "parse_tick",
+    "phase_line",
+    "phase_reporter",
     "plain_every",
     "reporting",
     "route_ticks",

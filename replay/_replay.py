@@ -33,7 +33,7 @@ from ._apps import BUILTIN_APPS, App, resolve
 from ._controller import ReplayChecker, ReplayFinished, TraceController
 from ._errors import UsageError
 from ._job import code_digest, recorded_modes, rounded_times
-from ._progress import tick_line
+from ._progress import phase_reporter, tick_line
 from ._target import CodeChangedError, check_digest, check_params, file_digest, own_source
 from ._timetravel import FastForward, Start, first_step, program_order, start_before, step_of
 
@@ -321,6 +321,7 @@ def replay_here(
             recorder=checker,
             schedules=controller,
             hooks=controller,
+            phases=phase_reporter(say) if say is not None else None,
             **recorded_modes(info),
         )
         checker.finish()

@@ -55,55 +55,60 @@ def execute(
     0 (none), N (every N-th loop invocation) or None (automatic, <= 3% of run time);
     ``digest`` the hash of the DDS digests (None: xxh3-chunks).
     """
-    say = printer(as_json)
-    spec = {
-        "app": app,
-        "params": list(params),
-        "threads": threads,
-        "seed": seed,
-        "checked": checked,
-        "json": as_json,
-        "trace": trace,
-        "checkpoint_every": checkpoint_every,
-        "digest": digest,
-    }
-    check_counts(ranks=ranks, threads=threads, seed=seed)
-    hash_seed = _environment.choose_hash_seed()
-    if under_launcher():
-        _environment.ensure(hash_seed)  # re-executes this rank: before MPI is initialised
-        from mpi4py import MPI
+    # text lines as they come; a spinner names each long phase (planning, a first kernel
+    # compile, a checkpoint) on a terminal
+    say = Printer(as_json, "run")
+    try:
+        spec = {
+            "app": app,
+            "params": list(params),
+            "threads": threads,
+            "seed": seed,
+            "checked": checked,
+            "json": as_json,
+            "trace": trace,
+            "checkpoint_every": checkpoint_every,
+            "digest": digest,
+        }
+        check_counts(ranks=ranks, threads=threads, seed=seed)
+        hash_seed = _environment.choose_hash_seed()
+        if under_launcher():
+            _environment.ensure(hash_seed)  # re-executes this rank: before MPI is initialised
+            from mpi4py import MPI
 
-        comm = MPI.COMM_WORLD
-        if ranks is not None and ranks != comm.Get_size():
-            raise UsageError(
-                f"--ranks {ranks} disagrees with the {comm.Get_size()} ranks mpiexec started; "
-                "drop --ranks when you launch with mpiexec yourself"
-            )
-        if trace is not None:
-            # every rank must agree on the run id and the path
-            spec["run_id"] = comm.bcast(uuid.uuid4().hex if comm.Get_rank() == 0 else None)
-            spec["trace"] = comm.bcast(trace)
-        try:
-            return run_here(spec, comm=comm, progress=say)
-        except BaseException as exc:  # noqa: BLE001 - one rank failing must stop them all
-            message, status = describe(exc)
-            if isinstance(exc, DriverDivergenceError) and comm.Get_rank() != 0:
-                comm.Barrier()  # every rank raised it alike: rank 0 reports it once, aborts
+            comm = MPI.COMM_WORLD
+            if ranks is not None and ranks != comm.Get_size():
+                raise UsageError(
+                    f"--ranks {ranks} disagrees with the {comm.Get_size()} ranks mpiexec started; "
+                    "drop --ranks when you launch with mpiexec yourself"
+                )
+            if trace is not None:
+                # every rank must agree on the run id and the path
+                spec["run_id"] = comm.bcast(uuid.uuid4().hex if comm.Get_rank() == 0 else None)
+                spec["trace"] = comm.bcast(trace)
             try:
-                click.echo(f"replay: error (rank {comm.Get_rank()}): {message}", err=True)
-                sys.stderr.flush()
-            finally:
-                comm.Abort(status)
-                # MPICH's Abort can return before mpiexec kills this rank: no second report
-                os._exit(status)
-    ranks = 1 if ranks is None else ranks
-    spec["run_id"] = uuid.uuid4().hex
-    if ranks == 1:
-        _environment.ensure(hash_seed)
-        return run_here(spec, progress=say)
-    spec["hash_seed"] = hash_seed
-    prefetch(app, params)  # a first download shows its progress here, not in a rank
-    return launch(spec, ranks, timeout=timeout, out=say)
+                return run_here(spec, comm=comm, progress=say)
+            except BaseException as exc:  # noqa: BLE001 - one rank failing must stop them all
+                message, status = describe(exc)
+                if isinstance(exc, DriverDivergenceError) and comm.Get_rank() != 0:
+                    comm.Barrier()  # every rank raised it alike: rank 0 reports it once, aborts
+                try:
+                    click.echo(f"replay: error (rank {comm.Get_rank()}): {message}", err=True)
+                    sys.stderr.flush()
+                finally:
+                    comm.Abort(status)
+                    # MPICH's Abort can return before mpiexec kills this rank: no second report
+                    os._exit(status)
+        ranks = 1 if ranks is None else ranks
+        spec["run_id"] = uuid.uuid4().hex
+        if ranks == 1:
+            _environment.ensure(hash_seed)
+            return run_here(spec, progress=say)
+        spec["hash_seed"] = hash_seed
+        prefetch(app, params)  # a first download shows its progress here, not in a rank
+        return launch(spec, ranks, timeout=timeout, out=say)
+    finally:
+        say.close()
 
 
 def prefetch(app: str, params: tuple[str, ...]) -> None:

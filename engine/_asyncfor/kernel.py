@@ -124,6 +124,10 @@ class Kernel:
         if body is None:
             with self._lock:
                 if self._body is None:
+                    from .._runtime.session import current
+
+                    # numba compiles (or loads from its disk cache) on this first call
+                    current().announce(f"compiling kernel {self.__qualname__}")
                     self._body = compiled.compile_body(self.py_func)
                 body = self._body
         compiled.run_loop(body, indices, state, args)

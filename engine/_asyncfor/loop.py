@@ -156,6 +156,7 @@ def _new_state(
 ) -> OpState:
     """Reconnaissance and planning for invocation ``inv`` (on the current DDS state), on
     the placement ``sched`` says (see :func:`_placement`)."""
+    sess.announce(f"planning {name}")
     t0 = time.perf_counter()
     sets = _recon(sess, name, inv, body, start, stop)
     plan = _placement(_plan(sess, name, sets, requested), sched, name, inv)

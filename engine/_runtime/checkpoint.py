@@ -96,6 +96,7 @@ def end_invocation(
         due = step % int(every) == 0
     if not due:
         return
+    sess.announce(f"checkpoint after {op}#{invocation}")
     t0 = time.perf_counter()
     _write(sess, op, invocation, step)
     cost = time.perf_counter() - t0
@@ -271,9 +272,7 @@ def local_owned_rows(d: Any) -> list[tuple[np.ndarray, Any]]:
     """``(slots, values)`` of the rows each node hosted by this process owns (every node
     in an in-process cluster, this rank's under MPI); no collective call, so a rank can
     read them while the others have stopped."""
-    cluster = d._sess.cluster
-    nodes = [cluster.rank] if getattr(cluster, "comm", None) is not None else range(cluster.size)
-    return [(d.owned(node), d.rows(node, d.owned(node))) for node in nodes]
+    return [(d.owned(node), d.rows(node, d.owned(node))) for node in d._sess.cluster.local_nodes]
 
 
 __all__ = [

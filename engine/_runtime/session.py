@@ -273,6 +273,7 @@ class Session:
         checked: bool = False,
         recorder: Recorder | None = None,
         progress: Callable[[str], None] | None = None,
+        phases: Callable[[str], None] | None = None,
         digests: bool = True,
         schedules: ScheduleSource | None = None,
         hooks: DebugHooks | None = None,
@@ -286,6 +287,9 @@ class Session:
         self.checked = checked
         self.recorder = recorder or Recorder()
         self.progress = progress
+        #: told the name of each long phase as it starts (planning, a kernel's first
+        #: compile, a checkpoint), so a person watching sees what the run is doing
+        self.phases = phases
         self.warn = warn or _stderr
         #: (operator, outcome) pairs of the plan guard already reported on stderr
         self.noted: set[tuple[str, str]] = set()
@@ -337,6 +341,11 @@ class Session:
         self.tape: Tape | None = None
         cluster.bind = self.bind
         cluster.on_message = self._on_message
+
+    def announce(self, phase: str) -> None:
+        """A long phase starts (see ``phases``); on node 0's process only, as progress is."""
+        if self.phases is not None and 0 in self.cluster.local_nodes:
+            self.phases(phase)
 
     def _on_message(self, node: int, channel: str, source: int, seq: int, nbytes: int) -> None:
         if self.tape is not None:  # inside an invocation: part of its schedule value
@@ -568,6 +577,7 @@ def run(
     hooks: DebugHooks | None = None,
     test_mode: bool = False,
     digest: str | None = None,
+    phases: Callable[[str], None] | None = None,
 ) -> RunResult:
     """Run the driver ``fn(**params)`` on a fresh cluster and return its outcome.
 
@@ -576,7 +586,9 @@ def run(
     events; ``schedules`` (replay, the dual tests, chaos) gives each invocation's
     schedule, and ``hooks`` adds breakpoints, per-invocation checks and time travel.
     ``digest`` names the hash of the DDS digests (``"xxh3-128"``, the default, or
-    ``"blake2b-128"``); a replay's schedules or hooks give the trace's.
+    ``"blake2b-128"``); a replay's schedules or hooks give the trace's.  ``phases`` is
+    told each long phase as it starts (``"planning sgd"``, ``"compiling kernel sgd"``,
+    ``"checkpoint after sgd#3"``).
     """
     global _current
     if _current is not None and getattr(_current, "_running", False):
@@ -590,6 +602,7 @@ def run(
         checked=checked,
         recorder=recorder,
         progress=progress,
+        phases=phases,
         schedules=schedules,
         hooks=hooks,
         digest=digest,

@@ -162,3 +162,62 @@ def test_a_result_erases_the_bar_first_even_from_another_thread() -> None:
         printer(False)("identical: 3 digest(s)")
         assert say._progress is None and _LIVE == []
         assert "\x1b[2K" in buf.getvalue()[before:]  # the bar's line was erased
+
+
+def test_a_phase_is_a_named_spinner_until_the_next_line_and_never_text() -> None:
+    from replay._progress import Printer, phase_line
+
+    console, buf = _terminal()
+    with Printer(False, "run", console=console) as say:
+        say(phase_line("planning sgd"))
+        say._progress.refresh()
+        (task,) = say._progress.tasks
+        assert task.description == "run: planning sgd" and task.total is None
+        say("plan sgd: rotation, 2 round(s)")  # the phase is over
+        assert say._progress.tasks == []
+        say(phase_line("compiling kernel sgd"))
+        say(tick_line(1, 4, "invocations"))  # so is this one
+        assert [t.description for t in say._progress.tasks] == ["run: invocations"]
+    assert "run: planning sgd" in buf.getvalue() and TICK not in buf.getvalue()
+
+
+def test_off_a_terminal_a_phase_is_a_plain_line_now_and_then(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    from replay._cliutil import printer
+    from replay._progress import PLAIN_EVERY_ENV, Printer, phase_line
+
+    monkeypatch.setenv(PLAIN_EVERY_ENV, "10")
+    now = [0.0]
+    say = Printer(False, "run", clock=lambda: now[0])
+    say(phase_line("planning sgd"))  # too soon after the start: nothing
+    now[0] = 12.0
+    say(phase_line("checkpoint after sgd#0"))
+    printer(False)(phase_line("planning sgd"))  # a plain printer drops protocol lines
+    out, err = capsys.readouterr()
+    assert out == "" and err == "replay: run: checkpoint after sgd#0, 12 s\n"
+
+
+def test_the_engine_names_planning_a_kernel_compile_and_each_checkpoint(tmp_path: Path) -> None:
+    import engine as ap
+    from replay._job import run_here
+    from replay._progress import parse_phase
+
+    def prog() -> None:
+        X = ap.dvector(8, shape=(), init=ap.init.zeros(), name="X")
+
+        def body(j: int) -> None:
+            X[j] = X[j] + 1.0
+
+        ap.async_for(0, 8, body, name="add")
+
+    phases: list[str] = []
+    ap.run(prog, nodes=2, phases=phases.append)
+    assert phases == ["planning add"], phases
+    lines: list[str] = []
+    spec = {"app": "sgdmf", "params": ["synthetic=true", "epochs=2", "kernel=true"]}
+    spec.update(threads=1, seed=0, trace=str(tmp_path / "t.sqlite"), checkpoint_every=1)
+    run_here(spec, progress=lines.append)
+    named = [p for p in map(parse_phase, lines) if p is not None]
+    assert "planning sgd" in named and "compiling kernel sgd_kernel" in named, named
+    assert "checkpoint after sgd#0" in named and "checkpoint after sgd#1" in named, named
