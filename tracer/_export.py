@@ -45,6 +45,8 @@ from ._run import InvocationInfo, RunTrace
 
 #: tid of each node's own track (worker threads are 0..T-1).
 NODE_TID = 1_000_000
+#: tid of each node's checkpoint track (time travel), beside its own.
+CHECKPOINT_TID = NODE_TID + 1
 
 #: A (round, thread) with more task groups than this gets one slice for all of them:
 #: connected-component plans can have thousands of tiny groups (file size vs detail).
@@ -487,6 +489,13 @@ def chrome_events(run: RunTrace) -> list[dict[str, Any]]:
         prev = commits[i.node][-1][0] if commits[i.node] else -1
         b.messages(i, spans, anchors[(i.op, i.invocation, i.node)], prev)
         commits[i.node].append((i.seq, spans[(i.op, i.invocation, i.node)].end))
+    # a checkpoint is written when its invocation ends: drawn there, as long as it took
+    for op, inv, node, sec, nbytes in run.checkpoint_times():
+        after = spans.get((op, inv, node))
+        if after is not None:
+            cp: dict[str, Any] = {"seconds": sec, "bytes": nbytes}
+            name = f"checkpoint after {op}#{inv}"
+            b.slice(name, "checkpoint", node, CHECKPOINT_TID, after.end, max(sec * 1e6, 1.0), cp)
     for ev in run.events(kinds=[ObjectiveLogged]):
         if not isinstance(ev, ObjectiveLogged):  # narrows the type; kinds= filtered already
             continue
@@ -519,7 +528,8 @@ def _metadata(b: _Builder, spans: dict[Any, Any]) -> list[dict[str, Any]]:
         meta.append(_meta("thread_name", node, NODE_TID, "name", f"node {node}"))
         meta.append(_meta("thread_sort_index", node, NODE_TID, "sort_index", -1))
         for thread in sorted(b.threads[node]):
-            meta.append(_meta("thread_name", node, thread, "name", f"thread {thread}"))
+            name = "checkpoints" if thread == CHECKPOINT_TID else f"thread {thread}"
+            meta.append(_meta("thread_name", node, thread, "name", name))
             meta.append(_meta("thread_sort_index", node, thread, "sort_index", thread))
     return meta
 
@@ -566,4 +576,4 @@ def export_chrome(
     return len(doc["traceEvents"])
 
 
-__all__ = ["NODE_TID", "chrome_events", "export_chrome"]
+__all__ = ["CHECKPOINT_TID", "NODE_TID", "chrome_events", "export_chrome"]

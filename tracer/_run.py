@@ -519,6 +519,23 @@ class RunTrace:
             )
         return sorted(out, key=lambda c: c.step)
 
+    @_checked("checkpoints")
+    def checkpoint_times(self) -> list[tuple[str, int, int, float, int]]:
+        """``(op, invocation, node, seconds, bytes)`` of each node's checkpoint, as recorded
+        (seconds: encoding and writing it; a value that is not a finite non-negative
+        number reads as 0)."""
+        rows = self._all(
+            select(Checkpoint.__table__)
+            .where(Checkpoint.run == self.run_id)
+            .order_by(Checkpoint.step, Checkpoint.node)
+        )
+        out = []
+        for r in rows:
+            sec = float(r.seconds or 0.0)
+            sec = sec if math.isfinite(sec) and sec >= 0 else 0.0
+            out.append((str(r.op), int(r.invocation), int(r.node), sec, int(r.nbytes)))
+        return out
+
     @_checked("checkpoint")
     def checkpoint_state(self, op: str, invocation: int) -> CheckpointState:
         """Every node's rows of the checkpoint at the end of ``op``#``invocation``."""

@@ -16,7 +16,7 @@ import pytest
 
 import engine as ap
 import tracer
-from tracer._export import NODE_TID
+from tracer._export import CHECKPOINT_TID, NODE_TID
 
 sys.path.insert(0, str(Path(__file__).parent))
 from chromeformat import problems  # noqa: E402
@@ -50,7 +50,8 @@ def test_one_process_per_node_and_one_track_per_thread(
     threads = {(e["pid"], e["tid"]) for e in meta if e["name"] == "thread_name"}
     slices = [e for e in doc["traceEvents"] if e["ph"] == "X"]
     assert {(e["pid"], e["tid"]) for e in slices} == threads
-    assert {tid for _, tid in threads} == {0, 1, 2, NODE_TID}  # 3 worker threads per node
+    # 3 worker threads per node, the node's own track and its checkpoints
+    assert {tid for _, tid in threads} == {0, 1, 2, NODE_TID, CHECKPOINT_TID}
     # metadata precedes the slices it names
     first_slice = doc["traceEvents"].index(slices[0])
     assert all(doc["traceEvents"].index(m) < first_slice for m in meta)
@@ -77,6 +78,28 @@ def test_slices_cover_every_round_and_are_ordered_per_track(
         assert ts == sorted(ts)
         for a, b in zip(evs, evs[1:], strict=False):
             assert a["ts"] + a["dur"] <= b["ts"] + 1e-3  # slices on one track never overlap
+
+
+def test_each_checkpoint_is_a_slice_after_its_invocation_as_long_as_it_took(
+    recorded_trace: Path, tmp_path: Path
+) -> None:
+    doc = load(recorded_trace, tmp_path)
+    with tracer.open(recorded_trace) as trace:
+        times = trace.run().checkpoint_times()
+    assert times, "the toy run keeps checkpoints (the default policy)"
+    cps = _by_ph(doc, "X", "checkpoint")
+    assert len(cps) == len(times) and all(e["tid"] == CHECKPOINT_TID for e in cps)
+    rounds = [e for e in _by_ph(doc, "X", "round") if e["tid"] == NODE_TID]
+    for op, inv, node, sec, nbytes in times:
+        (e,) = [c for c in cps if c["pid"] == node and c["name"] == f"checkpoint after {op}#{inv}"]
+        assert e["args"] == {"seconds": sec, "bytes": nbytes}
+        assert e["dur"] == pytest.approx(max(sec * 1e6, 1.0), abs=2e-3)
+        mine = [r for r in rounds if r["pid"] == node and r["args"]["op"] == op]
+        mine = [r for r in mine if r["args"]["invocation"] == inv]
+        assert e["ts"] == pytest.approx(max(r["ts"] + r["dur"] for r in mine), abs=2e-3)
+    meta = [m for m in doc["traceEvents"] if m["ph"] == "M" and m["name"] == "thread_name"]
+    names = {(m["pid"], m["tid"]): m["args"]["name"] for m in meta}
+    assert names[(0, CHECKPOINT_TID)] == "checkpoints"
 
 
 # ------------------------------------------------------------ what the timeline shows
