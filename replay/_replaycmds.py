@@ -104,25 +104,32 @@ def _replay_report(
                 f"objective value(s) match the trace ({res['wall_s']:.2f} s)"
             )
         else:
-            d = res["first_difference"]
-            event = str(d["event"])
-            what = event if event.startswith(str(d["what"])) else f"{d['what']} {event}"
-            say(
-                f"DIVERGED on node {d['node']} at {d['op']}#{d['invocation']}, {what}: "
-                f"{DivergenceError.contrast(str(d['expected']), str(d['actual']))}"
-            )
-            if "element" in d:
-                say(
-                    f"  first differing element: {d['dds']}[{d['element']!r}]: the trace has "
-                    f"{d['trace_value']}, the program has {d['program_value']} "
-                    f"({d['elements_differ']} of {d['elements_compared']} element(s) differ)"
-                )
-            elif "values" in d:
-                say(f"  values of {d['dds']}: {d['values']}")
-            if nxt is not None:
-                say(f"  stop there with: {nxt}")
+            for line in divergence_lines(res["first_difference"], nxt):
+                say(line)
     if not stopped and not res["identical"]:
         sys.exit(EXIT_DIVERGED)
+
+
+def divergence_lines(d: dict[str, Any], nxt: str | None = None) -> list[str]:
+    """A replay divergence said plainly: where and what, the first differing element with
+    both values (or why none is named), and the command that stops before it."""
+    event = str(d["event"])
+    what = event if event.startswith(str(d["what"])) else f"{d['what']} {event}"
+    lines = [
+        f"DIVERGED on node {d['node']} at {d['op']}#{d['invocation']}, {what}: "
+        f"{DivergenceError.contrast(str(d['expected']), str(d['actual']))}"
+    ]
+    if "element" in d:
+        lines.append(
+            f"  first differing element: {d['dds']}[{d['element']!r}]: the trace has "
+            f"{d['trace_value']}, the program has {d['program_value']} "
+            f"({d['elements_differ']} of {d['elements_compared']} element(s) differ)"
+        )
+    elif "values" in d:
+        lines.append(f"  values of {d['dds']}: {d['values']}")
+    if nxt is not None:
+        lines.append(f"  stop there with: {nxt}")
+    return lines
 
 
 def _identical_head(res: dict[str, Any]) -> str:

@@ -255,7 +255,11 @@ def demo_cmd(ranks: int, epochs: int) -> None:
                 f"match the recording ({rep['wall_s']:.2f} s)"
             )
         else:
-            say(f"DIVERGED: {rep['first_difference']}")
+            from ._replaycmds import divergence_lines, next_command
+
+            d = rep["first_difference"]
+            for line in divergence_lines(d, next_command(d, trace, res["run_id"])):
+                say(line)
     say("")
     # one epoch: the dual test compares every body of both sides in both directions, so
     # it costs several times a recorded epoch; the demo says what the full test costs
