@@ -562,3 +562,19 @@ def test_a_dual_verdict_shows_what_it_did_not_test(tmp_path: Path) -> None:
         assert "relaxed DDS 'claims' tested exact" in text.replace("\n", " ")
 
     drive(BrowserApp([tmp_path]), script, size=(140, 40))
+
+
+def test_reload_finds_trace_files_created_after_start_up(tmp_path: Path) -> None:
+    write_synthetic(tmp_path / "a.sqlite", "run-a")
+
+    async def script(pilot: Any) -> None:
+        text = await wait_text(pilot, "1 trace file(s), 1 run(s)")
+        assert "late" not in text
+        write_synthetic(tmp_path / "late.sqlite", "run-late", start=EPOCH + 600)
+        await pilot.press("r")
+        text = await wait_text(pilot, "2 trace file(s), 2 run(s)")
+        rows = [line for line in text.splitlines() if "finished" in line]
+        assert rows[0].split()[0] == "late"  # the newest run, on top (suffix cut at 80)
+        assert "run run-late" in text  # the cursor is on it: its detail line shows
+
+    drive(BrowserApp([tmp_path]), script)
