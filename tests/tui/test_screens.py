@@ -27,7 +27,7 @@ from tui.screens import (
     TimelineScreen,
     VerdictsScreen,
 )
-from tui.widgets import ArrayTable, TimelineView
+from tui.widgets import ArrayTable, ListTable, TimelineView
 
 SIZE = (80, 24)
 
@@ -578,3 +578,32 @@ def test_reload_finds_trace_files_created_after_start_up(tmp_path: Path) -> None
         assert "run run-late" in text  # the cursor is on it: its detail line shows
 
     drive(BrowserApp([tmp_path]), script)
+
+
+def test_j_and_k_move_the_cursor_in_every_list_and_the_help_says_so(synth_dir: Path) -> None:
+    async def script(pilot: Any) -> None:
+        await wait_text(pilot, "run run-a")  # the runs list
+        await pilot.press("j")
+        await wait_text(pilot, "run run-b")
+        await pilot.press("k")
+        await wait_text(pilot, "run run-a")
+        await pilot.press("question_mark")
+        text = await wait_text(pilot, "Keys: runs")
+        assert "↑ ↓ j k" in text
+        await pilot.press("escape", "v")  # the verdicts list
+        await wait_text(pilot, "cluster verdict")
+        await pilot.press("j")
+        await wait_text(pilot, "dual-forward verdict")
+        await pilot.press("k")
+        await wait_text(pilot, "cluster verdict")
+        await pilot.press("escape", "enter")  # the operators of the overview
+        await wait_text(pilot, "operator")
+        assert isinstance(pilot.app.screen.query_one("#ops"), ListTable)
+        await pilot.press("o")  # an order table
+        await wait_text(pilot, "20 row(s), row 1")
+        await pilot.press("j", "j")
+        await wait_text(pilot, "20 row(s), row 3")
+        await pilot.press("k")
+        await wait_text(pilot, "20 row(s), row 2")
+
+    drive(BrowserApp([synth_dir]), script)

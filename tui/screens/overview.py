@@ -9,6 +9,7 @@ from textual.widgets import DataTable, Footer, Header, Static
 
 from .. import _format as fmt
 from .._repo import BrowseError, RunRef, RunView
+from ..widgets import ListTable
 from ..widgets.plot import BraillePlot
 from ._base import BrowserScreen
 
@@ -48,7 +49,7 @@ class OverviewScreen(BrowserScreen):
     def compose(self) -> ComposeResult:
         yield Header()
         yield Static(id="meta")
-        yield DataTable(id="ops", cursor_type="row")
+        yield ListTable(id="ops", cursor_type="row")
         yield BraillePlot(id="plot")
         yield Footer()
 
