@@ -105,6 +105,13 @@ def _chaos_run(row: RunRow) -> int:
     return run if isinstance(run, int) else -1
 
 
+def _chaos_cell(row: RunRow) -> str:
+    """``run K`` for run K of a chaos exploration (numbered as ``replay chaos`` numbers
+    them), else empty."""
+    k = _chaos_run(row)
+    return f"run {k}" if k >= 0 else ""
+
+
 def _grouped(rows: list[RunRow | TraceEntry]) -> list[RunRow | TraceEntry]:
     """Newest first, with the runs of one chaos exploration together, grouped by outcome
     (the group of its first run first), at the place of the exploration's newest run."""
@@ -150,6 +157,8 @@ class RunsScreen(BrowserScreen):
         self.rows: list[RunRow | TraceEntry] = []
         self.marked: list[int] = []
         self.file_width = 0
+        #: the columns after the file: :data:`COLUMNS`, after a chaos column if needed
+        self.columns: list[tuple[str, int]] = list(COLUMNS)
         self.groups: dict[str, tuple[int, int, list[int]]] = {}
 
     def compose(self) -> ComposeResult:
@@ -169,17 +178,21 @@ class RunsScreen(BrowserScreen):
             self.fill(reread=False)
 
     # ------------------------------------------------------------ content
-    @staticmethod
-    def _file_width(screen_width: int) -> int:
-        fixed = 1 + PAD + sum(w + PAD for _, w in COLUMNS) + PAD + SCROLLBAR
+    def _file_width(self, screen_width: int) -> int:
+        fixed = 1 + PAD + sum(w + PAD for _, w in self.columns) + PAD + SCROLLBAR
         return max(FILE_MIN, screen_width - fixed)
 
     def _columns(self, table: DataTable) -> None:
+        self.columns = list(COLUMNS)
+        if any(_chaos_run(r) >= 0 for r in self.rows if isinstance(r, RunRow)):
+            # runs of one exploration share their file: their number tells them apart
+            width = max(len(_chaos_cell(r)) for r in self.rows if isinstance(r, RunRow))
+            self.columns.insert(0, ("chaos", max(width, len("chaos"))))
         self.file_width = self._file_width(self.size.width or self.app.size.width)
         table.clear(columns=True)
         table.add_column(" ", width=1, key=" ")
         table.add_column("file", width=self.file_width, key="file")
-        for label, width in COLUMNS:
+        for label, width in self.columns:
             table.add_column(label, width=width, key=label)
 
     def fill(self, *, reread: bool = True) -> None:
@@ -187,7 +200,6 @@ class RunsScreen(BrowserScreen):
         for a new width, keeping the cursor)."""
         table = self.query_one("#runs", DataTable)
         cursor = table.cursor_row
-        self._columns(table)
         entries = self.repo.entries()
         if reread:
             self.rows = []
@@ -197,6 +209,7 @@ class RunsScreen(BrowserScreen):
                     self.rows.append(entry)
             self.rows = _grouped(self.rows)
             self.groups = chaos_groups([r for r in self.rows if isinstance(r, RunRow)])
+        self._columns(table)
         for k, row in enumerate(self.rows):
             table.add_row(*self._cells(k, row), key=str(k))
         if not reread and self.rows:
@@ -216,7 +229,9 @@ class RunsScreen(BrowserScreen):
         mark = "●" if k in self.marked else " "
         if isinstance(row, TraceEntry):
             name = _file_cell(row.path, self.file_width)
-            return [mark, name, "?", "-", "-", Text("unreadable", style="bold red"), "-", ""]
+            chaos = [""] if self.columns[0][0] == "chaos" else []
+            cells: list[str | Text] = [mark, name, *chaos, "?", "-", "-"]
+            return cells + [Text("unreadable", style="bold red"), "-", ""]
         info = row.info
         status = Text(info.status, style=STATUS_STYLE.get(info.status, ""))
         first = row.earlier[0] if row.earlier else info
@@ -225,6 +240,7 @@ class RunsScreen(BrowserScreen):
         return [
             mark,
             _file_cell(row.ref.path, self.file_width),
+            *([_chaos_cell(row)] if self.columns[0][0] == "chaos" else []),
             info.app or "?",
             _started(first.started_at),
             f"{info.ranks}×{info.threads}",
