@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import time
 from dataclasses import fields
 from typing import Any
@@ -88,6 +89,50 @@ def scalar(value: Any, width: int = 60) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+
+
+def words(name: str) -> str:
+    """A class or field name as lowercase words: ``DeltasAggregated`` → ``deltas
+    aggregated``, ``waited_for`` → ``waited for``."""
+    return _CAMEL.sub(" ", name).replace("_", " ").lower()
+
+
+def listing(values: Any) -> str:
+    """A sequence as ``0, 1, 2`` (anything else as its text)."""
+    if isinstance(values, tuple | list):
+        return ", ".join(str(v) for v in values)
+    return str(values)
+
+
+#: Fields every event carries, said by the columns around its description.
+_PLACE_FIELDS = ("node", "seq", "op", "invocation", "clock")
+
+
+def sync_order(ev: Any) -> tuple[str, str]:
+    """A ``sync_for`` order event in words: (what happened, the order it recorded), e.g.
+    ``("deltas aggregated", "from nodes 0, 1")``.  An event kind this browser does not
+    know yet is named in words and its fields listed as ``name value``."""
+    if isinstance(ev, tracer.DeltasAggregated):
+        return "deltas aggregated", f"from nodes {listing(ev.sources)} (in this order)"
+    if isinstance(ev, tracer.UpdatesApplied):
+        if all(c < 0 for c in ev.applied):
+            return "updates applied", "none yet"
+        seen = [
+            f"node {q}: " + (f"to clock {c}" if c >= 0 else "none")
+            for q, c in enumerate(ev.applied)
+        ]
+        return "updates applied", ", ".join(seen)
+    if isinstance(ev, tracer.MutexGranted):
+        return "mutex granted", f"to thread {ev.thread} for minibatch {ev.minibatch}"
+    rest = [
+        f"{words(f.name)} {listing(getattr(ev, f.name))}"
+        for f in fields(ev)
+        if f.name not in _PLACE_FIELDS
+    ]
+    return words(type(ev).__name__), ", ".join(rest)
+
+
 def event_line(ev: tracer.Event) -> str:
     """One compact line for an event: ``#seq kind what``."""
     head = f"#{ev.seq} "
@@ -112,9 +157,11 @@ def event_line(ev: tracer.Event) -> str:
         body = f"plan {ev.op}#{ev.plan_no} {ev.strategy} {ev.rounds}r {ev.bodies}b"
     elif isinstance(ev, tracer.RunEnded):
         body = f"end {ev.status}"
-    else:  # an event kind this browser does not know yet: show every field
-        names = [f.name for f in fields(ev) if f.name not in ("node", "seq")]
-        body = " ".join([type(ev).__name__] + [f"{n}={getattr(ev, n)}" for n in names])
+    else:  # a sync_for order, or a kind this browser does not know yet: in words
+        kind, order = sync_order(ev)
+        at = f" {ev.op}/{ev.invocation}" if hasattr(ev, "op") and hasattr(ev, "invocation") else ""
+        clock = f" clock {ev.clock}" if hasattr(ev, "clock") else ""
+        body = f"{kind}{at}{clock} {order}".rstrip()
     return head + body
 
 
@@ -123,10 +170,13 @@ __all__ = [
     "count",
     "duration",
     "event_line",
+    "listing",
     "scalar",
     "short_id",
     "short_path",
     "size",
+    "sync_order",
     "verdict_summary",
     "when",
+    "words",
 ]

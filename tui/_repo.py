@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 
 import tracer
 
+from . import _format as fmt
 from . import _model
 
 T = TypeVar("T")
@@ -43,10 +44,11 @@ def _describe(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     first = text[0] if text else ""
     if isinstance(exc, tracer.TracerError | BrowseError):
-        return first or type(exc).__name__
+        return first or fmt.words(type(exc).__name__)
     if isinstance(exc, KeyError) and exc.args:
         return str(exc.args[0])
-    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+    # the message, not the exception's class: a person reads this, not a programmer
+    return first or f"an unexpected {fmt.words(type(exc).__name__)}"
 
 
 def _guard(what: str, fn: Callable[[], T]) -> T:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import shutil
 import sqlite3
 import threading
@@ -446,8 +447,8 @@ def test_sync_for_run_has_a_rounds_timeline_and_sync_orders(sync_trace: Path) ->
         timeline = pilot.app.screen.query_one(TimelineView).timeline
         assert timeline is not None and len(timeline.round_starts) >= 3
         await pilot.press("escape", "o", "4")
-        text = await wait_text(pilot, "DeltasAggregated", "UpdatesApplied")
-        assert "sources=(" in text and "clock" in text
+        text = await wait_text(pilot, "deltas aggregated", "updates applied")
+        assert "clock" in text
         await pilot.press("slash", "2", "enter")
         await wait_text(pilot, "clock 2:", "match(es)")
         await pilot.press("3")
@@ -607,3 +608,29 @@ def test_j_and_k_move_the_cursor_in_every_list_and_the_help_says_so(synth_dir: P
         await wait_text(pilot, "20 row(s), row 2")
 
     drive(BrowserApp([synth_dir]), script)
+
+
+def test_sync_orders_are_said_in_words_not_class_names(sync_trace: Path) -> None:
+    """Each ``sync_for`` order row says what happened and the order it recorded in words:
+    no event class name (``DeltasAggregated``) and no ``field=(0 1)`` dump."""
+
+    async def script(pilot: Any) -> None:
+        await wait_text(pilot, "mean")
+        await pilot.press("enter", "o", "4")
+        text = await wait_text(pilot, "deltas aggregated", "updates applied")
+        table = pilot.app.screen.query_one("#t-sync", ArrayTable)
+        assert table.table is not None
+        rows = [table.row_text(k).rstrip() for k in range(table.row_count)]
+        aggregated = [r for r in rows if "deltas aggregated" in r]
+        assert aggregated and all(
+            r.endswith(("from nodes 0, 1 (in this order)", "from nodes 1, 0 (in this order)"))
+            for r in aggregated
+        )
+        applied = [r.split("updates applied", 1)[1].strip() for r in rows if "applied" in r]
+        assert "none yet" in applied
+        assert any(a.startswith("node 0: ") and ", node 1: " in a for a in applied), applied
+        for line in text.splitlines() + rows:
+            assert not re.search(r"[a-z][A-Z]", line), line  # no CamelCase class name
+            assert "=" not in line and "sources" not in line, line
+
+    drive(BrowserApp([sync_trace]), script)
