@@ -14,7 +14,14 @@ from typing import Any
 import numpy as np
 import pytest
 from textual.widgets import DataTable
-from tui_helpers import EPOCH, screen_text, wait_for, wait_text, write_synthetic
+from tui_helpers import (
+    EPOCH,
+    add_verdicts,
+    screen_text,
+    wait_for,
+    wait_text,
+    write_synthetic,
+)
 
 import tracer
 from tui import BrowserApp, _model
@@ -247,7 +254,7 @@ def test_verdicts_highlight_the_divergence_and_jump_to_it(synth_dir: Path) -> No
         assert isinstance(pilot.app.screen, VerdictsScreen)
         assert "pass" in text and "FAIL" in text and "sgd#1 n1 j=40" in text
         await pilot.press("down")
-        text = await wait_text(pilot, "dual-forward verdict #2: FAILED")
+        text = await wait_text(pilot, "dual-forward verdict 2 of 2: FAILED")
         assert "where       sgd invocation 1, node 1, loop index 40, element W[3]" in text
         assert "expected    0.25" in text and "got         0.5" in text
         assert "replay single" in text and "--break sgd:1:40@1" in text.replace("\n", "")
@@ -283,7 +290,7 @@ def test_verdict_detail_is_explained_and_g_lands_on_the_diverging_event(tmp_path
 
     async def script(pilot: Any) -> None:
         await pilot.press("v")
-        text = await wait_text(pilot, "single verdict #1: FAILED")
+        text = await wait_text(pilot, "single verdict 1 of 2: FAILED")
         for line in (
             "what        outcome: digest of W differs",
             "where       sgd invocation 1, node 0",
@@ -304,7 +311,7 @@ def test_verdict_detail_is_explained_and_g_lands_on_the_diverging_event(tmp_path
         assert list(table.matches) == [table.cursor]  # highlighted
         assert "▸" in text and "5 Outcome" in text
         await pilot.press("escape", "down")
-        text = await wait_text(pilot, "cluster verdict #2: FAILED", "lock: round 1")
+        text = await wait_text(pilot, "cluster verdict 2 of 2: FAILED", "lock: round 1")
         assert "stop there" not in text  # no loop index, no invocation before it
         await pilot.press("g")  # the first lock grant of round 1 on node 0
         await wait_text(pilot, "divergence: 10 row(s)")
@@ -634,3 +641,29 @@ def test_sync_orders_are_said_in_words_not_class_names(sync_trace: Path) -> None
             assert "=" not in line and "sources" not in line, line
 
     drive(BrowserApp([sync_trace]), script)
+
+
+def test_verdicts_are_numbered_from_one_within_the_run(tmp_path: Path, in_utc: None) -> None:
+    """Two runs in one file, two verdicts each: the second run's verdicts are stored as
+    rows 3 and 4, yet its view numbers them 1 and 2 of 2."""
+    path = tmp_path / "two.sqlite"
+    write_synthetic(path, "run-old")
+    add_verdicts(path, "run-old")
+    write_synthetic(path, "run-new", start=EPOCH + 600)
+    add_verdicts(path, "run-new")
+
+    async def script(pilot: Any) -> None:
+        await wait_text(pilot, "1 trace file(s), 2 run(s)", "run run-new")  # newest first
+        await pilot.press("v")
+        text = await wait_text(pilot, "2 verdict(s), 1 failed", "cluster verdict 1 of 2: passed")
+        lines = text.splitlines()
+        head = next(k for k, line in enumerate(lines) if line.split()[:2] == ["#", "kind"])
+        assert [line.split()[:2] for line in lines[head + 1 : head + 3]] == [
+            ["1", "cluster"],
+            ["2", "dual-forward"],
+        ]
+        assert "#3" not in text and "#4" not in text
+        await pilot.press("j")
+        await wait_text(pilot, "dual-forward verdict 2 of 2: FAILED")
+
+    drive(BrowserApp([path]), script)
