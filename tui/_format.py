@@ -133,35 +133,50 @@ def sync_order(ev: Any) -> tuple[str, str]:
     return words(type(ev).__name__), ", ".join(rest)
 
 
+def _indices(values: tuple[int, ...], shown: int = 4) -> str:
+    head = ", ".join(str(j) for j in values[:shown])
+    return head + (", …" if len(values) > shown else "")
+
+
 def event_line(ev: tracer.Event) -> str:
-    """One compact line for an event: ``#seq kind what``."""
-    head = f"#{ev.seq} "
+    """One event in words, after its place in the node's log: ``event 3: message 0 of
+    node 1 on rows (64 bytes)``."""
+    head = f"event {ev.seq}: "
     if isinstance(ev, tracer.LockGranted):
+        moves = len(ev.deviations) // 2
+        order = f"{moves} hand-over(s)" if moves else "in the predicted order"
         body = (
-            f"locks {ev.op}/{ev.invocation} r{ev.round} {ev.bodies}b {ev.grants}g "
-            f"{len(ev.deviations) // 2} switch(es)"
+            f"{ev.op} invocation {ev.invocation} round {ev.round}: {ev.bodies} locked "
+            f"bodies, {ev.grants} lock grants, {order}"
         )
     elif isinstance(ev, tracer.MessageReceived):
-        body = f"msg {ev.channel} from n{ev.source}#{ev.source_seq} {ev.nbytes}B"
+        body = f"message {ev.source_seq} of node {ev.source} on {ev.channel} ({ev.nbytes} bytes)"
     elif isinstance(ev, tracer.IndexOrderDeviated):
-        shown = " ".join(str(j) for j in ev.indices[:4])
-        more = "…" if len(ev.indices) > 4 else ""
-        body = f"order {ev.op}/{ev.invocation} r{ev.round} t{ev.thread} [{shown}{more}]"
+        body = (
+            f"{ev.op} invocation {ev.invocation} round {ev.round}: thread {ev.thread} "
+            f"left the plan's order, ran {_indices(ev.indices)}"
+        )
     elif isinstance(ev, tracer.InvocationCompleted):
-        body = f"done {ev.op}/{ev.invocation} {ev.bodies}b {ev.rounds}r"
+        body = (
+            f"{ev.op} invocation {ev.invocation} done: {count(ev.bodies)} bodies "
+            f"in {ev.rounds} round(s)"
+        )
     elif isinstance(ev, tracer.DigestRecorded):
-        body = f"digest {ev.op}/{ev.invocation} {ev.dds} {ev.digest[:8]}"
+        body = f"digest of {ev.dds} after {ev.op} invocation {ev.invocation}: {ev.digest[:19]}…"
     elif isinstance(ev, tracer.ObjectiveLogged):
-        body = f"objective {ev.name}[{ev.iteration}]={ev.value:.6g}"
+        body = f"objective {ev.name} at iteration {ev.iteration}: {ev.value:.6g}"
     elif isinstance(ev, tracer.PlanMade):
-        body = f"plan {ev.op}#{ev.plan_no} {ev.strategy} {ev.rounds}r {ev.bodies}b"
+        body = (
+            f"plan {ev.plan_no} of {ev.op}: {ev.strategy}, {ev.rounds} round(s), "
+            f"{count(ev.bodies)} bodies"
+        )
     elif isinstance(ev, tracer.RunEnded):
-        body = f"end {ev.status}"
+        body = f"run ended: {ev.status}"
     else:  # a sync_for order, or a kind this browser does not know yet: in words
         kind, order = sync_order(ev)
-        at = f" {ev.op}/{ev.invocation}" if hasattr(ev, "op") and hasattr(ev, "invocation") else ""
-        clock = f" clock {ev.clock}" if hasattr(ev, "clock") else ""
-        body = f"{kind}{at}{clock} {order}".rstrip()
+        at = [f"{ev.op} invocation {ev.invocation}"] if hasattr(ev, "invocation") else []
+        at += [f"clock {ev.clock}"] if hasattr(ev, "clock") else []
+        body = kind + (" in " + " ".join(at) if at else "") + (f": {order}" if order else "")
     return head + body
 
 

@@ -366,7 +366,11 @@ def test_diff_of_two_marked_runs_names_the_first_difference(synth_dir: Path) -> 
         assert "A synth  run-a" in text and "B synth  run-b" in text
         # node 0's events: its plan, one lock-grant event per locked round, then messages
         assert "node 0: differs at event 3" in text
-        assert "A #3 msg rows from n1#0 64B" in text and "B #3 msg rows from n1#1 64B" in text
+        assert "A event 3: message 0 of node 1 on rows" in text
+        assert "B event 3: message 1 of node 1 on rows" in text
+        # the context before it, in words: node 0's locked rounds
+        assert "event 2: sgd invocation 0 round 1: 12" in text  # (the row wraps at 80)
+        assert "locked bodies, 24 lock grants, 10" in text and "hand-over(s)" in text
         assert "node 1: differs at event 0" in text
 
     drive(BrowserApp([synth_dir]), script)
@@ -667,3 +671,34 @@ def test_verdicts_are_numbered_from_one_within_the_run(tmp_path: Path, in_utc: N
         await wait_text(pilot, "dual-forward verdict 2 of 2: FAILED")
 
     drive(BrowserApp([path]), script)
+
+
+def test_diff_says_how_the_runs_were_set_up_differently_first_in_words(
+    tmp_path: Path,
+) -> None:
+    """Run B had n=24 where A had n=48: the diff says so (and that the plan covers fewer
+    bodies) before the per-node rows, and the rows are sentences, not ``12b 24g``."""
+    write_synthetic(tmp_path / "a.sqlite", "run-a", n=48)
+    write_synthetic(tmp_path / "b.sqlite", "run-b", n=24)
+
+    async def script(pilot: Any) -> None:
+        text = await wait_text(pilot, "first difference:", "node 1: differs")
+        assert isinstance(pilot.app.screen, DiffScreen)
+        lines = text.splitlines()
+        at = {
+            key: next(k for k, line in enumerate(lines) if key in line)
+            for key in (
+                "set up differently (A vs B):",
+                "parameters differ: n 48 vs 24",
+                "plan of sgd differs:",
+                "node 0: differs at event",
+            )
+        }
+        assert list(at.values()) == sorted(at.values()), at  # set-up first, then the logs
+        assert "plan of sgd differs: 96 vs 48 bodies" in text  # over both invocations
+        assert "lr" not in lines[at["parameters differ: n 48 vs 24"]]  # the same in both
+        assert not re.search(r"\b\d+[bgr]\b|switch|\bmsg\b|#\d", text), text
+
+    drive(
+        BrowserApp([tmp_path / "a.sqlite", tmp_path / "b.sqlite"], diff=True), script, size=(80, 40)
+    )
