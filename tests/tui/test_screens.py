@@ -17,6 +17,7 @@ from textual.widgets import DataTable
 from tui_helpers import (
     EPOCH,
     add_verdicts,
+    record_sync,
     screen_text,
     wait_for,
     wait_text,
@@ -86,10 +87,9 @@ def test_runs_table_fits_the_width_shows_files_newest_first_and_honours_home_end
         assert any("verdicts" in line for line in text.splitlines() if " started " in line)
         assert "11-14 22:33:20" in rows[0] and "11-14 22:13:20" in rows[2]  # newest first
         files = [r.split()[0] for r in rows]
-        if width == 140:  # wide: whole file names
-            assert files == ["zz-newest.sqlite", "m.sqlite", "a.sqlite"]
-        else:  # narrow: what fits of each name, and every other column
-            assert files == ["zz-newest", "m.sqlite", "a.sqlite"]
+        # the other columns are as wide as their cells, which leaves room at 80 for
+        # whole names (a long app name would leave less: see the 80-column test below)
+        assert files == ["zz-newest.sqlite", "m.sqlite", "a.sqlite"]
         assert "run run-zz-newest" in text
         await pilot.press("end")
         assert table.cursor_row == 2
@@ -586,7 +586,7 @@ def test_reload_finds_trace_files_created_after_start_up(tmp_path: Path) -> None
         await pilot.press("r")
         text = await wait_text(pilot, "2 trace file(s), 2 run(s)")
         rows = [line for line in text.splitlines() if "finished" in line]
-        assert rows[0].split()[0] == "late"  # the newest run, on top (suffix cut at 80)
+        assert rows[0].split()[0] == "late.sqlite"  # the newest run, on top
         assert "run run-late" in text  # the cursor is on it: its detail line shows
 
     drive(BrowserApp([tmp_path]), script)
@@ -702,3 +702,87 @@ def test_diff_says_how_the_runs_were_set_up_differently_first_in_words(
     drive(
         BrowserApp([tmp_path / "a.sqlite", tmp_path / "b.sqlite"], diff=True), script, size=(80, 40)
     )
+
+
+def _wide_runs(root: Path) -> str:
+    """A run with a long app name and verdicts of all four kinds, next to a plain one;
+    the verdicts cell it gets."""
+    write_synthetic(root / "a.sqlite", "run-a", app="workloads/matrix_factorisation.py:train")
+    with tracer.open_writable(str(root / "a.sqlite")) as trace:
+        for kind, passed in (("cluster", True), ("single", True), ("dual-forward", False)):
+            trace.add_verdict("run-a", kind, passed, {})
+        trace.add_verdict("run-a", "dual-backward", True, {})
+    write_synthetic(root / "plain.sqlite", "run-plain", start=EPOCH - 60)
+    return "clu✓ one✓ fwd✗ bwd✓"
+
+
+def test_at_80_columns_every_runs_column_is_whole_and_arrows_scroll_to_it(
+    tmp_path: Path,
+) -> None:
+    verdicts = _wide_runs(tmp_path)
+
+    async def script(pilot: Any) -> None:
+        text = await wait_text(pilot, "2 run(s)")
+        table = pilot.app.screen.query_one("#runs", DataTable)
+        assert verdicts not in text  # more than 80 columns' worth: the rest is to the right
+        row = next(line for line in text.splitlines() if "a.sqlite" in line)
+        assert "matrix_factorisation.py:train" in row  # the app whole, not "workloa…"
+        seen = [text]
+        for _ in range(len(table.columns)):
+            await pilot.press("right")
+            seen.append(await wait_for(pilot, lambda t: True))
+        assert table.scroll_x == table.max_scroll_x > 0
+        assert verdicts in seen[-1]  # the verdicts column whole, scrolled into view
+        header = "started r×t status time verdicts".split()
+        assert all(any(label in s.split() for s in seen) for label in header)
+        for _ in range(len(table.columns)):
+            await pilot.press("left")
+        text = await wait_for(pilot, lambda t: True)
+        assert table.scroll_x == 0 and "file" in text.split()
+
+    drive(BrowserApp([tmp_path]), script, size=(80, 24))
+
+
+def test_at_160_columns_the_file_column_is_as_wide_as_its_names(tmp_path: Path) -> None:
+    verdicts = _wide_runs(tmp_path)
+
+    async def script(pilot: Any) -> None:
+        text = await wait_text(pilot, "2 run(s)")
+        table = pilot.app.screen.query_one("#runs", DataTable)
+        assert table.max_scroll_x == 0  # everything fits: nothing to scroll to
+        head = next(line for line in text.splitlines() if " started " in line)
+        assert head.index("app") - head.index("file") == len("plain.sqlite") + 2
+        row = next(line for line in text.splitlines() if "a.sqlite" in line)
+        assert "matrix_factorisation.py:train" in row and verdicts in row
+        assert row.index("matrix_factorisation") - row.index("a.sqlite") == len("plain.sqlite") + 2
+
+    drive(BrowserApp([tmp_path]), script, size=(160, 48))
+
+
+def test_arrows_scroll_an_order_table_wider_than_80_columns(tmp_path: Path) -> None:
+    """Three nodes' SSP visibility makes the sync order rows wider than 80 columns: → shows
+    their ends, which were cut, and ← brings back the node column."""
+    path = tmp_path / "mean3.sqlite"
+    record_sync(path, nodes=3, threads=1)
+
+    async def script(pilot: Any) -> None:
+        await wait_text(pilot, "mean")
+        await pilot.press("enter", "o", "4")
+        text = await wait_text(pilot, "updates applied")
+        table = pilot.app.screen.query_one("#t-sync", ArrayTable)
+        assert table.table is not None
+        rows = [table.row_text(k).rstrip() for k in range(table.row_count)]
+        widest = max(rows, key=len)
+        assert len(widest) + 2 > 80 and widest not in text
+        for _ in range(len(table.table.columns)):
+            await pilot.press("right")
+        text = await wait_for(pilot, lambda t: True)
+        assert table.scroll_offset.x > 0
+        tail = widest[-30:]
+        assert tail in text
+        for _ in range(len(table.table.columns)):
+            await pilot.press("left")
+        text = await wait_for(pilot, lambda t: True)
+        assert table.scroll_offset.x == 0 and "node" in text.split()
+
+    drive(BrowserApp([path]), script, size=(80, 24))

@@ -26,6 +26,10 @@ OP_COLUMNS = (
 )
 
 
+#: The widest the operator column gets (a longer name is cut; ← → scroll the table).
+OP_WIDTH_MAX = 32
+
+
 class OverviewScreen(BrowserScreen):
     """One run at a glance; the operator under the cursor is what t and o open."""
 
@@ -56,15 +60,25 @@ class OverviewScreen(BrowserScreen):
     def on_mount(self) -> None:
         self.title = f"Run {fmt.short_id(self.ref.run_id)}"
         table = self.query_one("#ops", DataTable)
-        for label, width in OP_COLUMNS:
-            table.add_column(label, width=width, key=label)
         try:
             self.view = self.repo.run(self.ref)
+            longest = max(map(len, self.view.operators()), default=0)
+            self._columns(table, longest)
             self._fill(self.view)
         except BrowseError as exc:
+            if not table.columns:
+                self._columns(table, 0)
             self.query_one("#meta", Static).update(Text(str(exc), style="bold red"))
             self.show_error(str(exc))
         table.focus()
+
+    @staticmethod
+    def _columns(table: DataTable, longest: int) -> None:
+        """The operator column as wide as the longest name, up to OP_WIDTH_MAX."""
+        for label, width in OP_COLUMNS:
+            if label == "operator":
+                width = min(max(width, longest), OP_WIDTH_MAX)
+            table.add_column(label, width=width, key=label)
 
     def _fill(self, view: RunView) -> None:
         info = view.info
