@@ -83,8 +83,15 @@ def verdict_summary(verdicts: list[tracer.VerdictInfo]) -> str:
     return f"{out} ?{bad}".strip() if bad else out
 
 
+#: How a stored JSON true, false and null read on screen (not Python's True/None).
+WORDS_FOR = {True: "yes", False: "no", None: "none"}
+
+
 def scalar(value: Any, width: int = 60) -> str:
-    """A detail value on one line, cut to ``width`` characters."""
+    """A detail value on one line, cut to ``width`` characters; true, false and null as
+    ``yes``, ``no`` and ``none``."""
+    if value is None or isinstance(value, bool):
+        return WORDS_FOR[value]
     text = " ".join(str(value).split())
     return text if len(text) <= width else text[: width - 1] + "…"
 

@@ -108,3 +108,11 @@ def test_setup_differences_name_parameters_versions_and_plans_in_words() -> None
         "operator eval ran only in B",
     ]
     assert setup_differences(a, a, ops_a, ops_a) == []
+
+
+def test_json_true_false_and_null_read_as_words() -> None:
+    from tui.screens.history import short_value
+
+    assert [fmt.scalar(v) for v in (True, False, None, 0, "x")] == ["yes", "no", "none", "0", "x"]
+    assert short_value([0.5, None, True, 2]) == "[0.5, none, yes, …]"
+    assert short_value("w") == "w" and short_value(3) == "3"

@@ -786,3 +786,14 @@ def test_arrows_scroll_an_order_table_wider_than_80_columns(tmp_path: Path) -> N
         assert table.scroll_offset.x == 0 and "node" in text.split()
 
     drive(BrowserApp([path]), script, size=(80, 24))
+
+
+def test_verdict_details_say_yes_and_no_not_python_booleans(synth_dir: Path) -> None:
+    async def script(pilot: Any) -> None:
+        await pilot.press("v")
+        text = await wait_text(pilot, "cluster verdict 1 of 2: passed", "identical")
+        line = next(line for line in text.splitlines() if "identical" in line)
+        assert line.split() == ["identical", "yes"]
+        assert "True" not in text and "None" not in text
+
+    drive(BrowserApp([synth_dir]), script)
