@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import time
 from dataclasses import fields
 from typing import Any
@@ -82,39 +83,107 @@ def verdict_summary(verdicts: list[tracer.VerdictInfo]) -> str:
     return f"{out} ?{bad}".strip() if bad else out
 
 
+#: How a stored JSON true, false and null read on screen (not Python's True/None).
+WORDS_FOR = {True: "yes", False: "no", None: "none"}
+
+
 def scalar(value: Any, width: int = 60) -> str:
-    """A detail value on one line, cut to ``width`` characters."""
+    """A detail value on one line, cut to ``width`` characters; true, false and null as
+    ``yes``, ``no`` and ``none``."""
+    if value is None or isinstance(value, bool):
+        return WORDS_FOR[value]
     text = " ".join(str(value).split())
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+
+
+def words(name: str) -> str:
+    """A class or field name as lowercase words: ``DeltasAggregated`` → ``deltas
+    aggregated``, ``waited_for`` → ``waited for``."""
+    return _CAMEL.sub(" ", name).replace("_", " ").lower()
+
+
+def listing(values: Any) -> str:
+    """A sequence as ``0, 1, 2`` (anything else as its text)."""
+    if isinstance(values, tuple | list):
+        return ", ".join(str(v) for v in values)
+    return str(values)
+
+
+#: Fields every event carries, said by the columns around its description.
+_PLACE_FIELDS = ("node", "seq", "op", "invocation", "clock")
+
+
+def sync_order(ev: Any) -> tuple[str, str]:
+    """A ``sync_for`` order event in words: (what happened, the order it recorded), e.g.
+    ``("deltas aggregated", "from nodes 0, 1")``.  An event kind this browser does not
+    know yet is named in words and its fields listed as ``name value``."""
+    if isinstance(ev, tracer.DeltasAggregated):
+        return "deltas aggregated", f"from nodes {listing(ev.sources)} (in this order)"
+    if isinstance(ev, tracer.UpdatesApplied):
+        if all(c < 0 for c in ev.applied):
+            return "updates applied", "none yet"
+        seen = [
+            f"node {q}: " + (f"to clock {c}" if c >= 0 else "none")
+            for q, c in enumerate(ev.applied)
+        ]
+        return "updates applied", ", ".join(seen)
+    if isinstance(ev, tracer.MutexGranted):
+        return "mutex granted", f"to thread {ev.thread} for minibatch {ev.minibatch}"
+    rest = [
+        f"{words(f.name)} {listing(getattr(ev, f.name))}"
+        for f in fields(ev)
+        if f.name not in _PLACE_FIELDS
+    ]
+    return words(type(ev).__name__), ", ".join(rest)
+
+
+def _indices(values: tuple[int, ...], shown: int = 4) -> str:
+    head = ", ".join(str(j) for j in values[:shown])
+    return head + (", …" if len(values) > shown else "")
+
+
 def event_line(ev: tracer.Event) -> str:
-    """One compact line for an event: ``#seq kind what``."""
-    head = f"#{ev.seq} "
+    """One event in words, after its place in the node's log: ``event 3: message 0 of
+    node 1 on rows (64 bytes)``."""
+    head = f"event {ev.seq}: "
     if isinstance(ev, tracer.LockGranted):
+        moves = len(ev.deviations) // 2
+        order = f"{moves} hand-over(s)" if moves else "in the predicted order"
         body = (
-            f"locks {ev.op}/{ev.invocation} r{ev.round} {ev.bodies}b {ev.grants}g "
-            f"{len(ev.deviations) // 2} switch(es)"
+            f"{ev.op} invocation {ev.invocation} round {ev.round}: {ev.bodies} locked "
+            f"bodies, {ev.grants} lock grants, {order}"
         )
     elif isinstance(ev, tracer.MessageReceived):
-        body = f"msg {ev.channel} from n{ev.source}#{ev.source_seq} {ev.nbytes}B"
+        body = f"message {ev.source_seq} of node {ev.source} on {ev.channel} ({ev.nbytes} bytes)"
     elif isinstance(ev, tracer.IndexOrderDeviated):
-        shown = " ".join(str(j) for j in ev.indices[:4])
-        more = "…" if len(ev.indices) > 4 else ""
-        body = f"order {ev.op}/{ev.invocation} r{ev.round} t{ev.thread} [{shown}{more}]"
+        body = (
+            f"{ev.op} invocation {ev.invocation} round {ev.round}: thread {ev.thread} "
+            f"left the plan's order, ran {_indices(ev.indices)}"
+        )
     elif isinstance(ev, tracer.InvocationCompleted):
-        body = f"done {ev.op}/{ev.invocation} {ev.bodies}b {ev.rounds}r"
+        body = (
+            f"{ev.op} invocation {ev.invocation} done: {count(ev.bodies)} bodies "
+            f"in {ev.rounds} round(s)"
+        )
     elif isinstance(ev, tracer.DigestRecorded):
-        body = f"digest {ev.op}/{ev.invocation} {ev.dds} {ev.digest[:8]}"
+        body = f"digest of {ev.dds} after {ev.op} invocation {ev.invocation}: {ev.digest[:19]}…"
     elif isinstance(ev, tracer.ObjectiveLogged):
-        body = f"objective {ev.name}[{ev.iteration}]={ev.value:.6g}"
+        body = f"objective {ev.name} at iteration {ev.iteration}: {ev.value:.6g}"
     elif isinstance(ev, tracer.PlanMade):
-        body = f"plan {ev.op}#{ev.plan_no} {ev.strategy} {ev.rounds}r {ev.bodies}b"
+        body = (
+            f"plan {ev.plan_no} of {ev.op}: {ev.strategy}, {ev.rounds} round(s), "
+            f"{count(ev.bodies)} bodies"
+        )
     elif isinstance(ev, tracer.RunEnded):
-        body = f"end {ev.status}"
-    else:  # an event kind this browser does not know yet: show every field
-        names = [f.name for f in fields(ev) if f.name not in ("node", "seq")]
-        body = " ".join([type(ev).__name__] + [f"{n}={getattr(ev, n)}" for n in names])
+        body = f"run ended: {ev.status}"
+    else:  # a sync_for order, or a kind this browser does not know yet: in words
+        kind, order = sync_order(ev)
+        at = [f"{ev.op} invocation {ev.invocation}"] if hasattr(ev, "invocation") else []
+        at += [f"clock {ev.clock}"] if hasattr(ev, "clock") else []
+        body = kind + (" in " + " ".join(at) if at else "") + (f": {order}" if order else "")
     return head + body
 
 
@@ -123,10 +192,13 @@ __all__ = [
     "count",
     "duration",
     "event_line",
+    "listing",
     "scalar",
     "short_id",
     "short_path",
     "size",
+    "sync_order",
     "verdict_summary",
     "when",
+    "words",
 ]

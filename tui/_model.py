@@ -19,6 +19,8 @@ import numpy as np
 
 import tracer
 
+from . import _format as fmt
+
 
 # ============================================================= row tables
 @dataclass(frozen=True, slots=True)
@@ -286,12 +288,14 @@ _COVERED = frozenset(
         "RunEnded",
     }
 )
+#: The widest the order column of the sync table gets (longer orders are cut with "…").
+MAX_ORDER_WIDTH = 64
 SYNC_COLUMNS = (
     Column("node", 4),
     Column("seq", 9),
     Column("clock", 6, missing=-1),
-    Column("kind", 16, left=True),
-    Column("order", 36, left=True),
+    Column("kind", 17, left=True),
+    Column("order", len("order"), left=True),
 )
 
 
@@ -301,27 +305,21 @@ def sync_kinds() -> list[type]:
 
 
 def sync_table(events: Iterable[Any]) -> RowTable:
-    """Sync-for order events per node in sequence order; unknown fields shown generically."""
+    """Sync-for order events per node in sequence order, said in words
+    (``deltas aggregated``, ``from nodes 0, 1, in this order``)."""
     rows = []
     for ev in events:
-        rest = [
-            f"{f.name}={_short(getattr(ev, f.name))}"
-            for f in fields(ev)
-            if f.name not in ("node", "seq", "op", "invocation", "clock")
-        ]
-        rows.append((ev.node, ev.seq, getattr(ev, "clock", -1), type(ev).__name__, " ".join(rest)))
+        kind, order = fmt.sync_order(ev)
+        rows.append((ev.node, ev.seq, getattr(ev, "clock", -1), kind, order))
     if not rows:
         return empty_table(SYNC_COLUMNS, search="clock")
     rows.sort(key=lambda r: (r[0], r[1]))
     cols = list(zip(*rows, strict=True))
     arrays = tuple(np.array(c, dtype=np.int64 if k < 3 else str) for k, c in enumerate(cols))
-    return RowTable(SYNC_COLUMNS, arrays, search="clock", group=_group_ids(arrays[0], arrays[2]))
-
-
-def _short(value: Any) -> str:
-    if isinstance(value, tuple | list):
-        return "(" + " ".join(str(v) for v in value) + ")"
-    return str(value)
+    widest = max(len(r[4]) for r in rows)
+    width = min(max(widest, len("order")), MAX_ORDER_WIDTH)
+    columns = (*SYNC_COLUMNS[:-1], Column("order", width, left=True))
+    return RowTable(columns, arrays, search="clock", group=_group_ids(arrays[0], arrays[2]))
 
 
 # ============================================================= timeline
@@ -495,6 +493,7 @@ __all__ = [
     "INDEX_COLUMNS",
     "LOCK_COLUMNS",
     "MAX_ELEMENT_WIDTH",
+    "MAX_ORDER_WIDTH",
     "MESSAGE_COLUMNS",
     "OUTCOME_COLUMNS",
     "Column",

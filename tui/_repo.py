@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 
 import tracer
 
+from . import _format as fmt
 from . import _model
 
 T = TypeVar("T")
@@ -43,10 +44,11 @@ def _describe(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     first = text[0] if text else ""
     if isinstance(exc, tracer.TracerError | BrowseError):
-        return first or type(exc).__name__
+        return first or fmt.words(type(exc).__name__)
     if isinstance(exc, KeyError) and exc.args:
         return str(exc.args[0])
-    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+    # the message, not the exception's class: a person reads this, not a programmer
+    return first or f"an unexpected {fmt.words(type(exc).__name__)}"
 
 
 def _guard(what: str, fn: Callable[[], T]) -> T:
@@ -317,9 +319,9 @@ class Repository:
     """The trace files given on the command line and the runs they hold (read-only)."""
 
     def __init__(self, paths: Sequence[str | os.PathLike[str]]) -> None:
-        self.paths = expand_paths(paths)
-        #: shown name -> what to open, for URLs (whose shown name hides the password)
-        self._targets = {tracer.describe(p): p for p in self.paths if isinstance(p, str)}
+        #: the files, directories and URLs as given; directories are rescanned on reload
+        self.given = list(paths)
+        self._scan()
         self._lock = threading.RLock()
         self._traces: dict[str, tracer.Trace] = {}
         self._entries: list[TraceEntry] | None = None
@@ -327,6 +329,11 @@ class Repository:
 
     def __repr__(self) -> str:
         return f"<Repository of {len(self.paths)} trace(s)>"
+
+    def _scan(self) -> None:
+        self.paths = expand_paths(self.given)
+        #: shown name -> what to open, for URLs (whose shown name hides the password)
+        self._targets = {tracer.describe(p): p for p in self.paths if isinstance(p, str)}
 
     def _trace(self, path: str) -> tracer.Trace:
         with self._lock:
@@ -390,9 +397,11 @@ class Repository:
             return self._views[ref]
 
     def reload(self) -> None:
-        """Forget everything loaded, so the next read sees the files as they are now."""
+        """Forget everything loaded and rescan the directories given, so the next read
+        sees the trace files as they are now (new ones included, deleted ones gone)."""
         with self._lock:
             self.close()
+            self._scan()
             self._entries = None
             self._views.clear()
 

@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from tui_helpers import screen_text, wait_text
+from tui_helpers import screen_text, wait_text, write_synthetic
 
 from replay import chaos
 from tests.replay.dual_apps import hot_rows
@@ -15,9 +15,11 @@ from tui import BrowserApp
 from tui.screens import DiffScreen, RunsScreen
 
 
-def drive(app: BrowserApp, script: Callable[[Any], Awaitable[None]]) -> None:
+def drive(
+    app: BrowserApp, script: Callable[[Any], Awaitable[None]], size: tuple[int, int] = (100, 30)
+) -> None:
     async def main() -> None:
-        async with app.run_test(size=(100, 30)) as pilot:
+        async with app.run_test(size=size) as pilot:
             await pilot.pause()
             await script(pilot)
 
@@ -79,3 +81,32 @@ def test_chaos_runs_are_grouped_by_outcome_and_two_groups_diff(tmp_path: Path) -
         assert "differs at event" in text, screen_text(pilot)
 
     drive(BrowserApp([path]), script)
+
+
+def test_each_chaos_run_shows_its_run_number_in_the_list(tmp_path: Path) -> None:
+    """Runs of one exploration share their file, app, shape and status: the list tells
+    them apart by the number ``replay chaos`` gave them (0, 1, ...)."""
+    path = tmp_path / "chaos.sqlite"
+    chaos.explore(
+        hot_rows,
+        {"n": 6, "epochs": 1},
+        runs=3,
+        chaos_seed=SEED,
+        nodes=1,
+        threads=2,
+        trace=str(path),
+    )
+    write_synthetic(tmp_path / "plain.sqlite", "run-plain")  # not a chaos run: no number
+
+    async def script(pilot: Any) -> None:
+        text = await wait_text(pilot, "2 trace file(s), 4 run(s)")
+        head = next(line for line in text.splitlines() if " started " in line)
+        assert head.split()[:3] == ["file", "chaos", "app"]
+        rows = [line for line in text.splitlines() if "finished" in line]
+        assert len(rows) == 4
+        numbers = sorted(line.split()[1:3] for line in rows if line.split()[0].startswith("chaos"))
+        assert numbers == [["run", "0"], ["run", "1"], ["run", "2"]]
+        plain = next(line for line in rows if line.split()[0].startswith("plain"))
+        assert plain.split()[1] == "synth"  # an empty chaos cell
+
+    drive(BrowserApp([tmp_path]), script, size=(120, 30))

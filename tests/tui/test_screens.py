@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import shutil
 import sqlite3
 import threading
@@ -13,7 +14,15 @@ from typing import Any
 import numpy as np
 import pytest
 from textual.widgets import DataTable
-from tui_helpers import EPOCH, screen_text, wait_for, wait_text, write_synthetic
+from tui_helpers import (
+    EPOCH,
+    add_verdicts,
+    record_sync,
+    screen_text,
+    wait_for,
+    wait_text,
+    write_synthetic,
+)
 
 import tracer
 from tui import BrowserApp, _model
@@ -27,7 +36,7 @@ from tui.screens import (
     TimelineScreen,
     VerdictsScreen,
 )
-from tui.widgets import ArrayTable, TimelineView
+from tui.widgets import ArrayTable, ListTable, TimelineView
 
 SIZE = (80, 24)
 
@@ -78,10 +87,9 @@ def test_runs_table_fits_the_width_shows_files_newest_first_and_honours_home_end
         assert any("verdicts" in line for line in text.splitlines() if " started " in line)
         assert "11-14 22:33:20" in rows[0] and "11-14 22:13:20" in rows[2]  # newest first
         files = [r.split()[0] for r in rows]
-        if width == 140:  # wide: whole file names
-            assert files == ["zz-newest.sqlite", "m.sqlite", "a.sqlite"]
-        else:  # narrow: what fits of each name, and every other column
-            assert files == ["zz-newest", "m.sqlite", "a.sqlite"]
+        # the other columns are as wide as their cells, which leaves room at 80 for
+        # whole names (a long app name would leave less: see the 80-column test below)
+        assert files == ["zz-newest.sqlite", "m.sqlite", "a.sqlite"]
         assert "run run-zz-newest" in text
         await pilot.press("end")
         assert table.cursor_row == 2
@@ -246,7 +254,7 @@ def test_verdicts_highlight_the_divergence_and_jump_to_it(synth_dir: Path) -> No
         assert isinstance(pilot.app.screen, VerdictsScreen)
         assert "pass" in text and "FAIL" in text and "sgd#1 n1 j=40" in text
         await pilot.press("down")
-        text = await wait_text(pilot, "dual-forward verdict #2: FAILED")
+        text = await wait_text(pilot, "dual-forward verdict 2 of 2: FAILED")
         assert "where       sgd invocation 1, node 1, loop index 40, element W[3]" in text
         assert "expected    0.25" in text and "got         0.5" in text
         assert "replay single" in text and "--break sgd:1:40@1" in text.replace("\n", "")
@@ -282,7 +290,7 @@ def test_verdict_detail_is_explained_and_g_lands_on_the_diverging_event(tmp_path
 
     async def script(pilot: Any) -> None:
         await pilot.press("v")
-        text = await wait_text(pilot, "single verdict #1: FAILED")
+        text = await wait_text(pilot, "single verdict 1 of 2: FAILED")
         for line in (
             "what        outcome: digest of W differs",
             "where       sgd invocation 1, node 0",
@@ -303,7 +311,7 @@ def test_verdict_detail_is_explained_and_g_lands_on_the_diverging_event(tmp_path
         assert list(table.matches) == [table.cursor]  # highlighted
         assert "▸" in text and "5 Outcome" in text
         await pilot.press("escape", "down")
-        text = await wait_text(pilot, "cluster verdict #2: FAILED", "lock: round 1")
+        text = await wait_text(pilot, "cluster verdict 2 of 2: FAILED", "lock: round 1")
         assert "stop there" not in text  # no loop index, no invocation before it
         await pilot.press("g")  # the first lock grant of round 1 on node 0
         await wait_text(pilot, "divergence: 10 row(s)")
@@ -358,7 +366,11 @@ def test_diff_of_two_marked_runs_names_the_first_difference(synth_dir: Path) -> 
         assert "A synth  run-a" in text and "B synth  run-b" in text
         # node 0's events: its plan, one lock-grant event per locked round, then messages
         assert "node 0: differs at event 3" in text
-        assert "A #3 msg rows from n1#0 64B" in text and "B #3 msg rows from n1#1 64B" in text
+        assert "A event 3: message 0 of node 1 on rows" in text
+        assert "B event 3: message 1 of node 1 on rows" in text
+        # the context before it, in words: node 0's locked rounds
+        assert "event 2: sgd invocation 0 round 1: 12" in text  # (the row wraps at 80)
+        assert "locked bodies, 24 lock grants, 10" in text and "hand-over(s)" in text
         assert "node 1: differs at event 0" in text
 
     drive(BrowserApp([synth_dir]), script)
@@ -446,8 +458,8 @@ def test_sync_for_run_has_a_rounds_timeline_and_sync_orders(sync_trace: Path) ->
         timeline = pilot.app.screen.query_one(TimelineView).timeline
         assert timeline is not None and len(timeline.round_starts) >= 3
         await pilot.press("escape", "o", "4")
-        text = await wait_text(pilot, "DeltasAggregated", "UpdatesApplied")
-        assert "sources=(" in text and "clock" in text
+        text = await wait_text(pilot, "deltas aggregated", "updates applied")
+        assert "clock" in text
         await pilot.press("slash", "2", "enter")
         await wait_text(pilot, "clock 2:", "match(es)")
         await pilot.press("3")
@@ -562,3 +574,226 @@ def test_a_dual_verdict_shows_what_it_did_not_test(tmp_path: Path) -> None:
         assert "relaxed DDS 'claims' tested exact" in text.replace("\n", " ")
 
     drive(BrowserApp([tmp_path]), script, size=(140, 40))
+
+
+def test_reload_finds_trace_files_created_after_start_up(tmp_path: Path) -> None:
+    write_synthetic(tmp_path / "a.sqlite", "run-a")
+
+    async def script(pilot: Any) -> None:
+        text = await wait_text(pilot, "1 trace file(s), 1 run(s)")
+        assert "late" not in text
+        write_synthetic(tmp_path / "late.sqlite", "run-late", start=EPOCH + 600)
+        await pilot.press("r")
+        text = await wait_text(pilot, "2 trace file(s), 2 run(s)")
+        rows = [line for line in text.splitlines() if "finished" in line]
+        assert rows[0].split()[0] == "late.sqlite"  # the newest run, on top
+        assert "run run-late" in text  # the cursor is on it: its detail line shows
+
+    drive(BrowserApp([tmp_path]), script)
+
+
+def test_j_and_k_move_the_cursor_in_every_list_and_the_help_says_so(synth_dir: Path) -> None:
+    async def script(pilot: Any) -> None:
+        await wait_text(pilot, "run run-a")  # the runs list
+        await pilot.press("j")
+        await wait_text(pilot, "run run-b")
+        await pilot.press("k")
+        await wait_text(pilot, "run run-a")
+        await pilot.press("question_mark")
+        text = await wait_text(pilot, "Keys: runs")
+        assert "↑ ↓ j k" in text
+        await pilot.press("escape", "v")  # the verdicts list
+        await wait_text(pilot, "cluster verdict")
+        await pilot.press("j")
+        await wait_text(pilot, "dual-forward verdict")
+        await pilot.press("k")
+        await wait_text(pilot, "cluster verdict")
+        await pilot.press("escape", "enter")  # the operators of the overview
+        await wait_text(pilot, "operator")
+        assert isinstance(pilot.app.screen.query_one("#ops"), ListTable)
+        await pilot.press("o")  # an order table
+        await wait_text(pilot, "20 row(s), row 1")
+        await pilot.press("j", "j")
+        await wait_text(pilot, "20 row(s), row 3")
+        await pilot.press("k")
+        await wait_text(pilot, "20 row(s), row 2")
+
+    drive(BrowserApp([synth_dir]), script)
+
+
+def test_sync_orders_are_said_in_words_not_class_names(sync_trace: Path) -> None:
+    """Each ``sync_for`` order row says what happened and the order it recorded in words:
+    no event class name (``DeltasAggregated``) and no ``field=(0 1)`` dump."""
+
+    async def script(pilot: Any) -> None:
+        await wait_text(pilot, "mean")
+        await pilot.press("enter", "o", "4")
+        text = await wait_text(pilot, "deltas aggregated", "updates applied")
+        table = pilot.app.screen.query_one("#t-sync", ArrayTable)
+        assert table.table is not None
+        rows = [table.row_text(k).rstrip() for k in range(table.row_count)]
+        aggregated = [r for r in rows if "deltas aggregated" in r]
+        assert aggregated and all(
+            r.endswith(("from nodes 0, 1 (in this order)", "from nodes 1, 0 (in this order)"))
+            for r in aggregated
+        )
+        applied = [r.split("updates applied", 1)[1].strip() for r in rows if "applied" in r]
+        assert "none yet" in applied
+        assert any(a.startswith("node 0: ") and ", node 1: " in a for a in applied), applied
+        for line in text.splitlines() + rows:
+            assert not re.search(r"[a-z][A-Z]", line), line  # no CamelCase class name
+            assert "=" not in line and "sources" not in line, line
+
+    drive(BrowserApp([sync_trace]), script)
+
+
+def test_verdicts_are_numbered_from_one_within_the_run(tmp_path: Path, in_utc: None) -> None:
+    """Two runs in one file, two verdicts each: the second run's verdicts are stored as
+    rows 3 and 4, yet its view numbers them 1 and 2 of 2."""
+    path = tmp_path / "two.sqlite"
+    write_synthetic(path, "run-old")
+    add_verdicts(path, "run-old")
+    write_synthetic(path, "run-new", start=EPOCH + 600)
+    add_verdicts(path, "run-new")
+
+    async def script(pilot: Any) -> None:
+        await wait_text(pilot, "1 trace file(s), 2 run(s)", "run run-new")  # newest first
+        await pilot.press("v")
+        text = await wait_text(pilot, "2 verdict(s), 1 failed", "cluster verdict 1 of 2: passed")
+        lines = text.splitlines()
+        head = next(k for k, line in enumerate(lines) if line.split()[:2] == ["#", "kind"])
+        assert [line.split()[:2] for line in lines[head + 1 : head + 3]] == [
+            ["1", "cluster"],
+            ["2", "dual-forward"],
+        ]
+        assert "#3" not in text and "#4" not in text
+        await pilot.press("j")
+        await wait_text(pilot, "dual-forward verdict 2 of 2: FAILED")
+
+    drive(BrowserApp([path]), script)
+
+
+def test_diff_says_how_the_runs_were_set_up_differently_first_in_words(
+    tmp_path: Path,
+) -> None:
+    """Run B had n=24 where A had n=48: the diff says so (and that the plan covers fewer
+    bodies) before the per-node rows, and the rows are sentences, not ``12b 24g``."""
+    write_synthetic(tmp_path / "a.sqlite", "run-a", n=48)
+    write_synthetic(tmp_path / "b.sqlite", "run-b", n=24)
+
+    async def script(pilot: Any) -> None:
+        text = await wait_text(pilot, "first difference:", "node 1: differs")
+        assert isinstance(pilot.app.screen, DiffScreen)
+        lines = text.splitlines()
+        at = {
+            key: next(k for k, line in enumerate(lines) if key in line)
+            for key in (
+                "set up differently (A vs B):",
+                "parameters differ: n 48 vs 24",
+                "plan of sgd differs:",
+                "node 0: differs at event",
+            )
+        }
+        assert list(at.values()) == sorted(at.values()), at  # set-up first, then the logs
+        assert "plan of sgd differs: 96 vs 48 bodies" in text  # over both invocations
+        assert "lr" not in lines[at["parameters differ: n 48 vs 24"]]  # the same in both
+        assert not re.search(r"\b\d+[bgr]\b|switch|\bmsg\b|#\d", text), text
+
+    drive(
+        BrowserApp([tmp_path / "a.sqlite", tmp_path / "b.sqlite"], diff=True), script, size=(80, 40)
+    )
+
+
+def _wide_runs(root: Path) -> str:
+    """A run with a long app name and verdicts of all four kinds, next to a plain one;
+    the verdicts cell it gets."""
+    write_synthetic(root / "a.sqlite", "run-a", app="workloads/matrix_factorisation.py:train")
+    with tracer.open_writable(str(root / "a.sqlite")) as trace:
+        for kind, passed in (("cluster", True), ("single", True), ("dual-forward", False)):
+            trace.add_verdict("run-a", kind, passed, {})
+        trace.add_verdict("run-a", "dual-backward", True, {})
+    write_synthetic(root / "plain.sqlite", "run-plain", start=EPOCH - 60)
+    return "clu✓ one✓ fwd✗ bwd✓"
+
+
+def test_at_80_columns_every_runs_column_is_whole_and_arrows_scroll_to_it(
+    tmp_path: Path,
+) -> None:
+    verdicts = _wide_runs(tmp_path)
+
+    async def script(pilot: Any) -> None:
+        text = await wait_text(pilot, "2 run(s)")
+        table = pilot.app.screen.query_one("#runs", DataTable)
+        assert verdicts not in text  # more than 80 columns' worth: the rest is to the right
+        row = next(line for line in text.splitlines() if "a.sqlite" in line)
+        assert "matrix_factorisation.py:train" in row  # the app whole, not "workloa…"
+        seen = [text]
+        for _ in range(len(table.columns)):
+            await pilot.press("right")
+            seen.append(await wait_for(pilot, lambda t: True))
+        assert table.scroll_x == table.max_scroll_x > 0
+        assert verdicts in seen[-1]  # the verdicts column whole, scrolled into view
+        header = "started r×t status time verdicts".split()
+        assert all(any(label in s.split() for s in seen) for label in header)
+        for _ in range(len(table.columns)):
+            await pilot.press("left")
+        text = await wait_for(pilot, lambda t: True)
+        assert table.scroll_x == 0 and "file" in text.split()
+
+    drive(BrowserApp([tmp_path]), script, size=(80, 24))
+
+
+def test_at_160_columns_the_file_column_is_as_wide_as_its_names(tmp_path: Path) -> None:
+    verdicts = _wide_runs(tmp_path)
+
+    async def script(pilot: Any) -> None:
+        text = await wait_text(pilot, "2 run(s)")
+        table = pilot.app.screen.query_one("#runs", DataTable)
+        assert table.max_scroll_x == 0  # everything fits: nothing to scroll to
+        head = next(line for line in text.splitlines() if " started " in line)
+        assert head.index("app") - head.index("file") == len("plain.sqlite") + 2
+        row = next(line for line in text.splitlines() if "a.sqlite" in line)
+        assert "matrix_factorisation.py:train" in row and verdicts in row
+        assert row.index("matrix_factorisation") - row.index("a.sqlite") == len("plain.sqlite") + 2
+
+    drive(BrowserApp([tmp_path]), script, size=(160, 48))
+
+
+def test_arrows_scroll_an_order_table_wider_than_80_columns(tmp_path: Path) -> None:
+    """Three nodes' SSP visibility makes the sync order rows wider than 80 columns: → shows
+    their ends, which were cut, and ← brings back the node column."""
+    path = tmp_path / "mean3.sqlite"
+    record_sync(path, nodes=3, threads=1)
+
+    async def script(pilot: Any) -> None:
+        await wait_text(pilot, "mean")
+        await pilot.press("enter", "o", "4")
+        text = await wait_text(pilot, "updates applied")
+        table = pilot.app.screen.query_one("#t-sync", ArrayTable)
+        assert table.table is not None
+        rows = [table.row_text(k).rstrip() for k in range(table.row_count)]
+        widest = max(rows, key=len)
+        assert len(widest) + 2 > 80 and widest not in text
+        for _ in range(len(table.table.columns)):
+            await pilot.press("right")
+        text = await wait_for(pilot, lambda t: True)
+        assert table.scroll_offset.x > 0
+        tail = widest[-30:]
+        assert tail in text
+        for _ in range(len(table.table.columns)):
+            await pilot.press("left")
+        text = await wait_for(pilot, lambda t: True)
+        assert table.scroll_offset.x == 0 and "node" in text.split()
+
+    drive(BrowserApp([path]), script, size=(80, 24))
+
+
+def test_verdict_details_say_yes_and_no_not_python_booleans(synth_dir: Path) -> None:
+    async def script(pilot: Any) -> None:
+        await pilot.press("v")
+        text = await wait_text(pilot, "cluster verdict 1 of 2: passed", "identical")
+        line = next(line for line in text.splitlines() if "identical" in line)
+        assert line.split() == ["identical", "yes"]
+        assert "True" not in text and "None" not in text
+
+    drive(BrowserApp([synth_dir]), script)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 from textual import work
@@ -14,6 +15,7 @@ from textual.worker import get_current_worker
 from .. import _format as fmt
 from .._model import NodeDiff, first_difference
 from .._repo import BrowseError, RunRef, RunView
+from .._rundiff import setup_differences
 from ._base import BrowserScreen
 
 
@@ -48,6 +50,8 @@ class DiffScreen(BrowserScreen):
         super().__init__()
         self.refs = {"a": a, "b": b}
         self.results: list[NodeDiff] = []
+        #: how B was set up differently from A (parameters, versions, plans), in words
+        self.setup: list[str] = []
         self.done = False
 
     def compose(self) -> ComposeResult:
@@ -68,11 +72,13 @@ class DiffScreen(BrowserScreen):
             heads.add_row(_side("A", va), _side("B", vb))
             self.query_one("#diff-heads", Static).update(heads)
             nodes = sorted(set(va.nodes()) | set(vb.nodes()))
+            self.setup = setup_differences(va.info, vb.info, va.operators(), vb.operators())
         except BrowseError as exc:
             self._status(Text(str(exc), style="bold red"))
             self.show_error(str(exc))
             return
         self.query_one("#diff-box").focus()
+        self.query_one("#diff-body", Static).update(self._body())
         self._status(Text("comparing…", style="dim"))
         self._compare(va, vb, nodes)
 
@@ -126,10 +132,20 @@ class DiffScreen(BrowserScreen):
         msg.append(f"; {len(diffs)} of {len(self.results)} node(s) differ")
         self._status(msg)
 
-    def _body(self) -> Table:
+    def _body(self) -> Group:
+        setup = Text()
+        if self.setup:  # why the logs may differ, before where they do
+            setup.append("set up differently (A vs B):", "bold")
+            for line in self.setup:
+                setup.append("\n  " + line, "yellow")
+        else:
+            setup.append(
+                "set up alike: same program, parameters, shape, seed, code, versions, plans",
+                "green",
+            )
         grid = Table.grid(expand=True, padding=(0, 1))
-        grid.add_column(ratio=1, no_wrap=True, overflow="ellipsis")
-        grid.add_column(ratio=1, no_wrap=True, overflow="ellipsis")
+        grid.add_column(ratio=1, overflow="fold")
+        grid.add_column(ratio=1, overflow="fold")
         for r in self.results:
             if r.first is None:
                 grid.add_row(
@@ -142,7 +158,7 @@ class DiffScreen(BrowserScreen):
             a = fmt.event_line(r.a) if r.a is not None else "(log ends)"
             b = fmt.event_line(r.b) if r.b is not None else "(log ends)"
             grid.add_row(Text("A " + a, "bold yellow"), Text("B " + b, "bold yellow"))
-        return grid
+        return Group(setup, grid)
 
     def action_open(self, side: str) -> None:
         """Open the overview of run A or B."""

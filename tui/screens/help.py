@@ -11,7 +11,7 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import Static
 
 #: Keys every table and scrolling view understands.
-NAVIGATION = "↑ ↓ PgUp PgDn Home End move · ← → scroll · Tab next widget"
+NAVIGATION = "↑ ↓ j k PgUp PgDn Home End move · ← → scroll · Tab next widget"
 
 
 def _own_bindings(node: DOMNode) -> list[Binding]:

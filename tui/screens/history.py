@@ -28,6 +28,7 @@ from textual.widgets import Footer, Header, Input, Label, Static
 
 import tracer
 
+from .. import _format as fmt
 from .._model import Column, RowTable
 from .._repo import RunRef
 from ..widgets.plot import BraillePlot
@@ -55,7 +56,9 @@ def short_value(v: Any) -> str:
     if isinstance(v, list):
         head = ", ".join(short_value(x) for x in v[:3])
         return f"[{head}{', …' if len(v) > 3 else ''}]"
-    return f"{v:.6g}" if isinstance(v, float) else repr(v)
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    return str(v) if isinstance(v, int | str) and not isinstance(v, bool) else fmt.scalar(v)
 
 
 def magnitude(v: Any) -> float:

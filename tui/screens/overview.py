@@ -9,6 +9,7 @@ from textual.widgets import DataTable, Footer, Header, Static
 
 from .. import _format as fmt
 from .._repo import BrowseError, RunRef, RunView
+from ..widgets import ListTable
 from ..widgets.plot import BraillePlot
 from ._base import BrowserScreen
 
@@ -23,6 +24,10 @@ OP_COLUMNS = (
     ("grants", 8),
     ("msgs", 6),
 )
+
+
+#: The widest the operator column gets (a longer name is cut; ← → scroll the table).
+OP_WIDTH_MAX = 32
 
 
 class OverviewScreen(BrowserScreen):
@@ -48,22 +53,32 @@ class OverviewScreen(BrowserScreen):
     def compose(self) -> ComposeResult:
         yield Header()
         yield Static(id="meta")
-        yield DataTable(id="ops", cursor_type="row")
+        yield ListTable(id="ops", cursor_type="row")
         yield BraillePlot(id="plot")
         yield Footer()
 
     def on_mount(self) -> None:
         self.title = f"Run {fmt.short_id(self.ref.run_id)}"
         table = self.query_one("#ops", DataTable)
-        for label, width in OP_COLUMNS:
-            table.add_column(label, width=width, key=label)
         try:
             self.view = self.repo.run(self.ref)
+            longest = max(map(len, self.view.operators()), default=0)
+            self._columns(table, longest)
             self._fill(self.view)
         except BrowseError as exc:
+            if not table.columns:
+                self._columns(table, 0)
             self.query_one("#meta", Static).update(Text(str(exc), style="bold red"))
             self.show_error(str(exc))
         table.focus()
+
+    @staticmethod
+    def _columns(table: DataTable, longest: int) -> None:
+        """The operator column as wide as the longest name, up to OP_WIDTH_MAX."""
+        for label, width in OP_COLUMNS:
+            if label == "operator":
+                width = min(max(width, longest), OP_WIDTH_MAX)
+            table.add_column(label, width=width, key=label)
 
     def _fill(self, view: RunView) -> None:
         info = view.info

@@ -7,6 +7,7 @@ import dataclasses
 import time
 from pathlib import Path
 
+from rich.cells import cell_len
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -30,10 +31,19 @@ STATUS_STYLE = {
 }
 
 
-#: Columns after the file and their widths; the file column takes the width left over.
-#: At 80 columns the file column gets 9 cells; every cell it gets beyond that is width
-#: the terminal has to spare.
-COLUMNS = (("app", 7), ("started", 14), ("r×t", 4), ("status", 11), ("time", 5), ("verdicts", 11))
+#: Columns after the file: (label, the most cells it takes).  Each is as wide as its
+#: widest cell up to that; the file column takes what is left, from FILE_MIN up to its
+#: longest name (the rest of a wide terminal stays free rather than padding file names).
+#: When the columns need more than the terminal has, the table scrolls sideways (← →)
+#: instead of cutting a column.
+COLUMNS = (
+    ("app", 32),
+    ("started", 14),
+    ("r×t", 9),
+    ("status", 16),
+    ("time", 8),
+    ("verdicts", 40),
+)
 #: The narrowest file column (the full path is in the detail line below the table).
 FILE_MIN = 8
 #: Cells each column takes beyond its width (DataTable's padding of one on each side),
@@ -43,6 +53,12 @@ PAD, SCROLLBAR = 2, 2
 
 def _started(t: float) -> str:
     return time.strftime("%m-%d %H:%M:%S", time.localtime(t))
+
+
+def _app_cell(app: str) -> str:
+    """The app as the list names it: a file-based app (``/home/u/train.py:main``) by its
+    file and function, the directory being in the detail line."""
+    return Path(app).name if "/" in app else app or "?"
 
 
 def _file_cell(path: str, width: int) -> str:
@@ -105,6 +121,17 @@ def _chaos_run(row: RunRow) -> int:
     return run if isinstance(run, int) else -1
 
 
+def _path(row: RunRow | TraceEntry) -> str:
+    return row.path if isinstance(row, TraceEntry) else row.ref.path
+
+
+def _chaos_cell(row: RunRow) -> str:
+    """``run K`` for run K of a chaos exploration (numbered as ``replay chaos`` numbers
+    them), else empty."""
+    k = _chaos_run(row)
+    return f"run {k}" if k >= 0 else ""
+
+
 def _grouped(rows: list[RunRow | TraceEntry]) -> list[RunRow | TraceEntry]:
     """Newest first, with the runs of one chaos exploration together, grouped by outcome
     (the group of its first run first), at the place of the exploration's newest run."""
@@ -150,6 +177,8 @@ class RunsScreen(BrowserScreen):
         self.rows: list[RunRow | TraceEntry] = []
         self.marked: list[int] = []
         self.file_width = 0
+        #: the columns after the file: :data:`COLUMNS`, after a chaos column if needed
+        self.columns: list[tuple[str, int]] = list(COLUMNS)
         self.groups: dict[str, tuple[int, int, list[int]]] = {}
 
     def compose(self) -> ComposeResult:
@@ -169,17 +198,27 @@ class RunsScreen(BrowserScreen):
             self.fill(reread=False)
 
     # ------------------------------------------------------------ content
-    @staticmethod
-    def _file_width(screen_width: int) -> int:
-        fixed = 1 + PAD + sum(w + PAD for _, w in COLUMNS) + PAD + SCROLLBAR
-        return max(FILE_MIN, screen_width - fixed)
+    def _file_width(self, screen_width: int) -> int:
+        fixed = 1 + PAD + sum(w + PAD for _, w in self.columns) + PAD + SCROLLBAR
+        longest = max((len(Path(_path(r)).name) for r in self.rows), default=0)
+        return max(FILE_MIN, min(screen_width - fixed, max(longest, len("file"))))
 
     def _columns(self, table: DataTable) -> None:
+        """Lay the columns out for the rows and this width (see :data:`COLUMNS`)."""
+        caps = list(COLUMNS)
+        if any(_chaos_run(r) >= 0 for r in self.rows if isinstance(r, RunRow)):
+            # runs of one exploration share their file: their number tells them apart
+            caps.insert(0, ("chaos", 12))
+        fields = [self._fields(row, [label for label, _ in caps]) for row in self.rows]
+        self.columns = [
+            (label, min(cap, max([cell_len(label)] + [cell_len(str(f[k])) for f in fields])))
+            for k, (label, cap) in enumerate(caps)
+        ]
         self.file_width = self._file_width(self.size.width or self.app.size.width)
         table.clear(columns=True)
         table.add_column(" ", width=1, key=" ")
         table.add_column("file", width=self.file_width, key="file")
-        for label, width in COLUMNS:
+        for label, width in self.columns:
             table.add_column(label, width=width, key=label)
 
     def fill(self, *, reread: bool = True) -> None:
@@ -187,7 +226,6 @@ class RunsScreen(BrowserScreen):
         for a new width, keeping the cursor)."""
         table = self.query_one("#runs", DataTable)
         cursor = table.cursor_row
-        self._columns(table)
         entries = self.repo.entries()
         if reread:
             self.rows = []
@@ -197,6 +235,7 @@ class RunsScreen(BrowserScreen):
                     self.rows.append(entry)
             self.rows = _grouped(self.rows)
             self.groups = chaos_groups([r for r in self.rows if isinstance(r, RunRow)])
+        self._columns(table)
         for k, row in enumerate(self.rows):
             table.add_row(*self._cells(k, row), key=str(k))
         if not reread and self.rows:
@@ -214,24 +253,31 @@ class RunsScreen(BrowserScreen):
 
     def _cells(self, k: int, row: RunRow | TraceEntry) -> list[str | Text]:
         mark = "●" if k in self.marked else " "
+        file = _file_cell(_path(row), self.file_width)
+        return [mark, file, *self._fields(row, [label for label, _ in self.columns])]
+
+    @staticmethod
+    def _fields(row: RunRow | TraceEntry, labels: list[str]) -> list[str | Text]:
+        """The cells of ``row`` after its file, for the columns ``labels``."""
         if isinstance(row, TraceEntry):
-            name = _file_cell(row.path, self.file_width)
-            return [mark, name, "?", "-", "-", Text("unreadable", style="bold red"), "-", ""]
+            bad: dict[str, str | Text] = {"app": "?", "started": "-", "r×t": "-", "time": "-"}
+            bad["status"] = Text("unreadable", style="bold red")
+            return [bad.get(label, "") for label in labels]
         info = row.info
         status = Text(info.status, style=STATUS_STYLE.get(info.status, ""))
         first = row.earlier[0] if row.earlier else info
         if row.earlier:
             status.append(" ↻" if len(row.earlier) == 1 else f" ↻{len(row.earlier)}", "cyan")
-        return [
-            mark,
-            _file_cell(row.ref.path, self.file_width),
-            info.app or "?",
-            _started(first.started_at),
-            f"{info.ranks}×{info.threads}",
-            status,
-            fmt.duration(sum(i.duration for i in row.earlier) + info.duration),
-            fmt.verdict_summary(list(row.verdicts)),
-        ]
+        cells: dict[str, str | Text] = {
+            "chaos": _chaos_cell(row),
+            "app": _app_cell(info.app),
+            "started": _started(first.started_at),
+            "r×t": f"{info.ranks}×{info.threads}",
+            "status": status,
+            "time": fmt.duration(sum(i.duration for i in row.earlier) + info.duration),
+            "verdicts": fmt.verdict_summary(list(row.verdicts)),
+        }
+        return [cells[label] for label in labels]
 
     def _current(self) -> int | None:
         table = self.query_one("#runs", DataTable)

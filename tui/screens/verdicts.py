@@ -68,7 +68,7 @@ class VerdictsScreen(BrowserScreen):
         for k, v in enumerate(self.verdicts):
             if v.error is not None:  # one bad row is shown as such; the others stay readable
                 bad = Text(f"unreadable verdict: {v.error}", style="bold red")
-                table.add_row(str(v.id), "?", Text("?", style="bold red"), "", bad, key=str(k))
+                table.add_row(str(k + 1), "?", Text("?", style="bold red"), "", bad, key=str(k))
                 continue
             result = Text("pass", style="green") if v.passed else Text("FAIL", style="bold red")
             t = divergence_target(v.detail)
@@ -81,7 +81,7 @@ class VerdictsScreen(BrowserScreen):
                 )
                 if s
             )
-            table.add_row(str(v.id), v.kind, result, fmt.when(v.created_at), where, key=str(k))
+            table.add_row(str(k + 1), v.kind, result, fmt.when(v.created_at), where, key=str(k))
         table.focus()
         self._detail()
 
@@ -96,10 +96,13 @@ class VerdictsScreen(BrowserScreen):
         if v is None:
             box.update("")
             return
+        # numbered within this run as the table numbers them, not by the store's row id
+        # (which counts the verdicts of every run in the file)
+        nth = f"{self.query_one('#verdicts', DataTable).cursor_row + 1} of {len(self.verdicts)}"
         if v.error is not None:
-            box.update(Text(f"unreadable verdict #{v.id}: {v.error}", style="bold red"))
+            box.update(Text(f"unreadable verdict {nth}: {v.error}", style="bold red"))
             return
-        head = Text(f"{v.kind} verdict #{v.id}: ")
+        head = Text(f"{v.kind} verdict {nth}: ")
         head.append("passed" if v.passed else "FAILED", style="green" if v.passed else "bold red")
         parts: list[Text | Table] = [head]
         untested = not_tested(v.detail)

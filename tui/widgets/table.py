@@ -44,6 +44,10 @@ class ArrayTable(ScrollView, can_focus=True):
     BINDINGS = [
         Binding("up", "move(-1)", "Up", show=False),
         Binding("down", "move(1)", "Down", show=False),
+        Binding("k", "move(-1)", "Up", show=False),
+        Binding("j", "move(1)", "Down", show=False),
+        Binding("left", "scroll_column(-1)", "Scroll left", show=False),
+        Binding("right", "scroll_column(1)", "Scroll right", show=False),
         Binding("pageup", "page(-1)", "Page up", show=False),
         Binding("pagedown", "page(1)", "Page down", show=False),
         Binding("home", "jump(0)", "First", show=False),
@@ -142,6 +146,19 @@ class ArrayTable(ScrollView, can_focus=True):
         if not self._held("jump", row):
             self.go_to(row if row >= 0 else self.row_count - 1)
 
+    def action_scroll_column(self, step: int) -> None:
+        """Scroll sideways to the start of the next (``step`` 1) or previous column."""
+        starts, x = [], 0
+        for col in self.table.columns if self.table is not None else ():
+            starts.append(x)
+            x += col.width + 1
+        now = round(self.scroll_offset.x)
+        if step > 0:
+            target = next((s for s in starts if s > now), now)
+        else:
+            target = next((s for s in reversed(starts) if s < now), 0)
+        self.scroll_to(x=min(target, self.max_scroll_x), animate=False, immediate=True)
+
     # ------------------------------------------------------------ drawing
     def _row_width(self) -> int:
         if self.table is None:
@@ -163,8 +180,11 @@ class ArrayTable(ScrollView, can_focus=True):
     def render_line(self, y: int) -> Strip:
         width = self.size.width
         base = self.rich_style
+        x = round(self.scroll_offset.x)  # the gutter stays; the columns scroll sideways
         if y == 0:
-            head = "  " + self._format([c.name for c in self.table.columns]) if self.table else ""
+            head = (
+                "  " + self._format([c.name for c in self.table.columns])[x:] if self.table else ""
+            )
             style = base + self.get_component_rich_style("array-table--header")
             return self._strip(head, style, width)
         row = round(self.scroll_offset.y) + y - 1
@@ -188,7 +208,7 @@ class ArrayTable(ScrollView, can_focus=True):
         if row == self.cursor:
             style += self.get_component_rich_style("array-table--cursor")
         mark = CURSOR_MARK if row == self.cursor else MATCH_MARK if match else " "
-        return self._strip(f"{mark} {self.row_text(row)}", style, width)
+        return self._strip(f"{mark} {self.row_text(row)[x:]}", style, width)
 
     @staticmethod
     def _strip(text: str, style: Style, width: int) -> Strip:
