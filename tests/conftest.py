@@ -68,7 +68,8 @@ PACKAGES = ("apps", "engine", "replay", "tracer", "tui", "tests", "benchmarks")
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Record durations if asked (``--record-durations``), and run the suite under the hash seed and BLAS pinning a ``replay`` command has.
+    """Record durations if asked (``--record-durations``), and run the suite under the
+    hash seed and BLAS pinning a ``replay`` command has.
 
     The console script re-executes itself under PYTHONHASHSEED (the user's number, else
     0) with BLAS pools pinned to one thread; tests that run commands in this process
