@@ -310,6 +310,10 @@ def replay_here(
     complete = True
     stopped = False
     reproduced: str | None = None
+    phases = phase_reporter(say) if say is not None else None
+    if phases is not None and travel is not None and travel.start.op is not None:
+        # the driver re-runs to the checkpoint, skipping loop invocations: one phase
+        phases(f"fast-forward to the checkpoint after {travel.start.op}#{travel.start.invocation}")
     try:
         engine.run(
             app.fn,
@@ -321,7 +325,7 @@ def replay_here(
             recorder=checker,
             schedules=controller,
             hooks=controller,
-            phases=phase_reporter(say) if say is not None else None,
+            phases=phases,
             **recorded_modes(info),
         )
         checker.finish()

@@ -221,3 +221,12 @@ def test_the_engine_names_planning_a_kernel_compile_and_each_checkpoint(tmp_path
     named = [p for p in map(parse_phase, lines) if p is not None]
     assert "planning sgd" in named and "compiling kernel sgd_kernel" in named, named
     assert "checkpoint after sgd#0" in named and "checkpoint after sgd#1" in named, named
+    # a replay from a checkpoint names its fast-forward, then replays identically
+    from replay._replay import replay_here
+
+    lines.clear()
+    rep = {"kind": "replay", "mode": "single", "trace": spec["trace"], "from": ["sgd", 1]}
+    res = replay_here(rep, progress=lines.append)
+    assert res["identical"], res
+    named = [p for p in map(parse_phase, lines) if p is not None]
+    assert named[0] == "fast-forward to the checkpoint after sgd#0", named
