@@ -198,7 +198,9 @@ def test_off_a_terminal_a_phase_is_a_plain_line_now_and_then(
     assert out == "" and err == "replay: run: checkpoint after sgd#0, 12 s\n"
 
 
-def test_the_engine_names_planning_a_kernel_compile_and_each_checkpoint(tmp_path: Path) -> None:
+def test_the_engine_names_planning_a_kernel_compile_and_each_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import engine as ap
     from replay._job import run_here
     from replay._progress import parse_phase
@@ -214,6 +216,10 @@ def test_the_engine_names_planning_a_kernel_compile_and_each_checkpoint(tmp_path
     phases: list[str] = []
     ap.run(prog, nodes=2, phases=phases.append)
     assert phases == ["planning add"], phases
+    from apps.sgdmf._app import sgd_kernel
+
+    # as in a fresh process: an earlier test in this one may have compiled the kernel
+    monkeypatch.setattr(sgd_kernel, "_body", None)
     lines: list[str] = []
     spec = {"app": "sgdmf", "params": ["synthetic=true", "epochs=2", "kernel=true"]}
     spec.update(threads=1, seed=0, trace=str(tmp_path / "t.sqlite"), checkpoint_every=1)
