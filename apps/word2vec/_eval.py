@@ -11,7 +11,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.stats import spearmanr
 
 #: Questions scored per matrix product in the analogy test: trades memory for speed.
 ANALOGY_CHUNK = 512
@@ -50,6 +49,8 @@ def wordsim(
         gold.append(score)
     if len(sims) < 3:
         return Score(float("nan"), len(sims), len(pairs))
+    from scipy.stats import spearmanr  # ~1 s to import: only when a score is asked for
+
     rho = float(spearmanr(sims, gold).statistic)
     return Score(rho, len(sims), len(pairs))
 

@@ -10,6 +10,7 @@ ones, unchanged: the uninterrupted run and the resume run exactly their arithmet
 from __future__ import annotations
 
 import functools
+import importlib
 import itertools
 import os
 import signal
@@ -18,12 +19,6 @@ from contextlib import contextmanager
 from typing import Any
 
 import engine as ap
-from apps.lasso import train as lasso_train
-from apps.lda import train as lda_train
-from apps.mlr import train as mlr_train
-from apps.sgdmf import train as sgdmf_train
-from apps.transe import train as transe_train
-from apps.word2vec import train as word2vec_train
 
 
 @contextmanager
@@ -73,14 +68,18 @@ def _kill_switch() -> Iterator[None]:
 
 def sgdmf(epochs: int = 4, rank: int = 4, synthetic: bool = True) -> dict[str, int]:
     """SGDMF (``async_for``) on synthetic ratings."""
+    from apps.sgdmf import train
+
     with _kill_switch():
-        return sgdmf_train(epochs=epochs, rank=rank, synthetic=synthetic)
+        return train(epochs=epochs, rank=rank, synthetic=synthetic)
 
 
 def mlr(epochs: int = 4, minibatch: int = 50, synthetic: bool = True) -> dict[str, float]:
     """MLR (``sync_for``, BSP) on synthetic digits."""
+    from apps.mlr import train
+
     with _kill_switch():
-        return mlr_train(epochs=epochs, minibatch=minibatch, synthetic=synthetic)
+        return train(epochs=epochs, minibatch=minibatch, synthetic=synthetic)
 
 
 def stale(epochs: int = 4) -> None:
@@ -156,10 +155,16 @@ def _killable(train: Callable[..., Any]) -> Callable[..., Any]:
 
 
 #: Every built-in app unchanged (its own parameters and defaults) behind the kill switch:
-#: ``resume_apps.py:app_NAME`` (tests/replay/test_timetravel_apps.py).
-app_sgdmf = _killable(sgdmf_train)
-app_mlr = _killable(mlr_train)
-app_transe = _killable(transe_train)
-app_lasso = _killable(lasso_train)
-app_word2vec = _killable(word2vec_train)
-app_lda = _killable(lda_train)
+#: ``resume_apps.py:app_NAME`` (tests/replay/test_timetravel_apps.py).  Made on first
+#: use (module ``__getattr__``): every process that loads this file (each MPI rank) would
+#: otherwise import all six apps, numba and scipy included, for the one it runs.
+_BUILTIN = ("sgdmf", "mlr", "transe", "lasso", "word2vec", "lda")
+
+
+def __getattr__(name: str) -> Callable[..., Any]:
+    app = name.removeprefix("app_")
+    if not name.startswith("app_") or app not in _BUILTIN:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    made = _killable(importlib.import_module(f"apps.{app}").train)
+    globals()[name] = made
+    return made
