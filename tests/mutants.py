@@ -14,12 +14,12 @@ real step.  Substitution is per process: a test that wanted a mutant on MPI rank
 a rank program that enters :func:`active` before calling ``engine.run``.
 
 * ``skip_writeback`` (``InProcessCluster.copy_rows``): the first row of every DDS block of
-  a write-back never reaches the other replicas (in-process clusters).
+  a write-back message never reaches its destination (in-process clusters).
 * ``drop_barrier`` (``_asyncfor.write_back``): no write-back between rounds; every round's
   writes are exchanged after the last round only.
-* ``stale_prefetch`` (``_asyncfor.write_back``): the last write-back of an invocation
-  reaches the owners only, so the next invocation prefetches stale non-owned rows
-  (in-process clusters).
+* ``stale_prefetch`` (``_asyncfor.write_back``): the final write-back of an invocation
+  (after its last round) reaches the owners only, so the next invocation prefetches stale
+  non-owned rows (in-process clusters).
 * ``wrong_lock_order`` (``_asyncfor.locks_to_take``): split groups lock only the elements
   a body writes, not the elements it reads that others in the group write.
 * ``aggregate_twice`` (``_syncnode.summation_order``): an owner adds its own delta twice.
@@ -48,30 +48,26 @@ _real_write_back = _asyncfor.write_back
 
 
 # ==================================================================== broken steps
-def _skip_writeback(cl: Any, dds: Any, src: int, slots: np.ndarray) -> None:
-    _real_copy_rows(cl, dds, src, slots[1:])
+def _skip_writeback(cl: Any, dds: Any, src: int, dst: int, slots: np.ndarray) -> None:
+    _real_copy_rows(cl, dds, src, dst, slots[1:])
 
 
-def _drop_barrier(cl: Any, round_writes: list, r: int, *, stopped: bool) -> bool:
-    if r == len(round_writes) - 1:
-        for rw in round_writes:  # every round's writes, at the very end
-            cl.exchange_rows({p: rw[p] for p in cl.local_nodes}, rw)
+def _drop_barrier(cl: Any, exchanges: list, r: int, *, stopped: bool) -> bool:
+    if r == len(exchanges) - 1:
+        for messages in exchanges:  # every round's write-back, at the very end
+            cl.exchange(messages)
     return stopped
 
 
-def _stale_prefetch(cl: Any, round_writes: list, r: int, *, stopped: bool) -> bool:
-    if r < len(round_writes) - 1 or cl.is_mpi:
-        return _real_write_back(cl, round_writes, r, stopped=stopped)
-    writes = round_writes[r]  # the last one: each node's rows reach their owners only
-    for src in cl.local_nodes:
-        for dds, slots in writes[src].per_dds:
-            if not len(slots):
-                continue
-            owners = owner_array(dds, cl.size)[slots]
-            for dst in cl.local_nodes:
-                sel = owners == dst
-                if dst != src and sel.any():
-                    dds.set_rows(dst, slots[sel], dds.rows(src, slots[sel]))
+def _stale_prefetch(cl: Any, exchanges: list, r: int, *, stopped: bool) -> bool:
+    if r < len(exchanges) - 1 or cl.is_mpi:
+        return _real_write_back(cl, exchanges, r, stopped=stopped)
+    # the final write-back (after the last round): rows reach their owners only
+    for src, dst, parts in exchanges[r]:
+        for dds, slots in parts:
+            sel = owner_array(dds, cl.size)[slots] == dst
+            if sel.any():
+                dds.set_rows(dst, slots[sel], dds.rows(src, slots[sel]))
     return stopped
 
 

@@ -10,7 +10,10 @@ execution checks, per access, the two things that could break it:
   several threads its thread's, planned writes) — the write would race with another
   task or never reach the other replicas;
 * a read of a slot that another node (or another thread's task) writes in the same
-  round — the value read would depend on timing.
+  round — the value read would depend on timing;
+* a read of a slot that another node wrote in an earlier round and did not send here
+  (the write-back is routed: a row goes only to the nodes whose sets touch it next,
+  ``engine._machines.routing``) — the value read would be stale.
 
 The check itself lives in the DDS guard modes (``engine._data.dds``): one byte per slot and
 node says who may touch the slot in the running round, so the common case is one
@@ -41,10 +44,12 @@ import numpy as np
 from .._data import dds as _dds
 from .._data.dds import ANY_OWN, FREE, LOCKED, LOCKED_BODY, OTHER, SLOT_BITS, SLOT_MASK, _tls
 from .._errors import AccessOutsideReconError
+from .._machines.routing import Messages, route
 
 if TYPE_CHECKING:
     from .._machines.planner import Plan
     from .._runtime.session import Session
+    from .._runtime.transport import Message
     from .recon import AccessSets
 
 #: The values ``replan=`` accepts.
@@ -97,13 +102,37 @@ def _task_writes(sets: AccessSets, indices: np.ndarray) -> np.ndarray:
     return np.unique(sets.w_ids[idx])
 
 
+def _messages(dds: list[Any], msgs: Messages, local: list[int], every: bool) -> list[Message]:
+    """The transport's messages of one exchange: all of them (``every``: the in-process
+    cluster moves rows between its nodes itself), else those a local node sends or gets."""
+    here = set(local)
+    out: list[Message] = []
+    for k in range(len(msgs)):
+        src, dst = int(msgs.src[k]), int(msgs.dst[k])
+        if every or src in here or dst in here:
+            out.append((src, dst, _slot_groups(dds, msgs.rows(k))))
+    return out
+
+
 class GuardPlan:
     """What the guard needs of one plan: per round and node, the codes to arm; per DDS,
-    the slots the plan may change (to snapshot for undo).  Built once per plan."""
+    the slots the plan may change (to snapshot for undo); the routed write-back of every
+    round and the slots it leaves stale on each local node.  Built once per plan."""
 
     def __init__(self, sess: Session, plan: Plan, sets: AccessSets) -> None:
         dds = sess.dds
         nodes = sess.cluster.local_nodes
+        routes = route(plan, sets, nodes)
+        every = not sess.cluster.is_mpi
+        #: per round, then once more after the last round: the messages of its write-back
+        self.exchanges = [_messages(dds, m, nodes, every) for m in routes.rounds] + [
+            _messages(dds, routes.final, nodes, every)
+        ]
+        #: per round: per local node: (dds, slots) it must not read after the write-back
+        self.stale = [
+            {p: _slot_groups(dds, g) for p, g in per.items() if len(g)} for per in routes.stale
+        ]
+        self.routed_rows = routes.sent_rows()
         self.single = sess.cluster.threads == 1
         self.written: list[Any] = []
         union = (
@@ -148,6 +177,7 @@ class Guard:
         self.first: Violation | None = None
         self._gp = gp
         self._lock = threading.Lock()
+        self._stale: list[tuple[int, Any, np.ndarray]] = []
 
     # ------------------------------------------------------------ masks
     def prepare(self, sess: Session) -> None:
@@ -165,6 +195,34 @@ class Guard:
         for node, entries in self._gp.arms[r].items():
             for d, slots, c in entries:
                 np.frombuffer(d._gms[node], dtype=np.uint8)[slots] = c if code else FREE
+
+    @property
+    def exchanges(self) -> list[list[Message]]:
+        """The plan's routed write-backs (see :class:`GuardPlan`)."""
+        return self._gp.exchanges
+
+    def mark_stale(self, r: int) -> None:
+        """After round ``r``'s write-back: what other nodes wrote and did not send to a
+        local node reads as written by another node there (a violation, not a stale value)."""
+        for node, groups in self._gp.stale[r].items():
+            for d, slots in groups:
+                np.frombuffer(d._gms[node], dtype=np.uint8)[slots] = OTHER
+                self._stale.append((node, d, slots))
+
+    def clear_stale(self) -> None:
+        """Forget the stale marks (the final write-back, or the undo, made replicas whole)."""
+        for node, d, slots in self._stale:
+            np.frombuffer(d._gms[node], dtype=np.uint8)[slots] = FREE
+        self._stale.clear()
+
+    def _other_reason(self, dds: Any, slot: int) -> str:
+        for node, d, slots in self._stale:
+            if node == self.node and d is dds and slot in slots:
+                return (
+                    "another node wrote in an earlier round and did not send here (it is "
+                    "outside this node's reconnaissance sets)"
+                )
+        return "another node writes in the same round"
 
     # ------------------------------------------------------------ the slow path
     def outside(self, dds: Any, slot: int, write: bool, strict: str | None = None) -> None:
@@ -187,7 +245,7 @@ class Guard:
             elif write or c not in (FREE, code):
                 reason = {
                     FREE: "is outside the plan's write sets",
-                    OTHER: "another node writes in the same round",
+                    OTHER: self._other_reason(dds, slot),
                     LOCKED: "the lock-split bodies write under locks it does not hold",
                 }.get(c, "another thread's task writes in the same round")
             else:

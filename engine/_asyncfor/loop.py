@@ -55,7 +55,7 @@ from .._machines.planner import (
 from .._machines.schedule import Schedule, serial_order
 from .._runtime.checkpoint import end_invocation, skip_invocation
 from .._runtime.session import Session, current
-from .._runtime.transport import Cluster, RoundWrites
+from .._runtime.transport import Cluster, Message
 from .closure import Captures, agree_numbers, check_body
 from .closure import finish as finish_closure
 from .closure import guard as closure_guard
@@ -79,7 +79,6 @@ class OpState:
     code: Any
     sets: AccessSets | None
     plan: Plan
-    round_writes: list[list[RoundWrites]]
     written_dds: list[Any]
     round_orders: list[dict[int, np.ndarray]] | None = None
     lock_cache: dict[tuple[int, int], Any] = field(default_factory=dict)
@@ -92,20 +91,15 @@ class OpState:
     thread_times: dict[int, list[tuple[int, int, float, float]]] = field(default_factory=dict)
 
 
-def _round_writes(sess: Session, plan: Plan) -> tuple[list[list[RoundWrites]], list[Any]]:
-    out = []
-    written: set[int] = set()
-    for per_node in plan.writes:
-        row = []
-        for gids in per_node:
-            ids = gids >> SLOT_BITS
-            per_dds = []
-            for d in np.unique(ids).tolist():
-                per_dds.append((sess.dds[d], gids[ids == d] & SLOT_MASK))
-                written.add(d)
-            row.append(RoundWrites(per_dds))
-        out.append(row)
-    return out, [sess.dds[d] for d in sorted(written)]
+def _written_dds(sess: Session, plan: Plan) -> list[Any]:
+    """The DDS some task of ``plan`` writes, in DDS order."""
+    written = {
+        int(d)
+        for per_node in plan.writes
+        for gids in per_node
+        for d in np.unique(gids >> SLOT_BITS)
+    }
+    return [sess.dds[d] for d in sorted(written)]
 
 
 def _recon(
@@ -139,8 +133,7 @@ def _plan(sess: Session, name: str, sets: AccessSets, requested: str = "auto") -
 def _state(
     sess: Session, name: str, start: int, stop: int, code: Any, sets: Any, plan: Plan
 ) -> OpState:
-    rw, written = _round_writes(sess, plan)
-    return OpState(name, start, stop, code, sets, plan, rw, written)
+    return OpState(name, start, stop, code, sets, plan, _written_dds(sess, plan))
 
 
 def _new_state(
@@ -208,7 +201,7 @@ def _follow_order(sess: Session, st: OpState, sched: Schedule | None) -> None:
     else:
         plan = wavefront_plan(st.sets, sched.order, cl.size, sched.order_threads or cl.threads)
     st.plan = plan
-    st.round_writes, st.written_dds = _round_writes(sess, plan)
+    st.written_dds = _written_dds(sess, plan)
     st.lock_cache.clear()
     st.guard_plan = None
 
@@ -301,7 +294,7 @@ def async_for(
     )
     made = False
     if recorded is not None and recorded.strategy == REPLICATED:
-        base = st or OpState(name, start, stop, code, None, recorded, [], [])
+        base = st or OpState(name, start, stop, code, None, recorded, [])
         st = _replicated(sess, base, recorded)
         made = True
     elif (
@@ -485,7 +478,8 @@ def _execute(
                     stopped.add(node)
             guard.arm(r, code=False)
             orders.append(done)
-            anyone = write_back(cl, st.round_writes, r, stopped=bool(stopped))
+            anyone = write_back(cl, guard.exchanges, r, stopped=bool(stopped))
+            guard.mark_stale(r)
             if rx is not None:
                 rx.end_round()
             round_s.append(time.perf_counter() - t)
@@ -495,7 +489,14 @@ def _execute(
                         st.name, inv, -1, -1, "-", False, "another node left the plan"
                     )
                 break
+        else:
+            # replicas whole again: each element's last value to every node that lacks it
+            t = time.perf_counter()
+            write_back(cl, guard.exchanges, len(plan.rounds), stopped=False)
+            if round_s:
+                round_s[-1] += time.perf_counter() - t
     finally:
+        guard.clear_stale()
         install(None)
         _dds.CHECKER = None
         sess.set_mode("driver")
@@ -606,18 +607,16 @@ def _gather_rows(
     return np.repeat(np.arange(len(pos)), lens), ids[offs]
 
 
-def write_back(
-    cl: Cluster, round_writes: list[list[RoundWrites]], r: int, *, stopped: bool
-) -> bool:
-    """The barrier after round ``r``: every node's writes of that round reach every replica.
+def write_back(cl: Cluster, exchanges: list[list[Message]], r: int, *, stopped: bool) -> bool:
+    """The write-back after round ``r`` (``r == len(exchanges) - 1``: the final one, after
+    the last round): each row a node wrote goes to the nodes that touch it next
+    (``engine._machines.routing``).
 
     Returns whether any node (here or elsewhere) stopped following the plan.  A driver step
     of its own, called through this module, so that tests can substitute a broken barrier
     (``tests/mutants.py``) and prove that the dual tests notice.
     """
-    return cl.exchange_rows(
-        {p: round_writes[r][p] for p in cl.local_nodes}, round_writes[r], stopped=stopped
-    )
+    return cl.exchange(exchanges[r], stopped=stopped)
 
 
 def locks_to_take(

@@ -1,7 +1,10 @@
 """The message-order machine: which source each receive of an invocation takes.
 
-Why it exists: under MPI a node receives its peers' write-backs with wildcard receives, so
-the arrival order is a real source of non-determinism.  A :class:`MessageLog` holds, per
+Why it exists: before write-backs were routed (2026-11-29), a node received its peers'
+write-backs with wildcard receives, so the arrival order was a real source of
+non-determinism, and traces of that time log it.  Routed receives name their source, so
+no engine receive consults this machine any more: it stays for the logs of those traces
+(read, shown and verified) until the schedule redesign stores one schedule value.  A :class:`MessageLog` holds, per
 node and channel, the sources of one invocation's messages in arrival order; it is part of
 the invocation's :class:`~engine._machines.schedule.Schedule`.  :class:`MessageOrder` is the
 pure machine the transport consults: before a receive it answers the source the receive
@@ -19,7 +22,6 @@ from functools import cached_property
 import numpy as np
 
 from .._errors import DivergenceError, ScheduleExhausted
-from .chaos import MESSAGES, Chaos, text_key
 
 _EMPTY = np.empty(0, dtype=np.int64)
 
@@ -75,8 +77,7 @@ class MessageOrder:
     ``log`` is the invocation's :class:`MessageLog` to follow, or ``None`` for a free run.
     ``partial``: the run being followed stopped inside this invocation, so a receive past
     the end of its log means the trace is exhausted (:class:`ScheduleExhausted`), not that
-    this run diverged.  ``chaos``: a free run draws its arrival orders from this seed
-    (:meth:`draw`) instead of taking them as they come.
+    this run diverged.
     """
 
     def __init__(
@@ -86,24 +87,10 @@ class MessageOrder:
         op: str = "",
         invocation: int = -1,
         partial: bool = False,
-        chaos: Chaos | None = None,
     ) -> None:
         self.follow = log
         self.op, self.invocation, self.partial = op, invocation, partial
-        self.chaos = chaos
         self._seen: dict[tuple[int, str], list[int]] = {}
-        self._draws: dict[tuple[int, str], int] = {}
-
-    def draw(self, node: int, channel: str, sources: list[int]) -> list[int] | None:
-        """The order in which the next exchange's messages from ``sources`` must arrive at
-        ``node`` (-1: every local node alike) on ``channel``: a permutation drawn from the
-        chaos seed, or ``None`` (a log to follow, or a free run: as they come)."""
-        if self.follow is not None or self.chaos is None:
-            return None
-        k = self._draws.get((node, channel), 0)
-        self._draws[(node, channel)] = k + 1
-        rng = self.chaos.rng(self.op, self.invocation, MESSAGES, node, text_key(channel), k)
-        return [sources[i] for i in rng.permutation(len(sources)).tolist()]
 
     def expect(self, node: int, channel: str) -> int | None:
         """The source the next receive of ``node`` on ``channel`` must take (None: any)."""
@@ -136,7 +123,6 @@ class MessageOrder:
     def rewind(self, mark: dict[tuple[int, str], int]) -> None:
         """Forget the receives of an undone attempt."""
         self._seen = {k: v[: mark.get(k, 0)] for k, v in self._seen.items() if mark.get(k, 0)}
-        self._draws = {}
 
     def log(self) -> MessageLog:
         """What arrived so far, as a :class:`MessageLog`."""

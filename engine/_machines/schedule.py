@@ -292,7 +292,6 @@ class Schedule:
             op=self.op,
             invocation=self.invocation,
             partial=self.partial,
-            chaos=self.chaos,
         )
 
     def mutex_order(self, node: int, clock: int) -> list[tuple[int, int]] | None:

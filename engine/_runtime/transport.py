@@ -5,7 +5,8 @@ decides which nodes are local to this process and how values cross between nodes
 
 * ``run_on_nodes(fn)`` calls ``fn(node)`` for every local node (with every DDS bound to
   that node's replica) and returns the values of *all* nodes, in node order;
-* ``exchange_rows`` moves the rows each node wrote in a round to every other node;
+* ``exchange`` moves rows between nodes along routes both sides know in advance (the
+  write-back of a round: ``engine._machines.routing``);
 * ``gather_owned`` assembles a DDS from its owners' replicas.
 
 MPI traffic uses a private ``Dup()`` of the communicator it is given.  Row blocks
@@ -29,13 +30,15 @@ from .._machines.messages import MessageOrder
 if TYPE_CHECKING:
     from .._data.dds import _DDS
 
-#: MPI tags of round write-backs (numeric rows), by the parity of the round's sequence
-#: number: a rank that finished round r may already have sent its rows of round r+1 (never
-#: of r+2, which needs this rank's rows of r+1), and MPI keeps messages in order only per
-#: (source, tag), so a wildcard receive of round r must not match a round r+1 message.
-TAG_ROWS = (101, 103)
+#: MPI tag of routed row messages (numeric rows).  Every receive names its source, and
+#: MPI keeps the messages of one (source, tag) in order, so a rank that is a round ahead
+#: cannot be mistaken for this round's sender: its next message is taken a round later.
+TAG_ROWS = 101
 #: Object rows travel by pickle, received from a named source, so one tag serves.
 TAG_OBJROWS = 102
+
+#: One message of an exchange: (source node, destination node, [(dds, sorted slots)]).
+Message = tuple[int, int, "list[tuple[_DDS, np.ndarray]]"]
 
 
 def _owned_runs(dds: _DDS, nodes: int) -> list[tuple[int, int]] | None:
@@ -71,16 +74,9 @@ def _hash_rows(kind: str, head: bytes, parts: list[np.ndarray]) -> str:
     return _digest.text(kind, h)
 
 
-class RoundWrites:
-    """What one node wrote in one round: per DDS, the slots (sorted, unique)."""
-
-    __slots__ = ("per_dds",)
-
-    def __init__(self, per_dds: list[tuple[_DDS, np.ndarray]]) -> None:
-        self.per_dds = per_dds
-
-    def numeric_nbytes(self) -> int:
-        return sum(d.row_nbytes() * len(s) for d, s in self.per_dds if d._numeric)
+def _numeric_nbytes(parts: list[tuple[_DDS, np.ndarray]]) -> int:
+    """Payload bytes of a message's numeric rows."""
+    return sum(d.row_nbytes() * len(s) for d, s in parts if d._numeric)
 
 
 class Cluster:
@@ -101,6 +97,9 @@ class Cluster:
         self.on_message: Callable[[int, str, int, int, int], None] | None = None
         #: the current invocation's message-order machine (set by the operator; free)
         self.messages = MessageOrder()
+        #: row messages this process sent, and their payload bytes (numeric rows)
+        self.sent_messages = 0
+        self.sent_bytes = 0
 
     def pool(self, node: int) -> ThreadPoolExecutor:
         """The worker threads of ``node`` (created on first use)."""
@@ -117,15 +116,10 @@ class Cluster:
     def run_on_nodes(self, fn: Callable[[int], Any]) -> list[Any]:
         raise NotImplementedError
 
-    def exchange_rows(
-        self,
-        writes: dict[int, RoundWrites],
-        all_writes: list[RoundWrites],
-        *,
-        stopped: bool = False,
-    ) -> bool:
-        """Move each node's written rows to every other replica.  ``stopped``: a local node
-        left its plan (see ``engine._asyncfor.guard``); returns True when any node did."""
+    def exchange(self, messages: list[Message], *, stopped: bool = False) -> bool:
+        """Deliver ``messages``: each local source sends its rows, each local destination
+        takes them into its replica.  ``stopped``: a local node left its plan (see
+        ``engine._asyncfor.guard``); returns True when any node did, here or elsewhere."""
         raise NotImplementedError
 
     def mark(self) -> tuple[Any, ...]:
@@ -228,36 +222,18 @@ class InProcessCluster(Cluster):
     def _set_sent(self, node: int, n: int) -> None:
         self._seqs[node] = n
 
-    def copy_rows(self, dds: _DDS, src: int, slots: np.ndarray) -> None:
-        """Copy rows ``slots`` of ``dds`` from ``src``'s replica into every other one."""
+    def copy_rows(self, dds: _DDS, src: int, dst: int, slots: np.ndarray) -> None:
+        """Copy rows ``slots`` of ``dds`` from ``src``'s replica into ``dst``'s."""
         if len(slots):
-            vals = dds.rows(src, slots)
-            for dst in self.local_nodes:
-                if dst != src:
-                    dds.set_rows(dst, slots, vals)
+            dds.set_rows(dst, slots, dds.rows(src, slots))
 
-    def exchange_rows(
-        self,
-        writes: dict[int, RoundWrites],
-        all_writes: list[RoundWrites],
-        *,
-        stopped: bool = False,
-    ) -> bool:
-        """Copy each node's written rows into every other replica, in node order (or in
-        the order a chaos schedule draws: the same arrival order at every node)."""
-        drawn = self.messages.draw(-1, "rows", list(writes))
-        for src in drawn if drawn is not None else list(writes):
-            rw = writes[src]
-            nbytes = rw.numeric_nbytes()
-            for dds, slots in rw.per_dds:
-                self.copy_rows(dds, src, slots)
-            seq = self._seqs.get(src, 0)
-            self._seqs[src] = seq + 1
-            for dst in self.local_nodes:
-                if dst != src:
-                    self.messages.arrived(dst, "rows", src)
-                    if self.on_message is not None:
-                        self.on_message(dst, "rows", src, seq, nbytes)
+    def exchange(self, messages: list[Message], *, stopped: bool = False) -> bool:
+        """Copy each message's rows from its source's replica into its destination's."""
+        for src, dst, parts in messages:
+            for dds, slots in parts:
+                self.copy_rows(dds, src, dst, slots)
+            self.sent_messages += 1
+            self.sent_bytes += _numeric_nbytes(parts)
         return stopped
 
 
@@ -403,68 +379,55 @@ class MpiCluster(Cluster):
     def _set_sent(self, node: int, n: int) -> None:
         self._seq_out = n
 
-    def exchange_rows(
-        self,
-        writes: dict[int, RoundWrites],
-        all_writes: list[RoundWrites],
-        *,
-        stopped: bool = False,
-    ) -> bool:
-        """Send this rank's written rows to every other rank; apply theirs as they arrive.
+    def exchange(self, messages: list[Message], *, stopped: bool = False) -> bool:
+        """Send this rank's messages, receive the ones addressed to it (each from its named
+        source, with the size the routes give), then agree on ``stopped`` (one small
+        ``allreduce``: a stopped rank's flag must reach ranks it sends nothing to).
 
-        Receives are wildcard (``ANY_SOURCE``): the arrival order is a real source of
-        non-determinism, reported to ``on_message`` with the sender's sequence number.
-        The header carries the sender's sequence number and its ``stopped`` flag, so
-        every rank learns in the same round that some rank left its plan.  The tag is the
-        round's parity (see ``TAG_ROWS``), and a row message of any other round is refused.
-        """
+        Each message starts with the sender's exchange number, checked on arrival: the
+        ranks call ``exchange`` in the same sequence, so a different number is a bug."""
         MPI = self._MPI
-        comm, me, P = self.comm, self.rank, self.size
-        if P == 1:
-            return stopped
-        mine = writes[me]
-        payload = self._pack(mine)
-        has_obj = any(not d._numeric for d, _ in mine.per_dds)
-        round_seq = self._seq_out
-        tag = TAG_ROWS[round_seq & 1]
-        header = np.array([round_seq, int(stopped)], dtype=np.int64).view(np.uint8)
-        msg = np.concatenate([header, payload])
-        reqs = [comm.Isend([msg, MPI.BYTE], dst, tag) for dst in range(P) if dst != me]
-        if has_obj:
-            objs = [dds.rows(me, s) for dds, s in mine.per_dds if not dds._numeric]
-            reqs += [comm.isend(objs, dst, TAG_OBJROWS) for dst in range(P) if dst != me]
+        comm, me = self.comm, self.rank
+        seq = self._seq_out
         self._seq_out += 1
-        status = MPI.Status()
-        anyone = stopped
-        drawn = self.messages.draw(me, "rows", [p for p in range(P) if p != me])
-        for k in range(P - 1):
-            want = self.messages.expect(me, "rows")
-            if want is None and drawn is not None:
-                want = drawn[k]
-            comm.Probe(MPI.ANY_SOURCE if want is None else want, tag, status)
-            src = status.Get_source()
-            self.messages.arrived(me, "rows", src)
-            nbytes = status.Get_count(MPI.BYTE)
-            buf = np.empty(nbytes, dtype=np.uint8)
-            comm.Recv([buf, MPI.BYTE], src, tag)
-            seq, flag = (int(x) for x in buf[:16].view(np.int64))
-            if seq != round_seq:
+        head = np.array([seq], dtype=np.int64).view(np.uint8)
+        reqs, keep = [], []
+        for src, dst, parts in messages:
+            if src != me:
+                continue
+            msg = np.concatenate([head, self._pack(parts)])
+            keep.append(msg)
+            reqs.append(comm.Isend([msg, MPI.BYTE], dst, TAG_ROWS))
+            objs = [dds.rows(me, s) for dds, s in parts if not dds._numeric]
+            if objs:
+                reqs.append(comm.isend(objs, dst, TAG_OBJROWS))
+            self.sent_messages += 1
+            self.sent_bytes += len(msg) - len(head)
+        for src, dst, parts in messages:
+            if dst != me:
+                continue
+            buf = np.empty(len(head) + _numeric_nbytes(parts), dtype=np.uint8)
+            comm.Recv([buf, MPI.BYTE], src, TAG_ROWS)
+            got = int(buf[: len(head)].view(np.int64)[0])
+            if got != seq:
                 raise RuntimeError(
-                    f"write-back out of step: rank {src} sent the rows of exchange {seq} "
-                    f"while rank {me} was in exchange {round_seq}"
+                    f"write-back out of step: rank {src} sent the rows of exchange {got} "
+                    f"while rank {me} was in exchange {seq}"
                 )
-            anyone = anyone or bool(flag)
-            theirs = all_writes[src]
-            self._unpack(theirs, buf[16:])
-            if any(not d._numeric for d, _ in theirs.per_dds):
-                objs = comm.recv(source=src, tag=TAG_OBJROWS)
-                it = iter(objs)
-                for dds, slots in theirs.per_dds:
+            self._unpack(parts, buf[len(head) :])
+            if any(not d._numeric for d, _ in parts):
+                it = iter(comm.recv(source=src, tag=TAG_OBJROWS))
+                for dds, slots in parts:
                     if not dds._numeric:
                         dds.set_rows(me, slots, next(it))
-            if self.on_message is not None:
-                self.on_message(me, "rows", src, seq, nbytes - 16)
+        # the buffer form: it releases the GIL while it waits (the pickle form holds it, and
+        # a thread of this process may still have to hand a send to MPI)
+        flag = np.array([int(stopped)], dtype=np.int64)
+        anyone_a = np.zeros(1, dtype=np.int64)
+        comm.Allreduce([flag, MPI.INT64_T], [anyone_a, MPI.INT64_T], op=MPI.MAX)
+        anyone = bool(anyone_a[0])
         MPI.Request.Waitall(reqs)
+        del keep
         return anyone
 
     # ------------------------------------------------------------ sync_for transport
@@ -493,17 +456,17 @@ class MpiCluster(Cluster):
         """Block until every request in ``requests`` has completed."""
         self._MPI.Request.Waitall(requests)
 
-    def _pack(self, rw: RoundWrites) -> np.ndarray:
-        parts = [
+    def _pack(self, parts: list[tuple[_DDS, np.ndarray]]) -> np.ndarray:
+        blocks = [
             np.ascontiguousarray(dds.rows(self.rank, slots)).view(np.uint8).ravel()
-            for dds, slots in rw.per_dds
+            for dds, slots in parts
             if dds._numeric and len(slots)
         ]
-        return np.concatenate(parts) if parts else np.empty(0, dtype=np.uint8)
+        return np.concatenate(blocks) if blocks else np.empty(0, dtype=np.uint8)
 
-    def _unpack(self, rw: RoundWrites, data: np.ndarray) -> None:
+    def _unpack(self, parts: list[tuple[_DDS, np.ndarray]], data: np.ndarray) -> None:
         off = 0
-        for dds, slots in rw.per_dds:
+        for dds, slots in parts:
             if not dds._numeric or not len(slots):
                 continue
             nb = dds.row_nbytes() * len(slots)
@@ -520,4 +483,4 @@ def under_mpi_launcher() -> bool:
     return any(k in os.environ for k in keys)
 
 
-__all__ = ["Cluster", "InProcessCluster", "MpiCluster", "RoundWrites", "under_mpi_launcher"]
+__all__ = ["Cluster", "InProcessCluster", "Message", "MpiCluster", "under_mpi_launcher"]

@@ -26,7 +26,7 @@ def mpi(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
         batches[p["ranks"]].add(
             f"serializable-{p['threads']}", HERE / "mpi_serializable.py", p["threads"]
         )
-    if mpibatch.selected(request, test_write_back_of_a_rank_a_round_ahead_waits_for_its_round):
+    if mpibatch.selected(request, test_routed_write_back_reaches_every_destination):
         batches[3].add("rounds", HERE / "mpi_rounds.py")
     for p in mpibatch.selected(request, test_message_timing_never_changes_a_result):
         name = f"jitter-{p['threads']}-{p['seed']}"
@@ -41,8 +41,7 @@ def test_serializable_under_mpiexec(ranks: int, threads: int, mpi: Batches) -> N
     assert f"ranks={ranks} threads={threads} OK rotation" in proc.stdout
 
 
-def test_write_back_of_a_rank_a_round_ahead_waits_for_its_round(mpi: Batches) -> None:
-    # rank 1's rows of round 1 reach rank 0 before rank 2's rows of round 0
+def test_routed_write_back_reaches_every_destination(mpi: Batches) -> None:
     proc = mpi[3].result("rounds")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "OK" in proc.stdout

@@ -1,0 +1,185 @@
+"""Routed write-back: after each round of a plan, a written row goes only to the nodes
+that touch it before it is written again, not to every node.
+
+Pure functions of a :class:`~engine._machines.planner.Plan` and its reconnaissance sets
+(numpy only), so every node computes the same routes without a message.
+
+Why this is exact.  Rounds run in order and, within a round, no two nodes touch an
+element one of them writes.  So the value a body of round ``s`` on node ``p`` must see of
+element ``e`` is the one written by the *latest write of e before round s*, say in round
+``r`` by node ``q``; every node that touches ``e`` in rounds ``r+1 .. s`` (up to and
+including the round of the next write) receives it right after round ``r``.  That is the
+whole routing rule: one message per (round, source, destination) with the rows it needs,
+whose sources and sizes both sides know from the plan, so arrival order cannot change a
+bit and nothing needs recording.
+
+What a node does not receive it must not read: a body that leaves its reconnaissance sets
+could read a row some other node wrote and did not send.  :func:`route` therefore also
+returns, per round and node, the elements that become *stale* there after the round's
+write-back; the guard marks them as written by another node, so reading one is a plan
+violation (re-plan or serial fallback), never a wrong value.
+
+At the end of the invocation a final exchange (:attr:`Routes.final`) sends every
+element's last value to each node that lacks it, so replicas are whole again between
+invocations, as the driver, digests and checkpoints expect.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .._asyncfor.recon import AccessSets
+from .planner import Plan
+
+_EMPTY = np.empty(0, dtype=np.int64)
+
+
+@dataclass(frozen=True)
+class Messages:
+    """Messages of one exchange: message ``k`` goes from ``src[k]`` to ``dst[k]`` and
+    carries the rows of ``gids[ptr[k]:ptr[k+1]]`` (sorted element ids).  Messages are
+    sorted by (src, dst)."""
+
+    src: np.ndarray
+    dst: np.ndarray
+    ptr: np.ndarray
+    gids: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.src)
+
+    def rows(self, k: int) -> np.ndarray:
+        """Element ids carried by message ``k``."""
+        return self.gids[int(self.ptr[k]) : int(self.ptr[k + 1])]
+
+    @classmethod
+    def of(cls, src: np.ndarray, dst: np.ndarray, gids: np.ndarray) -> Messages:
+        """From one (src, dst, gid) triple per row sent, in any order (duplicates merge)."""
+        if not len(gids):
+            return cls(_EMPTY, _EMPTY, np.zeros(1, np.int64), _EMPTY)
+        order = np.lexsort((gids, dst, src))
+        s, d, g = src[order], dst[order], gids[order]
+        keep = np.ones(len(g), dtype=bool)
+        keep[1:] = (s[1:] != s[:-1]) | (d[1:] != d[:-1]) | (g[1:] != g[:-1])
+        s, d, g = s[keep], d[keep], g[keep]
+        new = np.ones(len(g), dtype=bool)
+        new[1:] = (s[1:] != s[:-1]) | (d[1:] != d[:-1])
+        starts = np.flatnonzero(new)
+        ptr = np.append(starts, len(g)).astype(np.int64)
+        return cls(s[starts].astype(np.int64), d[starts].astype(np.int64), ptr, g)
+
+
+@dataclass(frozen=True)
+class Routes:
+    """The write-back of one plan: ``rounds[r]`` after round ``r``, ``final`` after the
+    last round; ``stale[r][p]``: element ids node ``p`` must not read after round ``r``'s
+    write-back (until the final exchange), for the nodes it was asked for."""
+
+    rounds: list[Messages]
+    final: Messages
+    stale: list[dict[int, np.ndarray]]
+
+    def sent_rows(self) -> int:
+        """Rows sent in total (every exchange, the final one included)."""
+        return sum(len(m.gids) for m in self.rounds) + len(self.final.gids)
+
+
+def _placement(plan: Plan, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Round and node of every body position (-1: not in the plan)."""
+    rnd = np.full(n, -1, dtype=np.int64)
+    node = np.full(n, -1, dtype=np.int64)
+    for r, per_node in enumerate(plan.rounds):
+        for p, tasks in enumerate(per_node):
+            for t in tasks:
+                pos = np.asarray(t.indices, dtype=np.int64) - plan.start
+                rnd[pos] = r
+                node[pos] = p
+    return rnd, node
+
+
+def _events(plan: Plan, sets: AccessSets) -> tuple[np.ndarray, ...]:
+    """Accesses of written elements as events (gid, round, node, writes), one per
+    (gid, round, node), sorted by gid, then round, then reads before the write."""
+    n = sets.n
+    written = (
+        np.unique(np.concatenate([w for per in plan.writes for w in per]))
+        if plan.writes
+        else _EMPTY
+    )
+    if not len(written):
+        return _EMPTY, _EMPTY, _EMPTY, np.empty(0, dtype=bool)
+    w_rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(sets.w_indptr))
+    r_rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(sets.r_indptr))
+    keep = np.isin(sets.r_ids, written)
+    rows = np.concatenate([w_rows, r_rows[keep]])
+    gid = np.concatenate([sets.w_ids, sets.r_ids[keep]]).astype(np.int64)
+    isw = np.concatenate([np.ones(len(w_rows), bool), np.zeros(int(keep.sum()), bool)])
+    rnd_of, node_of = _placement(plan, n)
+    rnd, node = rnd_of[rows], node_of[rows]
+    planned = rnd >= 0
+    gid, rnd, node, isw = gid[planned], rnd[planned], node[planned], isw[planned]
+    # one event per (gid, round, node): a write if any access there writes
+    order = np.lexsort((isw, node, rnd, gid))
+    gid, rnd, node, isw = gid[order], rnd[order], node[order], isw[order]
+    last = np.ones(len(gid), dtype=bool)
+    last[:-1] = (gid[1:] != gid[:-1]) | (rnd[1:] != rnd[:-1]) | (node[1:] != node[:-1])
+    gid, rnd, node, isw = gid[last], rnd[last], node[last], isw[last]
+    order = np.lexsort((node, isw, rnd, gid))
+    return gid[order], rnd[order], node[order], isw[order]
+
+
+def route(plan: Plan, sets: AccessSets, nodes: list[int] | None = None) -> Routes:
+    """The routes of ``plan`` (see the module docstring); ``stale`` is computed for
+    ``nodes`` only (default: every node)."""
+    P, R = plan.nodes, len(plan.rounds)
+    gid, rnd, node, isw = _events(plan, sets)
+    m = len(gid)
+    idx = np.arange(m, dtype=np.int64)
+    # the latest write of the same element strictly before each event
+    wlast = np.maximum.accumulate(np.where(isw, idx, -1)) if m else _EMPTY
+    prev = np.concatenate(([-1], wlast[:-1])) if m else _EMPTY
+    first = np.ones(m, dtype=bool)
+    first[1:] = gid[1:] != gid[:-1]
+    gstart = np.maximum.accumulate(np.where(first, idx, 0)) if m else _EMPTY
+    ok = (prev >= gstart) & (prev >= 0)
+    w = prev[ok]
+    dst = node[ok]
+    send = node[w] != dst
+    w, dst = w[send], dst[send]
+    rounds = []
+    for r in range(R):
+        sel = rnd[w] == r
+        rounds.append(Messages.of(node[w[sel]], dst[sel], gid[w[sel]]))
+    # final exchange: every element's last value to each node that does not hold it
+    if m:
+        ends = np.flatnonzero(np.concatenate((gid[1:] != gid[:-1], [True])))
+        finals = wlast[ends][wlast[ends] >= gstart[ends]]
+    else:
+        finals = _EMPTY
+    last_w = np.zeros(m, dtype=bool)
+    last_w[finals] = True
+    slot_of = np.full(m, -1, dtype=np.int64)
+    slot_of[finals] = np.arange(len(finals))
+    have = np.zeros((len(finals), P), dtype=bool)
+    have[np.arange(len(finals)), node[finals]] = True
+    got = last_w[w]
+    have[slot_of[w[got]], dst[got]] = True
+    f_row, f_dst = np.nonzero(~have)
+    final = Messages.of(node[finals][f_row], f_dst.astype(np.int64), gid[finals][f_row])
+    # stale: after round r, node p lacks what another node wrote in r and did not send it
+    want = range(P) if nodes is None else nodes
+    stale: list[dict[int, np.ndarray]] = [{} for _ in range(R)]
+    writes = np.flatnonzero(isw)
+    for p in want:
+        routed = np.zeros(m, dtype=bool)
+        routed[w[dst == p]] = True
+        mine = writes[(node[writes] != p) & ~routed[writes]]
+        by_round = rnd[mine]
+        for r in range(R):
+            stale[r][p] = np.sort(gid[mine[by_round == r]])
+    return Routes(rounds, final, stale)
+
+
+__all__ = ["Messages", "Routes", "route"]
