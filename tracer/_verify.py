@@ -54,6 +54,9 @@ from ._schema import (
 
 #: The channel whose source sequence numbers count every send of a source (0, 1, ...).
 ROWS_CHANNEL = "rows"
+#: Routed write-backs: the sender's exchange number, increasing per (receiver, sender) with
+#: gaps (a node sends only to the nodes that touch its rows next).
+ROUTED_CHANNEL = "routed"
 
 
 @dataclass(frozen=True)
@@ -584,7 +587,8 @@ def _check_references(
                 op=b.op,
                 invocation=b.invocation,
             )
-        chan = b.channel if b.channel == ROWS_CHANNEL else f"{b.channel}@{b.op}:{b.invocation}"
+        whole_run = b.channel in (ROWS_CHANNEL, ROUTED_CHANNEL)
+        chan = b.channel if whole_run else f"{b.channel}@{b.op}:{b.invocation}"
         for s in np.unique(src):
             key = (int(b.node), int(s), chan)
             got_from[key].append(sseq[src == s])
@@ -598,7 +602,7 @@ def _check_references(
             first = int(seqs[0]) if prior is not None and len(seqs) else 0
             ok = np.array_equal(seqs, np.arange(first, first + len(seqs)))
             sent[(s, chan)][dst] = len(seqs)
-        else:  # sync_for channels number by clock within an invocation: no repeats
+        else:  # routed, and sync_for channels (by clock within an invocation): no repeats
             ok = len(np.unique(seqs)) == len(seqs)
         if not ok:
             _fail(

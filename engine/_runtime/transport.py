@@ -36,6 +36,10 @@ if TYPE_CHECKING:
 TAG_ROWS = 101
 #: Object rows travel by pickle, received from a named source, so one tag serves.
 TAG_OBJROWS = 102
+#: The channel routed row messages are reported on (``Cluster.on_message``), with the
+#: sender's exchange number: for the timeline and ``verify``, never to steer a replay
+#: (their order is fixed by the routes).  Traces before routing have ``rows`` instead.
+ROUTED = "routed"
 
 #: One message of an exchange: (source node, destination node, [(dds, sorted slots)]).
 Message = tuple[int, int, "list[tuple[_DDS, np.ndarray]]"]
@@ -232,8 +236,13 @@ class InProcessCluster(Cluster):
         for src, dst, parts in messages:
             for dds, slots in parts:
                 self.copy_rows(dds, src, dst, slots)
+            nbytes = _numeric_nbytes(parts)
             self.sent_messages += 1
-            self.sent_bytes += _numeric_nbytes(parts)
+            self.sent_bytes += nbytes
+            if self.on_message is not None:
+                self.on_message(dst, ROUTED, src, self._seqs.get(src, 0), nbytes)
+        for node in self.local_nodes:  # every node takes part in every exchange
+            self._seqs[node] = self._seqs.get(node, 0) + 1
         return stopped
 
 
@@ -415,6 +424,8 @@ class MpiCluster(Cluster):
                     f"while rank {me} was in exchange {seq}"
                 )
             self._unpack(parts, buf[len(head) :])
+            if self.on_message is not None:
+                self.on_message(me, ROUTED, src, seq, len(buf) - len(head))
             if any(not d._numeric for d, _ in parts):
                 it = iter(comm.recv(source=src, tag=TAG_OBJROWS))
                 for dds, slots in parts:
