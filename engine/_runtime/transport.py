@@ -83,6 +83,43 @@ class RoundWrites:
         return sum(d.row_nbytes() * len(s) for d, s in self.per_dds if d._numeric)
 
 
+class Traffic:
+    """Counters of what crossed between nodes: messages and bytes, sent and received.
+
+    Always on (a few integer additions per message).  A message is one transfer from one
+    node to another; its bytes are what travels on the wire, headers included (the
+    in-process cluster counts what the MPI transport would send for the same message).
+    Collectives of the driver (digests, ``reduce``, agreement) are not counted: these
+    counters are about the rows an operator moves.
+    """
+
+    __slots__ = ("received_bytes", "received_messages", "sent_bytes", "sent_messages")
+
+    def __init__(self) -> None:
+        self.sent_messages = 0
+        self.sent_bytes = 0
+        self.received_messages = 0
+        self.received_bytes = 0
+
+    def sent(self, nbytes: int) -> None:
+        """One message of ``nbytes`` left a node."""
+        self.sent_messages += 1
+        self.sent_bytes += nbytes
+
+    def received(self, nbytes: int) -> None:
+        """One message of ``nbytes`` reached a node."""
+        self.received_messages += 1
+        self.received_bytes += nbytes
+
+    def snapshot(self) -> dict[str, int]:
+        """The four counters as plain data."""
+        return {k: getattr(self, k) for k in self.__slots__}
+
+
+#: Header bytes of a write-back message (the sender's sequence number and stop flag).
+ROWS_HEADER = 16
+
+
 class Cluster:
     """Interface shared by the runtimes."""
 
@@ -101,6 +138,8 @@ class Cluster:
         self.on_message: Callable[[int, str, int, int, int], None] | None = None
         #: the current invocation's message-order machine (set by the operator; free)
         self.messages = MessageOrder()
+        #: what this process's nodes sent and received (see :class:`Traffic`)
+        self.traffic = Traffic()
 
     def pool(self, node: int) -> ThreadPoolExecutor:
         """The worker threads of ``node`` (created on first use)."""
@@ -255,6 +294,8 @@ class InProcessCluster(Cluster):
             self._seqs[src] = seq + 1
             for dst in self.local_nodes:
                 if dst != src:
+                    self.traffic.sent(ROWS_HEADER + nbytes)
+                    self.traffic.received(ROWS_HEADER + nbytes)
                     self.messages.arrived(dst, "rows", src)
                     if self.on_message is not None:
                         self.on_message(dst, "rows", src, seq, nbytes)
@@ -430,6 +471,8 @@ class MpiCluster(Cluster):
         header = np.array([round_seq, int(stopped)], dtype=np.int64).view(np.uint8)
         msg = np.concatenate([header, payload])
         reqs = [comm.Isend([msg, MPI.BYTE], dst, tag) for dst in range(P) if dst != me]
+        for _ in range(P - 1):
+            self.traffic.sent(len(msg))
         if has_obj:
             objs = [dds.rows(me, s) for dds, s in mine.per_dds if not dds._numeric]
             reqs += [comm.isend(objs, dst, TAG_OBJROWS) for dst in range(P) if dst != me]
@@ -445,6 +488,7 @@ class MpiCluster(Cluster):
             src = status.Get_source()
             self.messages.arrived(me, "rows", src)
             nbytes = status.Get_count(MPI.BYTE)
+            self.traffic.received(nbytes)
             buf = np.empty(nbytes, dtype=np.uint8)
             comm.Recv([buf, MPI.BYTE], src, tag)
             seq, flag = (int(x) for x in buf[:16].view(np.int64))
@@ -520,4 +564,11 @@ def under_mpi_launcher() -> bool:
     return any(k in os.environ for k in keys)
 
 
-__all__ = ["Cluster", "InProcessCluster", "MpiCluster", "RoundWrites", "under_mpi_launcher"]
+__all__ = [
+    "Cluster",
+    "InProcessCluster",
+    "MpiCluster",
+    "RoundWrites",
+    "Traffic",
+    "under_mpi_launcher",
+]

@@ -211,6 +211,7 @@ def drive_in_process(ctx: SyncContext, runs: dict[int, NodeRun]) -> None:
         fifo[(kind, src, dst)] = at
         mail[(dst, kind, src, clock)] = buf
         ctx.sent_bytes[0] += len(buf)
+        cl.traffic.sent(len(buf))
         ev_cls = DeltaArrived if kind == 0 else UpdateArrived
         post(at, dst, ev_cls(dst, seq(dst), src, clock))
 
@@ -249,6 +250,7 @@ def drive_in_process(ctx: SyncContext, runs: dict[int, NodeRun]) -> None:
             if isinstance(ev, (DeltaArrived, UpdateArrived)):
                 kind = 0 if isinstance(ev, DeltaArrived) else 1
                 nb = len(mail[(p, kind, ev.source, ev.clock)]) - HEADER
+                cl.traffic.received(nb + HEADER)
                 rep.arrived(p, kind, ev.source, ev.clock, nb)
             for ins in machines[p].handle(ev):
                 perform(now, p, ins)
@@ -325,6 +327,7 @@ def drive_mpi(ctx: SyncContext, run: NodeRun) -> None:
         if clock + 1 < C:
             post_recv(kind, src, clock + 1)
         got[(kind, src, clock)] = buf
+        cl.traffic.received(len(buf))
         rep.arrived(me, kind, src, clock, len(buf) - HEADER)
         ev_cls = DeltaArrived if kind == 0 else UpdateArrived
         return machine.handle(ev_cls(me, next(counter), src, clock))
@@ -338,6 +341,7 @@ def drive_mpi(ctx: SyncContext, run: NodeRun) -> None:
     def send(kind: int, dst: int, buf: np.ndarray) -> None:
         sends.append((cl.isend_bytes(buf, dst, TAG_DELTA if kind == 0 else TAG_UPDATE), buf))
         ctx.sent_bytes[0] += len(buf)
+        cl.traffic.sent(len(buf))
 
     if C:
         for q in range(P):
