@@ -1,0 +1,209 @@
+"""sync_for routing (issue 35 item 5): the same bits as before, fewer messages.
+
+``EXPECTED`` holds fingerprints (the DDS digests of every invocation and the final
+parameter values) of sync_for programs recorded on commit 39f82f3, before updates were
+sent only to subscribers: BSP, SSP (in step and under seeded delays) and Hybrid, on
+1, 2, 3 and 8 in-process nodes.  Routing must not change a bit of any of them.
+Regenerate (only when the arithmetic is meant to change) with
+``python -m tests.engine.test_syncfor_routing``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import engine as ap
+from engine._syncfor.drive import SeededDelays, use_delays
+
+HERE = Path(__file__).parent
+sys.path.insert(0, str(HERE))
+from mpi_syncfor import program  # noqa: E402
+
+
+def _regression(sync: str, epochs: int = 3) -> Callable[[], Any]:
+    """Least squares: one parameter row every minibatch reads and writes."""
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(240, 5))
+    rows = np.hstack([X, (X @ rng.normal(size=5))[:, None]])
+
+    def prog() -> Any:
+        D = ap.dvector(len(rows), shape=(6,), data=rows, name="D")
+        w = ap.dvector(1, shape=(5,), name="w")
+
+        def body(batch: ap.Batch) -> None:
+            x, y = batch.values[:, :5], batch.values[:, 5]
+            cur = w[0]
+            w[0] = cur - 0.1 * x.T @ (x @ cur - y) / len(y)
+
+        for _ in range(epochs):
+            ap.sync_for(D, 8, body, sync=sync, name="ls")
+        return {"w": w.gather()}
+
+    return prog
+
+
+def _mlr(sync: str) -> Callable[[], Any]:
+    from apps.mlr._app import train
+
+    return lambda: train(epochs=2, sync=sync, synthetic=True)
+
+
+def _sparse(sync: str) -> Callable[[], Any]:
+    """Pairs of embedding rows: most rows are read by few nodes in few clocks."""
+    rng = np.random.default_rng(0)
+    pairs = rng.integers(0, 300, (400, 2))
+    data = np.hstack([pairs, rng.integers(0, 2, (400, 1))]).astype(np.float64)
+
+    def prog() -> Any:
+        D = ap.dvector(len(data), shape=(3,), data=data, name="pairs")
+        E = ap.dvector(300, shape=(4,), init=ap.init.normal(0, 0.1), name="E")
+
+        def body(batch: ap.Batch) -> None:
+            for row in batch.values:
+                i, j, y = int(row[0]), int(row[1]), row[2]
+                a, b = E[i], E[j]
+                g = 1.0 / (1.0 + np.exp(-a @ b)) - y
+                E[i] = a - 0.1 * g * b
+                E[j] = b - 0.1 * g * a
+
+        for _ in range(2):
+            ap.sync_for(D, 8, body, sync=sync, staleness=1, name="sparse")
+        return {"E": E.gather()}
+
+    return prog
+
+
+def _programs() -> dict[str, tuple[Callable[[], Any], dict[str, Any], Any]]:
+    """name -> (driver, ``ap.run`` options, delay model or None)."""
+    out: dict[str, tuple[Callable[[], Any], dict[str, Any], Any]] = {}
+    for P in (1, 2, 3, 8):
+        for sync in ("bsp", "ssp", "hybrid"):
+            out[f"sgd-{sync}-p{P}"] = (program(sync=sync), {"nodes": P}, None)
+            out[f"ls-{sync}-p{P}"] = (_regression(sync), {"nodes": P}, None)
+            out[f"mlr-{sync}-p{P}"] = (_mlr(sync), {"nodes": P}, None)
+            out[f"sparse-{sync}-p{P}"] = (_sparse(sync), {"nodes": P}, None)
+        out[f"sgd-ssp-delays-p{P}"] = (
+            program(sync="ssp", staleness=2),
+            {"nodes": P},
+            SeededDelays(9, slow={P - 1: 2.5}),
+        )
+        out[f"sparse-ssp-delays-p{P}"] = (
+            _sparse("ssp"),
+            {"nodes": P},
+            SeededDelays(7, compute=(0.2, 3.0), latency=(0.0, 1.0), slow={0: 3.0}),
+        )
+    for P in (2, 3):
+        out[f"sgd-bsp-t2-p{P}"] = (program(per_clock=2), {"nodes": P, "threads": 2}, None)
+        out[f"sgd-hybrid-t2-p{P}"] = (program(sync="hybrid"), {"nodes": P, "threads": 2}, None)
+        out[f"sgd-whole-p{P}"] = (program(re=False), {"nodes": P}, None)
+        out[f"mlr-ssp-t2-p{P}"] = (_mlr("ssp"), {"nodes": P, "threads": 2}, None)
+    return out
+
+
+PROGRAMS = _programs()
+
+
+def fingerprint(name: str) -> str:
+    """Digests of every invocation, objectives and final values of program ``name``."""
+    fn, opts, delays = PROGRAMS[name]
+    if delays is None:
+        res = ap.run(fn, **opts)
+    else:
+        with use_delays(delays):
+            res = ap.run(fn, **opts)
+    h = hashlib.sha256(json.dumps([res.digests, res.objectives], sort_keys=True).encode())
+    value = res.value or {}
+    for key in ("W", "H", "w", "E"):
+        if key in value:
+            h.update(np.ascontiguousarray(value[key]).tobytes())
+    if "coherent" in value:
+        h.update(str(value["coherent"]).encode())
+    return h.hexdigest()[:24]
+
+
+EXPECTED: dict[str, str] = {
+    "ls-bsp-p1": "696ce04f0739aca5650bd6da",
+    "ls-bsp-p2": "858cf2f65aed7791531f4e28",
+    "ls-bsp-p3": "fe72215daa95ac36e10d4f05",
+    "ls-bsp-p8": "cadb40c9220547dcc96ff0dc",
+    "ls-hybrid-p1": "696ce04f0739aca5650bd6da",
+    "ls-hybrid-p2": "858cf2f65aed7791531f4e28",
+    "ls-hybrid-p3": "fe72215daa95ac36e10d4f05",
+    "ls-hybrid-p8": "cadb40c9220547dcc96ff0dc",
+    "ls-ssp-p1": "696ce04f0739aca5650bd6da",
+    "ls-ssp-p2": "dae5e4b06732d26ed3306ac7",
+    "ls-ssp-p3": "42b0d0837c7c0569d73e73e9",
+    "ls-ssp-p8": "ae456327491d31060a2b7711",
+    "mlr-bsp-p1": "8cadd81b6335d6a8fdaf7557",
+    "mlr-bsp-p2": "150067622307cfd4676820d9",
+    "mlr-bsp-p3": "307ce62eee408f873f2c8bd8",
+    "mlr-bsp-p8": "b525d950de301348f27429c4",
+    "mlr-hybrid-p1": "8cadd81b6335d6a8fdaf7557",
+    "mlr-hybrid-p2": "150067622307cfd4676820d9",
+    "mlr-hybrid-p3": "307ce62eee408f873f2c8bd8",
+    "mlr-hybrid-p8": "b525d950de301348f27429c4",
+    "mlr-ssp-p1": "8cadd81b6335d6a8fdaf7557",
+    "mlr-ssp-p2": "b4098f9e68b078c0670ed37f",
+    "mlr-ssp-p3": "34bcabd309e195eb757f5a88",
+    "mlr-ssp-p8": "ac09753758c769b4c67e3207",
+    "mlr-ssp-t2-p2": "140bfd8f973ad838fab9f1ae",
+    "mlr-ssp-t2-p3": "5dbcdf8628ebafd06996fca2",
+    "sgd-bsp-p1": "05fb8d0fb37e237a9c9f2b10",
+    "sgd-bsp-p2": "0c7941824c570fff94bc2fb3",
+    "sgd-bsp-p3": "b2f675aeec6c7a552083d0fb",
+    "sgd-bsp-p8": "e4695d2aabc9b2481c1fa44b",
+    "sgd-bsp-t2-p2": "5b6b6daf5f244e54b41e950d",
+    "sgd-bsp-t2-p3": "6c338065f7b2514ecfca803b",
+    "sgd-hybrid-p1": "05fb8d0fb37e237a9c9f2b10",
+    "sgd-hybrid-p2": "0c7941824c570fff94bc2fb3",
+    "sgd-hybrid-p3": "b2f675aeec6c7a552083d0fb",
+    "sgd-hybrid-p8": "e4695d2aabc9b2481c1fa44b",
+    "sgd-hybrid-t2-p2": "127d9569cc2fe29c302d0b4c",
+    "sgd-hybrid-t2-p3": "40c2124a12f41acbdf0a7042",
+    "sgd-ssp-delays-p1": "05fb8d0fb37e237a9c9f2b10",
+    "sgd-ssp-delays-p2": "4cd41ba245cd668bf150ba97",
+    "sgd-ssp-delays-p3": "b583a48b36e39a7b6bdfafb3",
+    "sgd-ssp-delays-p8": "3064d6e55acb4d2cfa89971b",
+    "sgd-ssp-p1": "05fb8d0fb37e237a9c9f2b10",
+    "sgd-ssp-p2": "6f5b0c693dc4709ca76d834b",
+    "sgd-ssp-p3": "20030741ed35bd34a340d7ba",
+    "sgd-ssp-p8": "28c7eb7060469c18f682a681",
+    "sgd-whole-p2": "0c7941824c570fff94bc2fb3",
+    "sgd-whole-p3": "b2f675aeec6c7a552083d0fb",
+    "sparse-bsp-p1": "ba63884b489b8ee922a62189",
+    "sparse-bsp-p2": "989eed92874f467f36c050c4",
+    "sparse-bsp-p3": "fdec7dc5cfc059664bfd6e75",
+    "sparse-bsp-p8": "b8ac6c5acb1c398854589ef5",
+    "sparse-hybrid-p1": "ba63884b489b8ee922a62189",
+    "sparse-hybrid-p2": "989eed92874f467f36c050c4",
+    "sparse-hybrid-p3": "fdec7dc5cfc059664bfd6e75",
+    "sparse-hybrid-p8": "b8ac6c5acb1c398854589ef5",
+    "sparse-ssp-delays-p1": "ba63884b489b8ee922a62189",
+    "sparse-ssp-delays-p2": "50eb9fa431ccbea21b147f51",
+    "sparse-ssp-delays-p3": "9a13d8f164d7bfdb36f2e215",
+    "sparse-ssp-delays-p8": "865665f2ba92d5fce14bc76d",
+    "sparse-ssp-p1": "ba63884b489b8ee922a62189",
+    "sparse-ssp-p2": "89e537a9924d2bbdc4ed337a",
+    "sparse-ssp-p3": "712be3b7128703e2dc3ae511",
+    "sparse-ssp-p8": "1d3bf2a8c18830849b2364a9",
+}
+
+
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_digests_are_those_of_the_replicated_broadcast(name: str) -> None:
+    assert fingerprint(name) == EXPECTED[name]
+
+
+if __name__ == "__main__":
+    print("EXPECTED: dict[str, str] = {")
+    for n in sorted(PROGRAMS):
+        print(f"    {n!r}: {fingerprint(n)!r},")
+    print("}")
