@@ -1,133 +1,28 @@
 """sync_for routing (issue 35 item 5): the same bits as before, fewer messages.
 
 ``EXPECTED`` holds fingerprints (the DDS digests of every invocation and the final
-parameter values) of sync_for programs recorded on commit 39f82f3, before updates were
-sent only to subscribers: BSP, SSP (in step and under seeded delays) and Hybrid, on
-1, 2, 3 and 8 in-process nodes.  Routing must not change a bit of any of them.
-Regenerate (only when the arithmetic is meant to change) with
-``python -m tests.engine.test_syncfor_routing``.
+parameter values) of the sync_for programs of ``tests/engine/mpi_routing.py``, recorded
+on commit 39f82f3, before updates were sent only to subscribers: BSP, SSP (in step and
+under seeded delays) and Hybrid, on 1, 2, 3 and 8 in-process nodes.  Routing must not
+change a bit of any of them, in process or under ``mpiexec`` (the programs whose result
+does not depend on timing).  Regenerate (only when the arithmetic is meant to change)
+with ``python -m tests.engine.test_syncfor_routing``.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
 import engine as ap
-from engine._syncfor.drive import SeededDelays, use_delays
+from tests import mpibatch
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
-from mpi_syncfor import program  # noqa: E402
-
-
-def _regression(sync: str, epochs: int = 3) -> Callable[[], Any]:
-    """Least squares: one parameter row every minibatch reads and writes."""
-    rng = np.random.default_rng(4)
-    X = rng.normal(size=(240, 5))
-    rows = np.hstack([X, (X @ rng.normal(size=5))[:, None]])
-
-    def prog() -> Any:
-        D = ap.dvector(len(rows), shape=(6,), data=rows, name="D")
-        w = ap.dvector(1, shape=(5,), name="w")
-
-        def body(batch: ap.Batch) -> None:
-            x, y = batch.values[:, :5], batch.values[:, 5]
-            cur = w[0]
-            w[0] = cur - 0.1 * x.T @ (x @ cur - y) / len(y)
-
-        for _ in range(epochs):
-            ap.sync_for(D, 8, body, sync=sync, name="ls")
-        return {"w": w.gather()}
-
-    return prog
-
-
-def _mlr(sync: str) -> Callable[[], Any]:
-    from apps.mlr._app import train
-
-    return lambda: train(epochs=2, sync=sync, synthetic=True)
-
-
-def _sparse(sync: str) -> Callable[[], Any]:
-    """Pairs of embedding rows: most rows are read by few nodes in few clocks."""
-    rng = np.random.default_rng(0)
-    pairs = rng.integers(0, 300, (400, 2))
-    data = np.hstack([pairs, rng.integers(0, 2, (400, 1))]).astype(np.float64)
-
-    def prog() -> Any:
-        D = ap.dvector(len(data), shape=(3,), data=data, name="pairs")
-        E = ap.dvector(300, shape=(4,), init=ap.init.normal(0, 0.1), name="E")
-
-        def body(batch: ap.Batch) -> None:
-            for row in batch.values:
-                i, j, y = int(row[0]), int(row[1]), row[2]
-                a, b = E[i], E[j]
-                g = 1.0 / (1.0 + np.exp(-a @ b)) - y
-                E[i] = a - 0.1 * g * b
-                E[j] = b - 0.1 * g * a
-
-        for _ in range(2):
-            ap.sync_for(D, 8, body, sync=sync, staleness=1, name="sparse")
-        return {"E": E.gather()}
-
-    return prog
-
-
-def _programs() -> dict[str, tuple[Callable[[], Any], dict[str, Any], Any]]:
-    """name -> (driver, ``ap.run`` options, delay model or None)."""
-    out: dict[str, tuple[Callable[[], Any], dict[str, Any], Any]] = {}
-    for P in (1, 2, 3, 8):
-        for sync in ("bsp", "ssp", "hybrid"):
-            out[f"sgd-{sync}-p{P}"] = (program(sync=sync), {"nodes": P}, None)
-            out[f"ls-{sync}-p{P}"] = (_regression(sync), {"nodes": P}, None)
-            out[f"mlr-{sync}-p{P}"] = (_mlr(sync), {"nodes": P}, None)
-            out[f"sparse-{sync}-p{P}"] = (_sparse(sync), {"nodes": P}, None)
-        out[f"sgd-ssp-delays-p{P}"] = (
-            program(sync="ssp", staleness=2),
-            {"nodes": P},
-            SeededDelays(9, slow={P - 1: 2.5}),
-        )
-        out[f"sparse-ssp-delays-p{P}"] = (
-            _sparse("ssp"),
-            {"nodes": P},
-            SeededDelays(7, compute=(0.2, 3.0), latency=(0.0, 1.0), slow={0: 3.0}),
-        )
-    for P in (2, 3):
-        out[f"sgd-bsp-t2-p{P}"] = (program(per_clock=2), {"nodes": P, "threads": 2}, None)
-        out[f"sgd-hybrid-t2-p{P}"] = (program(sync="hybrid"), {"nodes": P, "threads": 2}, None)
-        out[f"sgd-whole-p{P}"] = (program(re=False), {"nodes": P}, None)
-        out[f"mlr-ssp-t2-p{P}"] = (_mlr("ssp"), {"nodes": P, "threads": 2}, None)
-    return out
-
-
-PROGRAMS = _programs()
-
-
-def fingerprint(name: str) -> str:
-    """Digests of every invocation, objectives and final values of program ``name``."""
-    fn, opts, delays = PROGRAMS[name]
-    if delays is None:
-        res = ap.run(fn, **opts)
-    else:
-        with use_delays(delays):
-            res = ap.run(fn, **opts)
-    h = hashlib.sha256(json.dumps([res.digests, res.objectives], sort_keys=True).encode())
-    value = res.value or {}
-    for key in ("W", "H", "w", "E"):
-        if key in value:
-            h.update(np.ascontiguousarray(value[key]).tobytes())
-    if "coherent" in value:
-        h.update(str(value["coherent"]).encode())
-    return h.hexdigest()[:24]
-
+from mpi_routing import PROGRAMS, _sparse, fingerprint, mpi_names  # noqa: E402
 
 EXPECTED: dict[str, str] = {
     "ls-bsp-p1": "696ce04f0739aca5650bd6da",
@@ -200,6 +95,27 @@ EXPECTED: dict[str, str] = {
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
 def test_digests_are_those_of_the_replicated_broadcast(name: str) -> None:
     assert fingerprint(name) == EXPECTED[name]
+
+
+@pytest.fixture(scope="module")
+def routing_mpi(tmp_path_factory: pytest.TempPathFactory) -> dict[int, mpibatch.Batch]:
+    """tests/engine/mpi_routing.py on 2 and 3 ranks (one launch each)."""
+    tmp = tmp_path_factory.mktemp("routing-mpi")
+    batches = {n: mpibatch.Batch(n, tmp / str(n)) for n in (2, 3)}
+    for b in batches.values():
+        b.add("routing", HERE / "mpi_routing.py")
+    return batches
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_mpi_runs_route_to_the_same_bits(ranks: int, routing_mpi: dict) -> None:
+    proc = routing_mpi[ranks].result("routing")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    names = mpi_names(ranks)
+    assert len(names) == 10  # BSP (1 and 2 threads, re=False), Hybrid on one thread
+    for got in routing_mpi[ranks].values("routing"):
+        assert got == {n: EXPECTED[n] for n in names}
 
 
 if __name__ == "__main__":
