@@ -83,6 +83,43 @@ def _numeric_nbytes(parts: list[tuple[_DDS, np.ndarray]]) -> int:
     return sum(d.row_nbytes() * len(s) for d, s in parts if d._numeric)
 
 
+class Traffic:
+    """Counters of what crossed between nodes: messages and bytes, sent and received.
+
+    Always on (a few integer additions per message).  A message is one transfer from one
+    node to another; its bytes are what travels on the wire, headers included (the
+    in-process cluster counts what the MPI transport would send for the same message).
+    Collectives of the driver (digests, ``reduce``, agreement) are not counted: these
+    counters are about the rows an operator moves.
+    """
+
+    __slots__ = ("received_bytes", "received_messages", "sent_bytes", "sent_messages")
+
+    def __init__(self) -> None:
+        self.sent_messages = 0
+        self.sent_bytes = 0
+        self.received_messages = 0
+        self.received_bytes = 0
+
+    def sent(self, nbytes: int) -> None:
+        """One message of ``nbytes`` left a node."""
+        self.sent_messages += 1
+        self.sent_bytes += nbytes
+
+    def received(self, nbytes: int) -> None:
+        """One message of ``nbytes`` reached a node."""
+        self.received_messages += 1
+        self.received_bytes += nbytes
+
+    def snapshot(self) -> dict[str, int]:
+        """The four counters as plain data."""
+        return {k: getattr(self, k) for k in self.__slots__}
+
+
+#: Header bytes of a write-back message (the sender's exchange number).
+ROWS_HEADER = 8
+
+
 class Cluster:
     """Interface shared by the runtimes."""
 
@@ -101,9 +138,8 @@ class Cluster:
         self.on_message: Callable[[int, str, int, int, int], None] | None = None
         #: the current invocation's message-order machine (set by the operator; free)
         self.messages = MessageOrder()
-        #: row messages this process sent, and their payload bytes (numeric rows)
-        self.sent_messages = 0
-        self.sent_bytes = 0
+        #: what this process's nodes sent and received (see :class:`Traffic`)
+        self.traffic = Traffic()
 
     def pool(self, node: int) -> ThreadPoolExecutor:
         """The worker threads of ``node`` (created on first use)."""
@@ -237,8 +273,8 @@ class InProcessCluster(Cluster):
             for dds, slots in parts:
                 self.copy_rows(dds, src, dst, slots)
             nbytes = _numeric_nbytes(parts)
-            self.sent_messages += 1
-            self.sent_bytes += nbytes
+            self.traffic.sent(ROWS_HEADER + nbytes)  # what MPI would send: header included
+            self.traffic.received(ROWS_HEADER + nbytes)
             if self.on_message is not None:
                 self.on_message(dst, ROUTED, src, self._seqs.get(src, 0), nbytes)
         for node in self.local_nodes:  # every node takes part in every exchange
@@ -410,13 +446,13 @@ class MpiCluster(Cluster):
             objs = [dds.rows(me, s) for dds, s in parts if not dds._numeric]
             if objs:
                 reqs.append(comm.isend(objs, dst, TAG_OBJROWS))
-            self.sent_messages += 1
-            self.sent_bytes += len(msg) - len(head)
+            self.traffic.sent(len(msg))
         for src, dst, parts in messages:
             if dst != me:
                 continue
             buf = np.empty(len(head) + _numeric_nbytes(parts), dtype=np.uint8)
             comm.Recv([buf, MPI.BYTE], src, TAG_ROWS)
+            self.traffic.received(len(buf))
             got = int(buf[: len(head)].view(np.int64)[0])
             if got != seq:
                 raise RuntimeError(
@@ -494,4 +530,11 @@ def under_mpi_launcher() -> bool:
     return any(k in os.environ for k in keys)
 
 
-__all__ = ["Cluster", "InProcessCluster", "Message", "MpiCluster", "under_mpi_launcher"]
+__all__ = [
+    "Cluster",
+    "InProcessCluster",
+    "Message",
+    "MpiCluster",
+    "Traffic",
+    "under_mpi_launcher",
+]

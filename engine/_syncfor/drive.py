@@ -207,10 +207,15 @@ def drive_in_process(ctx: SyncContext, runs: dict[int, NodeRun]) -> None:
         heapq.heappush(heap, (at, next(order), p, ev))
 
     def send(now: float, kind: int, src: int, dst: int, clock: int, buf: np.ndarray) -> None:
+        # a message of no rows is not sent, but its arrival is still simulated at the time
+        # it would have arrived: the clock machines see the same events in the same order
+        # as when every message travelled, so SSP visibility (and every bit) is unchanged
         at = max(now + delays.latency(src, dst, clock), fifo.get((kind, src, dst), 0.0))
         fifo[(kind, src, dst)] = at
         mail[(dst, kind, src, clock)] = buf
-        ctx.sent_bytes[0] += len(buf)
+        if len(buf) > HEADER:
+            ctx.sent_bytes[0] += len(buf)
+            cl.traffic.sent(len(buf))
         ev_cls = DeltaArrived if kind == 0 else UpdateArrived
         post(at, dst, ev_cls(dst, seq(dst), src, clock))
 
@@ -228,10 +233,10 @@ def drive_in_process(ctx: SyncContext, runs: dict[int, NodeRun]) -> None:
         elif isinstance(ins, Aggregate):
             rep.aggregated(p, ins)
             got = {s: mail.pop((p, 0, s, ins.clock)) for s in range(P) if s != p}
-            update = run.aggregate(ins.clock, got)
+            updates = run.aggregate(ins.clock, got)
             for d in range(P):
-                if d != p and update is not None:
-                    send(now, 1, p, d, ins.clock, update)
+                if d != p:
+                    send(now, 1, p, d, ins.clock, updates[d])
         elif isinstance(ins, ApplyUpdate):
             run.apply_update(ins.clock, ins.source, mail.pop((p, 1, ins.source, ins.clock)))
         elif isinstance(ins, Finished):
@@ -249,7 +254,9 @@ def drive_in_process(ctx: SyncContext, runs: dict[int, NodeRun]) -> None:
             if isinstance(ev, (DeltaArrived, UpdateArrived)):
                 kind = 0 if isinstance(ev, DeltaArrived) else 1
                 nb = len(mail[(p, kind, ev.source, ev.clock)]) - HEADER
-                rep.arrived(p, kind, ev.source, ev.clock, nb)
+                if nb:
+                    cl.traffic.received(nb + HEADER)
+                    rep.arrived(p, kind, ev.source, ev.clock, nb)
             for ins in machines[p].handle(ev):
                 perform(now, p, ins)
     finally:
@@ -271,6 +278,13 @@ def drive_in_process(ctx: SyncContext, runs: dict[int, NodeRun]) -> None:
 
 
 # ====================================================================== MPI
+def _bare(clock: int) -> np.ndarray:
+    """The stamp of ``clock`` alone: a message of no rows, which is never sent."""
+    buf = np.empty(HEADER, dtype=np.uint8)
+    buf.view(np.int64)[0] = clock
+    return buf
+
+
 #: Polls of the posted receives before a waiting rank starts yielding its core: spinning
 #: answers fastest on dedicated cores, yielding lets an oversubscribed peer run.
 SPIN_POLLS = 200
@@ -307,13 +321,40 @@ def drive_mpi(ctx: SyncContext, run: NodeRun) -> None:
     got: dict[tuple[int, int, int], np.ndarray] = {}  # (kind, src, clock) -> message
     sends: list[tuple[Any, np.ndarray]] = []
 
+    # Messages of no rows are not sent (``engine._syncfor.routing``); both sides know which
+    # from the layout, and the receiver makes their arrival itself.  Every arrival reaches
+    # the machine only once this node has ticked its clock: with every message sent, an
+    # update of clock k could not come before this node's own delta of k, and now an owner
+    # that needs no rows from this node may aggregate k first.  Held back this way, the
+    # clock protocol and the visibility it reports are what they were.
+    held: list[tuple[int, int, int]] = []  # heap of (clock, kind, src); buffers in ``got``
+
     def post_recv(kind: int, src: int, clock: int) -> None:
-        size = (
-            layout.delta_nbytes(clock, src, me) if kind == 0 else layout.update_nbytes(clock, src)
-        )
-        buf = np.empty(HEADER + size, dtype=np.uint8)
-        recvs[2 * src + kind] = cl.irecv_bytes(buf, src, TAG_DELTA if kind == 0 else TAG_UPDATE)
-        meta[2 * src + kind] = (clock, buf)
+        """Post the receive of the first message sent at or after ``clock`` on the channel."""
+        while clock < C:
+            size = (
+                layout.delta_nbytes(clock, src, me)
+                if kind == 0
+                else layout.update_nbytes(clock, src, me, ctx.staleness)
+            )
+            if size:
+                buf = np.empty(HEADER + size, dtype=np.uint8)
+                tag = TAG_DELTA if kind == 0 else TAG_UPDATE
+                recvs[2 * src + kind] = cl.irecv_bytes(buf, src, tag)
+                meta[2 * src + kind] = (clock, buf)
+                return
+            got[(kind, src, clock)] = _bare(clock)
+            heapq.heappush(held, (clock, kind, src))
+            clock += 1
+
+    def release() -> list[Any]:
+        """Feed the machine the held arrivals of the clocks this node has ticked."""
+        out: list[Any] = []
+        while held and held[0][0] < machine.completed:
+            clock, kind, src = heapq.heappop(held)
+            ev_cls = DeltaArrived if kind == 0 else UpdateArrived
+            out += machine.handle(ev_cls(me, next(counter), src, clock))
+        return out
 
     def completed(i: int) -> list[Any]:
         src, kind = divmod(i, 2)
@@ -322,12 +363,12 @@ def drive_mpi(ctx: SyncContext, run: NodeRun) -> None:
         clock, buf = entry
         meta[i] = None
         check_stamp(buf, clock, f"{_CHANNELS[kind]} from node {src}")
-        if clock + 1 < C:
-            post_recv(kind, src, clock + 1)
         got[(kind, src, clock)] = buf
+        heapq.heappush(held, (clock, kind, src))
+        cl.traffic.received(len(buf))
         rep.arrived(me, kind, src, clock, len(buf) - HEADER)
-        ev_cls = DeltaArrived if kind == 0 else UpdateArrived
-        return machine.handle(ev_cls(me, next(counter), src, clock))
+        post_recv(kind, src, clock + 1)
+        return release()
 
     def drain() -> list[Any]:
         out: list[Any] = []
@@ -336,8 +377,11 @@ def drive_mpi(ctx: SyncContext, run: NodeRun) -> None:
         return out
 
     def send(kind: int, dst: int, buf: np.ndarray) -> None:
+        if len(buf) == HEADER:
+            return  # no rows: not sent (the receiver knows)
         sends.append((cl.isend_bytes(buf, dst, TAG_DELTA if kind == 0 else TAG_UPDATE), buf))
         ctx.sent_bytes[0] += len(buf)
+        cl.traffic.sent(len(buf))
 
     if C:
         for q in range(P):
@@ -352,6 +396,7 @@ def drive_mpi(ctx: SyncContext, run: NodeRun) -> None:
             run.compute(ins.clock)
             queue += drain()  # buffered by the machine: the node is still running
             queue += machine.handle(ClockTicked(me, next(counter), ins.clock))
+            queue += release()
         elif isinstance(ins, SendDelta):
             for o in range(P):
                 if o != me:
@@ -359,10 +404,10 @@ def drive_mpi(ctx: SyncContext, run: NodeRun) -> None:
         elif isinstance(ins, Aggregate):
             rep.aggregated(me, ins)
             deltas = {s: got.pop((0, s, ins.clock)) for s in range(P) if s != me}
-            update = run.aggregate(ins.clock, deltas)
+            updates = run.aggregate(ins.clock, deltas)
             for d in range(P):
-                if d != me and update is not None:
-                    send(1, d, update)
+                if d != me:
+                    send(1, d, updates[d])
         elif isinstance(ins, ApplyUpdate):
             run.apply_update(ins.clock, ins.source, got.pop((1, ins.source, ins.clock)))
         elif isinstance(ins, Wait):
@@ -390,6 +435,8 @@ def drive_mpi(ctx: SyncContext, run: NodeRun) -> None:
                 )
             for i in ready:
                 queue += completed(i)
+            if not queue:  # only arrivals of clocks not ticked yet (held): wait on
+                queue.append(ins)
         elif isinstance(ins, ReportMismatch):
             raise _mismatch(ctx, me, ins)
         elif isinstance(ins, Finished):

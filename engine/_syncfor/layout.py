@@ -21,6 +21,7 @@ import numpy as np
 
 from .._asyncfor.recon import AccessSets
 from .._data.dds import _DDS, SLOT_BITS, SLOT_MASK, dmap, dvector
+from .routing import Routing
 
 _EMPTY = np.empty(0, dtype=np.int64)
 
@@ -156,7 +157,10 @@ class SyncLayout:
         self._per_node: list[int] | None = None
         self._shapes: dict[tuple[int, int, int], list[tuple[int, ...]]] = {}
         self._dspans: dict[tuple[int, int, int], Spans] = {}
-        self._uspans: dict[tuple[int, int], Spans] = {}
+        self._uspans: dict[tuple[int, int, int, int], Spans] = {}
+        self._urows: dict[tuple[int, int, int, int], list[Index]] = {}
+        self._routing: dict[int, Routing] = {}
+        self._written: dict[int, np.ndarray] = {}
 
     # ------------------------------------------------------------------ assignment
     def minibatch_slots(self, m: int) -> tuple[int, int]:
@@ -314,25 +318,49 @@ class SyncLayout:
             got = self._dspans[key] = _spans(self.delta_shapes(clock, src, owner), self.row_nbytes)
         return got
 
-    def update_spans(self, clock: int, owner: int) -> Spans:
-        """The same for the update ``owner`` sends every node for ``clock`` (a parameter
-        whose block is empty has none in the message: its shape's first entry is 0)."""
-        got = self._uspans.get((clock, owner))
+    def written(self, d: int) -> np.ndarray:
+        """Slots (sorted) of parameter ``d`` that some node writes in some clock: the only
+        rows an invocation changes in any replica (cached)."""
+        got = self._written.get(d)
         if got is None:
-            oc = self.owner(clock, owner)
-            shapes = [
-                (1, len(r), *(p.shape or ())) for r, p in zip(oc.rows, self.params, strict=True)
-            ]
-            got = self._uspans[(clock, owner)] = _spans(shapes, self.row_nbytes)
+            parts = [self.node(c, p).rows[d] for c in range(self.clocks) for p in range(self.nodes)]
+            got = self._written[d] = np.unique(np.concatenate(parts)) if parts else _EMPTY
+        return got
+
+    def routing(self, staleness: int) -> Routing:
+        """Who receives which rows of each update, under ``staleness`` (cached)."""
+        got = self._routing.get(staleness)
+        if got is None:
+            got = self._routing[staleness] = Routing(self, staleness)
+        return got
+
+    def update_rows(self, clock: int, owner: int, dst: int, staleness: int) -> list[Index]:
+        """Per parameter, the slots of ``owner``'s update of ``clock`` that ``dst`` receives."""
+        key = (clock, owner, dst, staleness)
+        got = self._urows.get(key)
+        if got is None:
+            rows = self.routing(staleness).rows(clock, owner)[dst]
+            got = self._urows[key] = [fast(x) for x in rows]
+        return got
+
+    def update_spans(self, clock: int, owner: int, dst: int, staleness: int) -> Spans:
+        """The same for the update ``owner`` sends ``dst`` for ``clock`` (a parameter none
+        of whose rows ``dst`` receives has no block: its shape's first entry is 0)."""
+        key = (clock, owner, dst, staleness)
+        got = self._uspans.get(key)
+        if got is None:
+            rows = self.routing(staleness).rows(clock, owner)[dst]
+            shapes = [(1, len(r), *(p.shape or ())) for r, p in zip(rows, self.params, strict=True)]
+            got = self._uspans[key] = _spans(shapes, self.row_nbytes)
         return got
 
     def delta_nbytes(self, clock: int, src: int, owner: int) -> int:
-        """Payload bytes of the delta ``src`` sends ``owner`` for ``clock``."""
+        """Payload bytes of the delta ``src`` sends ``owner`` for ``clock`` (0: no message)."""
         return self.delta_spans(clock, src, owner)[1] - HEADER
 
-    def update_nbytes(self, clock: int, owner: int) -> int:
-        """Payload bytes of the update ``owner`` sends every node for ``clock``."""
-        return self.update_spans(clock, owner)[1] - HEADER
+    def update_nbytes(self, clock: int, owner: int, dst: int, staleness: int) -> int:
+        """Payload bytes of the update ``owner`` sends ``dst`` for ``clock`` (0: no message)."""
+        return self.update_spans(clock, owner, dst, staleness)[1] - HEADER
 
     def describe(self) -> dict[str, Any]:
         """Summary numbers for the planner report."""

@@ -17,8 +17,10 @@ Execution model (the same on an in-process cluster and on MPI ranks):
   minibatch in a clock, which happens in the last clock, does not count);
   :func:`register_aggregation` replaces it for one DDS with a function of the stacked
   deltas in (node, thread) order.  The owner adds the aggregate to its rows and sends
-  the new values to every replica.  Arrival order never changes the arithmetic; it is
-  reported to the recorder (``aggregation_order``).
+  each node the new values it may read before the row is written again (``routing``;
+  the last clock's update makes every replica whole).  A delta or update of no rows is
+  not sent.  Arrival order never changes the arithmetic; it is reported to the
+  recorder (``aggregation_order``).
 * **Synchronisation** (``sync=``):
 
   - ``"bsp"``: every node waits for every update of a clock before the next one.
@@ -380,21 +382,39 @@ def _whole(
     return w
 
 
-Snapshot = dict[int, tuple[_DDS, dict[int, np.ndarray]]]
+#: per DDS id: (the DDS, the slots kept, per local node the rows of those slots)
+Snapshot = dict[int, tuple[_DDS, np.ndarray, dict[int, np.ndarray]]]
 
 
-def _snapshot(snap: Snapshot, params: list[_DDS], nodes: list[int]) -> None:
-    """Keep the local replicas of ``params`` not kept yet (their state before the
-    invocation: an attempt only ever changes its own parameters' replicas)."""
-    for d in params:
-        if d._id not in snap:
-            snap[d._id] = (d, {p: d._bufs[p].copy() for p in nodes})
+def _snapshot(snap: Snapshot, layout: SyncLayout, nodes: list[int]) -> None:
+    """Keep the local rows an attempt with ``layout`` may change (what its nodes write:
+    deltas and updates touch no other row of any replica) and that are not kept yet.
+    Taken before the attempt, after any earlier attempt was restored, so every row kept
+    holds its value from before the invocation."""
+    for k, d in enumerate(layout.params):
+        rows = layout.written(k)
+        got = snap.get(d._id)
+        if got is None:
+            snap[d._id] = (d, rows, {p: d._bufs[p][rows] for p in nodes})
+            continue
+        _, kept, copies = got
+        new = np.setdiff1d(rows, kept, assume_unique=True)
+        if not len(new):
+            continue
+        both = np.union1d(kept, new)
+        at_kept, at_new = np.searchsorted(both, kept), np.searchsorted(both, new)
+        for p in nodes:
+            vals = np.empty((len(both), *d._bufs[p].shape[1:]), dtype=d._bufs[p].dtype)
+            vals[at_kept] = copies[p]
+            vals[at_new] = d._bufs[p][new]
+            copies[p] = vals
+        snap[d._id] = (d, both, copies)
 
 
 def _restore(snap: Snapshot) -> None:
-    for d, copies in snap.values():
-        for p, a in copies.items():
-            np.copyto(d._bufs[p], a)
+    for d, rows, copies in snap.values():
+        for p, vals in copies.items():
+            d._bufs[p][rows] = vals
         d._touch()
 
 
@@ -587,7 +607,7 @@ def sync_for(
             layout = st.layout
         assert layout is not None
         if layout.sets is not None:  # guarded: this attempt may be undone
-            _snapshot(snap, layout.params, cl.local_nodes)
+            _snapshot(snap, layout, cl.local_nodes)
         ctx = SyncContext(
             sess=sess,
             name=name,

@@ -351,9 +351,10 @@ class NodeRun:
             for (lo, hi, shape), dt in zip(spans, self.dtypes, strict=True)
         ]
 
-    def aggregate(self, clock: int, received: dict[int, np.ndarray]) -> np.ndarray | None:
+    def aggregate(self, clock: int, received: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
         """Aggregate the deltas of ``clock`` into the owned rows; return the update message
-        for the other nodes (None when there are none)."""
+        for each other node (``engine._syncfor.routing``: the rows it may read; a message
+        of no rows is the bare stamp, which the drivers do not send)."""
         ctx, layout, me = self.ctx, self.ctx.layout, self.node
         oc = layout.owner(clock, me)
         own = self.own.pop(clock)
@@ -366,7 +367,6 @@ class NodeRun:
                 blocks.append(self._unpack_delta(clock, src, received.pop(src)))
         contributors = layout.contributors(clock)
         srcs = summation_order(layout.nodes, me)
-        parts = []
         for d, rep in enumerate(self.replicas):
             n = oc.nrows[d]
             if not n:
@@ -380,12 +380,15 @@ class NodeRun:
                 agg = acc / contributors
             else:
                 agg = self._custom(clock, d, fn, blocks, n, layout.workers(clock, ctx.hybrid))
-            new = rep[rows] + agg
-            rep[rows] = new
-            # the owner's new values as ``rep[rows]`` now holds them (an aggregate of another
-            # dtype, e.g. float64 for float32 rows, made ``new`` wider than the replica)
-            parts.append(new if new.dtype == rep.dtype else rep[rows])
-        return _stamp(clock, parts) if layout.nodes > 1 else None
+            rep[rows] = rep[rows] + agg
+        # the owner's new values as ``rep`` now holds them (an aggregate of another dtype,
+        # e.g. float64 for float32 rows, is cast by the assignment)
+        out = {}
+        for dst in range(layout.nodes):
+            if dst != me:
+                sub = layout.update_rows(clock, me, dst, ctx.staleness)
+                out[dst] = _stamp(clock, [r[ix] for r, ix in zip(self.replicas, sub, strict=True)])
+        return out
 
     def _custom(
         self,
@@ -421,15 +424,16 @@ class NodeRun:
         return agg
 
     def apply_update(self, clock: int, owner: int, buf: np.ndarray) -> None:
-        """Write ``owner``'s new values of ``clock`` into this node's replica."""
-        layout = self.ctx.layout
-        spans, size = layout.update_spans(clock, owner)
+        """Write ``owner``'s new values of ``clock`` (the rows routed here) into this node's
+        replica."""
+        layout, stale = self.ctx.layout, self.ctx.staleness
+        spans, size = layout.update_spans(clock, owner, self.node, stale)
         if size != len(buf):
             raise SyncProtocolError(
                 f"sync_for: update from node {owner} for clock {clock} has {len(buf)} bytes, "
                 f"the layout says {size}"
             )
-        rows = layout.owner(clock, owner).f_rows
+        rows = layout.update_rows(clock, owner, self.node, stale)
         for d, (lo, hi, shape) in enumerate(spans):
             if hi > lo:
                 self.replicas[d][rows[d]] = buf[lo:hi].view(self.dtypes[d]).reshape(shape[1:])

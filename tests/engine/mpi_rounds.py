@@ -62,7 +62,8 @@ def case(world: MPI.Comm) -> None:
         want = [value(q, p) for q in range(r + 1) for p in range(size)]
         got = dds.data[: (r + 1) * size].tolist()
         assert got == want, f"rank {me} after round {r}: {got} != {want}"
-    assert cl.sent_messages == ROUNDS * (size - 1), cl.sent_messages
+    assert cl.traffic.sent_messages == ROUNDS * (size - 1), cl.traffic.snapshot()
+    assert cl.traffic.received_messages == ROUNDS * (size - 1), cl.traffic.snapshot()
     world.Barrier()
     if me == 0:
         print("OK", flush=True)

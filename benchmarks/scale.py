@@ -1,0 +1,265 @@
+"""Scale figures of issue 35 on the in-process cluster; prints one JSON object last.
+
+Everything runs in this process on ``engine.run(fn, nodes=P)``, so it needs no MPI and
+fits the 2-core machine.  Bytes and messages are the transport's counters
+(``engine._runtime.transport.Traffic``: what the in-process cluster moves, counted as the
+MPI transport would send it, headers included), read before and after the operator
+invocation being measured; nothing is estimated from formulas.
+
+* ``bytes_per_epoch_p64_ml100k``, ``messages_per_epoch_p64``: one SGDMF epoch (the
+  ``sgd`` invocation), MovieLens-100K, rank 32, P = 64: the row write-backs;
+* ``imbalance_p64_ml100k``, ``imbalance_p64_synthetic``: the planner's imbalance of that
+  invocation (slowest node's bodies / mean), on MovieLens-100K and on the synthetic set;
+* ``trace_bytes_per_body_p64``: a recorded synthetic SGDMF at P = 64, the store's growth
+  from one epoch to five (file and sidecars) over the bodies of those four epochs;
+* ``mem_per_node_p64_over_p1``: what node 0 holds at P = 64 over the same at P = 1, by
+  summing buffers (not tracemalloc): its rows of every DDS (numpy bytes; Python-object
+  rows by ``sys.getsizeof`` of the object and its fields), the reconnaissance sets and
+  the plan's task lists it keeps (every node keeps the whole of both today);
+* ``mlr_messages_per_clock_p64``: ``sync_for`` messages per clock of one MLR epoch
+  (digits, minibatch 10, BSP) at P = 64.
+
+``--quick`` uses P = 8 and synthetic data for everything (a smoke test, well under a
+minute); the full run takes a few minutes.  Offline, MovieLens-100K falls back to the
+synthetic set and ``data`` says so.
+
+Usage: python benchmarks/scale.py [--quick] [--nodes P]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import tempfile
+import time
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import engine as ap  # noqa: E402
+
+#: The targets of issue 35 ("Figures"), by field.
+TARGETS = {
+    "bytes_per_epoch_p64_ml100k": 14e6,
+    "messages_per_epoch_p64": 8192,
+    "imbalance_p64_ml100k": 1.05,
+    "imbalance_p64_synthetic": 1.10,
+    "trace_bytes_per_body_p64": 1.0,
+    "mem_per_node_p64_over_p1": 0.1,
+    "mlr_messages_per_clock_p64": 1300,
+}
+#: SGDMF factor rank of every run here.
+RANK = 32
+#: Epochs the trace figure grows the store by (from a 1-epoch recording): the store grows
+#: in SQLite pages, so one epoch of routed write-backs can fit in the pages it already has.
+TRACE_EPOCHS = 4
+
+
+def _traffic() -> dict[str, int]:
+    return ap.current().cluster.traffic.snapshot()
+
+
+def _diff(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
+    return {k: after[k] - before[k] for k in after}
+
+
+def _obj_bytes(x: Any) -> int:
+    """A Python-object row's size: the object and its fields (one level deep)."""
+    n = sys.getsizeof(x)
+    if isinstance(x, tuple):
+        n += sum(sys.getsizeof(v) for v in x)
+    return n
+
+
+def _node_bytes(sess: Any, node: int) -> dict[str, int]:
+    """What ``node`` holds, by summing buffers (see the module docstring)."""
+    dds = 0
+    for d in sess.dds:
+        buf = d._bufs[node]
+        if isinstance(buf, np.ndarray) and buf.dtype != object:
+            dds += buf.nbytes
+        else:  # Python-object rows: a list (or object array) of them
+            dds += sys.getsizeof(buf) + sum(_obj_bytes(v) for v in list(buf))
+    sets = plan = 0
+    for st in sess.ops.values():
+        s = getattr(st, "sets", None)
+        if s is not None:
+            sets += s.nbytes()
+        p = getattr(st, "plan", None)
+        if p is not None:
+            plan += sum(t.indices.nbytes for rnd in p.rounds for tasks in rnd for t in tasks)
+            plan += sum(w.nbytes for rnd in p.writes for w in rnd)
+    return {"dds": dds, "recon_sets": sets, "plan": plan, "total": dds + sets + plan}
+
+
+def sgdmf_epoch(synthetic: bool = False, memory: bool = False) -> dict[str, Any]:
+    """One SGDMF epoch (``sgd`` invocation): its traffic, imbalance and node 0's memory."""
+    from apps.sgdmf._app import build, epoch
+
+    A, W, H = build(RANK, 0.1, synthetic)
+    before = _traffic()
+    epoch(A, W, H, 0.02, 0.05)
+    sess = ap.current()
+    out: dict[str, Any] = {
+        "traffic": _diff(_traffic(), before),
+        "imbalance": sess.planner["sgd"]["imbalance"],
+        "rounds": sess.planner["sgd"]["rounds"],
+        "bodies": len(A),
+        "model_bytes": W.row_nbytes() * len(W) + H.row_nbytes() * len(H),
+    }
+    if memory:
+        out["node0_bytes"] = _node_bytes(sess, 0)
+    return out
+
+
+def mlr_epoch() -> dict[str, Any]:
+    """One MLR epoch (``mlr`` invocation, BSP): its traffic and clocks."""
+    from apps.mlr._app import train
+
+    train(epochs=1)
+    sess = ap.current()
+    return {"clocks": sess.planner["mlr"]["rounds"], "digests": sess.digests[-1:]}
+
+
+def _mlr(nodes: int) -> dict[str, Any]:
+    before: dict[str, int] = {}
+
+    def fn() -> dict[str, Any]:
+        before.update(_traffic())
+        out = mlr_epoch()
+        out["traffic"] = _diff(_traffic(), before)
+        return out
+
+    return ap.run(fn, nodes=nodes).value
+
+
+def _store_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.parent.glob(path.name + "*"))
+
+
+def trace_bytes(nodes: int, epochs: int) -> int:
+    """Bytes of the store of a synthetic SGDMF run of ``epochs`` recorded at ``nodes``."""
+    import tracer
+    from apps.sgdmf._app import train
+
+    with tempfile.TemporaryDirectory(prefix="scale-trace-") as tmp:
+        path = Path(tmp) / "trace.sqlite"
+        run_id = f"scale-{nodes}-{epochs}"
+        tracer.start_run(str(path), run_id, {"app": "sgdmf", "ranks": nodes})
+        rec = tracer.TraceRecorder(str(path), run_id, nodes=list(range(nodes)), is_primary=True)
+        params = {"epochs": epochs, "rank": RANK, "synthetic": True}
+        ap.run(train, params, nodes=nodes, recorder=rec)
+        rec.close("finished")
+        return _store_bytes(path)
+
+
+def measure(nodes: int, ml100k: bool) -> dict[str, Any]:
+    """Every figure at ``nodes`` nodes (MovieLens-100K where ``ml100k``, else synthetic)."""
+    t0 = time.perf_counter()
+    timings: dict[str, float] = {}
+
+    def timed(label: str, fn: Any, *args: Any, **kw: Any) -> Any:
+        t = time.perf_counter()
+        got = fn(*args, **kw)
+        timings[label] = round(time.perf_counter() - t, 1)
+        return got
+
+    big = timed(
+        "sgdmf_big",
+        lambda: ap.run(sgdmf_epoch, {"synthetic": not ml100k, "memory": True}, nodes=nodes),
+    ).value
+    one = timed(
+        "sgdmf_p1", lambda: ap.run(sgdmf_epoch, {"synthetic": not ml100k, "memory": True}).value
+    )
+    syn = timed("sgdmf_synthetic", lambda: ap.run(sgdmf_epoch, {"synthetic": True}, nodes=nodes))
+    mlr = timed("mlr", _mlr, nodes)
+    t1 = timed("trace_1_epoch", trace_bytes, nodes, 1)
+    t2 = timed(f"trace_{1 + TRACE_EPOCHS}_epochs", trace_bytes, nodes, 1 + TRACE_EPOCHS)
+    syn_bodies = syn.value["bodies"]
+    tr = big["traffic"]
+    figures = {
+        "bytes_per_epoch_p64_ml100k": tr["sent_bytes"],
+        "messages_per_epoch_p64": tr["sent_messages"],
+        "imbalance_p64_ml100k": big["imbalance"],
+        "imbalance_p64_synthetic": syn.value["imbalance"],
+        "trace_bytes_per_body_p64": round((t2 - t1) / (TRACE_EPOCHS * syn_bodies), 3),
+        "mem_per_node_p64_over_p1": round(
+            big["node0_bytes"]["total"] / one["node0_bytes"]["total"], 4
+        ),
+        "mlr_messages_per_clock_p64": round(mlr["traffic"]["sent_messages"] / mlr["clocks"], 1),
+    }
+    context = {
+        "sgdmf": {
+            "rounds": big["rounds"],
+            "bodies": big["bodies"],
+            "model_bytes": big["model_bytes"],
+            "traffic": tr,
+            "received_per_node_over_model": round(
+                tr["received_bytes"] / nodes / big["model_bytes"], 2
+            ),
+            "node0_bytes": big["node0_bytes"],
+            "node0_bytes_p1": one["node0_bytes"],
+        },
+        "sgdmf_synthetic": {"traffic": syn.value["traffic"], "rounds": syn.value["rounds"]},
+        "mlr": {"clocks": mlr["clocks"], "traffic": mlr["traffic"], "digests": mlr["digests"]},
+        "trace": {
+            "store_bytes_1_epoch": t1,
+            f"store_bytes_{1 + TRACE_EPOCHS}_epochs": t2,
+            "bodies_per_epoch": syn_bodies,
+        },
+        "seconds": timings,
+    }
+    context["seconds"]["total"] = round(time.perf_counter() - t0, 1)
+    return {"figures": figures, "context": context}
+
+
+def main() -> None:
+    ap_ = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap_.add_argument("--quick", action="store_true", help="P = 8, synthetic data (smoke test)")
+    ap_.add_argument("--nodes", type=int, default=None, help="P (default 64, or 8 with --quick)")
+    args = ap_.parse_args()
+    nodes = args.nodes or (8 if args.quick else 64)
+    label = "synthetic"
+    if not args.quick:
+        try:
+            from apps._datasets import movielens_100k
+
+            movielens_100k()
+            label = "movielens-100k"
+        except Exception as exc:  # noqa: BLE001 - fall back, and say so in the output
+            print(f"MovieLens-100K unavailable ({exc}); using synthetic data", file=sys.stderr)
+            label = "synthetic (MovieLens-100K unavailable)"
+    got = measure(nodes, label == "movielens-100k")
+    figures = got["figures"]
+    out: dict[str, Any] = {
+        "benchmark": "scale",
+        "date": date.today().isoformat(),
+        "machine": f"{platform.machine()} {platform.python_version()}",
+        "nodes": nodes,
+        "quick": args.quick,
+        "data": label,
+        "rank": RANK,
+        **figures,
+        "targets": TARGETS,
+        "met": {k: bool(figures[k] <= TARGETS[k]) for k in TARGETS},
+        **got["context"],
+    }
+    if nodes != 64:
+        out["note"] = f"fields named p64 were measured at P = {nodes}"
+    print(json.dumps(out, default=_plain))
+
+
+def _plain(x: Any) -> Any:
+    if isinstance(x, np.generic):
+        return x.item()
+    raise TypeError(f"not JSON: {type(x).__name__}")
+
+
+if __name__ == "__main__":
+    main()
