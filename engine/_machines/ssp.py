@@ -16,7 +16,9 @@ The protocol, for one node among ``nodes`` over clocks ``0 .. clocks-1``:
   clock to every owner (the owner of a row aggregates that row);
 * an owner that holds the deltas of clock ``k`` from every node aggregates them (in
   node order, whatever the arrival order) and pushes the new values of its rows to
-  every node as the *update* of clock ``k``; its own replica has it at once;
+  every node as the *update* of clock ``k`` (the rows a node may not read before their
+  next write stay out of its message, ``engine._syncfor.routing``; an update with no
+  rows for a node arrives without a message); its own replica has it at once;
 * updates from one owner are applied in clock order, and only between clocks (never
   while the node computes), so what a clock reads is fixed when it starts;
 * a node may start clock ``c`` once it has applied, from every owner, the updates of
