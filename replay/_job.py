@@ -31,7 +31,7 @@ from . import _environment, _procs, _traceio, _wire
 from ._apps import all_params, parse_params, resolve
 from ._chaosctl import ChaosController
 from ._errors import LaunchError, ReplayError, UsageError
-from ._hosts import current_placement, mpiexec_command, unreachable_host
+from ._hosts import check_allocation, current_placement, mpiexec_command, unreachable_host
 from ._progress import phase_reporter
 
 if TYPE_CHECKING:
@@ -368,6 +368,7 @@ def launch(
     hosts (``--hostfile``, Slurm).  The job directory only names this process as the
     owner of the job (for :func:`_procs.sweep_stale` and the ranks on this host).
     """
+    check_allocation(ranks, os.environ)
     mpiexec = find_mpiexec()
     _procs.sweep_stale()
     with _procs.job_directory() as tmp:
