@@ -129,6 +129,19 @@ def test_a_dual_test_on_two_hosts_passes(hosts: Hosts) -> None:
     assert res["forward"]["passed"] and res["backward"]["passed"], res
 
 
+def test_chaos_runs_on_two_hosts_are_recorded(hosts: Hosts) -> None:
+    trace = hosts.traces / "chaos.sqlite"
+    params = ["-p", "synthetic=true", "-p", "epochs=1", "-p", "rank=4"]
+    argv = ["chaos", "sgdmf", *params, "--ranks", "2", "--runs", "2", "--chaos-seed", "3"]
+    proc = hosts.run(*argv, "--trace", str(trace), "--timeout", "200")
+    assert proc.returncode == 0, proc.stderr
+    with tracer.open(trace) as t:
+        runs = t.runs()
+    assert [r.status for r in runs] == ["finished", "finished"] and runs[0].ranks == 2
+    proc = hosts.run("verify", str(trace))
+    assert proc.returncode == 0 and proc.stdout.startswith("ok:"), (proc.stdout, proc.stderr)
+
+
 def test_a_killed_rank_on_two_hosts_resumes_bitwise(hosts: Hosts) -> None:
     app = f"{HERE / 'resume_apps.py'}:sgdmf"
     args = ["run", app, "-p", "epochs=4", "--checkpoint-every", "1", "--ranks", "2"]
