@@ -41,8 +41,8 @@ if TYPE_CHECKING:
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_DIVERGED = 3
-#: Seconds the parent waits for rank 0 to acknowledge a piece of the spec before it
-#: sends the next one anyway (``_wire``: an acknowledgement another rank's output cut).
+#: Seconds the parent waits for rank 0 to ask for a piece of the spec before it sends
+#: it anyway (``_wire``: a request that another rank's output cut).
 ACK_WAIT_S = 30.0
 #: Seconds the other ranks of an abandoned job wait for rank 0 to mark the run and
 #: remove the job directory before they exit.
@@ -418,11 +418,11 @@ def launch(
             # The pipe stays open until the job ends: its EOF tells rank 0 we are gone.
             with contextlib.suppress(OSError, ValueError):
                 for k, piece in enumerate(_wire.spec_pieces(spec)):
+                    with contextlib.suppress(queue.Empty):  # (a lost ack: go on anyway)
+                        while acks.get(timeout=ACK_WAIT_S) < k:  # rank 0 is ready for it
+                            pass
                     job_in.write(piece)
                     job_in.flush()
-                    with contextlib.suppress(queue.Empty):  # (a lost ack: go on anyway)
-                        while acks.get(timeout=ACK_WAIT_S) < k:  # read: the next one fits
-                            pass
 
         def pump_out() -> None:
             for line in job_out:

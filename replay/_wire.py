@@ -8,9 +8,10 @@ because mpiexec itself carries them:
 * parent → ranks: mpiexec's stdin, which hydra forwards to rank 0 only.  The job spec
   goes there as one header line ``replay-spec <length> <blake2b>`` and the JSON bytes;
   rank 0 checks them and broadcasts the spec.  Hydra's proxy gives up ("process reading
-  stdin too slowly") when rank 0's stdin pipe is full, so the bytes go in pieces of
-  :data:`SPEC_PIECE` bytes, each sent once rank 0 has acknowledged the one before it
-  with a line ``@replay-ack K`` on its stdout.  The pipe then stays open for as long as
+  stdin too slowly") when rank 0's stdin pipe is full, and stdin that reaches mpiexec
+  before rank 0 runs may be lost, so the bytes go in pieces of :data:`SPEC_PIECE`
+  bytes, piece K once rank 0 has said it is ready for it with a line ``@replay-ack K``
+  on its stdout (K = 0: rank 0 runs and reads).  The pipe then stays open for as long as
   the parent waits for the job: its end (EOF) tells rank 0 that the parent is gone,
   wherever the two run (``_worker``).
 * ranks → parent: mpiexec's forwarded stdout.  A report (rank 0's result, a rank's
@@ -69,19 +70,19 @@ def _digest(data: bytes) -> str:
 # ====================================================================== parent → rank 0
 def spec_pieces(spec: dict[str, Any]) -> list[bytes]:
     """What the parent writes to mpiexec's stdin: the header line, then the spec's JSON in
-    pieces; piece K+1 only once rank 0 acknowledged K (:func:`read_spec`)."""
+    pieces; piece K only once rank 0 is ready for it (:func:`read_spec`)."""
     data = json.dumps(spec).encode()
     header = b"%s %d %d %s\n" % (SPEC_MARK, VERSION, len(data), _digest(data).encode())
     return [header] + [data[k : k + SPEC_PIECE] for k in range(0, len(data), SPEC_PIECE)]
 
 
 def ack_line(k: int) -> str:
-    """Rank 0's acknowledgement of piece ``k`` of the spec (0: the header)."""
+    """Rank 0's line saying it is ready for piece ``k`` of the spec (0: the header)."""
     return f"{ACK_MARK} {k}"
 
 
 def parse_ack(line: str) -> int | None:
-    """The piece a line of mpiexec's stdout acknowledges (None: not an acknowledgement)."""
+    """The piece a line of mpiexec's stdout asks for (None: not such a line)."""
     if not line.startswith(ACK_MARK + " "):
         return None
     text = line[len(ACK_MARK) + 1 :].strip()
@@ -89,10 +90,11 @@ def parse_ack(line: str) -> int | None:
 
 
 def read_spec(stream: IO[bytes], ack: Callable[[int], None] = lambda k: None) -> dict[str, Any]:
-    """Read and check the spec :func:`spec_pieces` sent (rank 0, from its stdin),
-    acknowledging each piece with ``ack(K)``."""
-    header = stream.readline(200)
+    """Read and check the spec :func:`spec_pieces` sent (rank 0, from its stdin), asking
+    for each piece K with ``ack(K)`` once ready for it."""
     ack(0)
+    header = stream.readline(200)
+    ack(1)
     parts = header.split()
     if len(parts) != 4 or parts[0] != SPEC_MARK or parts[1] != str(VERSION).encode():
         raise FrameError(
@@ -107,7 +109,7 @@ def read_spec(stream: IO[bytes], ack: Callable[[int], None] = lambda k: None) ->
             break
         chunks.append(chunk)
         got += len(chunk)
-        ack(len(chunks))
+        ack(len(chunks) + 1)
     data = b"".join(chunks)
     if len(data) != size or _digest(data) != want:
         raise FrameError(

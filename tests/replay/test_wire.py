@@ -73,13 +73,13 @@ def test_a_report_missing_a_frame_is_incomplete() -> None:
     )
 
 
-def test_the_spec_reaches_rank_0_in_acknowledged_pieces() -> None:
+def test_the_spec_reaches_rank_0_in_pieces_it_asks_for() -> None:
     spec = {"app": "sgdmf", "orders_npz": "A" * 50_000}
     pieces = _wire.spec_pieces(spec)
     assert len(pieces) == 1 + 4 and all(len(p) <= _wire.SPEC_PIECE for p in pieces)
     acks: list[int] = []
     got = _wire.read_spec(io.BytesIO(b"".join(pieces)), acks.append)
-    assert got == spec and acks == [0, 1, 2, 3, 4]
+    assert got == spec and acks == [0, 1, 2, 3, 4, 5]  # ready for the header, then each
     assert [_wire.parse_ack(_wire.ack_line(k)) for k in acks] == acks
     assert _wire.parse_ack("iter 1") is None
 
