@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import Any
 
@@ -13,6 +14,7 @@ from ._cliutil import (
     POSITIVE_SECONDS,
     check_counts,
     common,
+    host_options,
     printer,
     shown,
     trace_options,
@@ -21,6 +23,7 @@ from ._cliutil import (
     with_options,
 )
 from ._errors import UsageError
+from ._hosts import check_allocation
 from ._job import EXIT_FAILED
 
 
@@ -63,6 +66,7 @@ from ._job import EXIT_FAILED
     "--timeout", type=POSITIVE_SECONDS, default=None, help="Kill each MPI job after this long."
 )
 @trace_options("Trace store every explored run is recorded into.")
+@host_options
 def chaos_cmd(
     app: str,
     params: tuple[str, ...],
@@ -90,6 +94,8 @@ def chaos_cmd(
 
     if ranks is None:  # exploring runs in process unless ranks are asked for
         ranks, in_process = 2, True
+    if not in_process and ranks > 1:
+        check_allocation(ranks, os.environ)
     if trace is not None and no_trace:
         raise UsageError("--trace and --no-trace exclude each other")
     if under_launcher():

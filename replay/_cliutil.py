@@ -19,7 +19,7 @@ import click
 
 import tracer
 
-from . import _procs
+from . import _hosts, _procs
 from ._errors import UsageError
 from ._job import EXIT_DIVERGED, EXIT_FAILED, EXIT_USAGE, JobFailed, describe
 from ._paths import reserve_trace
@@ -31,6 +31,7 @@ class Group(click.Group):
 
     def invoke(self, ctx: click.Context) -> Any:
         as_json = "--json" in ctx.args  # the subcommand's arguments, not yet parsed
+        _hosts.set_placement(_hosts.Placement())  # a command's --hostfile is its own
         if bars_wanted(as_json):  # downloads in this process (and its ranks) may show bars
             os.environ.setdefault(DOWNLOAD_PROGRESS_ENV, "1")
         try:
@@ -168,6 +169,48 @@ def with_options(options: list[Callable[..., Any]]) -> Callable[..., Any]:
         return fn
 
     return deco
+
+
+#: hydra's launchers (``mpiexec -launcher NAME``): how it starts its proxy on each host.
+LAUNCHERS = ("ssh", "rsh", "fork", "slurm", "ll", "lsf", "sge", "pbs", "cobalt", "manual")
+
+
+def _set_hostfile(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+    if value is not None:  # checked here: a bad file is one line before anything starts
+        placement = _hosts.current_placement()
+        _hosts.set_placement(_hosts.Placement(_hosts.check_hostfile(value), placement.launcher))
+
+
+def _set_launcher(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+    if value is not None:
+        _hosts.set_placement(_hosts.Placement(_hosts.current_placement().hostfile, value))
+
+
+#: ``--hostfile`` and ``--launcher``, shared by every command that starts ``mpiexec``:
+#: they set the placement its launches use (``_hosts``), so no launch takes them apart.
+host_options = with_options(
+    [
+        click.option(
+            "--hostfile",
+            type=click.Path(dir_okay=True),  # checked by _hosts.check_hostfile, in one line
+            default=None,
+            metavar="FILE",
+            expose_value=False,
+            callback=_set_hostfile,
+            help="Hosts to run the MPI ranks on, one per line (host or host:slots), "
+            "passed to mpiexec -f. Rank 0, which writes the trace, runs on the first.",
+        ),
+        click.option(
+            "--launcher",
+            type=click.Choice(LAUNCHERS),
+            default=None,
+            expose_value=False,
+            callback=_set_launcher,
+            help="How mpiexec starts processes on the hosts (mpiexec -launcher). "
+            "[default: ssh; slurm inside a Slurm allocation]",
+        ),
+    ]
+)
 
 
 def trace_options(what: str) -> Callable[..., Any]:

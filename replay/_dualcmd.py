@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import uuid
 from typing import Any
@@ -14,6 +15,7 @@ from ._cliutil import (
     POSITIVE_SECONDS,
     check_counts,
     common,
+    host_options,
     printer,
     shown,
     trace_options,
@@ -22,6 +24,7 @@ from ._cliutil import (
     with_options,
 )
 from ._errors import UsageError
+from ._hosts import check_allocation
 from ._job import EXIT_FAILED
 from ._progress import Printer, reporting
 from ._untested import advice, not_tested
@@ -73,6 +76,7 @@ from ._untested import advice, not_tested
     help="Kill each MPI job after this many seconds.",
 )
 @trace_options("Trace store for the parallel run and the verdicts.")
+@host_options
 def dual_cmd(
     app: str,
     params: tuple[str, ...],
@@ -90,6 +94,8 @@ def dual_cmd(
 ) -> None:
     """Dual-test APP: its parallel runs must equal its serial version exactly."""
     check_counts(ranks=ranks, threads=threads, seed=seed)
+    if not in_process and ranks > 1:
+        check_allocation(ranks, os.environ)
     _environment.ensure(_environment.choose_hash_seed())
     from . import testing
     from ._apps import parse_params

@@ -9,23 +9,26 @@ with :func:`replay._job.launch` — the path of ``replay run --ranks N``, with i
 timeouts, rank-death and error reporting — while the serial side stays in the
 calling process.
 
-What crosses the process boundary is data only, never a pickle:
+What crosses the process boundary is data only, never a pickle, and never a file (the
+ranks may run on other hosts: ``_wire`` carries it):
 
-* parent → ranks: ``spec.json`` (app target, parameter values, controller kind,
-  Hybrid body orders) and ``orders.npz`` (one int64 array per invocation, keyed
-  by ``orders.json``);
-* rank 0 → parent: ``result.json`` (digests, objectives, the outcome log, body
-  orders, body count) and ``out.npz`` (the run's own orders, or the snapshot of
-  one DDS when the job stops after an invocation to localise a divergence;
-  Python-object elements travel as their ``repr``).
+* parent → ranks: the spec (app target, parameter values, controller kind, Hybrid body
+  orders) with ``orders_npz``, the base64 of an npz file (one int64 array per
+  invocation, keyed by ``orders``);
+* rank 0 → parent: the result (digests, objectives, the outcome log, body orders, body
+  count) with ``out_npz`` (the run's own orders, or the snapshot of one DDS when the
+  job stops after an invocation to localise a divergence; Python-object elements
+  travel as their ``repr``).
 
 Ranks run :func:`dual_here`; a rank that diverges from the orders it was given
-writes ``diverged.<rank>.json`` and aborts the job so that no rank waits forever.
+reports it and aborts the job so that no rank waits forever.
 """
 
 from __future__ import annotations
 
+import base64
 import inspect
+import io
 import json
 import sys
 from collections.abc import Callable
@@ -36,7 +39,6 @@ import numpy as np
 
 import engine
 
-from . import _procs
 from ._chaosctl import ChaosController, labels
 from ._dualctl import (
     BodyOrders,
@@ -54,20 +56,30 @@ from ._progress import current_stage, phase_reporter, reporting, route_ticks
 
 
 # ====================================================================== wire format
-def _write_orders(path: Path, orders: dict[tuple[str, int], np.ndarray]) -> list[list[Any]]:
-    """Save ``orders`` as ``path`` (npz, one array per invocation); return the key index."""
+def _npz(**arrays: Any) -> str:
+    """The base64 of an npz file holding ``arrays``."""
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+def _unnpz(text: str) -> Any:
+    return np.load(io.BytesIO(base64.b64decode(text)), allow_pickle=False)
+
+
+def _write_orders(orders: dict[tuple[str, int], np.ndarray]) -> tuple[str, list[list[Any]]]:
+    """``orders`` as (base64 npz, one array per invocation; the key index)."""
     keys = sorted(orders)
     arrays: dict[str, Any] = {
         f"o{k}": np.asarray(orders[key], dtype=np.int64) for k, key in enumerate(keys)
     }
-    np.savez(path, **arrays)
-    return [[op, inv] for op, inv in keys]
+    return _npz(**arrays), [[op, inv] for op, inv in keys]
 
 
-def _read_orders(path: Path, index: list[list[Any]]) -> dict[tuple[str, int], np.ndarray]:
+def _read_orders(text: str, index: list[list[Any]]) -> dict[tuple[str, int], np.ndarray]:
     if not index:
         return {}
-    with np.load(path, allow_pickle=False) as z:
+    with _unnpz(text) as z:
         return {(op, int(inv)): z[f"o{k}"] for k, (op, inv) in enumerate(index)}
 
 
@@ -149,7 +161,7 @@ class MpiSide:
         self,
         controller: Steering | None,
         extra: dict[str, Any],
-        read: Callable[[Path, dict[str, Any]], Any],
+        read: Callable[[dict[str, Any]], Any],
     ) -> Any:
         from ._job import launch
 
@@ -165,51 +177,51 @@ class MpiSide:
             kind, orders = "replay", controller.orders
         elif controller is not None:
             raise TypeError(f"the MPI side cannot ship controller {controller!r}")
-        with _procs.job_directory() as tmp:  # swept at a later launch if we are SIGKILLed
-            job = Path(tmp)
-            spec = {
-                "kind": "dual",
-                "app": self.app,
-                "values": self.params,
-                "threads": self.threads,
-                "seed": self.seed,
-                "sys_path": [p for p in sys.path if p],
-                "controller": kind,
-                "orders": _write_orders(job / "orders.npz", orders),
-                "body_orders": _body_orders_json(getattr(controller, "body_orders", None)),
-                **extra,
-            }
-            out = self.out
-            st = current_stage()
-            if st is not None:  # rank 0 ticks on stdout; the ticks go where this stage's go
-                spec["progress"] = {"what": st.what, "total": st.total}
-                out = route_ticks(st.say, self.out)
-            res = launch(spec, self.ranks, timeout=self.timeout, out=out, job_dir=str(job))
-            if "divergence" in res:
-                raise engine.DivergenceError(**res["divergence"])
-            if "replica" in res:
-                d = res["replica"]
-                raise engine.ReplicaMismatchError(
-                    d["op"],
-                    d["invocation"],
-                    d["dds"],
-                    d["element"],
-                    d["node"],
-                    d["owner"],
-                    d["replica"],
-                    d["owner_value"],
-                )
-            return read(job, res)
+        packed, index = _write_orders(orders)
+        spec = {
+            "kind": "dual",
+            "app": self.app,
+            "values": self.params,
+            "threads": self.threads,
+            "seed": self.seed,
+            "sys_path": [p for p in sys.path if p],
+            "controller": kind,
+            "orders": index,
+            "orders_npz": packed,
+            "body_orders": _body_orders_json(getattr(controller, "body_orders", None)),
+            **extra,
+        }
+        out = self.out
+        st = current_stage()
+        if st is not None:  # rank 0 ticks on stdout; the ticks go where this stage's go
+            spec["progress"] = {"what": st.what, "total": st.total}
+            out = route_ticks(st.say, self.out)
+        res = launch(spec, self.ranks, timeout=self.timeout, out=out)
+        if "divergence" in res:
+            raise engine.DivergenceError(**res["divergence"])
+        if "replica" in res:
+            d = res["replica"]
+            raise engine.ReplicaMismatchError(
+                d["op"],
+                d["invocation"],
+                d["dds"],
+                d["element"],
+                d["node"],
+                d["owner"],
+                d["replica"],
+                d["owner_value"],
+            )
+        return read(res)
 
     def run(self, controller: Steering | None, trace: tuple[str, str] | None = None) -> Outcome:
         """One test-mode run; ``trace`` (path, run id) records it into a trace store."""
         extra = {} if trace is None else {"trace": trace[0], "run_id": trace[1]}
 
-        def read(job: Path, res: dict[str, Any]) -> Outcome:
+        def read(res: dict[str, Any]) -> Outcome:
             return Outcome(
                 digests=res["digests"],
                 objectives=res["objectives"],
-                orders=_read_orders(job / "out.npz", res["orders"]),
+                orders=_read_orders(res.get("out_npz", ""), res["orders"]),
                 sync_ops=set(res["sync_ops"]),
                 body_orders=_body_orders_of(res["body_orders"]),
                 bodies=res["bodies"],
@@ -224,28 +236,28 @@ class MpiSide:
     ) -> np.ndarray | None:
         """DDS ``dds`` right after invocation (op, invocation), in comparable form."""
 
-        def read(job: Path, res: dict[str, Any]) -> np.ndarray | None:
+        def read(res: dict[str, Any]) -> np.ndarray | None:
             if not res.get("snapshot"):
                 return None
-            with np.load(job / "out.npz", allow_pickle=False) as z:
-                return z["snapshot"]
+            with _unnpz(res["out_npz"]) as z:
+                snap: np.ndarray = z["snapshot"]
+                return snap
 
         return self._job(controller, {"stop": [op, invocation, dds]}, read)
 
 
 # ====================================================================== rank side
 def dual_here(spec: dict[str, Any], comm: Any) -> dict[str, Any]:
-    """One rank of a dual-test job; rank 0's return value is the job's ``result.json``."""
+    """One rank of a dual-test job; rank 0's return value is the job's result."""
     from ._apps import resolve
     from ._job import _recorder, recording
 
     for p in reversed(spec.get("sys_path", [])):
         if p not in sys.path:
             sys.path.insert(0, p)
-    job = Path(spec["job_dir"])
     app = resolve(spec["app"])
     params = dict(spec.get("values", {}))
-    orders = _read_orders(job / "orders.npz", spec["orders"])
+    orders = _read_orders(spec.get("orders_npz", ""), spec["orders"])
     body_orders = _body_orders_of(spec["body_orders"])
     controller: Steering | None = None
     if spec["controller"] == "wavefront":
@@ -287,7 +299,7 @@ def dual_here(spec: dict[str, Any], comm: Any) -> dict[str, Any]:
         assert isinstance(controller, Tap) and stop is not None  # only a Tap stops
         snap = controller.snapshot.get(stop[2])
         if comm.Get_rank() == 0 and snap is not None:
-            np.savez(job / "out.npz", snapshot=comparable(snap))
+            return {"snapshot": True, "out_npz": _npz(snapshot=comparable(snap))}
         return {"snapshot": snap is not None}
     if stop:  # the program never reached (op, invocation)
         return {"snapshot": False}
@@ -296,9 +308,11 @@ def dual_here(spec: dict[str, Any], comm: Any) -> dict[str, Any]:
         body.update(part)
     out = outcome_of(res, body)
     index: list[list[Any]] = []
+    packed = ""
     if comm.Get_rank() == 0:
-        index = _write_orders(job / "out.npz", out.orders)
+        packed, index = _write_orders(out.orders)
     return {
+        "out_npz": packed,
         "digests": out.digests,
         "objectives": out.objectives,
         "log": [list(e) for e in out.log],

@@ -1,10 +1,11 @@
 """Running an app: here (in-process or as one rank of an MPI job) or under ``mpiexec``.
 
-``replay run APP --ranks N`` starts ``mpiexec -n N python -m replay._worker SPEC``.
-Every rank runs :func:`run_here`; rank 0 writes the result as JSON into the job
-directory, and a rank that fails writes ``error.<rank>.json`` and aborts the job so
-that no other rank waits forever.  The parent turns those files into one line of
-output and an exit status.  ``mpiexec -n N replay run APP`` started by a user runs
+``replay run APP --ranks N`` starts ``mpiexec -n N python -m replay._worker`` and
+sends the job spec to rank 0 on mpiexec's stdin.  Every rank runs :func:`run_here`;
+rank 0 reports the result as framed lines on its stdout, and a rank that fails reports
+its error the same way and aborts the job so that no other rank waits forever
+(``_wire``).  The parent turns those reports into one line of output and an exit
+status.  ``mpiexec -n N replay run APP`` started by a user runs
 :func:`run_here` directly on every rank.
 """
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import queue
 import shutil
 import signal
 import subprocess
@@ -25,10 +27,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
 
-from . import _environment, _procs
+from . import _environment, _procs, _traceio, _wire
 from ._apps import all_params, parse_params, resolve
 from ._chaosctl import ChaosController
 from ._errors import LaunchError, ReplayError, UsageError
+from ._hosts import check_allocation, current_placement, mpiexec_command, unreachable_host
 from ._progress import phase_reporter
 
 if TYPE_CHECKING:
@@ -38,6 +41,9 @@ if TYPE_CHECKING:
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_DIVERGED = 3
+#: Seconds the parent waits for rank 0 to ask for a piece of the spec before it sends
+#: it anyway (``_wire``: a request that another rank's output cut).
+ACK_WAIT_S = 30.0
 #: Seconds the other ranks of an abandoned job wait for rank 0 to mark the run and
 #: remove the job directory before they exit.
 ABANDON_WAIT_S = 10.0
@@ -217,10 +223,12 @@ def _recorder(spec: dict[str, Any], app: Any, params: dict[str, Any], comm: Any)
     nodes = [rank] if comm is not None else list(range(ranks))
     every = spec.get("checkpoint_every", None)
     # under MPI the primary writes every rank's commit (tracer._recorder: the funnel), on
-    # a communicator of its own so that its gathers never meet the engine's messages
+    # a communicator of its own so that its gathers never meet the engine's messages; a
+    # rank on another host than rank 0 may not see the store at all: it records without
     funnel = comm.Dup() if comm is not None and comm.Get_size() > 1 else None
+    store = path if funnel is None or _traceio.same_store(path, comm) else None
     return tracer.TraceRecorder(
-        path, run_id, nodes, is_primary=rank == 0, checkpoint_every=every, funnel=funnel
+        store, run_id, nodes, is_primary=rank == 0, checkpoint_every=every, funnel=funnel
     )
 
 
@@ -352,29 +360,24 @@ def launch(
     *,
     timeout: float | None = None,
     out: Callable[[str], None] = print,
-    job_dir: str | None = None,
 ) -> dict[str, Any]:
     """Run ``spec`` on ``ranks`` MPI ranks under mpiexec; return rank 0's result.
 
-    ``job_dir`` (optional) is a directory the caller owns, holding its input files
-    and keeping the ranks' output files after the job; by default a temporary one.
+    Nothing goes through files: the spec reaches rank 0 on mpiexec's stdin and the
+    reports come back as frames on its stdout (``_wire``), so the ranks may run on other
+    hosts (``--hostfile``, Slurm).  The job directory only names this process as the
+    owner of the job (for :func:`_procs.sweep_stale` and the ranks on this host).
     """
+    check_allocation(ranks, os.environ)
     mpiexec = find_mpiexec()
     _procs.sweep_stale()
     with _procs.job_directory() as tmp:
-        job = Path(job_dir or tmp)
-        # each rank watches this process and cleans up after it if it is SIGKILLed
-        spec = dict(spec, job_dir=str(job), tmp_dir=tmp, parent=_procs.identity())
-        (job / "spec.json").write_text(json.dumps(spec))
-        cmd = [
-            mpiexec,
-            "-n",
-            str(ranks),
-            sys.executable,
-            "-m",
-            "replay._worker",
-            str(job / "spec.json"),
-        ]
+        # rank 0 watches this process (its stdin; and ranks on this host its pid), and
+        # cleans up after it if it is SIGKILLed
+        spec = dict(spec, tmp_dir=tmp, parent=_procs.identity())
+        cmd = mpiexec_command(
+            mpiexec, ranks, [sys.executable, "-m", "replay._worker"], current_placement()
+        )
         env = dict(
             os.environ, PYTHONUNBUFFERED="1", **_environment.worker_env(spec.get("hash_seed"))
         )
@@ -387,6 +390,7 @@ def launch(
         try:
             proc = subprocess.Popen(
                 cmd,
+                stdin=subprocess.PIPE,
                 stdout=out_w,
                 stderr=err_w,
                 env=env,
@@ -402,10 +406,33 @@ def launch(
         job_out = os.fdopen(out_r, encoding="utf-8", errors="replace")
         job_err = os.fdopen(err_r, encoding="utf-8", errors="replace")
         err_lines: list[str] = []
+        reader = _wire.FrameReader()
+        assert proc.stdin is not None
+        job_in = proc.stdin
+
+        acks: queue.Queue[int] = queue.Queue()
+
+        def send_spec() -> None:
+            # in a thread: mpiexec reads its stdin only once it runs, and never if it
+            # fails to start the job (an unreachable host) - this call must not block.
+            # The pipe stays open until the job ends: its EOF tells rank 0 we are gone.
+            with contextlib.suppress(OSError, ValueError):
+                for k, piece in enumerate(_wire.spec_pieces(spec)):
+                    with contextlib.suppress(queue.Empty):  # (a lost ack: go on anyway)
+                        while acks.get(timeout=ACK_WAIT_S) < k:  # rank 0 is ready for it
+                            pass
+                    job_in.write(piece)
+                    job_in.flush()
 
         def pump_out() -> None:
             for line in job_out:
                 line = line.rstrip("\n")
+                k = _wire.parse_ack(line)
+                if k is not None:
+                    acks.put(k)
+                    continue
+                if reader.feed(line):
+                    continue
                 if _is_launcher_noise(line):
                     err_lines.append(line)  # hydra reports dead ranks on stdout
                 else:
@@ -425,6 +452,7 @@ def launch(
         ]
         for t in threads:
             t.start()
+        threading.Thread(target=send_spec, daemon=True).start()
         t0 = time.monotonic()
         try:
             proc.wait(timeout=timeout)
@@ -442,47 +470,59 @@ def launch(
             _kill(proc)  # whatever went wrong here, no rank outlives this call
             raise
         finally:
+            with contextlib.suppress(OSError, ValueError):
+                job_in.close()
             for t in threads:
                 t.join(timeout=5)
             for f, t in zip((job_out, job_err), threads, strict=True):
                 if not t.is_alive():  # a reader still blocked keeps its file (daemon)
                     f.close()
-        result_file = job / "result.json"
-        diverged = [json.loads(f.read_text()) for f in sorted(job.glob("diverged.*.json"))]
+        reports = reader.reports()
+        diverged = [r.data for r in reports if r.kind == "diverged"]
         if diverged:
             # the report of the rank that could name the differing element, if one did
             named = [r for r in diverged if "element" in (r.get("first_difference") or {})]
             return (named or diverged)[0]
-        errors = sorted(job.glob("error.*.json"))
+        errors = [r.data for r in reports if r.kind == "error"]
         if errors:
-            first = json.loads(errors[0].read_text())
+            first = errors[0]
             _mark_crashed(spec, first["message"])
             raise JobFailed(first["message"], first["status"])
-        if proc.returncode == 0 and result_file.exists():
-            return json.loads(result_file.read_text())
+        results = [r.data for r in reports if r.kind == "result" and r.rank == 0]
+        if proc.returncode == 0 and results:
+            return results[0]
+        missing = reader.incomplete()
+        if missing is not None:
+            _mark_crashed(spec, str(missing))
+            raise missing
         message = _death_message(ranks, proc.returncode, err_lines, time.monotonic() - t0)
+        message = unreachable_host(err_lines) or message
         _mark_crashed(spec, message)
         raise LaunchError(message)
 
 
 def abandon(spec: dict[str, Any], rank: int) -> None:
-    """A rank's watchdog found the parent CLI dead: clean up after it (rank 0 marks the
-    run crashed and removes the job directory; the others wait until it has)."""
+    """A rank found the parent CLI dead: clean up after it (rank 0 marks the run crashed
+    and removes the job directory, if it runs on the parent's host; the others wait
+    until it has, for mpiexec ends the job as soon as one rank exits)."""
     if rank != 0:
         # an early exit would make mpiexec kill rank 0 mid-cleanup: wait for its last step
-        done = Path(str(spec.get("tmp_dir") or spec["job_dir"]))
+        # (on another host than the parent's the directory is not there: wait it out)
+        done = Path(str(spec.get("tmp_dir")))
+        seen = done.exists()
         deadline = time.monotonic() + ABANDON_WAIT_S
-        while done.exists() and time.monotonic() < deadline:
+        while time.monotonic() < deadline and (done.exists() or not seen):
             time.sleep(0.05)
         return
     who = spec.get("parent", {}).get("pid", "?")
     _mark_crashed(spec, f"the replay process (pid {who}) died; the run was abandoned")
-    for d in {str(spec.get(k)) for k in ("tmp_dir", "job_dir") if spec.get(k)}:
-        try:  # only directories the dead process created for this job (not a user's)
+    d = spec.get("tmp_dir")
+    if d:
+        try:  # only the directory the dead process created for this job
             owner = json.loads((Path(d) / _procs.OWNER_FILE).read_text())
         except (OSError, ValueError):
-            continue
-        if owner.get("pid") == spec["parent"]["pid"]:
+            return
+        if owner.get("pid") == spec["parent"]["pid"] and _procs.on_this_host(owner):
             shutil.rmtree(d, ignore_errors=True)
 
 

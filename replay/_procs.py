@@ -25,6 +25,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import tempfile
 import threading
 import time
@@ -113,10 +114,25 @@ def _start_time(pid: int) -> str | None:
     return fields[19]
 
 
+def host_id() -> str:
+    """This host: its name and the kernel's boot id (two machines may share a name)."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        boot = ""
+    return f"{socket.gethostname()}/{boot}"
+
+
 def identity(pid: int | None = None) -> dict[str, Any]:
     """What :func:`alive` needs to recognise ``pid`` (default: this process) later."""
     pid = os.getpid() if pid is None else pid
-    return {"pid": pid, "start": _start_time(pid) or ""}
+    return {"pid": pid, "start": _start_time(pid) or "", "host": host_id()}
+
+
+def on_this_host(who: dict[str, Any]) -> bool:
+    """Whether the process :func:`identity` described runs on this host, where its pid
+    means something (an identity without a host is from this host: older job dirs)."""
+    return who.get("host", host_id()) == host_id()
 
 
 def alive(who: dict[str, Any]) -> bool:
@@ -194,7 +210,7 @@ def sweep_stale(root: str | os.PathLike[str] | None = None) -> list[str]:
             if d.is_symlink() or not d.is_dir() or d.stat().st_uid != os.getuid():
                 continue
             owner = json.loads((d / OWNER_FILE).read_text())
-            if not alive(owner):
+            if on_this_host(owner) and not alive(owner):
                 shutil.rmtree(d, ignore_errors=True)
                 removed.append(str(d))
     return removed
@@ -206,9 +222,11 @@ __all__ = [
     "check_shape",
     "default_limit",
     "identity",
+    "host_id",
     "install_signal_handlers",
     "interrupt_reason",
     "job_directory",
+    "on_this_host",
     "start_watchdog",
     "sweep_stale",
     "write_owner",

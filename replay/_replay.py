@@ -28,7 +28,7 @@ import engine
 import tracer
 from engine.lowlevel import ScheduleExhausted
 
-from . import _environment
+from . import _environment, _traceio
 from ._apps import BUILTIN_APPS, App, resolve
 from ._controller import ReplayChecker, ReplayFinished, TraceController
 from ._errors import UsageError
@@ -235,7 +235,9 @@ def replay_here(
 ) -> dict[str, Any]:
     """Replay ``spec['trace']`` here: ``mode`` 'cluster' (one rank of MPI) or 'single'."""
     mode = spec["mode"]
-    run = open_run(spec["trace"], spec.get("run_id"))
+    # on another host than rank 0 the trace file is not there: rank 0 sends it
+    where = _traceio.readable(spec["trace"], comm if mode == "cluster" else None)
+    run = open_run(where, spec.get("run_id"))
     info = run.info
     app = recorded_app(info, allow_changed=bool(spec.get("allow_changed_code")))
     if mode == "cluster":

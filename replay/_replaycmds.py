@@ -17,6 +17,7 @@ from engine import DivergenceError
 from . import _environment, _procs
 from ._cliutil import (
     POSITIVE_SECONDS,
+    host_options,
     limit_options,
     printer,
     trace_arg,
@@ -167,6 +168,7 @@ def _identical_head(res: dict[str, Any]) -> str:
 @allow_changed_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
 @limit_options()
+@host_options
 def cluster_cmd(
     trace: str,
     run_id: str | None,

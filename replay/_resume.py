@@ -24,7 +24,7 @@ from typing import Any
 import engine
 import tracer
 
-from . import _environment
+from . import _environment, _traceio
 from ._dualctl import same_value
 from ._errors import UsageError
 from ._job import _recorder, recorded_modes, recording, run_json
@@ -223,7 +223,8 @@ def resume_here(
 ) -> dict[str, Any]:
     """Resume ``spec['continues']`` here (in-process, or as one rank of the MPI job);
     record into ``spec['trace']`` as run ``spec['run_id']``; return the JSON result."""
-    crashed = open_run(spec["trace"], spec["continues"])
+    # on another host than rank 0 the trace file is not there: rank 0 sends it
+    crashed = open_run(_traceio.readable(spec["trace"], comm), spec["continues"])
     info = crashed.info
     # the new run names its app as the crashed run does (not the resolved file path)
     app = dataclasses.replace(recorded_app(info), spec=info.app)

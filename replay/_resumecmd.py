@@ -9,7 +9,15 @@ import click
 import tracer
 
 from . import _environment, _procs
-from ._cliutil import POSITIVE_SECONDS, limit_options, printer, summary, trace_arg, under_launcher
+from ._cliutil import (
+    POSITIVE_SECONDS,
+    host_options,
+    limit_options,
+    printer,
+    summary,
+    trace_arg,
+    under_launcher,
+)
 from ._errors import UsageError
 from ._job import launch
 from ._progress import Printer
@@ -28,6 +36,7 @@ from ._resume import new_spec, resumable, resume_here, trace_not_written
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
 @limit_options()
+@host_options
 def resume_cmd(
     trace: str,
     run_id: str | None,

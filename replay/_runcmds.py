@@ -20,6 +20,7 @@ from ._cliutil import (
     POSITIVE_SECONDS,
     check_counts,
     common,
+    host_options,
     printer,
     rank,
     shown,
@@ -30,6 +31,7 @@ from ._cliutil import (
     with_options,
 )
 from ._errors import UsageError
+from ._hosts import check_allocation, default_ranks
 from ._job import EXIT_DIVERGED, EXIT_FAILED, describe, launch, run_here
 from ._progress import Printer, reporting
 from ._replay import replay_here, store_verdict
@@ -99,7 +101,8 @@ def execute(
                     comm.Abort(status)
                     # MPICH's Abort can return before mpiexec kills this rank: no second report
                     os._exit(status)
-        ranks = 1 if ranks is None else ranks
+        ranks = default_ranks(os.environ) if ranks is None else ranks
+        check_allocation(ranks, os.environ)
         spec["run_id"] = uuid.uuid4().hex
         if ranks == 1:
             _environment.ensure(hash_seed)
@@ -129,8 +132,12 @@ def prefetch(app: str, params: tuple[str, ...]) -> None:
 @click.argument("app")
 @with_options(common)
 @click.option(
-    "--ranks", type=int, default=None, help="MPI ranks (starts mpiexec when > 1). [default: 1]"
+    "--ranks",
+    type=int,
+    default=None,
+    help="MPI ranks (starts mpiexec when > 1). [default: 1; in a Slurm allocation its tasks]",
 )
+@host_options
 @click.option("--checked", is_flag=True, help="Fail on any access outside the reconnaissance sets.")
 @click.option(
     "--timeout",
@@ -204,6 +211,7 @@ def run_cmd(
 @click.command("demo")
 @click.option("--ranks", type=int, default=2, show_default=True, help="MPI ranks.")
 @click.option("--epochs", type=int, default=3, show_default=True, help="Training epochs.")
+@host_options
 def demo_cmd(ranks: int, epochs: int) -> None:
     """The main job: train SGDMF on MovieLens-100K on 2 MPI ranks with recording, replay the
     trace on the cluster and in one process, and summarise."""

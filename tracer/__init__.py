@@ -63,6 +63,7 @@ from ._store import is_url as is_url
 from ._store import mark_crashed as mark_crashed
 from ._store import probe_store as probe_store
 from ._store import special_kind as special_kind
+from ._store import sqlite_path as sqlite_path
 from ._store import start_run as start_run
 from ._verify import Problem as Problem
 from ._verify import Report as Report
@@ -117,5 +118,6 @@ __all__ = [
     "open_writable",
     "probe_store",
     "special_kind",
+    "sqlite_path",
     "start_run",
 ]

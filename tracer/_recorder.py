@@ -14,8 +14,13 @@ next round on both (about 5% of a 20 ms kernel epoch on 2 ranks).  So with a *fu
 (the ranks' communicator) every rank hands its rows of an invocation to the primary,
 which writes all of them in one transaction: the invocation is durable once that
 transaction commits, on every node at once.  Each rank still builds its own rows and its
-own chain link; only the write moves.  Checkpoints and the rows flushed at the end are
-written by each rank itself.
+own chain link; only the write moves.  Checkpoints go the same way (every rank takes one
+at the same invocation).  A rank on another host than the primary may not see the store
+at all (SQLite on the primary's local disk): it is given no store (``store=None``) and
+everything it records reaches the store through the funnel only.  The rows a rank that
+does see the store flushes when a run stops early are written by that rank itself; a
+rank without the store loses those (never a completed invocation: those went through
+the funnel).
 """
 
 from __future__ import annotations
@@ -138,7 +143,7 @@ class TraceRecorder(Recorder):
 
     def __init__(
         self,
-        store: str | os.PathLike[str] | Engine,
+        store: str | os.PathLike[str] | Engine | None,
         run_id: str,
         nodes: list[int] | tuple[int, ...] | range,
         is_primary: bool,
@@ -154,11 +159,18 @@ class TraceRecorder(Recorder):
         nodes = sorted(int(n) for n in nodes)
         if not nodes:
             raise ValueError("TraceRecorder needs at least one node id")
+        if store is None and (is_primary or funnel is None or funnel.Get_size() < 2):
+            raise ValueError("only a non-primary rank with a funnel may record without a store")
         self._own_engine = not isinstance(store, Engine)
-        self._engine = create_store(store)
-        db = sqlite_path(self._engine) if self._engine.dialect.name == "sqlite" else None
+        # None: this rank cannot see the store; it writes only through the funnel
+        self._engine: Engine | None = None if store is None else create_store(store)
+        db = (
+            sqlite_path(self._engine)
+            if self._engine is not None and self._engine.dialect.name == "sqlite"
+            else None
+        )
         self._reserve = SpaceReserve(db) if db is not None else None  # for the run row
-        self._writer = RowWriter(self._engine)
+        self._writer = RowWriter(self._engine) if self._engine is not None else None
         self.run_id = str(run_id)
         self.nodes = nodes
         self.is_primary = bool(is_primary)
@@ -176,6 +188,7 @@ class TraceRecorder(Recorder):
         self._handed: dict[Any, list[dict[str, Any]]] | None = None  # last rows handed over
         self._full: str | None = None  # the write error, once a write found the disk full
         if self.is_primary:
+            assert self._engine is not None
             with self._engine.connect() as conn:
                 have = conn.execute(select(Run.__table__).where(Run.run_id == self.run_id)).first()
             if have is None:
@@ -459,7 +472,7 @@ class TraceRecorder(Recorder):
         """The rows this rank handed over last, if the primary has not committed them
         within :data:`FUNNEL_WAIT_S` (it died, or stopped before its commit)."""
         rows, self._handed = self._handed, None
-        if rows is None:
+        if rows is None or self._engine is None:  # without the store: nothing to check
             return None
         link = rows[ChainLink][0]
         query = select(ChainLink.id).where(
@@ -478,6 +491,10 @@ class TraceRecorder(Recorder):
 
     def _write(self, rows: dict[Any, list[dict[str, Any]]], clear: tuple[int, ...] = ()) -> None:
         """Insert ``rows`` in one transaction, then drop the bulk buffers of ``clear``."""
+        if self._writer is None:  # a rank without the store: what it could not hand over
+            for n in clear:
+                self._bufs[n].clear()
+            return
         try:
             self._writer.write(rows)
         except TraceWriteError as exc:
@@ -568,12 +585,46 @@ class TraceRecorder(Recorder):
         # the blocks first, then the marker with the time both took: a checkpoint counts
         # only once its marker is written (a crash in between leaves ignored blocks)
         mark = rows.pop(Checkpoint)
+        if self._funnel is not None:
+            return self._checkpoint_funnel(node, op, invocation, rows, mark, t0, nbytes)
         self._write(rows)
         mark[0]["seconds"] = time.perf_counter() - t0
         # the marker and the side link that covers it and its blocks, in one transaction
         side = self._chain.side_link(node, op, invocation, {Checkpoint: mark, **rows})
         self._write({Checkpoint: mark, ChainLink: [side]})
         self._chain.advance(side)
+        return nbytes
+
+    def _checkpoint_funnel(
+        self,
+        node: int,
+        op: str,
+        invocation: int,
+        rows: dict[Any, list[dict[str, Any]]],
+        mark: list[dict[str, Any]],
+        t0: float,
+        nbytes: int,
+    ) -> int:
+        """Funnel: the primary writes every rank's checkpoint (the ranks take one at the
+        same invocation): all blocks in one transaction, then all markers with their side
+        links in another, so a crash in between leaves only ignored blocks."""
+        assert self._funnel is not None
+        mark[0]["seconds"] = time.perf_counter() - t0
+        side = self._chain.side_link(node, op, invocation, {Checkpoint: mark, **rows})
+        mine = (dict(rows), mark, side)
+        got = self._funnel.gather(None if self.is_primary else mine, root=0)
+        self._chain.advance(side)
+        if not self.is_primary:
+            return nbytes
+        blocks: dict[Any, list[dict[str, Any]]] = defaultdict(list)
+        marks: dict[Any, list[dict[str, Any]]] = defaultdict(list)
+        for part_rows, part_mark, part_side in (mine, *got[1:]):
+            for model, batch in part_rows.items():
+                blocks[model] += batch
+            marks[Checkpoint] += part_mark
+            marks[ChainLink].append(part_side)
+        self._write(blocks)
+        self._write(marks)
         return nbytes
 
     # ------------------------------------------------------------ end
@@ -601,7 +652,7 @@ class TraceRecorder(Recorder):
                 status, error = "crashed", f"disk full: {self._full}"
                 if self._reserve is not None:
                     self._reserve.release()  # room for the run row's few pages
-            if self.is_primary or status != "finished":
+            if self._engine is not None and (self.is_primary or status != "finished"):
                 b = self._bufs[self._home]
                 try:
                     finish_run(self._engine, self.run_id, status, error, self._home, b.seq)
@@ -615,10 +666,11 @@ class TraceRecorder(Recorder):
         finally:
             if self._reserve is not None:
                 self._reserve.release()
-            self._writer.close()  # before the WAL checkpoint, which it would block
-            if self.is_primary:
+            if self._writer is not None:
+                self._writer.close()  # before the WAL checkpoint, which it would block
+            if self._engine is not None and self.is_primary:
                 checkpoint(self._engine)
-            if self._own_engine:
+            if self._own_engine and self._engine is not None:
                 self._engine.dispose()
                 if self.is_primary:
                     leave_wal(sqlite_path(self._engine))

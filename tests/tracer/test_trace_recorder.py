@@ -5,6 +5,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import signal
+import sqlite3
 import time
 from pathlib import Path
 from typing import Any
@@ -468,3 +469,49 @@ def test_a_failing_rank_does_not_write_twice_what_the_primary_committed(tmp_path
     with tracer.open(path) as trace:
         assert trace.verify().ok
         assert sorted((i.node, i.invocation) for i in trace.run().invocations()) == [(0, 0), (1, 0)]
+
+
+class _Block:
+    """One DDS's rows of a checkpoint, as the engine hands them to ``checkpoint``."""
+
+    def __init__(self, node: int) -> None:
+        self.dds, self.kind, self.dtype, self.shape, self.length = "W", "array", "<f8", (2,), 4
+        self.slots = np.array([2 * node, 2 * node + 1])
+        self.values = np.arange(4.0).reshape(2, 2) + 10 * node
+
+
+@pytest.mark.parametrize("storeless", [False, True])
+def test_checkpoints_go_through_the_funnel_even_from_a_rank_without_the_store(
+    tmp_path: Path, storeless: bool
+) -> None:
+    """Rank 1 on another host than the store (``store=None``): its commits and its
+    checkpoints reach the file through rank 0, and the trace verifies."""
+    path = tmp_path / "t.sqlite"
+    tracer.start_run(path, "r", {"app": "funnel", "ranks": 2})
+    gathers = _Gathers(2)
+    recs = [
+        tracer.TraceRecorder(
+            None if (n == 1 and storeless) else path, "r", [n], n == 0, funnel=gathers.comm(n)
+        )
+        for n in (0, 1)
+    ]
+    for inv in range(3):
+        for node in (1, 0):
+            _script(recs[node], node, inv)
+            recs[node].invocation_done("op", inv, node, {"bodies": 4, "rounds": 1, "seconds": 0})
+        for node in (1, 0):  # every rank checkpoints after the same invocation
+            recs[node].checkpoint("op", inv, node, inv + 1, [_Block(node)], {})
+    for rec in recs[::-1]:
+        rec.close("finished")
+    with tracer.open(path) as trace:
+        assert trace.verify().ok, trace.verify().line()
+        run = trace.run()
+        assert [(c.op, c.invocation) for c in run.checkpoints()] == [("op", i) for i in range(3)]
+        assert sorted((i.node, i.invocation) for i in run.invocations()) == [
+            (n, i) for n in (0, 1) for i in range(3)
+        ]
+    with sqlite3.connect(path) as db:
+        nodes = db.execute("SELECT node, count(*) FROM checkpoint GROUP BY node").fetchall()
+    assert nodes == [(0, 3), (1, 3)]
+    with pytest.raises(ValueError, match="without a store"):
+        tracer.TraceRecorder(None, "r", [0], True, funnel=_Gathers(2).comm(0))

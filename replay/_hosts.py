@@ -1,0 +1,183 @@
+"""Where an MPI job's ranks run: the host file, hydra's launcher, a Slurm allocation.
+
+``--hostfile FILE`` and ``--launcher NAME`` (``_cliutil.host_options``) become a
+:class:`Placement` for the duration of one command; every launch of that command
+(``replay run``, ``cluster``, ``resume``, ``dual``, ``chaos``: all through
+``_job.launch``) builds its ``mpiexec`` command line with :func:`mpiexec_command`.
+Inside a Slurm allocation (``SLURM_JOB_ID`` with ``SLURM_NTASKS`` or
+``SLURM_JOB_NODELIST``) hydra is told ``-launcher slurm`` unless the user chose a
+launcher, ``--ranks`` defaults to the allocation's tasks, and more ranks than it has are
+refused before anything starts.
+
+Everything here is a pure function of its arguments (the environment is passed in),
+so that the command lines can be tested without a cluster.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import os
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+from ._errors import UsageError
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """How the user asked for the ranks to be placed (None: mpiexec's default)."""
+
+    hostfile: str | None = None
+    launcher: str | None = None
+
+
+_PLACEMENT: contextvars.ContextVar[Placement | None] = contextvars.ContextVar(
+    "replay_placement", default=None
+)
+
+
+def current_placement() -> Placement:
+    """The placement of the command that runs now (the default outside one)."""
+    return _PLACEMENT.get() or Placement()
+
+
+@contextlib.contextmanager
+def placed(placement: Placement) -> Iterator[None]:
+    """Make ``placement`` current for the launches inside the block."""
+    token = _PLACEMENT.set(placement)
+    try:
+        yield
+    finally:
+        _PLACEMENT.reset(token)
+
+
+def set_placement(placement: Placement) -> None:
+    """Make ``placement`` current until the command ends (``_cliutil.Group`` resets it)."""
+    _PLACEMENT.set(placement)
+
+
+def check_hostfile(path: str) -> str:
+    """``path`` if it is a host file mpiexec can read, else one :class:`UsageError` line."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            hosts = [ln.split("#", 1)[0].strip() for ln in f]
+    except FileNotFoundError:
+        raise UsageError(
+            f"--hostfile {path}: no such file; give a file with one host per line"
+        ) from None
+    except IsADirectoryError:
+        raise UsageError(
+            f"--hostfile {path} is a directory; give a file with one host per line"
+        ) from None
+    except OSError as exc:
+        raise UsageError(f"--hostfile {path} cannot be read: {exc.strerror}") from None
+    if not any(hosts):
+        raise UsageError(
+            f"--hostfile {path} names no host; write one host per line (host or host:slots)"
+        )
+    return os.path.abspath(path)
+
+
+# ====================================================================== Slurm
+def slurm_tasks(env: Mapping[str, str]) -> int | None:
+    """The number of tasks of the Slurm allocation this process runs in (None: none)."""
+    if not env.get("SLURM_JOB_ID"):
+        return None
+    if not (env.get("SLURM_NTASKS") or env.get("SLURM_JOB_NODELIST")):
+        return None
+    for key in ("SLURM_NTASKS", "SLURM_NPROCS"):
+        text = env.get(key, "")
+        if text.isdigit() and int(text) > 0:
+            return int(text)
+    return None
+
+
+def in_slurm(env: Mapping[str, str]) -> bool:
+    """Whether ``env`` is that of a process inside a Slurm allocation."""
+    return bool(env.get("SLURM_JOB_ID")) and bool(
+        env.get("SLURM_NTASKS") or env.get("SLURM_JOB_NODELIST")
+    )
+
+
+def default_ranks(env: Mapping[str, str]) -> int:
+    """``--ranks`` when not given: the allocation's tasks under Slurm, else 1."""
+    return slurm_tasks(env) or 1
+
+
+def check_allocation(ranks: int, env: Mapping[str, str], *, what: str = "--ranks") -> None:
+    """Refuse more ranks than the Slurm allocation has tasks (one line, before a start)."""
+    tasks = slurm_tasks(env)
+    if tasks is not None and ranks > tasks:
+        raise UsageError(
+            f"{what} {ranks} is more than the {tasks} task(s) of Slurm job "
+            f"{env.get('SLURM_JOB_ID')}; ask for more with 'salloc -n {ranks}' (or "
+            f"'sbatch -n {ranks}'), or use fewer ranks"
+        )
+
+
+# ====================================================================== command line
+def mpiexec_command(
+    mpiexec: str,
+    ranks: int,
+    argv: list[str],
+    placement: Placement,
+    env: Mapping[str, str] | None = None,
+) -> list[str]:
+    """The command line that starts ``argv`` on ``ranks`` ranks (hydra's options).
+
+    >>> mpiexec_command("mpiexec", 2, ["python"], Placement("hosts", None), env={})
+    ['mpiexec', '-f', 'hosts', '-n', '2', 'python']
+    """
+    env = os.environ if env is None else env
+    cmd = [mpiexec]
+    if placement.hostfile is not None:
+        cmd += ["-f", placement.hostfile]
+    launcher = placement.launcher
+    if launcher is None and in_slurm(env):
+        launcher = "slurm"
+    if launcher is not None:
+        cmd += ["-launcher", launcher]
+    return [*cmd, "-n", str(ranks), *argv]
+
+
+#: What hydra's ssh launcher prints when it cannot reach a host.
+_SSH_FAILURE = re.compile(
+    r"ssh: (?:Could not resolve hostname (?P<name>\S+?):|connect to host (?P<host>\S+) port "
+    r"\d+:)\s*(?P<why>.*)"
+)
+
+
+def unreachable_host(err_lines: list[str]) -> str | None:
+    """One line naming the host mpiexec could not start a rank on (None: no such line)."""
+    for line in err_lines:
+        m = _SSH_FAILURE.search(line)
+        if m is not None:
+            host = m.group("name") or m.group("host")
+            why = m.group("why").strip().rstrip(".") or "unreachable"
+            return (
+                f"mpiexec cannot reach host {host} ({why}); fix that host in the host file "
+                "or check it is up and accepts ssh without a password"
+            )
+    if any("Launch proxy failed" in line for line in err_lines):
+        return (
+            "mpiexec could not start its proxy on a host of the job (see --hostfile and "
+            "--launcher); check every host is up and reachable with the chosen launcher"
+        )
+    return None
+
+
+__all__ = [
+    "Placement",
+    "check_allocation",
+    "check_hostfile",
+    "current_placement",
+    "default_ranks",
+    "in_slurm",
+    "mpiexec_command",
+    "placed",
+    "set_placement",
+    "slurm_tasks",
+    "unreachable_host",
+]

@@ -1,0 +1,157 @@
+"""Where the ranks run: --hostfile, --launcher and Slurm allocations (``replay._hosts``).
+
+The command lines are built by a pure function, so Slurm is tested by its environment
+variables (there is no Slurm here) and the line the launcher would start."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from replay import _hosts
+from replay._errors import UsageError
+from tests.conftest import mpiexec, run_cli
+
+WORKER = ["python", "-m", "replay._worker"]
+SLURM = {"SLURM_JOB_ID": "4242", "SLURM_NTASKS": "4", "SLURM_JOB_NODELIST": "node[01-02]"}
+
+
+def test_no_placement_is_todays_command_line() -> None:
+    cmd = _hosts.mpiexec_command("mpiexec", 2, WORKER, _hosts.Placement(), env={})
+    assert cmd == ["mpiexec", "-n", "2", *WORKER]
+
+
+def test_hostfile_and_launcher_go_before_the_ranks() -> None:
+    cmd = _hosts.mpiexec_command("mpiexec", 3, WORKER, _hosts.Placement("/h", "ssh"), env={})
+    assert cmd == ["mpiexec", "-f", "/h", "-launcher", "ssh", "-n", "3", *WORKER]
+
+
+def test_a_slurm_allocation_is_recognised() -> None:
+    assert _hosts.slurm_tasks(SLURM) == 4 and _hosts.default_ranks(SLURM) == 4
+    cmd = _hosts.mpiexec_command("mpiexec", 4, WORKER, _hosts.Placement(), env=SLURM)
+    assert cmd == ["mpiexec", "-launcher", "slurm", "-n", "4", *WORKER]
+    # the user's launcher wins; a job id alone (a login shell's leftovers) is no allocation
+    chosen = _hosts.mpiexec_command("mpiexec", 4, WORKER, _hosts.Placement(None, "ssh"), SLURM)
+    assert chosen[1:3] == ["-launcher", "ssh"]
+    assert _hosts.default_ranks({"SLURM_JOB_ID": "1"}) == 1
+    assert _hosts.mpiexec_command("m", 1, [], _hosts.Placement(), env={"SLURM_JOB_ID": "1"}) == [
+        "m",
+        "-n",
+        "1",
+    ]
+
+
+def test_more_ranks_than_the_allocation_is_one_clear_line() -> None:
+    _hosts.check_allocation(4, SLURM)
+    _hosts.check_allocation(64, {})  # no allocation: no limit here
+    with pytest.raises(UsageError) as err:
+        _hosts.check_allocation(8, SLURM)
+    assert str(err.value).startswith("--ranks 8 is more than the 4 task(s) of Slurm job 4242")
+    assert "\n" not in str(err.value)
+
+
+def test_a_hostfile_must_be_readable_and_name_a_host(tmp_path: Path) -> None:
+    good = tmp_path / "hosts"
+    good.write_text("# the cluster\nnode01:2\nnode02:2\n")
+    assert _hosts.check_hostfile(str(good)) == str(good)
+    (tmp_path / "empty").write_text("# nothing\n\n")
+    for path, what in [
+        (tmp_path / "missing", "no such file"),
+        (tmp_path, "is a directory"),
+        (tmp_path / "empty", "names no host"),
+    ]:
+        with pytest.raises(UsageError, match=what):
+            _hosts.check_hostfile(str(path))
+
+
+def test_an_unreachable_host_is_named() -> None:
+    lines = [
+        "ssh: Could not resolve hostname nosuchhost.invalid: Name or service not known",
+        "[mpiexec@vm] ui_cmd_cb (pmiserv_pmci.c:51): Launch proxy failed.",
+    ]
+    line = _hosts.unreachable_host(lines)
+    assert line is not None and line.startswith("mpiexec cannot reach host nosuchhost.invalid")
+    assert "Name or service not known" in line
+    refused = ["ssh: connect to host node07 port 22: Connection refused"]
+    assert "host node07 (Connection refused)" in str(_hosts.unreachable_host(refused))
+    assert _hosts.unreachable_host(["iter 1"]) is None
+
+
+@pytest.mark.parametrize(
+    "command", ["run sgdmf", "cluster t.sqlite", "resume t.sqlite", "dual sgdmf", "chaos sgdmf"]
+)
+def test_every_launching_command_refuses_a_missing_hostfile(
+    command: str, cli, tmp_path: Path
+) -> None:
+    res = cli(*command.split(), "--hostfile", str(tmp_path / "nope"), cwd=tmp_path)
+    assert res.returncode == 2, (res.stdout, res.stderr)
+    assert (
+        res.stderr == f"replay: error: --hostfile {tmp_path / 'nope'}: no such file; "
+        "give a file with one host per line\n"
+    )
+
+
+def test_slurm_ranks_beyond_the_allocation_refused_before_a_start(cli, tmp_path: Path) -> None:
+    res = cli("run", "sgdmf", "--ranks", "8", "--no-trace", env=SLURM, cwd=tmp_path)
+    assert res.returncode == 2 and res.stderr.count("\n") == 1, res.stderr
+    assert "--ranks 8 is more than the 4 task(s) of Slurm job 4242" in res.stderr
+
+
+@pytest.mark.mpi
+def test_the_options_reach_mpiexec(tmp_path: Path) -> None:
+    """A logging wrapper records the command line of each launch, then runs it."""
+    log = tmp_path / "argv.log"
+    wrapper = tmp_path / "mpiexec-logged"
+    wrapper.write_text(f'#!/bin/sh\necho "$@" >> {log}\nexec {mpiexec()} "$@"\n')
+    wrapper.chmod(0o755)
+    hosts = tmp_path / "hosts"
+    hosts.write_text("localhost:2\n")
+    env = {"REPLAY_MPIEXEC": str(wrapper), "SLURM_JOB_ID": "7", "SLURM_NTASKS": "2"}
+    trace = tmp_path / "t.sqlite"
+    params = ["-p", "synthetic=true", "-p", "epochs=1"]
+    # inside the "allocation": --ranks defaults to its 2 tasks and hydra gets -launcher slurm
+    # (which cannot start here: the line is what is checked)
+    run_cli(["run", "sgdmf", *params, "--trace", str(trace), "--timeout", "10"], env=env)
+    assert log.read_text().split("\n")[0].split()[:4] == ["-launcher", "slurm", "-n", "2"]
+    log.unlink()
+    place = ["--hostfile", str(hosts), "--launcher", "fork"]
+    env = {"REPLAY_MPIEXEC": str(wrapper)}
+    trace = tmp_path / "t2.sqlite"
+    argv = ["run", "sgdmf", *params, "--ranks", "2", "--trace", str(trace), *place]
+    proc = run_cli(argv, env=env)
+    assert proc.returncode == 0, proc.stderr
+    proc = run_cli(["cluster", str(trace), "--json", "--timeout", "60", *place], env=env)
+    assert proc.returncode == 0 and json.loads(proc.stdout)["identical"], proc.stderr
+    lines = log.read_text().splitlines()
+    assert len(lines) == 2
+    for line in lines:
+        assert line.split()[:6] == ["-f", str(hosts), "-launcher", "fork", "-n", "2"]
+    assert lines[0].endswith(f"{sys.executable} -m replay._worker")
+
+
+@pytest.mark.mpi
+def test_an_unreachable_host_is_one_line_and_leaves_traces_intact(tmp_path: Path) -> None:
+    bad = tmp_path / "hosts"
+    bad.write_text("localhost:1\nnosuchhost.invalid:1\n")
+    trace = tmp_path / "t.sqlite"
+    params = ["-p", "synthetic=true", "-p", "epochs=1"]
+    began = time.monotonic()
+    argv = ["run", "sgdmf", *params, "--ranks", "2", "--trace", str(trace), "--timeout", "60"]
+    proc = run_cli([*argv, "--hostfile", str(bad)])
+    assert time.monotonic() - began < 60
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    last = proc.stderr.splitlines()[-1]
+    assert last.startswith("replay: error: mpiexec cannot reach host nosuchhost.invalid"), last
+    assert not trace.exists()  # nothing ran: no empty trace is left behind
+    # a trace that holds a run stays whole when its replay cannot reach a host
+    assert run_cli(argv).returncode == 0
+    proc = run_cli(["cluster", str(trace), "--hostfile", str(bad), "--timeout", "60"])
+    assert proc.returncode == 2 and "cannot reach host nosuchhost.invalid" in proc.stderr
+    proc = run_cli(["verify", str(trace)])
+    assert proc.returncode == 0 and proc.stdout.startswith("ok:"), proc.stderr
+    proc = run_cli(["cluster", str(trace), "--json", "--timeout", "60"])
+    assert proc.returncode == 0 and json.loads(proc.stdout)["identical"], proc.stderr
