@@ -19,8 +19,9 @@ EXIT_PEER = 70
 
 
 #: Seconds a rank waits after sending its report before it aborts the job, so that
-#: mpiexec forwards the report before it kills the ranks.
-REPORT_GRACE_S = 0.1
+#: mpiexec forwards the report before it kills the ranks (hydra reads the rank's output
+#: and the abort request in one event loop: on a loaded machine 0.1 s is close).
+REPORT_GRACE_S = 0.5
 #: Seconds a diverged rank waits for the other ranks' reports before it stops the job:
 #: every rank checks the same digest, but only the rank that owns the differing element
 #: can name it (it reads no other rank's rows).
