@@ -32,7 +32,7 @@ from ._apps import all_params, parse_params, resolve
 from ._chaosctl import ChaosController
 from ._errors import LaunchError, ReplayError, UsageError
 from ._hosts import check_allocation, current_placement, mpiexec_command, unreachable_host
-from ._progress import phase_reporter
+from ._progress import phases_to
 
 if TYPE_CHECKING:
     import engine
@@ -286,7 +286,7 @@ def run_here(
             comm=comm,
             recorder=recorder,
             progress=say,
-            phases=phase_reporter(say) if say is not None else None,
+            phases=phases_to(say),
             schedules=controller,
             hooks=controller,
             digest=spec.get("digest"),

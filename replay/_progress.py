@@ -65,16 +65,21 @@ def parse_phase(line: str) -> str | None:
     return line[len(PHASE) :] if line.startswith(PHASE) else None
 
 
+def phases_to(say: Callable[[str], None] | None) -> Callable[[str], None] | None:
+    """``engine.run(phases=...)`` that sends phase lines to ``say`` (None: no phases)."""
+    if say is None:
+        return None
+    out = say
+    return lambda name: out(phase_line(name))
+
+
 def phase_reporter(say: Callable[[str], None] | None = None) -> Callable[[str], None] | None:
     """``engine.run(phases=...)``: phase lines to ``say``, else to the stage current now
     (:func:`reporting`); None when nobody listens."""
     if say is None:
         cur = current_stage()
         say = None if cur is None else cur.say
-    if say is None:
-        return None
-    out = say
-    return lambda name: out(phase_line(name))
+    return phases_to(say)
 
 
 def parse_tick(line: str) -> tuple[int, int | None, str] | None:
@@ -350,6 +355,7 @@ __all__ = [
     "parse_tick",
     "phase_line",
     "phase_reporter",
+    "phases_to",
     "plain_every",
     "reporting",
     "route_ticks",

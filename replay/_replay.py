@@ -33,7 +33,7 @@ from ._apps import BUILTIN_APPS, App, resolve
 from ._controller import ReplayChecker, ReplayFinished, TraceController
 from ._errors import UsageError
 from ._job import code_digest, recorded_modes, rounded_times
-from ._progress import phase_reporter, tick_line
+from ._progress import phases_to, tick_line
 from ._target import CodeChangedError, check_digest, check_params, file_digest, own_source
 from ._timetravel import FastForward, Start, first_step, program_order, start_before, step_of
 
@@ -312,7 +312,7 @@ def replay_here(
     complete = True
     stopped = False
     reproduced: str | None = None
-    phases = phase_reporter(say) if say is not None else None
+    phases = phases_to(say)
     if phases is not None and travel is not None and travel.start.op is not None:
         # the driver re-runs to the checkpoint, skipping loop invocations: one phase
         phases(f"fast-forward to the checkpoint after {travel.start.op}#{travel.start.invocation}")

@@ -28,7 +28,7 @@ from . import _environment, _traceio
 from ._dualctl import same_value
 from ._errors import UsageError
 from ._job import _recorder, recorded_modes, recording, run_json
-from ._progress import phase_reporter
+from ._progress import phases_to
 from ._replay import open_run, recorded_app
 from ._timetravel import FastForward, Start, first_step, program_order
 
@@ -279,7 +279,7 @@ def resume_here(
             comm=comm,
             recorder=recorder,
             progress=say,
-            phases=phase_reporter(say) if say is not None else None,
+            phases=phases_to(say),
             hooks=hooks,
             **modes,
         )

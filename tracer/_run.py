@@ -482,13 +482,17 @@ class RunTrace:
 
     # ------------------------------------------------------------ time travel
     @_checked("checkpoints")
-    def checkpoints(self) -> list[CheckpointInfo]:
-        """Checkpoints every node of the run completed, in program order."""
-        rows = self._all(
+    def _checkpoint_rows(self) -> list[Any]:
+        """Every node's checkpoint marker rows of the run, in program order."""
+        return self._all(
             select(Checkpoint.__table__)
             .where(Checkpoint.run == self.run_id)
             .order_by(Checkpoint.step, Checkpoint.node)
         )
+
+    def checkpoints(self) -> list[CheckpointInfo]:
+        """Checkpoints every node of the run completed, in program order."""
+        rows = self._checkpoint_rows()
         nodes = max(int(self.info.ranks), 1)
         by: dict[tuple[str, int], list[Any]] = {}
         for r in rows:
@@ -524,13 +528,8 @@ class RunTrace:
         """``(op, invocation, node, seconds, bytes)`` of each node's checkpoint, as recorded
         (seconds: encoding and writing it; a value that is not a finite non-negative
         number reads as 0)."""
-        rows = self._all(
-            select(Checkpoint.__table__)
-            .where(Checkpoint.run == self.run_id)
-            .order_by(Checkpoint.step, Checkpoint.node)
-        )
         out = []
-        for r in rows:
+        for r in self._checkpoint_rows():
             sec = float(r.seconds or 0.0)
             sec = sec if math.isfinite(sec) and sec >= 0 else 0.0
             out.append((str(r.op), int(r.invocation), int(r.node), sec, int(r.nbytes)))

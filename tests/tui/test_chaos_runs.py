@@ -37,17 +37,22 @@ def _runs(group: list[int]) -> str:
     return ", ".join(map(str, group))
 
 
-def test_chaos_runs_are_grouped_by_outcome_and_two_groups_diff(tmp_path: Path) -> None:
-    path = tmp_path / "chaos.sqlite"
-    report = chaos.explore(
+def _explore(path: Path, runs: int):
+    """``runs`` chaos runs of the hot-rows app (1 node x 2 threads), recorded into ``path``."""
+    return chaos.explore(
         hot_rows,
         {"n": 6, "epochs": 1},
-        runs=5,
+        runs=runs,
         chaos_seed=SEED,
         nodes=1,
         threads=2,
         trace=str(path),
     )
+
+
+def test_chaos_runs_are_grouped_by_outcome_and_two_groups_diff(tmp_path: Path) -> None:
+    path = tmp_path / "chaos.sqlite"
+    report = _explore(path, 5)
     groups = list(report.groups.values())
     gapped = [g for g in groups if g != list(range(g[0], g[0] + len(g)))]
     assert len(groups) >= 3 and gapped, f"seed {SEED} no longer gives the shape: {groups}"
@@ -87,15 +92,7 @@ def test_each_chaos_run_shows_its_run_number_in_the_list(tmp_path: Path) -> None
     """Runs of one exploration share their file, app, shape and status: the list tells
     them apart by the number ``replay chaos`` gave them (0, 1, ...)."""
     path = tmp_path / "chaos.sqlite"
-    chaos.explore(
-        hot_rows,
-        {"n": 6, "epochs": 1},
-        runs=3,
-        chaos_seed=SEED,
-        nodes=1,
-        threads=2,
-        trace=str(path),
-    )
+    _explore(path, 3)
     write_synthetic(tmp_path / "plain.sqlite", "run-plain")  # not a chaos run: no number
 
     async def script(pilot: Any) -> None:
