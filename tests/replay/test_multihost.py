@@ -24,6 +24,7 @@ import pytest
 
 import tracer
 from tests.conftest import ROOT, mpiexec, run_cli
+from tests.replay.test_procs import _descendants, _running
 
 pytestmark = pytest.mark.mpi
 
@@ -157,31 +158,6 @@ def test_a_killed_rank_on_two_hosts_resumes_bitwise(hosts: Hosts) -> None:
     assert res["digests"] == whole["digests"] and res["objectives"] == whole["objectives"]
     proc = hosts.run("verify", str(trace))
     assert proc.returncode == 0 and proc.stdout.startswith("ok:"), (proc.stdout, proc.stderr)
-
-
-def _descendants(pid: int) -> set[int]:
-    kids: dict[int, list[int]] = {}
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            kids.setdefault(ppid, []).append(int(d.name))
-    out, todo = set(), [pid]
-    while todo:
-        for k in kids.get(todo.pop(), []):
-            out.add(k)
-            todo.append(k)
-    return out
-
-
-def _running(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state not in ("Z", "X")
 
 
 def test_ranks_on_other_hosts_end_when_the_cli_is_killed(hosts: Hosts) -> None:
