@@ -26,7 +26,7 @@ from typing import Any
 from tests.cli import invoke
 
 #: Common runs, by name (the arguments of ``replay run`` after the command).
-SGDMF_1 = ("sgdmf", "-p", "synthetic=true", "-p", "epochs=2")
+SGDMF_1 = ("sgdmf", "-p", "synthetic=true", "-p", "synthetic_ratings=5000", "-p", "epochs=2")
 SGDMF_2 = (*SGDMF_1, "--ranks", "2")
 MLR_1 = ("mlr", "-p", "synthetic=true", "-p", "epochs=1")
 MLR_2 = (*MLR_1, "--ranks", "2")

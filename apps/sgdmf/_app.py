@@ -37,12 +37,22 @@ def parse_line(line: str) -> object:
     return parse_rating_line(line)
 
 
-def data_path(data: str = "", synthetic: bool = False, seed: int = 0) -> Path:
-    """The rating file to train on: ``data`` if given, generated data, or MovieLens-100K."""
+def data_path(
+    data: str = "", synthetic: bool = False, seed: int = 0, ratings: int | None = None
+) -> Path:
+    """The rating file to train on: ``data`` if given, generated data (``ratings`` of
+    them, default ``SYNTHETIC_SHAPE``'s), or MovieLens-100K."""
     if data:
         return Path(data)
     if synthetic:
-        shape = SYNTHETIC_SHAPE
+        shape = dict(SYNTHETIC_SHAPE)
+        if ratings is not None:
+            most = shape["n_users"] * shape["n_items"]
+            if not 1 <= ratings <= most:
+                raise AppError(
+                    f"sgdmf: synthetic_ratings must be between 1 and {most} (got {ratings})"
+                )
+            shape["n_ratings"] = ratings
         name = f"synthetic-{shape['n_users']}x{shape['n_items']}-{shape['n_ratings']}-s{seed}.inter"
         path = cache_dir() / "synthetic" / name
         if not path.exists():
@@ -66,10 +76,15 @@ def rmse(A: ap.dvector, W: ap.dvector, H: ap.dvector) -> float:
 
 
 def build(
-    rank: int, init_std: float, synthetic: bool = False, data: str = ""
+    rank: int,
+    init_std: float,
+    synthetic: bool = False,
+    data: str = "",
+    synthetic_ratings: int | None = None,
 ) -> tuple[ap.dvector, ap.dvector, ap.dvector]:
     """Load the ratings and create the factor matrices: (A, W, H)."""
-    A = ap.load(data_path(data, synthetic), parse=parse_line, name="ratings")
+    path = data_path(data, synthetic, ratings=synthetic_ratings)
+    A = ap.load(path, parse=parse_line, name="ratings")
     if len(A) == 0:
         raise AppError("sgdmf: the rating file has no ratings")
     n_users = ap.reduce(A, lambda r: r.user, op=max) + 1
@@ -162,15 +177,18 @@ def train(
     synthetic: bool = False,
     data: str = "",
     kernel: bool = False,
+    synthetic_ratings: int = SYNTHETIC_SHAPE["n_ratings"],
 ) -> dict[str, int]:
     """Factorise the rating matrix; logs training ``rmse`` after every epoch.
 
-    ``kernel=True`` runs the loop body as a compiled kernel (:func:`sgd_kernel`)."""
+    ``kernel=True`` runs the loop body as a compiled kernel (:func:`sgd_kernel`);
+    ``synthetic_ratings`` is how many ratings ``synthetic=true`` generates (a quick
+    offline try, or a fast test)."""
     if epochs < 0 or rank < 1 or gamma <= 0:
         raise AppError(
             f"sgdmf: need epochs >= 0, rank >= 1, gamma > 0 (got {epochs}, {rank}, {gamma})"
         )
-    A, W, H = build(rank, init_std, synthetic, data)
+    A, W, H = build(rank, init_std, synthetic, data, synthetic_ratings)
     R = numeric_ratings(A) if kernel else None
     ratings = R.gather() if R is not None else None
     g = gamma

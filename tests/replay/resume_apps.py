@@ -67,11 +67,11 @@ def _kill_switch() -> Iterator[None]:
 
 
 def sgdmf(epochs: int = 4, rank: int = 4, synthetic: bool = True) -> dict[str, int]:
-    """SGDMF (``async_for``) on synthetic ratings."""
+    """SGDMF (``async_for``) on 5,000 synthetic ratings."""
     from apps.sgdmf import train
 
     with _kill_switch():
-        return train(epochs=epochs, rank=rank, synthetic=synthetic)
+        return train(epochs=epochs, rank=rank, synthetic=synthetic, synthetic_ratings=5000)
 
 
 def mlr(epochs: int = 4, minibatch: int = 50, synthetic: bool = True) -> dict[str, float]:

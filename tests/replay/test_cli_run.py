@@ -11,7 +11,7 @@ import pytest
 
 from tests.conftest import run_cli, run_mpi
 
-SYN = ["-p", "synthetic=true", "-p", "rank=4"]
+SYN = ["-p", "synthetic=true", "-p", "synthetic_ratings=5000", "-p", "rank=4"]
 
 USER_APP = """
 import engine as ap

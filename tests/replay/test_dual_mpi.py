@@ -31,7 +31,16 @@ def _dual_json(args: list[str], cwd: Path) -> tuple[int, dict]:
 @pytest.mark.mpi
 def test_cli_sgdmf_runs_its_parallel_side_under_mpi_and_traces_it(tmp_path: Path) -> None:
     trace = tmp_path / "d.sqlite"
-    params = ["-p", "synthetic=true", "-p", "epochs=1", "-p", "rank=4"]
+    params = [
+        "-p",
+        "synthetic=true",
+        "-p",
+        "synthetic_ratings=5000",
+        "-p",
+        "epochs=1",
+        "-p",
+        "rank=4",
+    ]
     code, res = _dual_json(["sgdmf", *params, "--ranks", "2", "--trace", str(trace)], tmp_path)
     assert code == 0
     assert res["parallel"] == "mpi"
@@ -52,7 +61,16 @@ def test_cli_mlr_hybrid_sync_for_passes_under_mpi(tmp_path: Path) -> None:
 
 
 def test_cli_in_process_is_an_explicit_choice(tmp_path: Path) -> None:
-    params = ["-p", "synthetic=true", "-p", "epochs=1", "-p", "rank=4"]
+    params = [
+        "-p",
+        "synthetic=true",
+        "-p",
+        "synthetic_ratings=5000",
+        "-p",
+        "epochs=1",
+        "-p",
+        "rank=4",
+    ]
     code, res = _dual_json(["sgdmf", *params, "--in-process", "--no-trace"], tmp_path)
     assert code == 0 and res["parallel"] == "in-process"
     code, res = _dual_json(["sgdmf", *params, "--ranks", "1", "--no-trace"], tmp_path)

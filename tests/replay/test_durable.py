@@ -18,7 +18,7 @@ import tracer
 from tests.conftest import run_cli
 
 HERE = Path(__file__).parent
-SMALL = ["-p", "synthetic=true", "-p", "epochs=1", "-p", "rank=4"]
+SMALL = ["-p", "synthetic=true", "-p", "synthetic_ratings=5000", "-p", "epochs=1", "-p", "rank=4"]
 
 
 def _copy(trace: Path, dest: Path) -> tracer.Trace:

@@ -112,7 +112,7 @@ def test_the_options_reach_mpiexec(tmp_path: Path) -> None:
     hosts.write_text("localhost:2\n")
     env = {"REPLAY_MPIEXEC": str(wrapper), "SLURM_JOB_ID": "7", "SLURM_NTASKS": "2"}
     trace = tmp_path / "t.sqlite"
-    params = ["-p", "synthetic=true", "-p", "epochs=1"]
+    params = ["-p", "synthetic=true", "-p", "synthetic_ratings=5000", "-p", "epochs=1"]
     # inside the "allocation": --ranks defaults to its 2 tasks and hydra gets -launcher slurm
     # (which cannot start here: the line is what is checked)
     run_cli(["run", "sgdmf", *params, "--trace", str(trace), "--timeout", "10"], env=env)
@@ -138,7 +138,7 @@ def test_an_unreachable_host_is_one_line_and_leaves_traces_intact(tmp_path: Path
     bad = tmp_path / "hosts"
     bad.write_text("localhost:1\nnosuchhost.invalid:1\n")
     trace = tmp_path / "t.sqlite"
-    params = ["-p", "synthetic=true", "-p", "epochs=1"]
+    params = ["-p", "synthetic=true", "-p", "synthetic_ratings=5000", "-p", "epochs=1"]
     began = time.monotonic()
     argv = ["run", "sgdmf", *params, "--ranks", "2", "--trace", str(trace), "--timeout", "60"]
     proc = run_cli([*argv, "--hostfile", str(bad)])

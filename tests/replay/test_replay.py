@@ -24,7 +24,7 @@ from tests.conftest import run_cli, run_mpi, unrecorded_outcomes
 HERE = Path(__file__).parent
 ROOT = HERE.parent.parent
 APPS = HERE / "nondet_apps.py"
-SYN = ["-p", "synthetic=true", "-p", "rank=4"]
+SYN = ["-p", "synthetic=true", "-p", "synthetic_ratings=5000", "-p", "rank=4"]
 #: The lock app on 2 ranks of 3 threads: its lock orders differ between unrecorded runs.
 HOT_LOCKS = (f"{APPS}:hot_locks", "--ranks", "2", "--threads", "3")
 

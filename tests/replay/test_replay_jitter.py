@@ -29,7 +29,21 @@ def jittered(seed: int) -> dict[str, str]:
 @pytest.mark.parametrize(
     "app,args",
     [
-        ("sgdmf", ["-p", "synthetic=true", "-p", "epochs=2", "-p", "rank=4", "--ranks", "3"]),
+        (
+            "sgdmf",
+            [
+                "-p",
+                "synthetic=true",
+                "-p",
+                "synthetic_ratings=5000",
+                "-p",
+                "epochs=2",
+                "-p",
+                "rank=4",
+                "--ranks",
+                "3",
+            ],
+        ),
         (f"{APPS}:hot_locks", ["--ranks", "3", "--threads", "2"]),
         (f"{APPS}:ssp_delays", ["--ranks", "3"]),
         (f"{APPS}:hybrid_threads", ["--ranks", "2", "--threads", "3"]),

@@ -29,7 +29,7 @@ from tracer._plain import NotPlain, decode_plain, encode_plain
 
 HERE = Path(__file__).parent
 TT_APPS = HERE / "tt_apps.py"
-SGD = ["-p", "synthetic=true", "-p", "rank=4", "-p", "epochs=5"]
+SGD = ["-p", "synthetic=true", "-p", "synthetic_ratings=5000", "-p", "rank=4", "-p", "epochs=5"]
 MLR = ["-p", "synthetic=true", "-p", "epochs=5"]
 KERNEL = ["-p", "kernel=true"]
 TIMEOUT = 180
@@ -123,7 +123,7 @@ def test_collective_values_are_recorded(traces: dict[str, Path]) -> None:
     assert [v.kind for v in vals] == ["reduce"] * (3 + 5)  # users, items, mean, 5 x rmse
     assert all(v.encoding == "plain" for v in vals)
     objs = tracer.open(traces["sgd1"]).run().objectives()["rmse"]
-    n = 20000
+    n = 5000  # synthetic_ratings
     assert [math.sqrt(v.value / n) for v in vals[3:]] == objs
     gathers = tracer.open(traces["mlr2"]).run().collective_values()
     assert [v.kind for v in gathers] == ["gather"] * 5
@@ -390,7 +390,7 @@ def test_break_works_with_from(traces: dict[str, Path]) -> None:
 def _ratings() -> list:
     from apps.sgdmf._app import data_path, parse_line
 
-    lines = data_path(synthetic=True).read_text().splitlines()
+    lines = data_path(synthetic=True, ratings=5000).read_text().splitlines()
     return [r for r in map(parse_line, lines) if r is not None]
 
 

@@ -24,7 +24,12 @@ from tests.cli import invoke as run_command
 #: app, its small synthetic parameters, the point to replay from and the checkpoint that
 #: replay starts after (the invocation run just before that point)
 APPS = [
-    ("sgdmf", ["-p", "synthetic=true", "-p", "rank=4", "-p", "epochs=4"], "sgd:2", ("sgd", 1)),
+    (
+        "sgdmf",
+        ["-p", "synthetic=true", "-p", "synthetic_ratings=5000", "-p", "rank=4", "-p", "epochs=4"],
+        "sgd:2",
+        ("sgd", 1),
+    ),
     ("mlr", ["-p", "synthetic=true", "-p", "epochs=4"], "mlr:2", ("mlr", 1)),
     ("transe", ["-p", "synthetic=true", "-p", "epochs=4", "-p", "dim=8"], "rel:2", ("ent2", 2)),
     (

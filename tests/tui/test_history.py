@@ -18,7 +18,7 @@ from tui.screens import ElementPrompt, HistoryScreen, OrdersScreen
 from tui.screens.history import child_target, history_table, magnitude
 from tui.widgets import ArrayTable, BraillePlot
 
-SGD = ["-p", "synthetic=true", "-p", "rank=2", "-p", "epochs=3"]
+SGD = ["-p", "synthetic=true", "-p", "synthetic_ratings=5000", "-p", "rank=2", "-p", "epochs=3"]
 TIMEOUT = 120
 
 
