@@ -166,3 +166,13 @@ def test_kernel_with_threads_replays_in_one_process(tmp_path, cli) -> None:
         rep = cli(mode, trace, "--json")
         assert rep.returncode == 0, rep.stderr
         assert json.loads(rep.stdout)["identical"], rep.stdout
+
+
+@pytest.mark.parametrize("n", ["0", "-5", "150001"])
+def test_synthetic_ratings_out_of_range_is_one_line(n: str, cli) -> None:
+    """A count the generator cannot make (or a trace's forged parameter asking for
+    unbounded work) is refused before any data is generated."""
+    proc = cli("run", "sgdmf", "-p", "synthetic=true", "-p", f"synthetic_ratings={n}", "--no-trace")
+    assert proc.returncode == 2, proc.stderr
+    assert f"synthetic_ratings must be between 1 and 150000 (got {n})" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) <= 2 and "Traceback" not in proc.stderr
