@@ -15,6 +15,7 @@ import contextlib
 import json
 import os
 import queue
+import re
 import shutil
 import signal
 import subprocess
@@ -495,7 +496,10 @@ def launch(
         if missing is not None:
             _mark_crashed(spec, str(missing))
             raise missing
-        message = _death_message(ranks, proc.returncode, err_lines, time.monotonic() - t0)
+        hellos = [(r.rank, r.data) for r in reports if r.kind == "hello"]
+        message = _death_message(
+            ranks, proc.returncode, err_lines, time.monotonic() - t0, _rank_of(err_lines, hellos)
+        )
         message = unreachable_host(err_lines) or message
         _mark_crashed(spec, message)
         raise LaunchError(message)
@@ -569,7 +573,29 @@ def _kill(proc: subprocess.Popen[Any]) -> None:
     proc.wait()
 
 
-def _death_message(ranks: int, code: int, err: list[str], elapsed: float) -> str:
+#: The line of hydra's report that names the process that died.
+_DEAD_PROCESS = re.compile(r"\bPID (\d+) RUNNING AT (\S+)")
+
+
+def _rank_of(err: list[str], hellos: list[tuple[int, Any]]) -> str | None:
+    """``rank R (pid P on HOST)`` for the process hydra reports dead, from the hello
+    report each rank sent at its start (``_worker``); None when no report matches."""
+    for line in err:
+        m = _DEAD_PROCESS.search(line)
+        if m is None:
+            continue
+        pid, host = int(m.group(1)), m.group(2)
+        ok = [(r, h) for r, h in hellos if isinstance(h, dict) and h.get("pid") == pid]
+        same_host = [r for r, h in ok if h.get("host") == host]
+        found = same_host or ([r for r, _ in ok] if len(ok) == 1 else [])
+        if len(found) == 1:
+            return f"rank {found[0]} (pid {pid} on {host})"
+    return None
+
+
+def _death_message(
+    ranks: int, code: int, err: list[str], elapsed: float, who: str | None = None
+) -> str:
     detail = ""
     for line in err:
         if "EXIT STRING" in line:
@@ -579,7 +605,10 @@ def _death_message(ranks: int, code: int, err: list[str], elapsed: float) -> str
     if not detail:
         tail = [ln for ln in err if ln.strip() and not ln.startswith("=")]
         detail = tail[-1].strip() if tail else f"mpiexec exit status {code}"
-    return f"a rank of the {ranks}-rank job died after {elapsed:.1f} s ({detail}); the run did not finish"
+    return (
+        f"{who or 'a rank'} of the {ranks}-rank job died after {elapsed:.1f} s ({detail}); "
+        "the run did not finish"
+    )
 
 
 def ensure_usage(cond: bool, message: str) -> None:

@@ -5,6 +5,7 @@ as frames on stdout (``_wire``)."""
 from __future__ import annotations
 
 import os
+import socket
 import sys
 import threading
 import time
@@ -118,6 +119,8 @@ def main(argv: list[str]) -> int:
         comm.Abort(70)
         return 70
     _watch_parent(spec, rank)
+    # who this rank is, for the parent to name it if it dies (hydra names only pid and host)
+    _wire.emit(rank, "hello", {"pid": os.getpid(), "host": socket.gethostname()})
     notes = comm.Dup()  # diverged ranks tell each other they have reported
 
     def progress(line: str) -> None:

@@ -2,7 +2,8 @@
 
 ``RESUME_KILL=RANK:INVOCATION:INDEX`` (set only while recording the run that must
 crash) makes rank RANK SIGKILL itself in the INDEX-th loop body (from 0) it runs in the
-INVOCATION-th loop invocation of the program (``sync_for``: the INDEX-th minibatch);
+INVOCATION-th loop invocation of the program (``sync_for``: the INDEX-th minibatch), or
+with ``RESUME_KILL_AT=exchange`` as it enters that invocation's INDEX-th routed exchange;
 ``RESUME_HOW=interrupt`` raises ``KeyboardInterrupt`` there instead (a user's Ctrl-C).  Without it the apps are the built-in
 ones, unchanged: the uninterrupted run and the resume run exactly their arithmetic.
 """
@@ -39,6 +40,8 @@ def _kill_switch() -> Iterator[None]:
             seen[0] += 1
             if mine != inv:
                 return op(*args, **kw)  # the same body object: the cached plan stays valid
+            if os.environ.get("RESUME_KILL_AT") == "exchange":
+                return _dying_exchange(rank, index, op, args, kw)
             args = list(args)
             k = 2  # the body: async_for(start, stop, body), sync_for(data, minibatch, body)
             body = args[k]
@@ -64,6 +67,26 @@ def _kill_switch() -> Iterator[None]:
     finally:
         ap.async_for = originals["async_for"]  # type: ignore[assignment]
         ap.sync_for = originals["sync_for"]  # type: ignore[assignment]
+
+
+def _dying_exchange(rank: int, index: int, op: Callable[..., Any], args: Any, kw: Any) -> Any:
+    """``op(*args, **kw)``, in which rank ``rank`` SIGKILLs itself as it enters its
+    ``index``-th routed exchange (from 0): the other ranks are inside that exchange,
+    waiting for its rows."""
+    cluster = ap.current().cluster
+    real = cluster.exchange
+    calls = itertools.count()
+
+    def exchange(messages: Any, *, stopped: bool = False) -> bool:
+        if cluster.rank == rank and next(calls) == index:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real(messages, stopped=stopped)
+
+    cluster.exchange = exchange  # type: ignore[method-assign]
+    try:
+        return op(*args, **kw)
+    finally:
+        del cluster.exchange  # the class's method again
 
 
 def sgdmf(epochs: int = 4, rank: int = 4, synthetic: bool = True) -> dict[str, int]:

@@ -155,3 +155,31 @@ def test_an_unreachable_host_is_one_line_and_leaves_traces_intact(tmp_path: Path
     assert proc.returncode == 0 and proc.stdout.startswith("ok:"), proc.stderr
     proc = run_cli(["cluster", str(trace), "--json", "--timeout", "60"])
     assert proc.returncode == 0 and json.loads(proc.stdout)["identical"], proc.stderr
+
+
+HYDRA_DEATH = [
+    "=   BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES",
+    "=   PID 4242 RUNNING AT node07",
+    "=   EXIT CODE: 9",
+    "YOUR APPLICATION TERMINATED WITH THE EXIT STRING: Killed (signal 9)",
+]
+
+
+def test_a_dead_rank_is_named_from_its_hello_report() -> None:
+    """hydra names a dead process by pid and host only; each rank's hello report says
+    which rank that is.  No report, or two that fit equally, leaves it unnamed."""
+    from replay._job import _death_message, _rank_of
+
+    hellos = [(0, {"pid": 4242, "host": "node03"}), (1, {"pid": 4242, "host": "node07"})]
+    who = _rank_of(HYDRA_DEATH, hellos)
+    assert who == "rank 1 (pid 4242 on node07)"
+    msg = _death_message(2, 9, HYDRA_DEATH, 2.04, who)
+    assert msg.startswith("rank 1 (pid 4242 on node07) of the 2-rank job died after 2.0 s")
+    assert "(Killed (signal 9))" in msg
+    # one report with that pid (hosts may name themselves otherwise than hydra does)
+    assert _rank_of(HYDRA_DEATH, [(1, {"pid": 4242, "host": "n7.local"})]) is not None
+    for unclear in ([], [(0, {"pid": 1, "host": "node07"})], [(0, "junk"), (1, None)]):
+        assert _rank_of(HYDRA_DEATH, unclear) is None
+        assert _death_message(2, 9, HYDRA_DEATH, 1.0, None).startswith("a rank of the")
+    two = [(0, {"pid": 4242, "host": "a"}), (1, {"pid": 4242, "host": "b"})]
+    assert _rank_of(HYDRA_DEATH, two) is None  # same pid on two other hosts: unknown

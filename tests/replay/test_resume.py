@@ -138,6 +138,30 @@ def test_sigkill_a_rank_then_resume_is_bitwise_an_uninterrupted_run(
         assert rc == 0 and out.startswith("ok:"), (where, out, err)
 
 
+@pytest.mark.mpi
+@pytest.mark.parametrize("rank, exchange", [(0, 0), (1, 1)])
+def test_a_rank_killed_in_a_routed_exchange_is_named_and_resumes_bitwise(
+    tmp_path: Path, uninterrupted: dict[str, dict[str, Any]], rank: int, exchange: int
+) -> None:
+    """A rank dies as it enters a routed exchange, while the other waits inside it for
+    its rows: one line names the rank, the run is crashed, and a resume from the last
+    checkpoint ends bitwise where the uninterrupted run did."""
+    trace = tmp_path / "t.sqlite"
+    env = {"RESUME_KILL": f"{rank}:2:{exchange}", "RESUME_KILL_AT": "exchange"}
+    args = ["run", target("sgdmf"), "-p", f"epochs={EPOCHS}", "--trace", str(trace)]
+    args += ["--checkpoint-every", "1", "--ranks", "2", "--timeout", "60"]
+    rc, _, err = crash(*args, env=env)
+    errors = [ln for ln in err.splitlines() if ln.startswith("replay: error:")]
+    assert rc != 0 and len(errors) == 1, err
+    assert f"rank {rank} (pid " in errors[0] and "of the 2-rank job died" in errors[0], err
+    assert "Traceback" not in err
+    info = of_run(trace, lambda r: r.info)
+    assert info.status == "crashed", info
+    res = resume(trace)
+    whole = uninterrupted["sgdmf"]
+    assert res["objectives"] == whole["objectives"] and res["digests"] == whole["digests"]
+
+
 @pytest.fixture(scope="module")
 def resumed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A 2-rank SGDMF run killed in invocation 2 and resumed (after sgd#1)."""
