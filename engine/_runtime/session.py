@@ -316,6 +316,10 @@ class Session:
         #: (``digest_started``, set after the first collective of the digest)
         self.digest_times: list[float] = []
         self.digest_started = 0.0
+        #: the phases of the running invocation as (kind, wall-clock start, seconds):
+        #: ``reconnaissance``, ``planning``, ``digests``; handed to the recorder with the
+        #: invocation (``take_phases``) so that a timeline can draw them
+        self.phase_times: list[tuple[str, float, float]] = []
         #: when each objective value was logged, in seconds since the session began (the
         #: differences give a loop's time per iteration without its start-up)
         self.objective_times: dict[str, list[float]] = {}
@@ -346,6 +350,15 @@ class Session:
         """A long phase starts (see ``phases``); on node 0's process only, as progress is."""
         if self.phases is not None and 0 in self.cluster.local_nodes:
             self.phases(phase)
+
+    def phase_done(self, kind: str, started: float, seconds: float) -> None:
+        """Keep the wall-clock ``started`` and length of a phase of the running invocation."""
+        self.phase_times.append((kind, started, seconds))
+
+    def take_phases(self) -> list[tuple[str, float, float]]:
+        """The phases kept since the last call (for ``invocation_done``'s ``phases``)."""
+        out, self.phase_times = self.phase_times, []
+        return out
 
     def _on_message(self, node: int, channel: str, source: int, seq: int, nbytes: int) -> None:
         if self.tape is not None:  # inside an invocation: part of its schedule value
@@ -462,10 +475,12 @@ class Session:
     def record_digests(self, op: str, invocation: int) -> list[tuple[str, str]]:
         if not self.want_digests:
             return []
+        wall = time.time()
         out = list(zip([d.name for d in self.dds], self.digests_of(self.dds), strict=True))
         # from the moment every rank has arrived: a rank that finished its loop early
         # waits for the others at the first collective after it, digest or not
         self.digest_times.append(time.perf_counter() - self.digest_started)
+        self.phase_done("digests", wall, time.time() - wall)
         for name, dig in out:
             self.digests.append({"op": op, "invocation": invocation, "dds": name, "digest": dig})
             self.outcome_log.append(("digest", op, invocation, name))
