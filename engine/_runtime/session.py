@@ -40,6 +40,13 @@ if TYPE_CHECKING:
     from .._data import dds as _dds
     from .._machines.schedule import Schedule
 
+#: A digest phase is named (a spinner on a terminal) only when it is expected to take a
+#: person-noticeable time: the previous invocation's digests took this many seconds ...
+DIGEST_PHASE_S = 1.0
+#: ... or the DDS to hash hold at least this many bytes (xxh3 hashes a few GB/s, so a
+#: small model's digests take microseconds and must not flash a spinner per invocation).
+DIGEST_PHASE_BYTES = 256 * 2**20
+
 #: Per-thread state of running bodies: ``index`` (the loop index), ``op_key`` (for
 #: ``rng()``), ``gcode`` (guard code of the running task) and ``held`` (element ids
 #: whose locks a lock-split body holds).
@@ -475,6 +482,8 @@ class Session:
     def record_digests(self, op: str, invocation: int) -> list[tuple[str, str]]:
         if not self.want_digests:
             return []
+        if self._digests_long():
+            self.announce(f"digests after {op}#{invocation}")
         wall = time.time()
         out = list(zip([d.name for d in self.dds], self.digests_of(self.dds), strict=True))
         # from the moment every rank has arrived: a rank that finished its loop early
@@ -485,6 +494,20 @@ class Session:
             self.digests.append({"op": op, "invocation": invocation, "dds": name, "digest": dig})
             self.outcome_log.append(("digest", op, invocation, name))
         return out
+
+    def _digests_long(self) -> bool:
+        """Whether the coming digests deserve a phase name: the last ones were slow, or
+        the numeric DDS whose cached digest is stale hold many bytes (one process's view;
+        only node 0's process announces)."""
+        if self.phases is None or 0 not in self.cluster.local_nodes:
+            return False
+        if self.digest_times and self.digest_times[-1] >= DIGEST_PHASE_S:
+            return True
+        size = 0
+        for d in self.dds:
+            if d._numeric and not d._digest_fresh():
+                size += len(d) * d.row_nbytes()
+        return size >= DIGEST_PHASE_BYTES
 
     def log_objective(self, name: str, value: float) -> None:
         value = float(value)

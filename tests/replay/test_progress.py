@@ -236,3 +236,68 @@ def test_the_engine_names_planning_a_kernel_compile_and_each_checkpoint(
     assert res["identical"], res
     named = [p for p in map(parse_phase, lines) if p is not None]
     assert named[0] == "fast-forward to the checkpoint after sgd#0", named
+
+
+def _counting_program(invocations: int) -> object:
+    import engine as ap
+
+    def prog() -> None:
+        X = ap.dvector(8, shape=(), init=ap.init.zeros(), name="X")
+
+        def body(j: int) -> None:
+            X[j] = X[j] + 1.0
+
+        for _ in range(invocations):
+            ap.async_for(0, 8, body, name="add")
+
+    return prog
+
+
+def test_digests_are_named_only_when_they_take_long(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Digests that take microseconds must not flash a spinner per invocation; large or
+    slow ones are a phase like planning."""
+    import engine as ap
+    from engine._runtime import session
+
+    phases: list[str] = []
+    ap.run(_counting_program(3), nodes=2, phases=phases.append)
+    assert phases == ["planning add"], phases
+    monkeypatch.setattr(session, "DIGEST_PHASE_BYTES", 64)  # X holds 64 bytes
+    phases.clear()
+    ap.run(_counting_program(3), nodes=2, phases=phases.append)
+    want = [f"digests after add#{k}" for k in range(3)]
+    assert phases == ["planning add", *want], phases
+    monkeypatch.setattr(session, "DIGEST_PHASE_BYTES", 2**40)
+    monkeypatch.setattr(session, "DIGEST_PHASE_S", 0.0)  # the last ones were slow
+    phases.clear()
+    ap.run(_counting_program(3), nodes=2, phases=phases.append)
+    assert phases == ["planning add", *want[1:]], phases
+
+
+def test_digest_phases_are_a_spinner_on_a_terminal_and_no_flood_on_a_pipe(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    import engine as ap
+    from engine._runtime import session
+    from replay._progress import PLAIN_EVERY_ENV, Printer, phases_to
+
+    monkeypatch.setattr(session, "DIGEST_PHASE_BYTES", 0)  # every invocation announces
+    console, buf = _terminal()
+    shown: list[list[str]] = []
+    with Printer(False, "run", console=console) as say:
+
+        def spy(line: str) -> None:
+            say(line)
+            say._progress.refresh()
+            shown.append([t.description for t in say._progress.tasks])
+
+        ap.run(_counting_program(3), nodes=2, phases=phases_to(spy))
+    assert ["run: digests after add#2"] in shown, shown
+    assert all(len(tasks) == 1 for tasks in shown)  # one spinner at a time, never a pile
+    assert "run: digests after add#0" in buf.getvalue() and TICK not in buf.getvalue()
+    monkeypatch.setenv(PLAIN_EVERY_ENV, "10")
+    capsys.readouterr()
+    say = Printer(False, "run")  # stderr is not a terminal here: plain lines
+    ap.run(_counting_program(40), nodes=2, phases=phases_to(say))
+    out, err = capsys.readouterr()
+    assert out == "" and err == "", err  # 41 phases in well under 10 s: not one line
