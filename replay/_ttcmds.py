@@ -75,7 +75,7 @@ def history_cmd(
         run, app = _prepare(trace, run_id, allow_changed, max_ranks, max_threads, say)
         el = parse_element(element, dds_names(run))
         say(f"replaying run {run.info.run_id[:12]} for {el.text}")
-        doc = history(run, app, el, rng)
+        doc = history(run, app, el, rng, progress=say)
     if as_json:
         click.echo(json.dumps({"element": doc["element"], "history": doc["history"]}))
         return
