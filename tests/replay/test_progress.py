@@ -36,7 +36,8 @@ def test_other_lines_are_not_ticks(line: str) -> None:
 @pytest.fixture(scope="module")
 def trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("progress") / "t.sqlite"
-    proc = run_cli(["run", "sgdmf", *SMALL, "--ranks", "2", "--trace", str(path)])
+    run = ["run", "sgdmf", *SMALL, "--ranks", "2", "--trace", str(path), "--checkpoint-every", "1"]
+    proc = run_cli(run)
     assert proc.returncode == 0, proc.stderr
     return path
 
@@ -96,6 +97,20 @@ def test_no_bar_without_a_terminal_or_with_json(trace: Path, mode: str) -> None:
             assert TICK not in text and "invocations ━" not in text
     status, out, term = _with_terminal_stderr([mode, str(trace), "--json"])
     assert status == 0 and "invocations" not in term and TICK not in out, term
+
+
+def test_history_shows_its_fast_forward_then_a_bar_on_a_terminal_and_nothing_piped(
+    trace: Path,
+) -> None:
+    args = ["history", str(trace), "W[3]", "--between", "sgd:1", "sgd:2"]
+    status, out, term = _with_terminal_stderr(args)
+    assert status == 0, (out, term)
+    assert "history: fast-forward to the checkpoint after sgd#0" in term, term
+    assert "history: invocations" in term and "2/2" in term, term
+    assert TICK not in out and TICK not in term and "sgd#2" in out
+    proc = run_cli(args)  # a pipe: under 10 s, no progress line at all
+    assert proc.returncode == 0 and "sgd#2" in proc.stdout, proc.stderr
+    assert TICK not in proc.stderr and "invocations" not in proc.stderr, proc.stderr
 
 
 def test_dual_shows_each_side_and_the_mpi_ranks_report_through_mpiexec() -> None:
