@@ -484,12 +484,13 @@ class Session:
             return []
         if self._digests_long():
             self.announce(f"digests after {op}#{invocation}")
-        wall = time.time()
+        wall, t0 = time.time(), time.perf_counter()
         out = list(zip([d.name for d in self.dds], self.digests_of(self.dds), strict=True))
         # from the moment every rank has arrived: a rank that finished its loop early
         # waits for the others at the first collective after it, digest or not
         self.digest_times.append(time.perf_counter() - self.digest_started)
-        self.phase_done("digests", wall, time.time() - wall)
+        # the phase starts there too: waiting for slower ranks belongs to the invocation
+        self.phase_done("digests", wall + (self.digest_started - t0), self.digest_times[-1])
         for name, dig in out:
             self.digests.append({"op": op, "invocation": invocation, "dds": name, "digest": dig})
             self.outcome_log.append(("digest", op, invocation, name))
