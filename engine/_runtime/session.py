@@ -144,8 +144,10 @@ class Recorder:
         """A node finished one operator invocation.  ``info`` holds ``bodies`` (int),
         ``rounds`` (int), ``seconds`` (float), ``round_seconds`` (list of float),
         ``thread_times`` (``async_for``: (round, thread, start, end) of each thread's
-        task groups, seconds from the node's start of the round) and, on the lowest
-        local node only, ``digests`` (list of (dds name, hex digest))."""
+        task groups, seconds from the node's start of the round), ``phases`` (list of
+        (kind, wall-clock start, seconds) of the invocation's ``reconnaissance``,
+        ``planning`` and ``digests``, for timelines) and, on the lowest local node only,
+        ``digests`` (list of (dds name, hex digest))."""
 
     def objective(self, name: str, iteration: int, value: float) -> None:
         """The driver logged an objective value (called once per process)."""
