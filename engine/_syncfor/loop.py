@@ -316,6 +316,7 @@ def _state(
     if st is None or fresh:
         sets: AccessSets | None = None
         if re:
+            sess.announce(f"reconnaissance {name}")
             sets = _recon(sess, name, inv, body, data, minibatch)
             params = _params_from_sets(sess, name, sets, data)
         else:

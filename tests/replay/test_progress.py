@@ -289,6 +289,26 @@ def test_digests_are_named_only_when_they_take_long(monkeypatch: pytest.MonkeyPa
     assert phases == ["planning add", *want[1:]], phases
 
 
+def test_a_sync_for_names_its_reconnaissance_once() -> None:
+    import numpy as np
+
+    import engine as ap
+
+    def prog() -> None:
+        D = ap.dvector(8, shape=(1,), data=np.arange(8.0).reshape(8, 1), name="D")
+        X = ap.dvector(2, shape=(1,), name="X")
+
+        def body(batch: object) -> None:
+            X[0] += batch.values.sum()  # type: ignore[attr-defined]
+
+        for _ in range(3):
+            ap.sync_for(D, 2, body, name="sum")
+
+    phases: list[str] = []
+    ap.run(prog, nodes=2, phases=phases.append)
+    assert phases == ["reconnaissance sum"], phases
+
+
 def test_digest_phases_are_a_spinner_on_a_terminal_and_no_flood_on_a_pipe(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
