@@ -345,6 +345,10 @@ def test_sync_for_clocks_carry_their_bodies(sync_trace: Path, tmp_path: Path) ->
     with tracer.open(sync_trace) as trace:
         run = trace.run()
         invs = run.invocations()
+    for node in {i.node for i in invs}:  # its reconnaissance, then its first invocation
+        names = [e["name"] for e in _node_track(doc, node)]
+        op = invs[0].op
+        assert names[:3] == [f"reconnaissance {op}#0", f"{op}#0", f"digests {op}#0"], names
         mutex = {(i.invocation, i.node): run.mutex_grants(i.op, i.invocation, i.node) for i in invs}
     clocks = _by_ph(doc, "X", "clock")
     total = defaultdict(int)
