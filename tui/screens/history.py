@@ -136,8 +136,9 @@ _CACHE_LOCK = threading.Lock()
 
 @dataclass
 class Progress:
-    """How far a history computation is, as its child reports it (written by the thread
-    that reads the child, read by the screen's timer: each field is replaced whole)."""
+    """How far a history computation is, as its child reports it: written by the thread
+    that reads the child, read by the screen's timer without a lock (each field is
+    replaced whole; a frame that mixes two ticks is redrawn right :data:`REFRESH_S` later)."""
 
     done: int = 0
     total: int | None = None
