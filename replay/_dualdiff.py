@@ -12,6 +12,7 @@ from engine.lowlevel import SLOT_BITS, SLOT_MASK
 
 from ._dualctl import Outcome, Steering, comparable, same_value
 from ._dualsides import InProcessSide, MpiParallelSide, tap_side
+from ._progress import phase_reporter
 
 
 def first_difference(serial: Outcome, parallel: Outcome) -> dict[str, Any] | None:
@@ -91,6 +92,9 @@ def localise(
         return diff
     op, inv, dds = diff["op"], diff["invocation"], diff["dds"]
     diff["iteration"] = inv
+    phases = phase_reporter()
+    if phases is not None:  # both sides run again up to there: minutes on a long run
+        phases(f"locating the first difference in {dds} after {op}#{inv}")
     tap = tap_side(fn, params, serial_cfg, op, inv)
     a = tap.snapshot.get(dds)
     b = side.snapshot(p_controller, op, inv, dds)

@@ -24,6 +24,7 @@ from engine.lowlevel import find_dds
 from ._controller import ReplayChecker, ReplayFinished, TraceController
 from ._errors import UsageError
 from ._job import recorded_modes
+from ._progress import phases_to, tick_line
 from ._timetravel import (
     FastForward,
     Start,
@@ -140,13 +141,23 @@ def _read_element(el: Element) -> tuple[Any, Any]:
 
 
 def history(
-    run: Any, app: Any, el: Element, between: tuple[tuple[str, int], tuple[str, int]] | None
+    run: Any,
+    app: Any,
+    el: Element,
+    between: tuple[tuple[str, int], tuple[str, int]] | None,
+    *,
+    progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
-    """The element's value after every invocation in the range, and its last writer."""
+    """The element's value after every invocation in the range, and its last writer;
+    ``progress`` gets tick lines (invocations done of those in the range) and phase
+    lines (the fast-forward to the checkpoint it starts from, planning, ...)."""
     require_checkpoints(run)
     order, a, b = steps_between(run, between)
     step = {point: k for k, point in enumerate(order)}
     start = start_before(run, first_step(run) + a)
+    phases = phases_to(progress)
+    if phases is not None and start.op is not None:
+        phases(f"fast-forward to the checkpoint after {start.op}#{start.invocation}")
     entries: list[dict[str, Any]] = []
     writer: dict[tuple[str, int], tuple[Any, int]] = {}
 
@@ -183,11 +194,13 @@ def history(
             entries.append(
                 {"op": op, "invocation": invocation, "value": _jsonable(value), "writer": who}
             )
+            if progress is not None:
+                progress(tick_line(len(entries), b - a + 1, "invocations"))
         if k >= b:
             raise _Stop()
 
     ctl = _controller_for(run, start)
-    replay_with(ctl, run, app, wrap=wrap, after=after)
+    replay_with(ctl, run, app, wrap=wrap, after=after, phases=phases)
     return {"element": el.text, "history": entries, "from": start.as_json()}
 
 
@@ -202,6 +215,7 @@ def replay_with(
     *,
     wrap: Callable[..., Any] | None = None,
     after: Callable[[str, int], None] | None = None,
+    phases: Callable[[str], None] | None = None,
 ) -> None:
     """Single-node replay of ``run`` under ``ctl`` with inspection hooks, until the
     program ends or a hook raises :class:`_Stop`; divergence raises as usual."""
@@ -220,6 +234,7 @@ def replay_with(
             recorder=checker,
             schedules=ctl,
             hooks=ctl,
+            phases=phases,
             **recorded_modes(info),
         )
         checker.finish()

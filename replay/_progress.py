@@ -28,6 +28,10 @@ import click
 #: Environment variable that lets a data set download show pip's bar (read by
 #: ``apps._datasets.show_progress``; the CLI sets it when a person watches).
 DOWNLOAD_PROGRESS_ENV = "STRADS_REPLAY_PROGRESS"
+#: Environment variable that, set to ``1``, makes a ``--json`` command print its progress
+#: as protocol lines on stderr (for a program that shows them itself: the browser runs
+#: ``replay history --json`` in a child and draws its bar); nobody else sets it.
+TICKS_ENV = "STRADS_REPLAY_TICKS"
 #: Prefix of a line that reports progress rather than text (never shown as text).
 TICK = "\x1breplay-progress "
 #: Off a terminal, the least seconds between two plain progress lines (and before the first).
@@ -153,8 +157,13 @@ class Printer:
         self._progress: Any = None
         self._tasks: dict[str, Any] = {}
         self._phase_task: Any = None
+        #: ``--json`` for a program that reads the protocol lines (:data:`TICKS_ENV`)
+        self._raw = as_json and bars and os.environ.get(TICKS_ENV) == "1"
 
     def __call__(self, line: str) -> None:
+        if self._raw and line.startswith(TICK):
+            click.echo(line, err=True)
+            return
         phase = parse_phase(line)
         if phase is not None:
             self._phase(phase)
@@ -344,6 +353,7 @@ __all__ = [
     "PLAIN_EVERY_ENV",
     "PLAIN_EVERY_S",
     "TICK",
+    "TICKS_ENV",
     "InvocationTicker",
     "PHASE",
     "Printer",

@@ -269,6 +269,10 @@ def resume_here(
     )
     recorder = _recorder(rec_spec, app, params, comm)
     hooks = ResumeHooks(travel, recorder)
+    phases = phases_to(say)
+    if phases is not None:
+        # the driver re-runs to the checkpoint, skipping loop invocations: one phase
+        phases(f"fast-forward to the checkpoint after {op}#{inv}")
     with recording(recorder):
         res = engine.run(
             app.fn,
@@ -279,7 +283,7 @@ def resume_here(
             comm=comm,
             recorder=recorder,
             progress=say,
-            phases=phases_to(say),
+            phases=phases,
             hooks=hooks,
             **modes,
         )

@@ -75,7 +75,7 @@ def history_cmd(
         run, app = _prepare(trace, run_id, allow_changed, max_ranks, max_threads, say)
         el = parse_element(element, dds_names(run))
         say(f"replaying run {run.info.run_id[:12]} for {el.text}")
-        doc = history(run, app, el, rng)
+        doc = history(run, app, el, rng, progress=say)
     if as_json:
         click.echo(json.dumps({"element": doc["element"], "history": doc["history"]}))
         return
@@ -125,7 +125,7 @@ def watch_cmd(
         run, app = _prepare(trace, run_id, allow_changed, max_ranks, max_threads, say)
         w = compile_watch(expression, watchable(run, names_in(expression)))
         say(f"replaying run {run.info.run_id[:12]} until {expression} holds")
-        doc = watch(run, app, w, monotone=monotone)
+        doc = watch(run, app, w, monotone=monotone, progress=say)
     if doc["found"] and doc["index"] is not None:
         cmd = f"replay single {trace} --break {doc['op']}:{doc['invocation']}:{doc['index']}"
         cmd += f"@{doc['node']}"

@@ -9,6 +9,7 @@ checkpointed DDS as arrays — never text from the trace.
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +19,7 @@ from engine.lowlevel import dds_contents, find_dds
 
 from ._errors import UsageError
 from ._inspect import _controller_for, _jsonable, _Stop, replay_with
+from ._progress import phases_to, tick_line
 from ._timetravel import Start, first_step, program_order, require_checkpoints, start_before
 
 
@@ -138,8 +140,17 @@ EVERY_INVOCATION = "every invocation"
 BISECTION = "bisection (assumed monotone)"
 
 
-def watch(run: Any, app: Any, w: Watch, *, monotone: bool = False) -> dict[str, Any]:
-    """The first invocation, then the first body, after which ``w`` holds.
+def watch(
+    run: Any,
+    app: Any,
+    w: Watch,
+    *,
+    monotone: bool = False,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """The first invocation, then the first body, after which ``w`` holds; ``progress``
+    gets phase lines (each fast-forward, the body-by-body replay) and tick lines (the
+    invocations the scan has evaluated of those it may have to).
 
     By default every invocation is checked, in program order, until ``w`` holds: the
     checkpoints first (reading one costs milliseconds), then a replay of the
@@ -195,7 +206,7 @@ def watch(run: Any, app: Any, w: Watch, *, monotone: bool = False) -> dict[str, 
         todo = [s for s in range(max(begin, first), stop + 1) if s not in checked]
     else:
         todo = [s for s in range(first, stop + 1) if s not in checked]
-    found = _scan(run, app, w, step, todo, checked, absent) if todo else None
+    found = _scan(run, app, w, step, todo, checked, absent, progress) if todo else None
     if found is None:
         found = known
     last = found if found is not None else end
@@ -226,8 +237,16 @@ def watch(run: Any, app: Any, w: Watch, *, monotone: bool = False) -> dict[str, 
     start = start_before(run, found)
     result.update(op=target[0], invocation=target[1])
     result["from"] = start.as_json()
-    result.update(_first_body(run, app, w, target, start))
+    result.update(_first_body(run, app, w, target, start, progress))
     return result
+
+
+def _fast_forward(start: Start, progress: Callable[[str], None] | None) -> Any:
+    """The phases callback of a replay from ``start``, after naming its fast-forward."""
+    phases = phases_to(progress)
+    if phases is not None and start.op is not None:
+        phases(f"fast-forward to the checkpoint after {start.op}#{start.invocation}")
+    return phases
 
 
 def _scan(
@@ -238,6 +257,7 @@ def _scan(
     todo: list[int],
     checked: set[int],
     absent: dict[int, tuple[str, int, list[str], str]],
+    progress: Callable[[str], None] | None = None,
 ) -> int | None:
     """Replay from the checkpoint before ``todo[0]`` and evaluate ``w`` after each step of
     ``todo``: the first step where it holds, or None."""
@@ -250,6 +270,8 @@ def _scan(
             ds = {n: find_dds(n) for n in w.names}
             lacking = [n for n, d in ds.items() if d is None]
             checked.add(s)
+            if progress is not None:
+                progress(tick_line(len(want & checked), len(want), "invocations"))
             if lacking:
                 absent[s] = (op, invocation, lacking, "replay")
             elif holds(w, {n: dds_contents(d) for n, d in ds.items()}):
@@ -258,12 +280,19 @@ def _scan(
         if s >= todo[-1]:
             raise _Stop()
 
-    replay_with(_controller_for(run, start_before(run, todo[0])), run, app, after=after)
+    start = start_before(run, todo[0])
+    phases = _fast_forward(start, progress)
+    replay_with(_controller_for(run, start), run, app, after=after, phases=phases)
     return found[0] if found else None
 
 
 def _first_body(
-    run: Any, app: Any, w: Watch, target: tuple[str, int], start: Start
+    run: Any,
+    app: Any,
+    w: Watch,
+    target: tuple[str, int],
+    start: Start,
+    progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Replay ``target`` body by body: the first body after which ``w`` holds on the
     replica of the node that ran it (index, node and the rows it changed); none if
@@ -307,7 +336,8 @@ def _first_body(
         if (op, invocation) == target:
             raise _Stop()
 
-    replay_with(_controller_for(run, start), run, app, wrap=wrap, after=stop_after)
+    phases = _fast_forward(start, progress)
+    replay_with(_controller_for(run, start), run, app, wrap=wrap, after=stop_after, phases=phases)
     return {
         "index": hit.get("index"),
         "node": hit.get("node"),

@@ -13,6 +13,10 @@ one track per worker thread (tid = thread):
   bodies, and an instant per lock hand-over naming the DDS element the thread took
   over (``lock W[943]``) and the loop index whose body took it; per ``sync_for`` clock
   a slice naming the thread's minibatches, and an instant per hybrid node-mutex grant;
+* node track, around each invocation: a slice per phase the node recorded outside its
+  rounds (``reconnaissance``, ``planning`` before them, ``digests`` after them; from the
+  ``phase`` table, absent from traces written before it);
+* a checkpoint track per node: a slice per checkpoint, after its invocation;
 * a counter track per logged objective.
 
 The trace records order, and time only per round and per thread: round/clock durations
@@ -41,7 +45,8 @@ from engine.lowlevel import write_file
 
 from ._events import ObjectiveLogged
 from ._read import Trace
-from ._run import InvocationInfo, RunTrace
+from ._run import InvocationInfo, PhaseTime, RunTrace
+from ._schema import PHASE_KINDS
 
 #: tid of each node's own track (worker threads are 0..T-1).
 NODE_TID = 1_000_000
@@ -55,6 +60,13 @@ MAX_TASK_SLICES = 200
 #: Shortest slice drawn for a round or clock, in µs: a flow binds to the slice
 #: *enclosing* its timestamp, so a slice must have an inside (rounds can measure 0 s).
 MIN_ROUND_US = 1.0
+
+#: Phases drawn before an invocation's rounds, in the order they run (digests come after).
+PRE_PHASES = ("reconnaissance", "planning")
+
+#: Longest phase slice drawn, in seconds: the phase table is not chained, so an absurd
+#: recorded length is cut to this instead of stretching the timeline without end.
+MAX_PHASE_S = 7 * 24 * 3600.0
 
 _ORDER = "by order"  # the args value of events whose position is order, not time
 
@@ -76,6 +88,15 @@ class _Span:
         s, d = self.rounds[min(max(r, 0), len(self.rounds) - 1)]
         eps = min(0.25, d / 4)
         return min(max(ts, s + eps), s + d - eps)
+
+
+def _phases(run: RunTrace, invocations: int) -> dict[tuple[str, int, int, str], PhaseTime]:
+    """The first recorded phase of each kind per node's invocation, reading at most one
+    row per kind and invocation row (a trace with more is not trusted to bound the work)."""
+    out: dict[tuple[str, int, int, str], PhaseTime] = {}
+    for p in run.phase_times(invocations * len(PHASE_KINDS)):
+        out.setdefault((p.op, p.invocation, p.node, p.kind), p)
+    return out
 
 
 def _spread(start: float, dur: float, n: int) -> np.ndarray:
@@ -121,6 +142,15 @@ class _Builder:
             self.threads[pid].add(tid)
         ev = {"name": name, "cat": cat, "ph": "i", "s": "t", "ts": round(ts, 3)}
         self.events.append({**ev, "pid": pid, "tid": tid, "args": args})
+
+    # ------------------------------------------------------------ phases
+    def phase(self, p: PhaseTime, ts: float) -> float:
+        """A slice for phase ``p`` at ``ts`` on its node's track; returns where it ends."""
+        dur = max(min(p.seconds, MAX_PHASE_S) * 1e6, MIN_ROUND_US)
+        name = f"{p.kind} {p.op}#{p.invocation}"
+        args = {"op": p.op, "invocation": p.invocation, "seconds": p.seconds}
+        self.slice(name, "phase", p.node, NODE_TID, ts, dur, args)
+        return ts + dur
 
     # ------------------------------------------------------------ invocations
     def invocation(self, i: InvocationInfo, span: _Span, plan: Any) -> np.ndarray:
@@ -473,17 +503,29 @@ def chrome_events(run: RunTrace) -> list[dict[str, Any]]:
     track_end: dict[int, float] = defaultdict(float)
     spans: dict[tuple[str, int, int], _Span] = {}
     anchors: dict[tuple[str, int, int], np.ndarray] = {}
+    phases = _phases(run, len(invs))
     ordered = sorted(invs, key=lambda i: (starts[(i.op, i.invocation)], i.node))
     for i in ordered:
-        at = max((starts[(i.op, i.invocation)] - t0) * 1e6, track_end[i.node])
+        key3 = (i.op, i.invocation, i.node)
+        begin = (starts[(i.op, i.invocation)] - t0) * 1e6
+        for kind in PRE_PHASES:  # before the rounds, in the order they ran
+            p = phases.get((*key3, kind))
+            if p is not None:
+                lo = track_end[i.node]  # never before what the track already holds
+                at = min(max((p.started_at - t0) * 1e6, lo), max(begin, lo))
+                track_end[i.node] = b.phase(p, at)
+        at = max(begin, track_end[i.node])
         rounds = []
         for sec in i.round_seconds or (i.seconds,):
             d = max(sec * 1e6, MIN_ROUND_US)
             rounds.append((at, d))
             at += d
-        span = spans[(i.op, i.invocation, i.node)] = _Span(rounds[0][0], tuple(rounds))
+        span = spans[key3] = _Span(rounds[0][0], tuple(rounds))
         track_end[i.node] = span.end
-        anchors[(i.op, i.invocation, i.node)] = b.invocation(i, span, b.plans[(i.op, i.invocation)])
+        anchors[key3] = b.invocation(i, span, b.plans[(i.op, i.invocation)])
+        p = phases.get((*key3, "digests"))
+        if p is not None:  # right after the rounds, before the invocation's commit
+            track_end[i.node] = b.phase(p, span.end)
     commits: dict[int, list[tuple[int, float]]] = defaultdict(list)
     for i in sorted(invs, key=lambda i: (i.node, i.seq)):
         prev = commits[i.node][-1][0] if commits[i.node] else -1

@@ -25,6 +25,7 @@ from sqlalchemy import (
     String,
     func,
     insert,
+    inspect,
     literal,
     select,
 )
@@ -161,6 +162,15 @@ class Trace:
         self.assume_finished = assume_finished
 
     # ------------------------------------------------------------ plumbing
+    def has_table(self, name: str) -> bool:
+        """Whether the store has table ``name`` (tables added after a trace was written,
+        such as ``phase``, are absent from it); False when the store cannot say."""
+        try:
+            with self._engine.connect() as conn:
+                return bool(inspect(conn).has_table(name))
+        except DBAPIError:
+            return False
+
     def _all(self, stmt: Any, *, check: bool = True) -> list[Any]:
         """Rows of ``stmt``; ``check``: refuse a value whose type does not fit its column."""
         try:

@@ -61,6 +61,7 @@ from ._schema import (
     MutexGrantBlock,
     Objective,
     OperatorPlan,
+    Phase,
     Run,
     VisibilityBlock,
 )
@@ -377,6 +378,19 @@ class TraceRecorder(Recorder):
             rows[Objective] = self._objectives
         link = self._chain.link(node, b.seq, op, invocation, rows)
         rows[ChainLink].append(link)
+        # outside the chain (timeline only), in the same transaction
+        for kind, started, seconds in info.get("phases") or ():
+            rows[Phase].append(
+                dict(
+                    run=self.run_id,
+                    op=op,
+                    invocation=invocation,
+                    node=node,
+                    kind=str(kind),
+                    started_at=float(started),
+                    seconds=float(seconds),
+                )
+            )
         side = None
         if self._collectives:  # on the side chain, in this same transaction
             rows[CollectiveValue] = self._collectives

@@ -25,6 +25,7 @@ from ._plans import decode_plan
 from ._schema import (
     CALL_BLOCKS,
     CHECKPOINT_BLOB_COLUMNS,
+    PHASE_KINDS,
     VERDICT_KINDS,
     Checkpoint,
     CheckpointBlock,
@@ -36,6 +37,7 @@ from ._schema import (
     MutexGrantBlock,
     Objective,
     OperatorPlan,
+    Phase,
     Run,
     Verdict,
 )
@@ -327,6 +329,18 @@ def _grant_arrays(rows: list[Any]) -> LockGrantArrays:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class PhaseTime:
+    """One node's phase of an invocation outside its rounds (see ``Phase``)."""
+
+    op: str
+    invocation: int
+    node: int
+    kind: str
+    started_at: float  # wall clock, as ``RunInfo.started_at``
+    seconds: float
+
+
 class RunTrace:
     """One run of a trace: operators, plans, invocations, events and outcomes."""
 
@@ -522,6 +536,35 @@ class RunTrace:
                 )
             )
         return sorted(out, key=lambda c: c.step)
+
+    def phase_times(self, limit: int) -> list[PhaseTime]:
+        """At most ``limit`` phases the nodes recorded outside their rounds (planning,
+        reconnaissance, digests), in the order written.  None for a trace written
+        before the ``phase`` table existed.  The table is not chained and only serves
+        timelines, so a row that makes no sense (an unknown kind, a time that is not a
+        finite number, a negative length) is left out instead of refusing the trace."""
+        if limit <= 0 or not self.trace.has_table(Phase.__tablename__):
+            return []
+        cols = (Phase.op, Phase.invocation, Phase.node, Phase.kind, Phase.started_at)
+        stmt = select(*cols, Phase.seconds).where(Phase.run == self.run_id)
+        try:
+            rows = self._all(stmt.order_by(Phase.id).limit(limit), check=False)
+        except TraceFormatError:
+            return []  # a damaged hint: the timeline goes without it
+        out = []
+        for r in rows:
+            try:
+                p = PhaseTime(str(r[0]), int(r[1]), int(r[2]), str(r[3]), float(r[4]), float(r[5]))
+            except (TypeError, ValueError, OverflowError):
+                continue
+            if (
+                p.kind in PHASE_KINDS
+                and math.isfinite(p.started_at)
+                and math.isfinite(p.seconds)
+                and p.seconds >= 0
+            ):
+                out.append(p)
+        return out
 
     @_checked("checkpoints")
     def checkpoint_times(self) -> list[tuple[str, int, int, float, int]]:

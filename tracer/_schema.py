@@ -459,6 +459,29 @@ class Verdict(Base):
     created_at: Mapped[float] = mapped_column(Float)
 
 
+#: Values of ``phase.kind``.
+PHASE_KINDS = ("reconnaissance", "planning", "digests")
+
+
+class Phase(Base):
+    """How long one node spent in a phase of an invocation outside its rounds
+    (``PHASE_KINDS``), written with the invocation; for timelines only.
+    Added without a schema version bump: a reader that does not know this table never
+    reads it, and a trace written before it exports without these slices.  Not chained:
+    nothing replays from it, and an exporter takes its values as untrusted."""
+
+    __tablename__ = "phase"
+    __table_args__ = (Index(None, "run", "node"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run: Mapped[str] = _run_fk()
+    op: Mapped[str] = mapped_column(String(200))
+    invocation: Mapped[int] = mapped_column()
+    node: Mapped[int] = mapped_column()
+    kind: Mapped[str] = mapped_column(String(32))
+    started_at: Mapped[float] = mapped_column(Float)  # wall clock, as ``run.started_at``
+    seconds: Mapped[float] = mapped_column(Float)
+
+
 #: Bulk tables and their blob columns (what ``store_bytes`` and corruption checks visit).
 BLOB_COLUMNS: dict[Any, tuple[str, ...]] = {
     OperatorPlan: ("tasks", "task_of", "orders"),
@@ -491,6 +514,8 @@ __all__ = [
     "MutexGrantBlock",
     "Objective",
     "OperatorPlan",
+    "PHASE_KINDS",
+    "Phase",
     "Run",
     "SchemaInfo",
     "Verdict",

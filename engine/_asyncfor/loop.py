@@ -151,8 +151,12 @@ def _new_state(
     the placement ``sched`` says (see :func:`_placement`)."""
     sess.announce(f"planning {name}")
     t0 = time.perf_counter()
+    wall = time.time()
     sets = _recon(sess, name, inv, body, start, stop)
+    t_plan = time.perf_counter()
+    sess.phase_done("reconnaissance", wall, t_plan - t0)
     plan = _placement(_plan(sess, name, sets, requested), sched, name, inv)
+    sess.phase_done("planning", wall + (t_plan - t0), time.perf_counter() - t_plan)
     st = _state(sess, name, start, stop, code, sets, plan)
     st.requested = requested
     sess.planner[name] = {
@@ -344,6 +348,7 @@ def async_for(
     sess.check_replicas(name, inv)
     digests = sess.record_digests(name, inv)
     per_node = st.plan.bodies_per_node()
+    phases = sess.take_phases()
     for k, node in enumerate(sess.cluster.local_nodes):
         info = {
             "bodies": int(per_node[node]),
@@ -351,6 +356,7 @@ def async_for(
             "seconds": seconds,
             "round_seconds": round_s,
             "thread_times": st.thread_times.get(node, []),
+            "phases": phases,
         }
         if k == 0:
             info["digests"] = digests

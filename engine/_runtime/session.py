@@ -40,6 +40,13 @@ if TYPE_CHECKING:
     from .._data import dds as _dds
     from .._machines.schedule import Schedule
 
+#: A digest phase is named (a spinner on a terminal) only when it is expected to take a
+#: person-noticeable time: the previous invocation's digests took this many seconds ...
+DIGEST_PHASE_S = 1.0
+#: ... or the DDS to hash hold at least this many bytes (xxh3 hashes a few GB/s, so a
+#: small model's digests take microseconds and must not flash a spinner per invocation).
+DIGEST_PHASE_BYTES = 256 * 2**20
+
 #: Per-thread state of running bodies: ``index`` (the loop index), ``op_key`` (for
 #: ``rng()``), ``gcode`` (guard code of the running task) and ``held`` (element ids
 #: whose locks a lock-split body holds).
@@ -137,8 +144,10 @@ class Recorder:
         """A node finished one operator invocation.  ``info`` holds ``bodies`` (int),
         ``rounds`` (int), ``seconds`` (float), ``round_seconds`` (list of float),
         ``thread_times`` (``async_for``: (round, thread, start, end) of each thread's
-        task groups, seconds from the node's start of the round) and, on the lowest
-        local node only, ``digests`` (list of (dds name, hex digest))."""
+        task groups, seconds from the node's start of the round), ``phases`` (list of
+        (kind, wall-clock start, seconds) of the invocation's ``reconnaissance``,
+        ``planning`` and ``digests``, for timelines) and, on the lowest local node only,
+        ``digests`` (list of (dds name, hex digest))."""
 
     def objective(self, name: str, iteration: int, value: float) -> None:
         """The driver logged an objective value (called once per process)."""
@@ -316,6 +325,10 @@ class Session:
         #: (``digest_started``, set after the first collective of the digest)
         self.digest_times: list[float] = []
         self.digest_started = 0.0
+        #: the phases of the running invocation as (kind, wall-clock start, seconds):
+        #: ``reconnaissance``, ``planning``, ``digests``; handed to the recorder with the
+        #: invocation (``take_phases``) so that a timeline can draw them
+        self.phase_times: list[tuple[str, float, float]] = []
         #: when each objective value was logged, in seconds since the session began (the
         #: differences give a loop's time per iteration without its start-up)
         self.objective_times: dict[str, list[float]] = {}
@@ -346,6 +359,15 @@ class Session:
         """A long phase starts (see ``phases``); on node 0's process only, as progress is."""
         if self.phases is not None and 0 in self.cluster.local_nodes:
             self.phases(phase)
+
+    def phase_done(self, kind: str, started: float, seconds: float) -> None:
+        """Keep the wall-clock ``started`` and length of a phase of the running invocation."""
+        self.phase_times.append((kind, started, seconds))
+
+    def take_phases(self) -> list[tuple[str, float, float]]:
+        """The phases kept since the last call (for ``invocation_done``'s ``phases``)."""
+        out, self.phase_times = self.phase_times, []
+        return out
 
     def _on_message(self, node: int, channel: str, source: int, seq: int, nbytes: int) -> None:
         if self.tape is not None:  # inside an invocation: part of its schedule value
@@ -462,14 +484,33 @@ class Session:
     def record_digests(self, op: str, invocation: int) -> list[tuple[str, str]]:
         if not self.want_digests:
             return []
+        if self._digests_long():
+            self.announce(f"digests after {op}#{invocation}")
+        wall, t0 = time.time(), time.perf_counter()
         out = list(zip([d.name for d in self.dds], self.digests_of(self.dds), strict=True))
         # from the moment every rank has arrived: a rank that finished its loop early
         # waits for the others at the first collective after it, digest or not
         self.digest_times.append(time.perf_counter() - self.digest_started)
+        # the phase starts there too: waiting for slower ranks belongs to the invocation
+        self.phase_done("digests", wall + (self.digest_started - t0), self.digest_times[-1])
         for name, dig in out:
             self.digests.append({"op": op, "invocation": invocation, "dds": name, "digest": dig})
             self.outcome_log.append(("digest", op, invocation, name))
         return out
+
+    def _digests_long(self) -> bool:
+        """Whether the coming digests deserve a phase name: the last ones were slow, or
+        the numeric DDS whose cached digest is stale hold many bytes (one process's view;
+        only node 0's process announces)."""
+        if self.phases is None or 0 not in self.cluster.local_nodes:
+            return False
+        if self.digest_times and self.digest_times[-1] >= DIGEST_PHASE_S:
+            return True
+        size = 0
+        for d in self.dds:
+            if d._numeric and not d._digest_fresh():
+                size += len(d) * d.row_nbytes()
+        return size >= DIGEST_PHASE_BYTES
 
     def log_objective(self, name: str, value: float) -> None:
         value = float(value)

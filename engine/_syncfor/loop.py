@@ -316,6 +316,7 @@ def _state(
     if st is None or fresh:
         sets: AccessSets | None = None
         if re:
+            sess.announce(f"reconnaissance {name}")
             sets = _recon(sess, name, inv, body, data, minibatch)
             params = _params_from_sets(sess, name, sets, data)
         else:
@@ -596,6 +597,8 @@ def sync_for(
     elif replan == "auto" and st.start == WHOLE:
         level = WHOLE
     recon_s = time.perf_counter() - t0
+    if fresh or level == FRESH:
+        sess.phase_done("reconnaissance", time.time() - recon_s, recon_s)
     cl = sess.cluster
     snap: Snapshot = {}
     t1 = time.perf_counter()
@@ -682,6 +685,7 @@ def _report(
 ) -> None:
     digests = sess.record_digests(name, inv)
     per_node = layout.bodies_per_node()
+    phases = sess.take_phases()
     for k, node in enumerate(sess.cluster.local_nodes):
         info: dict[str, Any] = {
             "bodies": int(per_node[node]),
@@ -689,6 +693,7 @@ def _report(
             "seconds": seconds,
             "round_seconds": [round(x, 6) for x in runs[node].clock_seconds],
             "strategy": sync,
+            "phases": phases,
         }
         if k == 0:
             info["digests"] = digests

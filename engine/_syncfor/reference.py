@@ -148,6 +148,7 @@ def reference_sync_for(
     sess.planner[name] = {"strategy": sync, "staleness": 0, "bodies": batches, "rounds": clocks}
     sess.op_times.setdefault(name, []).append(time.perf_counter() - t0)
     sess.record_digests(name, inv)
+    sess.take_phases()  # no recorder hears of a reference run's invocations
     sess.hooks.after_invocation(name, inv)
 
 

@@ -66,7 +66,12 @@ def test_a_forward_failure_is_localised_to_element_and_index(monkeypatch) -> Non
         return plan
 
     monkeypatch.setattr(loop, "wavefront_plan", merged)
-    res = t.forward(lock_heavy, nodes=1, threads=1)
+    from replay._progress import parse_phase, reporting
+
+    lines: list[str] = []
+    with reporting(lines.append):  # as under `replay dual`: the re-run is a named phase
+        res = t.forward(lock_heavy, nodes=1, threads=1)
+    assert "locating the first difference in X after hot#0" in map(parse_phase, lines), lines
     assert not res.passed
     d = res.divergence
     assert d["op"] == "hot" and d["invocation"] == 0 and d["iteration"] == 0

@@ -36,7 +36,8 @@ def test_other_lines_are_not_ticks(line: str) -> None:
 @pytest.fixture(scope="module")
 def trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("progress") / "t.sqlite"
-    proc = run_cli(["run", "sgdmf", *SMALL, "--ranks", "2", "--trace", str(path)])
+    run = ["run", "sgdmf", *SMALL, "--ranks", "2", "--trace", str(path), "--checkpoint-every", "1"]
+    proc = run_cli(run)
     assert proc.returncode == 0, proc.stderr
     return path
 
@@ -96,6 +97,20 @@ def test_no_bar_without_a_terminal_or_with_json(trace: Path, mode: str) -> None:
             assert TICK not in text and "invocations ━" not in text
     status, out, term = _with_terminal_stderr([mode, str(trace), "--json"])
     assert status == 0 and "invocations" not in term and TICK not in out, term
+
+
+def test_history_shows_its_fast_forward_then_a_bar_on_a_terminal_and_nothing_piped(
+    trace: Path,
+) -> None:
+    args = ["history", str(trace), "W[3]", "--between", "sgd:1", "sgd:2"]
+    status, out, term = _with_terminal_stderr(args)
+    assert status == 0, (out, term)
+    assert "history: fast-forward to the checkpoint after sgd#0" in term, term
+    assert "history: invocations" in term and "2/2" in term, term
+    assert TICK not in out and TICK not in term and "sgd#2" in out
+    proc = run_cli(args)  # a pipe: under 10 s, no progress line at all
+    assert proc.returncode == 0 and "sgd#2" in proc.stdout, proc.stderr
+    assert TICK not in proc.stderr and "invocations" not in proc.stderr, proc.stderr
 
 
 def test_dual_shows_each_side_and_the_mpi_ranks_report_through_mpiexec() -> None:
@@ -236,3 +251,88 @@ def test_the_engine_names_planning_a_kernel_compile_and_each_checkpoint(
     assert res["identical"], res
     named = [p for p in map(parse_phase, lines) if p is not None]
     assert named[0] == "fast-forward to the checkpoint after sgd#0", named
+
+
+def _counting_program(invocations: int) -> object:
+    import engine as ap
+
+    def prog() -> None:
+        X = ap.dvector(8, shape=(), init=ap.init.zeros(), name="X")
+
+        def body(j: int) -> None:
+            X[j] = X[j] + 1.0
+
+        for _ in range(invocations):
+            ap.async_for(0, 8, body, name="add")
+
+    return prog
+
+
+def test_digests_are_named_only_when_they_take_long(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Digests that take microseconds must not flash a spinner per invocation; large or
+    slow ones are a phase like planning."""
+    import engine as ap
+    from engine._runtime import session
+
+    phases: list[str] = []
+    ap.run(_counting_program(3), nodes=2, phases=phases.append)
+    assert phases == ["planning add"], phases
+    monkeypatch.setattr(session, "DIGEST_PHASE_BYTES", 64)  # X holds 64 bytes
+    phases.clear()
+    ap.run(_counting_program(3), nodes=2, phases=phases.append)
+    want = [f"digests after add#{k}" for k in range(3)]
+    assert phases == ["planning add", *want], phases
+    monkeypatch.setattr(session, "DIGEST_PHASE_BYTES", 2**40)
+    monkeypatch.setattr(session, "DIGEST_PHASE_S", 0.0)  # the last ones were slow
+    phases.clear()
+    ap.run(_counting_program(3), nodes=2, phases=phases.append)
+    assert phases == ["planning add", *want[1:]], phases
+
+
+def test_a_sync_for_names_its_reconnaissance_once() -> None:
+    import numpy as np
+
+    import engine as ap
+
+    def prog() -> None:
+        D = ap.dvector(8, shape=(1,), data=np.arange(8.0).reshape(8, 1), name="D")
+        X = ap.dvector(2, shape=(1,), name="X")
+
+        def body(batch: object) -> None:
+            X[0] += batch.values.sum()  # type: ignore[attr-defined]
+
+        for _ in range(3):
+            ap.sync_for(D, 2, body, name="sum")
+
+    phases: list[str] = []
+    ap.run(prog, nodes=2, phases=phases.append)
+    assert phases == ["reconnaissance sum"], phases
+
+
+def test_digest_phases_are_a_spinner_on_a_terminal_and_no_flood_on_a_pipe(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    import engine as ap
+    from engine._runtime import session
+    from replay._progress import PLAIN_EVERY_ENV, Printer, phases_to
+
+    monkeypatch.setattr(session, "DIGEST_PHASE_BYTES", 0)  # every invocation announces
+    console, buf = _terminal()
+    shown: list[list[str]] = []
+    with Printer(False, "run", console=console) as say:
+
+        def spy(line: str) -> None:
+            say(line)
+            say._progress.refresh()
+            shown.append([t.description for t in say._progress.tasks])
+
+        ap.run(_counting_program(3), nodes=2, phases=phases_to(spy))
+    assert ["run: digests after add#2"] in shown, shown
+    assert all(len(tasks) == 1 for tasks in shown)  # one spinner at a time, never a pile
+    assert "run: digests after add#0" in buf.getvalue() and TICK not in buf.getvalue()
+    monkeypatch.setenv(PLAIN_EVERY_ENV, "10")
+    capsys.readouterr()
+    say = Printer(False, "run")  # stderr is not a terminal here: plain lines
+    ap.run(_counting_program(40), nodes=2, phases=phases_to(say))
+    out, err = capsys.readouterr()
+    assert out == "" and err == "", err  # 41 phases in well under 10 s: not one line

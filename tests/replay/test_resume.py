@@ -248,9 +248,11 @@ def test_in_process_interrupted_run_resumes(
     trace = tmp_path / "t.sqlite"
     assert record(trace, "mlr", 1, "0:2:1", RESUME_HOW="interrupt") != 0
     assert of_run(trace, lambda r: r.info.status) == "interrupted"
-    rc, out, err = cli("resume", str(trace))
+    # plain progress lines as often as they come (a CI log): the fast-forward is named
+    rc, out, err = cli("resume", str(trace), env={"STRADS_REPLAY_PROGRESS_EVERY": "1e-9"})
     assert rc == 0, err
     assert "resumed run" in out and "after the checkpoint at mlr#1" in out
+    assert "fast-forward to the checkpoint after mlr#1" in err, err
     runs = runs_of(trace)
     assert runs[1].continues == runs[0].run_id and runs[1].ranks == 1
     # against an uninterrupted run on the same (one) rank

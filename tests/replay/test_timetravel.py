@@ -450,6 +450,13 @@ def test_watch_finds_the_invocation_and_the_body(traces: dict[str, Path]) -> Non
     assert doc["found"] and doc["op"] == "sgd" and 1 <= doc["invocation"] <= 4, doc
     assert doc["index"] is not None and doc["node"] in (0, 1)
     assert any(max(abs(x) for x in v) > t for v in doc["values"].values()), doc
+    # piped, with plain progress lines as often as they come: each phase is named
+    every = {"STRADS_REPLAY_PROGRESS_EVERY": "1e-9"}
+    proc = tcli.invoke(["watch", str(traces["sgd2"]), f"abs(H).max() > {t!r}"], env=every)
+    err = proc.stderr
+    assert proc.returncode == 0 and "\x1b" not in err, err
+    start = f"{doc['from']['op']}#{doc['from']['invocation']}"  # checkpoints at 0, 2, 4
+    assert f"replay: watch: fast-forward to the checkpoint after {start}" in err, err
     ratings = _ratings()
     r = ratings[doc["index"]]
     assert set(doc["values"]) <= {f"H[{r.item}]"}

@@ -102,6 +102,87 @@ def test_each_checkpoint_is_a_slice_after_its_invocation_as_long_as_it_took(
     assert names[(0, CHECKPOINT_TID)] == "checkpoints"
 
 
+def _node_track(doc: dict, node: int) -> list[dict]:
+    """The slices of ``node``'s own track that are not nested (invocations and phases)."""
+    top = [e for e in _by_ph(doc, "X") if e["pid"] == node and e["tid"] == NODE_TID]
+    return sorted((e for e in top if e["cat"] in ("invocation", "phase")), key=lambda e: e["ts"])
+
+
+def test_reconnaissance_planning_and_digests_are_slices_around_their_invocation(
+    recorded_trace: Path, tmp_path: Path
+) -> None:
+    doc = load(recorded_trace, tmp_path)
+    assert problems(doc) == []
+    with tracer.open(recorded_trace) as trace:
+        invs = trace.run().invocations()
+    first = {}
+    for i in sorted(invs, key=lambda i: i.invocation):
+        first.setdefault(i.op, i.invocation)
+    for node in {i.node for i in invs}:
+        track = _node_track(doc, node)
+        for a, b in zip(track, track[1:], strict=False):  # in sequence, never overlapping
+            assert a["ts"] + a["dur"] <= b["ts"] + 1e-3, (a, b)
+        names = [e["name"] for e in track]
+        for i in (i for i in invs if i.node == node):
+            at = names.index(f"{i.op}#{i.invocation}")
+            want = [f"digests {i.op}#{i.invocation}"]  # each invocation hashes its DDS
+            assert names[at + 1 : at + 2] == want, names
+            if first[i.op] == i.invocation:  # the first one is planned beforehand
+                pre = [f"reconnaissance {i.op}#0", f"planning {i.op}#0"]
+                assert names[at - 2 : at] == pre, names
+        for e in (e for e in track if e["cat"] == "phase"):
+            assert e["dur"] > 0 and e["args"]["seconds"] >= 0, e
+
+
+def test_a_trace_without_phase_rows_exports_without_those_slices(
+    trace_copy: Path, tmp_path: Path
+) -> None:
+    """Traces written before the ``phase`` table existed still export, as before."""
+    import sqlite3
+
+    with sqlite3.connect(trace_copy) as db:
+        db.execute("DROP TABLE phase")
+    doc = load(trace_copy, tmp_path)
+    assert problems(doc) == [] and _by_ph(doc, "X", "phase") == []
+    assert _by_ph(doc, "X", "invocation")
+
+
+def test_absurd_phase_rows_neither_crash_the_export_nor_stretch_it(
+    trace_copy: Path, tmp_path: Path
+) -> None:
+    """The phase table is not chained: its rows are hints that may be anything."""
+    import sqlite3
+
+    from tracer._export import MAX_PHASE_S
+
+    with tracer.open(trace_copy) as trace:
+        invs = trace.run().invocations()
+    i = invs[0]
+    bad = [
+        (i.op, i.invocation, i.node, "planning", "yesterday", 1.0),  # text for a time
+        (i.op, i.invocation, i.node, "bogus", 0.0, 1.0),  # unknown kind
+        (i.op, i.invocation, i.node, "digests", 1e308, -5.0),  # negative length
+        (i.op, "x", i.node, "digests", 0.0, 1.0),  # text for an invocation
+        ("nosuch", 0, 7, "digests", 0.0, 1.0),  # no such invocation or node
+    ] + [(i.op, i.invocation, i.node, "reconnaissance", 1e308, 1e300)] * 50_000
+    with sqlite3.connect(trace_copy) as db:
+        db.execute("DELETE FROM phase")
+        db.executemany(
+            "INSERT INTO phase (run, op, invocation, node, kind, started_at, seconds) "
+            "VALUES ('run-1', ?, ?, ?, ?, ?, ?)",
+            bad,
+        )
+    t = time.perf_counter()
+    doc = load(trace_copy, tmp_path)
+    assert time.perf_counter() - t < 5  # reads a bounded number of rows
+    assert problems(doc) == []
+    (recon,) = _by_ph(doc, "X", "phase")  # only the first sane row of a kind counts
+    assert recon["name"] == f"reconnaissance {i.op}#{i.invocation}" and recon["pid"] == i.node
+    assert recon["dur"] == pytest.approx(MAX_PHASE_S * 1e6)
+    inv = [e for e in _node_track(doc, i.node) if e["name"] == f"{i.op}#{i.invocation}"]
+    assert recon["ts"] + recon["dur"] <= inv[0]["ts"] + 1e-3  # still before its invocation
+
+
 # ------------------------------------------------------------ what the timeline shows
 def _by_ph(doc: dict, ph: str, cat: str | None = None) -> list[dict]:
     return [e for e in doc["traceEvents"] if e["ph"] == ph and cat in (None, e.get("cat"))]
@@ -264,6 +345,10 @@ def test_sync_for_clocks_carry_their_bodies(sync_trace: Path, tmp_path: Path) ->
     with tracer.open(sync_trace) as trace:
         run = trace.run()
         invs = run.invocations()
+    for node in {i.node for i in invs}:  # its reconnaissance, then its first invocation
+        names = [e["name"] for e in _node_track(doc, node)]
+        op = invs[0].op
+        assert names[:3] == [f"reconnaissance {op}#0", f"{op}#0", f"digests {op}#0"], names
         mutex = {(i.invocation, i.node): run.mutex_grants(i.op, i.invocation, i.node) for i in invs}
     clocks = _by_ph(doc, "X", "clock")
     total = defaultdict(int)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -12,8 +13,10 @@ import pytest
 from textual.widgets import Input
 from tui_helpers import wait_for, wait_text
 
+import tracer
 from tests import cli as tcli
 from tui import BrowserApp
+from tui._repo import RunRef
 from tui.screens import ElementPrompt, HistoryScreen, OrdersScreen
 from tui.screens.history import child_target, history_table, magnitude
 from tui.widgets import ArrayTable, BraillePlot
@@ -71,7 +74,7 @@ def test_typed_element_shows_the_history_of_replay_history(tt_trace: Path, cli: 
 
     async def script(pilot: Any) -> None:
         await open_history(pilot, "W[3]")
-        text = await wait_text(pilot, "replaying the run for W[3]")  # progress first
+        text = await wait_text(pilot, "replaying…")  # progress first
         text = await wait_text(pilot, "3 invocation(s), computed in", timeout=TIMEOUT)
         screen = pilot.app.screen
         table = screen.query_one("#history", ArrayTable).table
@@ -93,6 +96,28 @@ def test_typed_element_shows_the_history_of_replay_history(tt_trace: Path, cli: 
         assert isinstance(pilot.app.screen, OrdersScreen)
 
     drive(BrowserApp([str(tt_trace)]), script)
+
+
+@pytest.mark.e2e
+def test_the_child_reports_its_progress_to_the_view_and_to_nobody_else(
+    tt_trace: Path, cli: Any
+) -> None:
+    """``replay history`` counts the invocations it has done of those asked for; the
+    browser's child prints them as protocol lines, which never reach a person."""
+    from replay._progress import TICK, TICKS_ENV
+    from tui.screens.history import Progress, run_history
+
+    for env in ({}, {TICKS_ENV: "0"}):  # --json alone, or a pipe: no protocol line
+        proc = cli("history", tt_trace, "W[3]", "--json", env=env)
+        assert proc.returncode == 0 and TICK not in proc.stderr + proc.stdout, proc.stderr
+    proc = cli("history", tt_trace, "W[3]")  # not --json, on a pipe: no bar, no line
+    assert proc.returncode == 0 and TICK not in proc.stderr + proc.stdout, proc.stderr
+    with tracer.open(tt_trace) as trace:
+        run_id = trace.run().run_id
+    progress = Progress()
+    doc = run_history(str(tt_trace), run_id, "W[3]", [], progress)
+    assert len(doc["history"]) == 3, doc
+    assert (progress.done, progress.total) == (3, 3)  # all three of the run's invocations
 
 
 @pytest.mark.e2e
@@ -192,7 +217,7 @@ def test_recompute_replays_again_and_leaving_kills_the_replay(tt_trace: Path) ->
         screen = pilot.app.screen
         assert isinstance(screen, HistoryScreen)
         await pilot.press("r")
-        await wait_text(pilot, "replaying the run for W[3]")
+        await wait_text(pilot, "replaying…")
         await wait_for(pilot, lambda _: bool(screen.procs), what="a child process")
         procs = list(screen.procs)
         assert procs[0].poll() is None  # still replaying
@@ -209,3 +234,50 @@ def test_a_database_password_stays_off_the_command_line() -> None:
     assert arg == "postgresql+psycopg://me@db:5432/traces?sslmode=require"
     assert env == {"PGPASSWORD": "s3cret"}
     assert child_target("traces/a.sqlite") == ("traces/a.sqlite", {})
+
+
+def test_a_long_history_shows_its_phase_then_a_bar_with_rate_and_time_left(
+    synth_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the child reports reaches the screen: the fast-forward by name, then a bar
+    of invocations with the rate and the time left; the bar goes once the answer is in."""
+    import threading
+    import time
+
+    from textual.widgets import ProgressBar
+
+    from replay._progress import phase_line, tick_line
+    from tui.screens import history as hist
+
+    go, finish = threading.Event(), threading.Event()
+
+    def fake(target: str, run_id: str, element: str, started: list, progress: Any) -> dict:
+        progress.line(phase_line("fast-forward to the checkpoint after hot#0"), time.monotonic())
+        go.wait(TIMEOUT)
+        now = time.monotonic()
+        progress.line(tick_line(1, 10, "invocations"), now - 3.0)  # one a second since
+        progress.line(tick_line(4, 10, "invocations"), now)
+        finish.wait(TIMEOUT)
+        entry = {"op": "hot", "invocation": 0, "value": 1.5, "writer": None}
+        return {"element": element, "history": [entry]}
+
+    monkeypatch.setattr(hist, "run_history", fake)
+
+    async def script(pilot: Any) -> None:
+        await wait_text(pilot, "1 run(s)")
+        await pilot.app.push_screen(HistoryScreen(RunRef(str(trace), "run-a"), "X[0]"))
+        screen = pilot.app.screen
+        assert isinstance(screen, HistoryScreen)
+        await wait_text(pilot, "replaying… fast-forward to the checkpoint after hot#0")
+        go.set()
+        text = await wait_text(pilot, "4/10 invocations, 1.00/s, ETA 0:00:0")
+        assert re.search(r"ETA 0:00:0[456],", text) and "(escape stops it)" in text, text
+        bar = screen.query_one("#history-bar", ProgressBar)
+        assert (bar.progress, bar.total, bar.display) == (4, 10, True)
+        assert "40%" in text  # the bar itself, drawn
+        finish.set()
+        text = await wait_text(pilot, "1 invocation(s), computed in")
+        assert not bar.display and "40%" not in text and "ETA" not in text
+
+    trace = synth_dir / "a.sqlite"
+    drive(BrowserApp([trace]), script)

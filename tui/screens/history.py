@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +25,10 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Footer, Header, Input, Label, Static
+from textual.widgets import Footer, Header, Input, Label, ProgressBar, Static
 
 import tracer
+from replay._progress import TICK, TICKS_ENV, parse_phase, parse_tick
 
 from .. import _format as fmt
 from .._model import Column, RowTable
@@ -37,6 +39,8 @@ from ._base import BrowserScreen
 
 #: The project root, put on the child's ``PYTHONPATH`` so it imports this ``replay``.
 ROOT = Path(__file__).resolve().parents[2]
+#: Seconds between redraws of the bar and its line while a history is computed.
+REFRESH_S = 0.25
 #: Missing writer (an element not written in that invocation, or by a ``sync_for``).
 NONE = -1
 
@@ -130,9 +134,69 @@ _CACHE: dict[tuple[str, str, str, tuple[int, int]], dict[str, Any]] = {}
 _CACHE_LOCK = threading.Lock()
 
 
-def run_history(target: str, run_id: str, element: str, started: list[Any]) -> dict[str, Any]:
+@dataclass
+class Progress:
+    """How far a history computation is, as its child reports it: written by the thread
+    that reads the child, read by the screen's timer without a lock (each field is
+    replaced whole; a frame that mixes two ticks is redrawn right :data:`REFRESH_S` later)."""
+
+    done: int = 0
+    total: int | None = None
+    #: the phase under way (fast-forward, planning, ...) until the next tick
+    phase: str = ""
+    #: monotonic times of the first and the latest tick (the rate counts from the first,
+    #: not from the start: a fast-forward comes before any invocation is counted)
+    first_tick: float | None = None
+    first_done: int = 0
+    last_tick: float = 0.0
+
+    def line(self, line: str, now: float) -> None:
+        """Take one protocol line of the child (others are ignored)."""
+        phase = parse_phase(line)
+        if phase is not None:
+            self.phase = phase
+            return
+        tick = parse_tick(line)
+        if tick is None:
+            return
+        done, total, _ = tick
+        if self.first_tick is None:
+            self.first_tick, self.first_done = now, done
+        self.phase = ""
+        self.done, self.total, self.last_tick = done, total, now
+
+    def rate(self) -> float | None:
+        """Invocations per second from the first tick to the latest (None: too early)."""
+        if self.first_tick is None or self.last_tick <= self.first_tick:
+            return None
+        if self.done <= self.first_done:
+            return None
+        return (self.done - self.first_done) / (self.last_tick - self.first_tick)
+
+    def eta(self, now: float) -> float | None:
+        """Seconds left at that rate, counted from the latest tick (None: unknown total
+        or rate)."""
+        rate = self.rate()
+        if rate is None or self.total is None:
+            return None
+        return max(max(self.total - self.done, 0) / rate - (now - self.last_tick), 0.0)
+
+
+def clock(seconds: float) -> str:
+    """``H:MM:SS`` of a number of seconds."""
+    m, s = divmod(int(seconds + 0.5), 60)
+    return f"{m // 60}:{m % 60:02d}:{s:02d}"
+
+
+def run_history(
+    target: str,
+    run_id: str,
+    element: str,
+    started: list[Any],
+    progress: Progress | None = None,
+) -> dict[str, Any]:
     """``{"element", "history"}``, or ``{"error": one line}``; the child process is put in
-    ``started`` so that the caller can kill it."""
+    ``started`` so that the caller can kill it, and its progress lines go to ``progress``."""
     sig = _signature(target)
     key = None if sig is None else (target, run_id, element, sig)
     if key is not None:
@@ -142,6 +206,7 @@ def run_history(target: str, run_id: str, element: str, started: list[Any]) -> d
     arg, extra = child_target(target)
     env = dict(os.environ) | extra
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    env[TICKS_ENV] = "1"  # its progress as protocol lines on stderr, read below
     try:
         proc = subprocess.Popen(
             history_command(arg, run_id, element),
@@ -154,7 +219,25 @@ def run_history(target: str, run_id: str, element: str, started: list[Any]) -> d
     except OSError as exc:
         return {"error": f"cannot start replay: {exc}"}
     started.append(proc)
-    out, err = proc.communicate()
+    err_lines: list[str] = []
+
+    def read_stderr() -> None:
+        assert proc.stderr is not None
+        for ln in proc.stderr:
+            ln = ln.rstrip("\n")
+            if ln.startswith(TICK):
+                if progress is not None:
+                    progress.line(ln, time.monotonic())
+            else:
+                err_lines.append(ln)
+
+    reader = threading.Thread(target=read_stderr, daemon=True)
+    reader.start()
+    assert proc.stdout is not None
+    out = proc.stdout.read()
+    proc.wait()
+    reader.join(timeout=5)
+    err = "\n".join(err_lines)
     if proc.returncode < 0:
         return {"error": "stopped"}
     doc: Any = None
@@ -216,17 +299,19 @@ class HistoryScreen(BrowserScreen):
         self.doc: dict[str, Any] | None = None
         self.started_at = 0.0
         self.procs: list[Any] = []
+        self.progress = Progress()
 
     def compose(self) -> ComposeResult:
         yield Header()
         yield Static(id="where")
         yield BraillePlot(axis="invocation", empty="no values", id="history-plot")
         yield ArrayTable(id="history")
+        yield ProgressBar(id="history-bar", show_eta=False)
         yield Static(id="status")
         yield Footer()
 
     def on_mount(self) -> None:
-        self.set_interval(0.5, self._progress)
+        self.set_interval(REFRESH_S, self._progress)
         self._start()
 
     def on_unmount(self) -> None:
@@ -253,22 +338,43 @@ class HistoryScreen(BrowserScreen):
         self.query_one("#where", Static).update(where)
         self.query_one("#history-plot", BraillePlot).plot(self.element, [])
         self.query_one("#history", ArrayTable).wait(f"replaying for {self.element}…")
+        progress = self.progress = Progress()
+        bar = self.query_one("#history-bar", ProgressBar)
+        bar.update(total=None, progress=0)
+        bar.display = True
         self._progress()
         target, run_id, element = self.repo.target(self.ref), self.ref.run_id, self.element
         procs: list[Any] = []
         self.procs = procs
 
         def work() -> None:
-            doc = run_history(target, run_id, element, procs)
+            doc = run_history(target, run_id, element, procs, progress)
             self.deliver(self._show, element, procs, doc)
 
         self.run_worker(work, thread=True, exclusive=True, group="history", exit_on_error=False)
 
     def _progress(self) -> None:
+        """The bar and the line under it: invocations done of those asked for, the rate
+        and the time left once known, or the phase under way (every :data:`REFRESH_S`)."""
         if self.doc is not None:
             return
-        secs = time.monotonic() - self.started_at
-        text = Text(f"replaying the run for {self.element}… {secs:.0f} s", style="bold yellow")
+        now = time.monotonic()
+        p = self.progress
+        bar = self.query_one("#history-bar", ProgressBar)
+        bar.update(total=p.total, progress=p.done)
+        parts = []
+        if p.phase:
+            parts.append(p.phase)
+        elif p.first_tick is not None:
+            parts.append(f"{p.done}/{'?' if p.total is None else p.total} invocations")
+            rate, eta = p.rate(), p.eta(now)
+            if rate is not None:
+                parts.append(f"{rate:.2f}/s")
+            if eta is not None:
+                parts.append(f"ETA {clock(eta)}")
+        parts.append(f"{now - self.started_at:.0f} s")
+        text = Text("replaying… ", style="bold yellow")
+        text.append(", ".join(parts), style="yellow")
         text.append("  (escape stops it)", style="dim")
         self.query_one("#status", Static).update(text)
 
@@ -276,6 +382,7 @@ class HistoryScreen(BrowserScreen):
         if element != self.element or procs is not self.procs:
             return  # superseded by a newer request
         self.doc = doc
+        self.query_one("#history-bar", ProgressBar).display = False
         table = self.query_one("#history", ArrayTable)
         status = self.query_one("#status", Static)
         if "error" in doc:
@@ -314,4 +421,12 @@ class HistoryScreen(BrowserScreen):
         self._start()
 
 
-__all__ = ["ElementPrompt", "HistoryScreen", "history_command", "history_table", "magnitude"]
+__all__ = [
+    "ElementPrompt",
+    "HistoryScreen",
+    "Progress",
+    "history_command",
+    "history_table",
+    "magnitude",
+    "run_history",
+]
