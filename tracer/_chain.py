@@ -152,7 +152,15 @@ def _value(kind: str, v: Any) -> bytes:
     if v is None:
         return b"N"
     if kind == "i":
-        return b"i" + struct.pack("<q", int(v))
+        try:
+            n = int(v)
+        except (TypeError, ValueError, OverflowError):
+            n = None
+        if n is None or not -(2**63) <= n < 2**63 or (isinstance(v, float) and n != v):
+            # a damaged store (1e308, 2.5, text in an integer column): bytes no recorded
+            # integer hashes to, so the link fails to match instead of the reader crashing
+            return b"X" + repr(v).encode()
+        return b"i" + struct.pack("<q", n)
     data = str(v).encode() if kind == "s" else bytes(v)
     return kind.encode() + struct.pack("<Q", len(data)) + data
 

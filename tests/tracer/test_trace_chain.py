@@ -280,3 +280,23 @@ def test_every_header_field_of_every_link_is_covered(trace_library, tmp_path: Pa
                 missed.append((row, col))
             path.unlink()
     assert missed == []
+
+
+@given(
+    bad=st.one_of(
+        st.floats(allow_nan=True, allow_infinity=True).filter(lambda x: x != 5),
+        st.integers().filter(lambda n: not -(2**63) <= n < 2**63),
+        st.text(alphabet="abc .-", max_size=5),
+    )
+)
+def test_a_damaged_integer_in_a_link_header_fails_to_match_never_crashes(bad) -> None:
+    """Whatever a damaged store holds in a link's integer column (huge, fractional,
+    text), hashing the link gives bytes no recorded header gives, not an exception."""
+    from tracer._chain import link_of
+
+    header = {"run": "r", "node": 0, "link_no": 1, "first_seq": 0, "end_seq": 5, "op": "sgd"}
+    header |= {"invocation": 0, "keyed": False}
+    genuine = link_of(b"", header, b"", None)
+    damaged = link_of(b"", header | {"end_seq": bad}, b"", None)
+    assert damaged != genuine
+    assert link_of(b"", header | {"end_seq": 5.0}, b"", None) == genuine  # SQLite's 5.0
