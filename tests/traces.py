@@ -28,6 +28,17 @@ from tests.cli import invoke
 #: Common runs, by name (the arguments of ``replay run`` after the command).
 SGDMF_1 = ("sgdmf", "-p", "synthetic=true", "-p", "synthetic_ratings=5000", "-p", "epochs=2")
 SGDMF_2 = (*SGDMF_1, "--ranks", "2")
+#: Small SGDMF parameters for a quick one-epoch run (5,000 synthetic ratings, rank 4).
+SGDMF_SMALL = (
+    "-p",
+    "synthetic=true",
+    "-p",
+    "synthetic_ratings=5000",
+    "-p",
+    "epochs=1",
+    "-p",
+    "rank=4",
+)
 MLR_1 = ("mlr", "-p", "synthetic=true", "-p", "epochs=1")
 MLR_2 = (*MLR_1, "--ranks", "2")
 

@@ -13,6 +13,7 @@ import tracer
 from apps.sgdmf import train as sgdmf
 from replay import testing
 from tests.conftest import run_cli
+from tests.traces import SGDMF_SMALL
 
 HERE = Path(__file__).parent
 SGD = {"epochs": 2, "rank": 4, "synthetic": True}
@@ -84,18 +85,7 @@ def test_a_forward_failure_is_localised_to_element_and_index(monkeypatch) -> Non
 @pytest.mark.mpi  # in this process (tests/cli.py), but its 3 ranks are mpiexec's
 def test_cli_pass_json_and_verdicts_in_the_trace(tmp_path: Path, cli) -> None:
     trace = tmp_path / "d.sqlite"
-    args = [
-        "-p",
-        "synthetic=true",
-        "-p",
-        "synthetic_ratings=5000",
-        "-p",
-        "epochs=1",
-        "-p",
-        "rank=4",
-        "--ranks",
-        "3",
-    ]
+    args = [*SGDMF_SMALL, "--ranks", "3"]
     proc = cli("dual", "sgdmf", *args, "--threads", "2", "--trace", trace, "--json")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     res = json.loads(proc.stdout)

@@ -16,6 +16,7 @@ import tracer
 from replay import UsageError, testing
 from tests import cli as tcli
 from tests.replay import dual_apps
+from tests.traces import SGDMF_SMALL
 
 HERE = Path(__file__).parent
 #: Seconds one MPI job of these tests may take before it is killed (a hang must fail).
@@ -31,16 +32,7 @@ def _dual_json(args: list[str], cwd: Path) -> tuple[int, dict]:
 @pytest.mark.mpi
 def test_cli_sgdmf_runs_its_parallel_side_under_mpi_and_traces_it(tmp_path: Path) -> None:
     trace = tmp_path / "d.sqlite"
-    params = [
-        "-p",
-        "synthetic=true",
-        "-p",
-        "synthetic_ratings=5000",
-        "-p",
-        "epochs=1",
-        "-p",
-        "rank=4",
-    ]
+    params = SGDMF_SMALL
     code, res = _dual_json(["sgdmf", *params, "--ranks", "2", "--trace", str(trace)], tmp_path)
     assert code == 0
     assert res["parallel"] == "mpi"
@@ -61,16 +53,7 @@ def test_cli_mlr_hybrid_sync_for_passes_under_mpi(tmp_path: Path) -> None:
 
 
 def test_cli_in_process_is_an_explicit_choice(tmp_path: Path) -> None:
-    params = [
-        "-p",
-        "synthetic=true",
-        "-p",
-        "synthetic_ratings=5000",
-        "-p",
-        "epochs=1",
-        "-p",
-        "rank=4",
-    ]
+    params = SGDMF_SMALL
     code, res = _dual_json(["sgdmf", *params, "--in-process", "--no-trace"], tmp_path)
     assert code == 0 and res["parallel"] == "in-process"
     code, res = _dual_json(["sgdmf", *params, "--ranks", "1", "--no-trace"], tmp_path)

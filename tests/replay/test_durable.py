@@ -16,9 +16,10 @@ import pytest
 
 import tracer
 from tests.conftest import run_cli
+from tests.traces import SGDMF_SMALL
 
 HERE = Path(__file__).parent
-SMALL = ["-p", "synthetic=true", "-p", "synthetic_ratings=5000", "-p", "epochs=1", "-p", "rank=4"]
+SMALL = SGDMF_SMALL
 
 
 def _copy(trace: Path, dest: Path) -> tracer.Trace:

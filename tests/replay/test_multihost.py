@@ -25,6 +25,7 @@ import pytest
 import tracer
 from tests.conftest import ROOT, mpiexec, run_cli
 from tests.replay.test_procs import _descendants, _running
+from tests.traces import SGDMF_SMALL
 
 pytestmark = pytest.mark.mpi
 
@@ -124,16 +125,7 @@ def _checkpoint_rows(trace: Path) -> list[_Row]:
 
 def test_a_dual_test_on_two_hosts_passes(hosts: Hosts) -> None:
     trace = hosts.traces / "dual.sqlite"
-    params = [
-        "-p",
-        "synthetic=true",
-        "-p",
-        "synthetic_ratings=5000",
-        "-p",
-        "epochs=1",
-        "-p",
-        "rank=4",
-    ]
+    params = SGDMF_SMALL
     proc = hosts.run("dual", "sgdmf", *params, "--ranks", "2", "--trace", str(trace), "--json")
     res = _json(proc)
     assert res["forward"]["passed"] and res["backward"]["passed"], res
@@ -141,16 +133,7 @@ def test_a_dual_test_on_two_hosts_passes(hosts: Hosts) -> None:
 
 def test_chaos_runs_on_two_hosts_are_recorded(hosts: Hosts) -> None:
     trace = hosts.traces / "chaos.sqlite"
-    params = [
-        "-p",
-        "synthetic=true",
-        "-p",
-        "synthetic_ratings=5000",
-        "-p",
-        "epochs=1",
-        "-p",
-        "rank=4",
-    ]
+    params = SGDMF_SMALL
     argv = ["chaos", "sgdmf", *params, "--ranks", "2", "--runs", "2", "--chaos-seed", "3"]
     proc = hosts.run(*argv, "--trace", str(trace), "--timeout", "200")
     assert proc.returncode == 0, proc.stderr
