@@ -157,9 +157,13 @@ def _definitions(path: str) -> tuple[list[str], dict[int, ast.AST]]:
     defs: dict[int, ast.AST] = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-            first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
-            defs.setdefault(first, node)
+            defs.setdefault(_first_line(node), node)
     return text.splitlines(), defs
+
+
+def _first_line(node: Any) -> int:
+    """The line a definition starts on: its first decorator's, else its own."""
+    return min([node.lineno, *(d.lineno for d in node.decorator_list)])
 
 
 def _definition(obj: Any) -> tuple[list[str], ast.AST] | None:
@@ -186,7 +190,7 @@ def _scan(obj: Any) -> tuple[str, tuple[Any, ...]]:
     if found_def is None:
         return "", ()
     all_lines, tree = found_def
-    start = min([tree.lineno, *(d.lineno for d in getattr(tree, "decorator_list", []))])
+    start = _first_line(tree)
     lines = all_lines[start - 1 : tree.end_lineno]  # line k of the file is lines[k - start]
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
@@ -287,6 +291,7 @@ def _measured() -> dict[str, Any]:
         return {}
 
 
+@cache
 def _slow_tests() -> dict[str, float]:
     return dict(_measured().get("slow", {}))
 
