@@ -129,9 +129,9 @@ def component_labels(sets: AccessSets, batch: int | None = None) -> np.ndarray:
 
 def _first_node_labels(keep: int, size: int, u: np.ndarray, v: np.ndarray) -> np.ndarray:
     """The connected component of each node below ``keep`` in the graph of ``size`` nodes
-    and the edges ``u[i]-v[i]``, numbered in the order of each component's smallest node: the numbering
-    of ``scipy.sparse.csgraph.connected_components`` (whose import, ~0.35 s, every rank
-    paid at its first plan).
+    and the edges ``u[i]-v[i]``, numbered in the order of each component's smallest node:
+    the numbering of ``scipy.sparse.csgraph.connected_components`` (whose import, ~0.35 s,
+    every rank paid at its first plan).
 
     On the nodes the edges touch, every node points at a smaller node of its component or
     at itself; an edge whose ends lead to different roots hooks the larger root under the
