@@ -343,7 +343,7 @@ class WritableTrace(Trace):
         try:
             with self._engine.begin() as conn:
                 res = conn.execute(
-                    insert(Verdict).values(
+                    insert(Verdict.__table__).values(
                         run=run_id,
                         kind=kind,
                         passed=bool(passed),

@@ -1,4 +1,4 @@
-"""The trace store schema (SQLAlchemy 2.0 declarative); ORM classes never leave ``tracer``.
+"""The trace store schema (SQLAlchemy Core tables); the tables never leave ``tracer``.
 
 One row per run; plans once per operator; per (run, op, invocation, node) one
 ``invocation`` row (the commit marker) plus at most one bulk block per kind (and
@@ -14,7 +14,9 @@ from typing import Any
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     CheckConstraint,
+    Column,
     Float,
     ForeignKey,
     Index,
@@ -22,10 +24,12 @@ from sqlalchemy import (
     LargeBinary,
     MetaData,
     String,
+    Table,
     Text,
     UniqueConstraint,
 )
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.sql.schema import SchemaItem
+from sqlalchemy.types import TypeEngine
 
 #: Version of this schema; a reader refuses traces with another one (2: the hash chain,
 #: ``chain_link`` and ``invocation.n_digests``; 3: the ``interrupted`` run status, NaN
@@ -62,262 +66,259 @@ _NAMING = {
     "pk": "pk_%(table_name)s",
 }
 
-
-class Base(DeclarativeBase):
-    """Declarative base with a naming convention for constraints and indexes."""
-
-    metadata = MetaData(naming_convention=_NAMING)
-    # 64-bit everywhere (seqs and counts outgrow 32 bits); SQLite needs INTEGER for rowid ids
-    type_annotation_map = {int: BigInteger().with_variant(Integer, "sqlite")}
+#: Every table of the store, with a naming convention for constraints and indexes.
+METADATA = MetaData(naming_convention=_NAMING)
+# 64-bit everywhere (seqs and counts outgrow 32 bits); SQLite needs INTEGER for rowid ids
+_INT: TypeEngine[int] = BigInteger().with_variant(Integer, "sqlite")
 
 
-def _run_fk() -> Mapped[str]:
-    return mapped_column(String(64), ForeignKey("run.run_id", ondelete="CASCADE"))
+_MODELS: dict[str, Model] = {}
 
 
-class SchemaInfo(Base):
-    """One row: which application wrote this database and with which schema version."""
+class Model:
+    """One table of the store: ``Run.run_id`` is its column, ``Run.__table__`` the table.
 
-    __tablename__ = "schema_info"
-    app_id: Mapped[str] = mapped_column(String(64), primary_key=True)
-    version: Mapped[int] = mapped_column()
-    created_at: Mapped[float] = mapped_column(Float)
+    Plain Core tables, not ORM classes: nothing reads rows into objects, and importing
+    the ORM cost every process that opens a store about 0.15 s of CPU."""
 
+    def __init__(self, name: str, *items: SchemaItem) -> None:
+        self.__table__ = Table(name, METADATA, *items)
+        self.__tablename__ = name
+        _MODELS[name] = self
+
+    def __getattr__(self, name: str) -> Column[Any]:
+        if name.startswith("__"):  # not a column; and __table__ before __init__ set it
+            raise AttributeError(name)
+        try:
+            return self.__table__.c[name]
+        except KeyError:
+            raise AttributeError(f"table {self.__tablename__} has no column {name!r}") from None
+
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        # by name, as the classes these were pickled: a dict keyed by tables (rows a rank
+        # hands to the primary) must find the same tables on the other side
+        return _model, (self.__tablename__,)
+
+    def __repr__(self) -> str:
+        return f"<table {self.__tablename__}>"
+
+
+def _model(name: str) -> Model:
+    """The table ``name`` (what a pickled :class:`Model` becomes again)."""
+    found = _MODELS.get(name)
+    if found is None:
+        raise ValueError(f"no table {name!r} in the trace schema")
+    return found
+
+
+def _id() -> Column[int]:
+    return Column("id", _INT, primary_key=True)
+
+
+def _int(name: str, *, default: int | None = None, null: bool = False) -> Column[int]:
+    return Column(name, _INT, nullable=null, default=default)
+
+
+def _float(name: str, *, default: float | None = None, null: bool = False) -> Column[float]:
+    return Column(name, Float, nullable=null, default=default)
+
+
+def _str(name: str, size: int, *, default: str | None = None, null: bool = False) -> Column[str]:
+    return Column(name, String(size), nullable=null, default=default)
+
+
+def _text(name: str, *, default: str | None = None, null: bool = False) -> Column[str]:
+    return Column(name, Text, nullable=null, default=default)
+
+
+def _blob(name: str) -> Column[bytes]:
+    return Column(name, LargeBinary, nullable=False)
+
+
+def _coded(name: str) -> tuple[Column[bytes], Column[str]]:
+    """A codec blob and the column naming its codec (``name_codec``)."""
+    return _blob(name), _str(f"{name}_codec", 16)
+
+
+def _run_fk() -> Column[str]:
+    return Column("run", String(64), ForeignKey("run.run_id", ondelete="CASCADE"), nullable=False)
+
+
+def _op() -> Column[str]:
+    return _str("op", 200)
+
+
+#: One row: which application wrote this database and with which schema version.
+SchemaInfo = Model(
+    "schema_info",
+    Column("app_id", String(64), primary_key=True),
+    _int("version"),
+    _float("created_at"),
+)
 
 #: Key of the run's environment record (hash seed, BLAS threads) inside the JSON of
 #: ``run.versions``: kept there so that adding it needed no schema version bump.
 ENVIRONMENT_KEY = "_environment"
 
+#: Metadata and status of one recorded run.
+Run = Model(
+    "run",
+    Column("run_id", String(64), primary_key=True),
+    _str("app", 200, default=""),
+    _text("target", default=""),
+    _text("params", default="{}"),
+    _str("code_digest", 128, default=""),
+    _int("ranks", default=1),
+    _int("threads", default=1),
+    _int("seed", default=0),
+    _text("versions", default="{}"),
+    _float("started_at"),
+    _float("ended_at", null=True),
+    _str("status", 16, default="running"),
+    _text("error", null=True),
+    _int("end_node", null=True),
+    _int("end_seq", null=True),
+    _str("continues", 64, null=True),
+    _text("labels", default="{}"),
+    CheckConstraint(f"status IN {RUN_STATUSES!r}", name="status"),
+)
 
-class Run(Base):
-    """Metadata and status of one recorded run."""
+#: A plan of one operator, in force from ``first_invocation`` on (see ``_plans``).
+OperatorPlan = Model(
+    "operator_plan",
+    _id(),
+    _run_fk(),
+    _op(),
+    _int("plan_no"),
+    _int("first_invocation"),
+    _int("node"),
+    _int("seq"),
+    _str("strategy", 32),
+    _int("start"),
+    _int("n"),
+    _int("nodes"),
+    _int("threads"),
+    _int("rounds"),
+    _int("n_tasks"),
+    _int("n_explicit"),
+    _float("imbalance"),
+    _float("node_imbalance"),
+    *_coded("tasks"),
+    *_coded("task_of"),
+    *_coded("orders"),
+    _float("created_at"),
+    UniqueConstraint("run", "op", "plan_no"),
+)
 
-    __tablename__ = "run"
-    __table_args__ = (CheckConstraint(f"status IN {RUN_STATUSES!r}", name="status"),)
-    run_id: Mapped[str] = mapped_column(String(64), primary_key=True)
-    app: Mapped[str] = mapped_column(String(200), default="")
-    target: Mapped[str] = mapped_column(Text, default="")
-    params: Mapped[str] = mapped_column(Text, default="{}")
-    code_digest: Mapped[str] = mapped_column(String(128), default="")
-    ranks: Mapped[int] = mapped_column(default=1)
-    threads: Mapped[int] = mapped_column(default=1)
-    seed: Mapped[int] = mapped_column(default=0)
-    versions: Mapped[str] = mapped_column(Text, default="{}")
-    started_at: Mapped[float] = mapped_column(Float)
-    ended_at: Mapped[float | None] = mapped_column(Float, nullable=True)
-    status: Mapped[str] = mapped_column(String(16), default="running")
-    error: Mapped[str | None] = mapped_column(Text, nullable=True)
-    end_node: Mapped[int | None] = mapped_column(nullable=True)
-    end_seq: Mapped[int | None] = mapped_column(nullable=True)
-    continues: Mapped[str | None] = mapped_column(String(64), nullable=True)
-    labels: Mapped[str] = mapped_column(Text, default="{}")
+#: One node finished one operator invocation; written last in that commit.
+Invocation = Model(
+    "invocation",
+    _id(),
+    _run_fk(),
+    _op(),
+    _int("invocation"),
+    _int("node"),
+    _int("seq"),
+    _int("first_seq"),
+    _int("bodies"),
+    _int("rounds"),
+    # ``sync_for``'s mode (bsp, ssp, hybrid); empty for ``async_for`` (its plan says)
+    _str("strategy", 32, default=""),
+    _float("seconds"),
+    *_coded("round_seconds"),
+    # ``async_for``: (round, thread, start, end) per thread that ran task groups in a
+    # round, flattened; start and end in whole µs from the node's start of that round
+    *_coded("thread_times"),
+    _int("n_lock_grants", default=0),
+    _int("n_messages", default=0),
+    _int("n_deviations", default=0),
+    _int("n_aggregations", default=0),
+    _int("n_visibility", default=0),
+    _int("n_mutex_grants", default=0),
+    _int("n_digests", default=0),
+    _int("blob_bytes", default=0),
+    _float("committed_at"),
+    UniqueConstraint("run", "op", "invocation", "node"),
+    Index(None, "run", "node", "seq"),
+)
+
+#: Digest of one DDS after one operator invocation.
+Digest = Model(
+    "digest",
+    _id(),
+    _run_fk(),
+    _op(),
+    _int("invocation"),
+    _int("node"),
+    _int("seq"),
+    _str("dds", 200),
+    _str("digest", 128),
+    Index(None, "run", "op", "invocation"),
+)
+
+#: One logged objective value.
+Objective = Model(
+    "objective",
+    _id(),
+    _run_fk(),
+    _str("name", 200),
+    _int("iteration"),
+    # NULL is NaN: SQLite stores a NaN REAL as NULL (a diverging loss must still record)
+    _float("value", null=True),
+    _int("node"),
+    _int("seq"),
+    Index(None, "run", "name", "iteration"),
+)
 
 
-class OperatorPlan(Base):
-    """A plan of one operator, in force from ``first_invocation`` on (see ``_plans``)."""
-
-    __tablename__ = "operator_plan"
-    __table_args__ = (UniqueConstraint("run", "op", "plan_no"),)
-    id: Mapped[int] = mapped_column(primary_key=True)
-    run: Mapped[str] = _run_fk()
-    op: Mapped[str] = mapped_column(String(200))
-    plan_no: Mapped[int] = mapped_column()
-    first_invocation: Mapped[int] = mapped_column()
-    node: Mapped[int] = mapped_column()
-    seq: Mapped[int] = mapped_column()
-    strategy: Mapped[str] = mapped_column(String(32))
-    start: Mapped[int] = mapped_column()
-    n: Mapped[int] = mapped_column()
-    nodes: Mapped[int] = mapped_column()
-    threads: Mapped[int] = mapped_column()
-    rounds: Mapped[int] = mapped_column()
-    n_tasks: Mapped[int] = mapped_column()
-    n_explicit: Mapped[int] = mapped_column()
-    imbalance: Mapped[float] = mapped_column(Float)
-    node_imbalance: Mapped[float] = mapped_column(Float)
-    tasks: Mapped[bytes] = mapped_column(LargeBinary)
-    tasks_codec: Mapped[str] = mapped_column(String(16))
-    task_of: Mapped[bytes] = mapped_column(LargeBinary)
-    task_of_codec: Mapped[str] = mapped_column(String(16))
-    orders: Mapped[bytes] = mapped_column(LargeBinary)
-    orders_codec: Mapped[str] = mapped_column(String(16))
-    created_at: Mapped[float] = mapped_column(Float)
-
-
-class Invocation(Base):
-    """One node finished one operator invocation; written last in that commit."""
-
-    __tablename__ = "invocation"
-    __table_args__ = (
-        UniqueConstraint("run", "op", "invocation", "node"),
-        Index(None, "run", "node", "seq"),
+def _block(name: str, *own: SchemaItem, calls: bool = True) -> Model:
+    """A bulk block table: its own columns, then (``calls``) those of a block of recorder
+    calls (``calls`` rows are (header..., seq, length) and the value arrays are the
+    calls' arrays concatenated, ``n_values`` entries each), then the key every block has
+    (whose events it holds and where their seqs start).  This column order is the one
+    traces were written with; the hash chain digests rows in it."""
+    call_columns = (_int("n_calls"), _int("n_values"), *_coded("calls")) if calls else ()
+    return Model(
+        name,
+        _run_fk(),
+        *own,
+        *call_columns,
+        _id(),
+        _op(),
+        _int("invocation"),
+        _int("node"),
+        _int("first_seq"),
+        _int("count"),  # events in the block
+        Index(None, "run", "op", "invocation", "node"),
+        Index(None, "run", "node", "first_seq"),
     )
-    id: Mapped[int] = mapped_column(primary_key=True)
-    run: Mapped[str] = _run_fk()
-    op: Mapped[str] = mapped_column(String(200))
-    invocation: Mapped[int] = mapped_column()
-    node: Mapped[int] = mapped_column()
-    seq: Mapped[int] = mapped_column()
-    first_seq: Mapped[int] = mapped_column()
-    bodies: Mapped[int] = mapped_column()
-    rounds: Mapped[int] = mapped_column()
-    #: ``sync_for``'s mode (bsp, ssp, hybrid); empty for ``async_for`` (its plan says)
-    strategy: Mapped[str] = mapped_column(String(32), default="")
-    seconds: Mapped[float] = mapped_column(Float)
-    round_seconds: Mapped[bytes] = mapped_column(LargeBinary)
-    round_seconds_codec: Mapped[str] = mapped_column(String(16))
-    #: ``async_for``: (round, thread, start, end) per thread that ran task groups in a
-    #: round, flattened; start and end in whole µs from the node's start of that round
-    thread_times: Mapped[bytes] = mapped_column(LargeBinary)
-    thread_times_codec: Mapped[str] = mapped_column(String(16))
-    n_lock_grants: Mapped[int] = mapped_column(default=0)
-    n_messages: Mapped[int] = mapped_column(default=0)
-    n_deviations: Mapped[int] = mapped_column(default=0)
-    n_aggregations: Mapped[int] = mapped_column(default=0)
-    n_visibility: Mapped[int] = mapped_column(default=0)
-    n_mutex_grants: Mapped[int] = mapped_column(default=0)
-    n_digests: Mapped[int] = mapped_column(default=0)
-    blob_bytes: Mapped[int] = mapped_column(default=0)
-    committed_at: Mapped[float] = mapped_column(Float)
 
 
-class Digest(Base):
-    """Digest of one DDS after one operator invocation."""
-
-    __tablename__ = "digest"
-    __table_args__ = (Index(None, "run", "op", "invocation"),)
-    id: Mapped[int] = mapped_column(primary_key=True)
-    run: Mapped[str] = _run_fk()
-    op: Mapped[str] = mapped_column(String(200))
-    invocation: Mapped[int] = mapped_column()
-    node: Mapped[int] = mapped_column()
-    seq: Mapped[int] = mapped_column()
-    dds: Mapped[str] = mapped_column(String(200))
-    digest: Mapped[str] = mapped_column(String(128))
-
-
-class Objective(Base):
-    """One logged objective value."""
-
-    __tablename__ = "objective"
-    __table_args__ = (Index(None, "run", "name", "iteration"),)
-    id: Mapped[int] = mapped_column(primary_key=True)
-    run: Mapped[str] = _run_fk()
-    name: Mapped[str] = mapped_column(String(200))
-    iteration: Mapped[int] = mapped_column()
-    #: NULL is NaN: SQLite stores a NaN REAL as NULL (a diverging loss must still record)
-    value: Mapped[float | None] = mapped_column(Float, nullable=True)
-    node: Mapped[int] = mapped_column()
-    seq: Mapped[int] = mapped_column()
-
-
-def _blob() -> Mapped[bytes]:
-    return mapped_column(LargeBinary)
-
-
-def _codec() -> Mapped[str]:
-    return mapped_column(String(16))
-
-
-def _block_indexes() -> tuple[Index, Index]:
-    return Index(None, "run", "op", "invocation", "node"), Index(None, "run", "node", "first_seq")
-
-
-class _BlockKey:
-    """Columns of every bulk block: whose events it holds and where their seqs start."""
-
-    id: Mapped[int] = mapped_column(primary_key=True)
-    op: Mapped[str] = mapped_column(String(200))
-    invocation: Mapped[int] = mapped_column()
-    node: Mapped[int] = mapped_column()
-    first_seq: Mapped[int] = mapped_column()
-    count: Mapped[int] = mapped_column()  # events in the block
-
-
-class _CallBlock(_BlockKey):
-    """A block of recorder calls: ``calls`` rows are (header..., seq, length) and the
-    value arrays are the calls' arrays concatenated (``n_values`` entries each)."""
-
-    n_calls: Mapped[int] = mapped_column()
-    n_values: Mapped[int] = mapped_column()
-    calls: Mapped[bytes] = _blob()
-    calls_codec: Mapped[str] = _codec()
-
-
-class LockGrantBlock(_CallBlock, Base):
-    """Lock grants of one node in one invocation, one call (event) per round: calls are
-    (round, bodies, grants, seq, length); ``deviations`` holds each round's (position,
-    thread) pairs, flattened, where the ticket order left its prediction (``engine``'s
-    ``_grants`` module says how the prediction and the per-lock orders follow);
-    ``elements`` names the element lock each of them took over (``W[943]``), as UTF-8
-    lines in the same order (a u8 codec blob)."""
-
-    __tablename__ = "lock_grant_block"
-    __table_args__ = _block_indexes()
-    run: Mapped[str] = _run_fk()
-    deviations: Mapped[bytes] = _blob()
-    deviations_codec: Mapped[str] = _codec()
-    elements: Mapped[bytes] = _blob()
-    elements_codec: Mapped[str] = _codec()
-
-
-class IndexOrderBlock(_CallBlock, Base):
-    """Deviations from the plan's index order; calls are (round, thread, seq, length)."""
-
-    __tablename__ = "index_order_block"
-    __table_args__ = _block_indexes()
-    run: Mapped[str] = _run_fk()
-    indices: Mapped[bytes] = _blob()
-    indices_codec: Mapped[str] = _codec()
-
-
-class AggregationBlock(_CallBlock, Base):
-    """``sync_for`` owners' delta arrival orders; calls are (clock, seq, length)."""
-
-    __tablename__ = "aggregation_block"
-    __table_args__ = _block_indexes()
-    run: Mapped[str] = _run_fk()
-    sources: Mapped[bytes] = _blob()
-    sources_codec: Mapped[str] = _codec()
-
-
-class VisibilityBlock(_CallBlock, Base):
-    """SSP ``sync_for``: updates applied before each clock; calls are (clock, seq, nodes)."""
-
-    __tablename__ = "visibility_block"
-    __table_args__ = _block_indexes()
-    run: Mapped[str] = _run_fk()
-    applied: Mapped[bytes] = _blob()
-    applied_codec: Mapped[str] = _codec()
-
-
-class MutexGrantBlock(_CallBlock, Base):
-    """Hybrid ``sync_for``: node-mutex grants in order; calls are (clock, seq, count)."""
-
-    __tablename__ = "mutex_grant_block"
-    __table_args__ = _block_indexes()
-    run: Mapped[str] = _run_fk()
-    threads: Mapped[bytes] = _blob()
-    threads_codec: Mapped[str] = _codec()
-    minibatches: Mapped[bytes] = _blob()
-    minibatches_codec: Mapped[str] = _codec()
-
-
-class MessageBlock(_BlockKey, Base):
-    """Messages one node received on one channel during one invocation, in arrival order."""
-
-    __tablename__ = "message_block"
-    __table_args__ = _block_indexes()
-    run: Mapped[str] = _run_fk()
-    channel: Mapped[str] = mapped_column(String(64))
-    seqs: Mapped[bytes] = _blob()
-    seqs_codec: Mapped[str] = _codec()
-    sources: Mapped[bytes] = _blob()
-    sources_codec: Mapped[str] = _codec()
-    source_seqs: Mapped[bytes] = _blob()
-    source_seqs_codec: Mapped[str] = _codec()
-    nbytes: Mapped[bytes] = _blob()
-    nbytes_codec: Mapped[str] = _codec()
+#: Lock grants of one node in one invocation, one call (event) per round: calls are
+#: (round, bodies, grants, seq, length); ``deviations`` holds each round's (position,
+#: thread) pairs, flattened, where the ticket order left its prediction (``engine``'s
+#: ``_grants`` module says how the prediction and the per-lock orders follow);
+#: ``elements`` names the element lock each of them took over (``W[943]``), as UTF-8
+#: lines in the same order (a u8 codec blob).
+LockGrantBlock = _block("lock_grant_block", *_coded("deviations"), *_coded("elements"))
+#: Deviations from the plan's index order; calls are (round, thread, seq, length).
+IndexOrderBlock = _block("index_order_block", *_coded("indices"))
+#: ``sync_for`` owners' delta arrival orders; calls are (clock, seq, length).
+AggregationBlock = _block("aggregation_block", *_coded("sources"))
+#: SSP ``sync_for``: updates applied before each clock; calls are (clock, seq, nodes).
+VisibilityBlock = _block("visibility_block", *_coded("applied"))
+#: Hybrid ``sync_for``: node-mutex grants in order; calls are (clock, seq, count).
+MutexGrantBlock = _block("mutex_grant_block", *_coded("threads"), *_coded("minibatches"))
+#: Messages one node received on one channel during one invocation, in arrival order.
+MessageBlock = _block(
+    "message_block",
+    _str("channel", 64),
+    *_coded("seqs"),
+    *_coded("sources"),
+    *_coded("source_seqs"),
+    *_coded("nbytes"),
+    calls=False,
+)
 
 
 @dataclass(frozen=True)
@@ -336,7 +337,7 @@ class CallBlockSpec:
 
 
 #: Every call-block table and its layout.
-CALL_BLOCKS: dict[Any, CallBlockSpec] = {
+CALL_BLOCKS: dict[Model, CallBlockSpec] = {
     LockGrantBlock: CallBlockSpec(
         ("round", "bodies", "grants"), ("deviations",), False, "n_lock_grants"
     ),
@@ -347,143 +348,129 @@ CALL_BLOCKS: dict[Any, CallBlockSpec] = {
 }
 
 
-class ChainLink(Base):
-    """One link of a node's hash chain (see ``_chain``): it covers every chained row of
-    ``node`` whose sequence number lies in [``first_seq``, ``end_seq``)."""
+#: One link of a node's hash chain (see ``_chain``): it covers every chained row of
+#: ``node`` whose sequence number lies in [``first_seq``, ``end_seq``).
+ChainLink = Model(
+    "chain_link",
+    _id(),
+    _run_fk(),
+    _int("node"),
+    _int("link_no"),
+    _int("first_seq"),
+    _int("end_seq"),
+    _op(),
+    _int("invocation"),
+    _int("n_rows"),
+    _blob("manifest"),  # (table, seq, digest) per row
+    _int("keyed"),  # 1: an HMAC under REPLAY_TRACE_KEY (never stored)
+    _blob("link"),
+    UniqueConstraint("run", "node", "link_no"),
+)
 
-    __tablename__ = "chain_link"
-    __table_args__ = (UniqueConstraint("run", "node", "link_no"),)
-    id: Mapped[int] = mapped_column(primary_key=True)
-    run: Mapped[str] = _run_fk()
-    node: Mapped[int] = mapped_column()
-    link_no: Mapped[int] = mapped_column()
-    first_seq: Mapped[int] = mapped_column()
-    end_seq: Mapped[int] = mapped_column()
-    op: Mapped[str] = mapped_column(String(200))
-    invocation: Mapped[int] = mapped_column()
-    n_rows: Mapped[int] = mapped_column()
-    manifest: Mapped[bytes] = mapped_column(LargeBinary)  # (table, seq, digest) per row
-    keyed: Mapped[int] = mapped_column()  # 1: an HMAC under REPLAY_TRACE_KEY (never stored)
-    link: Mapped[bytes] = mapped_column(LargeBinary)
+#: One node's checkpoint at the end of an invocation (time travel): a marker written
+#: after its blocks have committed, so a checkpoint with a row here is whole for that
+#: node.  ``step`` is the invocation's place among the run's loop invocations.
+#: Not chained: a restored checkpoint is checked against the invocation's digests.
+Checkpoint = Model(
+    "checkpoint",
+    _id(),
+    _run_fk(),
+    _op(),
+    _int("invocation"),
+    _int("node"),
+    _int("step"),
+    _text("counters", default="{}"),  # JSON: message counters
+    _text("refused", default="[]"),  # JSON: [dds, why] left out
+    _int("nbytes"),
+    _float("seconds", default=0.0),  # encoding and writing it
+    _float("created_at"),
+    UniqueConstraint("run", "op", "invocation", "node"),
+    Index(None, "run", "step"),
+)
 
+#: The rows one node owns of one DDS in one checkpoint: ``slots`` and ``values`` are
+#: codec blobs; ``kind`` ``array`` (values flattened, ``dtype`` and row ``shape``) or
+#: ``plain`` (a tagged-JSON text of plain data, see ``_plain``, as u8).
+CheckpointBlock = Model(
+    "checkpoint_block",
+    _id(),
+    _run_fk(),
+    _op(),
+    _int("invocation"),
+    _int("node"),
+    _str("dds", 200),
+    _str("kind", 16),
+    _str("dtype", 16),
+    _text("shape", default="[]"),
+    _int("length"),
+    _int("count"),
+    *_coded("slots"),
+    *_coded("values"),
+    Index(None, "run", "op", "invocation"),
+)
 
-class Checkpoint(Base):
-    """One node's checkpoint at the end of an invocation (time travel): a marker written
-    after its blocks have committed, so a checkpoint with a row here is whole for that
-    node.  ``step`` is the invocation's place among the run's loop invocations.
-    Not chained: a restored checkpoint is checked against the invocation's digests."""
-
-    __tablename__ = "checkpoint"
-    __table_args__ = (
-        UniqueConstraint("run", "op", "invocation", "node"),
-        Index(None, "run", "step"),
-    )
-    id: Mapped[int] = mapped_column(primary_key=True)
-    run: Mapped[str] = _run_fk()
-    op: Mapped[str] = mapped_column(String(200))
-    invocation: Mapped[int] = mapped_column()
-    node: Mapped[int] = mapped_column()
-    step: Mapped[int] = mapped_column()
-    counters: Mapped[str] = mapped_column(Text, default="{}")  # JSON: message counters
-    refused: Mapped[str] = mapped_column(Text, default="[]")  # JSON: [dds, why] left out
-    nbytes: Mapped[int] = mapped_column()
-    seconds: Mapped[float] = mapped_column(Float, default=0.0)  # encoding and writing it
-    created_at: Mapped[float] = mapped_column(Float)
-
-
-class CheckpointBlock(Base):
-    """The rows one node owns of one DDS in one checkpoint: ``slots`` and ``values`` are
-    codec blobs; ``kind`` ``array`` (values flattened, ``dtype`` and row ``shape``) or
-    ``plain`` (a tagged-JSON text of plain data, see ``_plain``, as u8)."""
-
-    __tablename__ = "checkpoint_block"
-    __table_args__ = (Index(None, "run", "op", "invocation"),)
-    id: Mapped[int] = mapped_column(primary_key=True)
-    run: Mapped[str] = _run_fk()
-    op: Mapped[str] = mapped_column(String(200))
-    invocation: Mapped[int] = mapped_column()
-    node: Mapped[int] = mapped_column()
-    dds: Mapped[str] = mapped_column(String(200))
-    kind: Mapped[str] = mapped_column(String(16))
-    dtype: Mapped[str] = mapped_column(String(16))
-    shape: Mapped[str] = mapped_column(Text, default="[]")
-    length: Mapped[int] = mapped_column()
-    count: Mapped[int] = mapped_column()
-    slots: Mapped[bytes] = _blob()
-    slots_codec: Mapped[str] = _codec()
-    values: Mapped[bytes] = _blob()
-    values_codec: Mapped[str] = _codec()
-
-
-class CollectiveValue(Base):
-    """The value the driver got from its ``k``-th collective call (``reduce``,
-    ``gather``), served to a driver that fast-forwards to a checkpoint.  ``encoding``:
-    ``array`` (``dtype``, ``shape``), ``plain`` (tagged JSON as u8) or ``refused``
-    (``detail`` says why; such a value cannot be served)."""
-
-    __tablename__ = "collective_value"
-    __table_args__ = (UniqueConstraint("run", "k"),)
-    id: Mapped[int] = mapped_column(primary_key=True)
-    run: Mapped[str] = _run_fk()
-    k: Mapped[int] = mapped_column()
-    kind: Mapped[str] = mapped_column(String(16))
-    encoding: Mapped[str] = mapped_column(String(16))
-    dtype: Mapped[str] = mapped_column(String(16), default="")
-    shape: Mapped[str] = mapped_column(Text, default="[]")
-    detail: Mapped[str] = mapped_column(Text, default="")
-    data: Mapped[bytes] = _blob()
-    data_codec: Mapped[str] = _codec()
-
+#: The value the driver got from its ``k``-th collective call (``reduce``, ``gather``),
+#: served to a driver that fast-forwards to a checkpoint.  ``encoding``: ``array``
+#: (``dtype``, ``shape``), ``plain`` (tagged JSON as u8) or ``refused`` (``detail`` says
+#: why; such a value cannot be served).
+CollectiveValue = Model(
+    "collective_value",
+    _id(),
+    _run_fk(),
+    _int("k"),
+    _str("kind", 16),
+    _str("encoding", 16),
+    _str("dtype", 16, default=""),
+    _text("shape", default="[]"),
+    _text("detail", default=""),
+    *_coded("data"),
+    UniqueConstraint("run", "k"),
+)
 
 #: Time-travel tables and their blob columns: reported as checkpoint bytes, apart from
 #: the trace's own bytes (they do not count against the bytes-per-body budget).
-CHECKPOINT_BLOB_COLUMNS: dict[Any, tuple[str, ...]] = {
+CHECKPOINT_BLOB_COLUMNS: dict[Model, tuple[str, ...]] = {
     CheckpointBlock: ("slots", "values"),
     CollectiveValue: ("data",),
 }
 
-
-class Verdict(Base):
-    """Result of a replay or dual test of a run, written by ``replay``."""
-
-    __tablename__ = "verdict"
-    __table_args__ = (
-        CheckConstraint(f"kind IN {VERDICT_KINDS!r}", name="kind"),
-        Index(None, "run", "created_at"),
-    )
-    id: Mapped[int] = mapped_column(primary_key=True)
-    run: Mapped[str] = _run_fk()
-    kind: Mapped[str] = mapped_column(String(32))
-    passed: Mapped[bool] = mapped_column()
-    detail: Mapped[str] = mapped_column(Text, default="{}")
-    created_at: Mapped[float] = mapped_column(Float)
-
+#: Result of a replay or dual test of a run, written by ``replay``.
+Verdict = Model(
+    "verdict",
+    _id(),
+    _run_fk(),
+    _str("kind", 32),
+    Column("passed", Boolean, nullable=False),
+    _text("detail", default="{}"),
+    _float("created_at"),
+    CheckConstraint(f"kind IN {VERDICT_KINDS!r}", name="kind"),
+    Index(None, "run", "created_at"),
+)
 
 #: Values of ``phase.kind``.
 PHASE_KINDS = ("reconnaissance", "planning", "digests")
 
-
-class Phase(Base):
-    """How long one node spent in a phase of an invocation outside its rounds
-    (``PHASE_KINDS``), written with the invocation; for timelines only.
-    Added without a schema version bump: a reader that does not know this table never
-    reads it, and a trace written before it exports without these slices.  Not chained:
-    nothing replays from it, and an exporter takes its values as untrusted."""
-
-    __tablename__ = "phase"
-    __table_args__ = (Index(None, "run", "node"),)
-    id: Mapped[int] = mapped_column(primary_key=True)
-    run: Mapped[str] = _run_fk()
-    op: Mapped[str] = mapped_column(String(200))
-    invocation: Mapped[int] = mapped_column()
-    node: Mapped[int] = mapped_column()
-    kind: Mapped[str] = mapped_column(String(32))
-    started_at: Mapped[float] = mapped_column(Float)  # wall clock, as ``run.started_at``
-    seconds: Mapped[float] = mapped_column(Float)
+#: How long one node spent in a phase of an invocation outside its rounds
+#: (``PHASE_KINDS``), written with the invocation; for timelines only.
+#: Added without a schema version bump: a reader that does not know this table never
+#: reads it, and a trace written before it exports without these slices.  Not chained:
+#: nothing replays from it, and an exporter takes its values as untrusted.
+Phase = Model(
+    "phase",
+    _id(),
+    _run_fk(),
+    _op(),
+    _int("invocation"),
+    _int("node"),
+    _str("kind", 32),
+    _float("started_at"),  # wall clock, as ``run.started_at``
+    _float("seconds"),
+    Index(None, "run", "node"),
+)
 
 
 #: Bulk tables and their blob columns (what ``store_bytes`` and corruption checks visit).
-BLOB_COLUMNS: dict[Any, tuple[str, ...]] = {
+BLOB_COLUMNS: dict[Model, tuple[str, ...]] = {
     OperatorPlan: ("tasks", "task_of", "orders"),
     Invocation: ("round_seconds", "thread_times"),
     MessageBlock: ("seqs", "sources", "source_seqs", "nbytes"),
@@ -500,7 +487,8 @@ __all__ = [
     "SCHEMA_VERSION",
     "VERDICT_KINDS",
     "AggregationBlock",
-    "Base",
+    "METADATA",
+    "Model",
     "CallBlockSpec",
     "ChainLink",
     "Checkpoint",

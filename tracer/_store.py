@@ -42,9 +42,9 @@ from ._errors import (
 from ._schema import (
     APP_ID,
     ENVIRONMENT_KEY,
+    METADATA,
     RUN_LIMITS,
     SCHEMA_VERSION,
-    Base,
     Run,
     SchemaInfo,
 )
@@ -255,11 +255,11 @@ def ensure_schema(engine: Engine) -> None:
             if "schema_info" in names:
                 check_schema_info(engine)
             with engine.begin() as conn:
-                Base.metadata.create_all(conn)
+                METADATA.create_all(conn)
                 have = conn.execute(select(SchemaInfo.app_id)).first()
                 if have is None:
                     conn.execute(
-                        insert(SchemaInfo).values(
+                        insert(SchemaInfo.__table__).values(
                             app_id=APP_ID, version=SCHEMA_VERSION, created_at=time.time()
                         )
                     )
@@ -371,7 +371,7 @@ def start_run(store: Any, run_id: str, meta: dict[str, Any]) -> dict[str, Any]:
                 raise RunExistsError(
                     f"{describe(engine)} already holds a run {run_id!r}: use a new run id"
                 )
-            conn.execute(insert(Run).values(**row))
+            conn.execute(insert(Run.__table__).values(**row))
     except DBAPIError as exc:
         raise write_error(engine, exc) from None
     finally:
@@ -398,7 +398,7 @@ def finish_run(
 ) -> bool:
     """Set the end status of a still-running run; returns False if it had ended already."""
     stmt = (
-        update(Run)
+        update(Run.__table__)
         .where(Run.run_id == run_id, Run.status == "running")
         .values(
             status=status, error=error, ended_at=time.time(), end_node=end_node, end_seq=end_seq

@@ -23,13 +23,14 @@ from hypothesis import strategies as st
 from sqlalchemy import Boolean, Float, Integer, LargeBinary, String, Text, select
 
 import tracer._insert as ins
-from tracer import TraceWriteError, _store
-from tracer._schema import Base
+from tracer import TraceWriteError, _schema, _store
 from tracer._store import create_store
 
 MODELS = sorted(
-    (m.class_ for m in Base.registry.mappers), key=lambda c: c.__tablename__
+    (m for m in vars(_schema).values() if isinstance(m, _schema.Model)),
+    key=lambda m: m.__tablename__,
 )  # every table
+assert len(MODELS) == len(_schema.METADATA.tables)
 
 
 def _value(col: Any) -> st.SearchStrategy[Any]:
