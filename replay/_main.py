@@ -30,6 +30,6 @@ def main() -> None:
     args = sys.argv[1:]
     if command_of(args) in RUNS_HERE:
         _environment.reexec_for(_environment.choose_hash_seed(), args)
-    from ._cli import main as cli_main
-
+    with _environment.quiet_imports():
+        from ._cli import main as cli_main
     cli_main()

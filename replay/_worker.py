@@ -100,14 +100,17 @@ def _watch_parent(spec: dict[str, Any], rank: int) -> None:
 
 def main(argv: list[str]) -> int:
     """Run the job whose spec rank 0 receives on stdin as one rank of COMM_WORLD."""
-    from mpi4py import MPI
+    from ._environment import quiet_imports
 
-    import engine
+    with quiet_imports():
+        from mpi4py import MPI
 
-    from . import _wire
-    from ._dualjob import dual_here
-    from ._job import describe, run_here
-    from ._replay import replay_here
+        import engine
+
+        from . import _wire
+        from ._dualjob import dual_here
+        from ._job import describe, run_here
+        from ._replay import replay_here
 
     comm = MPI.COMM_WORLD
     rank = comm.Get_rank()
