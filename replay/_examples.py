@@ -13,7 +13,7 @@ import click
 EXAMPLES: dict[str, tuple[str, ...]] = {
     "run": (
         "replay run sgdmf -p synthetic=true -p epochs=2 --ranks 2",
-        "replay run mlr -p synthetic=true --threads 2 --checkpoint-every 1",
+        "replay run mlr -p synthetic=true --threads 2 --save model.npz",
         "replay run train.py:fit -p lr=0.1 --trace my.sqlite",
     ),
     "demo": ("replay demo", "replay demo --epochs 2"),

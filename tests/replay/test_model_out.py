@@ -1,0 +1,163 @@
+"""The trained model out of ``replay run --save``, and the app's result in ``--json`` and
+the plain output (issue 37)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+#: Each app with small parameters, and the arrays its ``--save`` holds: name -> how the
+#: shape follows from its ``--json`` result (a key of the result, or a number).
+APPS: dict[str, tuple[list[str], dict[str, tuple[Any, ...]]]] = {
+    "sgdmf": (
+        ["synthetic=true", "epochs=1", "synthetic_ratings=5000", "rank=4"],
+        {"W": ("users", 4), "H": ("items", 4)},
+    ),
+    "lasso": (
+        [
+            "dataset=synthetic",
+            "samples=60",
+            "features=30",
+            "nonzeros=3",
+            "threshold=0.3",
+            "compare=false",
+        ],
+        {"coef": ("features",), "intercept": (), "x_mean": ("features",), "x_std": ("features",)},
+    ),
+    "mlr": (["synthetic=true", "epochs=1"], {"weights": (10, 65)}),
+    "lda": (
+        ["synthetic=true", "iterations=2", "topics=5", "docs=40"],
+        {"word_topic": ("words", 5), "doc_topic": ("documents", 5), "vocab": ("words",)},
+    ),
+    "transe": (
+        ["synthetic=true", "epochs=1", "dim=8"],
+        {
+            "entities": ("entities", 8),
+            "relations": ("relations", 8),
+            "entity_names": ("entities",),
+            "relation_names": ("relations",),
+        },
+    ),
+    "word2vec": (
+        ["synthetic=true", "epochs=1", "dim=8"],
+        {"vectors": ("vocab", 8), "vocab": ("vocab",)},
+    ),
+}
+
+
+def _p(params: list[str]) -> list[str]:
+    return [a for p in params for a in ("-p", p)]
+
+
+def _run(cli: Any, app: str, *extra: str, params: list[str] | None = None) -> Any:
+    return cli("run", app, *_p(APPS[app][0] if params is None else params), *extra)
+
+
+@pytest.mark.parametrize("app", sorted(APPS))
+def test_every_app_saves_a_model_numpy_loads(app: str, cli: Any, tmp_path: Path) -> None:
+    out = tmp_path / "model.npz"
+    r = _run(cli, app, "--no-trace", "--json", "--save", str(out))
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    result = doc["result"]
+    want = {
+        name: tuple(result[d] if isinstance(d, str) else d for d in dims)
+        for name, dims in APPS[app][1].items()
+    }
+    with np.load(out) as z:  # numpy alone, without allow_pickle
+        got = {k: z[k] for k in z.files}
+    assert {k: v.shape for k, v in got.items()} == want
+    assert all(np.isfinite(v).all() for v in got.values() if v.dtype.kind == "f")
+    # --json names each part of the model by its shape instead of printing it
+    assert {k: tuple(v["shape"]) for k, v in result["model"].items()} == want
+    assert doc["saved"] == str(out)
+
+
+def test_save_changes_no_digest_and_the_plain_output_shows_the_result(
+    cli: Any, tmp_path: Path
+) -> None:
+    plain = _run(cli, "sgdmf", "--no-trace", "--save", str(tmp_path / "m.npz"))
+    assert plain.returncode == 0, plain.stderr
+    assert "result: users=" in plain.stdout and "items=" in plain.stdout
+    assert f"model: {tmp_path / 'm.npz'}" in plain.stdout
+    runs = [
+        json.loads(_run(cli, "sgdmf", "--no-trace", "--json", *save).stdout)
+        for save in ([], ["--save", str(tmp_path / "m2.npz")])
+    ]
+    assert runs[0]["digests"] == runs[1]["digests"] and runs[0]["digests"]
+    assert runs[0]["objectives"] == runs[1]["objectives"]
+    assert runs[0]["saved"] is None
+
+
+def test_word2vec_text_format_parses_line_by_line(cli: Any, tmp_path: Path) -> None:
+    out = tmp_path / "vectors.txt"
+    r = _run(cli, "word2vec", "--no-trace", "--json", "--save", str(out))
+    assert r.returncode == 0, r.stderr
+    vocab = json.loads(r.stdout)["result"]["vocab"]
+    lines = out.read_text(encoding="utf-8").splitlines()
+    n, dim = (int(x) for x in lines[0].split(" "))
+    assert (n, dim) == (vocab, 8) and len(lines) == n + 1
+    words = []
+    for line in lines[1:]:
+        word, *values = line.split(" ")
+        assert len(values) == dim and all(np.isfinite([float(v) for v in values]))
+        words.append(word)
+    assert len(set(words)) == n
+
+
+@pytest.mark.parametrize(
+    ("save", "message"),
+    [
+        ("model.csv", "name it .npz"),
+        ("missing/model.npz", "does not exist"),
+        ("adir.npz", "is a directory"),
+        ("model.txt", "sgdmf has no word embedding"),
+        ("trace.npz", "is a trace store"),
+    ],
+)
+def test_a_bad_save_path_is_one_line_and_exit_2_before_the_run(
+    save: str, message: str, cli: Any, tmp_path: Path
+) -> None:
+    (tmp_path / "adir.npz").mkdir()
+    (tmp_path / "trace.npz").write_bytes(b"SQLite format 3\x00" + b"\x00" * 100)
+    trace = tmp_path / "t.sqlite"
+    r = _run(cli, "sgdmf", "--trace", str(trace), "--save", str(tmp_path / save))
+    assert r.returncode == 2
+    assert message in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "Traceback" not in r.stderr and r.stdout == ""
+    assert not trace.exists()  # refused before anything was made
+
+
+USER_APP = """
+import engine as ap
+
+def fit(n: int = 6):
+    X = ap.dvector(n, shape=(2,), init=ap.init.zeros(), name="X")
+
+    def body(j):
+        X[j] = X[j] + j
+
+    ap.async_for(0, n, body, name="add")
+    return {"rows": n, "model": {"X": X, "labels": [f"r{j}" for j in range(n)]}}
+
+def silent(n: int = 2):
+    return {"rows": n}
+"""
+
+
+def test_a_users_program_saves_the_model_it_returns(cli: Any, tmp_path: Path) -> None:
+    app = tmp_path / "prog.py"
+    app.write_text(USER_APP)
+    r = cli("run", f"{app}:fit", "--no-trace", "--save", str(tmp_path / "m.npz"))
+    assert r.returncode == 0, r.stderr
+    assert "result: rows=6" in r.stdout
+    with np.load(tmp_path / "m.npz") as z:
+        assert z["X"].tolist() == [[j, j] for j in range(6)]
+        assert z["labels"].tolist() == [f"r{j}" for j in range(6)]
+    r = cli("run", f"{app}:silent", "--no-trace", "--save", str(tmp_path / "s.npz"))
+    assert r.returncode == 2 and "silent returned no model" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "s.npz").exists()
