@@ -33,7 +33,7 @@ from ._apps import all_params, parse_params, resolve
 from ._chaosctl import ChaosController
 from ._errors import LaunchError, ReplayError, UsageError
 from ._hosts import check_allocation, current_placement, mpiexec_command, unreachable_host
-from ._model import result_json, saving
+from ._model import converged, result_json, saving
 from ._progress import phases_to
 
 if TYPE_CHECKING:
@@ -331,6 +331,7 @@ def run_json(
         "digest_times": [round(x, 6) for x in res.digest_times],
         "objective_times": rounded_times(res.objective_times),
         "result": result_json(res.value),
+        "converged": converged(res.value),
         "saved": save,
     }
 

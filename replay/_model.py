@@ -1,5 +1,5 @@
 """The trained model and the app's result out of a run: ``replay run --save``, the
-``result`` of ``--json`` and its short line.
+``result`` of ``--json`` and its short line, and the convergence warning.
 
 A built-in app names its model in two places of its module: ``train`` returns it as
 ``result["model"]`` (DDS and plain arrays such as a vocabulary), and ``MODEL_DDS`` says
@@ -123,6 +123,13 @@ def result_json(value: Any) -> Any:
     return jsonable(value)
 
 
+def converged(result: Any) -> bool | None:
+    """What the app's result says of convergence (None: it says nothing)."""
+    if isinstance(result, dict) and isinstance(result.get("converged"), bool):
+        return bool(result["converged"])
+    return None
+
+
 def result_line(result: Any) -> str | None:
     """``result: name=value ...`` of the scalars the app returned, cut to one line."""
     if not isinstance(result, dict):
@@ -141,4 +148,24 @@ def result_line(result: Any) -> str | None:
     return line if len(line) <= RESULT_LINE else line[: RESULT_LINE - 3] + "..."
 
 
-__all__ = ["check_save", "result_json", "result_line", "saving"]
+def convergence_warning(app: str, result: Any) -> str | None:
+    """One line when the result says the solver stopped before its tolerance."""
+    if converged(result) is not False:
+        return None
+    rounds = result.get("iterations")
+    after = f" after {rounds} rounds" if isinstance(rounds, int) else ""
+    kkt, tol = result.get("kkt"), result.get("tolerance")
+    why = ""
+    if isinstance(kkt, (int, float)) and isinstance(tol, (int, float)):
+        why = f" (KKT {kkt:.3g} > {tol:.2g})"
+    return f"replay: {app} stopped{after} without converging{why}"
+
+
+__all__ = [
+    "check_save",
+    "convergence_warning",
+    "converged",
+    "result_json",
+    "result_line",
+    "saving",
+]

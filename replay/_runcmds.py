@@ -33,7 +33,7 @@ from ._cliutil import (
 from ._errors import UsageError
 from ._hosts import check_allocation, default_ranks
 from ._job import EXIT_DIVERGED, EXIT_FAILED, describe, launch, run_here
-from ._model import check_save
+from ._model import check_save, convergence_warning
 from ._progress import Printer, reporting
 from ._replay import replay_here, store_verdict
 
@@ -168,6 +168,11 @@ def prefetch(app: str, params: tuple[str, ...]) -> None:
     "the model's parts) or, for embeddings, PATH.txt (word2vec text format).",
 )
 @click.option(
+    "--require-convergence",
+    is_flag=True,
+    help="Exit 1 when the app's solver stopped before its tolerance.",
+)
+@click.option(
     "--digest",
     type=click.Choice(["xxh3-chunks", "xxh3", "blake2b"]),
     default="xxh3-chunks",
@@ -191,6 +196,7 @@ def run_cmd(
     no_checkpoints: bool,
     digest: str,
     save: str | None,
+    require_convergence: bool,
 ) -> None:
     """Run APP (a built-in name such as sgdmf, or path/to/train.py:function)."""
     check_counts(ranks=ranks, threads=threads, seed=seed)  # before a default path is made
@@ -223,6 +229,11 @@ def run_cmd(
         click.echo(json.dumps(dict(res, trace=res["trace"] and tracer.describe(res["trace"]))))
     else:
         summary(res, printer(False))
+    warning = convergence_warning(app.rsplit(":", 1)[-1], res.get("result"))
+    if warning is not None:
+        click.echo(warning, err=True)
+        if require_convergence:
+            sys.exit(EXIT_FAILED)
 
 
 @click.command("demo")

@@ -192,6 +192,7 @@ def train(
         "iterations": done,
         "converged": kkt <= tol * alpha,
         "kkt": kkt,
+        "tolerance": tol * alpha,
         "nonzeros": int(np.count_nonzero(b)),
         "objective": objective(r, b, alpha),
         # coef is on standardised columns: predict (x - x_mean) / x_std @ coef + intercept

@@ -1,5 +1,5 @@
-"""The trained model out of ``replay run --save``, and the app's result in ``--json`` and
-the plain output (issue 37)."""
+"""The trained model out of ``replay run --save``, the app's result in ``--json`` and the
+plain output, and honest convergence (issue 37)."""
 
 from __future__ import annotations
 
@@ -90,7 +90,7 @@ def test_save_changes_no_digest_and_the_plain_output_shows_the_result(
     ]
     assert runs[0]["digests"] == runs[1]["digests"] and runs[0]["digests"]
     assert runs[0]["objectives"] == runs[1]["objectives"]
-    assert runs[0]["saved"] is None
+    assert runs[0]["saved"] is None and runs[0]["converged"] is None
 
 
 def test_word2vec_text_format_parses_line_by_line(cli: Any, tmp_path: Path) -> None:
@@ -161,3 +161,31 @@ def test_a_users_program_saves_the_model_it_returns(cli: Any, tmp_path: Path) ->
     r = cli("run", f"{app}:silent", "--no-trace", "--save", str(tmp_path / "s.npz"))
     assert r.returncode == 2 and "silent returned no model" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "s.npz").exists()
+
+
+#: A Lasso that stops at its round limit far from its tolerance, and one that converges.
+STOPS = ["dataset=synthetic", "samples=60", "features=80", "floor=1.0", "iterations=5"]
+CONVERGES = APPS["lasso"][0]
+
+
+def test_a_solver_that_stops_early_says_so_in_plain_json_and_exit_status(cli: Any) -> None:
+    plain = cli("run", "lasso", *_p([*STOPS, "compare=false"]), "--no-trace")
+    assert plain.returncode == 0
+    warning = [line for line in plain.stderr.splitlines() if "without converging" in line]
+    assert len(warning) == 1
+    assert warning[0].startswith("replay: lasso stopped after 5 rounds without converging (KKT ")
+    assert "converged=false" in plain.stdout
+    js = cli("run", "lasso", *_p([*STOPS, "compare=false"]), "--no-trace", "--json")
+    doc = json.loads(js.stdout)
+    assert doc["converged"] is False and doc["result"]["converged"] is False
+    assert doc["result"]["kkt"] > doc["result"]["tolerance"]
+    strict = cli(
+        "run", "lasso", *_p([*STOPS, "compare=false"]), "--no-trace", "--require-convergence"
+    )
+    assert strict.returncode == 1 and "without converging" in strict.stderr
+
+
+def test_a_solver_that_converges_passes_require_convergence(cli: Any) -> None:
+    r = cli("run", "lasso", *_p(CONVERGES), "--no-trace", "--json", "--require-convergence")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["converged"] is True and "converging" not in r.stderr
