@@ -45,6 +45,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "export": (
         "replay export traces/latest -o timeline.json",
         "replay export traces/latest -o timeline.json --force",
+        "replay export traces/latest --model model.npz --checkpoint 0",
     ),
     "ls": ("replay ls", "replay ls traces --json"),
     "browse": ("replay browse", "replay browse traces/latest"),

@@ -1,5 +1,6 @@
 """The trained model and the app's result out of a run: ``replay run --save``, the
-``result`` of ``--json`` and its short line, and the convergence warning.
+``result`` of ``--json`` and its short line, the convergence warning, and
+``replay export --model`` (a recorded checkpoint's model, from the trace alone).
 
 A built-in app names its model in two places of its module: ``train`` returns it as
 ``result["model"]`` (DDS and plain arrays such as a vocabulary), and ``MODEL_DDS`` says
@@ -20,11 +21,13 @@ from typing import Any
 import numpy as np
 
 import engine
-from engine.lowlevel import model_format
+import tracer
+from engine.lowlevel import model_format, write_model
 
 from ._apps import BUILTIN_APPS
 from ._errors import UsageError
 from ._paths import check_output
+from ._timetravel import require_checkpoints
 
 #: Array elements a JSON result keeps as a list; a larger array is summarised.
 JSON_ARRAY_LIMIT = 16
@@ -161,10 +164,131 @@ def convergence_warning(app: str, result: Any) -> str | None:
     return f"replay: {app} stopped{after} without converging{why}"
 
 
+# ====================================================================== export
+def _checkpoint_arrays(state: Any) -> dict[str, np.ndarray]:
+    """Every numeric DDS of a checkpoint as one array in index order.  The rows come from
+    the trace: each slot must be present exactly once (so the array is no bigger than the
+    rows decoded), else the trace is damaged."""
+    out = {}
+    for dds, (slots, values) in state.rows.items():
+        if not isinstance(values, np.ndarray):
+            continue  # Python objects are not model arrays
+        n = int(state.lengths.get(dds, -1))
+        slots = np.asarray(slots, dtype=np.int64)
+        if n != len(slots) or len(values) != n or len(np.unique(slots)) != n:
+            raise tracer.TraceFormatError(
+                f"the checkpoint at {state.op}#{state.invocation} does not hold every row of "
+                f"{dds} once ({len(slots)} rows for {n} elements); the trace is damaged"
+            )
+        full = np.empty_like(values)
+        full[slots] = values
+        out[dds] = full
+    return out
+
+
+def _builtin_model(
+    app: str, target: str
+) -> tuple[dict[str, str], tuple[str, str] | None, tuple[str, ...]] | None:
+    """(MODEL_DDS, EMBEDDING, MODEL_DATA) of a built-in app named in the trace (only a name of the
+    fixed table is ever imported), or None for a user's program."""
+    if BUILTIN_APPS.get(app) != target:
+        return None
+    from ._apps import resolve
+
+    fn = resolve(app).fn
+    mod = _module(fn)
+    data = tuple(str(x) for x in getattr(mod, "MODEL_DATA", ()))
+    return dict(getattr(mod, "MODEL_DDS", {})), embedding_of(fn), data
+
+
+def _model_arrays(
+    rows: dict[str, np.ndarray], app: str, target: str, cp: Any, path: str, notes: list[str]
+) -> dict[str, np.ndarray]:
+    """The arrays ``--save`` would have written, as far as the checkpoint's ``rows`` hold
+    them (what they cannot give is added to ``notes``)."""
+    known = _builtin_model(app, target)
+    arrays: dict[str, np.ndarray] = {}
+    if known is None:  # a user's program: every numeric DDS by its name
+        for dds, a in rows.items():
+            if dds.isidentifier():
+                arrays[dds] = a
+            else:
+                notes.append(f"DDS {dds!r} left out: its name is not an identifier")
+        return arrays
+    names, emb, extra = known
+    refused = dict(cp.refused)
+    for name, dds in names.items():
+        if dds not in rows:
+            why = refused.get(dds, "not in the checkpoint")
+            raise UsageError(f"the checkpoint at {cp.op}#{cp.invocation} lacks {dds}: {why}")
+        arrays[name] = rows[dds]
+    if model_format(path) == ".npz":
+        if extra:
+            notes.append(
+                f"not in the trace (the data, not DDS): {', '.join(extra)}; "
+                "'replay run --save' writes them"
+            )
+        return arrays
+    if emb is None:
+        raise UsageError(f"--model {path}: {app} has no word embedding; export to .npz")
+    vectors, words = emb
+    notes.append(
+        f"the trace holds no {words} (the data, not a DDS): each word is its row "
+        "number; 'replay run --save' writes the words"
+    )
+    return {
+        vectors: arrays[vectors],
+        words: np.array([str(i) for i in range(len(arrays[vectors]))]),
+    }
+
+
+def export_model(
+    trace_path: str, run_id: str | None, path: str, checkpoint: int | None, *, force: bool
+) -> tuple[str, list[str]]:
+    """Write the model of a recorded checkpoint (default: the last) to ``path``; return
+    what was written and notes on what the trace could not give."""
+    try:
+        model_format(path)
+    except engine.SaveError as exc:
+        raise UsageError(f"--model: {exc}") from None
+    check_output(
+        path, force=force, reading=[] if tracer.is_url(trace_path) else [trace_path],
+        option="--model",
+    )  # fmt: skip
+    notes: list[str] = []
+    with tracer.open(trace_path) as trace:
+        run = trace.run(run_id)
+        problem = trace.verify(run.info.run_id, full=True).problem
+        if problem is not None:
+            raise UsageError(
+                f"{tracer.describe(trace_path)} run {run.info.run_id} is damaged: "
+                f"{problem.line()}; run 'replay verify' for details"
+            )
+        cps = require_checkpoints(run)
+        k = len(cps) - 1 if checkpoint is None else checkpoint
+        if not 0 <= k < len(cps):
+            raise UsageError(
+                f"--checkpoint {checkpoint}: run {run.info.run_id[:12]} has checkpoints 0 to "
+                f"{len(cps) - 1} (see 'replay show')"
+            )
+        cp = cps[k]
+        state = run.checkpoint_state(cp.op, cp.invocation)
+        app, target = run.info.app, run.info.target
+    arrays = _model_arrays(_checkpoint_arrays(state), app, target, cp, path, notes)
+    if not arrays:
+        raise UsageError(f"the checkpoint at {cp.op}#{cp.invocation} holds no numeric DDS")
+    try:
+        write_model(path, arrays, force=force, label=f"--model {path}")
+    except (engine.SaveError, engine.OutputPathError) as exc:
+        raise UsageError(str(exc)) from None
+    return f"{cp.op}#{cp.invocation} ({', '.join(arrays)})", notes
+
+
 __all__ = [
     "check_save",
     "convergence_warning",
     "converged",
+    "export_model",
     "result_json",
     "result_line",
     "saving",

@@ -1,9 +1,10 @@
-"""The trained model out of ``replay run --save``, the app's result in ``--json`` and the
-plain output, and honest convergence (issue 37)."""
+"""The trained model out of ``replay run --save`` and ``replay export --model``, the app's
+result in ``--json`` and the plain output, and honest convergence (issue 37)."""
 
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -132,6 +133,70 @@ def test_a_bad_save_path_is_one_line_and_exit_2_before_the_run(
     assert not trace.exists()  # refused before anything was made
 
 
+def test_export_of_a_checkpoint_equals_the_save_of_a_run_that_stopped_there(
+    cli: Any, tmp_path: Path
+) -> None:
+    params = [p for p in APPS["sgdmf"][0] if not p.startswith("epochs=")]
+    trace = tmp_path / "t.sqlite"
+    for epochs, extra in ((2, ["--trace", str(trace), "--checkpoint-every", "1"]), (1, [])):
+        r = _run(
+            cli, "sgdmf", *extra, "--save", str(tmp_path / f"run{epochs}.npz"),
+            params=[*params, f"epochs={epochs}"],
+        )  # fmt: skip
+        assert r.returncode == 0, r.stderr
+    for checkpoint, epochs in ((["--checkpoint", "0"], 1), ([], 2)):
+        out = tmp_path / f"export{epochs}.npz"
+        r = cli("export", str(trace), "--model", str(out), *checkpoint)
+        assert r.returncode == 0, r.stderr
+        assert f"wrote the model at sgd#{epochs - 1} (W, H)" in r.stdout
+        with np.load(out) as got, np.load(tmp_path / f"run{epochs}.npz") as saved:
+            assert got.files == saved.files == ["W", "H"]
+            assert all(np.array_equal(got[k], saved[k]) for k in saved.files)
+    r = cli("export", str(trace), "--model", str(tmp_path / "export2.npz"))
+    assert r.returncode == 2 and "already exists" in r.stderr  # --force to overwrite
+
+
+def test_export_says_what_the_trace_cannot_give(cli: Any, tmp_path: Path) -> None:
+    trace = tmp_path / "t.sqlite"
+    r = _run(cli, "transe", "--trace", str(trace), "--checkpoint-every", "1")
+    assert r.returncode == 0, r.stderr
+    r = cli("export", str(trace), "--model", str(tmp_path / "e.txt"))
+    assert r.returncode == 0, r.stderr
+    assert "no entity_names" in r.stderr and "row number" in r.stderr
+    lines = (tmp_path / "e.txt").read_text().splitlines()
+    n, dim = (int(x) for x in lines[0].split())
+    assert dim == 8 and [line.split()[0] for line in lines[1:]] == [str(i) for i in range(n)]
+
+
+def _damage_checkpoint(trace: Path) -> None:
+    with sqlite3.connect(trace) as db:
+        db.execute("UPDATE checkpoint_block SET \"values\" = x'00ff00ff'")
+
+
+@pytest.mark.parametrize(
+    ("how", "message"),
+    [
+        (["--no-checkpoints"], "has no checkpoints"),
+        (["--checkpoint-every", "1", "damage"], "damaged"),
+        (["--checkpoint-every", "1", "--checkpoint", "5"], "has checkpoints 0 to 0"),
+    ],
+)
+def test_export_of_a_bad_or_empty_trace_is_one_line_and_exit_2(
+    how: list[str], message: str, cli: Any, tmp_path: Path
+) -> None:
+    trace = tmp_path / "t.sqlite"
+    record = [a for a in how if a not in ("damage", "--checkpoint", "5")]
+    r = _run(cli, "sgdmf", "--trace", str(trace), *record)
+    assert r.returncode == 0, r.stderr
+    if "damage" in how:
+        _damage_checkpoint(trace)
+    extra = ["--checkpoint", "5"] if "5" in how else []
+    r = cli("export", str(trace), "--model", str(tmp_path / "m.npz"), *extra)
+    assert r.returncode == 2 and message in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+    assert not (tmp_path / "m.npz").exists()
+
+
 USER_APP = """
 import engine as ap
 
@@ -189,3 +254,19 @@ def test_a_solver_that_converges_passes_require_convergence(cli: Any) -> None:
     r = cli("run", "lasso", *_p(CONVERGES), "--no-trace", "--json", "--require-convergence")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["converged"] is True and "converging" not in r.stderr
+
+
+def test_export_of_a_users_program_names_arrays_after_its_dds(cli: Any, tmp_path: Path) -> None:
+    app, trace = tmp_path / "prog.py", tmp_path / "t.sqlite"
+    app.write_text(USER_APP)
+    saved = tmp_path / "saved.npz"
+    r = cli(
+        "run", f"{app}:fit", "--trace", str(trace), "--checkpoint-every", "1", "--save", str(saved)
+    )
+    assert r.returncode == 0, r.stderr
+    r = cli("export", str(trace), "--model", str(tmp_path / "e.npz"))
+    assert r.returncode == 0, r.stderr
+    with np.load(tmp_path / "e.npz") as got, np.load(saved) as want:
+        assert got.files == ["X"] and np.array_equal(got["X"], want["X"])
+    both = cli("export", str(trace), "--model", str(tmp_path / "f.npz"), "-o", "x.json")
+    assert both.returncode == 2 and "pass -o FILE" in both.stderr
