@@ -46,13 +46,16 @@ def embedding_of(fn: Callable[..., Any]) -> tuple[str, str] | None:
     return (str(emb[0]), str(emb[1])) if emb else None
 
 
-def check_save(path: str, app: str, trace: str | None) -> str:
-    """``--save PATH`` refused before the run starts (one line), or made absolute."""
+def check_save(path: str, app: str, trace: str | None, *, writer: bool = True) -> str:
+    """``--save PATH`` refused before the run starts (one line), or made absolute.  Only
+    the ``writer`` (rank 0 under a user's mpiexec) looks at the path: the other ranks
+    may run on hosts without its directory."""
     try:
         fmt = model_format(path)
     except engine.SaveError as exc:
         raise UsageError(f"--save: {exc}") from None
-    check_output(path, force=True, reading=[trace] if trace else [], option="--save")
+    if writer:
+        check_output(path, force=True, reading=[trace] if trace else [], option="--save")
     if fmt == ".txt" and app in BUILTIN_APPS:
         from ._apps import resolve
 

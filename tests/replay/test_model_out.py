@@ -270,3 +270,15 @@ def test_export_of_a_users_program_names_arrays_after_its_dds(cli: Any, tmp_path
         assert got.files == ["X"] and np.array_equal(got["X"], want["X"])
     both = cli("export", str(trace), "--model", str(tmp_path / "f.npz"), "-o", "x.json")
     assert both.returncode == 2 and "pass -o FILE" in both.stderr
+
+
+@pytest.mark.mpi  # --ranks 2 starts mpiexec: ap.save gathers over MPI, rank 0 writes
+def test_two_ranks_save_the_model_their_checkpoint_holds(cli: Any, tmp_path: Path) -> None:
+    trace, saved = tmp_path / "t.sqlite", tmp_path / "m.npz"
+    r = _run(cli, "sgdmf", "--ranks", "2", "--trace", str(trace), "--checkpoint-every", "1",
+             "--save", str(saved))  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert cli("export", str(trace), "--model", str(tmp_path / "e.npz")).returncode == 0
+    with np.load(saved) as want, np.load(tmp_path / "e.npz") as got:
+        assert want["W"].shape == (300, 4) and want["H"].shape == (500, 4)
+        assert all(np.array_equal(got[k], want[k]) for k in ("W", "H"))
