@@ -12,6 +12,7 @@ user's program gets ``--save`` by returning ``{"model": {...}}`` the same way.
 from __future__ import annotations
 
 import functools
+import json
 import math
 import os
 import sys
@@ -99,7 +100,8 @@ def _summary(v: Any) -> dict[str, Any]:
 
 def jsonable(value: Any, depth: int = 0) -> Any:
     """``value`` made JSON-safe: numpy scalars as numbers, non-finite floats as null,
-    small arrays as lists, larger ones (and DDS) as their shape and dtype."""
+    small arrays as lists, larger ones (and DDS) as their shape and dtype, lists cut at
+    256 items, anything else as a short ``repr``."""
     if depth > 8:
         return repr(value)[:80]
     if isinstance(value, dict):
@@ -131,7 +133,7 @@ def result_json(value: Any) -> Any:
 
 def converged(result: Any) -> bool | None:
     """What the app's result says of convergence (None: it says nothing)."""
-    if isinstance(result, dict) and isinstance(result.get("converged"), bool):
+    if isinstance(result, dict) and isinstance(result.get("converged"), (bool, np.bool_)):
         return bool(result["converged"])
     return None
 
@@ -139,15 +141,15 @@ def converged(result: Any) -> bool | None:
 def result_line(result: Any) -> str | None:
     """``result: name=value ...`` of the scalars the app returned, cut to one line."""
     if not isinstance(result, dict):
-        return None if result is None else f"result: {str(result)[:RESULT_LINE]}"
+        return None if result is None else "result: " + " ".join(str(result).split())
     parts = []
     for k, v in result.items():
-        if isinstance(v, bool) or v is None:
-            parts.append(f"{k}={str(v).lower()}")
+        if isinstance(v, bool) or v is None:  # as --json says them (null: also not finite)
+            parts.append(f"{k}={json.dumps(v)}")
         elif isinstance(v, float):
             parts.append(f"{k}={v:.6g}")
         elif isinstance(v, (int, str)):
-            parts.append(f"{k}={v}")
+            parts.append(f"{k}={' '.join(str(v).split())}")  # one line, whatever it holds
     if not parts:
         return None
     line = "result: " + " ".join(parts)

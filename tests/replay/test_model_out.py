@@ -211,6 +211,11 @@ def fit(n: int = 6):
 
 def silent(n: int = 2):
     return {"rows": n}
+
+def odd(n: int = 2):
+    import numpy as np
+    return {"loss": np.float32(0.5), "bad": float("nan"), "ok": np.bool_(True),
+            "big": np.zeros((50, 3)), "small": np.arange(3), "text": "two\\nlines"}
 """
 
 
@@ -282,3 +287,19 @@ def test_two_ranks_save_the_model_their_checkpoint_holds(cli: Any, tmp_path: Pat
     with np.load(saved) as want, np.load(tmp_path / "e.npz") as got:
         assert want["W"].shape == (300, 4) and want["H"].shape == (500, 4)
         assert all(np.array_equal(got[k], want[k]) for k in ("W", "H"))
+
+
+def test_any_return_value_becomes_strict_json_and_one_plain_line(cli: Any, tmp_path: Path) -> None:
+    (tmp_path / "prog.py").write_text(USER_APP)
+    r = cli("run", f"{tmp_path / 'prog.py'}:odd", "--no-trace", "--json")
+    assert r.returncode == 0, r.stderr
+
+    def refuse(name: str) -> None:
+        raise AssertionError(f"{name} is not JSON")
+
+    result = json.loads(r.stdout, parse_constant=refuse)["result"]
+    assert result["loss"] == 0.5 and result["bad"] is None and result["ok"] is True
+    assert result["big"]["shape"] == [50, 3] and result["small"] == [0, 1, 2]
+    plain = cli("run", f"{tmp_path / 'prog.py'}:odd", "--no-trace")
+    lines = [ln for ln in plain.stdout.splitlines() if ln.startswith("result:")]
+    assert lines == ["result: loss=0.5 bad=null ok=true text=two lines"]
