@@ -131,6 +131,10 @@ def save(path: str | os.PathLike[str], **arrays: Any) -> Path:
     driver_only("ap.save")
     sess = current()
     model_format(path)
+    if sess.fast_forward is not None:
+        # a replay fast-forwarding to a checkpoint skipped the bodies that computed these
+        # values: writing them would put another model than the recorded run's in the file
+        return Path(path)
     problem = None
     if sess.cluster.rank == 0:  # only rank 0 writes: its verdict on the path stops them all
         try:

@@ -303,3 +303,36 @@ def test_any_return_value_becomes_strict_json_and_one_plain_line(cli: Any, tmp_p
     plain = cli("run", f"{tmp_path / 'prog.py'}:odd", "--no-trace")
     lines = [ln for ln in plain.stdout.splitlines() if ln.startswith("result:")]
     assert lines == ["result: loss=0.5 bad=null ok=true text=two lines"]
+
+
+EVERY_EPOCH = """
+import engine as ap
+
+def fit(epochs: int = 3, out: str = "."):
+    X = ap.dvector(4, shape=(), init=ap.init.zeros(), name="X")
+
+    def body(j):
+        X[j] = X[j] * 2.0 + j
+
+    for e in range(epochs):
+        ap.async_for(0, 4, body, name="add")
+        ap.save(f"{out}/x{e}.npz", X=X)
+"""
+
+
+def test_a_replay_from_a_checkpoint_never_saves_a_skipped_model(cli: Any, tmp_path: Path) -> None:
+    """Before the checkpoint the bodies were skipped: the DDS hold no model of that time."""
+    (tmp_path / "prog.py").write_text(EVERY_EPOCH)
+    out, trace = tmp_path / "out", tmp_path / "t.sqlite"
+    out.mkdir()
+    r = cli("run", f"{tmp_path / 'prog.py'}:fit", "-p", f"out={out}", "--trace", str(trace),
+            "--checkpoint-every", "1")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    recorded = {p.name: np.load(p)["X"] for p in out.iterdir()}
+    assert sorted(recorded) == ["x0.npz", "x1.npz", "x2.npz"]
+    for p in out.iterdir():
+        p.unlink()
+    r = cli("single", str(trace), "--from", "add:2")
+    assert r.returncode == 0 and "identical" in r.stdout, r.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["x1.npz", "x2.npz"]
+    assert all(np.array_equal(np.load(out / n)["X"], recorded[n]) for n in ("x1.npz", "x2.npz"))
