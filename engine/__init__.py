@@ -27,6 +27,7 @@ from ._data.ops import load as load
 from ._data.ops import map as map  # noqa: A004
 from ._data.ops import reduce as reduce
 from ._data.ops import store as store
+from ._data.save import save as save
 from ._errors import AccessOutsideReconError as AccessOutsideReconError
 from ._errors import BodyError as BodyError
 from ._errors import ClosureRuleError as ClosureRuleError
@@ -43,6 +44,7 @@ from ._errors import KernelError as KernelError
 from ._errors import OutputPathError as OutputPathError
 from ._errors import PeerRankFailed as PeerRankFailed
 from ._errors import ReplicaMismatchError as ReplicaMismatchError
+from ._errors import SaveError as SaveError
 from ._errors import SessionError as SessionError
 from ._errors import StaleDriverReadError as StaleDriverReadError
 from ._errors import SyncProtocolError as SyncProtocolError
@@ -83,6 +85,7 @@ __all__ = [
     "Recorder",
     "ReplicaMismatchError",
     "RunResult",
+    "SaveError",
     "ScheduleSource",
     "SessionError",
     "StaleDriverReadError",
@@ -106,6 +109,7 @@ __all__ = [
     "register_aggregation",
     "rng",
     "run",
+    "save",
     "store",
     "sync_for",
 ]

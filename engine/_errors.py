@@ -107,6 +107,11 @@ class OutputPathError(EngineError, ValueError):
     an existing file without ``force``, a missing directory)."""
 
 
+class SaveError(EngineError, ValueError):
+    """``ap.save`` was given a model it cannot write in the chosen format (a file name
+    that is not ``.npz`` or ``.txt``, Python objects, an embedding without its words)."""
+
+
 class InputFileError(EngineError, FileNotFoundError):
     """An input file does not exist or cannot be read."""
 

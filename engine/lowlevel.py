@@ -19,6 +19,8 @@ from ._data.digest import NAMES as DIGEST_NAMES
 from ._data.digest import DigestKindError as DigestKindError
 from ._data.digest import check_same_kind as check_same_digest_kind
 from ._data.digest import kind_of as digest_kind_of
+from ._data.save import model_format as model_format
+from ._data.save import write_model as write_model
 from ._data.values import TEXT_VERSION as OBJECT_TEXT_VERSION
 from ._data.values import stable_text as stable_text
 from ._errors import ScheduleExhausted as ScheduleExhausted
@@ -79,6 +81,7 @@ __all__ = [
     "emit_events",
     "encode_grant_order",
     "merge_grant_order",
+    "model_format",
     "serial_order",
     "SspClock",
     "Task",
@@ -88,6 +91,7 @@ __all__ = [
     "find_dds",
     "replacing",
     "write_file",
+    "write_model",
     "recorded_ticket_order",
     "serial_plan",
     "stable_text",

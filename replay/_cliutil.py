@@ -22,6 +22,7 @@ import tracer
 from . import _hosts, _procs
 from ._errors import UsageError
 from ._job import EXIT_DIVERGED, EXIT_FAILED, EXIT_USAGE, JobFailed, describe
+from ._model import result_line
 from ._paths import reserve_trace
 from ._progress import DOWNLOAD_PROGRESS_ENV, TICK, bars_wanted, finish_bars
 
@@ -121,6 +122,11 @@ def summary(res: dict[str, Any], say: Callable[[str], None]) -> None:
         if vals:
             say(f"final {name} = {vals[-1]:.6g}")
     say(f"finished in {res['wall_s']:.2f} s")
+    line = result_line(res.get("result"))
+    if line is not None:
+        say(line)
+    if res.get("saved"):
+        say(f"model: {shown(res['saved'])}")
     if res.get("trace"):
         say(f"trace: {shown(res['trace'])}")
 

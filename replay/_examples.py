@@ -13,7 +13,7 @@ import click
 EXAMPLES: dict[str, tuple[str, ...]] = {
     "run": (
         "replay run sgdmf -p synthetic=true -p epochs=2 --ranks 2",
-        "replay run mlr -p synthetic=true --threads 2 --checkpoint-every 1",
+        "replay run mlr -p synthetic=true --threads 2 --save model.npz",
         "replay run train.py:fit -p lr=0.1 --trace my.sqlite",
     ),
     "demo": ("replay demo", "replay demo --epochs 2"),
@@ -45,6 +45,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "export": (
         "replay export traces/latest -o timeline.json",
         "replay export traces/latest -o timeline.json --force",
+        "replay export traces/latest --model model.npz --checkpoint 0",
     ),
     "ls": ("replay ls", "replay ls traces --json"),
     "browse": ("replay browse", "replay browse traces/latest"),

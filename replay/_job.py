@@ -33,6 +33,7 @@ from ._apps import all_params, parse_params, resolve
 from ._chaosctl import ChaosController
 from ._errors import LaunchError, ReplayError, UsageError
 from ._hosts import check_allocation, current_placement, mpiexec_command, unreachable_host
+from ._model import converged, result_json, saving
 from ._progress import phases_to
 
 if TYPE_CHECKING:
@@ -276,9 +277,10 @@ def run_here(
     controller = None
     if spec.get("chaos") is not None:  # replay chaos --ranks N: every rank draws alike
         controller = ChaosController(*spec["chaos"])
+    fn = app.fn if not spec.get("save") else saving(app.fn, spec["save"], app.name)
     with recording(recorder):
         res = engine.run(
-            app.fn,
+            fn,
             params,
             nodes=spec.get("nodes", 1),
             threads=threads,
@@ -292,7 +294,9 @@ def run_here(
             hooks=controller,
             digest=spec.get("digest"),
         )
-    return run_json(run_id, spec.get("trace"), app.spec, all_params(app.fn, params), res)
+    return run_json(
+        run_id, spec.get("trace"), app.spec, all_params(app.fn, params), res, spec.get("save")
+    )
 
 
 def rounded_times(times: dict[str, list[float]]) -> dict[str, list[float]]:
@@ -301,10 +305,16 @@ def rounded_times(times: dict[str, list[float]]) -> dict[str, list[float]]:
 
 
 def run_json(
-    run_id: str, trace: str | None, app: str, params: dict[str, Any], res: engine.RunResult
+    run_id: str,
+    trace: str | None,
+    app: str,
+    params: dict[str, Any],
+    res: engine.RunResult,
+    save: str | None = None,
 ) -> dict[str, Any]:
     """The object ``replay run --json`` prints for the run ``res`` (``replay resume``
-    prints the same, its digests extended by the crashed run's)."""
+    prints the same, its digests extended by the crashed run's); ``save`` is the file
+    ``--save`` wrote."""
     return {
         "run_id": run_id,
         "trace": trace,
@@ -320,6 +330,9 @@ def run_json(
         "op_times": rounded_times(res.op_times),
         "digest_times": [round(x, 6) for x in res.digest_times],
         "objective_times": rounded_times(res.objective_times),
+        "result": result_json(res.value),
+        "converged": converged(res.value),
+        "saved": save,
     }
 
 

@@ -33,6 +33,7 @@ from ._cliutil import (
 from ._errors import UsageError
 from ._hosts import check_allocation, default_ranks
 from ._job import EXIT_DIVERGED, EXIT_FAILED, describe, launch, run_here
+from ._model import check_save, convergence_warning
 from ._progress import Printer, reporting
 from ._replay import replay_here, store_verdict
 
@@ -50,12 +51,14 @@ def execute(
     trace: str | None = None,
     checkpoint_every: int | None = None,
     digest: str | None = None,
+    save: str | None = None,
 ) -> dict[str, Any]:
     """Run an app the way ``replay run`` does and return its JSON result.
 
     ``trace`` is the trace store path (``None``: do not record); ``checkpoint_every``
     0 (none), N (every N-th loop invocation) or None (automatic, <= 3% of run time);
-    ``digest`` the hash of the DDS digests (None: xxh3-chunks).
+    ``digest`` the hash of the DDS digests (None: xxh3-chunks); ``save`` the file the
+    trained model is written to (``.npz`` or word2vec ``.txt``).
     """
     # text lines as they come; a spinner names each long phase (planning, a first kernel
     # compile, a checkpoint) on a terminal
@@ -71,6 +74,7 @@ def execute(
             "trace": trace,
             "checkpoint_every": checkpoint_every,
             "digest": digest,
+            "save": save,
         }
         check_counts(ranks=ranks, threads=threads, seed=seed)
         hash_seed = _environment.choose_hash_seed()
@@ -156,6 +160,19 @@ def prefetch(app: str, params: tuple[str, ...]) -> None:
 )
 @click.option("--no-checkpoints", is_flag=True, help="Record no checkpoints.")
 @click.option(
+    "--save",
+    "save",
+    default=None,
+    metavar="PATH",
+    help="Write the trained model when the run ends: PATH.npz (numpy arrays named after "
+    "the model's parts) or, for embeddings, PATH.txt (word2vec text format).",
+)
+@click.option(
+    "--require-convergence",
+    is_flag=True,
+    help="Exit 1 when the app's solver stopped before its tolerance.",
+)
+@click.option(
     "--digest",
     type=click.Choice(["xxh3-chunks", "xxh3", "blake2b"]),
     default="xxh3-chunks",
@@ -178,6 +195,8 @@ def run_cmd(
     checkpoint_every: int | None,
     no_checkpoints: bool,
     digest: str,
+    save: str | None,
+    require_convergence: bool,
 ) -> None:
     """Run APP (a built-in name such as sgdmf, or path/to/train.py:function)."""
     check_counts(ranks=ranks, threads=threads, seed=seed)  # before a default path is made
@@ -187,6 +206,9 @@ def run_cmd(
         raise UsageError("--checkpoint-every and --no-checkpoints exclude each other")
     if checkpoint_every is not None and checkpoint_every < 1:
         raise UsageError(f"--checkpoint-every must be >= 1, got {checkpoint_every}")
+    if save is not None:  # before the trace file is made: a bad path leaves nothing behind
+        save = check_save(save, app, trace, writer=not under_launcher() or rank() == 0)
+    where = None if no_trace else trace_path(app, trace)
     res = execute(
         app,
         params,
@@ -196,9 +218,10 @@ def run_cmd(
         checked=checked,
         as_json=as_json,
         timeout=timeout,
-        trace=None if no_trace else trace_path(app, trace),
+        trace=where,
         checkpoint_every=0 if no_checkpoints else checkpoint_every,
         digest=digest,
+        save=save,
     )
     if under_launcher() and rank() != 0:
         return
@@ -206,6 +229,11 @@ def run_cmd(
         click.echo(json.dumps(dict(res, trace=res["trace"] and tracer.describe(res["trace"]))))
     else:
         summary(res, printer(False))
+    warning = convergence_warning(app.rsplit(":", 1)[-1], res.get("result"))
+    if warning is not None:
+        click.echo(warning, err=True)
+        if require_convergence:
+            sys.exit(EXIT_FAILED)
 
 
 @click.command("demo")

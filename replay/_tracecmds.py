@@ -18,6 +18,7 @@ import engine
 import tracer
 
 from ._errors import UsageError
+from ._model import export_model
 from ._paths import check_output, refuse_special
 from ._untested import phrase
 from ._untested import untested_of as _untested_of
@@ -282,9 +283,24 @@ def show_cmd(trace_path: str, run_id: str | None, as_json: bool) -> None:
 @click.option(
     "-o",
     "--output",
-    required=True,
+    default=None,
     type=click.Path(),  # a directory is refused by check_output, in one line
-    help="File to write.",
+    help="File to write the timeline to.",
+)
+@click.option(
+    "--model",
+    default=None,
+    metavar="PATH",
+    help="Write the trained model of a recorded checkpoint instead: PATH.npz (numpy "
+    "arrays) or, for embeddings, PATH.txt (word2vec text format).",
+)
+@click.option(
+    "--checkpoint",
+    type=int,
+    default=None,
+    metavar="N",
+    help="With --model: the checkpoint, numbered from 0 in the order 'replay show' "
+    "lists them. [default: the last]",
 )
 @click.option("--run", "run_id", default=None, help="Run to export (default: the latest).")
 @click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists (never a trace).")
@@ -296,10 +312,31 @@ def show_cmd(trace_path: str, run_id: str | None, as_json: bool) -> None:
     "damage; its orders are not the recorded ones).",
 )
 def export_cmd(
-    trace_path: str, fmt: str, output: str, run_id: str | None, force: bool, allow_damaged: bool
+    trace_path: str,
+    fmt: str,
+    output: str | None,
+    model: str | None,
+    checkpoint: int | None,
+    run_id: str | None,
+    force: bool,
+    allow_damaged: bool,
 ) -> None:
-    """Export a run of TRACE for a timeline viewer (a run 'replay verify' refuses is
-    refused here too, unless --damaged)."""
+    """Export a run of TRACE for a timeline viewer (-o FILE), or the trained model of one
+    of its checkpoints (--model PATH).  A run 'replay verify' refuses is refused here
+    too (a timeline: unless --damaged)."""
+    if (output is None) == (model is None):
+        raise UsageError("pass -o FILE (a timeline) or --model PATH (the trained model)")
+    if checkpoint is not None and model is None:
+        raise UsageError("--checkpoint goes with --model")
+    if model is not None:
+        if allow_damaged:
+            raise UsageError("--damaged goes with -o: a damaged run's model is never exported")
+        what, notes = export_model(trace_path, run_id, model, checkpoint, force=force)
+        for note in notes:
+            click.echo(f"replay: note: {note}", err=True)
+        click.echo(f"wrote the model at {what} to {model}")
+        return
+    assert output is not None
     check_output(output, force=force, reading=[] if tracer.is_url(trace_path) else [trace_path])
     with tracer.open(trace_path) as trace:
         rid = trace.run(run_id).info.run_id

@@ -31,6 +31,12 @@ from .._errors import AppError
 from ._data import diabetes, standardise, synthetic
 from ._schedule import independent, priorities, sample
 
+#: What ``replay run --save`` writes and ``replay export --model`` reads back from a
+#: checkpoint: saved array name -> the DDS it is (the rest of ``train``'s ``model`` entry
+#: is data the trace does not hold).
+MODEL_DDS = {"coef": "beta"}
+#: What the model of ``--save`` holds besides the DDS (the data: an export cannot give it).
+MODEL_DATA = ("intercept", "x_mean", "x_std")
 #: The data sets ``-p dataset=`` accepts.
 DATASETS = ("diabetes", "synthetic")
 
@@ -58,11 +64,17 @@ def load(
     dataset: str, samples: int, features: int, nonzeros: int, rho: float, noise: float
 ) -> tuple[np.ndarray, np.ndarray]:
     """(standardised X, raw y) of the chosen data set."""
-    if dataset == "diabetes":
-        X, y = diabetes()
-    else:
-        X, y = synthetic(samples, features, nonzeros, rho, noise)
+    X, y = raw_data(dataset, samples, features, nonzeros, rho, noise)
     return standardise(X), y
+
+
+def raw_data(
+    dataset: str, samples: int, features: int, nonzeros: int, rho: float, noise: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """(X, y) of the chosen data set, as read or generated."""
+    if dataset == "diabetes":
+        return diabetes()
+    return synthetic(samples, features, nonzeros, rho, noise)
 
 
 def sklearn_coef(X: np.ndarray, y: np.ndarray, alpha: float) -> np.ndarray:
@@ -125,7 +137,10 @@ def train(
     synthetic problem.
     """
     _check(**locals())
-    X, y = load(dataset, samples, features, nonzeros, rho, noise)
+    raw, y = raw_data(dataset, samples, features, nonzeros, rho, noise)
+    X = standardise(raw)
+    x_mean, x_std = raw.mean(axis=0), raw.std(axis=0)
+    del raw
     n, p = X.shape
     yc = y - y.mean()
     alpha = alpha_ratio * float(np.abs(X.T @ yc).max()) / n
@@ -177,8 +192,16 @@ def train(
         "iterations": done,
         "converged": kkt <= tol * alpha,
         "kkt": kkt,
+        "tolerance": tol * alpha,
         "nonzeros": int(np.count_nonzero(b)),
         "objective": objective(r, b, alpha),
+        # coef is on standardised columns: predict (x - x_mean) / x_std @ coef + intercept
+        "model": {
+            "coef": beta,
+            "intercept": np.float64(y.mean()),
+            "x_mean": x_mean,
+            "x_std": x_std,
+        },
     }
     if compare:
         diff = float(np.abs(sklearn_coef(X, y, alpha) - b).max())

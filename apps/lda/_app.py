@@ -96,6 +96,14 @@ def load(
     return build_corpus(read_documents(corpus_file(corpus)), min_count, max_df), None
 
 
+#: What ``replay run --save`` writes and ``replay export --model`` reads back from a
+#: checkpoint: saved array name -> the DDS it is (the rest of ``train``'s ``model`` entry
+#: is data the trace does not hold).
+MODEL_DDS = {"word_topic": "word_topic", "doc_topic": "doc_topic"}
+#: What the model of ``--save`` holds besides the DDS (the data: an export cannot give it).
+MODEL_DATA = ("vocab",)
+
+
 def train(
     corpus: str = "lee",
     synthetic: bool = False,
@@ -187,6 +195,7 @@ def train(
         "loglik": ll,
         "perplexity": perp,
         "top_words": [" ".join(ws) for ws in top_words(phi, data.vocab, TOP_WORDS)],
+        "model": {"word_topic": NW, "doc_topic": ND, "vocab": np.array(data.vocab, dtype=str)},
     }
     if planted is not None:
         purity, found = planted_recovery(phi, data.vocab, planted)

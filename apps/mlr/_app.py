@@ -11,6 +11,8 @@ identical on every rank.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 import engine as ap
@@ -18,6 +20,10 @@ import engine as ap
 from .._errors import AppError
 from ._data import digits_split, synthetic_digits
 
+#: What ``replay run --save`` writes and ``replay export --model`` reads back from a
+#: checkpoint: saved array name -> the DDS it is (the rest of ``train``'s ``model`` entry
+#: is data the trace does not hold).
+MODEL_DDS = {"weights": "W"}
 #: Classes of the digits data.
 CLASSES = 10
 #: The synchronisation models ``-p sync=`` accepts.
@@ -44,7 +50,7 @@ def train(
     re: bool = True,
     per_clock: int = 1,
     synthetic: bool = False,
-) -> dict[str, float]:
+) -> dict[str, Any]:
     """Fit softmax regression with minibatch SGD; logs ``loss`` and ``test_accuracy`` per epoch.
 
     ``per_clock`` minibatches run on each worker's cache between synchronisations
@@ -96,4 +102,11 @@ def train(
         _, acc = evaluate(Wm, Xte, yte)
         ap.log_objective("loss", loss)
         ap.log_objective("test_accuracy", acc)
-    return {"train": len(ytr), "test": len(yte), "loss": loss, "test_accuracy": acc}
+    return {
+        "train": len(ytr),
+        "test": len(yte),
+        "loss": loss,
+        "test_accuracy": acc,
+        # one row per class: 64 pixel weights, then the bias
+        "model": {"weights": W},
+    }

@@ -26,6 +26,10 @@ from .._datasets import (
 )
 from .._errors import AppError
 
+#: What ``replay run --save`` writes and ``replay export --model`` reads back from a
+#: checkpoint: saved array name -> the DDS it is (the rest of ``train``'s ``model`` entry
+#: is data the trace does not hold).
+MODEL_DDS = {"W": "W", "H": "H"}
 #: Synthetic data shape for ``-p synthetic=true`` (tests and offline use).
 SYNTHETIC_SHAPE = {"n_users": 300, "n_items": 500, "n_ratings": 20000}
 
@@ -178,7 +182,7 @@ def train(
     data: str = "",
     kernel: bool = False,
     synthetic_ratings: int = SYNTHETIC_SHAPE["n_ratings"],
-) -> dict[str, int]:
+) -> dict[str, Any]:
     """Factorise the rating matrix; logs training ``rmse`` after every epoch.
 
     ``kernel=True`` runs the loop body as a compiled kernel (:func:`sgd_kernel`);
@@ -200,4 +204,9 @@ def train(
             epoch(A, W, H, g, lam)
             ap.log_objective("rmse", rmse(A, W, H))
         g *= decay
-    return {"users": len(W), "items": len(H), "ratings": len(A)}
+    return {
+        "users": len(W),
+        "items": len(H),
+        "ratings": len(A),
+        "model": {"W": W, "H": H},
+    }

@@ -206,6 +206,16 @@ def evaluate(E: np.ndarray, R: np.ndarray, kg: KnowledgeGraph, norm: int) -> tup
     return metrics(filtered_ranks(E, R, kg.test, known, norm))
 
 
+#: What ``replay run --save`` writes and ``replay export --model`` reads back from a
+#: checkpoint: saved array name -> the DDS it is (the rest of ``train``'s ``model`` entry
+#: is data the trace does not hold).
+MODEL_DDS = {"entities": "E", "relations": "R"}
+#: What the model of ``--save`` holds besides the DDS (the data: an export cannot give it).
+MODEL_DATA = ("entity_names", "relation_names")
+#: (vectors, words) among the saved arrays: what ``--save x.txt`` writes in word2vec text.
+EMBEDDING = ("entities", "entity_names")
+
+
 def train(
     dataset: str = "nations",
     epochs: int = 100,
@@ -291,4 +301,10 @@ def train(
         "test": len(kg.test),
         "mrr": mrr,
         "hits10": hits10,
+        "model": {
+            "entities": E,
+            "relations": R,
+            "entity_names": np.array(kg.entities, dtype=str),
+            "relation_names": np.array(kg.relations, dtype=str),
+        },
     }

@@ -84,6 +84,16 @@ def load(
     return _data.encode(sentences, vocab, sentence_len), vocab, pairs, questions
 
 
+#: What ``replay run --save`` writes and ``replay export --model`` reads back from a
+#: checkpoint: saved array name -> the DDS it is (the rest of ``train``'s ``model`` entry
+#: is data the trace does not hold).
+MODEL_DDS = {"vectors": "W_in"}
+#: What the model of ``--save`` holds besides the DDS (the data: an export cannot give it).
+MODEL_DATA = ("vocab",)
+#: (vectors, words) among the saved arrays: what ``--save x.txt`` writes in word2vec text.
+EMBEDDING = ("vectors", "vocab")
+
+
 def train(
     epochs: int = 5,
     dim: int = 100,
@@ -198,7 +208,13 @@ def train(
         sim = _eval.wordsim(W_in.gather(), vocab.index, pairs).value
         ap.log_objective("loss", loss)
         ap.log_objective("wordsim", sim)
-    out: dict[str, Any] = {"vocab": V, "sentences": len(rows), "loss": loss, "wordsim": sim}
+    out: dict[str, Any] = {
+        "vocab": V,
+        "sentences": len(rows),
+        "loss": loss,
+        "wordsim": sim,
+        "model": {"vectors": W_in, "vocab": np.array(vocab.words, dtype=str)},
+    }
     if questions and epochs > 0:
         acc = _eval.analogies(W_in.gather(), vocab.index, questions).value
         if not math.isnan(acc):

@@ -214,6 +214,11 @@ class _DDS:
         """Shape of one numeric element, or ``None`` for Python-object elements."""
         return self._shape
 
+    @property
+    def dtype(self) -> np.dtype[Any]:
+        """The numpy dtype of the elements (``object`` for Python-object elements)."""
+        return self._dtype
+
     def _desc(self, key: Any) -> str:
         return f"{self._name}[{key!r}]"
 

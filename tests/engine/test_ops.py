@@ -169,6 +169,7 @@ _DRIVER_OPS: dict[str, Any] = {
     "ap.log_objective": lambda X, tmp: ap.log_objective("x", 1.0),
     "creating a dvector": lambda X, tmp: ap.dvector(3, shape=(), name=None),
     "ap.store": lambda X, tmp: ap.store(X, tmp / "x.txt"),
+    "ap.save": lambda X, tmp: ap.save(tmp / "x.npz", X=X),
 }
 
 

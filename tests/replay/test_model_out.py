@@ -1,0 +1,338 @@
+"""The trained model out of ``replay run --save`` and ``replay export --model``, the app's
+result in ``--json`` and the plain output, and honest convergence (issue 37)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+#: Each app with small parameters, and the arrays its ``--save`` holds: name -> how the
+#: shape follows from its ``--json`` result (a key of the result, or a number).
+APPS: dict[str, tuple[list[str], dict[str, tuple[Any, ...]]]] = {
+    "sgdmf": (
+        ["synthetic=true", "epochs=1", "synthetic_ratings=5000", "rank=4"],
+        {"W": ("users", 4), "H": ("items", 4)},
+    ),
+    "lasso": (
+        [
+            "dataset=synthetic",
+            "samples=60",
+            "features=30",
+            "nonzeros=3",
+            "threshold=0.3",
+            "compare=false",
+        ],
+        {"coef": ("features",), "intercept": (), "x_mean": ("features",), "x_std": ("features",)},
+    ),
+    "mlr": (["synthetic=true", "epochs=1"], {"weights": (10, 65)}),
+    "lda": (
+        ["synthetic=true", "iterations=2", "topics=5", "docs=40"],
+        {"word_topic": ("words", 5), "doc_topic": ("documents", 5), "vocab": ("words",)},
+    ),
+    "transe": (
+        ["synthetic=true", "epochs=1", "dim=8"],
+        {
+            "entities": ("entities", 8),
+            "relations": ("relations", 8),
+            "entity_names": ("entities",),
+            "relation_names": ("relations",),
+        },
+    ),
+    "word2vec": (
+        ["synthetic=true", "epochs=1", "dim=8"],
+        {"vectors": ("vocab", 8), "vocab": ("vocab",)},
+    ),
+}
+
+
+def _p(params: list[str]) -> list[str]:
+    return [a for p in params for a in ("-p", p)]
+
+
+def _run(cli: Any, app: str, *extra: str, params: list[str] | None = None) -> Any:
+    return cli("run", app, *_p(APPS[app][0] if params is None else params), *extra)
+
+
+@pytest.mark.parametrize("app", sorted(APPS))
+def test_every_app_saves_a_model_numpy_loads(app: str, cli: Any, tmp_path: Path) -> None:
+    out = tmp_path / "model.npz"
+    r = _run(cli, app, "--no-trace", "--json", "--save", str(out))
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    result = doc["result"]
+    want = {
+        name: tuple(result[d] if isinstance(d, str) else d for d in dims)
+        for name, dims in APPS[app][1].items()
+    }
+    with np.load(out) as z:  # numpy alone, without allow_pickle
+        got = {k: z[k] for k in z.files}
+    assert {k: v.shape for k, v in got.items()} == want
+    assert all(np.isfinite(v).all() for v in got.values() if v.dtype.kind == "f")
+    # --json names each part of the model by its shape instead of printing it
+    assert {k: tuple(v["shape"]) for k, v in result["model"].items()} == want
+    assert doc["saved"] == str(out)
+
+
+def test_save_changes_no_digest_and_the_plain_output_shows_the_result(
+    cli: Any, tmp_path: Path
+) -> None:
+    plain = _run(cli, "sgdmf", "--no-trace", "--save", str(tmp_path / "m.npz"))
+    assert plain.returncode == 0, plain.stderr
+    assert "result: users=" in plain.stdout and "items=" in plain.stdout
+    assert f"model: {tmp_path / 'm.npz'}" in plain.stdout
+    runs = [
+        json.loads(_run(cli, "sgdmf", "--no-trace", "--json", *save).stdout)
+        for save in ([], ["--save", str(tmp_path / "m2.npz")])
+    ]
+    assert runs[0]["digests"] == runs[1]["digests"] and runs[0]["digests"]
+    assert runs[0]["objectives"] == runs[1]["objectives"]
+    assert runs[0]["saved"] is None and runs[0]["converged"] is None
+
+
+def test_word2vec_text_format_parses_line_by_line(cli: Any, tmp_path: Path) -> None:
+    out = tmp_path / "vectors.txt"
+    r = _run(cli, "word2vec", "--no-trace", "--json", "--save", str(out))
+    assert r.returncode == 0, r.stderr
+    vocab = json.loads(r.stdout)["result"]["vocab"]
+    lines = out.read_text(encoding="utf-8").splitlines()
+    n, dim = (int(x) for x in lines[0].split(" "))
+    assert (n, dim) == (vocab, 8) and len(lines) == n + 1
+    words = []
+    for line in lines[1:]:
+        word, *values = line.split(" ")
+        assert len(values) == dim and all(np.isfinite([float(v) for v in values]))
+        words.append(word)
+    assert len(set(words)) == n
+
+
+@pytest.mark.parametrize(
+    ("save", "message"),
+    [
+        ("model.csv", "name it .npz"),
+        ("missing/model.npz", "does not exist"),
+        ("adir.npz", "is a directory"),
+        ("model.txt", "sgdmf has no word embedding"),
+        ("trace.npz", "is a trace store"),
+    ],
+)
+def test_a_bad_save_path_is_one_line_and_exit_2_before_the_run(
+    save: str, message: str, cli: Any, tmp_path: Path
+) -> None:
+    (tmp_path / "adir.npz").mkdir()
+    (tmp_path / "trace.npz").write_bytes(b"SQLite format 3\x00" + b"\x00" * 100)
+    trace = tmp_path / "t.sqlite"
+    r = _run(cli, "sgdmf", "--trace", str(trace), "--save", str(tmp_path / save))
+    assert r.returncode == 2
+    assert message in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "Traceback" not in r.stderr and r.stdout == ""
+    assert not trace.exists()  # refused before anything was made
+
+
+def test_export_of_a_checkpoint_equals_the_save_of_a_run_that_stopped_there(
+    cli: Any, tmp_path: Path
+) -> None:
+    params = [p for p in APPS["sgdmf"][0] if not p.startswith("epochs=")]
+    trace = tmp_path / "t.sqlite"
+    for epochs, extra in ((2, ["--trace", str(trace), "--checkpoint-every", "1"]), (1, [])):
+        r = _run(
+            cli, "sgdmf", *extra, "--save", str(tmp_path / f"run{epochs}.npz"),
+            params=[*params, f"epochs={epochs}"],
+        )  # fmt: skip
+        assert r.returncode == 0, r.stderr
+    for checkpoint, epochs in ((["--checkpoint", "0"], 1), ([], 2)):
+        out = tmp_path / f"export{epochs}.npz"
+        r = cli("export", str(trace), "--model", str(out), *checkpoint)
+        assert r.returncode == 0, r.stderr
+        assert f"wrote the model at sgd#{epochs - 1} (W, H)" in r.stdout
+        with np.load(out) as got, np.load(tmp_path / f"run{epochs}.npz") as saved:
+            assert got.files == saved.files == ["W", "H"]
+            assert all(np.array_equal(got[k], saved[k]) for k in saved.files)
+    r = cli("export", str(trace), "--model", str(tmp_path / "export2.npz"))
+    assert r.returncode == 2 and "already exists" in r.stderr  # --force to overwrite
+
+
+def test_export_says_what_the_trace_cannot_give(cli: Any, tmp_path: Path) -> None:
+    trace = tmp_path / "t.sqlite"
+    r = _run(cli, "transe", "--trace", str(trace), "--checkpoint-every", "1")
+    assert r.returncode == 0, r.stderr
+    r = cli("export", str(trace), "--model", str(tmp_path / "e.txt"))
+    assert r.returncode == 0, r.stderr
+    assert "no entity_names" in r.stderr and "row number" in r.stderr
+    lines = (tmp_path / "e.txt").read_text().splitlines()
+    n, dim = (int(x) for x in lines[0].split())
+    assert dim == 8 and [line.split()[0] for line in lines[1:]] == [str(i) for i in range(n)]
+
+
+def _damage_checkpoint(trace: Path) -> None:
+    with sqlite3.connect(trace) as db:
+        db.execute("UPDATE checkpoint_block SET \"values\" = x'00ff00ff'")
+
+
+@pytest.mark.parametrize(
+    ("how", "message"),
+    [
+        (["--no-checkpoints"], "has no checkpoints"),
+        (["--checkpoint-every", "1", "damage"], "damaged"),
+        (["--checkpoint-every", "1", "--checkpoint", "5"], "has checkpoints 0 to 0"),
+    ],
+)
+def test_export_of_a_bad_or_empty_trace_is_one_line_and_exit_2(
+    how: list[str], message: str, cli: Any, tmp_path: Path
+) -> None:
+    trace = tmp_path / "t.sqlite"
+    record = [a for a in how if a not in ("damage", "--checkpoint", "5")]
+    r = _run(cli, "sgdmf", "--trace", str(trace), *record)
+    assert r.returncode == 0, r.stderr
+    if "damage" in how:
+        _damage_checkpoint(trace)
+    extra = ["--checkpoint", "5"] if "5" in how else []
+    r = cli("export", str(trace), "--model", str(tmp_path / "m.npz"), *extra)
+    assert r.returncode == 2 and message in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+    assert not (tmp_path / "m.npz").exists()
+
+
+USER_APP = """
+import engine as ap
+
+def fit(n: int = 6):
+    X = ap.dvector(n, shape=(2,), init=ap.init.zeros(), name="X")
+
+    def body(j):
+        X[j] = X[j] + j
+
+    ap.async_for(0, n, body, name="add")
+    return {"rows": n, "model": {"X": X, "labels": [f"r{j}" for j in range(n)]}}
+
+def silent(n: int = 2):
+    return {"rows": n}
+
+def odd(n: int = 2):
+    import numpy as np
+    return {"loss": np.float32(0.5), "bad": float("nan"), "ok": np.bool_(True),
+            "big": np.zeros((50, 3)), "small": np.arange(3), "text": "two\\nlines"}
+"""
+
+
+def test_a_users_program_saves_the_model_it_returns(cli: Any, tmp_path: Path) -> None:
+    app = tmp_path / "prog.py"
+    app.write_text(USER_APP)
+    r = cli("run", f"{app}:fit", "--no-trace", "--save", str(tmp_path / "m.npz"))
+    assert r.returncode == 0, r.stderr
+    assert "result: rows=6" in r.stdout
+    with np.load(tmp_path / "m.npz") as z:
+        assert z["X"].tolist() == [[j, j] for j in range(6)]
+        assert z["labels"].tolist() == [f"r{j}" for j in range(6)]
+    r = cli("run", f"{app}:silent", "--no-trace", "--save", str(tmp_path / "s.npz"))
+    assert r.returncode == 2 and "silent returned no model" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "s.npz").exists()
+
+
+#: A Lasso that stops at its round limit far from its tolerance, and one that converges.
+STOPS = ["dataset=synthetic", "samples=60", "features=80", "floor=1.0", "iterations=5"]
+CONVERGES = APPS["lasso"][0]
+
+
+def test_a_solver_that_stops_early_says_so_in_plain_json_and_exit_status(cli: Any) -> None:
+    plain = cli("run", "lasso", *_p([*STOPS, "compare=false"]), "--no-trace")
+    assert plain.returncode == 0
+    warning = [line for line in plain.stderr.splitlines() if "without converging" in line]
+    assert len(warning) == 1
+    assert warning[0].startswith("replay: lasso stopped after 5 rounds without converging (KKT ")
+    assert "converged=false" in plain.stdout
+    js = cli("run", "lasso", *_p([*STOPS, "compare=false"]), "--no-trace", "--json")
+    doc = json.loads(js.stdout)
+    assert doc["converged"] is False and doc["result"]["converged"] is False
+    assert doc["result"]["kkt"] > doc["result"]["tolerance"]
+    strict = cli(
+        "run", "lasso", *_p([*STOPS, "compare=false"]), "--no-trace", "--require-convergence"
+    )
+    assert strict.returncode == 1 and "without converging" in strict.stderr
+
+
+def test_a_solver_that_converges_passes_require_convergence(cli: Any) -> None:
+    r = cli("run", "lasso", *_p(CONVERGES), "--no-trace", "--json", "--require-convergence")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["converged"] is True and "converging" not in r.stderr
+
+
+def test_export_of_a_users_program_names_arrays_after_its_dds(cli: Any, tmp_path: Path) -> None:
+    app, trace = tmp_path / "prog.py", tmp_path / "t.sqlite"
+    app.write_text(USER_APP)
+    saved = tmp_path / "saved.npz"
+    r = cli(
+        "run", f"{app}:fit", "--trace", str(trace), "--checkpoint-every", "1", "--save", str(saved)
+    )
+    assert r.returncode == 0, r.stderr
+    r = cli("export", str(trace), "--model", str(tmp_path / "e.npz"))
+    assert r.returncode == 0, r.stderr
+    with np.load(tmp_path / "e.npz") as got, np.load(saved) as want:
+        assert got.files == ["X"] and np.array_equal(got["X"], want["X"])
+    both = cli("export", str(trace), "--model", str(tmp_path / "f.npz"), "-o", "x.json")
+    assert both.returncode == 2 and "pass -o FILE" in both.stderr
+
+
+@pytest.mark.mpi  # --ranks 2 starts mpiexec: ap.save gathers over MPI, rank 0 writes
+def test_two_ranks_save_the_model_their_checkpoint_holds(cli: Any, tmp_path: Path) -> None:
+    trace, saved = tmp_path / "t.sqlite", tmp_path / "m.npz"
+    r = _run(cli, "sgdmf", "--ranks", "2", "--trace", str(trace), "--checkpoint-every", "1",
+             "--save", str(saved))  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert cli("export", str(trace), "--model", str(tmp_path / "e.npz")).returncode == 0
+    with np.load(saved) as want, np.load(tmp_path / "e.npz") as got:
+        assert want["W"].shape == (300, 4) and want["H"].shape == (500, 4)
+        assert all(np.array_equal(got[k], want[k]) for k in ("W", "H"))
+
+
+def test_any_return_value_becomes_strict_json_and_one_plain_line(cli: Any, tmp_path: Path) -> None:
+    (tmp_path / "prog.py").write_text(USER_APP)
+    r = cli("run", f"{tmp_path / 'prog.py'}:odd", "--no-trace", "--json")
+    assert r.returncode == 0, r.stderr
+
+    def refuse(name: str) -> None:
+        raise AssertionError(f"{name} is not JSON")
+
+    result = json.loads(r.stdout, parse_constant=refuse)["result"]
+    assert result["loss"] == 0.5 and result["bad"] is None and result["ok"] is True
+    assert result["big"]["shape"] == [50, 3] and result["small"] == [0, 1, 2]
+    plain = cli("run", f"{tmp_path / 'prog.py'}:odd", "--no-trace")
+    lines = [ln for ln in plain.stdout.splitlines() if ln.startswith("result:")]
+    assert lines == ["result: loss=0.5 bad=null ok=true text=two lines"]
+
+
+EVERY_EPOCH = """
+import engine as ap
+
+def fit(epochs: int = 3, out: str = "."):
+    X = ap.dvector(4, shape=(), init=ap.init.zeros(), name="X")
+
+    def body(j):
+        X[j] = X[j] * 2.0 + j
+
+    for e in range(epochs):
+        ap.async_for(0, 4, body, name="add")
+        ap.save(f"{out}/x{e}.npz", X=X)
+"""
+
+
+def test_a_replay_from_a_checkpoint_never_saves_a_skipped_model(cli: Any, tmp_path: Path) -> None:
+    """Before the checkpoint the bodies were skipped: the DDS hold no model of that time."""
+    (tmp_path / "prog.py").write_text(EVERY_EPOCH)
+    out, trace = tmp_path / "out", tmp_path / "t.sqlite"
+    out.mkdir()
+    r = cli("run", f"{tmp_path / 'prog.py'}:fit", "-p", f"out={out}", "--trace", str(trace),
+            "--checkpoint-every", "1")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    recorded = {p.name: np.load(p)["X"] for p in out.iterdir()}
+    assert sorted(recorded) == ["x0.npz", "x1.npz", "x2.npz"]
+    for p in out.iterdir():
+        p.unlink()
+    r = cli("single", str(trace), "--from", "add:2")
+    assert r.returncode == 0 and "identical" in r.stdout, r.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["x1.npz", "x2.npz"]
+    assert all(np.array_equal(np.load(out / n)["X"], recorded[n]) for n in ("x1.npz", "x2.npz"))
