@@ -4,7 +4,9 @@ still replay identically, in the cluster and in one process.
 ``tests/data/mlr_*.sqlite.gz`` were recorded on commit 39f82f3 (every node got every
 update and an 8-byte message for every empty one) with ``replay run mlr -p
 synthetic=true -p epochs=1`` on 2 ranks (BSP) and on 3 ranks with ``-p sync=ssp``; they
-are stored compressed (each SQLite file is 200 KiB, mostly schema pages).
+are stored compressed (each SQLite file is 200 KiB, mostly schema pages).  ``mlr``'s source
+file has changed since (it returns its model), so they replay with ``--allow-changed-code``:
+the digests and objectives must still match bit for bit.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ def test_a_trace_recorded_before_routing_replays_identically(
 ) -> None:
     trace = tmp_path / f"{name}.sqlite"
     trace.write_bytes(gzip.decompress((DATA / f"{name}.sqlite.gz").read_bytes()))
-    proc = tcli.invoke([mode, trace, "--json"])
+    proc = tcli.invoke([mode, trace, "--json", "--allow-changed-code"])
     assert proc.returncode == 0, proc.stderr
     res = json.loads(proc.stdout)
     assert res["identical"] is True and res["first_difference"] is None, res
