@@ -213,12 +213,12 @@ def test_off_a_terminal_a_phase_is_a_plain_line_now_and_then(
     assert out == "" and err == "replay: run: checkpoint after sgd#0, 12 s\n"
 
 
-def test_the_engine_names_planning_a_kernel_compile_and_each_checkpoint(
+def test_the_engine_names_planning_a_kernel_compile_and_counts_checkpoints_on_one_bar(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import engine as ap
     from replay._job import run_here
-    from replay._progress import parse_phase
+    from replay._progress import Printer, parse_phase
 
     def prog() -> None:
         X = ap.dvector(8, shape=(), init=ap.init.zeros(), name="X")
@@ -235,13 +235,30 @@ def test_the_engine_names_planning_a_kernel_compile_and_each_checkpoint(
 
     # as in a fresh process: an earlier test in this one may have compiled the kernel
     monkeypatch.setattr(sgd_kernel, "_body", None)
+    console, buf = _terminal()
+    shown: list[list[str]] = []
     lines: list[str] = []
     spec = {"app": "sgdmf", "params": ["synthetic=true", "epochs=2", "kernel=true"]}
     spec.update(threads=1, seed=0, trace=str(tmp_path / "t.sqlite"), checkpoint_every=1)
-    run_here(spec, progress=lines.append)
+    with Printer(False, "run", console=console) as say:
+
+        def spy(line: str) -> None:
+            lines.append(line)
+            say(line)
+            if say._progress is not None:
+                shown.append([t.description for t in say._progress.tasks])
+
+        run_here(spec, progress=spy)
+        (last,) = (t for t in say._progress.tasks if t.description == "run: checkpoints")
+        assert last.fields["count"] == "2" and last.finished, last
     named = [p for p in map(parse_phase, lines) if p is not None]
     assert "planning sgd" in named and "compiling kernel sgd_kernel" in named, named
-    assert "checkpoint after sgd#0" in named and "checkpoint after sgd#1" in named, named
+    assert ["run: planning sgd"] in shown and ["run: compiling kernel sgd_kernel"] in shown
+    # two checkpoints, one bar: never a spinner per checkpoint, never two bars of them
+    assert all(d.count("run: checkpoints") <= 1 for d in shown), shown
+    assert not any("checkpoint after" in d for tasks in shown for d in tasks), shown
+    screen = buf.getvalue()
+    assert "run: checkpoints" in screen and "run: checkpoint after" not in screen, screen
     # a replay from a checkpoint names its fast-forward, then replays identically
     from replay._replay import replay_here
 
@@ -251,6 +268,39 @@ def test_the_engine_names_planning_a_kernel_compile_and_each_checkpoint(
     assert res["identical"], res
     named = [p for p in map(parse_phase, lines) if p is not None]
     assert named[0] == "fast-forward to the checkpoint after sgd#0", named
+
+
+def test_checkpoints_share_one_bar_that_pulses_while_writing_and_then_stands_full() -> None:
+    """A run that checkpoints after every invocation shows one checkpoints bar, below the
+    invocations, whose clock counts only the time spent writing them; it is erased with
+    the other bars before the result."""
+    from replay._progress import Printer, phase_line
+
+    now = [0.0]
+    console, buf = _terminal()
+    with Printer(False, "dual test", console=console, clock=lambda: now[0]) as say:
+        for k in range(5):
+            say(tick_line(k + 1, 5, "forward: parallel run"))
+            say(phase_line(f"checkpoint after sgd#{k}"))
+            writing = say._progress.tasks
+            assert [t.description for t in writing] == [
+                "dual test: forward: parallel run",
+                "dual test: checkpoints",
+            ]
+            assert writing[1].total is None  # pulsing: a checkpoint is being written
+            now[0] += 2.0  # writing it
+            say(f"iter {k:>3}  rmse = 0.9")  # the checkpoint is written
+            now[0] += 10.0  # the next invocation
+            done = say._progress.tasks[1]
+            assert done.total == done.completed == k + 1 and done.finished
+        say(tick_line(1, None, "backward: serial run"))  # a later stage goes above it
+        say._progress.refresh()
+        descriptions = [t.description for t in say._progress.tasks]
+        assert descriptions[-1] == "dual test: checkpoints", descriptions
+        (bar,) = [line for line in buf.getvalue().splitlines() if "checkpoints" in line][-1:]
+        assert " 5 " in bar and "0:00:10" in bar, bar  # 5 written, 5 x 2 s
+        assert "/s" not in bar  # checkpoints per second of the run would mean nothing
+    assert say._progress is None and "checkpoint after" not in buf.getvalue()
 
 
 def _counting_program(invocations: int) -> object:
