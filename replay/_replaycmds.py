@@ -267,6 +267,42 @@ def check_stops(
                 f"{option}: {op}#{inv} comes before --from {point[0]}:{point[1]}, where the "
                 "replay starts: it would never stop there"
             )
+    if brk:
+        op, inv, index, node = parse_break(brk)
+        if inv < counts.get(op, 0):  # a completed invocation: its plan is in the trace
+            _check_break_index(run, brk, op, inv, index, node)
+
+
+def _check_break_index(run: Any, brk: str, op: str, inv: int, index: int, node: int | None) -> None:
+    """``--break``'s loop index checked against the plan the run followed at that
+    invocation: an index outside the loop's range, or on a node that never ran it, would
+    be noticed only after a whole replay (``breakpoint ... was never reached``)."""
+    try:
+        plan = run.plan(op, inv)
+    except KeyError:
+        return  # no plan (a sync_for's minibatches): nothing to check the index against
+    lo, hi = int(plan.start), int(plan.start) + int(plan.n)
+    if not lo <= index < hi:
+        raise UsageError(
+            f"--break {brk}: {op}#{inv} ran loop indices {lo}..{hi - 1}; {index} is not one of them"
+        )
+    if node is None:
+        return
+    ran = sorted(
+        {
+            k
+            for rnd in plan.rounds
+            for k, tasks in enumerate(rnd)
+            for t in tasks
+            if index in t.indices
+        }
+    )
+    if ran and node not in ran:
+        on = ", ".join(str(k) for k in ran)
+        raise UsageError(
+            f"--break {brk}: index {index} of {op}#{inv} ran on node {on}, never on node "
+            f"{node}; stop there with --break {op}:{inv}:{index}@{ran[0]}"
+        )
 
 
 def _replayable(
