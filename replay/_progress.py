@@ -283,15 +283,26 @@ class Printer:
         task = self._tasks.get(key)
         count = f"{done}/{'?' if total is None else total}"
         if task is None:
-            # stages follow one another: the clocks of the earlier ones stop here
+            # stages follow one another: the earlier ones are over, their clocks stop here
             for earlier in self._tasks.values():
-                self._progress.stop_task(earlier)
+                self._finish(earlier)
             task = self._tasks[key] = self._progress.add_task(
                 f"{self.label}: {key}", total=total, count=count
             )
             if self._ckpt_task is not None:
                 self._readd_checkpoints()  # the checkpoints' bar stays the last one
         self._progress.update(task, completed=done, total=total, count=count)
+
+    def _finish(self, task_id: Any) -> None:
+        """Stop a stage's clock; one whose total was unknown ("10/?") now has it: the
+        count it reached, shown full ("10"), with the rate it ran at."""
+        self._progress.stop_task(task_id)
+        (task,) = (t for t in self._progress.tasks if t.id == task_id)
+        if task.total is None and task.completed > 0:
+            speed = task.finished_speed or task.speed
+            done = int(task.completed)
+            self._progress.update(task_id, total=done, count=str(done))
+            task.finished_speed = speed  # the update forgot the samples it came from
 
     def close(self) -> None:
         """Erase the bars (they are transient); later ticks start new ones."""

@@ -147,18 +147,25 @@ def test_a_known_total_shows_count_rate_and_time_left() -> None:
     assert "1.00/s" in out and "ETA 0:00:06" in out, out
 
 
-def test_an_unknown_total_says_so_and_its_clock_stops_when_the_next_phase_starts() -> None:
+def test_an_unknown_total_says_so_until_the_next_stage_starts_then_stands_full() -> None:
     from replay._progress import Printer
 
+    now = [0.0]
     console, buf = _terminal()
-    with Printer(False, "dual test", console=console) as say:
-        say(tick_line(3, None, "forward: serial run"))
+    with Printer(False, "dual test", console=console, clock=lambda: now[0]) as say:
+        for k in (1, 2, 3):
+            now[0] += 2.0
+            say(tick_line(k, None, "forward: serial run"))
         say._progress.refresh()
         assert "3/?" in buf.getvalue() and "None" not in buf.getvalue()
+        now[0] += 1.0
         say(tick_line(1, 5, "forward: parallel run"))
         first, second = say._progress.tasks
         assert first.stop_time is not None and second.stop_time is None
-        assert "".join(str(c.render(first)) for c in say._progress.columns[5:]) == ""
+        # the serial side is over: it reached 3 of 3, and says so without a "?"
+        assert first.finished and first.total == 3 and first.fields["count"] == "3"
+        cells = [str(c.render(first)) for c in say._progress.columns[3:]]
+        assert cells == ["0:00:05", "0.50/s", ""], cells  # from its first tick; rate; no ETA
 
 
 def test_a_result_erases_the_bar_first_even_from_another_thread() -> None:
