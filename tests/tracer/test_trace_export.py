@@ -579,3 +579,40 @@ def test_a_replanned_invocation_shows_both_plannings_and_every_later_phase(
         assert names[-2:] == ["chain#1", "digests chain#1"], names
     again = [e for e in _by_ph(doc, "X", "phase") if e["name"].endswith("(re-plan)")]
     assert len(again) == 4 and all(e["args"]["attempt"] == 2 for e in again), again
+
+
+def test_a_postgres_trace_exports_its_re_planning_and_is_refused_once_damaged(
+    pg_url: str, tmp_path: Path, cli, capsys: pytest.CaptureFixture
+) -> None:
+    """The same timeline from a trace stored in PostgreSQL (phase rows come back in the
+    order written there too), and export refuses it, in one line without the password,
+    once a chained row is altered."""
+    import sqlalchemy as sa
+
+    from tests.pg import PASSWORD
+
+    record(pg_url, nodes=2, threads=1, program=_replanned_program())
+    capsys.readouterr()
+    out = tmp_path / "pg.json"
+    res = cli("export", pg_url, "-o", out)
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(out.read_text())
+    assert problems(doc) == []
+    names = [e["name"] for e in _node_track(doc, 1)]
+    assert names[2:5] == [
+        "reconnaissance chain#0 (re-plan)",
+        "planning chain#0 (re-plan)",
+        "chain#0",
+    ], names
+    engine = sa.create_engine(pg_url)
+    try:
+        with engine.begin() as db:
+            db.execute(sa.text("UPDATE digest SET digest = 'xc:' || repeat('0', 32) WHERE id = 1"))
+    finally:
+        engine.dispose()
+    out.unlink()
+    res = cli("export", pg_url, "-o", out)
+    err = res.stderr.strip()
+    assert res.returncode == 2 and len(err.splitlines()) == 1, res.stderr
+    assert "is damaged: table digest" in err and "--damaged" in err and PASSWORD not in err
+    assert not out.exists()
