@@ -221,15 +221,63 @@ def next_command(
     if run_id not in runs:
         return None  # the run stopped before it recorded anything
     said = explain(detail, path, run_id if len(runs) > 1 else None)
-    if said is None or said.command is None:
+    if said is None:
         return None
-    words = shlex.split(said.command)
+    command = said.command or _stop_before_first(detail, path, run_id, len(runs) > 1)
+    if command is None:
+        return None
+    words = shlex.split(command)
     stop = {w: words[k + 1] for k, w in enumerate(words[:-1]) if w in ("--break", "--until")}
     try:  # a stop the trace cannot reach is no advice
         check_stops(path, run_id, stop.get("--break"), stop.get("--until"), None)
     except UsageError:
         return None
-    return " ".join([said.command, *extra])
+    return " ".join([command, *extra])
+
+
+def _stop_before_first(
+    detail: dict[str, Any], path: str, run_id: str, name_run: bool
+) -> str | None:
+    """For a replay divergence at an operator's first invocation, where there is no earlier
+    one of it to stop after: stop after the loop invocation the program ran before it, or,
+    when it is the run's very first, for an outcome, in a body of it on the node that
+    reported it (its digests are taken after every body).  A changed program usually
+    diverges right there, and used to get no command at all."""
+    import shlex
+
+    from tui._verdict import divergence_of, trace_argument
+
+    d = divergence_of(detail) or {}
+    if "expected" not in d or "actual" not in d:
+        return None  # not a replay divergence: a dual test stops after its invocation
+    try:
+        op, inv = str(d["op"]), int(d["invocation"])
+        node = int(d.get("node", -1))
+    except (KeyError, TypeError, ValueError):
+        return None
+    run = open_run(path, run_id)
+    order = program_order(run)
+    if (op, inv) not in order:
+        return None
+    head = f"replay single {shlex.quote(trace_argument(path))}"
+    if name_run:
+        head += f" --run {shlex.quote(run_id)}"
+    at = order.index((op, inv))
+    if at > 0:
+        before = ":".join(str(x) for x in order[at - 1])
+        return f"{head} --until {shlex.quote(before)}"
+    if d.get("what") != "outcome":
+        return None
+    try:
+        plan = run.plan(op, inv)
+    except KeyError:
+        return None  # a sync_for: no plan to take a body from
+    for rnd in plan.rounds:
+        for k, tasks in enumerate(rnd):
+            first = [int(t.indices[0]) for t in tasks if len(t.indices)]
+            if first and node in (k, -1):
+                return f"{head} --break {shlex.quote(f'{op}:{inv}:{first[0]}@{k}')}"
+    return None
 
 
 def check_stops(
