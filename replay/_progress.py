@@ -40,6 +40,25 @@ PLAIN_EVERY_S = 10.0
 PLAIN_EVERY_ENV = "STRADS_REPLAY_PROGRESS_EVERY"
 
 
+#: Set by ``--quiet`` for the command that runs: no bars, spinners or plain progress lines.
+_QUIET: ContextVar[bool] = ContextVar("replay_progress_quiet", default=False)
+
+
+@contextlib.contextmanager
+def quiet(on: bool = True) -> Iterator[None]:
+    """Printers made inside this block show no progress at all (``--quiet``)."""
+    token = _QUIET.set(on)
+    try:
+        yield
+    finally:
+        _QUIET.reset(token)
+
+
+def is_quiet() -> bool:
+    """Whether progress is off for the running command (``--quiet``)."""
+    return _QUIET.get()
+
+
 def plain_every() -> float | None:
     """Seconds between plain progress lines (None: none), from :data:`PLAIN_EVERY_ENV`."""
     raw = os.environ.get(PLAIN_EVERY_ENV, "").strip()
@@ -154,9 +173,10 @@ class Printer:
         #: where bars go (a rich Console; None: stderr, made when the first bar is)
         self._console = console
         self.label = label
-        self._bars = bars and (console is not None or bars_wanted(as_json))
+        shown = bars and not _QUIET.get()  # --quiet: no progress of any kind
+        self._bars = shown and (console is not None or bars_wanted(as_json))
         # off a terminal (and not for a pdb session, which asks for no bars): plain lines
-        self._every = plain_every() if bars and not as_json and not self._bars else None
+        self._every = plain_every() if shown and not as_json and not self._bars else None
         self._clock = clock
         self._start = self._last = clock()
         self._progress: Any = None
@@ -439,12 +459,14 @@ __all__ = [
     "bars_wanted",
     "current_stage",
     "finish_bars",
+    "is_quiet",
     "parse_phase",
     "parse_tick",
     "phase_line",
     "phase_reporter",
     "phases_to",
     "plain_every",
+    "quiet",
     "reporting",
     "route_ticks",
     "stage",
