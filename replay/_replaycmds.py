@@ -4,6 +4,7 @@ and report the verdict."""
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 import uuid
 from collections.abc import Callable
@@ -65,6 +66,10 @@ def _replay_report(
     diverged = not stopped and not res["identical"] and res.get("first_difference")
     extra = ("--allow-changed-code",) if allow_changed else ()
     nxt = next_command(res["first_difference"], path, run_id, extra) if diverged else None
+    if nxt is not None:  # the stop, for the browser: it may need the trace to work it out
+        words = shlex.split(nxt)
+        stops = [f"{w} {v}" for w, v in zip(words, words[1:], strict=False) if w in STOPS]
+        res["stop"] = stops[0] if stops else None
     if not stopped:
         try:
             store_verdict(res)
@@ -109,6 +114,10 @@ def _replay_report(
                 say(line)
     if not stopped and not res["identical"]:
         sys.exit(EXIT_DIVERGED)
+
+
+#: The options of ``replay single`` that stop somewhere.
+STOPS = ("--break", "--until")
 
 
 def divergence_lines(d: dict[str, Any], nxt: str | None = None) -> list[str]:
@@ -211,7 +220,6 @@ def next_command(
     """The ``replay single`` command that stops in pdb at (or just before) the divergence
     ``detail`` names in run ``run_id`` of ``path`` (the browser shows the same), checked
     as ``replay single`` checks it: None when no stop the trace can reach names it."""
-    import shlex
 
     import tracer
     from tui._verdict import explain
@@ -243,8 +251,6 @@ def _stop_before_first(
     when it is the run's very first, for an outcome, in a body of it on the node that
     reported it (its digests are taken after every body).  A changed program usually
     diverges right there, and used to get no command at all."""
-    import shlex
-
     from tui._verdict import divergence_of, trace_argument
 
     d = divergence_of(detail) or {}

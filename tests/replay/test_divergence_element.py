@@ -108,6 +108,13 @@ def test_a_divergence_at_an_operators_first_invocation_stops_after_the_one_befor
     assert proc.returncode == 3 and "DIVERGED on node 0 at add#0" in proc.stdout, proc.stdout
     want = f"replay single {trace} --until pre:0 --allow-changed-code"
     assert f"  stop there with: {want}\n" in proc.stdout, proc.stdout
+    # the verdict keeps that stop, so the browser offers the same command
+    from tui._verdict import explain
+
+    with tracer.open(trace) as store:
+        (verdict,) = store.run().verdicts()
+    said = explain(verdict.detail, str(trace))
+    assert said is not None and said.command == f"replay single {trace} --until pre:0"
 
 
 def test_without_a_checkpoint_there_it_says_why_no_element_is_named(tmp_path: Path, cli) -> None:
