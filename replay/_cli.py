@@ -18,7 +18,7 @@ from tui import register as register_browse
 
 from . import _environment, _procs
 from ._chaoscmd import register as register_chaos
-from ._cliutil import Group
+from ._cliutil import Group, attach_quiet
 from ._dualcmd import register as register_dual
 from ._examples import attach as attach_examples
 from ._replaycmds import register as register_replay
@@ -44,6 +44,7 @@ register_time_travel(cli)
 register_resume(cli)
 register_browse(cli)
 attach_examples(cli)
+attach_quiet(cli)
 
 
 def main() -> None:

@@ -4,6 +4,7 @@ options, how results are printed, and where a new trace goes."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import secrets
@@ -24,7 +25,7 @@ from ._errors import UsageError
 from ._job import EXIT_DIVERGED, EXIT_FAILED, EXIT_USAGE, JobFailed, describe
 from ._model import result_line
 from ._paths import reserve_trace
-from ._progress import DOWNLOAD_PROGRESS_ENV, TICK, bars_wanted, finish_bars
+from ._progress import DOWNLOAD_PROGRESS_ENV, TICK, bars_wanted, finish_bars, quiet
 
 
 class Group(click.Group):
@@ -32,8 +33,9 @@ class Group(click.Group):
 
     def invoke(self, ctx: click.Context) -> Any:
         as_json = "--json" in ctx.args  # the subcommand's arguments, not yet parsed
+        silent = "--quiet" in ctx.args or "-q" in ctx.args
         _hosts.set_placement(_hosts.Placement())  # a command's --hostfile is its own
-        if bars_wanted(as_json):  # downloads in this process (and its ranks) may show bars
+        if bars_wanted(as_json) and not silent:  # downloads here (and in ranks) may show bars
             os.environ.setdefault(DOWNLOAD_PROGRESS_ENV, "1")
         try:
             return super().invoke(ctx)
@@ -241,6 +243,35 @@ def trace_options(what: str) -> Callable[..., Any]:
     )
 
 
+#: The commands that show progress, and so take ``--quiet``.
+QUIET_COMMANDS = ("run", "demo", "cluster", "single", "dual", "chaos", "resume", "history", "watch")
+
+
+def attach_quiet(group: click.Group) -> None:
+    """Give each command of ``group`` that shows progress a ``--quiet`` (``-q``) option."""
+    for name in QUIET_COMMANDS:
+        cmd = group.commands[name]
+        cmd.params.append(
+            click.Option(
+                ["--quiet", "-q", "quiet_progress"],
+                is_flag=True,
+                help="Show no progress: no bars or spinners on a terminal, no progress "
+                "lines off it (the result is printed as usual).",
+            )
+        )
+        if cmd.callback is not None:
+            cmd.callback = _quietly(cmd.callback)
+
+
+def _quietly(callback: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(callback)
+    def run(*args: Any, quiet_progress: bool = False, **kwargs: Any) -> Any:
+        with quiet(quiet_progress):
+            return callback(*args, **kwargs)
+
+    return run
+
+
 def trace_path(app: str, given: str | None) -> str:
     """The trace store to write: ``given``, or a new ``traces/<app>-<timestamp>.sqlite``.
 
@@ -416,8 +447,10 @@ __all__ = [
     "LATEST",
     "POSITIVE_SECONDS",
     "Group",
+    "QUIET_COMMANDS",
     "absolute",
     "allow_changed",
+    "attach_quiet",
     "check_counts",
     "common",
     "fail",

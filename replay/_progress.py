@@ -40,6 +40,25 @@ PLAIN_EVERY_S = 10.0
 PLAIN_EVERY_ENV = "STRADS_REPLAY_PROGRESS_EVERY"
 
 
+#: Set by ``--quiet`` for the command that runs: no bars, spinners or plain progress lines.
+_QUIET: ContextVar[bool] = ContextVar("replay_progress_quiet", default=False)
+
+
+@contextlib.contextmanager
+def quiet(on: bool = True) -> Iterator[None]:
+    """Printers made inside this block show no progress at all (``--quiet``)."""
+    token = _QUIET.set(on)
+    try:
+        yield
+    finally:
+        _QUIET.reset(token)
+
+
+def is_quiet() -> bool:
+    """Whether progress is off for the running command (``--quiet``)."""
+    return _QUIET.get()
+
+
 def plain_every() -> float | None:
     """Seconds between plain progress lines (None: none), from :data:`PLAIN_EVERY_ENV`."""
     raw = os.environ.get(PLAIN_EVERY_ENV, "").strip()
@@ -62,6 +81,11 @@ PHASE = TICK + "phase "
 def phase_line(name: str) -> str:
     """The line that says the long phase ``name`` started (it lasts until the next tick)."""
     return PHASE + name
+
+
+#: Prefix of the phase the engine announces before each checkpoint it writes; a
+#: :class:`Printer` counts them on one bar instead of showing a spinner for each.
+CHECKPOINT_PHASE = "checkpoint after "
 
 
 def parse_phase(line: str) -> str | None:
@@ -149,14 +173,21 @@ class Printer:
         #: where bars go (a rich Console; None: stderr, made when the first bar is)
         self._console = console
         self.label = label
-        self._bars = bars and (console is not None or bars_wanted(as_json))
+        shown = bars and not _QUIET.get()  # --quiet: no progress of any kind
+        self._bars = shown and (console is not None or bars_wanted(as_json))
         # off a terminal (and not for a pdb session, which asks for no bars): plain lines
-        self._every = plain_every() if bars and not as_json and not self._bars else None
+        self._every = plain_every() if shown and not as_json and not self._bars else None
         self._clock = clock
         self._start = self._last = clock()
         self._progress: Any = None
         self._tasks: dict[str, Any] = {}
         self._phase_task: Any = None
+        #: the one bar of the checkpoints (None: none yet), how many were written, their
+        #: seconds so far and when the one being written started (None: none is)
+        self._ckpt_task: Any = None
+        self._ckpts = 0
+        self._ckpt_spent = 0.0
+        self._ckpt_since: float | None = None
         #: ``--json`` for a program that reads the protocol lines (:data:`TICKS_ENV`)
         self._raw = as_json and bars and os.environ.get(TICKS_ENV) == "1"
 
@@ -186,7 +217,9 @@ class Printer:
     def _phase(self, name: str) -> None:
         """A spinner (an indeterminate bar with its clock) named ``name`` until the next
         tick or phase; off a terminal, a plain line if none was printed for a while."""
-        if self._bars:
+        if self._bars and name.startswith(CHECKPOINT_PHASE):
+            self._checkpoint()
+        elif self._bars:
             self._show(0, None, "", phase=name)
         elif self._every is not None:
             now = self._clock()
@@ -198,6 +231,36 @@ class Printer:
         if self._phase_task is not None and self._progress is not None:
             self._progress.remove_task(self._phase_task)
         self._phase_task = None
+        if self._ckpt_since is not None and self._progress is not None:
+            # the checkpoint is written: its bar stands full, its clock stops
+            self._ckpt_spent += self._clock() - self._ckpt_since
+            self._ckpt_since = None
+            n = self._ckpts
+            self._progress.update(self._ckpt_task, total=n, completed=n, **self._ckpt_fields())
+
+    def _checkpoint(self) -> None:
+        """Checkpoints share one bar, last on screen, that counts them and pulses while
+        one is written: a run that takes one per invocation must not flash a spinner per
+        checkpoint (on a terminal; off it, they are phases like any other)."""
+        self._open()
+        self._end_phase()
+        self._ckpts += 1
+        self._ckpt_since = self._clock()
+        self._readd_checkpoints()
+
+    def _ckpt_fields(self) -> dict[str, Any]:
+        # the count only: the column is shared with the other bars, and 80 columns are few
+        return {"count": str(self._ckpts), "spent": self._ckpt_spent, "since": self._ckpt_since}
+
+    def _readd_checkpoints(self) -> None:
+        """(Re)place the checkpoints' bar below every other: pulsing while one is being
+        written (total unknown), else full."""
+        if self._ckpt_task is not None:
+            self._progress.remove_task(self._ckpt_task)
+        total = None if self._ckpt_since is not None else self._ckpts
+        self._ckpt_task = self._progress.add_task(
+            f"{self.label}: checkpoints", total=total, completed=self._ckpts, **self._ckpt_fields()
+        )
 
     def _say_plainly(self, every: float, done: int, total: int | None, what: str) -> None:
         now = self._clock()
@@ -208,17 +271,17 @@ class Printer:
         unit = f" {what}" if what else ""
         click.echo(f"replay: {self.label} {count}{unit}, {now - self._start:.0f} s", err=True)
 
-    def _show(self, done: int, total: int | None, what: str, phase: str | None = None) -> None:
+    def _open(self) -> None:
+        """Put the bars on screen (once)."""
         if self._progress is None:
             from rich.console import Console
-            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+            from rich.progress import BarColumn, Progress, TextColumn
 
             self._progress = Progress(
                 TextColumn("{task.description}"),
                 BarColumn(),
                 TextColumn("{task.fields[count]}"),
-                TimeElapsedColumn(),
-                *_rate_and_eta_columns(),
+                *_time_columns(self._clock),
                 console=self._console or Console(stderr=True),
                 get_time=self._clock,
                 transient=True,
@@ -227,6 +290,9 @@ class Printer:
             )
             self._progress.start()
             _LIVE.append(self)
+
+    def _show(self, done: int, total: int | None, what: str, phase: str | None = None) -> None:
+        self._open()
         self._end_phase()
         if phase is not None:
             self._phase_task = self._progress.add_task(
@@ -237,17 +303,31 @@ class Printer:
         task = self._tasks.get(key)
         count = f"{done}/{'?' if total is None else total}"
         if task is None:
-            # stages follow one another: the clocks of the earlier ones stop here
+            # stages follow one another: the earlier ones are over, their clocks stop here
             for earlier in self._tasks.values():
-                self._progress.stop_task(earlier)
+                self._finish(earlier)
             task = self._tasks[key] = self._progress.add_task(
                 f"{self.label}: {key}", total=total, count=count
             )
+            if self._ckpt_task is not None:
+                self._readd_checkpoints()  # the checkpoints' bar stays the last one
         self._progress.update(task, completed=done, total=total, count=count)
+
+    def _finish(self, task_id: Any) -> None:
+        """Stop a stage's clock; one whose total was unknown ("10/?") now has it: the
+        count it reached, shown full ("10"), with the rate it ran at."""
+        self._progress.stop_task(task_id)
+        (task,) = (t for t in self._progress.tasks if t.id == task_id)
+        if task.total is None and task.completed > 0:
+            speed = task.finished_speed or task.speed
+            done = int(task.completed)
+            self._progress.update(task_id, total=done, count=str(done))
+            task.finished_speed = speed  # the update forgot the samples it came from
 
     def close(self) -> None:
         """Erase the bars (they are transient); later ticks start new ones."""
-        self._phase_task = None
+        self._phase_task = self._ckpt_task = self._ckpt_since = None
+        self._ckpts, self._ckpt_spent = 0, 0.0
         self._tasks.clear()
         if self._progress is not None:
             self._progress.stop()
@@ -267,14 +347,31 @@ class Printer:
         self.close()
 
 
-def _rate_and_eta_columns() -> list[Any]:
-    """Units per second once some are done, and the time left where the total is known
-    (both blank otherwise); rich is imported only when a bar is shown."""
+def _time_columns(clock: Callable[[], float]) -> list[Any]:
+    """The time spent, units per second once some are done, and the time left where the
+    total is known (both blank otherwise).  The checkpoints' bar (fields ``spent`` and
+    ``since``) counts only the time spent writing checkpoints, and no rate.  rich is
+    imported only when a bar is shown."""
+    from datetime import timedelta
+
     from rich.progress import ProgressColumn
     from rich.text import Text
 
+    class Elapsed(ProgressColumn):
+        def render(self, task: Any) -> Text:
+            if "spent" in task.fields:
+                since = task.fields["since"]
+                elapsed = task.fields["spent"] + (0.0 if since is None else clock() - since)
+            else:
+                elapsed = task.finished_time if task.finished else task.elapsed
+            if elapsed is None:
+                return Text("-:--:--", style="progress.elapsed")
+            return Text(str(timedelta(seconds=max(0, int(elapsed)))), style="progress.elapsed")
+
     class Rate(ProgressColumn):
         def render(self, task: Any) -> Text:
+            if "spent" in task.fields:
+                return Text("")
             speed = task.finished_speed or task.speed
             return Text(f"{speed:.2f}/s" if speed else "", style="progress.data.speed")
 
@@ -286,7 +383,7 @@ def _rate_and_eta_columns() -> list[Any]:
             m, sec = divmod(int(left + 0.5), 60)
             return Text(f"ETA {m // 60}:{m % 60:02d}:{sec:02d}", style="progress.remaining")
 
-    return [Rate(), Eta()]
+    return [Elapsed(), Rate(), Eta()]
 
 
 #: The Printers whose bars are on screen (shared by threads: the lines of MPI ranks reach a
@@ -349,6 +446,7 @@ class InvocationTicker:
 
 
 __all__ = [
+    "CHECKPOINT_PHASE",
     "DOWNLOAD_PROGRESS_ENV",
     "PLAIN_EVERY_ENV",
     "PLAIN_EVERY_S",
@@ -361,12 +459,14 @@ __all__ = [
     "bars_wanted",
     "current_stage",
     "finish_bars",
+    "is_quiet",
     "parse_phase",
     "parse_tick",
     "phase_line",
     "phase_reporter",
     "phases_to",
     "plain_every",
+    "quiet",
     "reporting",
     "route_ticks",
     "stage",

@@ -387,19 +387,18 @@ def _same_end(info: Any, exc: BaseException, checker: ReplayChecker) -> bool:
 
 
 def store_verdict(result: dict[str, Any]) -> None:
-    """Write the replay verdict into the original trace (the TUI shows it)."""
+    """Write the replay verdict into the original trace (the TUI shows it), with the
+    ``stop`` the CLI advised (``--break inc:0:0@0``) when it gave one."""
+    detail = {
+        "first_difference": result["first_difference"],
+        "complete": result["complete"],
+        "checked": result["checked"],
+        "wall_s": result["wall_s"],
+    }
+    if result.get("stop"):
+        detail["stop"] = result["stop"]
     with tracer.open_writable(result["trace"]) as trace:
-        trace.add_verdict(
-            result["run_id"],
-            result["mode"],
-            result["identical"],
-            {
-                "first_difference": result["first_difference"],
-                "complete": result["complete"],
-                "checked": result["checked"],
-                "wall_s": result["wall_s"],
-            },
-        )
+        trace.add_verdict(result["run_id"], result["mode"], result["identical"], detail)
 
 
 __all__ = [

@@ -4,6 +4,7 @@ and report the verdict."""
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 import uuid
 from collections.abc import Callable
@@ -65,6 +66,10 @@ def _replay_report(
     diverged = not stopped and not res["identical"] and res.get("first_difference")
     extra = ("--allow-changed-code",) if allow_changed else ()
     nxt = next_command(res["first_difference"], path, run_id, extra) if diverged else None
+    if nxt is not None:  # the stop, for the browser: it may need the trace to work it out
+        words = shlex.split(nxt)
+        stops = [f"{w} {v}" for w, v in zip(words, words[1:], strict=False) if w in STOPS]
+        res["stop"] = stops[0] if stops else None
     if not stopped:
         try:
             store_verdict(res)
@@ -109,6 +114,10 @@ def _replay_report(
                 say(line)
     if not stopped and not res["identical"]:
         sys.exit(EXIT_DIVERGED)
+
+
+#: The options of ``replay single`` that stop somewhere.
+STOPS = ("--break", "--until")
 
 
 def divergence_lines(d: dict[str, Any], nxt: str | None = None) -> list[str]:
@@ -211,7 +220,6 @@ def next_command(
     """The ``replay single`` command that stops in pdb at (or just before) the divergence
     ``detail`` names in run ``run_id`` of ``path`` (the browser shows the same), checked
     as ``replay single`` checks it: None when no stop the trace can reach names it."""
-    import shlex
 
     import tracer
     from tui._verdict import explain
@@ -221,15 +229,61 @@ def next_command(
     if run_id not in runs:
         return None  # the run stopped before it recorded anything
     said = explain(detail, path, run_id if len(runs) > 1 else None)
-    if said is None or said.command is None:
+    if said is None:
         return None
-    words = shlex.split(said.command)
+    command = said.command or _stop_before_first(detail, path, run_id, len(runs) > 1)
+    if command is None:
+        return None
+    words = shlex.split(command)
     stop = {w: words[k + 1] for k, w in enumerate(words[:-1]) if w in ("--break", "--until")}
     try:  # a stop the trace cannot reach is no advice
         check_stops(path, run_id, stop.get("--break"), stop.get("--until"), None)
     except UsageError:
         return None
-    return " ".join([said.command, *extra])
+    return " ".join([command, *extra])
+
+
+def _stop_before_first(
+    detail: dict[str, Any], path: str, run_id: str, name_run: bool
+) -> str | None:
+    """For a replay divergence at an operator's first invocation, where there is no earlier
+    one of it to stop after: stop after the loop invocation the program ran before it, or,
+    when it is the run's very first, for an outcome, in a body of it on the node that
+    reported it (its digests are taken after every body).  A changed program usually
+    diverges right there, and used to get no command at all."""
+    from tui._verdict import divergence_of, trace_argument
+
+    d = divergence_of(detail) or {}
+    if "expected" not in d or "actual" not in d:
+        return None  # not a replay divergence: a dual test stops after its invocation
+    try:
+        op, inv = str(d["op"]), int(d["invocation"])
+        node = int(d.get("node", -1))
+    except (KeyError, TypeError, ValueError):
+        return None
+    run = open_run(path, run_id)
+    order = program_order(run)
+    if (op, inv) not in order:
+        return None
+    head = f"replay single {shlex.quote(trace_argument(path))}"
+    if name_run:
+        head += f" --run {shlex.quote(run_id)}"
+    at = order.index((op, inv))
+    if at > 0:
+        before = ":".join(str(x) for x in order[at - 1])
+        return f"{head} --until {shlex.quote(before)}"
+    if d.get("what") != "outcome":
+        return None
+    try:
+        plan = run.plan(op, inv)
+    except KeyError:
+        return None  # a sync_for: no plan to take a body from
+    for rnd in plan.rounds:
+        for k, tasks in enumerate(rnd):
+            first = [int(t.indices[0]) for t in tasks if len(t.indices)]
+            if first and node in (k, -1):
+                return f"{head} --break {shlex.quote(f'{op}:{inv}:{first[0]}@{k}')}"
+    return None
 
 
 def check_stops(
@@ -267,6 +321,42 @@ def check_stops(
                 f"{option}: {op}#{inv} comes before --from {point[0]}:{point[1]}, where the "
                 "replay starts: it would never stop there"
             )
+    if brk:
+        op, inv, index, node = parse_break(brk)
+        if inv < counts.get(op, 0):  # a completed invocation: its plan is in the trace
+            _check_break_index(run, brk, op, inv, index, node)
+
+
+def _check_break_index(run: Any, brk: str, op: str, inv: int, index: int, node: int | None) -> None:
+    """``--break``'s loop index checked against the plan the run followed at that
+    invocation: an index outside the loop's range, or on a node that never ran it, would
+    be noticed only after a whole replay (``breakpoint ... was never reached``)."""
+    try:
+        plan = run.plan(op, inv)
+    except KeyError:
+        return  # no plan (a sync_for's minibatches): nothing to check the index against
+    lo, hi = int(plan.start), int(plan.start) + int(plan.n)
+    if not lo <= index < hi:
+        raise UsageError(
+            f"--break {brk}: {op}#{inv} ran loop indices {lo}..{hi - 1}; {index} is not one of them"
+        )
+    if node is None:
+        return
+    ran = sorted(
+        {
+            k
+            for rnd in plan.rounds
+            for k, tasks in enumerate(rnd)
+            for t in tasks
+            if index in t.indices
+        }
+    )
+    if ran and node not in ran:
+        on = ", ".join(str(k) for k in ran)
+        raise UsageError(
+            f"--break {brk}: index {index} of {op}#{inv} ran on node {on}, never on node "
+            f"{node}; stop there with --break {op}:{inv}:{index}@{ran[0]}"
+        )
 
 
 def _replayable(

@@ -46,7 +46,6 @@ from engine.lowlevel import write_file
 from ._events import ObjectiveLogged
 from ._read import Trace
 from ._run import InvocationInfo, PhaseTime, RunTrace
-from ._schema import PHASE_KINDS
 
 #: tid of each node's own track (worker threads are 0..T-1).
 NODE_TID = 1_000_000
@@ -63,6 +62,14 @@ MIN_ROUND_US = 1.0
 
 #: Phases drawn before an invocation's rounds, in the order they run (digests come after).
 PRE_PHASES = ("reconnaissance", "planning")
+
+#: Most times one node's invocation is planned (reconnaissance and planning): before it,
+#: and again after the plan guard undid that attempt.  More rows are not drawn.
+PLANNINGS_PER_INVOCATION = 2
+
+#: Most phase rows one node's invocation can hold (its plannings' and its digests); a
+#: trace with more is not trusted to bound the export's work.
+PHASES_PER_INVOCATION = len(PRE_PHASES) * PLANNINGS_PER_INVOCATION + 1
 
 #: Longest phase slice drawn, in seconds: the phase table is not chained, so an absurd
 #: recorded length is cut to this instead of stretching the timeline without end.
@@ -90,12 +97,15 @@ class _Span:
         return min(max(ts, s + eps), s + d - eps)
 
 
-def _phases(run: RunTrace, invocations: int) -> dict[tuple[str, int, int, str], PhaseTime]:
-    """The first recorded phase of each kind per node's invocation, reading at most one
-    row per kind and invocation row (a trace with more is not trusted to bound the work)."""
-    out: dict[tuple[str, int, int, str], PhaseTime] = {}
-    for p in run.phase_times(invocations * len(PHASE_KINDS)):
-        out.setdefault((p.op, p.invocation, p.node, p.kind), p)
+def _phases(run: RunTrace, invocations: int) -> dict[tuple[str, int, int, str], list[PhaseTime]]:
+    """The recorded phases of each kind per node's invocation, in the order written (an
+    invocation the plan guard re-planned has two of reconnaissance and planning, one of
+    digests), reading at most :data:`PHASES_PER_INVOCATION` rows per invocation row."""
+    out: dict[tuple[str, int, int, str], list[PhaseTime]] = {}
+    for p in run.phase_times(invocations * PHASES_PER_INVOCATION):
+        kept = out.setdefault((p.op, p.invocation, p.node, p.kind), [])
+        if len(kept) < (PLANNINGS_PER_INVOCATION if p.kind in PRE_PHASES else 1):
+            kept.append(p)
     return out
 
 
@@ -144,11 +154,14 @@ class _Builder:
         self.events.append({**ev, "pid": pid, "tid": tid, "args": args})
 
     # ------------------------------------------------------------ phases
-    def phase(self, p: PhaseTime, ts: float) -> float:
-        """A slice for phase ``p`` at ``ts`` on its node's track; returns where it ends."""
+    def phase(self, p: PhaseTime, ts: float, attempt: int = 1) -> float:
+        """A slice for phase ``p`` at ``ts`` on its node's track; returns where it ends.
+        ``attempt`` 2 is the re-planning after the plan guard undid the first attempt."""
         dur = max(min(p.seconds, MAX_PHASE_S) * 1e6, MIN_ROUND_US)
-        name = f"{p.kind} {p.op}#{p.invocation}"
-        args = {"op": p.op, "invocation": p.invocation, "seconds": p.seconds}
+        name = f"{p.kind} {p.op}#{p.invocation}" + (" (re-plan)" if attempt > 1 else "")
+        args: dict[str, Any] = {"op": p.op, "invocation": p.invocation, "seconds": p.seconds}
+        if attempt > 1:
+            args["attempt"] = attempt
         self.slice(name, "phase", p.node, NODE_TID, ts, dur, args)
         return ts + dur
 
@@ -508,12 +521,13 @@ def chrome_events(run: RunTrace) -> list[dict[str, Any]]:
     for i in ordered:
         key3 = (i.op, i.invocation, i.node)
         begin = (starts[(i.op, i.invocation)] - t0) * 1e6
-        for kind in PRE_PHASES:  # before the rounds, in the order they ran
-            p = phases.get((*key3, kind))
-            if p is not None:
-                lo = track_end[i.node]  # never before what the track already holds
-                at = min(max((p.started_at - t0) * 1e6, lo), max(begin, lo))
-                track_end[i.node] = b.phase(p, at)
+        pre = [p for kind in PRE_PHASES for p in phases.get((*key3, kind), [])]
+        attempts: dict[str, int] = defaultdict(int)
+        for p in sorted(pre, key=lambda p: p.started_at):  # before the rounds, as they ran
+            attempts[p.kind] += 1
+            lo = track_end[i.node]  # never before what the track already holds
+            at = min(max((p.started_at - t0) * 1e6, lo), max(begin, lo))
+            track_end[i.node] = b.phase(p, at, attempts[p.kind])
         at = max(begin, track_end[i.node])
         rounds = []
         for sec in i.round_seconds or (i.seconds,):
@@ -523,8 +537,7 @@ def chrome_events(run: RunTrace) -> list[dict[str, Any]]:
         span = spans[key3] = _Span(rounds[0][0], tuple(rounds))
         track_end[i.node] = span.end
         anchors[key3] = b.invocation(i, span, b.plans[(i.op, i.invocation)])
-        p = phases.get((*key3, "digests"))
-        if p is not None:  # right after the rounds, before the invocation's commit
+        for p in phases.get((*key3, "digests"), [])[:1]:  # after the rounds, before the commit
             track_end[i.node] = b.phase(p, span.end)
     commits: dict[int, list[tuple[int, float]]] = defaultdict(list)
     for i in sorted(invs, key=lambda i: (i.node, i.seq)):

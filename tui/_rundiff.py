@@ -31,6 +31,8 @@ def _value(v: Any) -> str:
         return "unset"
     if v is None:
         return "none"
+    if v == "":
+        return "empty"  # blank, "data  vs x" reads as a missing word
     return fmt.scalar(v, VALUE_WIDTH)
 
 
@@ -96,7 +98,8 @@ def setup_differences(
     if a.seed != b.seed:
         out.append(f"seed differs: {a.seed} vs {b.seed}")
     if a.code_digest != b.code_digest:
-        out.append(f"code differs: digest {a.code_digest[:12]} vs {b.code_digest[:12]}")
+        da, db = (_value(d[:12]) for d in (a.code_digest, b.code_digest))
+        out.append(f"code differs: digest {da} vs {db}")
     out.append(_keyed("versions differ", a.versions, b.versions, {}))
     out.append(_keyed("environment differs", a.environment, b.environment, {}))
     out.append(_keyed("labels differ", a.labels, b.labels, LABEL_WORDS))

@@ -216,9 +216,7 @@ def stop_command(d: dict[str, Any], target: Target, trace: str, run_id: str | No
     """
     if target.op is None or target.invocation is None:
         return None
-    head = f"replay single {shlex.quote(trace_argument(trace))}"
-    if run_id is not None:
-        head += f" --run {shlex.quote(run_id)}"
+    head = _head(trace, run_id)
     if target.index is not None:
         at = f"@{target.node}" if target.node is not None else ""
         spec = f"{target.op}:{target.invocation}:{target.index}{at}"
@@ -226,6 +224,24 @@ def stop_command(d: dict[str, Any], target: Target, trace: str, run_id: str | No
     replay_divergence = "expected" in d and "actual" in d
     inv = target.invocation - 1 if replay_divergence else target.invocation
     return f"{head} --until {shlex.quote(f'{target.op}:{inv}')}" if inv >= 0 else None
+
+
+def _head(trace: str, run_id: str | None) -> str:
+    head = f"replay single {shlex.quote(trace_argument(trace))}"
+    return head + (f" --run {shlex.quote(run_id)}" if run_id is not None else "")
+
+
+#: A stop a replay verdict stored (``stop``): an option and a value with no blank or
+#: control character (the trace is data: anything else is not shown as a command).
+_STORED_STOP = re.compile(r"(--break|--until) ([^\s\x00-\x1f\x7f]+)")
+
+
+def stored_stop(detail: dict[str, Any], trace: str, run_id: str | None) -> str | None:
+    """The command that stops where ``replay cluster``/``single`` said to stop when its
+    verdict was stored (``stop``: the one it worked out from the trace, e.g. a body of
+    the run's first invocation); None when the verdict holds none or a malformed one."""
+    m = _STORED_STOP.fullmatch(str(detail.get("stop", "")))
+    return None if m is None else f"{_head(trace, run_id)} {m[1]} {shlex.quote(m[2])}"
 
 
 def explain(detail: dict[str, Any], trace: str, run_id: str | None = None) -> Explanation | None:
@@ -252,7 +268,7 @@ def explain(detail: dict[str, Any], trace: str, run_id: str | None = None) -> Ex
         expected=d.get(labels[0]),
         got_label=labels[3],
         got=d.get(labels[2]),
-        command=stop_command(d, target, trace, run_id),
+        command=stop_command(d, target, trace, run_id) or stored_stop(detail, trace, run_id),
         shown=frozenset(shown),
     )
 
@@ -266,5 +282,6 @@ __all__ = [
     "flatten",
     "is_highlighted",
     "stop_command",
+    "stored_stop",
     "trace_argument",
 ]

@@ -15,6 +15,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import tracer
+
 PROGRAM = """
 import engine as ap
 
@@ -67,14 +69,52 @@ def test_the_report_names_the_changed_element_and_both_values(
     assert d["trace_value"] == repr(float(k + 1)), d
     assert d["program_value"] == repr(float(k + 1) + delta), d
     assert (d["elements_differ"], d["elements_compared"]) == (1, n), d
-    # the command stops after the invocation before (none before the first), and works
-    want = None if k == 0 else f"replay single {trace} --until add:{k - 1} --allow-changed-code"
+    # the command stops after the invocation before, or for the first, in its first body
+    stop = f"--until add:{k - 1}" if k else f"--break add:0:{_first_body(trace)}@0"
+    want = f"replay single {trace} {stop} --allow-changed-code"
     assert doc["next"] == want
     text = cli("single", trace, "--allow-changed-code")
     assert text.returncode == 3
     assert f"first differing element: X[{e}]: the trace has {float(k + 1)!r}, " in text.stdout
     assert f"the program has {float(k + 1) + delta!r}" in text.stdout
-    assert (f"stop there with: {want}" in text.stdout) == (want is not None), text.stdout
+    assert f"stop there with: {want}" in text.stdout, text.stdout
+
+
+def _first_body(trace: Path) -> int:
+    """The first loop index the recorded plan of add#0 gives a node."""
+    with tracer.open(trace) as store:
+        plan = store.run().plan("add", 0)
+    return next(int(t.indices[0]) for rnd in plan.rounds for ts in rnd for t in ts)
+
+
+def test_a_divergence_at_an_operators_first_invocation_stops_after_the_one_before(
+    tmp_path: Path, cli
+) -> None:
+    """A changed program diverges at its first invocation more often than not; the
+    command then stops after whatever loop ran before it, where its state is the trace's."""
+    app = tmp_path / "train.py"
+    pre = """
+    def bump(j):
+        X[j] = X[j] * 2.0
+
+    ap.async_for(0, 6, bump, name="pre")
+    for epoch in range(2):"""
+    program = PROGRAM.replace("\n    for epoch in range(epochs):", pre)
+    app.write_text(program.format(n=6, epochs=2, e=3, k=0, delta=0.0))
+    trace = tmp_path / "t.sqlite"
+    assert cli("run", f"{app}:train", "--trace", trace).returncode == 0
+    app.write_text(program.format(n=6, epochs=2, e=3, k=0, delta=1.0))
+    proc = cli("single", trace, "--allow-changed-code")
+    assert proc.returncode == 3 and "DIVERGED on node 0 at add#0" in proc.stdout, proc.stdout
+    want = f"replay single {trace} --until pre:0 --allow-changed-code"
+    assert f"  stop there with: {want}\n" in proc.stdout, proc.stdout
+    # the verdict keeps that stop, so the browser offers the same command
+    from tui._verdict import explain
+
+    with tracer.open(trace) as store:
+        (verdict,) = store.run().verdicts()
+    said = explain(verdict.detail, str(trace))
+    assert said is not None and said.command == f"replay single {trace} --until pre:0"
 
 
 def test_without_a_checkpoint_there_it_says_why_no_element_is_named(tmp_path: Path, cli) -> None:

@@ -83,3 +83,38 @@ def test_zero_turns_plain_lines_off_and_nonsense_is_the_default(value: str, monk
 
     monkeypatch.setenv(PLAIN_EVERY_ENV, value)
     assert plain_every() == (PLAIN_EVERY_S if value == "never" else None)
+
+
+def test_quiet_prints_no_progress_and_the_same_result(trace_library, cli, tmp_path) -> None:
+    """``--quiet`` (``-q``) on a command that shows progress: no progress line even when
+    one is due after every invocation, and the result as without it."""
+    path = trace_library.copy(tmp_path / "t.sqlite", *SGDMF_1)
+    env = {PLAIN_EVERY_ENV: "0.000001"}
+    for mode, flag in (("cluster", "--quiet"), ("single", "-q")):
+        loud = cli(mode, path, env=env)
+        hushed = cli(mode, path, flag, env=env)
+        assert loud.returncode == hushed.returncode == 0, hushed.stderr
+        assert f"replay: {mode} replay " in loud.stderr, loud.stderr
+        assert f"replay: {mode} replay" not in hushed.stderr, hushed.stderr
+        result = [out.splitlines()[-1].split(" (")[0] for out in (loud.stdout, hushed.stdout)]
+        assert result[0] == result[1] and "identical: " in result[1], result
+
+
+def test_quiet_shows_no_bar_or_spinner_on_a_terminal() -> None:
+    import io
+
+    from rich.console import Console
+
+    from replay._progress import phase_line, quiet
+
+    buf = io.StringIO()
+    console = Console(file=buf, force_terminal=True, width=100, color_system=None)
+    with quiet(), Printer(False, "run", console=console) as say:
+        say(phase_line("planning sgd"))
+        say(tick_line(1, 3, "invocations"))
+        say(phase_line("checkpoint after sgd#0"))
+        assert say._progress is None
+    assert buf.getvalue() == ""
+    with Printer(False, "run", console=console) as say:  # the block ended: bars again
+        say(tick_line(1, 3, "invocations"))
+        assert say._progress is not None

@@ -147,18 +147,25 @@ def test_a_known_total_shows_count_rate_and_time_left() -> None:
     assert "1.00/s" in out and "ETA 0:00:06" in out, out
 
 
-def test_an_unknown_total_says_so_and_its_clock_stops_when_the_next_phase_starts() -> None:
+def test_an_unknown_total_says_so_until_the_next_stage_starts_then_stands_full() -> None:
     from replay._progress import Printer
 
+    now = [0.0]
     console, buf = _terminal()
-    with Printer(False, "dual test", console=console) as say:
-        say(tick_line(3, None, "forward: serial run"))
+    with Printer(False, "dual test", console=console, clock=lambda: now[0]) as say:
+        for k in (1, 2, 3):
+            now[0] += 2.0
+            say(tick_line(k, None, "forward: serial run"))
         say._progress.refresh()
         assert "3/?" in buf.getvalue() and "None" not in buf.getvalue()
+        now[0] += 1.0
         say(tick_line(1, 5, "forward: parallel run"))
         first, second = say._progress.tasks
         assert first.stop_time is not None and second.stop_time is None
-        assert "".join(str(c.render(first)) for c in say._progress.columns[5:]) == ""
+        # the serial side is over: it reached 3 of 3, and says so without a "?"
+        assert first.finished and first.total == 3 and first.fields["count"] == "3"
+        cells = [str(c.render(first)) for c in say._progress.columns[3:]]
+        assert cells == ["0:00:05", "0.50/s", ""], cells  # from its first tick; rate; no ETA
 
 
 def test_a_result_erases_the_bar_first_even_from_another_thread() -> None:
@@ -213,12 +220,12 @@ def test_off_a_terminal_a_phase_is_a_plain_line_now_and_then(
     assert out == "" and err == "replay: run: checkpoint after sgd#0, 12 s\n"
 
 
-def test_the_engine_names_planning_a_kernel_compile_and_each_checkpoint(
+def test_the_engine_names_planning_a_kernel_compile_and_counts_checkpoints_on_one_bar(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import engine as ap
     from replay._job import run_here
-    from replay._progress import parse_phase
+    from replay._progress import Printer, parse_phase
 
     def prog() -> None:
         X = ap.dvector(8, shape=(), init=ap.init.zeros(), name="X")
@@ -235,13 +242,30 @@ def test_the_engine_names_planning_a_kernel_compile_and_each_checkpoint(
 
     # as in a fresh process: an earlier test in this one may have compiled the kernel
     monkeypatch.setattr(sgd_kernel, "_body", None)
+    console, buf = _terminal()
+    shown: list[list[str]] = []
     lines: list[str] = []
     spec = {"app": "sgdmf", "params": ["synthetic=true", "epochs=2", "kernel=true"]}
     spec.update(threads=1, seed=0, trace=str(tmp_path / "t.sqlite"), checkpoint_every=1)
-    run_here(spec, progress=lines.append)
+    with Printer(False, "run", console=console) as say:
+
+        def spy(line: str) -> None:
+            lines.append(line)
+            say(line)
+            if say._progress is not None:
+                shown.append([t.description for t in say._progress.tasks])
+
+        run_here(spec, progress=spy)
+        (last,) = (t for t in say._progress.tasks if t.description == "run: checkpoints")
+        assert last.fields["count"] == "2" and last.finished, last
     named = [p for p in map(parse_phase, lines) if p is not None]
     assert "planning sgd" in named and "compiling kernel sgd_kernel" in named, named
-    assert "checkpoint after sgd#0" in named and "checkpoint after sgd#1" in named, named
+    assert ["run: planning sgd"] in shown and ["run: compiling kernel sgd_kernel"] in shown
+    # two checkpoints, one bar: never a spinner per checkpoint, never two bars of them
+    assert all(d.count("run: checkpoints") <= 1 for d in shown), shown
+    assert not any("checkpoint after" in d for tasks in shown for d in tasks), shown
+    screen = buf.getvalue()
+    assert "run: checkpoints" in screen and "run: checkpoint after" not in screen, screen
     # a replay from a checkpoint names its fast-forward, then replays identically
     from replay._replay import replay_here
 
@@ -251,6 +275,39 @@ def test_the_engine_names_planning_a_kernel_compile_and_each_checkpoint(
     assert res["identical"], res
     named = [p for p in map(parse_phase, lines) if p is not None]
     assert named[0] == "fast-forward to the checkpoint after sgd#0", named
+
+
+def test_checkpoints_share_one_bar_that_pulses_while_writing_and_then_stands_full() -> None:
+    """A run that checkpoints after every invocation shows one checkpoints bar, below the
+    invocations, whose clock counts only the time spent writing them; it is erased with
+    the other bars before the result."""
+    from replay._progress import Printer, phase_line
+
+    now = [0.0]
+    console, buf = _terminal()
+    with Printer(False, "dual test", console=console, clock=lambda: now[0]) as say:
+        for k in range(5):
+            say(tick_line(k + 1, 5, "forward: parallel run"))
+            say(phase_line(f"checkpoint after sgd#{k}"))
+            writing = say._progress.tasks
+            assert [t.description for t in writing] == [
+                "dual test: forward: parallel run",
+                "dual test: checkpoints",
+            ]
+            assert writing[1].total is None  # pulsing: a checkpoint is being written
+            now[0] += 2.0  # writing it
+            say(f"iter {k:>3}  rmse = 0.9")  # the checkpoint is written
+            now[0] += 10.0  # the next invocation
+            done = say._progress.tasks[1]
+            assert done.total == done.completed == k + 1 and done.finished
+        say(tick_line(1, None, "backward: serial run"))  # a later stage goes above it
+        say._progress.refresh()
+        descriptions = [t.description for t in say._progress.tasks]
+        assert descriptions[-1] == "dual test: checkpoints", descriptions
+        (bar,) = [line for line in buf.getvalue().splitlines() if "checkpoints" in line][-1:]
+        assert " 5 " in bar and "0:00:10" in bar, bar  # 5 written, 5 x 2 s
+        assert "/s" not in bar  # checkpoints per second of the run would mean nothing
+    assert say._progress is None and "checkpoint after" not in buf.getvalue()
 
 
 def _counting_program(invocations: int) -> object:

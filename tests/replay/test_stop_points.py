@@ -24,20 +24,23 @@ from tests.conftest import run_cli
 HERE = Path(__file__).parent
 APP = f"{HERE / 'nondet_apps.py'}:hot_locks"
 EPOCHS = 3
+#: loop indices of each ``hot`` invocation
+N = 60
 
 
 @pytest.fixture(scope="module")
 def hot(trace_library) -> Path:
     """A 2-rank run of three ``hot`` invocations, a checkpoint after each (read-only)."""
-    args = ["-p", f"epochs={EPOCHS}", "-p", "n=60", "--ranks", "2", "--checkpoint-every", "1"]
+    args = ["-p", f"epochs={EPOCHS}", "-p", f"n={N}", "--ranks", "2", "--checkpoint-every", "1"]
     return trace_library.get(APP, *args)
 
 
 def _unreachable(draw: st.DrawFn) -> list[str]:
     """The options of one stop point the run of ``hot`` never reaches."""
-    kind = draw(st.sampled_from(["op", "invocation", "node", "before-from"]))
+    kind = draw(st.sampled_from(["op", "invocation", "node", "index", "before-from"]))
     how = draw(st.sampled_from(["--break", "--until"]))
     op, inv = "hot", draw(st.integers(0, EPOCHS - 1))
+    index = 5
     extra: list[str] = []
     node = ""
     if kind == "op":
@@ -49,10 +52,13 @@ def _unreachable(draw: st.DrawFn) -> list[str]:
     elif kind == "node":
         how = "--break"
         node = f"@{draw(st.integers(2, 64))}"
+    elif kind == "index":  # outside the loop's range, 0..N-1
+        how = "--break"
+        index = draw(st.one_of(st.integers(N, 10**9), st.integers(-(10**9), -1)))
     else:
         inv = draw(st.integers(0, EPOCHS - 2))
         extra = ["--from", f"hot:{draw(st.integers(inv + 1, EPOCHS - 1))}"]
-    where = f"{op}:{inv}:5{node}" if how == "--break" else f"{op}:{inv}"
+    where = f"{op}:{inv}:{index}{node}" if how == "--break" else f"{op}:{inv}"
     return [how, where, *extra]
 
 
@@ -76,6 +82,26 @@ def test_a_stop_the_run_never_reaches_is_refused_before_anything_runs(
     assert "replaying" not in res.stdout  # refused before the replay started
     with tracer.open(trace) as store:
         assert store.run().verdicts() == []
+
+
+def test_a_break_on_a_node_that_never_runs_the_index_names_the_node_that_does(
+    hot: Path, tmp_path: Path, cli
+) -> None:
+    """The plan in the trace says where each index ran: a breakpoint on another node
+    would never stop, which used to show only after the whole replay."""
+    with tracer.open(hot) as store:
+        plan = store.run().plan("hot", 1)
+    where = {j: k for rnd in plan.rounds for k, ts in enumerate(rnd) for t in ts for j in t.indices}
+    index = 7
+    ran, other = where[index], 1 - where[index]
+    trace = tmp_path / "t.sqlite"
+    shutil.copyfile(hot, trace)
+    res = cli("single", trace, "--break", f"hot:1:{index}@{other}")
+    assert res.returncode == 2 and "replaying" not in res.stdout, (res.stdout, res.stderr)
+    assert res.stderr.strip() == (
+        f"replay: error: --break hot:1:{index}@{other}: index {index} of hot#1 ran on node "
+        f"{ran}, never on node {other}; stop there with --break hot:1:{index}@{ran}"
+    )
 
 
 def test_until_stops_in_the_driver_frame(hot: Path, tmp_path: Path) -> None:

@@ -176,11 +176,14 @@ def test_absurd_phase_rows_neither_crash_the_export_nor_stretch_it(
     doc = load(trace_copy, tmp_path)
     assert time.perf_counter() - t < 5  # reads a bounded number of rows
     assert problems(doc) == []
-    (recon,) = _by_ph(doc, "X", "phase")  # only the first sane row of a kind counts
-    assert recon["name"] == f"reconnaissance {i.op}#{i.invocation}" and recon["pid"] == i.node
-    assert recon["dur"] == pytest.approx(MAX_PHASE_S * 1e6)
+    # only the first two sane rows of a kind count (an invocation is planned at most twice)
+    first, again = _by_ph(doc, "X", "phase")
+    name = f"reconnaissance {i.op}#{i.invocation}"
+    assert [first["name"], again["name"]] == [name, f"{name} (re-plan)"]
     inv = [e for e in _node_track(doc, i.node) if e["name"] == f"{i.op}#{i.invocation}"]
-    assert recon["ts"] + recon["dur"] <= inv[0]["ts"] + 1e-3  # still before its invocation
+    for recon in (first, again):
+        assert recon["pid"] == i.node and recon["dur"] == pytest.approx(MAX_PHASE_S * 1e6)
+        assert recon["ts"] + recon["dur"] <= inv[0]["ts"] + 1e-3  # still before its invocation
 
 
 # ------------------------------------------------------------ what the timeline shows
@@ -534,3 +537,82 @@ def test_an_infinite_objective_is_a_marker_and_the_file_stays_strict_json(tmp_pa
     assert [e["args"]["loss"] for e in _by_ph(doc, "C")] == [1.0]
     marks = _by_ph(doc, "i", "objective")
     assert [(e["name"], e["args"]["iteration"]) for e in marks] == [("loss = inf", 1)]
+
+
+def _replanned_program():
+    """A loop whose bodies write where values written in the same invocation lead them,
+    so the plan guard undoes the first invocation, plans it again, and runs it serially."""
+
+    def program() -> None:
+        X = ap.dvector(31, shape=(2,), init=ap.init.normal(0, 1), name="X")
+
+        def chain(j: int) -> None:
+            if X[j][0] > 0.0:
+                X[j + 1] = X[j] + 1.0
+
+        for _ in range(2):
+            ap.async_for(0, 30, chain, name="chain")
+
+    return program
+
+
+def test_a_replanned_invocation_shows_both_plannings_and_every_later_phase(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """The second reconnaissance and planning of an invocation the guard re-planned are
+    slices of their own, and the extra rows do not push later invocations' phases out."""
+    path = tmp_path / "replan.sqlite"
+    record(path, nodes=2, threads=1, program=_replanned_program())
+    assert "re-planned it" in capsys.readouterr().err  # the guard did re-plan chain#0
+    doc = load(path, tmp_path)
+    assert problems(doc) == []
+    for node in (0, 1):
+        names = [e["name"] for e in _node_track(doc, node)]
+        assert names[:6] == [
+            "reconnaissance chain#0",
+            "planning chain#0",
+            "reconnaissance chain#0 (re-plan)",
+            "planning chain#0 (re-plan)",
+            "chain#0",
+            "digests chain#0",
+        ], names
+        assert names[-2:] == ["chain#1", "digests chain#1"], names
+    again = [e for e in _by_ph(doc, "X", "phase") if e["name"].endswith("(re-plan)")]
+    assert len(again) == 4 and all(e["args"]["attempt"] == 2 for e in again), again
+
+
+def test_a_postgres_trace_exports_its_re_planning_and_is_refused_once_damaged(
+    pg_url: str, tmp_path: Path, cli, capsys: pytest.CaptureFixture
+) -> None:
+    """The same timeline from a trace stored in PostgreSQL (phase rows come back in the
+    order written there too), and export refuses it, in one line without the password,
+    once a chained row is altered."""
+    import sqlalchemy as sa
+
+    from tests.pg import PASSWORD
+
+    record(pg_url, nodes=2, threads=1, program=_replanned_program())
+    capsys.readouterr()
+    out = tmp_path / "pg.json"
+    res = cli("export", pg_url, "-o", out)
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(out.read_text())
+    assert problems(doc) == []
+    names = [e["name"] for e in _node_track(doc, 1)]
+    assert names[2:5] == [
+        "reconnaissance chain#0 (re-plan)",
+        "planning chain#0 (re-plan)",
+        "chain#0",
+    ], names
+    engine = sa.create_engine(pg_url)
+    try:
+        with engine.begin() as db:
+            db.execute(sa.text("UPDATE digest SET digest = 'xc:' || repeat('0', 32) WHERE id = 1"))
+    finally:
+        engine.dispose()
+    out.unlink()
+    res = cli("export", pg_url, "-o", out)
+    err = res.stderr.strip()
+    assert res.returncode == 2 and len(err.splitlines()) == 1, res.stderr
+    assert "is damaged: table digest" in err and "--damaged" in err and PASSWORD not in err
+    assert not out.exists()

@@ -110,6 +110,16 @@ def test_setup_differences_name_parameters_versions_and_plans_in_words() -> None
     assert setup_differences(a, a, ops_a, ops_a) == []
 
 
+def test_an_empty_setting_is_said_in_a_word_not_left_blank() -> None:
+    """A run recorded through the library has no code digest, and sgdmf's ``data`` is
+    an empty string: "digest  vs c0ffee00" read as if a word were missing."""
+    b = _info(params={"epochs": 10, "rank": 32, "data": ""}, code_digest="")
+    assert setup_differences(_info(), b, {}, {}) == [
+        "parameters differ: data unset vs empty",
+        "code differs: digest c0ffee00 vs empty",
+    ]
+
+
 def test_json_true_false_and_null_read_as_words() -> None:
     from tui.screens.history import short_value
 

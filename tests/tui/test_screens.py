@@ -326,6 +326,31 @@ def test_verdict_detail_is_explained_and_g_lands_on_the_diverging_event(tmp_path
     drive(BrowserApp([path]), script, size=(140, 40))
 
 
+def test_a_stop_the_replay_stored_is_shown_and_a_forged_one_is_not(tmp_path: Path) -> None:
+    """At a run's first invocation the browser cannot work out a stop from the verdict
+    alone; the CLI stores the one it printed (``stop``), and the browser shows it as the
+    command.  The trace is data: a stored stop that is not one option and one word is
+    not offered as a command."""
+    path = tmp_path / "r.sqlite"
+    write_synthetic(path, "run-r")
+    first = {"node": 1, "op": "sgd", "invocation": 0, "event": "digest of W"}
+    first |= {"what": "outcome", "expected": "01" * 16, "actual": "ff" * 16}
+    with tracer.open_writable(str(path)) as trace:
+        for stop in ("--break sgd:0:3@1", "--until sgd:0; rm -rf ~"):
+            trace.add_verdict("run-r", "single", False, {"first_difference": first, "stop": stop})
+
+    async def script(pilot: Any) -> None:
+        await pilot.press("v")
+        text = await wait_text(pilot, "single verdict 1 of 2: FAILED")
+        assert f"stop there  replay single {path} --break sgd:0:3@1" in text, text
+        assert text.count("--break sgd:0:3@1") == 1, text  # not again among the details
+        await pilot.press("down")
+        text = await wait_text(pilot, "single verdict 2 of 2: FAILED")
+        assert "stop there" not in text and "rm -rf" in text  # shown as data, not advice
+
+    drive(BrowserApp([path]), script, size=(140, 40))
+
+
 def test_cursor_keys_typed_while_the_orders_reload_are_kept(
     synth_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -124,6 +124,8 @@ class VerdictsScreen(BrowserScreen):
             # the keys of the divergence the lines above said; everything else follows
             sub = next((k for k in ("first_difference", "divergence") if k in v.detail), "")
             shown = {f"{sub}.{k}" if sub else k for k in why.shown}
+            if why.command is not None:
+                shown.add("stop")  # the stored stop is in the command, or superseded by it
         rest = [
             (k, val)
             for k, val in flatten(v.detail)
