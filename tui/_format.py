@@ -148,7 +148,11 @@ def _indices(values: tuple[int, ...], shown: int = 4) -> str:
 def event_line(ev: tracer.Event) -> str:
     """One event in words, after its place in the node's log: ``event 3: message 0 of
     node 1 on rows (64 bytes)``."""
-    head = f"event {ev.seq}: "
+    return f"event {ev.seq}: {event_words(ev)}"
+
+
+def event_words(ev: tracer.Event) -> str:
+    """One event in words: ``message 0 of node 1 on rows (64 bytes)``."""
     if isinstance(ev, tracer.LockGranted):
         moves = len(ev.deviations) // 2
         order = f"{moves} hand-over(s)" if moves else "in the predicted order"
@@ -184,13 +188,14 @@ def event_line(ev: tracer.Event) -> str:
         at = [f"{ev.op} invocation {ev.invocation}"] if hasattr(ev, "invocation") else []
         at += [f"clock {ev.clock}"] if hasattr(ev, "clock") else []
         body = kind + (" in " + " ".join(at) if at else "") + (f": {order}" if order else "")
-    return head + body
+    return body
 
 
 __all__ = [
     "VERDICT_SHORT",
     "count",
     "duration",
+    "event_words",
     "event_line",
     "listing",
     "scalar",

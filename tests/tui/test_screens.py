@@ -391,6 +391,8 @@ def test_diff_of_two_marked_runs_names_the_first_difference(synth_dir: Path) -> 
         assert "A synth  run-a" in text and "B synth  run-b" in text
         # node 0's events: its plan, one lock-grant event per locked round, then messages
         assert "node 0: differs at event 3" in text
+        # the status line says what differs, in words, not only where
+        assert "first difference: node 1, event 0: A message 0 of node 0 on rows" in text
         assert "A event 3: message 0 of node 1 on rows" in text
         assert "B event 3: message 1 of node 1 on rows" in text
         # the context before it, in words: node 0's locked rounds

@@ -124,12 +124,16 @@ class DiffScreen(BrowserScreen):
             self._status(Text(f"identical: {fmt.count(total)} events on every node", "green"))
             return
         first = min(diffs, key=lambda r: (r.first, r.node))
-        ev = first.a or first.b
         msg = Text("first difference: ", style="bold red")
-        msg.append(f"node {first.node}, event {first.first}")
-        if ev is not None and ev.seq != first.first:
-            msg.append(f" (seq {ev.seq})", style="dim")
-        msg.append(f"; {len(diffs)} of {len(self.results)} node(s) differ")
+        msg.append(f"node {first.node}, event {first.first}: ")
+        msg.append(
+            "A " + (fmt.event_words(first.a) if first.a is not None else "has no more events")
+        )
+        msg.append(" / ")
+        msg.append(
+            "B " + (fmt.event_words(first.b) if first.b is not None else "has no more events")
+        )
+        msg.append(f"; {len(diffs)} of {len(self.results)} node(s) differ", style="dim")
         self._status(msg)
 
     def _body(self) -> Group:
