@@ -517,3 +517,13 @@ def pg_trace(pg_server, tmp_path_factory: pytest.TempPathFactory) -> dict:
     proc = run_cli([*args, "--trace", url, "--json"], cwd=cwd)
     assert proc.returncode == 0, proc.stderr
     return dict(json.loads(proc.stdout), url=url, cwd=cwd, stderr=proc.stderr)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Freeze what collection made (modules, test items, fixtures' definitions): the
+    cyclic collector would otherwise walk those long-lived objects in every full
+    collection the in-process tests trigger."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
