@@ -269,24 +269,6 @@ def check_ranks_agree(comm: Any) -> None:
         )
 
 
-__all__ = [
-    "ReplayEnvironmentWarning",
-    "allow_reexec",
-    "check_ranks_agree",
-    "choose_hash_seed",
-    "current_hash_seed",
-    "ensure",
-    "one_line_warnings",
-    "pin_blas",
-    "record",
-    "recorded_hash_seed",
-    "version_change",
-    "versions",
-    "warn_replay_environment",
-    "worker_env",
-]
-
-
 @contextlib.contextmanager
 def quiet_imports() -> Iterator[None]:
     """Import the heavy modules (numpy, SQLAlchemy, mpi4py, the engine) with the cyclic
@@ -301,3 +283,22 @@ def quiet_imports() -> Iterator[None]:
         gc.freeze()
         if was:
             gc.enable()
+
+
+__all__ = [
+    "ReplayEnvironmentWarning",
+    "allow_reexec",
+    "check_ranks_agree",
+    "choose_hash_seed",
+    "current_hash_seed",
+    "ensure",
+    "one_line_warnings",
+    "pin_blas",
+    "quiet_imports",
+    "record",
+    "recorded_hash_seed",
+    "version_change",
+    "versions",
+    "warn_replay_environment",
+    "worker_env",
+]

@@ -148,6 +148,11 @@ def _op() -> Column[str]:
     return _str("op", 200)
 
 
+def _per_node_invocation() -> tuple[Column[Any], ...]:
+    """The leading columns of a table with rows per (run, op, invocation, node)."""
+    return _id(), _run_fk(), _op(), _int("invocation"), _int("node")
+
+
 #: One row: which application wrote this database and with which schema version.
 SchemaInfo = Model(
     "schema_info",
@@ -213,11 +218,7 @@ OperatorPlan = Model(
 #: One node finished one operator invocation; written last in that commit.
 Invocation = Model(
     "invocation",
-    _id(),
-    _run_fk(),
-    _op(),
-    _int("invocation"),
-    _int("node"),
+    *_per_node_invocation(),
     _int("seq"),
     _int("first_seq"),
     _int("bodies"),
@@ -245,11 +246,7 @@ Invocation = Model(
 #: Digest of one DDS after one operator invocation.
 Digest = Model(
     "digest",
-    _id(),
-    _run_fk(),
-    _op(),
-    _int("invocation"),
-    _int("node"),
+    *_per_node_invocation(),
     _int("seq"),
     _str("dds", 200),
     _str("digest", 128),
@@ -373,11 +370,7 @@ ChainLink = Model(
 #: Not chained: a restored checkpoint is checked against the invocation's digests.
 Checkpoint = Model(
     "checkpoint",
-    _id(),
-    _run_fk(),
-    _op(),
-    _int("invocation"),
-    _int("node"),
+    *_per_node_invocation(),
     _int("step"),
     _text("counters", default="{}"),  # JSON: message counters
     _text("refused", default="[]"),  # JSON: [dds, why] left out
@@ -393,11 +386,7 @@ Checkpoint = Model(
 #: ``plain`` (a tagged-JSON text of plain data, see ``_plain``, as u8).
 CheckpointBlock = Model(
     "checkpoint_block",
-    _id(),
-    _run_fk(),
-    _op(),
-    _int("invocation"),
-    _int("node"),
+    *_per_node_invocation(),
     _str("dds", 200),
     _str("kind", 16),
     _str("dtype", 16),
@@ -457,11 +446,7 @@ PHASE_KINDS = ("reconnaissance", "planning", "digests")
 #: nothing replays from it, and an exporter takes its values as untrusted.
 Phase = Model(
     "phase",
-    _id(),
-    _run_fk(),
-    _op(),
-    _int("invocation"),
-    _int("node"),
+    *_per_node_invocation(),
     _str("kind", 32),
     _float("started_at"),  # wall clock, as ``run.started_at``
     _float("seconds"),
