@@ -28,6 +28,7 @@ from . import _environment, _traceio
 from ._dualctl import same_value
 from ._errors import UsageError
 from ._job import _recorder, recorded_modes, recording, run_json
+from ._model import saving
 from ._progress import phases_to
 from ._replay import open_run, recorded_app
 from ._timetravel import FastForward, Start, first_step, program_order
@@ -275,7 +276,7 @@ def resume_here(
         phases(f"fast-forward to the checkpoint after {op}#{inv}")
     with recording(recorder):
         res = engine.run(
-            app.fn,
+            app.fn if not spec.get("save") else saving(app.fn, spec["save"], app.name),
             params,
             nodes=1,
             threads=info.threads,
@@ -303,7 +304,7 @@ def resume_here(
                 "crashed run's)",
             )
     before = digests_up_to(crashed, start.step)
-    out = run_json(spec["run_id"], spec["trace"], app.spec, params, res)
+    out = run_json(spec["run_id"], spec["trace"], app.spec, params, res, spec.get("save"))
     out["digests"] = before + res.digests
     return out | {"continues": info.run_id, "resumed_from": start.as_json()}
 

@@ -20,6 +20,7 @@ from ._cliutil import (
 )
 from ._errors import UsageError
 from ._job import launch
+from ._model import check_save
 from ._progress import Printer
 from ._replay import recorded_app
 from ._resume import new_spec, resumable, resume_here, trace_not_written
@@ -35,6 +36,14 @@ from ._resume import new_spec, resumable, resume_here, trace_not_written
     help="Kill the MPI job after this many seconds.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
+@click.option(
+    "--save",
+    "save",
+    default=None,
+    metavar="PATH",
+    help="Write the model the resumed run ends with: PATH.npz (numpy arrays named after "
+    "the model's parts) or, for embeddings, PATH.txt (word2vec text format).",
+)
 @limit_options()
 @host_options
 def resume_cmd(
@@ -42,6 +51,7 @@ def resume_cmd(
     run_id: str | None,
     timeout: float | None,
     as_json: bool,
+    save: str | None,
     max_ranks: int,
     max_threads: int,
 ) -> None:
@@ -57,9 +67,13 @@ def resume_cmd(
         run, start = resumable(path, run_id)
         info = run.info
         _procs.check_shape(info.ranks, info.threads, max_ranks=max_ranks, max_threads=max_threads)
+        if save is not None:  # before anything runs: a bad path is one line
+            save = check_save(save, info.app, path)
         # a missing or changed app is one line here, before any rank starts
         recorded_app(info, announce=say)
         spec = new_spec(path, run, start)
+        if save is not None:
+            spec["save"] = save
         if info.ranks == 1:
             _environment.ensure(spec["hash_seed"])  # may re-execute this process
         why = trace_not_written(info)

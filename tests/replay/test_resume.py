@@ -95,11 +95,14 @@ def resume(trace: Path, *extra: str) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def uninterrupted() -> dict[str, dict[str, Any]]:
-    """Each app's uninterrupted 2-rank run (same seed and parameters), as ``run --json``."""
+def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    """Each app's uninterrupted 2-rank run (same seed and parameters), as ``run --json``;
+    ``saved`` names the model it wrote."""
     out = {}
+    where = tmp_path_factory.mktemp("whole")
     for app in ("sgdmf", "mlr"):
         args = ["run", target(app), "-p", f"epochs={EPOCHS}", "--ranks", "2"]
+        args += ["--save", str(where / f"{app}.npz")]
         rc, stdout, err = cli(*args, "--no-trace", "--timeout", "60", "--json")
         assert rc == 0, err
         out[app] = json.loads(stdout)
@@ -157,9 +160,20 @@ def test_a_rank_killed_in_a_routed_exchange_is_named_and_resumes_bitwise(
     assert "Traceback" not in err
     info = of_run(trace, lambda r: r.info)
     assert info.status == "crashed", info
-    res = resume(trace)
+    res = resume(trace, "--save", str(tmp_path / "resumed.npz"))
     whole = uninterrupted["sgdmf"]
     assert res["objectives"] == whole["objectives"] and res["digests"] == whole["digests"]
+    same_model(res["saved"], whole["saved"])
+
+
+def same_model(got: str, want: str) -> None:
+    """The two ``--save`` files hold the same arrays, bit for bit."""
+    import numpy as np
+
+    with np.load(got) as a, np.load(want) as b:
+        assert sorted(a.files) == sorted(b.files) and b.files
+        for name in b.files:
+            assert np.array_equal(a[name], b[name]), name
 
 
 @pytest.fixture(scope="module")
@@ -265,6 +279,24 @@ def test_in_process_interrupted_run_resumes(
 
     w, r = of_run(whole, digests), of_run(trace, digests)
     assert r == [x for x in w if x[1] >= 2] and r  # mlr#2 and mlr#3: the new run's own
+
+
+def test_resume_save_writes_the_model_the_uninterrupted_run_saves(tmp_path: Path) -> None:
+    """``resume --save`` writes the model the resumed run ends with: the arrays an
+    uninterrupted ``run --save`` writes, bit for bit; a bad path is refused first."""
+
+    trace = tmp_path / "t.sqlite"
+    assert record(trace, "mlr", 1, "0:2:1", RESUME_HOW="interrupt") != 0
+    rc, out, err = cli("resume", str(trace), "--save", str(tmp_path / "m.csv"))
+    assert rc == 2 and out == "" and err.count("\n") == 1 and "--save" in err, err
+    assert [r.status for r in runs_of(trace)] == ["interrupted"]  # refused before it ran
+    rc, out, err = cli("resume", str(trace), "--save", str(tmp_path / "resumed.npz"), "--json")
+    assert rc == 0, err
+    assert json.loads(out)["saved"] == str(tmp_path / "resumed.npz")
+    args = ["run", target("mlr"), "-p", f"epochs={EPOCHS}", "--no-trace"]
+    rc, _, err = cli(*args, "--save", str(tmp_path / "whole.npz"))
+    assert rc == 0, err
+    same_model(str(tmp_path / "resumed.npz"), str(tmp_path / "whole.npz"))
 
 
 def test_no_checkpoint_is_refused(tmp_path: Path) -> None:
