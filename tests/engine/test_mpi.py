@@ -9,12 +9,17 @@ from pathlib import Path
 
 import pytest
 
+import engine as ap
 from tests import mpibatch
+from tests.engine.trapped import trapped
 
 HERE = Path(__file__).parent
 Batches = dict[int, mpibatch.Batch]
 SERIALIZABLE = [(2, 1), (2, 2), (3, 1), (3, 3)]
 JITTER = [(3, 2, 0), (3, 1, 1), (2, 2, 2)]
+#: (ranks, threads) of the ring cases; each runs plainly and under these jitter seeds
+RING = [(2, 1), (3, 1), (3, 2)]
+RING_SEEDS = (3, 4, 5)
 
 
 @pytest.fixture(scope="module")
@@ -31,6 +36,10 @@ def mpi(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
     for p in mpibatch.selected(request, test_message_timing_never_changes_a_result):
         name = f"jitter-{p['threads']}-{p['seed']}"
         batches[p["ranks"]].add(name, HERE / "mpi_jitter.py", p["threads"], p["seed"])
+    for p in mpibatch.selected(request, test_a_stop_is_reported_alike_whatever_the_timing):
+        batches[p["ranks"]].add(
+            f"ring-{p['threads']}", HERE / "mpi_ring.py", p["threads"], *RING_SEEDS
+        )
     return batches
 
 
@@ -56,3 +65,30 @@ def test_message_timing_never_changes_a_result(
     proc = mpi[ranks].result(f"jitter-{threads}-{seed}")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "OK" in proc.stdout
+
+
+@pytest.mark.parametrize("ranks,threads", RING)
+def test_a_stop_is_reported_alike_whatever_the_timing(
+    ranks: int, threads: int, mpi: Batches
+) -> None:
+    # tests/engine/mpi_ring.py: the last node leaves the rotation in round 0; on 3 ranks a
+    # lower node that hears of it an exchange late leaves it in round 1.  Every rank of
+    # every run (plain, and under jitter that puts ranks rounds apart) must report the
+    # round-0 stop, finish (no rank waits forever for a stopped one: the batch's timeout
+    # bounds it), and give the in-process cluster's bits after the re-plan.
+    proc = mpi[ranks].result(f"ring-{threads}")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "OK" in proc.stdout, proc.stdout + proc.stderr
+    want = ap.run(trapped, nodes=ranks, threads=threads).value
+    assert want["rounds"] == ranks  # a rotation: a fast rank can be rounds ahead
+    if ranks == 3:
+        assert len(want["trapped"]) == 2  # the second, later stop exists
+    for rank, runs in enumerate(mpi[ranks].values(f"ring-{threads}")):
+        assert len(runs) == 1 + len(RING_SEEDS)
+        for run in runs:
+            assert run["notes"] == [[0, ranks - 1, want["trapped"][0]]], (rank, run["notes"])
+            if threads == 1:  # more threads: lock grants in arrival order, other bits
+                assert run["tables"] == want["tables"], rank
+            # the write-backs of an invocation agree once, not once per round
+            assert run["exchange_collectives"] == [1] * len(run["exchange_collectives"])
+            assert len(run["exchange_collectives"]) >= 4  # 3 invocations and one undone
