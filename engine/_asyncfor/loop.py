@@ -3,9 +3,10 @@
 First invocation of an operator (or a changed body / range): reconnaissance
 execution, split over the nodes, then a plan built identically on every node.  Every
 invocation then runs the plan round by round: each node runs its tasks on its
-threads, then the rows it wrote flow to every other node.  Because tasks of one round
-never conflict, the final state equals a serial loop over the plan's serialization
-order.
+threads, then the rows it wrote flow to the nodes that touch them next (a ring: a
+node waits for those rows only, never for the whole cluster).  Because tasks of one
+round never conflict, the final state equals a serial loop over the plan's
+serialization order.
 """
 
 from __future__ import annotations
