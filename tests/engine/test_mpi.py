@@ -83,8 +83,13 @@ def test_a_stop_is_reported_alike_whatever_the_timing(
     assert want["rounds"] == ranks  # a rotation: a fast rank can be rounds ahead
     if ranks == 3:
         assert len(want["trapped"]) == 2  # the second, later stop exists
-    for rank, runs in enumerate(mpi[ranks].values(f"ring-{threads}")):
+    relaxed = ap.run(lambda: trapped(relaxed=True), nodes=ranks, threads=threads).value
+    for rank, got in enumerate(mpi[ranks].values(f"ring-{threads}")):
+        runs = got["runs"]
         assert len(runs) == 1 + len(RING_SEEDS)
+        assert got["relaxed"]["notes"] == [[0, ranks - 1, relaxed["trapped"][0]]]
+        if threads == 1:
+            assert got["relaxed"]["tables"] == relaxed["tables"], rank
         for run in runs:
             assert run["notes"] == [[0, ranks - 1, want["trapped"][0]]], (rank, run["notes"])
             if threads == 1:  # more threads: lock grants in arrival order, other bits

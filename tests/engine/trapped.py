@@ -37,15 +37,20 @@ def trapped_indices(plan: Any, items: np.ndarray) -> list[int]:
     return out
 
 
-def trapped(epochs: int = 3, n: int = 2000, rows: int = 40) -> dict[str, Any]:
+def trapped(
+    epochs: int = 3, n: int = 2000, rows: int = 40, relaxed: bool = False
+) -> dict[str, Any]:
     """Run ``epochs`` SGD invocations; the trap is set after the first.  Returns the
-    final tables' bytes (hex), the trapped indices and the rotation's rounds."""
+    final tables' bytes (hex), the trapped indices and the rotation's rounds.  With
+    ``relaxed``, every body also adds to a relaxed DDS (reconciled by a collective after
+    every round, which a stopped node must keep joining)."""
     rng = np.random.default_rng(7)
     users, items = rng.integers(0, rows, n), rng.integers(0, rows, n)
     W = ap.dvector(rows, shape=(3,), init=ap.init.normal(0.3, 0.1), name="W")
     H = ap.dvector(rows, shape=(3,), init=ap.init.normal(0.3, 0.1), name="H")
     trap = ap.dvector(n, shape=(), init=ap.init.zeros(), name="trap")
     Z = ap.dvector(1, shape=(), init=ap.init.zeros(), name="Z")
+    tables = [W, H, Z]
 
     def body(j: int) -> None:
         w, h = W[users[j]], H[items[j]]
@@ -54,6 +59,15 @@ def trapped(epochs: int = 3, n: int = 2000, rows: int = 40) -> dict[str, Any]:
         H[items[j]] = h + 0.01 * (err * w - 0.05 * h)
         if trap[j] > 0:
             Z[0] = Z[0] * 0.5 + w[0]
+
+    if relaxed:
+        S = ap.dvector(2, shape=(), init=ap.init.constant(0.5), relaxed=True, name="S")
+        tables.append(S)
+        sgd = body
+
+        def body(j: int) -> None:
+            sgd(j)
+            S[j % 2] += 0.001 * (3.0 - W[users[j]] @ H[items[j]])
 
     trapped: list[int] = []
     rounds = 0
@@ -67,7 +81,7 @@ def trapped(epochs: int = 3, n: int = 2000, rows: int = 40) -> dict[str, Any]:
                 trap[j] = 1.0
         ap.log_objective("z", float(Z.gather()[0]))
     return {
-        "tables": [t.gather().tobytes().hex() for t in (W, H, Z)],
+        "tables": [t.gather().tobytes().hex() for t in tables],
         "trapped": trapped,
         "rounds": rounds,
     }
