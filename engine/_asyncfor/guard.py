@@ -45,7 +45,7 @@ import numpy as np
 
 from .._data import dds as _dds
 from .._data.dds import ANY_OWN, FREE, LOCKED, LOCKED_BODY, OTHER, SLOT_BITS, SLOT_MASK, _tls
-from .._errors import AccessOutsideReconError
+from .._errors import AccessOutsideReconError, BodyError
 from .._machines.routing import Messages, route
 
 if TYPE_CHECKING:
@@ -184,6 +184,9 @@ class Guard:
         self.node = 0
         self.round = -1
         self.first: Violation | None = None
+        #: on an MPI rank: (round, node, error) of a body that raised, held until the
+        #: ranks agree on the attempt's outcome (``engine._asyncfor.loop._attempt``)
+        self.failure: tuple[int, int, BodyError] | None = None
         self._gp = gp
         self._lock = threading.Lock()
         self._stale: list[tuple[int, Any, np.ndarray]] = []

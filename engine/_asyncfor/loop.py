@@ -28,6 +28,7 @@ from .._errors import (
     BodyError,
     ClosureRuleError,
     DivergenceError,
+    PeerRankFailed,
     SessionError,
 )
 from .._machines.baton import BatonGrants
@@ -425,11 +426,33 @@ def _attempt(
     sess.cluster.rewind(mark)
     first = guard.first
     if sess.cluster.is_mpi:
-        # every rank reports the same violation, whatever the timing: the earliest round's,
-        # of the lowest node in it (a rank may run rounds ahead before it hears of a stop)
-        found = [v for v in sess.cluster.allgather(first) if v.node >= 0]
-        first = min(found, key=Violation.key) if found else first
+        first = _agree(sess.cluster, guard)
     return round_s, first
+
+
+def _agree(cl: Cluster, guard: Guard) -> Violation:
+    """What an undone attempt reports on every rank, whatever the timing: the earliest
+    event by (round, node) of all ranks' first violations and failed bodies, a violation
+    first in a tie (a rank may run rounds ahead before it hears of a stop).  A violation
+    is returned (re-plan); a failed body raises, on its rank, its own error, and on the
+    others :class:`PeerRankFailed`, as a step every rank runs together does."""
+    fail = guard.failure
+    mine = (guard.first, None if fail is None else fail[:2])
+    events: list[tuple[int, int, int, Violation | None]] = []
+    for v, failed in cl.allgather(mine):
+        if v is not None and v.node >= 0:
+            events.append((*v.key(), 0, v))
+        if failed is not None:
+            events.append((failed[0], failed[1], 1, None))
+    if not events:  # cannot happen: a rank stopped only for one of these
+        raise RuntimeError("an attempt was undone, but no rank reported why")
+    r, node, kind, v = min(events, key=lambda e: e[:3])
+    if kind == 0:
+        assert v is not None
+        return v
+    if fail is not None and fail[:2] == (r, node):
+        raise fail[2]
+    raise PeerRankFailed(node)
 
 
 def _execute(
@@ -449,6 +472,8 @@ def _execute(
     node still takes part in every exchange of the attempt, so that nobody waits for it,
     and the final exchange agrees on the outcome once.  When every node is in this
     process it knows at once and the attempt ends after the round in which one stopped.
+    On an MPI rank a body that raises stops its node the same way, and its error waits
+    for the agreement (``_agree``): a stop of an earlier round elsewhere comes first.
     Relaxed DDS (``rx``) keep their round-start values and are reconciled after every
     write-back (a collective, on stopped nodes too)."""
     cl = sess.cluster
@@ -489,8 +514,15 @@ def _execute(
                         )
                     except PlanViolation:
                         done[node] = np.empty(0, dtype=np.int64)
+                    except BodyError as exc:
+                        if everyone_here:
+                            raise
+                        # a stop like a violation's, so that nobody waits for this rank;
+                        # raised once the ranks agree it came first (``_agree``)
+                        guard.failure = (r, node, exc)
+                        done[node] = np.empty(0, dtype=np.int64)
                     times[node] += [(r, th, a - t_node, b - t_node) for th, a, b in sorted(spans)]
-                    if guard.first is not None:
+                    if guard.first is not None or guard.failure is not None:
                         stopped.add(node)
                 guard.arm(r, code=False)
             orders.append(done)

@@ -89,6 +89,42 @@ def run(comm: Any, threads: int, relaxed: bool = False) -> dict[str, Any]:
     return {**value, "notes": notes, "exchange_collectives": per_invocation}
 
 
+def _outcome(comm: Any, first: bool) -> list[Any]:
+    """What one run of the failing ``trapped`` raised here, and the violations before."""
+    notes: list[list[int]] = []
+    note = loop._note
+
+    def noted(sess: Any, v: Any, what: str) -> None:
+        notes.append([v.round, v.node, v.index])
+        note(sess, v, what)
+
+    loop._note = noted  # type: ignore[assignment]
+    try:
+        ap.run(lambda: trapped(first=first, fail=True), comm=comm)
+        raised: list[Any] = ["nothing"]
+    except ap.BodyError as exc:
+        raised = ["BodyError", exc.index, exc.node]
+    except ap.PeerRankFailed as exc:
+        raised = ["PeerRankFailed", exc.rank]
+    finally:
+        loop._note = note  # type: ignore[assignment]
+    return [first, raised, notes]
+
+
+def failing(world: MPI.Comm, *seeds: int) -> list[list[Any]]:
+    """``trapped`` whose round-1 body raises, without and with the round-0 stop, plainly
+    and per jitter seed: per run, whether the stop was trapped, what this rank raised
+    (``["BodyError", index, node]`` or ``["PeerRankFailed", rank]``) and the violations
+    reported before."""
+    me = world.Get_rank()
+    out = []
+    for first in (False, True):
+        out.append(_outcome(world, first))
+        for s in seeds:
+            out.append(_outcome(Jitter(world, np.random.default_rng([s, me])), first))
+    return out
+
+
 def case(world: MPI.Comm, threads: int, *seeds: int) -> dict[str, Any]:
     """Every rank returns its runs (plain first, then one per jitter seed) and one plain
     run with a relaxed DDS."""
@@ -97,6 +133,7 @@ def case(world: MPI.Comm, threads: int, *seeds: int) -> dict[str, Any]:
     for seed in seeds:
         runs.append(run(Jitter(world, np.random.default_rng([seed, me])), threads))
     relaxed = run(world, threads, relaxed=True)
+    failed = failing(world, *seeds[:1]) if threads == 1 and world.Get_size() == 3 else []
     every = world.allgather(runs)
     if me == 0:
         flat = [r for per_rank in every for r in per_rank]
@@ -105,7 +142,7 @@ def case(world: MPI.Comm, threads: int, *seeds: int) -> dict[str, Any]:
         keys = ("notes", "trapped", "rounds") + (("tables",) if threads == 1 else ())
         same = all(all(r[k] == flat[0][k] for k in keys) for r in flat)
         print("OK" if same else "runs differ", flush=True)
-    return {"runs": runs, "relaxed": relaxed}
+    return {"runs": runs, "relaxed": relaxed, "failing": failed}
 
 
 def main() -> int:

@@ -97,3 +97,27 @@ def test_a_stop_is_reported_alike_whatever_the_timing(
             # the write-backs of an invocation agree once, not once per round
             assert run["exchange_collectives"] == [1] * len(run["exchange_collectives"])
             assert len(run["exchange_collectives"]) >= 4  # 3 invocations and one undone
+
+
+def test_a_failing_body_ends_every_rank_alike(mpi: Batches) -> None:
+    # tests/engine/mpi_ring.py's `failing`: on 3 ranks the round-1 body of a node that
+    # hears late of the round-0 stop raises.  Alone, its error is the outcome; after the
+    # round-0 stop, the stop comes first (re-plan), and the body fails again in the new
+    # attempt.  Either way every rank ends (no rank waits for the failed one), the failed
+    # rank raises the in-process error and the others name that rank, in every run.
+    with pytest.raises(ap.BodyError) as alone:
+        ap.run(lambda: trapped(first=False, fail=True), nodes=3)
+    with pytest.raises(ap.BodyError) as after:
+        ap.run(lambda: trapped(first=True, fail=True), nodes=3)
+    want = {False: alone.value, True: after.value}
+    stop = [0, 2, ap.run(trapped, nodes=3).value["trapped"][0]]
+    got = [value["failing"] for value in mpi[3].values("ring-1")]
+    assert all(len(runs) == 4 for runs in got)  # without and with the stop, 2 runs each
+    for rank, runs in enumerate(got):
+        for first, raised, notes in runs:
+            err = want[first]
+            if rank == err.node:
+                assert raised == ["BodyError", err.index, err.node], (rank, first)
+            else:
+                assert raised == ["PeerRankFailed", err.node], (rank, first)
+            assert notes == ([stop] if first else []), (rank, first)

@@ -38,12 +38,19 @@ def trapped_indices(plan: Any, items: np.ndarray) -> list[int]:
 
 
 def trapped(
-    epochs: int = 3, n: int = 2000, rows: int = 40, relaxed: bool = False
+    epochs: int = 3,
+    n: int = 2000,
+    rows: int = 40,
+    relaxed: bool = False,
+    first: bool = True,
+    fail: bool = False,
 ) -> dict[str, Any]:
     """Run ``epochs`` SGD invocations; the trap is set after the first.  Returns the
     final tables' bytes (hex), the trapped indices and the rotation's rounds.  With
     ``relaxed``, every body also adds to a relaxed DDS (reconciled by a collective after
-    every round, which a stopped node must keep joining)."""
+    every round, which a stopped node must keep joining).  Without ``first`` the round-0
+    body is not trapped; with ``fail`` the round-1 body raises instead of leaving the
+    plan."""
     rng = np.random.default_rng(7)
     users, items = rng.integers(0, rows, n), rng.integers(0, rows, n)
     W = ap.dvector(rows, shape=(3,), init=ap.init.normal(0.3, 0.1), name="W")
@@ -57,7 +64,10 @@ def trapped(
         err = 3.0 - w @ h
         W[users[j]] = w + 0.01 * (err * h - 0.05 * w)
         H[items[j]] = h + 0.01 * (err * w - 0.05 * h)
-        if trap[j] > 0:
+        t = trap[j]
+        if t > 1:
+            raise ValueError(f"body {j} was told to fail")
+        if t > 0:
             Z[0] = Z[0] * 0.5 + w[0]
 
     if relaxed:
@@ -77,8 +87,9 @@ def trapped(
             plan = ap.plan_of("sgd")
             rounds = len(plan.rounds)
             trapped = trapped_indices(plan, items)
-            for j in trapped:
-                trap[j] = 1.0
+            for k, j in enumerate(trapped):
+                if k or first:
+                    trap[j] = 2.0 if k and fail else 1.0
         ap.log_objective("z", float(Z.gather()[0]))
     return {
         "tables": [t.gather().tobytes().hex() for t in tables],
