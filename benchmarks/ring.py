@@ -1,8 +1,9 @@
 """The async_for write-back as a ring: collectives and wall time, this tree against a
 baseline revision, side by side in one run.
 
-``python benchmarks/ring.py [--rev REV] [--ranks 3] [--delay 0.02] [--invocations 6]``
-starts ``mpiexec -n RANKS`` on this tree and on ``git archive REV`` (default ``main``),
+``python benchmarks/ring.py [--rev REV] [--ranks 3] [--delay 0.05] [--invocations 10]``
+starts ``mpiexec -n RANKS`` on this tree and on ``git archive REV`` (default
+:data:`BASELINE`, the last revision with a barrier per round),
 each running a rotation SGD (one round per rank) in which one rank, a different one each
 round, is late by DELAY seconds (in round r, the first body of node ``r % RANKS`` sleeps
 first).  With a barrier per round every round waits for its late rank; with the ring a
@@ -29,6 +30,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import ENV, ROOT, extract_rev  # noqa: E402
 
+#: the last revision with a barrier per round (main before the ring)
+BASELINE = "e4091a0"
 #: communicator methods that involve every rank (what is counted as a collective)
 COLLECTIVES = frozenset(
     "Allreduce allreduce Allgather allgather Allgatherv Alltoall alltoall Barrier barrier "
@@ -129,10 +132,10 @@ def side(tree: Path, ranks: int, delay: float, invocations: int) -> dict[str, An
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rev", default="main", help="baseline git revision (default main)")
+    ap.add_argument("--rev", default=BASELINE, help=f"baseline git revision (default {BASELINE})")
     ap.add_argument("--ranks", type=int, default=3)
-    ap.add_argument("--delay", type=float, default=0.02, help="seconds a late rank is late")
-    ap.add_argument("--invocations", type=int, default=6)
+    ap.add_argument("--delay", type=float, default=0.05, help="seconds a late rank is late")
+    ap.add_argument("--invocations", type=int, default=10)
     ap.add_argument("--rank-side", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.rank_side:
