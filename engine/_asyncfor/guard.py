@@ -28,9 +28,11 @@ invocation may change so that it can be undone, and decides what a violation mea
 * ``replan="never"``: a violation is an error naming operator, invocation, index and
   element.
 
-Nodes learn that another node stopped from a flag in the round's write-back message,
-so every node leaves the invocation after the same round and nobody waits for a node
-that has stopped.
+Nodes learn that another node stopped from a flag in the header of its write-back
+messages, not from a collective per round: a stopped node runs no more bodies but keeps
+sending and receiving every message of the attempt, flagged, so nobody waits for it;
+the outcome is agreed once, at the final exchange, and the violation reported is the one
+with the smallest (round, node) (:meth:`Violation.key`), which timing cannot change.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ import numpy as np
 
 from .._data import dds as _dds
 from .._data.dds import ANY_OWN, FREE, LOCKED, LOCKED_BODY, OTHER, SLOT_BITS, SLOT_MASK, _tls
-from .._errors import AccessOutsideReconError
+from .._errors import AccessOutsideReconError, BodyError
 from .._machines.routing import Messages, route
 
 if TYPE_CHECKING:
@@ -75,6 +77,12 @@ class Violation:
     element: str
     write: bool
     reason: str
+    #: the plan round the access was in (-1: not known)
+    round: int = -1
+
+    def key(self) -> tuple[int, int]:
+        """Which of several violations an attempt reports: the smallest (round, node)."""
+        return (self.round, self.node)
 
     def message(self) -> str:
         what = "wrote" if self.write else "read"
@@ -174,7 +182,11 @@ class Guard:
         self.policy = policy
         self.single = gp.single
         self.node = 0
+        self.round = -1
         self.first: Violation | None = None
+        #: on an MPI rank: (round, node, error) of a body that raised, held until the
+        #: ranks agree on the attempt's outcome (``engine._asyncfor.loop._attempt``)
+        self.failure: tuple[int, int, BodyError] | None = None
         self._gp = gp
         self._lock = threading.Lock()
         self._stale: list[tuple[int, Any, np.ndarray]] = []
@@ -192,6 +204,8 @@ class Guard:
 
     def arm(self, r: int, code: bool = True) -> None:
         """Write (or, with ``code=False``, clear) the codes of round ``r``."""
+        if code:
+            self.round = r
         for node, entries in self._gp.arms[r].items():
             for d, slots, c in entries:
                 np.frombuffer(d._gms[node], dtype=np.uint8)[slots] = c if code else FREE
@@ -260,6 +274,7 @@ class Guard:
             dds._desc(dds.key_of(slot)),
             write,
             reason,
+            self.round,
         )
         with self._lock:
             if self.first is None:

@@ -3,9 +3,10 @@
 First invocation of an operator (or a changed body / range): reconnaissance
 execution, split over the nodes, then a plan built identically on every node.  Every
 invocation then runs the plan round by round: each node runs its tasks on its
-threads, then the rows it wrote flow to every other node.  Because tasks of one round
-never conflict, the final state equals a serial loop over the plan's serialization
-order.
+threads, then the rows it wrote flow to the nodes that touch them next (a ring: a
+node waits for those rows only, never for the whole cluster).  Because tasks of one
+round never conflict, the final state equals a serial loop over the plan's
+serialization order.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from .._errors import (
     BodyError,
     ClosureRuleError,
     DivergenceError,
+    PeerRankFailed,
     SessionError,
 )
 from .._machines.baton import BatonGrants
@@ -423,10 +425,34 @@ def _attempt(
         rx.restore()
     sess.cluster.rewind(mark)
     first = guard.first
-    if sess.cluster.is_mpi:  # every rank reports the violation the lowest node found
-        found = [v for v in sess.cluster.allgather(first) if v.node >= 0]
-        first = min(found, key=lambda v: v.node) if found else first
+    if sess.cluster.is_mpi:
+        first = _agree(sess.cluster, guard)
     return round_s, first
+
+
+def _agree(cl: Cluster, guard: Guard) -> Violation:
+    """What an undone attempt reports on every rank, whatever the timing: the earliest
+    event by (round, node) of all ranks' first violations and failed bodies, a violation
+    first in a tie (a rank may run rounds ahead before it hears of a stop).  A violation
+    is returned (re-plan); a failed body raises, on its rank, its own error, and on the
+    others :class:`PeerRankFailed`, as a step every rank runs together does."""
+    fail = guard.failure
+    mine = (guard.first, None if fail is None else fail[:2])
+    events: list[tuple[int, int, int, Violation | None]] = []
+    for v, failed in cl.allgather(mine):
+        if v is not None and v.node >= 0:
+            events.append((*v.key(), 0, v))
+        if failed is not None:
+            events.append((failed[0], failed[1], 1, None))
+    if not events:  # cannot happen: a rank stopped only for one of these
+        raise RuntimeError("an attempt was undone, but no rank reported why")
+    r, node, kind, v = min(events, key=lambda e: e[:3])
+    if kind == 0:
+        assert v is not None
+        return v
+    if fail is not None and fail[:2] == (r, node):
+        raise fail[2]
+    raise PeerRankFailed(node)
 
 
 def _execute(
@@ -441,9 +467,15 @@ def _execute(
 ) -> list[float]:
     """Run every round of the plan; return the wall time of each round on this process.
 
-    A node whose body leaves the plan stops; every node leaves after the round in which
-    any node stopped (the flag travels with the round's write-back).  Relaxed DDS
-    (``rx``) keep their round-start values and are reconciled after every write-back."""
+    A node whose body leaves the plan stops running bodies; the stop travels with the
+    write-back (``Cluster.exchange``), and a node that hears of it stops too.  A stopped
+    node still takes part in every exchange of the attempt, so that nobody waits for it,
+    and the final exchange agrees on the outcome once.  When every node is in this
+    process it knows at once and the attempt ends after the round in which one stopped.
+    On an MPI rank a body that raises stops its node the same way, and its error waits
+    for the agreement (``_agree``): a stop of an earlier round elsewhere comes first.
+    Relaxed DDS (``rx``) keep their round-start values and are reconciled after every
+    write-back (a collective, on stopped nodes too)."""
     cl = sess.cluster
     plan = st.plan
     op_key = sess.op_key(st.name, inv)
@@ -461,46 +493,56 @@ def _execute(
     round_s: list[float] = []
     times: dict[int, list[tuple[int, int, float, float]]] = {p: [] for p in cl.local_nodes}
     stopped: set[int] = set()
+    everyone_here = len(cl.local_nodes) == cl.size
+    halted = False  # the local nodes run no more bodies of this attempt
     try:
         for r, rnd in enumerate(plan.rounds):
             t = time.perf_counter()
-            guard.arm(r)
             if rx is not None:
                 rx.begin_round()
             done: dict[int, np.ndarray] = {}
-            for node in cl.local_nodes:
-                cl.bind(node)
-                guard.node = node
-                spans: list[tuple[int, float, float]] = []
-                t_node = time.perf_counter()
-                try:
-                    done[node] = _run_node_round(
-                        sess, st, body, inv, op_key, node, r, rnd[node], sched, spans
-                    )
-                except PlanViolation:
-                    done[node] = np.empty(0, dtype=np.int64)
-                times[node] += [(r, th, a - t_node, b - t_node) for th, a, b in sorted(spans)]
-                if guard.first is not None:
-                    stopped.add(node)
-            guard.arm(r, code=False)
+            if not halted:
+                guard.arm(r)
+                for node in cl.local_nodes:
+                    cl.bind(node)
+                    guard.node = node
+                    spans: list[tuple[int, float, float]] = []
+                    t_node = time.perf_counter()
+                    try:
+                        done[node] = _run_node_round(
+                            sess, st, body, inv, op_key, node, r, rnd[node], sched, spans
+                        )
+                    except PlanViolation:
+                        done[node] = np.empty(0, dtype=np.int64)
+                    except BodyError as exc:
+                        if everyone_here:
+                            raise
+                        # a stop like a violation's, so that nobody waits for this rank;
+                        # raised once the ranks agree it came first (``_agree``)
+                        guard.failure = (r, node, exc)
+                        done[node] = np.empty(0, dtype=np.int64)
+                    times[node] += [(r, th, a - t_node, b - t_node) for th, a, b in sorted(spans)]
+                    if guard.first is not None or guard.failure is not None:
+                        stopped.add(node)
+                guard.arm(r, code=False)
             orders.append(done)
-            anyone = write_back(cl, guard.exchanges, r, stopped=bool(stopped))
+            halted = write_back(cl, guard.exchanges, r, stopped=halted or bool(stopped))
             guard.mark_stale(r)
             if rx is not None:
                 rx.end_round()
             round_s.append(time.perf_counter() - t)
-            if anyone:
-                if guard.first is None:
-                    guard.first = Violation(
-                        st.name, inv, -1, -1, "-", False, "another node left the plan"
-                    )
+            if halted and everyone_here:
                 break
-        else:
-            # replicas whole again: each element's last value to every node that lacks it
+        anyone = halted
+        if not (halted and everyone_here):
+            # replicas whole again: each element's last value to every node that lacks it;
+            # and the one agreement of the attempt: did any node stop?
             t = time.perf_counter()
-            write_back(cl, guard.exchanges, len(plan.rounds), stopped=False)
+            anyone = write_back(cl, guard.exchanges, len(plan.rounds), stopped=halted)
             if round_s:
                 round_s[-1] += time.perf_counter() - t
+        if anyone and guard.first is None:
+            guard.first = Violation(st.name, inv, -1, -1, "-", False, "another node left the plan")
     finally:
         guard.clear_stale()
         install(None)
@@ -618,11 +660,13 @@ def write_back(cl: Cluster, exchanges: list[list[Message]], r: int, *, stopped: 
     the last round): each row a node wrote goes to the nodes that touch it next
     (``engine._machines.routing``).
 
-    Returns whether any node (here or elsewhere) stopped following the plan.  A driver step
-    of its own, called through this module, so that tests can substitute a broken barrier
+    Returns whether the local nodes must run no more bodies (they stopped following the
+    plan, or heard that a node they depend on did); after the final one, whether any
+    node anywhere stopped (``Cluster.exchange``).  A driver step of its own, called
+    through this module, so that tests can substitute a broken barrier
     (``tests/mutants.py``) and prove that the dual tests notice.
     """
-    return cl.exchange(exchanges[r], stopped=stopped)
+    return cl.exchange(exchanges[r], stopped=stopped, last=r == len(exchanges) - 1)
 
 
 def locks_to_take(

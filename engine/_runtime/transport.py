@@ -116,8 +116,13 @@ class Traffic:
         return {k: getattr(self, k) for k in self.__slots__}
 
 
-#: Header bytes of a write-back message (the sender's exchange number).
+#: Header bytes of a write-back message: one int64, the sender's exchange number shifted
+#: left by one, its low bit :data:`STOP_BIT`.  One word, not two: the flag costs no byte
+#: on the wire, so traffic figures stay what they were before it travelled there.
 ROWS_HEADER = 8
+#: The header bit a sender sets when it has stopped following its plan (its own guard
+#: violation, or one it heard of): the receiver stops running bodies too.
+STOP_BIT = 1
 
 
 class Cluster:
@@ -140,6 +145,9 @@ class Cluster:
         self.messages = MessageOrder()
         #: what this process's nodes sent and received (see :class:`Traffic`)
         self.traffic = Traffic()
+        #: collectives this process's exchanges made: one per attempt at an invocation
+        #: (the outcome agreement of ``last``), none per round
+        self.agreements = 0
 
     def pool(self, node: int) -> ThreadPoolExecutor:
         """The worker threads of ``node`` (created on first use)."""
@@ -156,10 +164,18 @@ class Cluster:
     def run_on_nodes(self, fn: Callable[[int], Any]) -> list[Any]:
         raise NotImplementedError
 
-    def exchange(self, messages: list[Message], *, stopped: bool = False) -> bool:
+    def exchange(
+        self, messages: list[Message], *, stopped: bool = False, last: bool = False
+    ) -> bool:
         """Deliver ``messages``: each local source sends its rows, each local destination
-        takes them into its replica.  ``stopped``: a local node left its plan (see
-        ``engine._asyncfor.guard``); returns True when any node did, here or elsewhere."""
+        takes them into its replica.
+
+        ``stopped``: the local nodes stopped following their plan (a guard violation,
+        ``engine._asyncfor.guard``, here or heard of).  Returns whether they must run no
+        more bodies: ``stopped``, or some node that sent one of them a message had
+        stopped.  ``last`` marks an attempt's final exchange: then the answer is the
+        whole cluster's, whether any node stopped anywhere (the attempt's outcome, which
+        every node must agree on)."""
         raise NotImplementedError
 
     def mark(self) -> tuple[Any, ...]:
@@ -267,8 +283,14 @@ class InProcessCluster(Cluster):
         if len(slots):
             dds.set_rows(dst, slots, dds.rows(src, slots))
 
-    def exchange(self, messages: list[Message], *, stopped: bool = False) -> bool:
-        """Copy each message's rows from its source's replica into its destination's."""
+    def exchange(
+        self, messages: list[Message], *, stopped: bool = False, last: bool = False
+    ) -> bool:
+        """Copy each message's rows from its source's replica into its destination's.
+
+        Every node is here, so ``stopped`` is already the whole cluster's answer (the
+        loop gives up on the attempt after the exchange of the round in which any node
+        stopped, as a cluster with a barrier per round would)."""
         for src, dst, parts in messages:
             for dds, slots in parts:
                 self.copy_rows(dds, src, dst, slots)
@@ -297,10 +319,13 @@ class MpiCluster(Cluster):
         self.rank = self.comm.Get_rank()
         self.local_nodes = [self.rank]
         self._seq_out = 0
+        #: write-back sends not yet known complete, with the buffers they read from
+        self._sending: list[tuple[Any, np.ndarray | None]] = []
 
     def close(self) -> None:
         super().close()
         try:
+            self._finish_sends()
             self.comm.Free()
         except Exception:  # noqa: BLE001 - freeing at shutdown is best effort
             pass
@@ -424,41 +449,63 @@ class MpiCluster(Cluster):
     def _set_sent(self, node: int, n: int) -> None:
         self._seq_out = n
 
-    def exchange(self, messages: list[Message], *, stopped: bool = False) -> bool:
+    def exchange(
+        self, messages: list[Message], *, stopped: bool = False, last: bool = False
+    ) -> bool:
         """Send this rank's messages, receive the ones addressed to it (each from its named
-        source, with the size the routes give), then agree on ``stopped`` (one small
-        ``allreduce``: a stopped rank's flag must reach ranks it sends nothing to).
+        source, with the size the routes give); no collective except at ``last``.
 
-        Each message starts with the sender's exchange number, checked on arrival: the
-        ranks call ``exchange`` in the same sequence, so a different number is a bug."""
+        A ring, not a barrier per round: a rank waits only for the ranks that send it
+        rows, so it may run rounds ahead of a rank it hears nothing from.  What keeps an
+        attempt deterministic when a node leaves its plan:
+
+        * the stop travels in the header (:data:`STOP_BIT`), from the round it happened
+          on, along the routes; a receiver of a flagged message runs no more bodies.  So
+          whether a node runs round ``r`` depends only on the routes and on which nodes
+          stopped in which round, never on timing, and every body that runs sees the
+          state a valid run of the plan's first rounds gives (rows that depend on a
+          stopped node's work reach a node only flagged);
+        * a stopped rank keeps taking part in every exchange of the attempt (the loop
+          calls this for every round and the final exchange; it sends every message the
+          routes give it, flagged, and receives its own), so nobody waits forever;
+        * the outcome is agreed once, at ``last``: one ``Allreduce`` of the flag (a
+          stopped rank's flag must reach ranks it sends nothing to); the caller then
+          undoes the attempt on every rank and reports the violation with the smallest
+          (round, node) (``engine._asyncfor.loop``).
+
+        Sends are not waited for before ``last`` (their buffers are kept until then):
+        only a receive makes a rank wait.  Each message starts with the sender's exchange
+        number, checked on arrival: the ranks call ``exchange`` in the same sequence, and
+        MPI keeps one (source, tag)'s messages in order, so a different number is a bug."""
         MPI = self._MPI
         comm, me = self.comm, self.rank
         seq = self._seq_out
         self._seq_out += 1
-        head = np.array([seq], dtype=np.int64).view(np.uint8)
-        reqs, keep = [], []
+        head = np.array([seq << 1 | (STOP_BIT if stopped else 0)], dtype=np.int64).view(np.uint8)
         for src, dst, parts in messages:
             if src != me:
                 continue
             msg = np.concatenate([head, self._pack(parts)])
-            keep.append(msg)
-            reqs.append(comm.Isend([msg, MPI.BYTE], dst, TAG_ROWS))
+            self._sending.append((comm.Isend([msg, MPI.BYTE], dst, TAG_ROWS), msg))
             objs = [dds.rows(me, s) for dds, s in parts if not dds._numeric]
             if objs:
-                reqs.append(comm.isend(objs, dst, TAG_OBJROWS))
+                self._sending.append((comm.isend(objs, dst, TAG_OBJROWS), None))
             self.traffic.sent(len(msg))
+        heard = False
         for src, dst, parts in messages:
             if dst != me:
                 continue
             buf = np.empty(len(head) + _numeric_nbytes(parts), dtype=np.uint8)
             comm.Recv([buf, MPI.BYTE], src, TAG_ROWS)
             self.traffic.received(len(buf))
-            got = int(buf[: len(head)].view(np.int64)[0])
+            word = int(buf[: len(head)].view(np.int64)[0])
+            got = word >> 1
             if got != seq:
                 raise RuntimeError(
                     f"write-back out of step: rank {src} sent the rows of exchange {got} "
                     f"while rank {me} was in exchange {seq}"
                 )
+            heard |= bool(word & STOP_BIT)
             self._unpack(parts, buf[len(head) :])
             if self.on_message is not None:
                 self.on_message(me, ROUTED, src, seq, len(buf) - len(head))
@@ -467,15 +514,25 @@ class MpiCluster(Cluster):
                 for dds, slots in parts:
                     if not dds._numeric:
                         dds.set_rows(me, slots, next(it))
+        halted = stopped or heard
+        if not last:
+            if self._sending and MPI.Request.Testall([r for r, _ in self._sending]):
+                self._sending.clear()
+            return halted
         # the buffer form: it releases the GIL while it waits (the pickle form holds it, and
         # a thread of this process may still have to hand a send to MPI)
-        flag = np.array([int(stopped)], dtype=np.int64)
-        anyone_a = np.zeros(1, dtype=np.int64)
-        comm.Allreduce([flag, MPI.INT64_T], [anyone_a, MPI.INT64_T], op=MPI.MAX)
-        anyone = bool(anyone_a[0])
-        MPI.Request.Waitall(reqs)
-        del keep
-        return anyone
+        flag = np.array([int(halted)], dtype=np.int64)
+        anyone = np.zeros(1, dtype=np.int64)
+        comm.Allreduce([flag, MPI.INT64_T], [anyone, MPI.INT64_T], op=MPI.MAX)
+        self.agreements += 1
+        self._finish_sends()
+        return bool(anyone[0])
+
+    def _finish_sends(self) -> None:
+        """Wait for every send still in flight, then drop its buffer."""
+        if self._sending:
+            self._MPI.Request.Waitall([r for r, _ in self._sending])
+            self._sending.clear()
 
     # ------------------------------------------------------------ sync_for transport
     # Nonblocking buffer methods on raw uint8 blocks (sync_for deltas and updates):

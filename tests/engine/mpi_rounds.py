@@ -1,11 +1,12 @@
 """Routed write-backs under mpiexec -n 3: every rank sends its row of each round to
 every other rank, each receive naming its source.  Prints ``OK`` when every replica holds
-every round's rows after every round.
+every round's rows after every round, and the stop flag travelled as the ring promises.
 
-(A rank cannot be a round ahead of another here: each exchange ends with the allreduce of
-the stopped flag, which completes only once every rank has received its round's rows.
-Before write-backs were routed, wildcard receives had to tell a round-ahead rank's rows
-from this round's: a dual test once reported a false FAIL from that.)
+(A rank can be rounds ahead of another here: no exchange but an attempt's last makes a
+collective.  Each receive names its source and MPI keeps one source's messages in order,
+so a round-ahead rank's rows are taken a round later.  Before write-backs were routed,
+wildcard receives had to tell a round-ahead rank's rows from this round's: a dual test
+once reported a false FAIL from that.)
 """
 
 from __future__ import annotations
@@ -64,9 +65,27 @@ def case(world: MPI.Comm) -> None:
         assert got == want, f"rank {me} after round {r}: {got} != {want}"
     assert cl.traffic.sent_messages == ROUNDS * (size - 1), cl.traffic.snapshot()
     assert cl.traffic.received_messages == ROUNDS * (size - 1), cl.traffic.snapshot()
+    assert cl.agreements == 0, "an exchange that is not an attempt's last made a collective"
+    stops(cl, dds, me)
     world.Barrier()
     if me == 0:
         print("OK", flush=True)
+
+
+def stops(cl: MpiCluster, dds: Rows, me: int) -> None:
+    """The stop flag goes where the messages go, and only there; the last exchange tells
+    every rank.  Rank 2 stops; in a chain 2 -> 1 -> 0, rank 1 hears of it at once and
+    rank 0 one exchange later; a last exchange of no messages still tells everyone."""
+    one = [(dds, np.array([0]))]
+    heard = [
+        cl.exchange([(2, 1, one), (1, 0, one)], stopped=me == 2),  # type: ignore[list-item]
+        cl.exchange([(1, 0, one)], stopped=me in (1, 2)),  # type: ignore[list-item]
+    ]
+    want = {0: [False, True], 1: [True, True], 2: [True, True]}[me]
+    assert heard == want, f"rank {me} heard of the stop as {heard}, not {want}"
+    assert cl.exchange([], stopped=False, last=True) is False, "nobody stopped in between"
+    assert cl.exchange([], stopped=me == 1, last=True) is True, f"rank {me} missed a stop"
+    assert cl.agreements == 2, cl.agreements
 
 
 if __name__ == "__main__":

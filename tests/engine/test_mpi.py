@@ -9,12 +9,17 @@ from pathlib import Path
 
 import pytest
 
+import engine as ap
 from tests import mpibatch
+from tests.engine.trapped import trapped
 
 HERE = Path(__file__).parent
 Batches = dict[int, mpibatch.Batch]
 SERIALIZABLE = [(2, 1), (2, 2), (3, 1), (3, 3)]
 JITTER = [(3, 2, 0), (3, 1, 1), (2, 2, 2)]
+#: (ranks, threads) of the ring cases; each runs plainly and under these jitter seeds
+RING = [(2, 1), (3, 1), (3, 2)]
+RING_SEEDS = (3, 4, 5)
 
 
 @pytest.fixture(scope="module")
@@ -31,6 +36,10 @@ def mpi(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
     for p in mpibatch.selected(request, test_message_timing_never_changes_a_result):
         name = f"jitter-{p['threads']}-{p['seed']}"
         batches[p["ranks"]].add(name, HERE / "mpi_jitter.py", p["threads"], p["seed"])
+    for p in mpibatch.selected(request, test_a_stop_is_reported_alike_whatever_the_timing):
+        batches[p["ranks"]].add(
+            f"ring-{p['threads']}", HERE / "mpi_ring.py", p["threads"], *RING_SEEDS
+        )
     return batches
 
 
@@ -56,3 +65,59 @@ def test_message_timing_never_changes_a_result(
     proc = mpi[ranks].result(f"jitter-{threads}-{seed}")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "OK" in proc.stdout
+
+
+@pytest.mark.parametrize("ranks,threads", RING)
+def test_a_stop_is_reported_alike_whatever_the_timing(
+    ranks: int, threads: int, mpi: Batches
+) -> None:
+    # tests/engine/mpi_ring.py: the last node leaves the rotation in round 0; on 3 ranks a
+    # lower node that hears of it an exchange late leaves it in round 1.  Every rank of
+    # every run (plain, and under jitter that puts ranks rounds apart) must report the
+    # round-0 stop, finish (no rank waits forever for a stopped one: the batch's timeout
+    # bounds it), and give the in-process cluster's bits after the re-plan.
+    proc = mpi[ranks].result(f"ring-{threads}")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "OK" in proc.stdout, proc.stdout + proc.stderr
+    want = ap.run(trapped, nodes=ranks, threads=threads).value
+    assert want["rounds"] == ranks  # a rotation: a fast rank can be rounds ahead
+    if ranks == 3:
+        assert len(want["trapped"]) == 2  # the second, later stop exists
+    relaxed = ap.run(lambda: trapped(relaxed=True), nodes=ranks, threads=threads).value
+    for rank, got in enumerate(mpi[ranks].values(f"ring-{threads}")):
+        runs = got["runs"]
+        assert len(runs) == 1 + len(RING_SEEDS)
+        assert got["relaxed"]["notes"] == [[0, ranks - 1, relaxed["trapped"][0]]]
+        if threads == 1:
+            assert got["relaxed"]["tables"] == relaxed["tables"], rank
+        for run in runs:
+            assert run["notes"] == [[0, ranks - 1, want["trapped"][0]]], (rank, run["notes"])
+            if threads == 1:  # more threads: lock grants in arrival order, other bits
+                assert run["tables"] == want["tables"], rank
+            # the write-backs of an invocation agree once, not once per round
+            assert run["exchange_collectives"] == [1] * len(run["exchange_collectives"])
+            assert len(run["exchange_collectives"]) >= 4  # 3 invocations and one undone
+
+
+def test_a_failing_body_ends_every_rank_alike(mpi: Batches) -> None:
+    # tests/engine/mpi_ring.py's `failing`: on 3 ranks the round-1 body of a node that
+    # hears late of the round-0 stop raises.  Alone, its error is the outcome; after the
+    # round-0 stop, the stop comes first (re-plan), and the body fails again in the new
+    # attempt.  Either way every rank ends (no rank waits for the failed one), the failed
+    # rank raises the in-process error and the others name that rank, in every run.
+    with pytest.raises(ap.BodyError) as alone:
+        ap.run(lambda: trapped(first=False, fail=True), nodes=3)
+    with pytest.raises(ap.BodyError) as after:
+        ap.run(lambda: trapped(first=True, fail=True), nodes=3)
+    want = {False: alone.value, True: after.value}
+    stop = [0, 2, ap.run(trapped, nodes=3).value["trapped"][0]]
+    got = [value["failing"] for value in mpi[3].values("ring-1")]
+    assert all(len(runs) == 4 for runs in got)  # without and with the stop, 2 runs each
+    for rank, runs in enumerate(got):
+        for first, raised, notes in runs:
+            err = want[first]
+            if rank == err.node:
+                assert raised == ["BodyError", err.index, err.node], (rank, first)
+            else:
+                assert raised == ["PeerRankFailed", err.node], (rank, first)
+            assert notes == ([stop] if first else []), (rank, first)

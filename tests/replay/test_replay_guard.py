@@ -15,6 +15,15 @@ from pathlib import Path
 
 import pytest
 
+import engine as ap
+from tests.conftest import ROOT
+from tests.engine.trapped import trapped
+
+#: tests/engine/trapped.py: a rotation that the last node leaves in round 0 and, on 3
+#: nodes, a lower node that hears of it an exchange late leaves in round 1
+TRAPPED = f"{ROOT / 'tests' / 'engine' / 'trapped.py'}:trapped"
+SITE = ROOT / "tests" / "jitter_site"
+
 APP = """
 import numpy as np
 import engine as ap
@@ -68,3 +77,27 @@ def test_replan_never_exits_1_naming_the_element(tmp_path: Path, cli) -> None:
     assert res.returncode == 1, res.stderr
     last = res.stderr.strip().splitlines()[-1]
     assert "'flip' invocation 1 index" in last and "X[" in last and "replan='never'" in last
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_a_run_with_stops_in_two_rounds_replays_identically(
+    tmp_path: Path, ranks: int, cli
+) -> None:
+    # recorded under seeded message jitter (tests/jitter.py), so that ranks run rounds
+    # apart while one of them has stopped: the stop reported is still the earliest one,
+    # and the trace replays on the cluster (under other timing) and in one process
+    jitter = {"PYTHONPATH": f"{SITE}:{ROOT}", "STRADS_TEST_JITTER": "21"}
+    trace = tmp_path / "t.sqlite"
+    run = cli("run", TRAPPED, "--ranks", str(ranks), "--trace", trace, "--json", env=jitter)
+    assert run.returncode == 0, run.stderr
+    notes = [line for line in run.stderr.splitlines() if line.startswith("note:")]
+    first = ap.run(trapped, nodes=ranks).value["trapped"][0]  # the round-0 stop
+    assert len(notes) == 1, run.stderr
+    assert f"invocation 1 index {first} on node {ranks - 1} wrote Z[0]" in notes[0], notes
+    for mode in ("cluster", "single"):
+        env = dict(jitter, STRADS_TEST_JITTER="22") if mode == "cluster" else {}
+        rep = cli(mode, trace, "--json", env=env)
+        assert rep.returncode == 0, rep.stdout + rep.stderr
+        assert json.loads(rep.stdout)["identical"] is True
+        assert "note:" not in rep.stderr  # replay follows the recorded plans: no new attempt
