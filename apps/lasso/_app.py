@@ -28,6 +28,7 @@ import numpy as np
 import engine as ap
 
 from .._errors import AppError
+from .._tabular import read_table
 from ._data import diabetes, standardise, synthetic
 from ._schedule import independent, priorities, sample
 
@@ -61,17 +62,33 @@ def objective(r: np.ndarray, beta: np.ndarray, alpha: float) -> float:
 
 
 def load(
-    dataset: str, samples: int, features: int, nonzeros: int, rho: float, noise: float
+    dataset: str,
+    samples: int,
+    features: int,
+    nonzeros: int,
+    rho: float,
+    noise: float,
+    data: str = "",
 ) -> tuple[np.ndarray, np.ndarray]:
     """(standardised X, raw y) of the chosen data set."""
-    X, y = raw_data(dataset, samples, features, nonzeros, rho, noise)
+    X, y = raw_data(dataset, samples, features, nonzeros, rho, noise, data)
     return standardise(X), y
 
 
 def raw_data(
-    dataset: str, samples: int, features: int, nonzeros: int, rho: float, noise: float
+    dataset: str,
+    samples: int,
+    features: int,
+    nonzeros: int,
+    rho: float,
+    noise: float,
+    data: str = "",
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(X, y) of the chosen data set, as read or generated."""
+    """(X, y) of the user's file ``data`` if given (see :mod:`apps._tabular`), else of the
+    chosen data set, as read or generated."""
+    if data:
+        table = read_table(data, "lasso")
+        return table.X, table.y
     if dataset == "diabetes":
         return diabetes()
     return synthetic(samples, features, nonzeros, rho, noise)
@@ -126,6 +143,7 @@ def train(
     nonzeros: int = 50,
     rho: float = 0.3,
     noise: float = 1.0,
+    data: str = "",
 ) -> dict[str, Any]:
     """Fit the Lasso by STRADS-scheduled coordinate descent; logs ``objective`` and ``kkt``
     per iteration and, with ``compare``, ``max_abs_diff_sklearn`` at the end.
@@ -134,10 +152,11 @@ def train(
     alpha whose solution is all zero.  Each round draws ``candidates`` coordinates (0: twice
     ``block``) and updates at most ``block`` of them whose pairwise correlations stay below
     ``threshold``.  ``samples``, ``features``, ``nonzeros``, ``rho`` and ``noise`` shape the
-    synthetic problem.
+    synthetic problem.  ``data`` is the user's own table instead (CSV/TSV, NPY/NPZ or
+    LibSVM, the target last; see :mod:`apps._tabular`): it overrides ``dataset``.
     """
     _check(**locals())
-    raw, y = raw_data(dataset, samples, features, nonzeros, rho, noise)
+    raw, y = raw_data(dataset, samples, features, nonzeros, rho, noise, data)
     X = standardise(raw)
     x_mean, x_std = raw.mean(axis=0), raw.std(axis=0)
     del raw
@@ -185,7 +204,7 @@ def train(
         ap.log_objective("objective", objective(r, b, alpha))
         ap.log_objective("kkt", kkt)
     out: dict[str, Any] = {
-        "dataset": dataset,
+        "dataset": data or dataset,
         "samples": n,
         "features": p,
         "alpha": alpha,
