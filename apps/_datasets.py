@@ -143,7 +143,7 @@ def read_utf8(path: pathlib.Path, what: str, fix: str) -> str:
             f"{what} {str(path)!r} is not UTF-8 text (line {line}, byte {exc.start}): {fix}"
         ) from None
     except OSError as exc:
-        raise AppError(f"cannot read {what} {str(path)!r}: {exc.strerror}") from None
+        raise AppError(f"{what} {str(path)!r} cannot be read: {exc.strerror}") from None
 
 
 def check_sha256(path: pathlib.Path, want: str, who: str, source: str) -> None:

@@ -120,7 +120,8 @@ def train(
     """Fit LDA with ``topics`` topics by collapsed Gibbs sampling; logs ``loglik`` per
     iteration and ``perplexity`` (on the training documents) at the end.
 
-    ``corpus`` is ``lee`` or ``head500`` (gensim's test corpora); ``synthetic=true``
+    ``corpus`` is ``lee`` or ``head500`` (gensim's test corpora) or the path of a UTF-8
+    text file with one document per line; ``synthetic=true``
     generates ``docs`` documents of ``length`` tokens from ``topics`` planted topics
     instead.  ``alpha`` and ``beta`` are the symmetric document-topic and topic-word
     priors; ``blocks`` is the number of word blocks (the loop's bodies); ``min_count``
