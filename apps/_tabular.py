@@ -83,6 +83,24 @@ def read_table(path: str | os.PathLike[str], who: str) -> Table:
     return table
 
 
+def read_test_table(path: str | os.PathLike[str], who: str, features: int) -> Table:
+    """The user's test table for a model of ``features`` features: a LibSVM file may end
+    before the last features (they are zero in every row there); any other width is a
+    :class:`DataFormatError`."""
+    table = read_table(path, who)
+    width = table.X.shape[1]
+    if width < features and FORMATS[pathlib.Path(path).suffix.lower()] == "libsvm":
+        X = np.zeros((len(table.y), features))
+        X[:, :width] = table.X
+        return Table(X, table.y, table.path, table.lines)
+    if width != features:
+        raise DataFormatError(
+            f"{who}: test data {table.path!r} has {width} feature columns, the training "
+            f"data {features}"
+        )
+    return table
+
+
 def class_labels(table: Table, who: str) -> tuple[np.ndarray, np.ndarray]:
     """(class index 0..K-1 of every row, the K labels in sorted order): class ``k`` is
     label ``labels[k]``.  A label that is not an integer, or fewer than two classes, is a
@@ -262,4 +280,4 @@ def _check_finite(table: Table, who: str) -> None:
             )
 
 
-__all__ = ["FORMATS", "Table", "class_labels", "read_table"]
+__all__ = ["FORMATS", "Table", "class_labels", "read_table", "read_test_table"]
