@@ -140,6 +140,14 @@ def build_corpus(docs: list[list[str]], min_count: int, max_df: float) -> Corpus
     return Corpus(out, [w for w, _ in kept])
 
 
+def encode(docs: list[list[str]], vocab: list[str]) -> list[np.ndarray]:
+    """Documents as arrays of ids in ``vocab``; words outside it are dropped, and so are
+    documents left with fewer than two words (nothing to complete)."""
+    index = {w: i for i, w in enumerate(vocab)}
+    out = [np.array([index[w] for w in d if w in index], dtype=np.int64) for d in docs]
+    return [d for d in out if len(d) >= 2]
+
+
 def synthetic_corpus(
     topics: int,
     docs: int = SYNTHETIC_DOCS,
@@ -175,6 +183,7 @@ __all__ = [
     "Corpus",
     "build_corpus",
     "corpus_file",
+    "encode",
     "read_documents",
     "synthetic_corpus",
 ]

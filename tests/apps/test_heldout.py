@@ -1,5 +1,5 @@
 """Held-out metrics: SGDMF's ``test_rmse``, Lasso's ``test_mse`` and LDA's held-out
-perplexity, on a split drawn from the run's seed or on the user's test file; and the
+perplexity (document completion), on a split drawn from the run's seed or on the user's test file; and the
 compatibility promise: a trace recorded before these parameters existed (its params lack
 them) replays identically."""
 
@@ -13,8 +13,10 @@ import pytest
 
 import engine as ap
 import replay._job
-from apps._errors import DataFormatError
+from apps._errors import AppError, DataFormatError
 from apps.lasso import train as lasso
+from apps.lda import train as lda
+from apps.lda._model import completion_perplexity
 from apps.sgdmf import train as sgdmf
 from apps.sgdmf._app import held_out
 from tests.apps.test_tabular import regression, write
@@ -124,6 +126,7 @@ def test_a_narrower_libsvm_test_file_pads_and_another_width_is_refused(tmp_path:
     "app,params",
     [
         ("sgdmf", ["synthetic=true", "synthetic_ratings=1000", "epochs=2", "rank=4"]),
+        ("lda", ["synthetic=true", "topics=3", "iterations=2", "docs=40"]),
         (  # the synthetic problem: the diabetes data would import scikit-learn (1.5 s)
             "lasso",
             [
@@ -162,3 +165,37 @@ def test_a_trace_without_the_held_out_parameters_replays_identically(
         rep = cli(mode, trace, "--json")
         assert rep.returncode == 0, rep.stderr
         assert json.loads(rep.stdout)["identical"]
+
+
+# --- LDA -------------------------------------------------------------------------------------
+#: Five planted topics, as in test_lda.py.
+LDA = {"synthetic": True, "topics": 5}
+
+
+def test_completion_perplexity_of_a_document_of_one_topic_is_that_topics_spread() -> None:
+    phi = np.array([[0.5, 0.5, 0.0, 0.0], [0.0, 0.0, 0.25, 0.75]])
+    assert completion_perplexity([np.array([0, 1, 1, 0, 0, 1])], phi, 1e-9) == pytest.approx(2.0)
+    # the held half of [2, 3, 2, 3] is two 3s, each of probability 0.75
+    got = completion_perplexity([np.array([2, 3, 2, 3]), np.array([1])], phi, 1e-9)
+    assert got == pytest.approx(1 / 0.75)
+
+
+def test_lda_heldout_perplexity_falls_with_training_and_tracks_the_training_one() -> None:
+    short, long = (ap.run(lda, {**LDA, "iterations": n, "holdout": 0.2}) for n in (1, 15))
+    assert short.value["heldout_documents"] == 40 and short.value["documents"] == 160
+    assert long.value["heldout_perplexity"] < 0.7 * short.value["heldout_perplexity"]
+    assert long.objectives["heldout_perplexity"] == [long.value["heldout_perplexity"]]
+    ratio = long.value["heldout_perplexity"] / long.value["perplexity"]
+    assert 1.0 < ratio < 1.25
+    again = ap.run(lda, {**LDA, "iterations": 1, "holdout": 0.2}, seed=1)
+    assert again.value["heldout_perplexity"] != short.value["heldout_perplexity"]
+
+
+def test_lda_test_file_drops_unknown_words_and_refuses_a_file_of_them(tmp_path: Path) -> None:
+    test = tmp_path / "held.txt"
+    test.write_text("t0w0 t0w1 t0w2 zebra t0w0\nt1w1 t1w0 t1w3\nunknown words only here\n")
+    res = ap.run(lda, {**LDA, "iterations": 2, "test": str(test)})
+    assert res.value["heldout_documents"] == 2 and res.value["documents"] == 200
+    test.write_text("unknown words only here\n")
+    with pytest.raises(AppError, match="no held-out document has two words of the training"):
+        ap.run(lda, {**LDA, "iterations": 1, "test": str(test)})
