@@ -119,6 +119,22 @@ def class_labels(table: Table, who: str) -> tuple[np.ndarray, np.ndarray]:
     return np.searchsorted(labels, y).astype(np.int64), labels.astype(np.int64)
 
 
+def labels_of(table: Table, labels: np.ndarray, who: str) -> np.ndarray:
+    """The class index of every row of a test ``table`` whose classes are ``labels`` (the
+    training data's): a label outside them is a :class:`DataFormatError`."""
+    y = table.y
+    k = np.minimum(np.searchsorted(labels, y), len(labels) - 1)
+    bad = np.flatnonzero(labels[k] != y)
+    if len(bad):
+        i = int(bad[0])
+        known = ", ".join(str(int(v)) for v in labels)
+        raise DataFormatError(
+            f"{who}: {table.where(i)}: label {float(y[i])!r} is not a class of the training "
+            f"data ({known})"
+        )
+    return k.astype(np.int64)
+
+
 # ----------------------------------------------------------------------------- text formats
 def _read_delimited(p: pathlib.Path, text: str, kind: str, who: str) -> Table:
     delim = "," if kind == "csv" else "\t"
@@ -280,4 +296,4 @@ def _check_finite(table: Table, who: str) -> None:
             )
 
 
-__all__ = ["FORMATS", "Table", "class_labels", "read_table", "read_test_table"]
+__all__ = ["FORMATS", "Table", "class_labels", "labels_of", "read_table", "read_test_table"]

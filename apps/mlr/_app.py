@@ -51,25 +51,28 @@ def train(
     per_clock: int = 1,
     synthetic: bool = False,
     data: str = "",
+    test: str = "",
 ) -> dict[str, Any]:
     """Fit softmax regression with minibatch SGD; logs ``loss`` and ``test_accuracy`` per epoch.
 
     ``per_clock`` minibatches run on each worker's cache between synchronisations
     (1: every step is averaged across workers).  ``data`` is the user's own table instead
     of the digits (CSV/TSV, NPY/NPZ or LibSVM, integer class labels last; see
-    :mod:`apps._tabular`), split 75/25 by a fixed seed; the result's ``classes`` lists
-    the label of every class index.
+    :mod:`apps._tabular`), split 75/25 by a fixed seed, or tested on the table ``test``;
+    the result's ``classes`` lists the label of every class index.
     """
     if epochs < 0 or minibatch < 1 or lr <= 0 or reg < 0 or staleness < 0 or per_clock < 1:
         raise AppError(
             "mlr: need epochs >= 0, minibatch >= 1, lr > 0, reg >= 0, staleness >= 0, "
             f"per_clock >= 1 (got {epochs}, {minibatch}, {lr}, {reg}, {staleness}, {per_clock})"
         )
+    if test and not data:
+        raise AppError("mlr: test needs data (the digits come with their own test split)")
     if sync not in SYNC_MODELS:
         raise AppError(f"mlr: sync must be bsp, ssp or hybrid, got {sync!r}")
     labels = np.arange(CLASSES)
     if data:
-        (Xtr, ytr, Xte, yte), labels = user_split(data)
+        (Xtr, ytr, Xte, yte), labels = user_split(data, test=test)
     else:
         Xtr, ytr, Xte, yte = synthetic_digits() if synthetic else digits_split()
     F, C = Xtr.shape[1], len(labels)

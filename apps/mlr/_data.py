@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._errors import AppError, DataFormatError
-from .._tabular import class_labels, read_table
+from .._tabular import class_labels, labels_of, read_table, read_test_table
 
 #: Seed of the train/test permutation (fixed: the split is part of the data set).
 SPLIT_SEED = 20240601
@@ -46,11 +46,17 @@ def synthetic_digits(n: int = 600, features: int = 64, classes: int = 10, seed: 
     return _split(X, y.astype(np.int64), TEST_FRACTION)
 
 
-def user_split(path: str, test_fraction: float = TEST_FRACTION) -> tuple[Split, np.ndarray]:
+def user_split(
+    path: str, test_fraction: float = TEST_FRACTION, test: str = ""
+) -> tuple[Split, np.ndarray]:
     """(the split of the user's table at ``path``, its labels): labels are the table's
-    integer targets in sorted order, and class ``k`` of the split is label ``labels[k]``."""
+    integer targets in sorted order, and class ``k`` of the split is label ``labels[k]``.
+    With ``test`` (the user's test table) every row of ``path`` trains."""
     table = read_table(path, "mlr")
     y, labels = class_labels(table, "mlr")
+    if test:
+        held = read_test_table(test, "mlr", table.X.shape[1])
+        return (table.X, y, held.X, labels_of(held, labels, "mlr")), labels
     split = _split(table.X, y, test_fraction)
     if len(split[1]) == 0 or len(split[3]) == 0:
         raise DataFormatError(

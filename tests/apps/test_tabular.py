@@ -238,3 +238,19 @@ def test_bad_data_on_the_cli_is_one_line_and_exit_2(
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     errors = [line for line in proc.stderr.splitlines() if "error" in line]
     assert len(errors) == 1 and message in errors[0], proc.stderr
+
+
+def test_mlr_tests_on_the_users_test_table(tmp_path: Path, cli) -> None:
+    X, y = blobs()
+    data = write(tmp_path, X[:60], y[:60], "csv")
+    (tmp_path / "t").mkdir()
+    test = write(tmp_path / "t", X[60:], y[60:], "svm")
+    res = ap.run(mlr, {"epochs": 3, "data": str(data), "test": str(test)})
+    assert res.value["train"] == 60 and res.value["test"] == 20
+    assert res.value["test_accuracy"] >= 0.9 and res.value["classes"] == [10, 20, 30]
+    test.write_text("10 1:1\n40 2:1\n")
+    proc = cli("run", "mlr", "-p", f"data={data}", "-p", f"test={test}", "--no-trace")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert f"{test}:2: label 40.0 is not a class of the training data (10, 20, 30)" in proc.stderr
+    proc = cli("run", "mlr", "-p", f"test={test}", "--no-trace")
+    assert proc.returncode == 2 and "mlr: test needs data" in proc.stderr
