@@ -190,7 +190,10 @@ def test_mlr_gives_the_same_accuracy_from_csv_npz_and_libsvm(tmp_path: Path) -> 
         assert other.objectives == first.objectives
 
 
-@pytest.mark.parametrize("app,fmt", [("lasso", "csv"), ("mlr", "npz"), ("lasso", "svm")])
+@pytest.mark.parametrize(
+    "app,fmt",
+    [("lasso", "csv"), ("mlr", "tsv"), ("mlr", "npz"), ("lasso", "npy"), ("lasso", "svm")],
+)
 def test_a_run_on_the_users_data_records_and_replays(
     tmp_path: Path, app: str, fmt: str, cli
 ) -> None:
