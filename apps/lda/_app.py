@@ -26,6 +26,7 @@ The objective ``loglik`` is the joint log-likelihood log p(w, z) after every ite
 from __future__ import annotations
 
 import heapq
+import pathlib
 from typing import Any
 
 import numpy as np
@@ -33,8 +34,8 @@ import numpy as np
 import engine as ap
 
 from .._errors import AppError
-from ._data import Corpus, build_corpus, corpus_file, read_documents, synthetic_corpus
-from ._model import estimates, loglik, perplexity, sweep, top_words
+from ._data import Corpus, build_corpus, corpus_file, encode, read_documents, synthetic_corpus
+from ._model import completion_perplexity, estimates, loglik, perplexity, sweep, top_words
 
 #: Words shown per topic in the result.
 TOP_WORDS = 8
@@ -53,11 +54,14 @@ def _check(**p: Any) -> None:
             ("max_df", 0.0 < p["max_df"] <= 1.0, "0 < max_df <= 1"),
             ("docs", p["docs"] >= 1, ">= 1"),
             ("length", p["length"] >= 1, ">= 1"),
+            ("holdout", 0.0 <= p["holdout"] < 1.0, "0 <= holdout < 1"),
         )
         if not ok
     ]
     if bad:
         raise AppError("lda: bad parameter " + "; ".join(bad))
+    if p["holdout"] and p["test"]:
+        raise AppError("lda: give holdout or test, not both")
 
 
 def word_blocks(counts: np.ndarray, blocks: int) -> np.ndarray:
@@ -90,10 +94,50 @@ def load(
     corpus: str, synthetic: bool, topics: int, docs: int, length: int, min_count: int, max_df: float
 ) -> tuple[Corpus, dict[str, int] | None]:
     """(the corpus, the planted topic of every word or None for real data)."""
+    data, planted, _ = load_split(corpus, synthetic, topics, docs, length, min_count, max_df)
+    return data, planted
+
+
+def load_split(
+    corpus: str,
+    synthetic: bool,
+    topics: int,
+    docs: int,
+    length: int,
+    min_count: int,
+    max_df: float,
+    holdout: float = 0.0,
+    test: str = "",
+) -> tuple[Corpus, dict[str, int] | None, list[np.ndarray] | None]:
+    """(the training corpus, the planted topics or None, the held-out documents as word
+    ids of the training vocabulary or None): ``test``'s documents, or a share ``holdout``
+    of the documents drawn from the run's seed, kept out of the vocabulary too."""
+    planted = None
     if synthetic:
         texts, planted = synthetic_corpus(topics, docs, length)
-        return build_corpus(texts, min_count, max_df), planted
-    return build_corpus(read_documents(corpus_file(corpus)), min_count, max_df), None
+    else:
+        texts = read_documents(corpus_file(corpus))
+    held: list[list[str]] | None = None
+    if test:
+        held = read_documents(pathlib.Path(test))
+    elif holdout > 0.0:
+        k = round(len(texts) * holdout)
+        if k < 1 or k == len(texts):
+            raise AppError(
+                f"lda: holdout={holdout} of {len(texts)} documents leaves {k} to test; "
+                "need at least one to test and one to train"
+            )
+        perm = ap.rng().permutation(len(texts))  # the driver's stream: same on every rank
+        out = set(perm[:k].tolist())
+        held = [d for i, d in enumerate(texts) if i in out]
+        texts = [d for i, d in enumerate(texts) if i not in out]
+    data = build_corpus(texts, min_count, max_df)
+    if held is None:
+        return data, planted, None
+    ids = encode(held, data.vocab)
+    if not ids:
+        raise AppError("lda: no held-out document has two words of the training vocabulary")
+    return data, planted, ids
 
 
 #: What ``replay run --save`` writes and ``replay export --model`` reads back from a
@@ -116,18 +160,27 @@ def train(
     max_df: float = 0.5,
     docs: int = 200,
     length: int = 60,
+    holdout: float = 0.0,
+    test: str = "",
 ) -> dict[str, Any]:
     """Fit LDA with ``topics`` topics by collapsed Gibbs sampling; logs ``loglik`` per
     iteration and ``perplexity`` (on the training documents) at the end.
 
-    ``corpus`` is ``lee`` or ``head500`` (gensim's test corpora); ``synthetic=true``
+    ``corpus`` is ``lee`` or ``head500`` (gensim's test corpora) or the path of a UTF-8
+    text file with one document per line; ``synthetic=true``
     generates ``docs`` documents of ``length`` tokens from ``topics`` planted topics
     instead.  ``alpha`` and ``beta`` are the symmetric document-topic and topic-word
     priors; ``blocks`` is the number of word blocks (the loop's bodies); ``min_count``
-    and ``max_df`` choose the vocabulary.
+    and ``max_df`` choose the vocabulary.  ``holdout`` (a share of the documents, drawn
+    from the run's seed) or ``test`` (a file of documents) is kept out of training, and
+    ``heldout_perplexity`` is logged at the end (document completion: see
+    :func:`~apps.lda._model.completion_perplexity`).  Both are off by default, so a trace
+    recorded before they existed replays with the same documents.
     """
     _check(**locals())
-    data, planted = load(corpus, synthetic, topics, docs, length, min_count, max_df)
+    data, planted, held = load_split(
+        corpus, synthetic, topics, docs, length, min_count, max_df, holdout, test
+    )
     K, V, D = topics, len(data.vocab), len(data.docs)
     tok_doc = np.concatenate([np.full(len(d), i, dtype=np.int64) for i, d in enumerate(data.docs)])
     tok_word = np.concatenate(data.docs)
@@ -185,6 +238,13 @@ def train(
     theta, phi = estimates(nw, nd, alpha, beta)
     perp = perplexity(data.doc_term(), theta, phi)
     ap.log_objective("perplexity", perp)
+    extra: dict[str, Any] = {}
+    if held is not None:
+        extra = {
+            "heldout_documents": len(held),
+            "heldout_perplexity": completion_perplexity(held, phi, alpha),
+        }
+        ap.log_objective("heldout_perplexity", extra["heldout_perplexity"])
     out: dict[str, Any] = {
         "corpus": "synthetic" if synthetic else corpus,
         "documents": D,
@@ -194,6 +254,7 @@ def train(
         "iterations": iterations,
         "loglik": ll,
         "perplexity": perp,
+        **extra,
         "top_words": [" ".join(ws) for ws in top_words(phi, data.vocab, TOP_WORDS)],
         "model": {"word_topic": NW, "doc_topic": ND, "vocab": np.array(data.vocab, dtype=str)},
     }

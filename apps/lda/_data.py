@@ -1,4 +1,5 @@
-"""Data for LDA: gensim's test corpora (one document per line), or planted topics.
+"""Data for LDA: gensim's test corpora (one document per line), the user's text file in
+the same form (``-p corpus=PATH``), or planted topics.
 
 ``lee_background.cor`` (300 news stories, ~60k tokens) and ``head500.noblanks.cor``
 (250 Wikipedia articles, ~330k tokens) ship in gensim's wheel under
@@ -63,16 +64,25 @@ _TOKEN = re.compile(r"\w+")
 
 
 def corpus_file(corpus: str) -> pathlib.Path:
-    """The cached, checked file of ``-p corpus=`` (``lee`` or ``head500``)."""
-    if corpus not in CORPORA:
-        raise AppError(f"lda: corpus must be one of {', '.join(CORPORA)}, got {corpus!r}")
-    dest = fetch_checked_members(_PACKAGE, _VERSION, _PREFIX, MEMBERS, CACHE_SUBDIR, "lda")
-    return dest / CORPORA[corpus]
+    """The file of ``-p corpus=``: for ``lee`` or ``head500`` the cached, checked gensim
+    file; anything else is the path of the user's text file (``./lee`` for a file of
+    that name).  A path that does not exist is a one-line :class:`AppError`."""
+    if corpus in CORPORA:
+        dest = fetch_checked_members(_PACKAGE, _VERSION, _PREFIX, MEMBERS, CACHE_SUBDIR, "lda")
+        return dest / CORPORA[corpus]
+    path = pathlib.Path(corpus)
+    if not path.exists():
+        raise AppError(
+            f"lda: corpus must be one of {', '.join(CORPORA)} or a text file with one "
+            f"document per line; {corpus!r} is neither (no such file)"
+        )
+    return path
 
 
 def read_documents(path: pathlib.Path) -> list[list[str]]:
     """The token lists of a text file, one document per non-empty line.  A missing,
-    unreadable, non-UTF-8 or word-less file is a one-line :class:`AppError`."""
+    unreadable, non-UTF-8 (naming the line) or word-less file is a one-line
+    :class:`AppError`."""
     text = read_utf8(path, "lda: corpus", "give a plain text file, one document per line")
     docs = [_TOKEN.findall(line.lower()) for line in text.splitlines()]
     docs = [d for d in docs if d]
@@ -130,6 +140,14 @@ def build_corpus(docs: list[list[str]], min_count: int, max_df: float) -> Corpus
     return Corpus(out, [w for w, _ in kept])
 
 
+def encode(docs: list[list[str]], vocab: list[str]) -> list[np.ndarray]:
+    """Documents as arrays of ids in ``vocab``; words outside it are dropped, and so are
+    documents left with fewer than two words (nothing to complete)."""
+    index = {w: i for i, w in enumerate(vocab)}
+    out = [np.array([index[w] for w in d if w in index], dtype=np.int64) for d in docs]
+    return [d for d in out if len(d) >= 2]
+
+
 def synthetic_corpus(
     topics: int,
     docs: int = SYNTHETIC_DOCS,
@@ -165,6 +183,7 @@ __all__ = [
     "Corpus",
     "build_corpus",
     "corpus_file",
+    "encode",
     "read_documents",
     "synthetic_corpus",
 ]

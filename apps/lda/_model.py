@@ -88,6 +88,34 @@ def perplexity(doc_term: np.ndarray, theta: np.ndarray, phi: np.ndarray) -> floa
     return float(np.exp(-(doc_term[nz] * np.log(p[nz])).sum() / doc_term.sum()))
 
 
+#: EM steps that fit a held-out document's topic proportions to its first half: the
+#: perplexity changes by less than 0.1 % past 50 on the lee corpus.
+FOLD_IN_STEPS = 50
+
+
+def completion_perplexity(
+    docs: list[np.ndarray], phi: np.ndarray, alpha: float, steps: int = FOLD_IN_STEPS
+) -> float:
+    """Held-out perplexity by document completion: each document's topic proportions are
+    fitted (EM with the topics ``phi`` fixed, smoothed by ``alpha``) to its tokens at even
+    positions, and its tokens at odd positions are scored with them.  Documents of fewer
+    than two tokens are passed over."""
+    K = phi.shape[0]
+    logp, tokens = 0.0, 0
+    for d in docs:
+        if len(d) < 2:
+            continue
+        seen, held = phi[:, d[0::2]], phi[:, d[1::2]]
+        theta = np.full(K, 1.0 / K)
+        for _ in range(steps):
+            r = theta[:, None] * seen
+            r /= r.sum(axis=0, keepdims=True)
+            theta = (r.sum(axis=1) + alpha) / (seen.shape[1] + K * alpha)
+        logp += float(np.log(theta @ held).sum())
+        tokens += held.shape[1]
+    return float(np.exp(-logp / tokens)) if tokens else float("nan")
+
+
 def top_words(phi: np.ndarray, vocab: list[str], n: int) -> list[list[str]]:
     """The ``n`` most probable words of every topic (ties: lower word id first)."""
     order = np.argsort(-phi, axis=1, kind="stable")[:, :n]

@@ -8,6 +8,7 @@ matrices are DDS and the inner loop is an ``async_for``.  Each body touches one 
 from __future__ import annotations
 
 import functools
+import hashlib
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -87,18 +88,64 @@ def build(
     synthetic_ratings: int | None = None,
 ) -> tuple[ap.dvector, ap.dvector, ap.dvector]:
     """Load the ratings and create the factor matrices: (A, W, H)."""
+    A, _, W, H = build_split(rank, init_std, synthetic, data, synthetic_ratings)
+    return A, W, H
+
+
+def held_out(line: str, salt: bytes, holdout: float) -> bool:
+    """Whether the rating on ``line`` is held out: a keyed hash of the line, so the choice
+    depends on the salt (drawn from the run's seed) and the rating, not on where the line
+    is or which rank reads it."""
+    h = hashlib.blake2b(line.encode(), key=salt, digest_size=8).digest()
+    return int.from_bytes(h, "little") < holdout * 2.0**64
+
+
+def build_split(
+    rank: int,
+    init_std: float,
+    synthetic: bool = False,
+    data: str = "",
+    synthetic_ratings: int | None = None,
+    *,
+    holdout: float = 0.0,
+    test: str = "",
+) -> tuple[ap.dvector, ap.dvector | None, ap.dvector, ap.dvector]:
+    """Load the training ratings, the test ratings (``test``'s file, a share ``holdout``
+    of the ratings chosen from the run's seed, or None) and create the factor matrices:
+    (A, T, W, H).  W and H have a row for every id in either set."""
     path = data_path(data, synthetic, ratings=synthetic_ratings)
-    A = ap.load(path, parse=parse_line, name="ratings")
+    T = None
+    if holdout > 0.0:
+        salt = ap.rng().bytes(16)  # the driver's stream: the same on every rank and replay
+
+        def train_line(line: str) -> object:
+            return None if held_out(line, salt, holdout) else parse_line(line)
+
+        def test_line(line: str) -> object:
+            return parse_line(line) if held_out(line, salt, holdout) else None
+
+        A = ap.load(path, parse=train_line, name="ratings")
+        T = ap.load(path, parse=test_line, name="test_ratings")
+    else:
+        A = ap.load(path, parse=parse_line, name="ratings")
+        if test:
+            T = ap.load(test, parse=parse_line, name="test_ratings")
     if len(A) == 0:
         raise AppError("sgdmf: the rating file has no ratings")
+    if T is not None and len(T) == 0:
+        what = f"the test file {test!r} has" if test else f"holdout={holdout} left"
+        raise AppError(f"sgdmf: {what} no ratings to test on")
     n_users = ap.reduce(A, lambda r: r.user, op=max) + 1
     n_items = ap.reduce(A, lambda r: r.item, op=max) + 1
+    if T is not None:  # a test id never trained keeps its initial row (a cold start)
+        n_users = max(n_users, ap.reduce(T, lambda r: r.user, op=max) + 1)
+        n_items = max(n_items, ap.reduce(T, lambda r: r.item, op=max) + 1)
     mean = ap.reduce(A, lambda r: r.rating) / len(A)
     # start every prediction near the global mean so SGD only learns the residual
     center = math.sqrt(mean / rank)
     W = ap.dvector(n_users, shape=(rank,), init=ap.init.normal(center, init_std), name="W")
     H = ap.dvector(n_items, shape=(rank,), init=ap.init.normal(center, init_std), name="H")
-    return A, W, H
+    return A, T, W, H
 
 
 def epoch(A: ap.dvector, W: ap.dvector, H: ap.dvector, g: float, lam: float) -> None:
@@ -182,31 +229,52 @@ def train(
     data: str = "",
     kernel: bool = False,
     synthetic_ratings: int = SYNTHETIC_SHAPE["n_ratings"],
+    holdout: float = 0.0,
+    test: str = "",
 ) -> dict[str, Any]:
-    """Factorise the rating matrix; logs training ``rmse`` after every epoch.
+    """Factorise the rating matrix; logs training ``rmse`` after every epoch, and
+    ``test_rmse`` on held-out ratings when there are some.
 
     ``kernel=True`` runs the loop body as a compiled kernel (:func:`sgd_kernel`);
     ``synthetic_ratings`` is how many ratings ``synthetic=true`` generates (a quick
-    offline try, or a fast test)."""
+    offline try, or a fast test).  ``holdout`` is the share of the ratings held out of
+    training (chosen from the run's seed), ``test`` a rating file to test on instead;
+    both are off by default, so a trace recorded before they existed replays with the
+    same data."""
     if epochs < 0 or rank < 1 or gamma <= 0:
         raise AppError(
             f"sgdmf: need epochs >= 0, rank >= 1, gamma > 0 (got {epochs}, {rank}, {gamma})"
         )
-    A, W, H = build(rank, init_std, synthetic, data, synthetic_ratings)
+    if not 0.0 <= holdout < 1.0:
+        raise AppError(f"sgdmf: need 0 <= holdout < 1 (got {holdout})")
+    if holdout and test:
+        raise AppError("sgdmf: give holdout or test, not both")
+    A, T, W, H = build_split(
+        rank, init_std, synthetic, data, synthetic_ratings, holdout=holdout, test=test
+    )
     R = numeric_ratings(A) if kernel else None
     ratings = R.gather() if R is not None else None
+    tests = None
+    if T is not None and kernel:
+        tests = np.array([(r.user, r.item, r.rating) for r in T.gather()], dtype=np.float64)
     g = gamma
     for _ in range(epochs):
         if R is not None and ratings is not None:
             kernel_epoch(R, W, H, g, lam)
             ap.log_objective("rmse", rmse_compiled(ratings, W, H))
+            if tests is not None:
+                ap.log_objective("test_rmse", rmse_compiled(tests, W, H))
         else:
             epoch(A, W, H, g, lam)
             ap.log_objective("rmse", rmse(A, W, H))
+            if T is not None:
+                ap.log_objective("test_rmse", rmse(T, W, H))
         g *= decay
+    held = {} if T is None else {"test_ratings": len(T)}
     return {
         "users": len(W),
         "items": len(H),
         "ratings": len(A),
+        **held,
         "model": {"W": W, "H": H},
     }

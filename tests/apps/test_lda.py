@@ -303,7 +303,7 @@ def test_dual_forward_and_backward_are_exact_on_two_nodes() -> None:
     [
         ("topics=1", "topics=1 (need >= 2)"),
         ("max_df=0", "max_df=0.0 (need 0 < max_df <= 1)"),
-        ("corpus=wiki", "corpus must be one of lee, head500, got 'wiki'"),
+        ("corpus=wiki", "corpus must be one of lee, head500 or a text file with one document"),
     ],
 )
 def test_cli_bad_parameter_is_one_line_exit_2(param: str, message: str, cli) -> None:
@@ -311,3 +311,58 @@ def test_cli_bad_parameter_is_one_line_exit_2(param: str, message: str, cli) -> 
     assert proc.returncode == 2
     errors = [line for line in proc.stderr.splitlines() if "error" in line]
     assert len(errors) == 1 and message in errors[0] and "Traceback" not in proc.stderr
+
+
+# --- the user's corpus -----------------------------------------------------------------------
+def write_corpus(path: pathlib.Path, docs: list[list[str]]) -> pathlib.Path:
+    path.write_text("".join(" ".join(d) + "\n" for d in docs))
+    return path
+
+
+def test_a_users_corpus_file_trains_as_the_same_documents_do(tmp_path: pathlib.Path) -> None:
+    texts, _ = _data.synthetic_corpus(5, docs=80, length=40)
+    path = write_corpus(tmp_path / "planted.txt", texts)
+    params = {"topics": 5, "iterations": 3}
+    mine = ap.run(train, {**params, "corpus": str(path)})
+    planted = ap.run(train, {**params, "synthetic": True, "docs": 80, "length": 40})
+    assert mine.objectives == planted.objectives and mine.digests == planted.digests
+    assert mine.value["corpus"] == str(path) and mine.value["documents"] == 80
+
+
+@pytest.mark.parametrize(
+    "content,message",
+    [
+        (None, "none.txt' is neither (no such file)"),
+        ("dir", "cannot be read: Is a directory"),
+        (b"", "has no words"),
+        (b"first document\nsecond \xff document\n", "is not UTF-8 text (line 2, byte 22)"),
+        (b"the and of\n", "no document keeps a word with min_count=3"),
+    ],
+)
+def test_a_bad_corpus_file_is_one_line_exit_2(
+    tmp_path: pathlib.Path, content: bytes | str | None, message: str, cli
+) -> None:
+    path = tmp_path / ("none.txt" if content is None else "corpus.txt")
+    if content == "dir":
+        path.mkdir()
+    elif isinstance(content, bytes):
+        path.write_bytes(content)
+    proc = cli("run", "lda", "-p", f"corpus={path}", "--no-trace")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if "error" in line]
+    assert len(errors) == 1 and message in errors[0], proc.stderr
+    if content is not None and content != b"the and of\n":
+        assert str(path) in errors[0]
+
+
+def test_a_run_on_a_users_corpus_records_and_replays(tmp_path: pathlib.Path, cli) -> None:
+    texts, _ = _data.synthetic_corpus(4, docs=60, length=30)
+    path = write_corpus(tmp_path / "c.txt", texts)
+    trace = tmp_path / "lda.sqlite"
+    args = ["-p", f"corpus={path}", "-p", "topics=4", "-p", "iterations=4", "--trace", trace]
+    rec = cli("run", "lda", *args)
+    assert rec.returncode == 0, rec.stderr
+    for mode in ("cluster", "single"):
+        rep = cli(mode, trace, "--json")
+        assert rep.returncode == 0, rep.stderr
+        assert json.loads(rep.stdout)["identical"]
