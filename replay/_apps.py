@@ -164,4 +164,23 @@ def all_params(fn: Callable[..., Any], given: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-__all__ = ["BUILTIN_APPS", "App", "all_params", "parse_params", "resolve"]
+def recorded_params(fn: Callable[..., Any], params: dict[str, Any]) -> dict[str, Any]:
+    """The parameters to run a recorded run of ``fn`` again with (replay, time travel,
+    resume): ``params`` as the trace holds them, plus each parameter ``fn`` gained after
+    the run was recorded, set to the value that behaves as ``fn`` did before it existed.
+
+    A trace records every parameter with the default of its day (:func:`all_params`), so
+    one it lacks was added later; today's default may choose other data or another
+    schedule (a replay would then diverge, or a resume continue a different run).  The
+    app's module names those values in ``ADDED_PARAMS`` (name -> value); a missing one
+    falls back to today's default, as before."""
+    module = sys.modules.get(getattr(fn, "__module__", ""), None)
+    added = getattr(module, "ADDED_PARAMS", None)
+    out = dict(params)
+    if isinstance(added, dict):
+        for name, value in added.items():
+            out.setdefault(name, value)
+    return out
+
+
+__all__ = ["BUILTIN_APPS", "App", "all_params", "parse_params", "recorded_params", "resolve"]

@@ -21,6 +21,7 @@ import numpy as np
 import engine
 from engine.lowlevel import find_dds
 
+from ._apps import recorded_params
 from ._controller import ReplayChecker, ReplayFinished, TraceController
 from ._errors import UsageError
 from ._job import recorded_modes
@@ -227,7 +228,7 @@ def replay_with(
     try:
         engine.run(
             app.fn,
-            dict(info.params),
+            recorded_params(app.fn, info.params),
             nodes=info.ranks,
             threads=info.threads,
             seed=info.seed,

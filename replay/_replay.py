@@ -29,7 +29,7 @@ import tracer
 from engine.lowlevel import ScheduleExhausted
 
 from . import _environment, _traceio
-from ._apps import BUILTIN_APPS, App, resolve
+from ._apps import BUILTIN_APPS, App, recorded_params, resolve
 from ._controller import ReplayChecker, ReplayFinished, TraceController
 from ._errors import UsageError
 from ._job import code_digest, recorded_modes, rounded_times
@@ -298,7 +298,7 @@ def replay_here(
                 **recorded_modes(info),
             ),
             app,
-            dict(info.params),
+            recorded_params(app.fn, info.params),
             comm,
         )
     t0 = time.perf_counter()  # before the checker's clock: its times stay within wall_s
@@ -319,7 +319,7 @@ def replay_here(
     try:
         engine.run(
             app.fn,
-            dict(info.params),
+            recorded_params(app.fn, info.params),
             nodes=info.ranks if mode == "single" else 1,
             threads=info.threads,
             seed=info.seed,

@@ -25,6 +25,7 @@ import engine
 import tracer
 
 from . import _environment, _traceio
+from ._apps import recorded_params
 from ._dualctl import same_value
 from ._errors import UsageError
 from ._job import _recorder, recorded_modes, recording, run_json
@@ -229,7 +230,7 @@ def resume_here(
     info = crashed.info
     # the new run names its app as the crashed run does (not the resolved file path)
     app = dataclasses.replace(recorded_app(info), spec=info.app)
-    params = dict(info.params)
+    params = recorded_params(app.fn, info.params)
     rank = comm.Get_rank() if comm is not None else 0
     size = comm.Get_size() if comm is not None else 1
     if size != info.ranks:

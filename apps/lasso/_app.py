@@ -40,6 +40,14 @@ MODEL_DDS = {"coef": "beta"}
 MODEL_DATA = ("intercept", "x_mean", "x_std")
 #: The data sets ``-p dataset=`` accepts.
 DATASETS = ("diabetes", "synthetic")
+#: How rounds draw their coordinates (``-p schedule=``): ``priority`` by the size of
+#: each coordinate's last change (STRADS), ``uniform`` all alike, ``auto`` by
+#: :func:`choose_schedule`.
+SCHEDULES = ("auto", "priority", "uniform")
+#: Parameters added after traces were recorded, with the value that replays such a trace
+#: as it ran (``replay._apps.recorded_params``): before ``schedule`` every run drew by
+#: priority.
+ADDED_PARAMS = {"schedule": "priority"}
 
 
 def soft_threshold(z: float, alpha: float) -> float:
@@ -126,9 +134,29 @@ def sklearn_coef(X: np.ndarray, y: np.ndarray, alpha: float) -> np.ndarray:
     return np.asarray(model.fit(X, y).coef_, dtype=np.float64)
 
 
+def choose_schedule(schedule: str, features: int, block: int) -> tuple[str, str]:
+    """(the schedule a run uses, why, in words).  ``auto`` draws by priority only when
+    a round cannot update every coordinate (more features than ``block``): then which
+    coordinates a round takes matters, and the ones still changing are the ones to take.
+    With ``features <= block`` a round can take them all, priorities only reorder it,
+    and the correlation check then keeps blocking the same coordinates behind the
+    largest changes.  Measured, rounds to the default tolerance (seeds 0/1/2, floor 0.2
+    against uniform): diabetes (10 features) 1,225/821/711 against 356/394/421;
+    synthetic 20 features 659 against 352; 32: 377/499 against 497/413; 48: 528/624
+    against 616/615; 64: 495/576/803 against 807/920/948; 100: 762 against 1,316;
+    1,000: 394 against 5,000 without converging."""
+    if schedule != "auto":
+        return schedule, f"{schedule} (asked for)"
+    if features <= block:
+        return "uniform", f"uniform ({features} features <= block {block})"
+    return "priority", f"priority ({features} features > block {block})"
+
+
 def _check(**p: Any) -> None:
     if p["dataset"] not in DATASETS:
         raise AppError(f"lasso: dataset must be diabetes or synthetic, got {p['dataset']!r}")
+    if p["schedule"] not in SCHEDULES:
+        raise AppError(f"lasso: schedule must be auto, priority or uniform, got {p['schedule']!r}")
     bad = [
         f"{name}={p[name]!r} (need {need})"
         for name, ok, need in (
@@ -162,6 +190,7 @@ def train(
     candidates: int = 0,
     threshold: float = 0.1,
     floor: float = 0.2,
+    schedule: str = "auto",
     tol: float = 1e-10,
     compare: bool = True,
     samples: int = 1000,
@@ -185,7 +214,10 @@ def train(
     ``holdout`` (a share of the rows, drawn from the run's seed) or ``test`` (the user's
     table) is held out of the fit, and ``test_mse`` is the mean squared error of the
     model's predictions on it.  Both are off by default, so a trace recorded before they
-    existed replays with the same data.
+    existed replays with the same data.  ``schedule`` is how a round draws its
+    candidates: by ``priority`` (the size of each coordinate's last change, plus
+    ``floor``), ``uniform``, or ``auto`` (:func:`choose_schedule`); the result's
+    ``schedule`` says which and why.
     """
     _check(**locals())
     raw, y = raw_data(dataset, samples, features, nonzeros, rho, noise, data)
@@ -199,6 +231,8 @@ def train(
     if alpha == 0.0:
         raise AppError("lasso: the target is constant, so every coefficient is zero")
     draw = candidates or 2 * block
+    used, why = choose_schedule(schedule, p, block)
+    weight = floor if used == "priority" else 1.0  # floor 1: every coordinate alike
     # X column by column: row j of the DDS is feature j (the coordinate a body updates)
     cols = ap.dvector(p, shape=(n,), data=X.T, name="X")
     beta = ap.dvector(p, shape=(), init=ap.init.zeros(), name="beta")
@@ -223,7 +257,7 @@ def train(
     kkt = kkt_violation(X, r, b, alpha)
     done = 0
     while done < iterations and kkt > tol * alpha:
-        cand = sample(ap.rng(), priorities(change.gather(), floor), draw)
+        cand = sample(ap.rng(), priorities(change.gather(), weight), draw)
         round_ = independent(cand, X, threshold, block)
         for k, j in enumerate(round_.tolist()):
             chosen[k] = j
@@ -247,6 +281,7 @@ def train(
         "features": p,
         "alpha": alpha,
         "iterations": done,
+        "schedule": why,
         "converged": kkt <= tol * alpha,
         "kkt": kkt,
         "tolerance": tol * alpha,

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 import engine as ap
 from apps._errors import AppError
 from apps.lasso import kkt_violation, train
+from apps.lasso._app import choose_schedule
 from apps.lasso._data import diabetes, standardise, synthetic
 from apps.lasso._schedule import correlation_violations, independent, priorities, sample
 from replay import testing
@@ -204,3 +205,85 @@ def test_record_then_replay_on_the_cluster_and_in_pdb(tmp_path: Path, cli) -> No
             return first + await wait_text(pilot, "kkt: 25 iteration(s)")
 
     assert "verdicts clu✓" in asyncio.run(browse())
+
+
+# --- which schedule ------------------------------------------------------------------------
+#: 20 features, fewer than a block of 32: ``auto`` draws uniformly.
+NARROW = ["dataset=synthetic", "samples=40", "features=20", "nonzeros=3", "iterations=6"]
+NARROW_PARAMS: dict[str, object] = {
+    "dataset": "synthetic",
+    "samples": 40,
+    "features": 20,
+    "nonzeros": 3,
+    "iterations": 6,
+    "compare": False,
+}
+
+
+@pytest.mark.parametrize(
+    "asked,features,block,used",
+    [
+        ("auto", 10, 32, "uniform"),
+        ("auto", 32, 32, "uniform"),
+        ("auto", 33, 32, "priority"),
+        ("auto", 10_000, 32, "priority"),
+        ("priority", 10, 32, "priority"),
+        ("uniform", 10_000, 32, "uniform"),
+    ],
+)
+def test_auto_draws_by_priority_only_when_a_round_must_choose(
+    asked: str, features: int, block: int, used: str
+) -> None:
+    got, why = choose_schedule(asked, features, block)
+    assert got == used and why.startswith(used)
+    assert (str(features) in why) == (asked == "auto")
+
+
+def test_the_schedule_a_run_used_is_in_its_result_and_uniform_is_floor_one() -> None:
+    runs = {
+        s: ap.run(train, {**NARROW_PARAMS, "schedule": s}) for s in ("auto", "uniform", "priority")
+    }
+    assert runs["auto"].value["schedule"] == "uniform (20 features <= block 32)"
+    assert runs["priority"].value["schedule"] == "priority (asked for)"
+    floor_one = ap.run(train, {**NARROW_PARAMS, "schedule": "priority", "floor": 1.0})
+    assert runs["uniform"].objectives == floor_one.objectives == runs["auto"].objectives
+    assert runs["uniform"].digests == floor_one.digests
+    assert runs["auto"].objectives != runs["priority"].objectives
+
+
+def test_a_bad_schedule_is_one_line(cli) -> None:
+    proc = cli("run", "lasso", "-p", "schedule=fastest", "--no-trace")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1
+    assert "schedule must be auto, priority or uniform" in proc.stderr
+
+
+@pytest.mark.parametrize("declared", [True, False])
+def test_a_trace_from_before_schedule_replays_by_priority(
+    tmp_path: Path, cli, monkeypatch: pytest.MonkeyPatch, declared: bool
+) -> None:
+    """A trace recorded before ``schedule`` existed ran by priority; its params lack the
+    key, and ``ADDED_PARAMS`` makes the replay use priority, not today's ``auto``
+    (uniform for these 20 features).  Without the declaration it would diverge."""
+    import replay._job
+    from apps.lasso import _app
+
+    trace = tmp_path / "old.sqlite"
+    args = [a for p in [*NARROW, "compare=false", "schedule=priority"] for a in ("-p", p)]
+    every = replay._job.all_params
+    monkeypatch.setattr(
+        replay._job,
+        "all_params",
+        lambda fn, given: {k: v for k, v in every(fn, given).items() if k != "schedule"},
+    )
+    old = cli("run", "lasso", *args, "--trace", trace, "--json")
+    monkeypatch.undo()
+    assert old.returncode == 0, old.stderr
+    assert "schedule" not in json.loads(old.stdout)["params"]
+    if not declared:
+        monkeypatch.setattr(_app, "ADDED_PARAMS", {})
+    for mode in ("cluster", "single"):
+        rep = cli(mode, trace, "--json")
+        if declared:
+            assert rep.returncode == 0 and json.loads(rep.stdout)["identical"], rep.stderr
+        else:
+            assert rep.returncode == 3, rep.stderr
