@@ -163,6 +163,7 @@ def _new_state(
         "strategy": plan.strategy,
         "rounds": len(plan.rounds),
         "imbalance": round(plan.imbalance, 4),
+        "barrier_imbalance": round(plan.barrier_imbalance, 4),
         "node_imbalance": round(plan.node_imbalance, 4),
         "bodies": plan.n,
         "recon_s": round(time.perf_counter() - t0, 6),

@@ -44,6 +44,8 @@ import numpy as np
 from .._asyncfor.recon import AccessSets
 from .._data.dds import SLOT_BITS
 from .colouring import body_weights, colour_bodies, colour_lower_bound
+from .makespan import barrier_makespan, critical_path
+from .routing import message_edges
 
 #: Cost of one round (exchange + barrier) in body-equivalents; more rounds buy smaller
 #: components but each one pays a network round trip.
@@ -55,6 +57,8 @@ MIN_BATCH_PER_NODE = 64
 SPLIT_FACTOR = 1.25
 #: Rotation is only tried for this many written index spaces or fewer (P^(k-1) rounds).
 MAX_ROTATION_SPACES = 3
+
+_NONE = np.empty(0, dtype=np.int64)
 
 
 @dataclass(slots=True)
@@ -84,6 +88,12 @@ class Plan:
     order: np.ndarray | None = None
     #: colour classes of a colouring plan (one round each); None for other strategies
     colours: int | None = None
+    #: what ``imbalance`` was before routed write-back: sum over rounds of the busiest
+    #: node's bodies / (n / P), the time if every round ended with a global barrier
+    barrier_imbalance: float = 1.0
+    #: the critical path with ``ROUND_OVERHEAD_BODIES`` per message hop, in bodies: what
+    #: ``auto`` compares a token plan by (see ``make_plan``)
+    path_cost: float = 0.0
 
     def serial_order(self) -> np.ndarray:
         """Indices in the plan's serialization order (valid when no task is locked)."""
@@ -238,7 +248,11 @@ def _finish(
     plan.writes = _round_writes(plan, sets)
     ld = np.array(loads, dtype=np.float64).reshape(len(rounds), nodes)
     ideal = sets.n / nodes if sets.n else 1.0
-    plan.imbalance = float(ld.max(axis=1).sum() / ideal) if sets.n else 1.0
+    edges = message_edges(plan, sets) if sets.n and nodes > 1 else (_NONE, _NONE, _NONE)
+    plan.imbalance = critical_path(ld, *edges) / ideal if sets.n else 1.0
+    plan.barrier_imbalance = barrier_makespan(ld) / ideal if sets.n else 1.0
+    hop = ROUND_OVERHEAD_BODIES if nodes > 1 else 0
+    plan.path_cost = critical_path(ld, *edges, latency=hop)
     per_node = ld.sum(axis=0)
     plan.node_imbalance = float(per_node.max() / per_node.mean()) if sets.n else 1.0
     return plan
@@ -550,6 +564,7 @@ def replicated_plan(start: int, order: np.ndarray, nodes: int) -> Plan:
     rounds = [[[Task(0, order)]] + [[] for _ in range(nodes - 1)]] if n else []
     writes = [[np.empty(0, dtype=np.int64) for _ in range(nodes)] for _ in rounds]
     plan = Plan(REPLICATED, start, n, nodes, 1, rounds, writes, float(nodes), float(nodes))
+    plan.barrier_imbalance = float(nodes)
     plan.order = order
     return plan
 

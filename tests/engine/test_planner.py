@@ -181,3 +181,41 @@ def test_component_numbering_follows_a_long_chain() -> None:
     two = _first_node_labels(5000, 5000, order[:2499], order[1:2500])
     first = min(order[:2500])
     assert two[order[:2500]].tolist() == [two[first]] * 2500 and len(set(two.tolist())) == 2501
+
+
+# ============================================================= critical path (makespan)
+def test_the_critical_path_waits_only_for_messages_routed_to_a_node() -> None:
+    from engine._machines.makespan import barrier_makespan, critical_path
+
+    # node 0 is slow in round 0; node 1 waits for it only if a message says so
+    loads = np.array([[5.0, 1.0], [1.0, 1.0], [1.0, 5.0]])
+    none = np.empty(0, dtype=np.int64)
+    assert critical_path(loads, none, none, none) == 7.0  # node 1: 1 + 1 + 5
+    assert barrier_makespan(loads) == 11.0  # 5 + 1 + 5
+    # 0 -> 1 after round 0: node 1 starts round 1 at 5, ends round 2 at 11
+    one = np.array([0])
+    assert critical_path(loads, one, np.array([0]), np.array([1])) == 11.0
+    assert critical_path(loads, one, np.array([0]), np.array([1]), latency=2.0) == 13.0
+    # a message after round 1 from node 1 to node 0 adds nothing: node 0 is later anyway
+    assert critical_path(loads, np.array([1]), np.array([1]), np.array([0])) == 7.0
+
+
+@given(access_sets(), st.integers(1, 4), st.integers(1, 3), st.sampled_from(["auto", "components"]))
+def test_the_critical_path_is_between_the_mean_and_the_barrier_time(
+    sets, nodes, threads, strategy
+) -> None:
+    """No plan ends before its busiest node is done, nor after it would with barriers."""
+    plan = make_plan(sets, nodes, threads, seed=1, strategy=strategy)
+    per_node = plan.bodies_per_node()
+    ideal = sets.n / nodes
+    assert plan.imbalance >= per_node.max() / ideal - 1e-9
+    assert plan.imbalance <= plan.barrier_imbalance + 1e-9
+
+
+def test_a_rotation_without_barriers_is_a_ring() -> None:
+    """In a rotation node p waits only for node p+1 (which hands it the next item block),
+    so it beats the barrier figure on skewed data, yet cannot beat its busiest node."""
+    sets = sgd_like_sets(3000, 80, 120)
+    plan = make_plan(sets, 4, 1, seed=0, strategy="rotation")
+    assert plan.imbalance < plan.barrier_imbalance
+    assert plan.imbalance >= plan.node_imbalance - 1e-9
