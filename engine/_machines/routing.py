@@ -150,9 +150,9 @@ def _events(plan: Plan, sets: AccessSets) -> tuple[np.ndarray, ...]:
 
 
 def _sends(plan: Plan, sets: AccessSets) -> tuple[np.ndarray, ...]:
-    """The events of :func:`_events` and the rows sent: ``(gid, rnd, node, isw, w, dst)``,
-    where row ``k`` sent is the value written at event ``w[k]`` (after round ``rnd[w[k]]``,
-    from ``node[w[k]]``) going to node ``dst[k]``."""
+    """The events of :func:`_events` and the rows sent: ``(gid, rnd, node, isw, w, dst,
+    at)``, where row ``k`` sent is the value written at event ``w[k]`` (after round
+    ``rnd[w[k]]``, from ``node[w[k]]``) going to node ``dst[k]`` for its event ``at[k]``."""
     gid, rnd, node, isw = _events(plan, sets)
     m = len(gid)
     idx = np.arange(m, dtype=np.int64)
@@ -166,25 +166,34 @@ def _sends(plan: Plan, sets: AccessSets) -> tuple[np.ndarray, ...]:
     w = prev[ok]
     dst = node[ok]
     send = node[w] != dst
-    return gid, rnd, node, isw, w[send], dst[send]
+    return gid, rnd, node, isw, w[send], dst[send], idx[ok][send]
 
 
-def message_edges(plan: Plan, sets: AccessSets) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def message_edges(
+    plan: Plan, sets: AccessSets, *, first_use: bool = False
+) -> tuple[np.ndarray, ...]:
     """The messages of every round's exchange (not the final one) as sorted unique
-    ``(round, src, dst)`` triples: who waits for whom between rounds (``makespan``)."""
-    _, rnd, node, _, w, dst = _sends(plan, sets)
+    ``(round, src, dst)`` triples: who waits for whom between rounds (``makespan``).
+    ``first_use``: one more array, per triple the first round in which ``dst`` touches a
+    row the message carries (the latest round it could be received before)."""
+    _, rnd, node, _, w, dst, at = _sends(plan, sets)
     if not len(w):
-        return _EMPTY, _EMPTY, _EMPTY
+        return (_EMPTY,) * (4 if first_use else 3)
     P = max(1, plan.nodes)
-    key = np.unique((rnd[w] * P + node[w]) * P + dst)
-    return key // (P * P), (key // P) % P, key % P
+    uniq, inv = np.unique((rnd[w] * P + node[w]) * P + dst, return_inverse=True)
+    out = (uniq // (P * P), (uniq // P) % P, uniq % P)
+    if not first_use:
+        return out
+    use = np.full(len(uniq), np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(use, inv, rnd[at])
+    return (*out, use)
 
 
 def route(plan: Plan, sets: AccessSets, nodes: list[int] | None = None) -> Routes:
     """The routes of ``plan`` (see the module docstring); ``stale`` is computed for
     ``nodes`` only (default: every node)."""
     P, R = plan.nodes, len(plan.rounds)
-    gid, rnd, node, isw, w, dst = _sends(plan, sets)
+    gid, rnd, node, isw, w, dst, _ = _sends(plan, sets)
     m = len(gid)
     idx = np.arange(m, dtype=np.int64)
     wlast = np.maximum.accumulate(np.where(isw, idx, -1)) if m else _EMPTY
