@@ -48,6 +48,7 @@ from .._machines.planner import (
     make_plan,
     placed,
     placement_like,
+    remake_strategy,
     replicated_plan,
     serial_plan,
     wavefront_plan,
@@ -155,7 +156,8 @@ def _new_state(
     sets = _recon(sess, name, inv, body, start, stop)
     t_plan = time.perf_counter()
     sess.phase_done("reconnaissance", wall, t_plan - t0)
-    plan = _placement(_plan(sess, name, sets, requested), sched, name, inv)
+    strategy = remake_strategy(requested, sched.plan if sched is not None else None)
+    plan = _placement(_plan(sess, name, sets, strategy), sched, name, inv)
     sess.phase_done("planning", wall + (t_plan - t0), time.perf_counter() - t_plan)
     st = _state(sess, name, start, stop, code, sets, plan)
     st.requested = requested

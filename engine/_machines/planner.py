@@ -613,6 +613,17 @@ def replicated_plan(start: int, order: np.ndarray, nodes: int) -> Plan:
 STRATEGIES = ("auto", "components", "rotation", "colouring", "tokens")
 
 
+def remake_strategy(requested: str, recorded: Plan | None) -> str:
+    """The ``strategy=`` to plan with when following a run whose plan in force was
+    ``recorded``: under ``auto``, that plan's own strategy, so that a trace recorded
+    before ``auto``'s choice changed (a new strategy, another cost) is remade as it ran
+    rather than reported as a divergence.  A plan no strategy makes (wavefront, serial,
+    replicated) leaves ``requested``."""
+    if requested == "auto" and recorded is not None and recorded.strategy in STRATEGIES:
+        return str(recorded.strategy)
+    return requested
+
+
 def make_plan(
     sets: AccessSets, nodes: int, threads: int = 1, *, seed: int = 0, strategy: str = "auto"
 ) -> Plan:
@@ -669,6 +680,7 @@ __all__ = [
     "make_plan",
     "placed",
     "placement_like",
+    "remake_strategy",
     "replicated_plan",
     "rotation_spaces",
     "serial_plan",
