@@ -156,7 +156,7 @@ def _new_state(
     sets = _recon(sess, name, inv, body, start, stop)
     t_plan = time.perf_counter()
     sess.phase_done("reconnaissance", wall, t_plan - t0)
-    strategy = remake_strategy(requested, sched.plan if sched is not None else None)
+    strategy = remake_strategy(requested, sched.plan if sched is not None else None, sets)
     plan = _placement(_plan(sess, name, sets, strategy), sched, name, inv)
     sess.phase_done("planning", wall + (t_plan - t0), time.perf_counter() - t_plan)
     st = _state(sess, name, start, stop, code, sets, plan)

@@ -613,15 +613,21 @@ def replicated_plan(start: int, order: np.ndarray, nodes: int) -> Plan:
 STRATEGIES = ("auto", "components", "rotation", "colouring", "tokens")
 
 
-def remake_strategy(requested: str, recorded: Plan | None) -> str:
-    """The ``strategy=`` to plan with when following a run whose plan in force was
-    ``recorded``: under ``auto``, that plan's own strategy, so that a trace recorded
+def remake_strategy(requested: str, recorded: Plan | None, sets: AccessSets) -> str:
+    """The ``strategy=`` to plan ``sets`` with when following a run whose plan in force
+    was ``recorded``: under ``auto``, that plan's own strategy, so that a trace recorded
     before ``auto``'s choice changed (a new strategy, another cost) is remade as it ran
     rather than reported as a divergence.  A plan no strategy makes (wavefront, serial,
-    replicated) leaves ``requested``."""
-    if requested == "auto" and recorded is not None and recorded.strategy in STRATEGIES:
-        return str(recorded.strategy)
-    return requested
+    replicated), an explicit ``requested``, or sets the recorded strategy cannot plan
+    (the code or data changed: ``check_plan`` then reports the difference) leave
+    ``requested``."""
+    if requested != "auto" or recorded is None or recorded.strategy not in STRATEGIES:
+        return requested
+    if recorded.strategy in ("rotation", "tokens"):
+        found = rotation_spaces(sets)
+        if found is None or (recorded.strategy == "tokens" and len(found[0]) != 2):
+            return requested
+    return str(recorded.strategy)
 
 
 def make_plan(

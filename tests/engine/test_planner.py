@@ -321,3 +321,22 @@ def test_auto_takes_tokens_only_where_their_critical_path_wins(monkeypatch) -> N
     assert best.strategy == "tokens"
     assert best.path_cost < make_plan(sets, 3, seed=0, strategy="rotation").path_cost
     assert best.imbalance < rot.imbalance
+
+
+def test_a_followed_plan_is_remade_with_its_strategy_where_the_sets_allow_it() -> None:
+    from engine._machines.planner import remake_strategy
+
+    sgd = sgd_like_sets(200, 10, 12)
+    rotation = make_plan(sgd, 3, strategy="rotation")
+    tokens = make_plan(sgd, 3, strategy="tokens")
+    assert remake_strategy("auto", rotation, sgd) == "rotation"
+    assert remake_strategy("auto", tokens, sgd) == "tokens"
+    assert remake_strategy("components", rotation, sgd) == "components"  # asked for
+    assert remake_strategy("auto", None, sgd) == "auto"
+    # the code or data changed and the sets no longer have the recorded plan's shape:
+    # plan freely, and let check_plan say what differs (no ValueError from make_plan)
+    shared = make_sets([[gid(1, 0), gid(1, 1)]] * 4, [[gid(1, 0), gid(1, 1)]] * 4)
+    assert remake_strategy("auto", rotation, shared) == "auto"
+    assert remake_strategy("auto", tokens, shared) == "auto"
+    wavefront = wavefront_plan(sgd, np.arange(200), 3, 1)
+    assert remake_strategy("auto", wavefront, sgd) == "auto"

@@ -56,7 +56,7 @@ def test_without_the_recorded_strategy_that_replay_would_diverge(
     from engine._machines import planner
 
     monkeypatch.setattr(planner, "ROUND_OVERHEAD_BODIES", 0)
-    monkeypatch.setattr(loop, "remake_strategy", lambda requested, recorded: requested)
+    monkeypatch.setattr(loop, "remake_strategy", lambda requested, recorded, sets: requested)
     proc = cli("single", str(_trace(tmp_path)), "--json")
     assert proc.returncode == 3, proc.stderr
     diff = json.loads(proc.stdout)["first_difference"]
