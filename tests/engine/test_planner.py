@@ -198,6 +198,11 @@ def test_the_critical_path_waits_only_for_messages_routed_to_a_node() -> None:
     assert critical_path(loads, one, np.array([0]), np.array([1]), latency=2.0) == 13.0
     # a message after round 1 from node 1 to node 0 adds nothing: node 0 is later anyway
     assert critical_path(loads, np.array([1]), np.array([1]), np.array([0])) == 7.0
+    # received only before round 2, where node 1 first reads it: it runs round 1 meanwhile
+    from engine._machines.makespan import on_demand_path
+
+    assert on_demand_path(loads, one, np.array([0]), np.array([1]), np.array([2])) == 10.0
+    assert on_demand_path(loads, one, np.array([0]), np.array([1]), np.array([1])) == 11.0
 
 
 @given(access_sets(), st.integers(1, 4), st.integers(1, 3), st.sampled_from(["auto", "components"]))
