@@ -8,8 +8,14 @@ invocation being measured; nothing is estimated from formulas.
 
 * ``bytes_per_epoch_p64_ml100k``, ``messages_per_epoch_p64``: one SGDMF epoch (the
   ``sgd`` invocation), MovieLens-100K, rank 32, P = 64: the row write-backs;
-* ``imbalance_p64_ml100k``, ``imbalance_p64_synthetic``: the planner's imbalance of that
-  invocation (slowest node's bodies / mean), on MovieLens-100K and on the synthetic set;
+* ``imbalance_p64_ml100k``, ``imbalance_p64_synthetic``: the planner's imbalance of the
+  same epoch planned with ``strategy="tokens"`` (the token planner: the issue's figure),
+  on MovieLens-100K and on the synthetic set: the plan's critical path without barriers,
+  a node waiting for the messages of exchange s-1 before its round s, over (bodies / P);
+  context ``imbalance`` gives, for that plan and for ``auto``'s (rotation), also
+  ``first_use`` (a node waiting for a message only before the round that reads its
+  rows) and ``barrier`` (every round ending with a barrier: the figure before
+  2026-12-06), and the token epoch's traffic;
 * ``trace_bytes_per_body_p64``: a recorded synthetic SGDMF at P = 64, the store's growth
   from one epoch to five (file and sidecars) over the bodies of those four epochs;
 * ``mem_per_node_p64_over_p1``: what node 0 holds at P = 64 over the same at P = 1, by
@@ -98,17 +104,48 @@ def _node_bytes(sess: Any, node: int) -> dict[str, int]:
     return {"dds": dds, "recon_sets": sets, "plan": plan, "total": dds + sets + plan}
 
 
-def sgdmf_epoch(synthetic: bool = False, memory: bool = False) -> dict[str, Any]:
+def _epoch(A: Any, W: Any, H: Any, g: float, lam: float, strategy: str) -> None:
+    """``apps.sgdmf``'s epoch with the planner's ``strategy`` named (the app's own
+    ``epoch`` leaves it to ``auto``)."""
+
+    def body(j: int) -> None:
+        r = A[j]
+        w = W[r.user]
+        h = H[r.item]
+        err = r.rating - w @ h
+        W[r.user] = w + g * (err * h - lam * w)
+        H[r.item] = h + g * (err * w - lam * h)
+
+    ap.async_for(0, len(A), body, name="sgd", strategy=strategy)
+
+
+def _imbalances(sess: Any) -> dict[str, float]:
+    plan = sess.ops["sgd"].plan
+    return {
+        "strategy": plan.strategy,
+        "critical_path": round(plan.imbalance, 4),
+        "first_use": round(plan.first_use_imbalance, 4),
+        "barrier": round(plan.barrier_imbalance, 4),
+    }
+
+
+def sgdmf_epoch(
+    synthetic: bool = False, memory: bool = False, strategy: str = "auto"
+) -> dict[str, Any]:
     """One SGDMF epoch (``sgd`` invocation): its traffic, imbalance and node 0's memory."""
     from apps.sgdmf._app import build, epoch
 
     A, W, H = build(RANK, 0.1, synthetic)
     before = _traffic()
-    epoch(A, W, H, 0.02, 0.05)
+    if strategy == "auto":
+        epoch(A, W, H, 0.02, 0.05)
+    else:
+        _epoch(A, W, H, 0.02, 0.05, strategy)
     sess = ap.current()
     out: dict[str, Any] = {
         "traffic": _diff(_traffic(), before),
         "imbalance": sess.planner["sgd"]["imbalance"],
+        "imbalances": _imbalances(sess),
         "rounds": sess.planner["sgd"]["rounds"],
         "bodies": len(A),
         "model_bytes": W.row_nbytes() * len(W) + H.row_nbytes() * len(H),
@@ -178,6 +215,14 @@ def measure(nodes: int, ml100k: bool) -> dict[str, Any]:
         "sgdmf_p1", lambda: ap.run(sgdmf_epoch, {"synthetic": not ml100k, "memory": True}).value
     )
     syn = timed("sgdmf_synthetic", lambda: ap.run(sgdmf_epoch, {"synthetic": True}, nodes=nodes))
+    tokens = {"synthetic": not ml100k, "strategy": "tokens"}
+    tok = timed("sgdmf_tokens", lambda: ap.run(sgdmf_epoch, tokens, nodes=nodes)).value
+    syn_tokens = {"synthetic": True, "strategy": "tokens"}
+    tok_syn = (
+        timed("sgdmf_synthetic_tokens", lambda: ap.run(sgdmf_epoch, syn_tokens, nodes=nodes)).value
+        if ml100k
+        else tok
+    )
     mlr = timed("mlr", _mlr, nodes)
     t1 = timed("trace_1_epoch", trace_bytes, nodes, 1)
     t2 = timed(f"trace_{1 + TRACE_EPOCHS}_epochs", trace_bytes, nodes, 1 + TRACE_EPOCHS)
@@ -186,8 +231,8 @@ def measure(nodes: int, ml100k: bool) -> dict[str, Any]:
     figures = {
         "bytes_per_epoch_p64_ml100k": tr["sent_bytes"],
         "messages_per_epoch_p64": tr["sent_messages"],
-        "imbalance_p64_ml100k": big["imbalance"],
-        "imbalance_p64_synthetic": syn.value["imbalance"],
+        "imbalance_p64_ml100k": tok["imbalance"],
+        "imbalance_p64_synthetic": tok_syn["imbalance"],
         "trace_bytes_per_body_p64": round((t2 - t1) / (TRACE_EPOCHS * syn_bodies), 3),
         "mem_per_node_p64_over_p1": round(
             big["node0_bytes"]["total"] / one["node0_bytes"]["total"], 4
@@ -207,6 +252,15 @@ def measure(nodes: int, ml100k: bool) -> dict[str, Any]:
             "node0_bytes_p1": one["node0_bytes"],
         },
         "sgdmf_synthetic": {"traffic": syn.value["traffic"], "rounds": syn.value["rounds"]},
+        "sgdmf_tokens": {"traffic": tok["traffic"], "rounds": tok["rounds"]},
+        "sgdmf_synthetic_tokens": {
+            "traffic": tok_syn["traffic"],
+            "rounds": tok_syn["rounds"],
+        },
+        "imbalance": {
+            "ml100k": {"auto": big["imbalances"], "tokens": tok["imbalances"]},
+            "synthetic": {"auto": syn.value["imbalances"], "tokens": tok_syn["imbalances"]},
+        },
         "mlr": {"clocks": mlr["clocks"], "traffic": mlr["traffic"], "digests": mlr["digests"]},
         "trace": {
             "store_bytes_1_epoch": t1,

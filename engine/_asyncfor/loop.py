@@ -50,6 +50,7 @@ from .._machines.planner import (
     make_plan,
     placed,
     placement_like,
+    remake_strategy,
     replicated_plan,
     serial_plan,
     wavefront_plan,
@@ -157,7 +158,8 @@ def _new_state(
     sets = _recon(sess, name, inv, body, start, stop)
     t_plan = time.perf_counter()
     sess.phase_done("reconnaissance", wall, t_plan - t0)
-    plan = _placement(_plan(sess, name, sets, requested), sched, name, inv)
+    strategy = remake_strategy(requested, sched.plan if sched is not None else None, sets)
+    plan = _placement(_plan(sess, name, sets, strategy), sched, name, inv)
     sess.phase_done("planning", wall + (t_plan - t0), time.perf_counter() - t_plan)
     st = _state(sess, name, start, stop, code, sets, plan)
     st.requested = requested
@@ -165,6 +167,7 @@ def _new_state(
         "strategy": plan.strategy,
         "rounds": len(plan.rounds),
         "imbalance": round(plan.imbalance, 4),
+        "barrier_imbalance": round(plan.barrier_imbalance, 4),
         "node_imbalance": round(plan.node_imbalance, 4),
         "bodies": plan.n,
         "recon_s": round(time.perf_counter() - t0, 6),

@@ -25,13 +25,25 @@ Strategies:
   node's threads by estimated work, largest first, each thread's share in ascending
   index order.  Bodies of one colour never conflict, so no task is locked, and the
   serial order is colour by colour.
+* ``tokens`` — for bodies that touch one element of each of two written spaces (SGDMF):
+  node p keeps user block p (LPT by access counts) and the second space is cut into
+  4P blocks, *tokens*, handed to whichever node is free, by a static simulation with
+  body counts as time (``tokens``); each task goes to the round of its depth in the
+  dependency DAG, so routed write-back carries exactly the hand-offs.
 * ``wavefront`` — levels of a given serial order: a body goes one level after the
   latest earlier conflicting body.  Running the levels in order reproduces that
   serial order exactly (used by the forward dual test).
 
 ``auto`` evaluates components, rotation and colouring with the same cost model, an
 estimate of the makespan (sum over rounds of the busiest node's bodies plus a per-round
-overhead), and keeps the cheapest; on equal cost rotation wins, then components.
+overhead), and keeps the cheapest; on equal cost rotation wins, then components.  When
+rotation wins, a token plan replaces it if its critical path is shorter (``makespan``:
+no barriers, ``ROUND_OVERHEAD_BODIES`` per message hop), which needs bodies many times
+4P² hops' worth: at P = 64 MovieLens-100K keeps rotation.  The comparison of the first
+three stays on the barrier estimate so that no plan chosen before changes.
+
+A plan's ``imbalance`` is its critical path over (bodies / P) (``makespan``);
+``barrier_imbalance`` the sum over rounds of the busiest node's bodies over the same.
 """
 
 from __future__ import annotations
@@ -44,6 +56,9 @@ import numpy as np
 from .._asyncfor.recon import AccessSets
 from .._data.dds import SLOT_BITS
 from .colouring import body_weights, colour_bodies, colour_lower_bound
+from .makespan import barrier_makespan, critical_path, on_demand_path
+from .routing import message_edges
+from .tokens import TOKENS_PER_NODE, hand_out_bodies
 
 #: Cost of one round (exchange + barrier) in body-equivalents; more rounds buy smaller
 #: components but each one pays a network round trip.
@@ -55,6 +70,8 @@ MIN_BATCH_PER_NODE = 64
 SPLIT_FACTOR = 1.25
 #: Rotation is only tried for this many written index spaces or fewer (P^(k-1) rounds).
 MAX_ROTATION_SPACES = 3
+
+_NONE = np.empty(0, dtype=np.int64)
 
 
 @dataclass(slots=True)
@@ -84,6 +101,15 @@ class Plan:
     order: np.ndarray | None = None
     #: colour classes of a colouring plan (one round each); None for other strategies
     colours: int | None = None
+    #: what ``imbalance`` was before routed write-back: sum over rounds of the busiest
+    #: node's bodies / (n / P), the time if every round ended with a global barrier
+    barrier_imbalance: float = 1.0
+    #: the critical path with ``ROUND_OVERHEAD_BODIES`` per message hop, in bodies: what
+    #: ``auto`` compares a token plan by (see ``make_plan``)
+    path_cost: float = 0.0
+    #: the critical path if a node waited for a message only before the first round that
+    #: touches its rows (not before the round after it was sent) / (n / P)
+    first_use_imbalance: float = 1.0
 
     def serial_order(self) -> np.ndarray:
         """Indices in the plan's serialization order (valid when no task is locked)."""
@@ -238,7 +264,17 @@ def _finish(
     plan.writes = _round_writes(plan, sets)
     ld = np.array(loads, dtype=np.float64).reshape(len(rounds), nodes)
     ideal = sets.n / nodes if sets.n else 1.0
-    plan.imbalance = float(ld.max(axis=1).sum() / ideal) if sets.n else 1.0
+    found = message_edges(plan, sets, first_use=True) if sets.n and nodes > 1 else (_NONE,) * 4
+    e_rnd, e_src, e_dst, e_use = found
+    plan.imbalance = critical_path(ld, e_rnd, e_src, e_dst) / ideal if sets.n else 1.0
+    plan.barrier_imbalance = barrier_makespan(ld) / ideal if sets.n else 1.0
+    hop = ROUND_OVERHEAD_BODIES if nodes > 1 else 0
+    plan.path_cost = critical_path(ld, e_rnd, e_src, e_dst, latency=hop)
+    plan.first_use_imbalance = (
+        on_demand_path(ld, e_rnd, e_src, e_dst, e_use) / ideal
+        if sets.n and nodes > 1
+        else plan.imbalance
+    )
     per_node = ld.sum(axis=0)
     plan.node_imbalance = float(per_node.max() / per_node.mean()) if sets.n else 1.0
     return plan
@@ -457,6 +493,23 @@ def _plan_rotation(
     return cost, _finish("rotation", sets, nodes, threads, rounds)
 
 
+def _plan_tokens(sets: AccessSets, nodes: int, threads: int, seed: int) -> Plan | None:
+    """Token scheduling (``tokens``) for bodies that touch exactly one element of each of
+    two written spaces: user blocks of the first space balanced over the nodes by LPT of
+    access counts, the second cut into ``TOKENS_PER_NODE`` x P blocks of equal access
+    counts over a seeded permutation; None when the sets do not have that shape."""
+    found = rotation_spaces(sets)
+    if found is None or len(found[0]) != 2:
+        return None
+    _, elem = found
+    users, user_of, counts = np.unique(elem[0], return_inverse=True, return_counts=True)
+    node_of = _lpt(counts, nodes)[user_of]
+    n_tokens = TOKENS_PER_NODE * nodes
+    token_of = balanced_blocks(elem[1], n_tokens, seed + 1)
+    h = hand_out_bodies(node_of, token_of, nodes, n_tokens)
+    return _finish("tokens", sets, nodes, threads, h.rounds(h.level))
+
+
 def _balanced_slots(members: np.ndarray, weights: np.ndarray, slots: int) -> list[np.ndarray]:
     """Deal independent bodies to ``slots`` (node x thread) by estimated work, largest
     first; each slot runs its bodies in ascending index order (any order is serial-equal,
@@ -550,13 +603,31 @@ def replicated_plan(start: int, order: np.ndarray, nodes: int) -> Plan:
     rounds = [[[Task(0, order)]] + [[] for _ in range(nodes - 1)]] if n else []
     writes = [[np.empty(0, dtype=np.int64) for _ in range(nodes)] for _ in rounds]
     plan = Plan(REPLICATED, start, n, nodes, 1, rounds, writes, float(nodes), float(nodes))
+    plan.barrier_imbalance = float(nodes)
     plan.order = order
     return plan
 
 
 # ============================================================= entry point
 #: What ``make_plan(strategy=...)`` accepts.
-STRATEGIES = ("auto", "components", "rotation", "colouring")
+STRATEGIES = ("auto", "components", "rotation", "colouring", "tokens")
+
+
+def remake_strategy(requested: str, recorded: Plan | None, sets: AccessSets) -> str:
+    """The ``strategy=`` to plan ``sets`` with when following a run whose plan in force
+    was ``recorded``: under ``auto``, that plan's own strategy, so that a trace recorded
+    before ``auto``'s choice changed (a new strategy, another cost) is remade as it ran
+    rather than reported as a divergence.  A plan no strategy makes (wavefront, serial,
+    replicated), an explicit ``requested``, or sets the recorded strategy cannot plan
+    (the code or data changed: ``check_plan`` then reports the difference) leave
+    ``requested``."""
+    if requested != "auto" or recorded is None or recorded.strategy not in STRATEGIES:
+        return requested
+    if recorded.strategy in ("rotation", "tokens"):
+        found = rotation_spaces(sets)
+        if found is None or (recorded.strategy == "tokens" and len(found[0]) != 2):
+            return requested
+    return str(recorded.strategy)
 
 
 def make_plan(
@@ -565,10 +636,17 @@ def make_plan(
     """Plan ``sets`` for ``nodes`` nodes of ``threads`` threads each."""
     if strategy not in STRATEGIES:
         raise ValueError(
-            f"unknown strategy {strategy!r}; use auto, components, rotation or colouring"
+            f"unknown strategy {strategy!r}; use auto, components, rotation, colouring or tokens"
         )
     if sets.n == 0:
         return _finish("components", sets, nodes, threads, [])
+    if strategy == "tokens":
+        tokens = _plan_tokens(sets, nodes, threads, seed)
+        if tokens is None:
+            raise ValueError(
+                "tokens needs bodies that touch exactly one element of each of two written DDS"
+            )
+        return tokens
     candidates: list[tuple[float, int, Plan]] = []
     if strategy in ("auto", "rotation"):
         cost, plan = _plan_rotation(sets, nodes, threads, seed)
@@ -587,7 +665,14 @@ def make_plan(
         if plan is not None:
             candidates.append((cost, 2, plan))
     candidates.sort(key=lambda c: (c[0], c[1]))
-    return candidates[0][2]
+    best = candidates[0][2]
+    if strategy == "auto" and nodes > 1 and best.strategy == "rotation":
+        # without barriers a token plan's many small rounds cost message hops, not
+        # barriers: compare the two by their critical paths (hops included)
+        tokens = _plan_tokens(sets, nodes, threads, seed)
+        if tokens is not None and tokens.path_cost < best.path_cost:
+            return tokens
+    return best
 
 
 __all__ = [
@@ -601,6 +686,7 @@ __all__ = [
     "make_plan",
     "placed",
     "placement_like",
+    "remake_strategy",
     "replicated_plan",
     "rotation_spaces",
     "serial_plan",

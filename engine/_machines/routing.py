@@ -27,11 +27,14 @@ invocations, as the driver, digests and checkpoints expect.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .._asyncfor.recon import AccessSets
-from .planner import Plan
+
+if TYPE_CHECKING:  # the planner measures its plans by their routes (``makespan``)
+    from .planner import Plan
 
 _EMPTY = np.empty(0, dtype=np.int64)
 #: Up to this many (element, round, node) cells, events are deduplicated with one flag per
@@ -146,10 +149,10 @@ def _events(plan: Plan, sets: AccessSets) -> tuple[np.ndarray, ...]:
     return written[u[order]], rnd[order], node[order], isw[order]
 
 
-def route(plan: Plan, sets: AccessSets, nodes: list[int] | None = None) -> Routes:
-    """The routes of ``plan`` (see the module docstring); ``stale`` is computed for
-    ``nodes`` only (default: every node)."""
-    P, R = plan.nodes, len(plan.rounds)
+def _sends(plan: Plan, sets: AccessSets) -> tuple[np.ndarray, ...]:
+    """The events of :func:`_events` and the rows sent: ``(gid, rnd, node, isw, w, dst,
+    at)``, where row ``k`` sent is the value written at event ``w[k]`` (after round
+    ``rnd[w[k]]``, from ``node[w[k]]``) going to node ``dst[k]`` for its event ``at[k]``."""
     gid, rnd, node, isw = _events(plan, sets)
     m = len(gid)
     idx = np.arange(m, dtype=np.int64)
@@ -163,7 +166,40 @@ def route(plan: Plan, sets: AccessSets, nodes: list[int] | None = None) -> Route
     w = prev[ok]
     dst = node[ok]
     send = node[w] != dst
-    w, dst = w[send], dst[send]
+    return gid, rnd, node, isw, w[send], dst[send], idx[ok][send]
+
+
+def message_edges(
+    plan: Plan, sets: AccessSets, *, first_use: bool = False
+) -> tuple[np.ndarray, ...]:
+    """The messages of every round's exchange (not the final one) as sorted unique
+    ``(round, src, dst)`` triples: who waits for whom between rounds (``makespan``).
+    ``first_use``: one more array, per triple the first round in which ``dst`` touches a
+    row the message carries (the latest round it could be received before)."""
+    _, rnd, node, _, w, dst, at = _sends(plan, sets)
+    if not len(w):
+        return (_EMPTY,) * (4 if first_use else 3)
+    P = max(1, plan.nodes)
+    uniq, inv = np.unique((rnd[w] * P + node[w]) * P + dst, return_inverse=True)
+    out = (uniq // (P * P), (uniq // P) % P, uniq % P)
+    if not first_use:
+        return out
+    use = np.full(len(uniq), np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(use, inv, rnd[at])
+    return (*out, use)
+
+
+def route(plan: Plan, sets: AccessSets, nodes: list[int] | None = None) -> Routes:
+    """The routes of ``plan`` (see the module docstring); ``stale`` is computed for
+    ``nodes`` only (default: every node)."""
+    P, R = plan.nodes, len(plan.rounds)
+    gid, rnd, node, isw, w, dst, _ = _sends(plan, sets)
+    m = len(gid)
+    idx = np.arange(m, dtype=np.int64)
+    wlast = np.maximum.accumulate(np.where(isw, idx, -1)) if m else _EMPTY
+    first = np.ones(m, dtype=bool)
+    first[1:] = gid[1:] != gid[:-1]
+    gstart = np.maximum.accumulate(np.where(first, idx, 0)) if m else _EMPTY
     rounds = []
     for r in range(R):
         sel = rnd[w] == r
@@ -198,4 +234,4 @@ def route(plan: Plan, sets: AccessSets, nodes: list[int] | None = None) -> Route
     return Routes(rounds, final, stale)
 
 
-__all__ = ["Messages", "Routes", "route"]
+__all__ = ["Messages", "Routes", "message_edges", "route"]

@@ -181,3 +181,167 @@ def test_component_numbering_follows_a_long_chain() -> None:
     two = _first_node_labels(5000, 5000, order[:2499], order[1:2500])
     first = min(order[:2500])
     assert two[order[:2500]].tolist() == [two[first]] * 2500 and len(set(two.tolist())) == 2501
+
+
+# ============================================================= critical path (makespan)
+def test_the_critical_path_waits_only_for_messages_routed_to_a_node() -> None:
+    from engine._machines.makespan import barrier_makespan, critical_path
+
+    # node 0 is slow in round 0; node 1 waits for it only if a message says so
+    loads = np.array([[5.0, 1.0], [1.0, 1.0], [1.0, 5.0]])
+    none = np.empty(0, dtype=np.int64)
+    assert critical_path(loads, none, none, none) == 7.0  # node 1: 1 + 1 + 5
+    assert barrier_makespan(loads) == 11.0  # 5 + 1 + 5
+    # 0 -> 1 after round 0: node 1 starts round 1 at 5, ends round 2 at 11
+    one = np.array([0])
+    assert critical_path(loads, one, np.array([0]), np.array([1])) == 11.0
+    assert critical_path(loads, one, np.array([0]), np.array([1]), latency=2.0) == 13.0
+    # a message after round 1 from node 1 to node 0 adds nothing: node 0 is later anyway
+    assert critical_path(loads, np.array([1]), np.array([1]), np.array([0])) == 7.0
+    # received only before round 2, where node 1 first reads it: it runs round 1 meanwhile
+    from engine._machines.makespan import on_demand_path
+
+    assert on_demand_path(loads, one, np.array([0]), np.array([1]), np.array([2])) == 10.0
+    assert on_demand_path(loads, one, np.array([0]), np.array([1]), np.array([1])) == 11.0
+
+
+@given(access_sets(), st.integers(1, 4), st.integers(1, 3), st.sampled_from(["auto", "components"]))
+def test_the_critical_path_is_between_the_mean_and_the_barrier_time(
+    sets, nodes, threads, strategy
+) -> None:
+    """No plan ends before its busiest node is done, nor after it would with barriers."""
+    plan = make_plan(sets, nodes, threads, seed=1, strategy=strategy)
+    per_node = plan.bodies_per_node()
+    ideal = sets.n / nodes
+    assert plan.imbalance >= per_node.max() / ideal - 1e-9
+    assert plan.imbalance <= plan.barrier_imbalance + 1e-9
+
+
+def test_a_rotation_without_barriers_is_a_ring() -> None:
+    """In a rotation node p waits only for node p+1 (which hands it the next item block),
+    so it beats the barrier figure on skewed data, yet cannot beat its busiest node."""
+    sets = sgd_like_sets(3000, 80, 120)
+    plan = make_plan(sets, 4, 1, seed=0, strategy="rotation")
+    assert plan.imbalance < plan.barrier_imbalance
+    assert plan.imbalance >= plan.node_imbalance - 1e-9
+
+
+# ============================================================= tokens
+@st.composite
+def rotation_shaped_sets(draw):
+    """Bodies that each touch one user row (DDS 1) and one item row (DDS 2), reading a
+    record of their own (DDS 0); some only read their item."""
+    n = draw(st.integers(1, 60))
+    users = draw(st.integers(1, 12))
+    items = draw(st.integers(1, 16))
+    u = draw(st.lists(st.integers(0, users - 1), min_size=n, max_size=n))
+    i = draw(st.lists(st.integers(0, items - 1), min_size=n, max_size=n))
+    ro = draw(st.lists(st.booleans(), min_size=n, max_size=n))
+    reads = [[gid(0, j), gid(1, u[j]), gid(2, i[j])] for j in range(n)]
+    writes = [[gid(1, u[j])] + ([] if ro[j] else [gid(2, i[j])]) for j in range(n)]
+    return make_sets(reads, writes, start=draw(st.integers(0, 5)))
+
+
+def replay_serially(sets: AccessSets, order) -> dict[int, list[int]]:
+    """Each element's history of the bodies that wrote it, for bodies run in ``order``."""
+    seen: dict[int, list[int]] = {}
+    for j in order:
+        for g in sets.writes_of(int(j) - sets.start).tolist():
+            seen.setdefault(g, []).append(int(j))
+    return seen
+
+
+@given(rotation_shaped_sets(), st.integers(1, 5), st.integers(1, 2), st.integers(0, 3))
+def test_token_plans_run_every_body_once_conflict_free_and_equal_their_order(
+    sets, nodes, threads, seed
+) -> None:
+    if rotation_spaces(sets) is None or len(np.unique(sets.w_ids >> SLOT_BITS)) != 2:
+        return  # every body read-only in the item space: not a token loop
+    plan = make_plan(sets, nodes, threads, seed=seed, strategy="tokens")
+    assert plan.strategy == "tokens"
+    check_plan(sets, plan)  # every body once; no two nodes of a round conflict
+    # deterministic: the same sets and seed give the same rounds
+    again = make_plan(sets, nodes, threads, seed=seed, strategy="tokens")
+    assert [[[t.indices.tolist() for t in ts] for ts in r] for r in plan.rounds] == [
+        [[t.indices.tolist() for t in ts] for ts in r] for r in again.rounds
+    ]
+    # running the rounds with the nodes of each round in any order (here: last node
+    # first) writes every element in the order of the plan's serial order
+    if not plan.has_locks():
+        shuffled = [j for rnd in plan.rounds for ts in reversed(rnd) for t in ts for j in t.indices]
+        assert replay_serially(sets, shuffled) == replay_serially(sets, plan.serial_order())
+    assert plan.imbalance >= plan.first_use_imbalance - 1e-9
+
+
+def test_tokens_need_two_written_spaces_of_one_element_each() -> None:
+    sets = make_sets([[gid(0, 0)], [gid(0, 0)]], [[gid(0, 0)], [gid(0, 0)]])
+    with pytest.raises(ValueError, match="tokens needs bodies"):
+        make_plan(sets, 2, strategy="tokens")
+
+
+@given(
+    st.lists(st.lists(st.integers(0, 9), min_size=6, max_size=6), min_size=1, max_size=5),
+)
+def test_the_hand_out_holds_each_token_once_and_serves_every_pair(work_rows) -> None:
+    from engine._machines.tokens import hand_out
+
+    work = np.array(work_rows, dtype=np.int64)
+    node, token, level, start = hand_out(work)
+    finish = start + work[node, token]
+    # every (node, token) pair with work runs exactly once
+    assert sorted(zip(node.tolist(), token.tolist(), strict=True)) == sorted(
+        zip(*(a.tolist() for a in np.nonzero(work)), strict=True)
+    )
+    for owner in (node, token):  # a node runs, and a token is held, one task at a time
+        for o in np.unique(owner):
+            mine = np.flatnonzero(owner == o)
+            s, f = start[mine], finish[mine]
+            assert (s[1:] >= f[:-1]).all() and (np.diff(level[mine]) > 0).all()
+    # never longer than one node doing everything, never shorter than the busiest node
+    if len(node):
+        assert work.sum(axis=1).max() <= finish.max() <= work.sum()
+
+
+def test_tokens_balance_skewed_sgd_better_than_a_rotation() -> None:
+    """The case the strategy is for: popular users and items (as in MovieLens) at P = 8.
+    Body counts as time, a node waiting for a message only where it reads the rows."""
+    sets = sgd_like_sets(6000, 120, 200, seed=3)
+    rot = make_plan(sets, 8, seed=0, strategy="rotation")
+    tok = make_plan(sets, 8, seed=0, strategy="tokens")
+    assert tok.first_use_imbalance < rot.first_use_imbalance
+    assert tok.first_use_imbalance < 1.1
+    assert tok.barrier_imbalance >= tok.imbalance >= tok.first_use_imbalance
+
+
+def test_auto_takes_tokens_only_where_their_critical_path_wins(monkeypatch) -> None:
+    """With the default cost of a message hop (200 bodies) a few thousand bodies keep
+    their rotation; with cheap hops the token plan's shorter critical path wins."""
+    from engine._machines import planner
+
+    sets = sgd_like_sets(6000, 60, 300, seed=3)
+    rot = make_plan(sets, 3, seed=0, strategy="rotation")
+    assert make_plan(sets, 3, seed=0).strategy == "rotation"
+    monkeypatch.setattr(planner, "ROUND_OVERHEAD_BODIES", 1)
+    best = make_plan(sets, 3, seed=0)
+    assert best.strategy == "tokens"
+    assert best.path_cost < make_plan(sets, 3, seed=0, strategy="rotation").path_cost
+    assert best.imbalance < rot.imbalance
+
+
+def test_a_followed_plan_is_remade_with_its_strategy_where_the_sets_allow_it() -> None:
+    from engine._machines.planner import remake_strategy
+
+    sgd = sgd_like_sets(200, 10, 12)
+    rotation = make_plan(sgd, 3, strategy="rotation")
+    tokens = make_plan(sgd, 3, strategy="tokens")
+    assert remake_strategy("auto", rotation, sgd) == "rotation"
+    assert remake_strategy("auto", tokens, sgd) == "tokens"
+    assert remake_strategy("components", rotation, sgd) == "components"  # asked for
+    assert remake_strategy("auto", None, sgd) == "auto"
+    # the code or data changed and the sets no longer have the recorded plan's shape:
+    # plan freely, and let check_plan say what differs (no ValueError from make_plan)
+    shared = make_sets([[gid(1, 0), gid(1, 1)]] * 4, [[gid(1, 0), gid(1, 1)]] * 4)
+    assert remake_strategy("auto", rotation, shared) == "auto"
+    assert remake_strategy("auto", tokens, shared) == "auto"
+    wavefront = wavefront_plan(sgd, np.arange(200), 3, 1)
+    assert remake_strategy("auto", wavefront, sgd) == "auto"

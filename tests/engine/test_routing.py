@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 import engine as ap
 from engine._data.dds import SLOT_BITS
 from engine._machines.planner import make_plan, wavefront_plan
-from engine._machines.routing import route
-from tests.engine.test_planner import access_sets, sgd_like_sets
+from engine._machines.routing import message_edges, route
+from tests.engine.test_planner import access_sets, rotation_shaped_sets, sgd_like_sets
 
 
 def _simulate(sets, plan) -> None:
@@ -129,6 +129,33 @@ def test_routes_of_wavefront_plans(sets, nodes, rnd) -> None:
     rnd.shuffle(order)
     plan = wavefront_plan(sets, np.asarray(order), nodes, 2)
     _simulate(sets, plan)
+
+
+@given(rotation_shaped_sets(), st.integers(1, 5), st.integers(1, 2))
+def test_token_plans_route_every_row_to_where_it_is_read_next(sets, nodes, threads) -> None:
+    from engine._machines.planner import rotation_spaces
+
+    if rotation_spaces(sets) is None or len(np.unique(sets.w_ids >> SLOT_BITS)) != 2:
+        return
+    plan = make_plan(sets, nodes, threads, seed=0, strategy="tokens")
+    _simulate(sets, plan)
+    _check_no_useless_rows(sets, plan)
+
+
+@given(access_sets(), st.integers(2, 4), st.sampled_from(["auto", "components", "colouring"]))
+def test_message_edges_are_the_exchanges_of_the_routes(sets, nodes, strategy) -> None:
+    """What the critical path waits for is exactly who sends whom a row in each exchange;
+    a row is first used no earlier than the round after it was sent."""
+    plan = make_plan(sets, nodes, 1, seed=1, strategy=strategy)
+    routes = route(plan, sets)
+    want = sorted(
+        (r, int(m.src[k]), int(m.dst[k]))
+        for r, m in enumerate(routes.rounds)
+        for k in range(len(m))
+    )
+    rnd, src, dst, use = message_edges(plan, sets, first_use=True)
+    assert list(zip(rnd.tolist(), src.tolist(), dst.tolist(), strict=True)) == want
+    assert (use > rnd).all() and (use < len(plan.rounds)).all()
 
 
 @pytest.mark.parametrize("nodes", [2, 4, 8])

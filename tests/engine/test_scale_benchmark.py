@@ -48,3 +48,13 @@ def test_quick_run_prints_every_figure_with_consistent_counters(
     assert n0["total"] == n0["dds"] + n0["recon_sets"] + n0["plan"] > 0
     assert out["mem_per_node_p64_over_p1"] == round(n0["total"] / n1["total"], 4)
     assert out["trace"]["store_bytes_5_epochs"] >= out["trace"]["store_bytes_1_epoch"] > 0
+    # the imbalance figures are the token plan's critical path; the token epoch ran (more
+    # rounds than the rotation, each a hand-off) and its counters agree
+    tokens = out["imbalance"]["synthetic"]["tokens"]
+    assert tokens["strategy"] == "tokens"
+    assert out["imbalance_p64_synthetic"] == tokens["critical_path"]
+    assert tokens["first_use"] <= tokens["critical_path"] <= tokens["barrier"]
+    assert out["imbalance"]["synthetic"]["auto"]["strategy"] == "rotation"
+    tt = out["sgdmf_tokens"]
+    assert tt["rounds"] > sg["rounds"]
+    assert tt["traffic"]["received_bytes"] == tt["traffic"]["sent_bytes"] > 0

@@ -92,3 +92,23 @@ def differs_in_a_body(epochs: int = 3, n: int = 8) -> None:
             X[j] = X[j] + (1.0 + 1e-9 if parallel and it >= 1 and j == 5 else 1.0)
 
         ap.async_for(0, n, body, name="inc")
+
+
+def token_sgdmf(epochs: int = 1, ratings: int = 3000, rank: int = 8) -> None:
+    """SGDMF (``apps.sgdmf``'s body and data) planned with ``strategy="tokens"``."""
+    from apps.sgdmf._app import build, rmse
+
+    A, W, H = build(rank, 0.1, synthetic=True, synthetic_ratings=ratings)
+    g, lam = 0.02, 0.05
+
+    def body(j: int) -> None:
+        r = A[j]
+        w = W[r.user]
+        h = H[r.item]
+        err = r.rating - w @ h
+        W[r.user] = w + g * (err * h - lam * w)
+        H[r.item] = h + g * (err * w - lam * h)
+
+    for _ in range(epochs):
+        ap.async_for(0, len(A), body, name="sgd", strategy="tokens")
+        ap.log_objective("rmse", rmse(A, W, H))

@@ -160,3 +160,18 @@ def test_a_digest_divergence_still_names_iteration_invocation_index_and_element(
     assert d["what"] == "digest" and (d["op"], d["invocation"], d["iteration"]) == ("decay", 1, 1)
     assert d["dds"] == "X" and d["element"] == d["index"] and d["serial"] != d["parallel"]
     assert f"element {d['element']}" in res.report() and "serial gave [" in res.report()
+
+
+@pytest.mark.mpi  # in this process (tests/cli.py), but its 3 ranks are mpiexec's
+def test_a_token_plan_passes_both_directions_on_3_ranks(tmp_path: Path, cli) -> None:
+    """SGDMF's loop with ``strategy="tokens"``: the parallel side runs a token plan (12
+    tokens over 3 nodes, some node-rounds empty) and both directions hold bit for bit."""
+    trace = tmp_path / "d.sqlite"
+    app = f"{HERE / 'dual_apps.py'}:token_sgdmf"
+    proc = cli("dual", app, "-p", "epochs=1", "--ranks", "3", "--trace", trace, "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    res = json.loads(proc.stdout)
+    assert res["forward"]["passed"] is True and res["backward"]["passed"] is True, res
+    shown = json.loads(cli("show", str(trace), "--json").stdout)
+    plans = [r["operators"]["sgd"] for r in shown["runs"] if "sgd" in r["operators"]]
+    assert "tokens" in [p["strategy"] for p in plans], plans
