@@ -25,7 +25,7 @@ import time
 from datetime import date
 from pathlib import Path
 
-from _common import ROOT
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 def main() -> None:
@@ -34,7 +34,6 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=5, help="chaos runs per measurement")
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
-    sys.path.insert(0, str(ROOT))
     import engine
     from apps.sgdmf import train
     from replay import chaos

@@ -15,11 +15,12 @@ import platform
 import sys
 import time
 from datetime import date
+from pathlib import Path
 
 import numpy as np
-from _common import ROOT, dataset, replay_run, steady
 
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks._common import dataset, replay_run, steady
 
 
 def hand_written(rank: int, epochs: int, synthetic: bool) -> list[float]:

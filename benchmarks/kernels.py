@@ -46,9 +46,9 @@ from typing import Any
 import numba
 import numpy as np
 import xxhash
-from _common import ROOT, dataset, replay_cmd, replay_run, steady
 
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks._common import dataset, replay_cmd, replay_run, steady
 
 
 @numba.njit(cache=True)

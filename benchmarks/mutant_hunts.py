@@ -22,9 +22,10 @@ import argparse
 import json
 import sys
 from datetime import date
+from pathlib import Path
 from typing import Any
 
-from _common import ROOT
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 ASYNC = ("skip_writeback", "stale_prefetch", "drop_barrier", "wrong_lock_order")
 SYNC = ("aggregate_twice", "reorder_aggregation")
@@ -83,7 +84,6 @@ def main() -> None:
         "--chaos-seeds", type=int, nargs="+", default=[0], help="one chaos hunt per seed"
     )
     args = ap.parse_args()
-    sys.path.insert(0, str(ROOT))
     from replay import chaos
     from tests import mutants
     from tests.replay.chaos_apps import bsp_mix, mini_mf

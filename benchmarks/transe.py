@@ -28,16 +28,16 @@ import tempfile
 import time
 from collections import defaultdict
 from datetime import date
+from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _common import ROOT, replay_run
 
-sys.path.insert(0, str(ROOT))
-
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import tracer  # noqa: E402
 from apps.transe._app import entity_blocks, make_buckets, run_bucket  # noqa: E402
 from apps.transe._data import graph_dir, read_graph  # noqa: E402
+from benchmarks._common import replay_run
 
 #: Epochs per data set: Kinships has 5x the triples of Nations and learns more slowly.
 EPOCHS = {"nations": 100, "kinships": 200, "umls": 100, "synthetic": 100}
