@@ -39,14 +39,14 @@ def main() -> None:
     from replay import chaos
 
     params = {"synthetic": True, "epochs": args.epochs}
-    shape = {"nodes": 2, "threads": 2}
+    nodes, threads = 2, 2
     plain: list[float] = []
     per_run: dict[str, list[float]] = {"chaos": [], "recorded": [], "dual": []}
     distinct: dict[str, int] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for k in range(args.repeats):  # interleaved, so noise hits every variant alike
             t0 = time.perf_counter()
-            engine.run(train, params, **shape)
+            engine.run(train, params, nodes=nodes, threads=threads)
             plain.append(time.perf_counter() - t0)
             for name in per_run:
                 rep = chaos.explore(
@@ -54,7 +54,8 @@ def main() -> None:
                     params,
                     runs=args.runs,
                     chaos_seed=k,
-                    **shape,
+                    nodes=nodes,
+                    threads=threads,
                     trace=str(Path(tmp) / f"{name}{k}.sqlite") if name != "chaos" else None,
                     check="dual" if name == "dual" else None,
                 )
@@ -69,8 +70,8 @@ def main() -> None:
         "data": "synthetic",
         "app": "sgdmf",
         "epochs": args.epochs,
-        "nodes": 2,
-        "threads": 2,
+        "nodes": nodes,
+        "threads": threads,
         "runs_per_measurement": args.runs,
         "plain_run_s": [round(x, 4) for x in plain],
         "chaos_run_s": {k: [round(x, 4) for x in v] for k, v in per_run.items()},

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from datetime import date
 from pathlib import Path
 from typing import Any
@@ -89,7 +90,8 @@ def main() -> None:
     from tests.replay.chaos_apps import bsp_mix, mini_mf
     from tests.replay.dual_apps import hot_rows
 
-    programs = {
+    #: mutant: (app, params, nodes, threads)
+    programs: dict[str, tuple[Callable[..., Any], dict[str, Any], int, int]] = {
         "skip_writeback": (mini_mf, {}, 2, 2),
         "stale_prefetch": (mini_mf, {}, 2, 2),
         "drop_barrier": (mini_mf, {}, 2, 2),

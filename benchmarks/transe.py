@@ -29,7 +29,7 @@ import time
 from collections import defaultdict
 from datetime import date
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -41,8 +41,21 @@ from benchmarks._common import replay_run
 
 #: Epochs per data set: Kinships has 5x the triples of Nations and learns more slowly.
 EPOCHS = {"nations": 100, "kinships": 200, "umls": 100, "synthetic": 100}
+
+
+class Hyper(TypedDict):
+    """The app's hyper-parameters, each with the type its functions take."""
+
+    dim: int
+    lr: float
+    margin: float
+    norm: int
+    blocks: int
+    minibatch: int
+
+
 #: Hyper-parameters every run uses (the app's defaults, written out for the record).
-PARAMS = {"dim": 50, "lr": 0.003, "margin": 1.0, "norm": 1, "blocks": 4, "minibatch": 64}
+PARAMS: Hyper = {"dim": 50, "lr": 0.003, "margin": 1.0, "norm": 1, "blocks": 4, "minibatch": 64}
 
 
 def spread(values: list[float]) -> dict[str, Any]:
