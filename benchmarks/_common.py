@@ -1,4 +1,10 @@
-"""Helpers shared by the benchmark scripts: data selection and timed subprocess runs."""
+"""Helpers shared by the benchmark scripts: data selection and timed subprocess runs.
+
+A script imports them as ``benchmarks._common`` after putting the repository first on
+``sys.path``: then ``engine`` is the package, not the benchmark ``benchmarks/engine.py`` that
+Python's own ``sys.path[0]`` (the script's directory) would find, and mypy checks the scripts as
+the modules they are, ``benchmarks.*``, with the sibling import resolved.
+"""
 
 from __future__ import annotations
 

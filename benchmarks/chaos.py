@@ -25,7 +25,7 @@ import time
 from datetime import date
 from pathlib import Path
 
-from _common import ROOT
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 def main() -> None:
@@ -34,20 +34,19 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=5, help="chaos runs per measurement")
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
-    sys.path.insert(0, str(ROOT))
     import engine
     from apps.sgdmf import train
     from replay import chaos
 
     params = {"synthetic": True, "epochs": args.epochs}
-    shape = {"nodes": 2, "threads": 2}
+    nodes, threads = 2, 2
     plain: list[float] = []
     per_run: dict[str, list[float]] = {"chaos": [], "recorded": [], "dual": []}
     distinct: dict[str, int] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for k in range(args.repeats):  # interleaved, so noise hits every variant alike
             t0 = time.perf_counter()
-            engine.run(train, params, **shape)
+            engine.run(train, params, nodes=nodes, threads=threads)
             plain.append(time.perf_counter() - t0)
             for name in per_run:
                 rep = chaos.explore(
@@ -55,7 +54,8 @@ def main() -> None:
                     params,
                     runs=args.runs,
                     chaos_seed=k,
-                    **shape,
+                    nodes=nodes,
+                    threads=threads,
                     trace=str(Path(tmp) / f"{name}{k}.sqlite") if name != "chaos" else None,
                     check="dual" if name == "dual" else None,
                 )
@@ -70,8 +70,8 @@ def main() -> None:
         "data": "synthetic",
         "app": "sgdmf",
         "epochs": args.epochs,
-        "nodes": 2,
-        "threads": 2,
+        "nodes": nodes,
+        "threads": threads,
         "runs_per_measurement": args.runs,
         "plain_run_s": [round(x, 4) for x in plain],
         "chaos_run_s": {k: [round(x, 4) for x in v] for k, v in per_run.items()},

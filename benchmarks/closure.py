@@ -19,12 +19,12 @@ import os
 import statistics
 import sys
 from contextlib import nullcontext
+from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _common import ROOT
 
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 

@@ -17,9 +17,12 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import sys
 from datetime import date
+from pathlib import Path
 
-from _common import replay_run, steady
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks._common import replay_run, steady
 
 APP = "benchmarks/gauss_seidel.py:propagate"
 

@@ -15,11 +15,12 @@ import platform
 import sys
 import time
 from datetime import date
+from pathlib import Path
 
 import numpy as np
-from _common import ROOT, dataset, replay_run, steady
 
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks._common import dataset, replay_run, steady
 
 
 def hand_written(rank: int, epochs: int, synthetic: bool) -> list[float]:
@@ -29,9 +30,9 @@ def hand_written(rank: int, epochs: int, synthetic: bool) -> list[float]:
     recs = []
     with open(data_path(synthetic=synthetic)) as fh:
         for line in fh:
-            r = parse_line(line.rstrip("\n"))
-            if r is not None:
-                recs.append(r)
+            rec = parse_line(line.rstrip("\n"))
+            if rec is not None:
+                recs.append(rec)
     n_users = max(r.user for r in recs) + 1
     n_items = max(r.item for r in recs) + 1
     rng = np.random.default_rng(0)

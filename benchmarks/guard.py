@@ -21,9 +21,8 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
-from _common import ENV, ROOT, dataset, steady
-
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks._common import ENV, ROOT, dataset, steady
 
 
 def worker(args: argparse.Namespace) -> None:

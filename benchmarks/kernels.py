@@ -38,6 +38,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from contextlib import nullcontext
 from datetime import date
 from pathlib import Path
@@ -46,9 +47,9 @@ from typing import Any
 import numba
 import numpy as np
 import xxhash
-from _common import ROOT, dataset, replay_cmd, replay_run, steady
 
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks._common import dataset, replay_cmd, replay_run, steady
 
 
 @numba.njit(cache=True)
@@ -87,7 +88,7 @@ def numba_serial(rank: int, epochs: int, synthetic: bool) -> tuple[list[float], 
         _numba_epoch(r, W, H, g, 0.05)
         times.append(time.perf_counter() - t)
         g *= 0.95
-    hashes = {
+    hashes: dict[str, Callable[[], Any]] = {
         "blake2b": lambda: hashlib.blake2b(digest_size=16),
         "xxh3": xxhash.xxh3_128,
     }
@@ -106,7 +107,7 @@ def numba_serial(rank: int, epochs: int, synthetic: bool) -> tuple[list[float], 
     for _ in range(20):  # xxh3-chunks (8 KiB chunks), every chunk in this process
         t = time.perf_counter()
         for a in (W, H):
-            mv = memoryview(np.ascontiguousarray(a).reshape(-1).view(np.uint8))
+            mv = np.ascontiguousarray(a).reshape(-1).view(np.uint8).data
             parts = [xxhash.xxh3_128_digest(mv[o : o + 8192]) for o in range(0, len(mv), 8192)]
             xxhash.xxh3_128_hexdigest(a.nbytes.to_bytes(8, "little") + b"".join(parts))
         took.append(time.perf_counter() - t)

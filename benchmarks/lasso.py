@@ -17,13 +17,14 @@ import argparse
 import json
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _common import ROOT, replay_run
 
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from apps.lasso._app import load, objective  # noqa: E402
+from benchmarks._common import replay_run
 
 #: Iterations at which the convergence table reports the suboptimality.
 MARKS = (0, 10, 30, 100, 300, 1000, 3000)

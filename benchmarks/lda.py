@@ -21,13 +21,13 @@ import argparse
 import json
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
-from _common import ROOT, replay_run
-
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from apps.lda._app import load  # noqa: E402
 from apps.lda._model import perplexity  # noqa: E402
+from benchmarks._common import replay_run
 
 #: Iterations at which the loglik table is reported (and the last one).
 MARKS = (0, 5, 10, 25, 50, 100, 200)

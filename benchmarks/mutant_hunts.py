@@ -21,10 +21,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from datetime import date
+from pathlib import Path
 from typing import Any
 
-from _common import ROOT
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 ASYNC = ("skip_writeback", "stale_prefetch", "drop_barrier", "wrong_lock_order")
 SYNC = ("aggregate_twice", "reorder_aggregation")
@@ -83,13 +85,13 @@ def main() -> None:
         "--chaos-seeds", type=int, nargs="+", default=[0], help="one chaos hunt per seed"
     )
     args = ap.parse_args()
-    sys.path.insert(0, str(ROOT))
     from replay import chaos
     from tests import mutants
     from tests.replay.chaos_apps import bsp_mix, mini_mf
     from tests.replay.dual_apps import hot_rows
 
-    programs = {
+    #: mutant: (app, params, nodes, threads)
+    programs: dict[str, tuple[Callable[..., Any], dict[str, Any], int, int]] = {
         "skip_writeback": (mini_mf, {}, 2, 2),
         "stale_prefetch": (mini_mf, {}, 2, 2),
         "drop_barrier": (mini_mf, {}, 2, 2),

@@ -28,7 +28,8 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
-from _common import ENV, ROOT, dataset, replay_cmd
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks._common import ENV, ROOT, dataset, replay_cmd
 
 APP = f"{ROOT / 'tests' / 'replay' / 'resume_apps.py'}:sgdmf"
 #: the rank that dies, and the loop body (counted on that rank) it dies in

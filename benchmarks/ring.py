@@ -27,8 +27,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).parent))
-from _common import ENV, ROOT, extract_rev  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks._common import ENV, ROOT, extract_rev
 
 #: the last revision with a barrier per round (main before the ring)
 BASELINE = "e4091a0"
@@ -62,7 +62,10 @@ class Counting:
 
 def rank_side(delay: float, invocations: int) -> None:
     """Under mpiexec: the delayed rotation SGD; rank 0 prints its figures as JSON."""
-    here = Path(__file__).parent.resolve()  # its engine.py is a benchmark, not the engine
+    # the engine of the tree on PYTHONPATH (this one or the baseline): not the repository put
+    # first above, nor this directory (its engine.py is a benchmark, not the engine)
+    sys.path.remove(str(ROOT))
+    here = Path(__file__).parent.resolve()
     sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != here]
     import numpy as np
     from mpi4py import MPI

@@ -23,7 +23,8 @@ import time
 from datetime import date
 from pathlib import Path
 
-from _common import ROOT, extract_rev
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks._common import ROOT, extract_rev
 
 APP = f"{ROOT / 'tests' / 'replay' / 'env_apps.py'}:hash_order"
 COMMANDS = {

@@ -28,11 +28,10 @@ from datetime import date
 from pathlib import Path
 
 import numpy as np
-from _common import ENV, ROOT, extract_rev, replay_run, steady
 
-sys.path.insert(0, str(ROOT))
-
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import engine as ap  # noqa: E402
+from benchmarks._common import ENV, ROOT, extract_rev, replay_run, steady
 
 #: MLR runs: minibatches per worker between synchronisations (1 is the app's default).
 PER_CLOCK = (1, 4)

@@ -17,12 +17,14 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import tempfile
 from datetime import date
 from pathlib import Path
 
-from _common import ROOT, dataset, replay_cmd, replay_run
-from resume import measure as resume_figures
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks._common import ROOT, dataset, replay_cmd, replay_run
+from benchmarks.resume import measure as resume_figures
 
 
 def main() -> None:

@@ -14,11 +14,13 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import tempfile
 from datetime import date
 from pathlib import Path
 
-from _common import dataset, replay_cmd, replay_run
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks._common import dataset, replay_cmd, replay_run
 
 
 def store_bytes(path: Path) -> int:

@@ -28,21 +28,34 @@ import tempfile
 import time
 from collections import defaultdict
 from datetime import date
-from typing import Any
+from pathlib import Path
+from typing import Any, TypedDict
 
 import numpy as np
-from _common import ROOT, replay_run
 
-sys.path.insert(0, str(ROOT))
-
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import tracer  # noqa: E402
 from apps.transe._app import entity_blocks, make_buckets, run_bucket  # noqa: E402
 from apps.transe._data import graph_dir, read_graph  # noqa: E402
+from benchmarks._common import replay_run
 
 #: Epochs per data set: Kinships has 5x the triples of Nations and learns more slowly.
 EPOCHS = {"nations": 100, "kinships": 200, "umls": 100, "synthetic": 100}
+
+
+class Hyper(TypedDict):
+    """The app's hyper-parameters, each with the type its functions take."""
+
+    dim: int
+    lr: float
+    margin: float
+    norm: int
+    blocks: int
+    minibatch: int
+
+
 #: Hyper-parameters every run uses (the app's defaults, written out for the record).
-PARAMS = {"dim": 50, "lr": 0.003, "margin": 1.0, "norm": 1, "blocks": 4, "minibatch": 64}
+PARAMS: Hyper = {"dim": 50, "lr": 0.003, "margin": 1.0, "norm": 1, "blocks": 4, "minibatch": 64}
 
 
 def spread(values: list[float]) -> dict[str, Any]:

@@ -45,14 +45,14 @@ import statistics
 import sys
 import time
 from datetime import date
+from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _common import ROOT, replay_run, steady
 
-sys.path.insert(0, str(ROOT))
-
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from apps.word2vec import _data, _eval, _kernel, _model  # noqa: E402
+from benchmarks._common import replay_run, steady
 
 #: Hyper-parameters shared by gensim and ours (gensim's defaults, skip-gram).
 HYPER = {

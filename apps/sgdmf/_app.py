@@ -20,6 +20,7 @@ import engine as ap
 
 from .._datasets import (
     RATINGS_HEADER,
+    Rating,
     cache_dir,
     movielens_100k,
     parse_rating_line,
@@ -35,7 +36,7 @@ MODEL_DDS = {"W": "W", "H": "H"}
 SYNTHETIC_SHAPE = {"n_users": 300, "n_items": 500, "n_ratings": 20000}
 
 
-def parse_line(line: str) -> object:
+def parse_line(line: str) -> Rating | None:
     """Parse one line of a ``.inter`` rating file; ``None`` for the header and blank lines."""
     if not line.strip() or line == RATINGS_HEADER or line.startswith("user_id"):
         return None
