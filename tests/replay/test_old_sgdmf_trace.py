@@ -8,6 +8,8 @@ Replay re-plans from its own reconnaissance and compares with the recorded plan;
 ``auto`` it plans with the recorded plan's strategy (``planner.remake_strategy``), so a
 change in what ``auto`` picks (a new strategy, another cost) cannot turn an old trace
 into a divergence.  The tests make ``auto`` pick something else by making rounds free.
+The app's source has changed since (held-out options): the replays pass
+``--allow-changed-code``, which still compares every digest and plan.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ def _trace(tmp_path: Path) -> Path:
 
 
 def test_an_old_rotation_trace_replays_in_one_process(tmp_path: Path, cli) -> None:
-    proc = cli("single", str(_trace(tmp_path)), "--json")
+    proc = cli("single", str(_trace(tmp_path)), "--json", "--allow-changed-code")
     assert proc.returncode == 0, proc.stderr
     res = json.loads(proc.stdout)
     assert res["identical"] is True and res["first_difference"] is None, res
@@ -43,7 +45,7 @@ def test_it_replays_even_when_auto_would_choose_another_plan(
     from engine._machines import planner
 
     monkeypatch.setattr(planner, "ROUND_OVERHEAD_BODIES", 0)  # rounds cost nothing
-    proc = cli("single", str(_trace(tmp_path)), "--json")
+    proc = cli("single", str(_trace(tmp_path)), "--json", "--allow-changed-code")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["identical"] is True
 
@@ -57,7 +59,7 @@ def test_without_the_recorded_strategy_that_replay_would_diverge(
 
     monkeypatch.setattr(planner, "ROUND_OVERHEAD_BODIES", 0)
     monkeypatch.setattr(loop, "remake_strategy", lambda requested, recorded, sets: requested)
-    proc = cli("single", str(_trace(tmp_path)), "--json")
+    proc = cli("single", str(_trace(tmp_path)), "--json", "--allow-changed-code")
     assert proc.returncode == 3, proc.stderr
     diff = json.loads(proc.stdout)["first_difference"]
     assert diff["expected"] == "4 rounds" and diff["actual"] != "4 rounds", diff
@@ -65,7 +67,7 @@ def test_without_the_recorded_strategy_that_replay_would_diverge(
 
 @pytest.mark.mpi
 def test_an_old_rotation_trace_replays_on_the_cluster(tmp_path: Path) -> None:
-    proc = tcli.invoke(["cluster", _trace(tmp_path), "--json"])
+    proc = tcli.invoke(["cluster", _trace(tmp_path), "--json", "--allow-changed-code"])
     assert proc.returncode == 0, proc.stderr
     res = json.loads(proc.stdout)
     assert res["identical"] is True and res["first_difference"] is None, res
