@@ -77,10 +77,10 @@ def _dying_exchange(rank: int, index: int, op: Callable[..., Any], args: Any, kw
     real = cluster.exchange
     calls = itertools.count()
 
-    def exchange(messages: Any, *, stopped: bool = False) -> bool:
+    def exchange(messages: Any, **kw: Any) -> bool:
         if cluster.rank == rank and next(calls) == index:
             os.kill(os.getpid(), signal.SIGKILL)
-        return real(messages, stopped=stopped)
+        return real(messages, **kw)
 
     cluster.exchange = exchange  # type: ignore[method-assign]
     try:
