@@ -11,10 +11,11 @@ invocation being measured; nothing is estimated from formulas.
 * ``imbalance_p64_ml100k``, ``imbalance_p64_synthetic``: the planner's imbalance of the
   same epoch planned with ``strategy="tokens"`` (the token planner: the issue's figure),
   on MovieLens-100K and on the synthetic set: the plan's critical path without barriers,
-  a node waiting for the messages of exchange s-1 before its round s, over (bodies / P);
-  context ``imbalance`` gives, for that plan and for ``auto``'s (rotation), also
-  ``first_use`` (a node waiting for a message only before the round that reads its
-  rows) and ``barrier`` (every round ending with a barrier: the figure before
+  a node waiting for a message only before the first round that touches its rows (where
+  ``Cluster.settle`` completes the receive), over (bodies / P); context ``imbalance``
+  gives, for that plan and for ``auto``'s (rotation), also ``exchange_wait`` (a node
+  waiting for every message of exchange s-1 before its round s, as before deferred
+  receives) and ``barrier`` (every round ending with a barrier: the figure before
   2026-12-06), and the token epoch's traffic;
 * ``trace_bytes_per_body_p64``: a recorded synthetic SGDMF at P = 64, the store's growth
   from one epoch to five (file and sidecars) over the bodies of those four epochs;
@@ -123,8 +124,8 @@ def _imbalances(sess: Any) -> dict[str, float]:
     plan = sess.ops["sgd"].plan
     return {
         "strategy": plan.strategy,
-        "critical_path": round(plan.imbalance, 4),
-        "first_use": round(plan.first_use_imbalance, 4),
+        "critical_path": round(plan.imbalance, 4),  # receives at first use (settle)
+        "exchange_wait": round(plan.exchange_imbalance, 4),
         "barrier": round(plan.barrier_imbalance, 4),
     }
 

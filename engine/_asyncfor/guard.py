@@ -13,7 +13,10 @@ execution checks, per access, the two things that could break it:
   round — the value read would depend on timing;
 * a read of a slot that another node wrote in an earlier round and did not send here
   (the write-back is routed: a row goes only to the nodes whose sets touch it next,
-  ``engine._machines.routing``) — the value read would be stale.
+  ``engine._machines.routing``) — the value read would be stale;
+* a read of a slot sent here for a later round, before that round (an MPI rank takes
+  such rows in just before the round that first touches them, ``Cluster.settle``) —
+  the value would not be there yet.
 
 The check itself lives in the DDS guard modes (``engine._data.dds``): one byte per slot and
 node says who may touch the slot in the running round, so the common case is one
@@ -110,16 +113,29 @@ def _task_writes(sets: AccessSets, indices: np.ndarray) -> np.ndarray:
     return np.unique(sets.w_ids[idx])
 
 
-def _messages(dds: list[Any], msgs: Messages, local: list[int], every: bool) -> list[Message]:
+def _messages(
+    dds: list[Any], msgs: Messages, local: list[int], every: bool
+) -> tuple[list[Message], list[int]]:
     """The transport's messages of one exchange: all of them (``every``: the in-process
-    cluster moves rows between its nodes itself), else those a local node sends or gets."""
+    cluster moves rows between its nodes itself), else those a local node sends or gets;
+    and the index in ``msgs`` of each."""
     here = set(local)
     out: list[Message] = []
+    kept: list[int] = []
     for k in range(len(msgs)):
         src, dst = int(msgs.src[k]), int(msgs.dst[k])
         if every or src in here or dst in here:
             out.append((src, dst, _slot_groups(dds, msgs.rows(k))))
-    return out
+            kept.append(k)
+    return out, kept
+
+
+class Exchange(list[Any]):
+    """The messages (``Message``) of one write-back, and ``defer``: per message, the round before which
+    its destination must have its rows when that is later than the next (None: at once).
+    A list, so that a substituted write-back step (``tests/mutants.py``) sees messages."""
+
+    defer: list[int | None]
 
 
 class GuardPlan:
@@ -132,10 +148,39 @@ class GuardPlan:
         nodes = sess.cluster.local_nodes
         routes = route(plan, sets, nodes)
         every = not sess.cluster.is_mpi
+        here = set(nodes)
         #: per round, then once more after the last round: the messages of its write-back
-        self.exchanges = [_messages(dds, m, nodes, every) for m in routes.rounds] + [
-            _messages(dds, routes.final, nodes, every)
+        #: and, per message, the round it is due by when later than the next (``defer``:
+        #: decided by the plan alone, so in-process nodes and MPI ranks mark alike)
+        self.exchanges: list[list[Message]] = []
+        #: per round r: per local node, (dds, slots) whose rows arrive for a later round:
+        #: marked as written by another node from r's write-back until ``arrive``
+        self.pending: list[dict[int, list[tuple[Any, np.ndarray]]]] = []
+        #: per round u: per local node, (dds, slots) that arrive just before round u
+        self.arrive: list[dict[int, list[tuple[Any, np.ndarray]]]] = [
+            {} for _ in range(len(plan.rounds) + 1)
         ]
+        for r, msgs in enumerate(routes.rounds):
+            out, kept = _messages(dds, msgs, nodes, every)
+            uses = routes.uses[r] if r < len(routes.uses) else None
+            later: list[int | None] = []
+            pend: dict[int, list[tuple[Any, np.ndarray]]] = {}
+            for (_, dst, carried), k in zip(out, kept, strict=True):
+                u = int(uses[k]) if uses is not None else r + 1
+                if u > r + 1 and u < len(plan.rounds) and all(d._numeric for d, _ in carried):
+                    later.append(u)
+                    if dst in here:
+                        pend.setdefault(dst, []).extend(carried)
+                        self.arrive[u].setdefault(dst, []).extend(carried)
+                else:
+                    later.append(None)
+            ex = Exchange(out)
+            ex.defer = later
+            self.exchanges.append(ex)
+            self.pending.append(pend)
+        final = Exchange(_messages(dds, routes.final, nodes, every)[0])
+        final.defer = [None] * len(final)
+        self.exchanges.append(final)
         #: per round: per local node: (dds, slots) it must not read after the write-back
         self.stale = [
             {p: _slot_groups(dds, g) for p, g in per.items() if len(g)} for per in routes.stale
@@ -190,6 +235,7 @@ class Guard:
         self._gp = gp
         self._lock = threading.Lock()
         self._stale: list[tuple[int, Any, np.ndarray]] = []
+        self._pending: list[tuple[int, Any, np.ndarray]] = []
 
     # ------------------------------------------------------------ masks
     def prepare(self, sess: Session) -> None:
@@ -223,13 +269,39 @@ class Guard:
                 np.frombuffer(d._gms[node], dtype=np.uint8)[slots] = OTHER
                 self._stale.append((node, d, slots))
 
+    def mark_pending(self, r: int) -> None:
+        """After round ``r``'s write-back: rows routed to a local node for a later round
+        than the next (``GuardPlan.defer``) read as written by another node until they
+        arrive: reading one earlier leaves the plan (on MPI its value is not there yet)."""
+        for node, groups in self._gp.pending[r].items():
+            for d, slots in groups:
+                np.frombuffer(d._gms[node], dtype=np.uint8)[slots] = OTHER
+                self._pending.append((node, d, slots))
+
+    def unmark_pending(self, u: int) -> None:
+        """Before round ``u``: the rows routed for it have arrived (``Cluster.settle``)."""
+        arrived = set()
+        for node, groups in self._gp.arrive[u].items():
+            for d, slots in groups:
+                np.frombuffer(d._gms[node], dtype=np.uint8)[slots] = FREE
+                arrived.add((node, id(slots)))
+        if arrived:
+            self._pending = [e for e in self._pending if (e[0], id(e[2])) not in arrived]
+
     def clear_stale(self) -> None:
         """Forget the stale marks (the final write-back, or the undo, made replicas whole)."""
-        for node, d, slots in self._stale:
+        for node, d, slots in self._stale + self._pending:
             np.frombuffer(d._gms[node], dtype=np.uint8)[slots] = FREE
         self._stale.clear()
+        self._pending.clear()
 
     def _other_reason(self, dds: Any, slot: int) -> str:
+        for node, d, slots in self._pending:
+            if node == self.node and d is dds and slot in slots:
+                return (
+                    "another node wrote in an earlier round and sent here for a later round "
+                    "(it is outside this node's reconnaissance sets for this round)"
+                )
         for node, d, slots in self._stale:
             if node == self.node and d is dds and slot in slots:
                 return (

@@ -504,6 +504,8 @@ def _execute(
             if rx is not None:
                 rx.begin_round()
             done: dict[int, np.ndarray] = {}
+            guard.unmark_pending(r)  # rows routed for this round are here now
+            halted = cl.settle(r) or halted  # (on MPI: their receives complete here)
             if not halted:
                 guard.arm(r)
                 for node in cl.local_nodes:
@@ -531,6 +533,7 @@ def _execute(
             orders.append(done)
             halted = write_back(cl, guard.exchanges, r, stopped=halted or bool(stopped))
             guard.mark_stale(r)
+            guard.mark_pending(r)
             if rx is not None:
                 rx.end_round()
             round_s.append(time.perf_counter() - t)
@@ -669,7 +672,9 @@ def write_back(cl: Cluster, exchanges: list[list[Message]], r: int, *, stopped: 
     through this module, so that tests can substitute a broken barrier
     (``tests/mutants.py``) and prove that the dual tests notice.
     """
-    return cl.exchange(exchanges[r], stopped=stopped, last=r == len(exchanges) - 1)
+    messages = exchanges[r]
+    defer = getattr(messages, "defer", None)  # rows due in a later round (``Exchange``)
+    return cl.exchange(messages, stopped=stopped, last=r == len(exchanges) - 1, defer=defer)
 
 
 def locks_to_take(

@@ -110,6 +110,9 @@ class Plan:
     #: the critical path if a node waited for a message only before the first round that
     #: touches its rows (not before the round after it was sent) / (n / P)
     first_use_imbalance: float = 1.0
+    #: the critical path if a node waited for every message in the round after it was
+    #: sent (before deferred receives), over (bodies / nodes)
+    exchange_imbalance: float = 1.0
 
     def serial_order(self) -> np.ndarray:
         """Indices in the plan's serialization order (valid when no task is locked)."""
@@ -266,15 +269,18 @@ def _finish(
     ideal = sets.n / nodes if sets.n else 1.0
     found = message_edges(plan, sets, first_use=True) if sets.n and nodes > 1 else (_NONE,) * 4
     e_rnd, e_src, e_dst, e_use = found
-    plan.imbalance = critical_path(ld, e_rnd, e_src, e_dst) / ideal if sets.n else 1.0
+    plan.exchange_imbalance = critical_path(ld, e_rnd, e_src, e_dst) / ideal if sets.n else 1.0
     plan.barrier_imbalance = barrier_makespan(ld) / ideal if sets.n else 1.0
     hop = ROUND_OVERHEAD_BODIES if nodes > 1 else 0
     plan.path_cost = critical_path(ld, e_rnd, e_src, e_dst, latency=hop)
+    # a node receives each message just before the first round that touches its rows
+    # (``Cluster.settle``): the imbalance the plan runs with
     plan.first_use_imbalance = (
         on_demand_path(ld, e_rnd, e_src, e_dst, e_use) / ideal
         if sets.n and nodes > 1
-        else plan.imbalance
+        else plan.exchange_imbalance
     )
+    plan.imbalance = plan.first_use_imbalance
     per_node = ld.sum(axis=0)
     plan.node_imbalance = float(per_node.max() / per_node.mean()) if sets.n else 1.0
     return plan

@@ -26,7 +26,7 @@ invocations, as the driver, digests and checkpoints expect.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -86,6 +86,10 @@ class Routes:
     rounds: list[Messages]
     final: Messages
     stale: list[dict[int, np.ndarray]]
+    #: per round, per message of ``rounds[r]``: the first round in which its destination
+    #: touches a row it carries (> r): the message may be received as late as just
+    #: before that round (``engine._asyncfor.guard``, ``Cluster.settle``)
+    uses: list[np.ndarray] = field(default_factory=list)
 
     def sent_rows(self) -> int:
         """Rows sent in total (every exchange, the final one included)."""
@@ -193,7 +197,7 @@ def route(plan: Plan, sets: AccessSets, nodes: list[int] | None = None) -> Route
     """The routes of ``plan`` (see the module docstring); ``stale`` is computed for
     ``nodes`` only (default: every node)."""
     P, R = plan.nodes, len(plan.rounds)
-    gid, rnd, node, isw, w, dst, _ = _sends(plan, sets)
+    gid, rnd, node, isw, w, dst, at = _sends(plan, sets)
     m = len(gid)
     idx = np.arange(m, dtype=np.int64)
     wlast = np.maximum.accumulate(np.where(isw, idx, -1)) if m else _EMPTY
@@ -201,9 +205,12 @@ def route(plan: Plan, sets: AccessSets, nodes: list[int] | None = None) -> Route
     first[1:] = gid[1:] != gid[:-1]
     gstart = np.maximum.accumulate(np.where(first, idx, 0)) if m else _EMPTY
     rounds = []
+    uses = []
     for r in range(R):
         sel = rnd[w] == r
-        rounds.append(Messages.of(node[w[sel]], dst[sel], gid[w[sel]]))
+        msgs = Messages.of(node[w[sel]], dst[sel], gid[w[sel]])
+        rounds.append(msgs)
+        uses.append(_first_uses(msgs, node[w[sel]], dst[sel], rnd[at[sel]], P))
     # final exchange: every element's last value to each node that does not hold it
     if m:
         ends = np.flatnonzero(np.concatenate((gid[1:] != gid[:-1], [True])))
@@ -231,7 +238,19 @@ def route(plan: Plan, sets: AccessSets, nodes: list[int] | None = None) -> Route
         by_round = rnd[mine]
         for r in range(R):
             stale[r][p] = np.sort(gid[mine[by_round == r]])
-    return Routes(rounds, final, stale)
+    return Routes(rounds, final, stale, uses)
+
+
+def _first_uses(
+    msgs: Messages, src: np.ndarray, dst: np.ndarray, use: np.ndarray, P: int
+) -> np.ndarray:
+    """Per message of ``msgs``: the smallest ``use`` among the rows it carries (one
+    (src, dst, use) per row sent, in any order)."""
+    out = np.full(len(msgs), np.iinfo(np.int64).max, dtype=np.int64)
+    if len(msgs):
+        keys = msgs.src * P + msgs.dst  # sorted: messages are sorted by (src, dst)
+        np.minimum.at(out, np.searchsorted(keys, src * P + dst), use)
+    return out
 
 
 __all__ = ["Messages", "Routes", "message_edges", "route"]

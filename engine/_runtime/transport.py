@@ -165,10 +165,17 @@ class Cluster:
         raise NotImplementedError
 
     def exchange(
-        self, messages: list[Message], *, stopped: bool = False, last: bool = False
+        self,
+        messages: list[Message],
+        *,
+        stopped: bool = False,
+        last: bool = False,
+        defer: list[int | None] | None = None,
     ) -> bool:
         """Deliver ``messages``: each local source sends its rows, each local destination
-        takes them into its replica.
+        takes them into its replica.  ``defer[k]``, when given and not None, is the round
+        before which message ``k``'s destination must have its rows (:meth:`settle`):
+        a transport may take them in as late as that.
 
         ``stopped``: the local nodes stopped following their plan (a guard violation,
         ``engine._asyncfor.guard``, here or heard of).  Returns whether they must run no
@@ -177,6 +184,11 @@ class Cluster:
         whole cluster's, whether any node stopped anywhere (the attempt's outcome, which
         every node must agree on)."""
         raise NotImplementedError
+
+    def settle(self, r: int) -> bool:
+        """Before round ``r``: take in every deferred message due by then; returns whether
+        one of them came from a node that had stopped following its plan."""
+        return False
 
     def mark(self) -> tuple[Any, ...]:
         """The message counters, to :meth:`rewind` to when an attempt is undone."""
@@ -284,9 +296,15 @@ class InProcessCluster(Cluster):
             dds.set_rows(dst, slots, dds.rows(src, slots))
 
     def exchange(
-        self, messages: list[Message], *, stopped: bool = False, last: bool = False
+        self,
+        messages: list[Message],
+        *,
+        stopped: bool = False,
+        last: bool = False,
+        defer: list[int | None] | None = None,
     ) -> bool:
-        """Copy each message's rows from its source's replica into its destination's.
+        """Copy each message's rows from its source's replica into its destination's (a
+        deferred one too: nobody touches its rows there before the round it is due).
 
         Every node is here, so ``stopped`` is already the whole cluster's answer (the
         loop gives up on the attempt after the exchange of the round in which any node
@@ -321,6 +339,13 @@ class MpiCluster(Cluster):
         self._seq_out = 0
         #: write-back sends not yet known complete, with the buffers they read from
         self._sending: list[tuple[Any, np.ndarray | None]] = []
+        #: write-back receives this rank deferred to a later round (a counter)
+        self.deferred = 0
+        #: deferred write-back receives: (due round, source, exchange number, parts,
+        #: buffer, request), in the order they were posted
+        self._pending: list[
+            tuple[int, int, int, list[tuple[_DDS, np.ndarray]], np.ndarray, Any]
+        ] = []
 
     def close(self) -> None:
         super().close()
@@ -450,10 +475,22 @@ class MpiCluster(Cluster):
         self._seq_out = n
 
     def exchange(
-        self, messages: list[Message], *, stopped: bool = False, last: bool = False
+        self,
+        messages: list[Message],
+        *,
+        stopped: bool = False,
+        last: bool = False,
+        defer: list[int | None] | None = None,
     ) -> bool:
         """Send this rank's messages, receive the ones addressed to it (each from its named
         source, with the size the routes give); no collective except at ``last``.
+
+        A message ``defer`` gives a round for is not waited for here: its receive is
+        posted now (so that MPI matches it before any later message of the same source)
+        and completed by :meth:`settle` just before that round, the first in which this
+        rank touches its rows; until then the guard marks them (``mark_pending``).  A
+        rank then waits for a sender only where it needs the rows, not in the round after
+        they were sent (a token plan's hand-offs: ``Plan.first_use_imbalance``).
 
         A ring, not a barrier per round: a rank waits only for the ranks that send it
         rows, so it may run rounds ahead of a rank it hears nothing from.  What keeps an
@@ -491,22 +528,23 @@ class MpiCluster(Cluster):
             if objs:
                 self._sending.append((comm.isend(objs, dst, TAG_OBJROWS), None))
             self.traffic.sent(len(msg))
-        heard = False
-        for src, dst, parts in messages:
+        heard = self.settle(None) if last else False  # older rows first, then the final
+        for k, (src, dst, parts) in enumerate(messages):
             if dst != me:
                 continue
             buf = np.empty(len(head) + _numeric_nbytes(parts), dtype=np.uint8)
+            due = None if defer is None or last else defer[k]
+            if due is not None:
+                req = comm.Irecv([buf, MPI.BYTE], src, TAG_ROWS)
+                self._pending.append((due, src, seq, parts, buf, req))
+                self.deferred += 1
+                self.traffic.received(len(buf))
+                if self.on_message is not None:  # logged in exchange order, as before
+                    self.on_message(me, ROUTED, src, seq, len(buf) - len(head))
+                continue
             comm.Recv([buf, MPI.BYTE], src, TAG_ROWS)
             self.traffic.received(len(buf))
-            word = int(buf[: len(head)].view(np.int64)[0])
-            got = word >> 1
-            if got != seq:
-                raise RuntimeError(
-                    f"write-back out of step: rank {src} sent the rows of exchange {got} "
-                    f"while rank {me} was in exchange {seq}"
-                )
-            heard |= bool(word & STOP_BIT)
-            self._unpack(parts, buf[len(head) :])
+            heard |= self._take(src, seq, parts, buf)
             if self.on_message is not None:
                 self.on_message(me, ROUTED, src, seq, len(buf) - len(head))
             if any(not d._numeric for d, _ in parts):
@@ -527,6 +565,37 @@ class MpiCluster(Cluster):
         self.agreements += 1
         self._finish_sends()
         return bool(anyone[0])
+
+    def settle(self, r: int | None) -> bool:
+        """Complete, in the order they were posted, the deferred receives due before
+        round ``r`` (None: all of them), and take their rows in."""
+        if not self._pending:
+            return False
+        heard = False
+        keep = []
+        for entry in self._pending:
+            due, src, seq, parts, buf, req = entry
+            if r is not None and due > r:
+                keep.append(entry)
+                continue
+            req.Wait()
+            heard |= self._take(src, seq, parts, buf)
+        self._pending = keep
+        return heard
+
+    def _take(
+        self, src: int, seq: int, parts: list[tuple[_DDS, np.ndarray]], buf: np.ndarray
+    ) -> bool:
+        """Check a received write-back's header and put its rows in; returns its stop flag."""
+        word = int(buf[:ROWS_HEADER].view(np.int64)[0])
+        got = word >> 1
+        if got != seq:
+            raise RuntimeError(
+                f"write-back out of step: rank {src} sent the rows of exchange {got} "
+                f"while rank {self.rank} was in exchange {seq}"
+            )
+        self._unpack(parts, buf[ROWS_HEADER:])
+        return bool(word & STOP_BIT)
 
     def _finish_sends(self) -> None:
         """Wait for every send still in flight, then drop its buffer."""

@@ -20,6 +20,8 @@ JITTER = [(3, 2, 0), (3, 1, 1), (2, 2, 2)]
 #: (ranks, threads) of the ring cases; each runs plainly and under these jitter seeds
 RING = [(2, 1), (3, 1), (3, 2)]
 RING_SEEDS = (3, 4, 5)
+#: jitter seeds of the deferred-receive case (run plainly too)
+DEFER_SEEDS = (1, 2)
 
 
 @pytest.fixture(scope="module")
@@ -40,6 +42,8 @@ def mpi(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
         batches[p["ranks"]].add(
             f"ring-{p['threads']}", HERE / "mpi_ring.py", p["threads"], *RING_SEEDS
         )
+    for p in mpibatch.selected(request, test_a_token_plan_defers_receives_and_keeps_the_bits):
+        batches[p["ranks"]].add("defer", HERE / "mpi_defer.py", *DEFER_SEEDS)
     return batches
 
 
@@ -121,3 +125,23 @@ def test_a_failing_body_ends_every_rank_alike(mpi: Batches) -> None:
             else:
                 assert raised == ["PeerRankFailed", err.node], (rank, first)
             assert notes == ([stop] if first else []), (rank, first)
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_a_token_plan_defers_receives_and_keeps_the_bits(ranks: int, mpi: Batches) -> None:
+    """tests/engine/mpi_defer.py: a token plan's hand-offs skip rounds, so ranks post
+    those receives and complete them just before the round that touches the rows
+    (``Cluster.settle``); plainly and under message jitter every rank gives the
+    in-process cluster's bits, and some receive was deferred."""
+    from tests.engine.mpi_defer import program
+
+    want = ap.run(program, nodes=ranks)
+    deferred = 0
+    for got in mpi[ranks].values("defer"):
+        assert len(got) == 1 + len(DEFER_SEEDS)
+        for run in got:
+            assert run["W"] == want.value["W"] and run["H"] == want.value["H"]
+            assert run["digests"] == want.digests and run["rounds"] == want.value["rounds"]
+            deferred += run["deferred"]
+    assert want.value["rounds"] > ranks  # tokens: more rounds than a rotation's P
+    assert deferred > 0

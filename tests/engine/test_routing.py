@@ -228,3 +228,39 @@ def test_a_body_reading_what_was_not_sent_is_replanned_and_equals_its_serial_loo
     got = _chain(n, far % n or 1, 3, nodes=nodes, threads=threads)
     want = _chain_serial(got["init"], got["orders"], n, far % n or 1)
     np.testing.assert_array_equal(got["final"], want)
+
+
+@given(
+    n=st.integers(20, 300),
+    nodes=st.integers(2, 5),
+    seed=st.integers(0, 50),
+    strategy=st.sampled_from(["tokens", "rotation", "colouring", "components"]),
+)
+def test_a_message_is_due_at_the_first_round_its_destination_touches_its_rows(
+    n: int, nodes: int, seed: int, strategy: str
+) -> None:
+    """``Routes.uses``: the destination touches none of a message's rows between the
+    round after it was sent and its due round, and some row in the due round.  A receive
+    deferred to that round (``Cluster.settle``) therefore cannot come late, and the guard
+    marks the rows as not there in between (``Guard.mark_pending``)."""
+    sets = sgd_like_sets(n, 8, 12, seed=seed)
+    plan = make_plan(sets, nodes, seed=seed, strategy=strategy)
+    routes = route(plan, sets)
+    touched: dict[tuple[int, int], set[int]] = {}  # (round, node) -> element ids
+    for r, per_node in enumerate(plan.rounds):
+        for p, tasks in enumerate(per_node):
+            got = touched.setdefault((r, p), set())
+            for t in tasks:
+                for j in t.indices.tolist():
+                    k = j - plan.start
+                    got.update(sets.reads_of(k).tolist(), sets.writes_of(k).tolist())
+    assert len(routes.uses) == len(routes.rounds)
+    for r, msgs in enumerate(routes.rounds):
+        assert len(routes.uses[r]) == len(msgs)
+        for k in range(len(msgs)):
+            dst, due = int(msgs.dst[k]), int(routes.uses[r][k])
+            rows = set(msgs.rows(k).tolist())
+            assert r < due < len(plan.rounds)
+            for s in range(r + 1, due):
+                assert not rows & touched.get((s, dst), set()), (r, k, s)
+            assert rows & touched[(due, dst)], (r, k, due)

@@ -53,7 +53,7 @@ def test_quick_run_prints_every_figure_with_consistent_counters(
     tokens = out["imbalance"]["synthetic"]["tokens"]
     assert tokens["strategy"] == "tokens"
     assert out["imbalance_p64_synthetic"] == tokens["critical_path"]
-    assert tokens["first_use"] <= tokens["critical_path"] <= tokens["barrier"]
+    assert tokens["critical_path"] <= tokens["exchange_wait"] <= tokens["barrier"]
     assert out["imbalance"]["synthetic"]["auto"]["strategy"] == "rotation"
     tt = out["sgdmf_tokens"]
     assert tt["rounds"] > sg["rounds"]
