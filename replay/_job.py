@@ -163,6 +163,13 @@ TEST_MODE_LABEL = "test_mode"
 CHECKED_LABEL = "checked"
 
 
+#: The run label of a run whose ``ap.reduce`` folded sums, max and min exactly per node
+#: (``engine._data.exact``): every run recorded since 2026-12-06.  A trace without it was
+#: recorded when every reduce folded in index order, and a replay of it folds so too, or
+#: a sum's last bits (an objective, a collective value) would differ from the recorded.
+EXACT_REDUCE_LABEL = "exact_reduce"
+
+
 def recorded_in_test_mode(info: Any) -> bool:
     """Whether the run ``info`` describes was recorded in test mode."""
     return bool((info.labels or {}).get(TEST_MODE_LABEL))
@@ -173,6 +180,7 @@ class Modes(TypedDict):
 
     checked: bool
     test_mode: bool
+    exact_reduce: bool
 
 
 def recorded_modes(info: Any) -> Modes:
@@ -180,12 +188,15 @@ def recorded_modes(info: Any) -> Modes:
 
     They are what changes execution beyond the run row's own fields (ranks, threads,
     seed, parameters): checked and test mode, which also decide whether relaxed DDS are
-    relaxed and SSP is stale.  Both are run labels, so the run row's hash chain covers
-    them; a trace recorded before a label existed has it off, as its run had.
+    relaxed and SSP is stale, and whether ``ap.reduce`` folds exactly.  All are run
+    labels, so the run row's hash chain covers them; a trace recorded before a label
+    existed has it off, as its run had.
     """
     labels = info.labels or {}
     return Modes(
-        checked=bool(labels.get(CHECKED_LABEL)), test_mode=bool(labels.get(TEST_MODE_LABEL))
+        checked=bool(labels.get(CHECKED_LABEL)),
+        test_mode=bool(labels.get(TEST_MODE_LABEL)),
+        exact_reduce=bool(labels.get(EXACT_REDUCE_LABEL)),
     )
 
 
@@ -217,6 +228,8 @@ def _recorder(spec: dict[str, Any], app: Any, params: dict[str, Any], comm: Any)
             labels[TEST_MODE_LABEL] = True
         if spec.get("checked"):
             labels[CHECKED_LABEL] = True
+        if spec.get("exact_reduce", True):
+            labels[EXACT_REDUCE_LABEL] = True
         if labels:
             meta["labels"] = labels
         tracer.start_run(path, run_id, meta)
@@ -286,6 +299,7 @@ def run_here(
             threads=threads,
             seed=spec.get("seed", 0),
             checked=spec.get("checked", False),
+            exact_reduce=spec.get("exact_reduce", True),
             comm=comm,
             recorder=recorder,
             progress=say,

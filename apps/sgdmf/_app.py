@@ -184,8 +184,8 @@ def numeric_ratings(A: ap.dvector) -> ap.dvector:
 
 
 def _squared_error_sum(r: np.ndarray, w: np.ndarray, h: np.ndarray) -> float:
-    """Sum of squared training errors in index order: the same operations, in the same
-    order, as :func:`rmse`'s ``ap.reduce``, so the two agree bit for bit."""
+    """Sum of squared training errors folded in index order: :func:`rmse`'s ``ap.reduce``
+    as it was before its exact sum (a replay of a run recorded then folds so)."""
     acc = 0.0
     for j in range(r.shape[0]):
         e = r[j, 2] - w[int(r[j, 0])] @ h[int(r[j, 1])]
@@ -193,25 +193,47 @@ def _squared_error_sum(r: np.ndarray, w: np.ndarray, h: np.ndarray) -> float:
     return acc
 
 
+def _squared_errors(r: np.ndarray, w: np.ndarray, h: np.ndarray) -> np.ndarray:
+    """Each rating's squared training error, as :func:`rmse`'s ``ap.reduce`` computes it."""
+    out = np.empty(r.shape[0])
+    for j in range(r.shape[0]):
+        e = r[j, 2] - w[int(r[j, 0])] @ h[int(r[j, 1])]
+        out[j] = e * e
+    return out
+
+
 @functools.cache
-def _compiled_squared_error_sum() -> Callable[[np.ndarray, np.ndarray, np.ndarray], float]:
-    """:func:`_squared_error_sum` compiled, on first use: numba is imported only by the
-    kernel version, so the Python app runs where numba cannot be imported."""
+def _compiled(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` compiled, on first use: numba is imported only by the kernel version, so
+    the Python app runs where numba cannot be imported."""
     import numba
 
-    compiled: Callable[[np.ndarray, np.ndarray, np.ndarray], float]
-    compiled = numba.njit(cache=True)(_squared_error_sum)
+    compiled: Callable[..., Any] = numba.njit(cache=True)(fn)
     return compiled
 
 
-def _rmse_of(ratings: np.ndarray, w: np.ndarray, h: np.ndarray) -> float:
-    return math.sqrt(_compiled_squared_error_sum()(ratings, w, h) / len(ratings))
+def _exact_sum(sq: np.ndarray) -> float:
+    """The correctly rounded sum of values that are >= 0, +inf or NaN: ``ap.reduce``'s
+    exact sum of them (``math.fsum`` only gives up on an intermediate overflow, and a sum
+    of values >= 0 that overflows on the way rounds to infinity)."""
+    try:
+        return math.fsum(sq.tolist())
+    except OverflowError:
+        return math.inf
+
+
+def _rmse_of(ratings: np.ndarray, w: np.ndarray, h: np.ndarray, exact: bool) -> float:
+    if exact:
+        total = _exact_sum(_compiled(_squared_errors)(ratings, w, h))
+    else:
+        total = _compiled(_squared_error_sum)(ratings, w, h)
+    return math.sqrt(total / len(ratings))
 
 
 def rmse_compiled(ratings: np.ndarray, W: ap.dvector, H: ap.dvector) -> float:
     """:func:`rmse` over the (user, item, rating) rows, compiled (collective: the trace
     holds the value, not W and H)."""
-    return float(ap.evaluate(_rmse_of, ratings, W, H))
+    return float(ap.evaluate(_rmse_of, ratings, W, H, ap.current().exact_reduce))
 
 
 def kernel_epoch(R: ap.dvector, W: ap.dvector, H: ap.dvector, g: float, lam: float) -> None:

@@ -3,9 +3,10 @@
 
 All are collective: every rank calls them with the same arguments (SPMD).  Work on
 elements is done by their owners, then results are shared so that every replica is
-complete.  ``reduce`` folds the mapped values in index order on every node, so its
-result does not depend on the number of nodes — which is what lets a serial and a
-parallel run log bit-identical objectives.
+complete.  ``reduce``'s result does not depend on the number of nodes — which is what
+lets a serial and a parallel run log bit-identical objectives: a sum, max or min of
+numbers is folded exactly on each node and only the folds cross (``engine._data.exact``);
+anything else is folded in index order over the gathered values.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from .._errors import DataFormatError, DriverStepsDivergedError, InputFileError,
 from .._files import replacing
 from .._runtime.checkpoint import collective
 from .._runtime.session import Session, current, driver_only
+from . import exact
 from .dds import _DDS, dmap, dvector, gathered
 from .values import detached, stable_text
 
@@ -72,9 +74,14 @@ def load(
 
 
 def _owned_values(
-    sess: Session, src: _DDS, fn: Callable[[Any], Any], op: str
-) -> tuple[list[np.ndarray], list[list[Any]]]:
-    """Apply ``fn`` to every element on its owner; return (owned slots, values) per node.
+    sess: Session,
+    src: _DDS,
+    fn: Callable[[Any], Any],
+    op: str,
+    local: Callable[[int, list[Any]], Any] | None = None,
+) -> tuple[list[np.ndarray], list[Any]]:
+    """Apply ``fn`` to every element on its owner; return (owned slots, values) per node,
+    or with ``local``, ``local(node, values)`` per node (what crosses between nodes).
 
     Under MPI each rank calls ``fn`` on the elements it owns only, so state ``fn`` kept
     (``seen.append(x)``) would hold a different part of the data on each rank, and all of
@@ -91,11 +98,13 @@ def _owned_values(
     sess.set_mode("exec")
     try:
 
-        def work(node: int) -> list[Any]:
+        def work(node: int) -> Any:
             buf = src._bufs[node]
             if src._numeric:
-                return [run(buf[s].copy()) for s in src.owned(node).tolist()]
-            return [run(detached(buf[s])) for s in src.owned(node).tolist()]
+                values = [run(buf[s].copy()) for s in src.owned(node).tolist()]
+            else:
+                values = [run(detached(buf[s])) for s in src.owned(node).tolist()]
+            return values if local is None else local(node, values)
 
         values = cl.run_on_nodes(work)
         finish(run)
@@ -159,16 +168,51 @@ def reduce(
     op: Callable[[Any, Any], Any] = operator.add,
     initial: Any = None,
 ) -> Any:
-    """Fold ``fn(x)`` over every element of ``src`` with ``op``, in index order.
+    """Fold ``fn(x)`` over every element of ``src`` with ``op``; the same bits on any
+    number of nodes, on every rank, in serial and parallel runs.
 
-    The fold order never depends on the number of nodes, so the result is identical
-    on every rank and in serial and parallel runs.
+    Without gathering the values (each node folds its own, only one small object per
+    node crosses):
+
+    * ``op=operator.add`` (the default) over Python ints (an exact int), over Python
+      floats and numpy float64 scalars, Python ints allowed among them (the correctly
+      rounded sum, ``math.fsum``'s, a numpy float64 if any value was one; NaN if a NaN or
+      both infinities were summed, else the infinity; a sum of only -0.0 is -0.0), over
+      numpy integer scalars of one dtype (wrapping around as numpy does), or over float64
+      arrays of one shape (element by element);
+    * ``op=max`` / ``op=min`` (the builtins) over ints, or floats without NaN: the first
+      largest (smallest) value in index order, as a left fold gives it.
+
+    Anything else (your own ``op``, objects, NaN under max/min, mixed types such as
+    float32 or int arrays) is folded with ``op`` in index order over the values gathered
+    on every node (each node then receives every value).  ``initial`` is folded in as
+    the first value.  A replay of a run recorded before the exact fold existed (its
+    trace has no ``exact_reduce`` label) folds in index order, as that run did.
     """
     sess = current()
+    what = f"ap.reduce over {src.name}"
 
     def compute() -> Any:
-        slots, values = _owned_values(sess, src, fn or _same, f"ap.reduce over {src.name}")
-        ordered = _in_order(len(src), slots, values)
+        if not sess.exact_reduce or not exact.supported(op):
+            slots, values = _owned_values(sess, src, fn or _same, what)
+            return _fold(_in_order(len(src), slots, values))
+        kept: dict[int, list[Any]] = {}
+
+        def local(node: int, values: list[Any]) -> Any:
+            kept[node] = values  # sent only if some node's values need the fold
+            slots = [] if op is operator.add else src.owned(node).tolist()  # max/min: ties
+            return exact.part(values, slots, op)
+
+        slots, parts = _owned_values(sess, src, fn or _same, what, local)
+        if len(src) and initial is not None:
+            parts = [exact.part([initial], [-1], op), *parts]
+        out = exact.combine(parts, op) if len(src) else exact.GATHER
+        if out is not exact.GATHER:
+            return out
+        values = sess.cluster.run_on_nodes(lambda node: kept.pop(node))
+        return _fold(_in_order(len(src), slots, values))
+
+    def _fold(ordered: list[Any]) -> Any:
         if initial is None:
             if not ordered:
                 raise DataFormatError(

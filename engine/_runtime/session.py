@@ -304,6 +304,9 @@ class Session:
         self.noted: set[tuple[str, str]] = set()
         #: test mode (dual tests): no relaxation, no staleness, every order kept
         self.test_mode = False
+        #: ``ap.reduce`` folds numbers exactly per node (``engine._data.exact``); False:
+        #: in index order over gathered values, as runs recorded before it did
+        self.exact_reduce = True
         #: (kind, name) -> what test or checked mode ran exactly (``RunResult.ran_exact``)
         self.ran_exact: dict[tuple[str, str], dict[str, Any]] = {}
         self.want_digests = digests
@@ -619,6 +622,7 @@ def run(
     test_mode: bool = False,
     digest: str | None = None,
     phases: Callable[[str], None] | None = None,
+    exact_reduce: bool = True,
 ) -> RunResult:
     """Run the driver ``fn(**params)`` on a fresh cluster and return its outcome.
 
@@ -629,7 +633,9 @@ def run(
     ``digest`` names the hash of the DDS digests (``"xxh3-128"``, the default, or
     ``"blake2b-128"``); a replay's schedules or hooks give the trace's.  ``phases`` is
     told each long phase as it starts (``"planning sgd"``, ``"compiling kernel sgd"``,
-    ``"checkpoint after sgd#3"``).
+    ``"checkpoint after sgd#3"``).  ``exact_reduce=False`` makes every ``ap.reduce``
+    fold in index order over gathered values, as runs did before its exact fold (a replay
+    of such a run passes it).
     """
     global _current
     if _current is not None and getattr(_current, "_running", False):
@@ -649,6 +655,7 @@ def run(
         digest=digest,
     )
     sess.test_mode = test_mode
+    sess.exact_reduce = exact_reduce
     sess.capture_orders = test_mode
     prev = _current
     _current = sess

@@ -98,6 +98,16 @@ def test_kernel_true_gives_the_python_bodys_rmse_bit_for_bit(nodes: int) -> None
     assert kern.planner["sgd"]["strategy"] == "rotation"
 
 
+def test_kernel_true_folds_its_rmse_as_a_replay_of_an_old_run_does() -> None:
+    """A run recorded before ``ap.reduce`` summed exactly folded its RMSE in index order;
+    its replay (``exact_reduce=False``) must get those bits with the kernel too."""
+    py = ap.run(train, KERNEL_SMALL, nodes=2, exact_reduce=False)
+    kern = ap.run(train, {**KERNEL_SMALL, "kernel": True}, nodes=2, exact_reduce=False)
+    assert kern.objectives["rmse"] == py.objectives["rmse"]
+    exact = ap.run(train, KERNEL_SMALL, nodes=2)
+    assert exact.objectives["rmse"] != py.objectives["rmse"]  # else this shows nothing
+
+
 def test_kernel_epoch_equals_the_hand_written_loop_in_plan_order() -> None:
     from apps.sgdmf._app import kernel_epoch, numeric_ratings
 

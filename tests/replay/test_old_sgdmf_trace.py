@@ -65,6 +65,23 @@ def test_without_the_recorded_strategy_that_replay_would_diverge(
     assert diff["expected"] == "4 rounds" and diff["actual"] != "4 rounds", diff
 
 
+def test_it_replays_with_the_reduce_it_was_recorded_with(
+    tmp_path: Path, cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The trace has no ``exact_reduce`` label: its RMSE was folded in index order, and
+    a replay that summed exactly, as runs do now, would differ in the last bits."""
+    import replay._replay as rp
+    from replay._job import recorded_modes
+
+    monkeypatch.setattr(
+        rp, "recorded_modes", lambda info: {**recorded_modes(info), "exact_reduce": True}
+    )
+    proc = cli("single", str(_trace(tmp_path)), "--json", "--allow-changed-code")
+    assert proc.returncode == 3, proc.stderr
+    diff = json.loads(proc.stdout)["first_difference"]
+    assert diff["what"] == "objective" and diff["event"] == "rmse", diff
+
+
 @pytest.mark.mpi
 def test_an_old_rotation_trace_replays_on_the_cluster(tmp_path: Path) -> None:
     proc = tcli.invoke(["cluster", _trace(tmp_path), "--json", "--allow-changed-code"])
