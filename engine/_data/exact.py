@@ -40,6 +40,11 @@ _FLOAT_TYPES = frozenset({float, np.float64})
 #: each); beyond it, and for more than 2**25 values, groups are found by sorting.
 _BINS = 1 << 20
 _EXACT_BINCOUNT = 1 << 25
+#: Most elements of an array value summed exactly: the exact sum costs Python work per
+#: element and exponent (about 1 us), which for bigger arrays would outweigh gathering.
+ARRAY_MAX = 1 << 12
+#: Most floats stacked at once while a node sums its arrays (memory, 32 MB).
+_STACK_MAX = 1 << 22
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,8 +133,20 @@ def _array_part(values: list[np.ndarray]) -> Sum | None:
     shape = values[0].shape
     if not shape or any(v.dtype != np.float64 or v.shape != shape for v in values):
         return None
-    stacked = np.stack(values).reshape(len(values), -1).T  # one row per element position
-    n, e, nan, pinf, ninf, negzero = _floats(stacked)
+    size = values[0].size
+    if size > ARRAY_MAX:
+        return None
+    step = max(1, _STACK_MAX // size)
+    nan = pinf = ninf = np.zeros(size, dtype=bool)
+    negzero = np.ones(size, dtype=bool)
+    n, e = [0] * size, [0] * size
+    for k in range(0, len(values), step):
+        # one row per element position, at most _STACK_MAX floats at a time
+        stacked = np.stack(values[k : k + step]).reshape(-1, size).T
+        cn, ce, cnan, cpinf, cninf, cneg = _floats(stacked)
+        for i in range(size):
+            n[i], e[i] = _add((n[i], e[i]), (cn[i], ce[i]))
+        nan, pinf, ninf, negzero = nan | cnan, pinf | cpinf, ninf | cninf, negzero & cneg
     return Sum("array", n=n, e=e, nan=nan, pinf=pinf, ninf=ninf, negzero=negzero, shape=shape)
 
 
@@ -315,4 +332,4 @@ def _combine_extremes(parts: list[Any], op: Any) -> Any:
     return best.value
 
 
-__all__ = ["GATHER", "Empty", "Extreme", "Sum", "combine", "part", "supported"]
+__all__ = ["ARRAY_MAX", "GATHER", "Empty", "Extreme", "Sum", "combine", "part", "supported"]

@@ -179,7 +179,7 @@ def reduce(
       rounded sum, ``math.fsum``'s, a numpy float64 if any value was one; NaN if a NaN or
       both infinities were summed, else the infinity; a sum of only -0.0 is -0.0), over
       numpy integer scalars of one dtype (wrapping around as numpy does), or over float64
-      arrays of one shape (element by element);
+      arrays of one shape of at most ``ARRAY_MAX`` (4,096) elements (element by element);
     * ``op=max`` / ``op=min`` (the builtins) over ints, or floats without NaN: the first
       largest (smallest) value in index order, as a left fold gives it.
 
