@@ -250,6 +250,23 @@ def test_anything_else_is_still_folded_in_index_order(values: list[Any], op: Any
     assert _bits(_on_every_cluster(values, op)) == _bits(want)
 
 
+@pytest.mark.parametrize("op", [max, min])
+def test_a_dmaps_ties_go_where_the_fold_in_slot_order_puts_them(op: Any) -> None:
+    """A dmap's owners hold slots spread by hash, not in runs: the tie is still settled
+    by slot, as the fold over the slots in order settles it."""
+    values = {f"k{i}": [1, 1.0, -0.0, 0.0, 0][i % 5] for i in range(40)}
+
+    def prog() -> Any:
+        m = ap.dmap()
+        for k, v in values.items():
+            m[k] = v
+        return ap.reduce(m, lambda v: v, op=op)
+
+    want = _bits(ap.run(prog, nodes=1, exact_reduce=False).value)
+    for p in (1, 2, 3, 8):
+        assert _bits(ap.run(prog, nodes=p).value) == want, p
+
+
 def test_a_sum_differs_from_the_left_fold_and_exact_reduce_false_folds() -> None:
     """``exact_reduce=False`` (a replay of a run recorded before the exact sum)."""
     values = [1e16, 1.0, 1.0, -1e16]
