@@ -28,7 +28,6 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import engine as ap  # noqa: E402
-from engine._runtime.transport import InProcessCluster  # noqa: E402
 
 N = 100_000
 
@@ -40,22 +39,21 @@ def _values() -> list[float]:
 def one(nodes: int, exact: bool, values: list[float]) -> tuple[float, int, Any]:
     """(seconds, bytes crossing, result) of one reduce on ``nodes`` nodes."""
     crossed = [0]
-    real = InProcessCluster.run_on_nodes
-
-    def counting(self: InProcessCluster, fn: Any) -> list[Any]:
-        out = real(self, fn)
-        crossed[0] += (self.size - 1) * sum(len(pickle.dumps(v, protocol=5)) for v in out)
-        return out
 
     def prog() -> tuple[float, Any]:
         X = ap.dvector(N, data=range(N))
-        InProcessCluster.run_on_nodes = counting  # type: ignore[method-assign]
-        try:
-            t0 = time.perf_counter()
-            got = ap.reduce(X, lambda i: values[int(i)])
-            return time.perf_counter() - t0, got
-        finally:
-            InProcessCluster.run_on_nodes = real  # type: ignore[method-assign]
+        cluster = ap.current().cluster
+        real = cluster.run_on_nodes
+
+        def counting(fn: Any) -> list[Any]:
+            out = real(fn)
+            crossed[0] += (nodes - 1) * sum(len(pickle.dumps(v, protocol=5)) for v in out)
+            return out
+
+        cluster.run_on_nodes = counting  # type: ignore[method-assign]
+        t0 = time.perf_counter()
+        got = ap.reduce(X, lambda i: values[int(i)])
+        return time.perf_counter() - t0, got
 
     seconds, got = ap.run(prog, nodes=nodes, exact_reduce=exact).value
     return seconds, crossed[0], got
