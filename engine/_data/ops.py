@@ -183,8 +183,8 @@ def reduce(
     * ``op=max`` / ``op=min`` (the builtins) over ints, or floats without NaN: the first
       largest (smallest) value in index order, as a left fold gives it.
 
-    Anything else (your own ``op``, objects, NaN under max/min, mixed types such as
-    float32 or int arrays) is folded with ``op`` in index order over the values gathered
+    Anything else (your own ``op``, objects, bools, NaN under max/min, float32, int
+    arrays, numpy ints among Python numbers, bigger arrays) is folded with ``op`` in index order over the values gathered
     on every node (each node then receives every value).  ``initial`` is folded in as
     the first value.  A replay of a run recorded before the exact fold existed (its
     trace has no ``exact_reduce`` label) folds in index order, as that run did.
