@@ -462,6 +462,8 @@ class RunTrace:
 
     def _inv(self, r: Any) -> InvocationInfo:
         rs = _dec(r, Invocation, "round_seconds", None)
+        if rs.dtype.kind != "f":  # whole µs since 2026-12-06; float seconds before
+            rs = rs / 1e6
         tt = _dec(r, Invocation, "thread_times", None)
         if len(tt) % 4:
             raise TraceFormatError(

@@ -80,10 +80,33 @@ def test_thread_times_and_element_names_read_back(tmp_path: Path) -> None:
         a, b = run.invocations()
         assert a.thread_times == ((0, 0, 0.0, 0.003123), (0, 1, 0.0, 0.0025), (1, 1, 0.001, 0.002))
         assert b.thread_times == ()
+        assert a.round_seconds == (0.004, 0.003)
+
         g = run.lock_grants("op", 0, 0)
         assert g.element.tolist() == ["W[3]", "H[17]", "-"]
         events = list(run.events(kinds=["LockGranted"]))
         assert [e.elements for e in events] == [("W[3]", "H[17]"), ("-",)]
+
+
+def test_round_seconds_whole_us_and_old_float_form(tmp_path: Path) -> None:
+    """Round lengths are stored in whole µs (an integer codec); a trace written before,
+    with f64 seconds, reads back the same."""
+    path = tmp_path / "t.sqlite"
+    rec = tracer.TraceRecorder(path, "r", [0], True)
+    info = {"bodies": 4, "rounds": 3, "seconds": 0.2, "round_seconds": [0.0123456, 0.1, 0.0]}
+    rec.invocation_done("op", 0, 0, info)
+    rec.close("finished")
+    con = sqlite3.connect(path)
+    (codec,) = con.execute("SELECT round_seconds_codec FROM invocation").fetchone()
+    assert not codec.endswith("f64")
+    with tracer.open(path) as trace:
+        assert trace.run().invocations()[0].round_seconds == (0.012346, 0.1, 0.0)
+    old = np.array([0.0123456, 0.1, 0.0], dtype="<f8").tobytes()
+    con.execute("UPDATE invocation SET round_seconds = ?, round_seconds_codec = 'raw-f64'", (old,))
+    con.commit()
+    con.close()
+    with tracer.open(path) as trace:
+        assert trace.run().invocations()[0].round_seconds == (0.0123456, 0.1, 0.0)
 
 
 def test_an_engine_run_names_each_hand_over_by_the_lock_its_body_took(tmp_path: Path) -> None:
