@@ -96,11 +96,11 @@ class _NodeBuf:
 
 
 def _thread_times(times: Sequence[Sequence[float]]) -> np.ndarray:
-    """(round, thread, start µs, end µs) rows, flattened, from (round, thread, s, s) ones."""
+    """(round, thread, start µs, end µs) rows from (round, thread, s, s) ones."""
     a = np.asarray(times, dtype=np.float64).reshape(-1, 4)
     out = a.astype(np.int64)
     out[:, 2:] = np.rint(a[:, 2:] * 1e6).astype(np.int64)
-    return out.ravel()
+    return out
 
 
 def _round_us(seconds: Sequence[float]) -> np.ndarray:
@@ -357,7 +357,9 @@ class TraceRecorder(Recorder):
         n_digests = len(rows[Digest])
         counts, blob_bytes = self._bulk_rows(b, node, op, invocation, rows)
         rsec, rsec_c = encode(_round_us(info.get("round_seconds", ())))
-        tt, tt_c = encode(_thread_times(info.get("thread_times") or ()))
+        # column by column, delta-coded (the reader knows the layout by the delta codec):
+        # 155 B for a P = 64 node's 64 rounds, 228 B row by row
+        tt, tt_c = encode(_thread_times(info.get("thread_times") or ()).T.ravel(), delta=True)
         rows[Invocation].append(
             dict(
                 counts[(op, invocation)],

@@ -88,25 +88,38 @@ def test_thread_times_and_element_names_read_back(tmp_path: Path) -> None:
         assert [e.elements for e in events] == [("W[3]", "H[17]"), ("-",)]
 
 
-def test_round_seconds_whole_us_and_old_float_form(tmp_path: Path) -> None:
-    """Round lengths are stored in whole µs (an integer codec); a trace written before,
-    with f64 seconds, reads back the same."""
+def test_invocation_times_compact_and_old_forms(tmp_path: Path) -> None:
+    """Round lengths are stored in whole µs (an integer codec) and thread times column by
+    column (a delta codec); a trace written before (f64 seconds, rows of four) reads back
+    the same."""
     path = tmp_path / "t.sqlite"
     rec = tracer.TraceRecorder(path, "r", [0], True)
+    times = [(0, 0, 0.000001, 0.03), (1, 0, 0.000001, 0.0291), (2, 1, 0.0002, 0.001)]
     info = {"bodies": 4, "rounds": 3, "seconds": 0.2, "round_seconds": [0.0123456, 0.1, 0.0]}
-    rec.invocation_done("op", 0, 0, info)
+    rec.invocation_done("op", 0, 0, info | {"thread_times": times})
     rec.close("finished")
+    want = ((0, 0, 0.000001, 0.03), (1, 0, 0.000001, 0.0291), (2, 1, 0.0002, 0.001))
     con = sqlite3.connect(path)
-    (codec,) = con.execute("SELECT round_seconds_codec FROM invocation").fetchone()
-    assert not codec.endswith("f64")
+    rs_codec, tt_codec = con.execute(
+        "SELECT round_seconds_codec, thread_times_codec FROM invocation"
+    ).fetchone()
+    assert not rs_codec.endswith("f64") and "-d" in tt_codec
     with tracer.open(path) as trace:
-        assert trace.run().invocations()[0].round_seconds == (0.012346, 0.1, 0.0)
-    old = np.array([0.0123456, 0.1, 0.0], dtype="<f8").tobytes()
-    con.execute("UPDATE invocation SET round_seconds = ?, round_seconds_codec = 'raw-f64'", (old,))
+        got = trace.run().invocations()[0]
+        assert got.round_seconds == (0.012346, 0.1, 0.0) and got.thread_times == want
+    old_rs = np.array([0.0123456, 0.1, 0.0], dtype="<f8").tobytes()
+    rows = [(0, 0, 1, 30000), (1, 0, 1, 29100), (2, 1, 200, 1000)]
+    old_tt = np.array(rows, dtype="<u2").ravel().tobytes()
+    con.execute(
+        "UPDATE invocation SET round_seconds = ?, round_seconds_codec = 'raw-f64', "
+        "thread_times = ?, thread_times_codec = 'raw-u16'",
+        (old_rs, old_tt),
+    )
     con.commit()
     con.close()
     with tracer.open(path) as trace:
-        assert trace.run().invocations()[0].round_seconds == (0.0123456, 0.1, 0.0)
+        got = trace.run().invocations()[0]
+        assert got.round_seconds == (0.0123456, 0.1, 0.0) and got.thread_times == want
 
 
 def test_an_engine_run_names_each_hand_over_by_the_lock_its_body_took(tmp_path: Path) -> None:
