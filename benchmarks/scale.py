@@ -19,6 +19,7 @@ invocation being measured; nothing is estimated from formulas.
   2026-12-06), and the token epoch's traffic;
 * ``trace_bytes_per_body_p64``: a recorded synthetic SGDMF at P = 64, the store's growth
   from one epoch to five (file and sidecars) over the bodies of those four epochs;
+  context ``trace.per_body_by_table`` splits the growth by table (indexes included);
 * ``mem_per_node_p64_over_p1``: what node 0 holds at P = 64 over the same at P = 1, by
   summing buffers (not tracemalloc): its rows of every DDS (numpy bytes; Python-object
   rows by ``sys.getsizeof`` of the object and its fields), the reconnaissance sets and
@@ -181,8 +182,28 @@ def _store_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.parent.glob(path.name + "*"))
 
 
-def trace_bytes(nodes: int, epochs: int) -> int:
-    """Bytes of the store of a synthetic SGDMF run of ``epochs`` recorded at ``nodes``."""
+def _table_bytes(path: Path) -> dict[str, int]:
+    """Bytes of each table of an SQLite store, its indexes included (``dbstat`` pages);
+    empty where this SQLite lacks ``dbstat``."""
+    import sqlite3
+
+    con = sqlite3.connect(path)
+    try:
+        names = dict(con.execute("SELECT name, tbl_name FROM sqlite_schema"))
+        got: dict[str, int] = {}
+        for name, size in con.execute("SELECT name, SUM(pgsize) FROM dbstat GROUP BY name"):
+            table = names.get(name, name)
+            got[table] = got.get(table, 0) + int(size)
+        return got
+    except sqlite3.Error:
+        return {}
+    finally:
+        con.close()
+
+
+def trace_bytes(nodes: int, epochs: int) -> tuple[int, dict[str, int]]:
+    """Bytes of the store of a synthetic SGDMF run of ``epochs`` recorded at ``nodes``,
+    and per table (with its indexes)."""
     import tracer
     from apps.sgdmf._app import train
 
@@ -194,7 +215,7 @@ def trace_bytes(nodes: int, epochs: int) -> int:
         params = {"epochs": epochs, "rank": RANK, "synthetic": True}
         ap.run(train, params, nodes=nodes, recorder=rec)
         rec.close("finished")
-        return _store_bytes(path)
+        return _store_bytes(path), _table_bytes(path)
 
 
 def measure(nodes: int, ml100k: bool) -> dict[str, Any]:
@@ -225,8 +246,9 @@ def measure(nodes: int, ml100k: bool) -> dict[str, Any]:
         else tok
     )
     mlr = timed("mlr", _mlr, nodes)
-    t1 = timed("trace_1_epoch", trace_bytes, nodes, 1)
-    t2 = timed(f"trace_{1 + TRACE_EPOCHS}_epochs", trace_bytes, nodes, 1 + TRACE_EPOCHS)
+    t1, tables1 = timed("trace_1_epoch", trace_bytes, nodes, 1)
+    t2, tables2 = timed(f"trace_{1 + TRACE_EPOCHS}_epochs", trace_bytes, nodes, 1 + TRACE_EPOCHS)
+    growth = {k: v - tables1.get(k, 0) for k, v in tables2.items()}
     syn_bodies = syn.value["bodies"]
     tr = big["traffic"]
     figures = {
@@ -267,6 +289,12 @@ def measure(nodes: int, ml100k: bool) -> dict[str, Any]:
             "store_bytes_1_epoch": t1,
             f"store_bytes_{1 + TRACE_EPOCHS}_epochs": t2,
             "bodies_per_epoch": syn_bodies,
+            # per table and its indexes: bytes per body of the growth (dbstat pages)
+            "per_body_by_table": {
+                k: round(v / (TRACE_EPOCHS * syn_bodies), 3)
+                for k, v in sorted(growth.items(), key=lambda kv: -kv[1])
+                if v
+            },
         },
         "seconds": timings,
     }

@@ -16,6 +16,7 @@ from sqlalchemy import BigInteger, cast, distinct, func, select, union
 from engine.lowlevel import digest_kind_of
 
 from . import _stream
+from ._codec import CODECS
 from ._codec import decode_column as _dec
 from ._codec import where as _where
 from ._errors import TraceFormatError, TracerError
@@ -462,15 +463,18 @@ class RunTrace:
 
     def _inv(self, r: Any) -> InvocationInfo:
         rs = _dec(r, Invocation, "round_seconds", None)
+        if rs.dtype.kind != "f":  # whole µs since 2026-12-06; float seconds before
+            rs = rs / 1e6
         tt = _dec(r, Invocation, "thread_times", None)
         if len(tt) % 4:
             raise TraceFormatError(
                 f"{_where(Invocation, r.id, 'thread_times')}: {len(tt)} values are not "
                 "(round, thread, start, end) rows; the trace is damaged"
             )
-        times = tuple(
-            (int(rd), int(th), a / 1e6, b / 1e6) for rd, th, a, b in tt.reshape(-1, 4).tolist()
-        )
+        # a delta codec: the four columns one after another (since 2026-12-06); else rows
+        columns = CODECS.get(r.thread_times_codec, (False, False))[1]
+        tt = tt.reshape(4, -1).T if columns else tt.reshape(-1, 4)
+        times = tuple((int(rd), int(th), a / 1e6, b / 1e6) for rd, th, a, b in tt.tolist())
         return InvocationInfo(
             op=r.op,
             invocation=r.invocation,

@@ -226,9 +226,11 @@ Invocation = Model(
     # ``sync_for``'s mode (bsp, ssp, hybrid); empty for ``async_for`` (its plan says)
     _str("strategy", 32, default=""),
     _float("seconds"),
+    # each round's length: whole µs (an integer codec) since 2026-12-06, f64 seconds before
     *_coded("round_seconds"),
     # ``async_for``: (round, thread, start, end) per thread that ran task groups in a
-    # round, flattened; start and end in whole µs from the node's start of that round
+    # round; start and end in whole µs from the node's start of that round; stored
+    # column by column and delta-coded (a ``d`` codec) since 2026-12-06, row by row before
     *_coded("thread_times"),
     _int("n_lock_grants", default=0),
     _int("n_messages", default=0),

@@ -368,7 +368,8 @@ def async_for(
         sess.recorder.invocation_done(name, inv, node, info)
     # relaxed DDS are outside the reconnaissance sets, so not in ``written_dds``; a body may
     # still have changed them, and a checkpoint without them restores a wrong state
-    end_invocation(sess, name, inv, [*st.written_dds, *_relaxed.active(sess)], seconds)
+    written = [*st.written_dds, *_relaxed.active(sess)]
+    end_invocation(sess, name, inv, written, seconds, bodies=int(sum(per_node)))
     sess.hooks.after_invocation(name, inv)
 
 

@@ -18,7 +18,13 @@ The policy (``Recorder.checkpoint_every``): 0 never; N after loop invocations 0,
 k-th, where k = ceil(cost of the last checkpoint / (BUDGET / 2 x the time of the
 invocation it followed)), agreed by every rank (the largest k) and measured again at
 each checkpoint, so that checkpoints cost at most ``BUDGET`` of the run time with a
-factor of two to spare for noise in the measurement.
+factor of two to spare for noise in the measurement.  The automatic policy also holds
+checkpoints to ``BYTES_PER_BODY`` of store per loop body run (beyond ``FREE_BYTES`` per
+checkpoint): a checkpoint is O(model) and an epoch of SGDMF at rank 32 runs only a few
+bodies per model row, so one checkpoint per epoch was 10 of the 16 bytes per body a
+P = 64 synthetic trace grew by (docs/scale.md, 2026-12-06).  Fewer checkpoints cost
+only time: ``--from`` and ``resume`` start at the nearest earlier one (invocation 0 at
+worst) and replay forward to the same bits.
 """
 
 from __future__ import annotations
@@ -42,6 +48,13 @@ if TYPE_CHECKING:
 #: commits need most of that; what it costs is how far ``--from`` may start before the
 #: invocation asked for (a fast loop gets a checkpoint every few invocations).
 BUDGET = 0.03
+#: Checkpoint bytes the automatic policy allows per loop body run since the last one: the
+#: trace's whole budget is 1 byte per body (DESIGN.md, section 9), and a checkpoint of
+#: the synthetic SGDMF model (205 kB) would otherwise cost 10 per body every epoch.
+BYTES_PER_BODY = 0.25
+#: Bytes of a checkpoint that the byte budget ignores: a small model is checkpointed as
+#: often as the time budget allows.
+FREE_BYTES = 4096
 #: Element dtypes a checkpoint stores as arrays (the trace codec holds them losslessly).
 ARRAY_KINDS = "fiub"
 
@@ -77,10 +90,16 @@ def plain_reason(value: Any, depth: int = 0) -> str | None:
 
 # ------------------------------------------------------------------ recording
 def end_invocation(
-    sess: Session, op: str, invocation: int, written: list[_dds._DDS], seconds: float
+    sess: Session,
+    op: str,
+    invocation: int,
+    written: list[_dds._DDS],
+    seconds: float,
+    bodies: int | None = None,
 ) -> None:
     """At the end of a loop invocation: note what its bodies wrote and take a checkpoint
-    if the policy says so (every rank decides alike)."""
+    if the policy says so (every rank decides alike).  ``bodies``: the loop bodies the
+    invocation ran (None: no byte budget)."""
     for d in written:
         sess.body_written.setdefault(d.name, d)
     step = sess.steps
@@ -98,15 +117,21 @@ def end_invocation(
         return
     sess.announce(f"checkpoint after {op}#{invocation}")
     t0 = time.perf_counter()
-    _write(sess, op, invocation, step)
+    nbytes = _write(sess, op, invocation, step)
     cost = time.perf_counter() - t0
     st["last"] = step
     if every is None:  # aim at half the budget: one noisy measurement keeps it under
         mine = math.ceil(cost / max(BUDGET / 2 * seconds, 1e-9))
-        st["k"] = max(1, *(int(x) for x in sess.cluster.allgather(mine)))
+        got = sess.cluster.allgather((mine, nbytes))
+        k = max(1, *(int(x) for x, _ in got))
+        over = sum(int(b) for _, b in got) - FREE_BYTES
+        if bodies is not None and over > 0:
+            k = max(k, math.ceil(over / (BYTES_PER_BODY * max(int(bodies), 1))))
+        st["k"] = k
 
 
-def _write(sess: Session, op: str, invocation: int, step: int) -> None:
+def _write(sess: Session, op: str, invocation: int, step: int) -> int:
+    """Hand every local node's checkpoint to the recorder; the bytes it stored."""
     refused: list[tuple[str, str]] = []
     per_node: dict[int, list[Rows]] = {n: [] for n in sess.cluster.local_nodes}
     for name, d in sess.body_written.items():
@@ -145,10 +170,15 @@ def _write(sess: Session, op: str, invocation: int, step: int) -> None:
         if name not in said and sess.cluster.rank == 0:
             said.add(name)
             sess.warn(f"note: DDS {name!r} is not checkpointed: {why}")
+    nbytes = 0
     for node, blocks in per_node.items():
-        sess.recorder.checkpoint(
-            op, invocation, node, step, blocks, sess.cluster.counters(node), refused
+        nbytes += int(
+            sess.recorder.checkpoint(
+                op, invocation, node, step, blocks, sess.cluster.counters(node), refused
+            )
+            or 0
         )
+    return nbytes
 
 
 def collective(sess: Session, kind: str, compute: Callable[[], Any]) -> Any:

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 import engine
 import tracer
-from engine._runtime.checkpoint import BUDGET
+from engine._runtime.checkpoint import BUDGET, BYTES_PER_BODY, FREE_BYTES
 from tests import cli as tcli
 from tests.conftest import run_cli
 from tests.tracer.tracehelp import reseal
@@ -213,9 +213,10 @@ def test_no_checkpoints_and_the_automatic_default(tmp_path: Path) -> None:
 
 
 class _Captured(engine.Recorder):
-    def __init__(self, every: int | None, cost: float) -> None:
+    def __init__(self, every: int | None, cost: float, nbytes: int = 0) -> None:
         self.checkpoint_every = every
         self.cost = cost
+        self.nbytes = nbytes
         self.steps: list[int] = []
 
     def checkpoint(self, op, invocation, node, step, blocks, counters, refused=()) -> int:
@@ -223,7 +224,7 @@ class _Captured(engine.Recorder):
 
         self.steps.append(step)
         time.sleep(self.cost)
-        return 0
+        return self.nbytes
 
 
 def _loop(n: int, nap: float = 0.0) -> None:
@@ -253,6 +254,20 @@ def test_checkpoint_policy_every_n_and_automatic() -> None:
     cheap = _Captured(None, 0.0)
     engine.run(_loop, {"n": 4, "nap": 0.06}, recorder=cheap)
     assert cheap.steps == [0, 1, 2, 3]
+
+
+def test_automatic_policy_holds_checkpoint_bytes_per_body() -> None:
+    # a checkpoint of 40 kB after loops of 16 bodies: at BYTES_PER_BODY it may come back
+    # only after thousands of invocations, however cheap it is to take
+    big = _Captured(None, 0.0, nbytes=FREE_BYTES + 10_000)
+    engine.run(_loop, {"n": 6}, recorder=big)
+    assert big.steps == [0]
+    assert math.ceil(10_000 / (BYTES_PER_BODY * 16)) > 6
+    # one of FREE_BYTES is left to the time budget: every invocation when it is cheap
+    # (invocations of ~480 ms: half the time budget is 7 ms, far above a bare checkpoint)
+    small = _Captured(None, 0.0, nbytes=FREE_BYTES)
+    engine.run(_loop, {"n": 3, "nap": 0.03}, recorder=small)
+    assert small.steps == [0, 1, 2]
 
 
 def test_plain_encoding_is_bitwise_and_refuses_objects() -> None:

@@ -16,6 +16,7 @@ from tracehelp import record, toy_program
 
 import engine as ap
 import tracer
+from tracer._codec import encode
 
 
 class Counting(tracer.TraceRecorder):
@@ -80,10 +81,46 @@ def test_thread_times_and_element_names_read_back(tmp_path: Path) -> None:
         a, b = run.invocations()
         assert a.thread_times == ((0, 0, 0.0, 0.003123), (0, 1, 0.0, 0.0025), (1, 1, 0.001, 0.002))
         assert b.thread_times == ()
+        assert a.round_seconds == (0.004, 0.003)
+
         g = run.lock_grants("op", 0, 0)
         assert g.element.tolist() == ["W[3]", "H[17]", "-"]
         events = list(run.events(kinds=["LockGranted"]))
         assert [e.elements for e in events] == [("W[3]", "H[17]"), ("-",)]
+
+
+def test_invocation_times_compact_and_old_forms(tmp_path: Path) -> None:
+    """Round lengths are stored in whole µs (an integer codec) and thread times column by
+    column (a delta codec); a trace written before (f64 seconds, rows of four) reads back
+    the same."""
+    path = tmp_path / "t.sqlite"
+    rec = tracer.TraceRecorder(path, "r", [0], True)
+    times = [(0, 0, 0.000001, 0.03), (1, 0, 0.000001, 0.0291), (2, 1, 0.0002, 0.001)]
+    info = {"bodies": 4, "rounds": 3, "seconds": 0.2, "round_seconds": [0.0123456, 0.1, 0.0]}
+    rec.invocation_done("op", 0, 0, info | {"thread_times": times})
+    rec.close("finished")
+    want = ((0, 0, 0.000001, 0.03), (1, 0, 0.000001, 0.0291), (2, 1, 0.0002, 0.001))
+    con = sqlite3.connect(path)
+    rs_codec, tt_codec = con.execute(
+        "SELECT round_seconds_codec, thread_times_codec FROM invocation"
+    ).fetchone()
+    assert not rs_codec.endswith("f64") and "-d" in tt_codec
+    with tracer.open(path) as trace:
+        got = trace.run().invocations()[0]
+        assert got.round_seconds == (0.012346, 0.1, 0.0) and got.thread_times == want
+    old_rs = np.array([0.0123456, 0.1, 0.0], dtype="<f8").tobytes()
+    rows = [(0, 0, 1, 30000), (1, 0, 1, 29100), (2, 1, 200, 1000)]
+    old_tt = np.array(rows, dtype="<u2").ravel().tobytes()
+    con.execute(
+        "UPDATE invocation SET round_seconds = ?, round_seconds_codec = 'raw-f64', "
+        "thread_times = ?, thread_times_codec = 'raw-u16'",
+        (old_rs, old_tt),
+    )
+    con.commit()
+    con.close()
+    with tracer.open(path) as trace:
+        got = trace.run().invocations()[0]
+        assert got.round_seconds == (0.0123456, 0.1, 0.0) and got.thread_times == want
 
 
 def test_an_engine_run_names_each_hand_over_by_the_lock_its_body_took(tmp_path: Path) -> None:
@@ -515,3 +552,30 @@ def test_checkpoints_go_through_the_funnel_even_from_a_rank_without_the_store(
     assert nodes == [(0, 3), (1, 3)]
     with pytest.raises(ValueError, match="without a store"):
         tracer.TraceRecorder(None, "r", [0], True, funnel=_Gathers(2).comm(0))
+
+
+def test_message_columns_take_the_shorter_coding_and_read_back(tmp_path: Path) -> None:
+    """Sources that step slowly through the nodes (routed write-backs come from the node
+    that wrote the rows just before) are stored delta-coded, random ones plainly,
+    whichever is shorter (the codec says which); every column reads back as recorded."""
+    rng = np.random.default_rng(5)
+    slow = (np.arange(200) // 3 + rng.integers(0, 2, 200)) % 64
+    for sources, delta in ((slow, True), (rng.integers(0, 64, 200), False)):
+        path = tmp_path / f"{delta}.sqlite"
+        rec = tracer.TraceRecorder(path, "r", [0], True)
+        nbytes = 256 * rng.integers(1, 4, 200)
+        for k, (s, n) in enumerate(zip(sources.tolist(), nbytes.tolist(), strict=True)):
+            rec.message_received(0, "routed", s, k, n)
+        rec.invocation_done("op", 0, 0, {"bodies": 1, "rounds": 1, "seconds": 0.0})
+        rec.close("finished")
+        con = sqlite3.connect(path)
+        blob, codec = con.execute("SELECT sources, sources_codec FROM message_block").fetchone()
+        con.close()
+        plain, coded = encode(sources), encode(sources, delta=True)
+        assert ("-d" in codec) is delta
+        assert len(blob) == min(len(plain[0]), len(coded[0]))
+        with tracer.open(path) as trace:
+            got = trace.run().messages(0, "op", 0)
+        assert got.source.tolist() == sources.tolist()
+        assert got.nbytes.tolist() == nbytes.tolist()
+        assert got.source_seq.tolist() == list(range(200))
