@@ -2,8 +2,13 @@
 
 Every node keeps a full-size replica (its *cache*) of each DDS; element ownership
 (range partitioning for ``dvector``, hash partitioning for ``dmap``) decides which
-replica is authoritative for gathers and digests.  Operators keep replicas coherent:
-after every ``async_for`` round the written rows flow to every other node.
+replica is authoritative for gathers and digests (the element's *home*).  After an
+``async_for`` invocation a written row's last value is sure to be only at its home and
+on the nodes that touched it last; its slot is then *dirty* (``_dirty``, the same on
+every rank: a function of the plans).  The next ``async_for`` fetches the dirty rows its
+nodes touch from their homes; every other reader of replicas (driver reads, ``map``,
+``reduce``, ``create``, ``sync_for``, reconnaissance, the serial fallback) makes the
+DDS whole first, collectively (:func:`make_whole`).
 
 A DDS instance changes class with the engine's mode instead of testing a flag on
 every access, so the hot path (``X[i]`` inside a loop body) is one numpy indexing
@@ -144,6 +149,7 @@ class _DDS:
         "_relaxed",
         "_rxs",
         "_rxc",
+        "_dirty",
         "__weakref__",
     )
     _modes: dict[str, type]
@@ -169,6 +175,8 @@ class _DDS:
     _relaxed: bool
     _rxs: dict[int, list[np.ndarray]]
     _rxc: list[np.ndarray]
+    #: sorted slots whose replicas away from home may be old (None: every replica whole)
+    _dirty: np.ndarray | None
 
     # Every concrete DDS (dvector, dmap) defines these; code that takes any ``_DDS``
     # relies on them.  Declared for the type checker only, so lookups stay as they were.
@@ -202,6 +210,7 @@ class _DDS:
         self._relaxed = False
         self._rxs = {}
         self._rxc = []
+        self._dirty = None
 
     # ----------------------------------------------------------------- identity
     @property
@@ -341,6 +350,53 @@ class _DDS:
                 else:
                     h.update(stable_text(v).encode())
                 h.update(b"\x00")
+
+
+def homes(d: _DDS, slots: np.ndarray) -> np.ndarray:
+    """The home (owning node) of each of ``slots`` of ``d``, vectorised."""
+    slots = np.asarray(slots, dtype=np.int64)
+    if isinstance(d, dvector) and type(d).owned is dvector.owned:
+        return np.searchsorted(d._bounds, slots, side="right").astype(np.int64) - 1
+    if isinstance(d, dmap):
+        return np.asarray(d._owners, dtype=np.int64)[slots]
+    out = np.empty(len(d), dtype=np.int64)
+    for p in range(d._sess.cluster.size):
+        out[d.owned(p)] = p
+    return out[slots]
+
+
+def mark_dirty(d: _DDS, slots: np.ndarray) -> None:
+    """``slots`` of ``d`` may now be old away from their homes (an ``async_for`` wrote them
+    and sent the last values home only).  Every rank calls this alike."""
+    if not len(slots) or d._sess.cluster.size == 1:
+        return
+    d._dirty = slots if d._dirty is None else np.union1d(d._dirty, slots)
+
+
+def make_whole(dds: Iterable[_DDS] | None = None, sess: Session | None = None) -> int:
+    """Collective: each home sends its dirty rows of ``dds`` (default: every DDS) to every
+    other node, so every replica is whole again, and the DDS are clean.  Every rank
+    calls it at the same driver step (the dirty slots are the same on every rank, so
+    the messages are too).  Returns the number of messages."""
+    sess = sess if sess is not None else current()
+    todo = [d for d in (sess.dds if dds is None else dds) if d._dirty is not None]
+    if not todo:
+        return 0
+    P = sess.cluster.size
+    by_pair: dict[tuple[int, int], list[tuple[_DDS, np.ndarray]]] = {}
+    for d in todo:
+        slots = d._dirty
+        assert slots is not None
+        h = homes(d, slots)
+        for src in np.unique(h).tolist():
+            rows = slots[h == src]
+            for dst in range(P):
+                if dst != src:
+                    by_pair.setdefault((src, dst), []).append((d, rows))
+        d._dirty = None
+    messages = [(src, dst, parts) for (src, dst), parts in sorted(by_pair.items())]
+    sess.cluster.exchange(messages)
+    return len(messages)
 
 
 def gathered(d: _DDS) -> np.ndarray:
@@ -505,6 +561,8 @@ class dvector(_DDS):  # noqa: N801 - the name is part of the user API
     def __getitem__(self, i: Any) -> Any:
         if _checkpoint.STALE is not None:  # fast-forwarding: the value may be stale
             _checkpoint.STALE(self)
+        if self._dirty is not None:  # an MPI rank reads its own replica: whole first
+            make_whole([self])
         s = self._slot(i)
         return self._read_slot(self._auth_buf(s), s)
 
@@ -693,6 +751,8 @@ class dmap(_DDS):  # noqa: N801 - the name is part of the user API
     def __getitem__(self, key: Any) -> Any:
         if _checkpoint.STALE is not None:  # fast-forwarding: the value may be stale
             _checkpoint.STALE(self)
+        if self._dirty is not None:  # an MPI rank reads its own replica: whole first
+            make_whole([self])
         s = self._slot(key)
         owner = self._owners[s]
         buf = self._bufs.get(owner, self._buf)
@@ -1154,6 +1214,9 @@ __all__ = [
     "dmultimap",
     "dvector",
     "gathered",
+    "homes",
+    "make_whole",
+    "mark_dirty",
     "public_class",
     "relaxing",
     "set_mode",

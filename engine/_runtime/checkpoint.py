@@ -241,6 +241,9 @@ def restore(sess: Session, cp: Any) -> None:
             )
         for node in sess.cluster.local_nodes:
             d.set_rows(node, slots, values)
+        if d._dirty is not None:  # every replica of these rows is whole again
+            left = np.setdiff1d(d._dirty, slots)
+            d._dirty = left if len(left) else None
         sess.body_written.setdefault(name, d)
         restored.append(d)
     for node in sess.cluster.local_nodes:
