@@ -373,15 +373,22 @@ def mark_dirty(d: _DDS, slots: np.ndarray) -> None:
     d._dirty = slots if d._dirty is None else np.union1d(d._dirty, slots)
 
 
-def make_whole(dds: Iterable[_DDS] | None = None, sess: Session | None = None) -> int:
+def make_whole(
+    dds: Iterable[_DDS] | None = None, sess: Session | None = None, *, step: str | None = None
+) -> int:
     """Collective: each home sends its dirty rows of ``dds`` (default: every DDS) to every
     other node, so every replica is whole again, and the DDS are clean.  Every rank
     calls it at the same driver step (the dirty slots are the same on every rank, so
-    the messages are too).  Returns the number of messages."""
+    the messages are too).  ``step`` names a driver step that is not an operator (a
+    driver read): the ranks agree on it first, so a rank that reads alone gets
+    :class:`DriverStepsDivergedError` (as its peers do at their next step) instead of
+    waiting for rows nobody sends.  Returns the number of messages."""
     sess = sess if sess is not None else current()
     todo = [d for d in (sess.dds if dds is None else dds) if d._dirty is not None]
     if not todo:
         return 0
+    if step is not None:
+        sess.agree(step)
     P = sess.cluster.size
     by_pair: dict[tuple[int, int], list[tuple[_DDS, np.ndarray]]] = {}
     for d in todo:
@@ -562,7 +569,7 @@ class dvector(_DDS):  # noqa: N801 - the name is part of the user API
         if _checkpoint.STALE is not None:  # fast-forwarding: the value may be stale
             _checkpoint.STALE(self)
         if self._dirty is not None:  # an MPI rank reads its own replica: whole first
-            make_whole([self])
+            make_whole([self], step=f"a driver read of {self._name}")
         s = self._slot(i)
         return self._read_slot(self._auth_buf(s), s)
 
@@ -752,7 +759,7 @@ class dmap(_DDS):  # noqa: N801 - the name is part of the user API
         if _checkpoint.STALE is not None:  # fast-forwarding: the value may be stale
             _checkpoint.STALE(self)
         if self._dirty is not None:  # an MPI rank reads its own replica: whole first
-            make_whole([self])
+            make_whole([self], step=f"a driver read of {self._name}")
         s = self._slot(key)
         owner = self._owners[s]
         buf = self._bufs.get(owner, self._buf)

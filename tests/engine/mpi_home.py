@@ -53,12 +53,30 @@ def program() -> dict[str, Any]:
     return {"X": X.gather().tolist(), "Y": Y.gather().tolist(), "seen": seen}
 
 
+def alone() -> float:
+    """Rank 0 alone reads a row the loop left at its home (a driver that is not SPMD)."""
+    X = ap.dvector(N, shape=(), init=ap.init.zeros(), name="X")
+
+    def body(j: int) -> None:
+        X[j] = X[j] + j
+
+    ap.async_for(0, N, body, name="add")
+    seen = float(X[N - 1]) if ap.current().cluster.rank == 0 else 0.0
+    ap.async_for(0, N, body, name="add")
+    return seen
+
+
 def case(world: MPI.Comm, *seeds: int) -> list[dict[str, Any]]:
     me = world.Get_rank()
-    runs = []
+    runs: list[dict[str, Any]] = []
     for comm in [world] + [Jitter(world, np.random.default_rng([s, me])) for s in seeds]:
         res = ap.run(program, comm=comm)
         runs.append({**res.value, "digests": res.digests})
+    try:
+        ap.run(alone, comm=world)
+        runs.append({"alone": "ran"})
+    except ap.DriverStepsDivergedError as exc:
+        runs.append({"alone": str(exc)})
     return runs
 
 
