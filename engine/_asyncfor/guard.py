@@ -155,10 +155,13 @@ def _home_of(dds_list: list[Any]) -> Any:
     return home
 
 
-def dirty_ids(sess: Session) -> np.ndarray:
-    """Sorted element ids of every dirty slot (see ``engine._data.dds``)."""
-    parts = [d._gbase | d._dirty for d in sess.dds if d._dirty is not None]
-    return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
+def dirty_ids(sess: Session) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted element ids of every dirty slot (see ``engine._data.dds``), and per id the
+    node that wrote its last value."""
+    parts = [(d._gbase | d._dirty, d._holder) for d in sess.dds if d._dirty is not None]
+    if not parts:
+        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+    return np.concatenate([g for g, _ in parts]), np.concatenate([h for _, h in parts])
 
 
 class Fetch:
@@ -279,10 +282,10 @@ class GuardPlan:
         """The fetch exchange for the DDS state now (``routing.fetch``), and what each
         local node must not read, or not yet, because of it."""
         fx = Fetch()
-        dirty = dirty_ids(sess)
+        dirty, holder = dirty_ids(sess)
         if not len(dirty):
             return fx
-        msgs, uses = fetch(self._touches, dirty, self._home)
+        msgs, uses = fetch(self._touches, dirty, self._home, holder)
         fx.any = len(msgs) > 0
         out, kept = _messages(self._dds, msgs, self._nodes, self._every)
         here = set(self._nodes)
@@ -299,7 +302,7 @@ class GuardPlan:
                     fx.arrive.setdefault(due, {}).setdefault(dst, []).extend(carried)
         at = self._home(dirty)
         for p in self._nodes:
-            mine = dirty[at != p]
+            mine = dirty[(at != p) & (holder != p)]
             if got[p]:
                 mine = np.setdiff1d(mine, np.concatenate(got[p]), assume_unique=True)
             if len(mine):

@@ -150,6 +150,7 @@ class _DDS:
         "_rxs",
         "_rxc",
         "_dirty",
+        "_holder",
         "__weakref__",
     )
     _modes: dict[str, type]
@@ -177,6 +178,8 @@ class _DDS:
     _rxc: list[np.ndarray]
     #: sorted slots whose replicas away from home may be old (None: every replica whole)
     _dirty: np.ndarray | None
+    #: per dirty slot, the node that wrote its last value (it holds it too)
+    _holder: np.ndarray | None
 
     # Every concrete DDS (dvector, dmap) defines these; code that takes any ``_DDS``
     # relies on them.  Declared for the type checker only, so lookups stay as they were.
@@ -211,6 +214,7 @@ class _DDS:
         self._rxs = {}
         self._rxc = []
         self._dirty = None
+        self._holder = None
 
     # ----------------------------------------------------------------- identity
     @property
@@ -365,12 +369,37 @@ def homes(d: _DDS, slots: np.ndarray) -> np.ndarray:
     return out[slots]
 
 
-def mark_dirty(d: _DDS, slots: np.ndarray) -> None:
-    """``slots`` of ``d`` may now be old away from their homes (an ``async_for`` wrote them
-    and sent the last values home only).  Every rank calls this alike."""
+def mark_dirty(d: _DDS, slots: np.ndarray, holders: np.ndarray) -> None:
+    """``slots`` of ``d`` may now be old away from their homes and from ``holders`` (per
+    slot, the node that wrote its last value): an ``async_for`` wrote them and sent the
+    last values home only.  Every rank calls this alike."""
     if not len(slots) or d._sess.cluster.size == 1:
         return
-    d._dirty = slots if d._dirty is None else np.union1d(d._dirty, slots)
+    if d._dirty is None or d._holder is None:
+        d._dirty, d._holder = slots.astype(np.int64), holders.astype(np.int64)
+        return
+    every = np.concatenate([d._dirty, slots])
+    held = np.concatenate([d._holder, holders])
+    order = np.lexsort((np.arange(len(every)), every))  # by slot, the newest last
+    every, held = every[order], held[order]
+    last = np.ones(len(every), dtype=bool)
+    last[:-1] = every[1:] != every[:-1]
+    d._dirty, d._holder = every[last], held[last].astype(np.int64)
+
+
+def clean(d: _DDS, slots: np.ndarray | None = None) -> None:
+    """Every replica of ``slots`` of ``d`` (default: all) is whole again."""
+    if d._dirty is None or d._holder is None:
+        return
+    keep = (
+        np.zeros(len(d._dirty), dtype=bool)
+        if slots is None
+        else ~np.isin(d._dirty, slots, assume_unique=False)
+    )
+    if keep.any():
+        d._dirty, d._holder = d._dirty[keep], d._holder[keep]
+    else:
+        d._dirty = d._holder = None
 
 
 def make_whole(
@@ -400,7 +429,7 @@ def make_whole(
             for dst in range(P):
                 if dst != src:
                     by_pair.setdefault((src, dst), []).append((d, rows))
-        d._dirty = None
+        clean(d)
     messages = [(src, dst, parts) for (src, dst), parts in sorted(by_pair.items())]
     sess.cluster.exchange(messages)
     return len(messages)
@@ -1222,6 +1251,7 @@ __all__ = [
     "dvector",
     "gathered",
     "homes",
+    "clean",
     "make_whole",
     "mark_dirty",
     "public_class",

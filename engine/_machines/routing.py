@@ -313,14 +313,19 @@ def touches(plan: Plan, sets: AccessSets) -> Touches:
 
 
 def fetch(
-    t: Touches, dirty: np.ndarray, home: Callable[[np.ndarray], np.ndarray]
+    t: Touches,
+    dirty: np.ndarray,
+    home: Callable[[np.ndarray], np.ndarray],
+    holder: np.ndarray | None = None,
 ) -> tuple[Messages, np.ndarray]:
     """The fetch exchange before a plan's first round: the home of each element in
     ``dirty`` (sorted ids whose replicas may be old away from home, see the module
     docstring) sends it to each node that touches it before anyone writes it in this
-    invocation (a node that touches it only later gets it from the routed write-back);
-    and per message, the first round in which its destination touches one of its rows
-    (it may be received as late as just before that round)."""
+    invocation (a node that touches it only later gets it from the routed write-back),
+    unless that node is its ``holder`` (per element, the node that wrote its last value,
+    which holds it: SGD's user rows stay where a rotation writes them); and per message,
+    the first round in which its destination touches one of its rows (it may be
+    received as late as just before that round)."""
     if not len(dirty) or not len(t.gid):
         return Messages.of(_EMPTY, _EMPTY, _EMPTY), _EMPTY
     k = np.minimum(np.searchsorted(dirty, t.gid), len(dirty) - 1)
@@ -334,6 +339,8 @@ def fetch(
         fw = np.full(len(gid), never, dtype=np.int64)
     h = np.asarray(home(gid), dtype=np.int64)
     need = (first <= fw) & (h != node)
+    if holder is not None:
+        need &= holder[k[hit]] != node
     src, dst, use = h[need], node[need], first[need]
     msgs = Messages.of(src, dst, gid[need])
     return msgs, _first_uses(msgs, src, dst, use, t.nodes)

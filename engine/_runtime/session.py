@@ -302,8 +302,6 @@ class Session:
         self.warn = warn or _stderr
         #: (operator, outcome) pairs of the plan guard already reported on stderr
         self.noted: set[tuple[str, str]] = set()
-        #: the last async_for's written rows: (dds, slots, node holding each last value)
-        self.holders: list[tuple[Any, np.ndarray, np.ndarray]] = []
         #: test mode (dual tests): no relaxation, no staleness, every order kept
         self.test_mode = False
         #: (kind, name) -> what test or checked mode ran exactly (``RunResult.ran_exact``)
@@ -467,14 +465,10 @@ class Session:
         sure to hold it, and the next reader fetches them or makes the DDS whole); raise
         :class:`ReplicaMismatchError` otherwise."""
         if not (self.checked or self.test_mode):
-            self.holders = []
             return
-        held = {id(d): (s, n) for d, s, n in self.holders}
-        self.holders = []
         for d in self.dds:
             owners = self.cluster.gather_owned(d)
-            check = functools.partial(_differs, d, owners=owners, held=held.get(id(d)))
-            bad = self.cluster.run_on_nodes(check)
+            bad = self.cluster.run_on_nodes(functools.partial(_differs, d, owners=owners))
             for node, found in enumerate(bad):
                 if found is not None:
                     slot, mine = found
@@ -569,17 +563,13 @@ def _stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def _differs(
-    d: _dds._DDS, node: int, owners: Any, held: tuple[np.ndarray, np.ndarray] | None = None
-) -> tuple[int, Any] | None:
+def _differs(d: _dds._DDS, node: int, owners: Any) -> tuple[int, Any] | None:
     """The first slot where ``node``'s replica differs from the owners' content (dirty
-    slots that ``node`` is neither the home of nor, per ``held`` (slots, nodes), the
-    writer of the last value of are not compared)."""
+    slots that ``node`` is neither the home of nor the writer of the last value of are
+    not compared)."""
     mine = d.rows(node, np.arange(len(d), dtype=np.int64))
-    if d._dirty is not None:
-        skip = np.setdiff1d(d._dirty, d.owned(node), assume_unique=True)
-        if held is not None:
-            skip = np.setdiff1d(skip, held[0][held[1] == node], assume_unique=True)
+    if d._dirty is not None and d._holder is not None:
+        skip = np.setdiff1d(d._dirty[d._holder != node], d.owned(node), assume_unique=True)
         if d._numeric:
             mine = mine.copy()
             mine[skip] = owners[skip]
