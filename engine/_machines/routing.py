@@ -86,7 +86,9 @@ class Messages:
 class Routes:
     """The write-back of one plan: ``rounds[r]`` after round ``r``, ``final`` after the
     last round; ``stale[r][p]``: element ids node ``p`` must not read after round ``r``'s
-    write-back (until the final exchange), for the nodes it was asked for."""
+    write-back (for the rest of the invocation; after it, a final exchange to every node
+    makes them whole, one to the homes leaves them *dirty*), for the nodes it was asked
+    for."""
 
     rounds: list[Messages]
     final: Messages
