@@ -17,9 +17,9 @@ a rank program that enters :func:`active` before calling ``engine.run``.
   a write-back message never reaches its destination (in-process clusters).
 * ``drop_barrier`` (``_asyncfor.write_back``): no write-back between rounds; every round's
   writes are exchanged after the last round only.
-* ``stale_prefetch`` (``_asyncfor.write_back``): the final write-back of an invocation
-  (after its last round) reaches the owners only, so the next invocation prefetches stale
-  non-owned rows (in-process clusters).
+* ``stale_prefetch`` (``_asyncfor.fetch_rows``): the fetch exchange before an
+  invocation's first round is lost (the final write-back of the one before reached the
+  rows' homes only), so nodes run on the stale rows they held (in-process clusters).
 * ``wrong_lock_order`` (``_asyncfor.locks_to_take``): split groups lock only the elements
   a body writes, not the elements it reads that others in the group write.
 * ``aggregate_twice`` (``_syncnode.summation_order``): an owner adds its own delta twice.
@@ -38,13 +38,13 @@ import numpy as np
 from engine._asyncfor import loop as _asyncfor
 from engine._runtime import transport as _runtime
 from engine._syncfor import node as _syncnode
-from engine._syncfor.layout import owner_array
 
 #: The mutants switched on (at most one at a time).
 ACTIVE: set[str] = set()
 
 _real_copy_rows = _runtime.InProcessCluster.copy_rows
 _real_write_back = _asyncfor.write_back
+_real_fetch_rows = _asyncfor.fetch_rows
 
 
 # ==================================================================== broken steps
@@ -59,16 +59,10 @@ def _drop_barrier(cl: Any, exchanges: list, r: int, *, stopped: bool) -> bool:
     return stopped
 
 
-def _stale_prefetch(cl: Any, exchanges: list, r: int, *, stopped: bool) -> bool:
-    if r < len(exchanges) - 1 or cl.is_mpi:
-        return _real_write_back(cl, exchanges, r, stopped=stopped)
-    # the final write-back (after the last round): rows reach their owners only
-    for src, dst, parts in exchanges[r]:
-        for dds, slots in parts:
-            sel = owner_array(dds, cl.size)[slots] == dst
-            if sel.any():
-                dds.set_rows(dst, slots[sel], dds.rows(src, slots[sel]))
-    return stopped
+def _stale_prefetch(cl: Any, messages: list) -> None:
+    if cl.is_mpi:
+        return _real_fetch_rows(cl, messages)
+    cl.exchange([])  # the exchange happens, its rows are lost
 
 
 def _write_locks_only(
@@ -91,7 +85,7 @@ def _reorder_aggregation(nodes: int, me: int) -> list[int]:
 #: Per mutant: (owner of the step, attribute name, broken step).
 MUTANTS: dict[str, tuple[Any, str, Callable[..., Any]]] = {
     "skip_writeback": (_runtime.InProcessCluster, "copy_rows", _skip_writeback),
-    "stale_prefetch": (_asyncfor, "write_back", _stale_prefetch),
+    "stale_prefetch": (_asyncfor, "fetch_rows", _stale_prefetch),
     "wrong_lock_order": (_asyncfor, "locks_to_take", _write_locks_only),
     "aggregate_twice": (_syncnode, "summation_order", _aggregate_twice),
     "drop_barrier": (_asyncfor, "write_back", _drop_barrier),

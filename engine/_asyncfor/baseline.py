@@ -35,7 +35,7 @@ def without_guard() -> Iterator[None]:
             cls._modes[tag] = modes["exec"]
             cls._modes[tag + "_obj"] = modes["exec_obj"]
     _guard.Guard.arm = lambda self, r, code=True: None  # type: ignore[method-assign]
-    _guard.Guard.prepare = lambda self, sess: None  # type: ignore[method-assign]
+    _guard.Guard.prepare = lambda self, sess, extra=None: None  # type: ignore[method-assign]
     _guard.GuardPlan.__init__ = no_undo  # type: ignore[method-assign,assignment]
     try:
         yield

@@ -16,7 +16,10 @@ execution checks, per access, the two things that could break it:
   ``engine._machines.routing``) — the value read would be stale;
 * a read of a slot sent here for a later round, before that round (an MPI rank takes
   such rows in just before the round that first touches them, ``Cluster.settle``) —
-  the value would not be there yet.
+  the value would not be there yet;
+* a read of a slot an earlier invocation wrote (*dirty*: its last value went home only,
+  ``engine._data.dds.make_whole``) that this node's sets do not touch, so the fetch
+  exchange before the first round did not bring it — the value read would be old.
 
 The check itself lives in the DDS guard modes (``engine._data.dds``): one byte per slot and
 node says who may touch the slot in the running round, so the common case is one
@@ -49,7 +52,7 @@ import numpy as np
 from .._data import dds as _dds
 from .._data.dds import ANY_OWN, FREE, LOCKED, LOCKED_BODY, OTHER, SLOT_BITS, SLOT_MASK, _tls
 from .._errors import AccessOutsideReconError, BodyError
-from .._machines.routing import Messages, route
+from .._machines.routing import Messages, fetch, route, touches
 
 if TYPE_CHECKING:
     from .._machines.planner import Plan
@@ -138,6 +141,55 @@ class Exchange(list[Any]):
     defer: list[int | None]
 
 
+def _home_of(dds_list: list[Any]) -> Any:
+    """Element ids -> their home nodes (``engine._data.dds.homes``), vectorised."""
+
+    def home(gids: np.ndarray) -> np.ndarray:
+        out = np.empty(len(gids), dtype=np.int64)
+        ids = gids >> SLOT_BITS
+        for d in np.unique(ids).tolist():
+            at = ids == d
+            out[at] = _dds.homes(dds_list[d], gids[at] & SLOT_MASK)
+        return out
+
+    return home
+
+
+def dirty_ids(sess: Session) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted element ids of every dirty slot (see ``engine._data.dds``), and per id the
+    node that wrote its last value."""
+    parts = [(d._gbase | d._dirty, d._holder) for d in sess.dds if d._dirty is not None]
+    if not parts:
+        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+    return np.concatenate([g for g, _ in parts]), np.concatenate([h for _, h in parts])
+
+
+class Fetch:
+    """The fetch exchange of one invocation (``GuardPlan.fetch``): the messages (an
+    :class:`Exchange`, each deferred to the first round its destination touches its
+    rows when that is not round 0); per local node the (dds, slots) it must not read
+    for the whole attempt (dirty, not homed there, not fetched: ``stale``) and the ones
+    that arrive only before round ``u`` (``arrive[u]``)."""
+
+    def __init__(self) -> None:
+        self.exchange = Exchange()
+        self.exchange.defer = []
+        #: whether any node fetches (the same on every rank: then every rank exchanges)
+        self.any = False
+        self.stale: dict[int, list[tuple[Any, np.ndarray]]] = {}
+        self.arrive: dict[int, dict[int, list[tuple[Any, np.ndarray]]]] = {}
+
+    def marked(self) -> list[Any]:
+        """The DDS with a mark on some local node (they need guard maps)."""
+        seen: dict[int, Any] = {}
+        for groups in self.stale.values():
+            seen.update((id(d), d) for d, _ in groups)
+        for per in self.arrive.values():
+            for groups in per.values():
+                seen.update((id(d), d) for d, _ in groups)
+        return list(seen.values())
+
+
 class GuardPlan:
     """What the guard needs of one plan: per round and node, the codes to arm; per DDS,
     the slots the plan may change (to snapshot for undo); the routed write-back of every
@@ -146,9 +198,15 @@ class GuardPlan:
     def __init__(self, sess: Session, plan: Plan, sets: AccessSets) -> None:
         dds = sess.dds
         nodes = sess.cluster.local_nodes
-        routes = route(plan, sets, nodes)
+        self._home = _home_of(dds)
+        routes = route(plan, sets, nodes, home=self._home)
         every = not sess.cluster.is_mpi
         here = set(nodes)
+        self._dds = dds
+        self._every = every
+        self._nodes = nodes
+        self._touches = touches(plan, sets)
+        self._rounds = len(plan.rounds)
         #: per round, then once more after the last round: the messages of its write-back
         #: and, per message, the round it is due by when later than the next (``defer``:
         #: decided by the plan alone, so in-process nodes and MPI ranks mark alike)
@@ -186,6 +244,9 @@ class GuardPlan:
             {p: _slot_groups(dds, g) for p, g in per.items() if len(g)} for per in routes.stale
         ]
         self.routed_rows = routes.sent_rows()
+        #: per DDS written: (dds, slots, node that wrote each slot's last value)
+        hg, hn = routes.holders
+        self.holders = [(d, s, hn[(hg >> SLOT_BITS) == d._id]) for d, s in _slot_groups(dds, hg)]
         self.single = sess.cluster.threads == 1
         self.written: list[Any] = []
         union = (
@@ -217,6 +278,37 @@ class GuardPlan:
                 per_node[p] = entries
             self.arms.append(per_node)
 
+    def fetch(self, sess: Session) -> Fetch:
+        """The fetch exchange for the DDS state now (``routing.fetch``), and what each
+        local node must not read, or not yet, because of it."""
+        fx = Fetch()
+        dirty, holder = dirty_ids(sess)
+        if not len(dirty):
+            return fx
+        msgs, uses = fetch(self._touches, dirty, self._home, holder)
+        fx.any = len(msgs) > 0
+        out, kept = _messages(self._dds, msgs, self._nodes, self._every)
+        here = set(self._nodes)
+        got: dict[int, list[np.ndarray]] = {p: [] for p in self._nodes}
+        for (_, dst, carried), k in zip(out, kept, strict=True):
+            u = int(uses[k])
+            numeric = all(d._numeric for d, _ in carried)
+            due = u if 0 < u < self._rounds and numeric else None
+            fx.exchange.append((int(msgs.src[k]), dst, carried))
+            fx.exchange.defer.append(due)
+            if dst in here:
+                got[dst].append(msgs.rows(k))
+                if due is not None:
+                    fx.arrive.setdefault(due, {}).setdefault(dst, []).extend(carried)
+        at = self._home(dirty)
+        for p in self._nodes:
+            mine = dirty[(at != p) & (holder != p)]
+            if got[p]:
+                mine = np.setdiff1d(mine, np.concatenate(got[p]), assume_unique=True)
+            if len(mine):
+                fx.stale[p] = _slot_groups(self._dds, mine)
+        return fx
+
 
 class Guard:
     """The guard of one attempt at one invocation (``_dds.GUARD`` while it runs)."""
@@ -236,11 +328,17 @@ class Guard:
         self._lock = threading.Lock()
         self._stale: list[tuple[int, Any, np.ndarray]] = []
         self._pending: list[tuple[int, Any, np.ndarray]] = []
+        #: (node, dds, slots) an earlier invocation wrote that were not fetched here
+        self._old: list[tuple[int, Any, np.ndarray]] = []
+        self._fetched: dict[int, dict[int, list[tuple[Any, np.ndarray]]]] = {}
+        #: DDS with a mark of ``mark_fetch`` on a local node
+        self.marked: list[Any] = []
 
     # ------------------------------------------------------------ masks
-    def prepare(self, sess: Session) -> None:
-        """Give every written DDS a zeroed byte per slot on each local node."""
-        for d in self._gp.written:
+    def prepare(self, sess: Session, extra: list[Any] | None = None) -> None:
+        """Give every written DDS (and ``extra``) a zeroed byte per slot on each local
+        node."""
+        for d in [*self._gp.written, *(extra or [])]:
             n = len(d)
             for node in sess.cluster.local_nodes:
                 m = d._gms.get(node)
@@ -278,9 +376,30 @@ class Guard:
                 np.frombuffer(d._gms[node], dtype=np.uint8)[slots] = OTHER
                 self._pending.append((node, d, slots))
 
+    def mark_fetch(self, fx: Fetch) -> None:
+        """Before the first round: what the fetch exchange ``fx`` did not bring a local
+        node reads as written by another node there, for the whole attempt (until a
+        routed write-back brings a newer value), and what it brings for a later round
+        until then."""
+        for node, groups in fx.stale.items():
+            for d, slots in groups:
+                np.frombuffer(d._gms[node], dtype=np.uint8)[slots] = OTHER
+                self._old.append((node, d, slots))
+        for per in fx.arrive.values():
+            for node, groups in per.items():
+                for d, slots in groups:
+                    np.frombuffer(d._gms[node], dtype=np.uint8)[slots] = OTHER
+                    self._pending.append((node, d, slots))
+        self._fetched = fx.arrive
+        self.marked = fx.marked()
+
     def unmark_pending(self, u: int) -> None:
         """Before round ``u``: the rows routed for it have arrived (``Cluster.settle``)."""
         arrived = set()
+        for node, groups in self._fetched.get(u, {}).items():
+            for d, slots in groups:
+                np.frombuffer(d._gms[node], dtype=np.uint8)[slots] = FREE
+                arrived.add((node, id(slots)))
         for node, groups in self._gp.arrive[u].items():
             for d, slots in groups:
                 np.frombuffer(d._gms[node], dtype=np.uint8)[slots] = FREE
@@ -290,10 +409,11 @@ class Guard:
 
     def clear_stale(self) -> None:
         """Forget the stale marks (the final write-back, or the undo, made replicas whole)."""
-        for node, d, slots in self._stale + self._pending:
+        for node, d, slots in self._stale + self._pending + self._old:
             np.frombuffer(d._gms[node], dtype=np.uint8)[slots] = FREE
         self._stale.clear()
         self._pending.clear()
+        self._old.clear()
 
     def _other_reason(self, dds: Any, slot: int) -> str:
         for node, d, slots in self._pending:
@@ -307,6 +427,12 @@ class Guard:
                 return (
                     "another node wrote in an earlier round and did not send here (it is "
                     "outside this node's reconnaissance sets)"
+                )
+        for node, d, slots in self._old:
+            if node == self.node and d is dds and slot in slots:
+                return (
+                    "an earlier invocation wrote and only its home holds now (it is outside "
+                    "this node's reconnaissance sets, so it was not fetched here)"
                 )
         return "another node writes in the same round"
 
@@ -365,4 +491,13 @@ def install(guard: Guard | None) -> None:
     _dds.GUARD = guard
 
 
-__all__ = ["POLICIES", "Guard", "GuardPlan", "PlanViolation", "Violation", "install"]
+__all__ = [
+    "POLICIES",
+    "Fetch",
+    "Guard",
+    "GuardPlan",
+    "PlanViolation",
+    "Violation",
+    "dirty_ids",
+    "install",
+]

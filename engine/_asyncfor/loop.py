@@ -153,6 +153,8 @@ def _new_state(
     """Reconnaissance and planning for invocation ``inv`` (on the current DDS state), on
     the placement ``sched`` says (see :func:`_placement`)."""
     sess.announce(f"planning {name}")
+    # reconnaissance runs bodies on every node's replica: they must be whole
+    _dds.make_whole(sess=sess)
     t0 = time.perf_counter()
     wall = time.time()
     sets = _recon(sess, name, inv, body, start, stop)
@@ -393,6 +395,7 @@ def _attempt(
     """Execute one invocation under the guard.  On a violation, undo everything it
     changed (replicas, message counters, recorder calls) and return the violation."""
     if st.plan.strategy == REPLICATED:
+        _dds.make_whole(sess=sess)  # every node runs every body on its own replica
         tape = sess.tape = sess.new_tape()
         try:
             round_s = _execute_replicated(sess, st, body, inv)
@@ -407,7 +410,11 @@ def _attempt(
         st.guard_plan = GuardPlan(sess, st.plan, st.sets)
     gp = st.guard_plan
     guard = Guard(st.name, inv, policy, gp)
-    guard.prepare(sess)
+    fx = gp.fetch(sess)  # the rows earlier invocations wrote, from their homes
+    guard.prepare(sess, fx.marked())
+    if fx.any:
+        fetch_rows(sess.cluster, fx.exchange)
+    guard.mark_fetch(fx)
     snapshot = [
         (node, d, s, d.rows(node, s)) for node in sess.cluster.local_nodes for d, s in gp.undo_slots
     ]
@@ -422,6 +429,8 @@ def _attempt(
         sess.recorder.schedule_done(tape.schedule(st.name, inv, st.plan))
         for d in st.written_dds:
             d._touch()
+        for d, slots, writers in gp.holders:  # their last values went home only
+            _dds.mark_dirty(d, slots, writers)
         return round_s, None
     for node, d, s, rows in snapshot:
         d.set_rows(node, s, rows)
@@ -483,7 +492,8 @@ def _execute(
     cl = sess.cluster
     plan = st.plan
     op_key = sess.op_key(st.name, inv)
-    written = set(map(id, st.written_dds))
+    # DDS with rows a node must not read (``Guard.mark_fetch``) are checked like written ones
+    written = set(map(id, st.written_dds)) | set(map(id, guard.marked))
     if checked:
         sess.set_mode("checked")
         _dds.CHECKER = _dds._Checker(st.name, st.sets, st.start, _tls)
@@ -676,6 +686,15 @@ def write_back(cl: Cluster, exchanges: list[list[Message]], r: int, *, stopped: 
     messages = exchanges[r]
     defer = getattr(messages, "defer", None)  # rows due in a later round (``Exchange``)
     return cl.exchange(messages, stopped=stopped, last=r == len(exchanges) - 1, defer=defer)
+
+
+def fetch_rows(cl: Cluster, messages: list[Message]) -> None:
+    """The fetch exchange before an invocation's first round: each home sends the rows
+    earlier invocations left dirty to the nodes that touch them first
+    (``GuardPlan.fetch``), a message deferred to the round that first touches its rows
+    where ``messages.defer`` says so.  A driver step of its own, so that tests can
+    substitute a fetch that loses its rows (``tests/mutants.py``)."""
+    cl.exchange(messages, defer=getattr(messages, "defer", None))
 
 
 def locks_to_take(

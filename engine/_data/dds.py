@@ -2,8 +2,13 @@
 
 Every node keeps a full-size replica (its *cache*) of each DDS; element ownership
 (range partitioning for ``dvector``, hash partitioning for ``dmap``) decides which
-replica is authoritative for gathers and digests.  Operators keep replicas coherent:
-after every ``async_for`` round the written rows flow to every other node.
+replica is authoritative for gathers and digests (the element's *home*).  After an
+``async_for`` invocation a written row's last value is sure to be only at its home and
+on the nodes that touched it last; its slot is then *dirty* (``_dirty``, the same on
+every rank: a function of the plans).  The next ``async_for`` fetches the dirty rows its
+nodes touch from their homes; every other reader of replicas (driver reads, ``map``,
+``reduce``, ``create``, ``sync_for``, reconnaissance, the serial fallback) makes the
+DDS whole first, collectively (:func:`make_whole`).
 
 A DDS instance changes class with the engine's mode instead of testing a flag on
 every access, so the hot path (``X[i]`` inside a loop body) is one numpy indexing
@@ -144,6 +149,8 @@ class _DDS:
         "_relaxed",
         "_rxs",
         "_rxc",
+        "_dirty",
+        "_holder",
         "__weakref__",
     )
     _modes: dict[str, type]
@@ -169,6 +176,10 @@ class _DDS:
     _relaxed: bool
     _rxs: dict[int, list[np.ndarray]]
     _rxc: list[np.ndarray]
+    #: sorted slots whose replicas away from home may be old (None: every replica whole)
+    _dirty: np.ndarray | None
+    #: per dirty slot, the node that wrote its last value (it holds it too)
+    _holder: np.ndarray | None
 
     # Every concrete DDS (dvector, dmap) defines these; code that takes any ``_DDS``
     # relies on them.  Declared for the type checker only, so lookups stay as they were.
@@ -202,6 +213,8 @@ class _DDS:
         self._relaxed = False
         self._rxs = {}
         self._rxc = []
+        self._dirty = None
+        self._holder = None
 
     # ----------------------------------------------------------------- identity
     @property
@@ -341,6 +354,85 @@ class _DDS:
                 else:
                     h.update(stable_text(v).encode())
                 h.update(b"\x00")
+
+
+def homes(d: _DDS, slots: np.ndarray) -> np.ndarray:
+    """The home (owning node) of each of ``slots`` of ``d``, vectorised."""
+    slots = np.asarray(slots, dtype=np.int64)
+    if isinstance(d, dvector) and type(d).owned is dvector.owned:
+        return np.searchsorted(d._bounds, slots, side="right").astype(np.int64) - 1
+    if isinstance(d, dmap):
+        return np.asarray(d._owners, dtype=np.int64)[slots]
+    out = np.empty(len(d), dtype=np.int64)
+    for p in range(d._sess.cluster.size):
+        out[d.owned(p)] = p
+    return out[slots]
+
+
+def mark_dirty(d: _DDS, slots: np.ndarray, holders: np.ndarray) -> None:
+    """``slots`` of ``d`` may now be old away from their homes and from ``holders`` (per
+    slot, the node that wrote its last value): an ``async_for`` wrote them and sent the
+    last values home only.  Every rank calls this alike."""
+    if not len(slots) or d._sess.cluster.size == 1:
+        return
+    if d._dirty is None or d._holder is None:
+        d._dirty, d._holder = slots.astype(np.int64), holders.astype(np.int64)
+        return
+    every = np.concatenate([d._dirty, slots])
+    held = np.concatenate([d._holder, holders])
+    order = np.lexsort((np.arange(len(every)), every))  # by slot, the newest last
+    every, held = every[order], held[order]
+    last = np.ones(len(every), dtype=bool)
+    last[:-1] = every[1:] != every[:-1]
+    d._dirty, d._holder = every[last], held[last].astype(np.int64)
+
+
+def clean(d: _DDS, slots: np.ndarray | None = None) -> None:
+    """Every replica of ``slots`` of ``d`` (default: all) is whole again."""
+    if d._dirty is None or d._holder is None:
+        return
+    keep = (
+        np.zeros(len(d._dirty), dtype=bool)
+        if slots is None
+        else ~np.isin(d._dirty, slots, assume_unique=False)
+    )
+    if keep.any():
+        d._dirty, d._holder = d._dirty[keep], d._holder[keep]
+    else:
+        d._dirty = d._holder = None
+
+
+def make_whole(
+    dds: Iterable[_DDS] | None = None, sess: Session | None = None, *, step: str | None = None
+) -> int:
+    """Collective: each home sends its dirty rows of ``dds`` (default: every DDS) to every
+    other node, so every replica is whole again, and the DDS are clean.  Every rank
+    calls it at the same driver step (the dirty slots are the same on every rank, so
+    the messages are too).  ``step`` names a driver step that is not an operator (a
+    driver read): the ranks agree on it first, so a rank that reads alone gets
+    :class:`DriverStepsDivergedError` (as its peers do at their next step) instead of
+    waiting for rows nobody sends.  Returns the number of messages."""
+    sess = sess if sess is not None else current()
+    todo = [d for d in (sess.dds if dds is None else dds) if d._dirty is not None]
+    if not todo:
+        return 0
+    if step is not None:
+        sess.agree(step)
+    P = sess.cluster.size
+    by_pair: dict[tuple[int, int], list[tuple[_DDS, np.ndarray]]] = {}
+    for d in todo:
+        slots = d._dirty
+        assert slots is not None
+        h = homes(d, slots)
+        for src in np.unique(h).tolist():
+            rows = slots[h == src]
+            for dst in range(P):
+                if dst != src:
+                    by_pair.setdefault((src, dst), []).append((d, rows))
+        clean(d)
+    messages = [(src, dst, parts) for (src, dst), parts in sorted(by_pair.items())]
+    sess.cluster.exchange(messages)
+    return len(messages)
 
 
 def gathered(d: _DDS) -> np.ndarray:
@@ -505,6 +597,8 @@ class dvector(_DDS):  # noqa: N801 - the name is part of the user API
     def __getitem__(self, i: Any) -> Any:
         if _checkpoint.STALE is not None:  # fast-forwarding: the value may be stale
             _checkpoint.STALE(self)
+        if self._dirty is not None:  # an MPI rank reads its own replica: whole first
+            make_whole([self], step=f"a driver read of {self._name}")
         s = self._slot(i)
         return self._read_slot(self._auth_buf(s), s)
 
@@ -693,6 +787,8 @@ class dmap(_DDS):  # noqa: N801 - the name is part of the user API
     def __getitem__(self, key: Any) -> Any:
         if _checkpoint.STALE is not None:  # fast-forwarding: the value may be stale
             _checkpoint.STALE(self)
+        if self._dirty is not None:  # an MPI rank reads its own replica: whole first
+            make_whole([self], step=f"a driver read of {self._name}")
         s = self._slot(key)
         owner = self._owners[s]
         buf = self._bufs.get(owner, self._buf)
@@ -1154,6 +1250,10 @@ __all__ = [
     "dmultimap",
     "dvector",
     "gathered",
+    "homes",
+    "clean",
+    "make_whole",
+    "mark_dirty",
     "public_class",
     "relaxing",
     "set_mode",

@@ -28,7 +28,7 @@ from .._files import replacing
 from .._runtime.checkpoint import collective
 from .._runtime.session import Session, current, driver_only
 from . import exact
-from .dds import _DDS, dmap, dvector, gathered
+from .dds import _DDS, dmap, dvector, gathered, make_whole
 from .values import detached, stable_text
 
 
@@ -89,6 +89,7 @@ def _owned_values(
     before it runs, and while it runs in checked and test mode).  ``op``: ``ap.map over
     A``, for messages."""
     check_body(op, fn, "its function")
+    make_whole(sess=sess)  # ``fn`` may read any DDS on the node's own replica
     run = fn
     what = "element of shape" if src._numeric else "element"  # a row: its shape
     if sess.checked or sess.test_mode:

@@ -19,13 +19,18 @@ returns, per round and node, the elements that become *stale* there after the ro
 write-back; the guard marks them as written by another node, so reading one is a plan
 violation (re-plan or serial fallback), never a wrong value.
 
-At the end of the invocation a final exchange (:attr:`Routes.final`) sends every
-element's last value to each node that lacks it, so replicas are whole again between
-invocations, as the driver, digests and checkpoints expect.
+At the end of the invocation a final exchange (:attr:`Routes.final`) sends each written
+element's last value to its *home* (the range owner, which digests and checkpoints read)
+when the home does not hold it already: not to every node.  Other nodes may then hold
+an old value of the element until the next reader needs it: the next ``async_for``
+fetches what its nodes touch from the homes (:func:`fetch`), and any other reader makes
+the replicas whole first (``engine._data.dds.make_whole``).  Without ``home``,
+:func:`route` sends the final values to every node that lacks them, as before.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -81,7 +86,9 @@ class Messages:
 class Routes:
     """The write-back of one plan: ``rounds[r]`` after round ``r``, ``final`` after the
     last round; ``stale[r][p]``: element ids node ``p`` must not read after round ``r``'s
-    write-back (until the final exchange), for the nodes it was asked for."""
+    write-back (for the rest of the invocation; after it, a final exchange to every node
+    makes them whole, one to the homes leaves them *dirty*), for the nodes it was asked
+    for."""
 
     rounds: list[Messages]
     final: Messages
@@ -90,6 +97,8 @@ class Routes:
     #: touches a row it carries (> r): the message may be received as late as just
     #: before that round (``engine._asyncfor.guard``, ``Cluster.settle``)
     uses: list[np.ndarray] = field(default_factory=list)
+    #: each written element (sorted ids) and the node that wrote its last value
+    holders: tuple[np.ndarray, np.ndarray] = (_EMPTY, _EMPTY)
 
     def sent_rows(self) -> int:
         """Rows sent in total (every exchange, the final one included)."""
@@ -193,9 +202,17 @@ def message_edges(
     return (*out, use)
 
 
-def route(plan: Plan, sets: AccessSets, nodes: list[int] | None = None) -> Routes:
+def route(
+    plan: Plan,
+    sets: AccessSets,
+    nodes: list[int] | None = None,
+    *,
+    home: Callable[[np.ndarray], np.ndarray] | None = None,
+) -> Routes:
     """The routes of ``plan`` (see the module docstring); ``stale`` is computed for
-    ``nodes`` only (default: every node)."""
+    ``nodes`` only (default: every node).  ``home`` maps element ids to their home
+    nodes: the final exchange then sends each last value to its home only (if the home
+    lacks it); without it, to every node that lacks it."""
     P, R = plan.nodes, len(plan.rounds)
     gid, rnd, node, isw, w, dst, at = _sends(plan, sets)
     m = len(gid)
@@ -211,7 +228,7 @@ def route(plan: Plan, sets: AccessSets, nodes: list[int] | None = None) -> Route
         msgs = Messages.of(node[w[sel]], dst[sel], gid[w[sel]])
         rounds.append(msgs)
         uses.append(_first_uses(msgs, node[w[sel]], dst[sel], rnd[at[sel]], P))
-    # final exchange: every element's last value to each node that does not hold it
+    # final exchange: every element's last value to its home (or to each node) lacking it
     if m:
         ends = np.flatnonzero(np.concatenate((gid[1:] != gid[:-1], [True])))
         finals = wlast[ends][wlast[ends] >= gstart[ends]]
@@ -225,7 +242,12 @@ def route(plan: Plan, sets: AccessSets, nodes: list[int] | None = None) -> Route
     have[np.arange(len(finals)), node[finals]] = True
     got = last_w[w]
     have[slot_of[w[got]], dst[got]] = True
-    f_row, f_dst = np.nonzero(~have)
+    if home is None:
+        f_row, f_dst = np.nonzero(~have)
+    else:
+        dest = np.asarray(home(gid[finals]), dtype=np.int64)
+        f_row = np.flatnonzero(~have[np.arange(len(finals)), dest])
+        f_dst = dest[f_row]
     final = Messages.of(node[finals][f_row], f_dst.astype(np.int64), gid[finals][f_row])
     # stale: after round r, node p lacks what another node wrote in r and did not send it
     want = range(P) if nodes is None else nodes
@@ -238,7 +260,7 @@ def route(plan: Plan, sets: AccessSets, nodes: list[int] | None = None) -> Route
         by_round = rnd[mine]
         for r in range(R):
             stale[r][p] = np.sort(gid[mine[by_round == r]])
-    return Routes(rounds, final, stale, uses)
+    return Routes(rounds, final, stale, uses, (gid[finals], node[finals]))
 
 
 def _first_uses(
@@ -253,4 +275,77 @@ def _first_uses(
     return out
 
 
-__all__ = ["Messages", "Routes", "message_edges", "route"]
+@dataclass(frozen=True)
+class Touches:
+    """What each node of a plan touches: per (node, element) pair, sorted by node then
+    element, the first round in which it does; per written element (sorted), the round
+    of its first write.  Built once per plan; :func:`fetch` reads it per invocation."""
+
+    node: np.ndarray
+    gid: np.ndarray
+    first: np.ndarray
+    written: np.ndarray
+    first_write: np.ndarray
+    nodes: int
+
+
+def touches(plan: Plan, sets: AccessSets) -> Touches:
+    """The :class:`Touches` of ``plan``."""
+    n = sets.n
+    rnd_of, node_of = _placement(plan, n)
+    w_rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(sets.w_indptr))
+    r_rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(sets.r_indptr))
+    rows = np.concatenate([w_rows, r_rows])
+    gids = np.concatenate([sets.w_ids, sets.r_ids]).astype(np.int64)
+    rnd, node = rnd_of[rows], node_of[rows]
+    keep = rnd >= 0
+    rnd, node, gids = rnd[keep], node[keep], gids[keep]
+    order = np.lexsort((rnd, gids, node))
+    rnd, node, gids = rnd[order], node[order], gids[order]
+    new = np.ones(len(gids), dtype=bool)
+    new[1:] = (node[1:] != node[:-1]) | (gids[1:] != gids[:-1])
+    wr = rnd_of[w_rows]
+    wk = wr >= 0
+    wg, wr = sets.w_ids[wk].astype(np.int64), wr[wk]
+    worder = np.lexsort((wr, wg))
+    wg, wr = wg[worder], wr[worder]
+    wnew = np.ones(len(wg), dtype=bool)
+    wnew[1:] = wg[1:] != wg[:-1]
+    return Touches(node[new], gids[new], rnd[new], wg[wnew], wr[wnew], max(1, plan.nodes))
+
+
+def fetch(
+    t: Touches,
+    dirty: np.ndarray,
+    home: Callable[[np.ndarray], np.ndarray],
+    holder: np.ndarray | None = None,
+) -> tuple[Messages, np.ndarray]:
+    """The fetch exchange before a plan's first round: the home of each element in
+    ``dirty`` (sorted ids whose replicas may be old away from home, see the module
+    docstring) sends it to each node that touches it before anyone writes it in this
+    invocation (a node that touches it only later gets it from the routed write-back),
+    unless that node is its ``holder`` (per element, the node that wrote its last value,
+    which holds it: SGD's user rows stay where a rotation writes them); and per message,
+    the first round in which its destination touches one of its rows (it may be
+    received as late as just before that round)."""
+    if not len(dirty) or not len(t.gid):
+        return Messages.of(_EMPTY, _EMPTY, _EMPTY), _EMPTY
+    k = np.minimum(np.searchsorted(dirty, t.gid), len(dirty) - 1)
+    hit = dirty[k] == t.gid
+    node, gid, first = t.node[hit], t.gid[hit], t.first[hit]
+    never = np.iinfo(np.int64).max
+    if len(t.written):
+        w = np.minimum(np.searchsorted(t.written, gid), len(t.written) - 1)
+        fw = np.where(t.written[w] == gid, t.first_write[w], never)
+    else:
+        fw = np.full(len(gid), never, dtype=np.int64)
+    h = np.asarray(home(gid), dtype=np.int64)
+    need = (first <= fw) & (h != node)
+    if holder is not None:
+        need &= holder[k[hit]] != node
+    src, dst, use = h[need], node[need], first[need]
+    msgs = Messages.of(src, dst, gid[need])
+    return msgs, _first_uses(msgs, src, dst, use, t.nodes)
+
+
+__all__ = ["Messages", "Routes", "Touches", "fetch", "message_edges", "route", "touches"]

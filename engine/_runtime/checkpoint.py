@@ -271,6 +271,9 @@ def restore(sess: Session, cp: Any) -> None:
             )
         for node in sess.cluster.local_nodes:
             d.set_rows(node, slots, values)
+        if d._dirty is not None and d._holder is not None:  # these rows are whole again
+            keep = ~np.isin(d._dirty, slots)
+            d._dirty, d._holder = (d._dirty[keep], d._holder[keep]) if keep.any() else (None, None)
         sess.body_written.setdefault(name, d)
         restored.append(d)
     for node in sess.cluster.local_nodes:

@@ -87,7 +87,7 @@ from .._asyncfor.closure import (
     watch,
 )
 from .._asyncfor.recon import AccessSets, concat_sets, recon_range
-from .._data.dds import _DDS, SLOT_BITS
+from .._data.dds import _DDS, SLOT_BITS, make_whole
 from .._errors import DDSError, SessionError
 from .._runtime.checkpoint import end_invocation, skip_invocation
 from .._runtime.session import Session, current
@@ -542,6 +542,7 @@ def sync_for(
     agree_numbers(f"sync_for {name!r} (invocation {inv})", numbers, got, sess.cluster.allgather)
     if skip_invocation(sess, name, inv):  # time travel: fast-forward to a checkpoint
         return
+    make_whole(sess=sess)  # workers read and route the model from whole replicas
     sched = sess.schedules.schedule(name, inv, "sync_for", sess.cluster.size)
     if sched is not None and sched.workers is not None:  # the dual tests' serial side
         run_body = guard(body, name, inv, kind="sync_for", what="minibatch")

@@ -44,6 +44,8 @@ def mpi(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
         )
     for p in mpibatch.selected(request, test_a_token_plan_defers_receives_and_keeps_the_bits):
         batches[p["ranks"]].add("defer", HERE / "mpi_defer.py", *DEFER_SEEDS)
+    for p in mpibatch.selected(request, test_rows_left_at_home_reach_the_next_reader):
+        batches[p["ranks"]].add("home", HERE / "mpi_home.py", *DEFER_SEEDS)
     return batches
 
 
@@ -145,3 +147,22 @@ def test_a_token_plan_defers_receives_and_keeps_the_bits(ranks: int, mpi: Batche
             deferred += run["deferred"]
     assert want.value["rounds"] > ranks  # tokens: more rounds than a rotation's P
     assert deferred > 0
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_rows_left_at_home_reach_the_next_reader(ranks: int, mpi: Batches) -> None:
+    """tests/engine/mpi_home.py: an invocation's last values go to their homes only; the
+    next invocation fetches what its ranks touch (including rows another rank wrote),
+    and a driver read, ``reduce`` and ``map`` make the replicas whole first; a body that
+    leaves its plan to read a row it was not fetched re-plans.  Plainly and under
+    message jitter every rank gives the in-process cluster's bits.  A driver read by
+    one rank alone is a divergent driver step on every rank, not a wait for rows."""
+    from tests.engine.mpi_home import program
+
+    want = ap.run(program, nodes=ranks)
+    for got in mpi[ranks].values("home"):
+        assert len(got) == 2 + len(DEFER_SEEDS)
+        for run in got[:-1]:
+            assert {k: run[k] for k in want.value} == want.value
+            assert run["digests"] == want.digests
+        assert "a driver read of X" in got[-1]["alone"], got[-1]

@@ -40,10 +40,11 @@ def test_two_ranks_record_into_one_store(tmp_path: Path) -> None:
         assert (op.strategy, op.invocations, op.bodies) == ("rotation", 3, 9000)
         assert run.objectives() == {"epoch": [0.0, 1.0, 2.0]}
         assert len(run.digests()) == 3 * 2
-        # routed write-backs: after each round (and once after the last) a rank sends the
-        # other at most one message, numbered by the sender's exchange (rounds + 1 of them
-        # per invocation); every message the summary counts is in the node's log
-        exchanges = 3 * (op.rounds + 1)
+        # routed write-backs: after each round (and once after the last, home) a rank
+        # sends the other at most one message, numbered by the sender's exchange (rounds
+        # + 1 of them per invocation, and a fetch of what the previous one left at its
+        # homes before the second and third); every message the summary counts is logged
+        exchanges = 3 * (op.rounds + 1) + 2
         logged = 0
         for node in (0, 1):
             m = run.messages(node)
