@@ -242,7 +242,8 @@ def prepare(body: BoundKernel, op: str) -> None:
     state = np.zeros(compiled.STATE_LEN, dtype=np.int64)
     args = [_arg(v, k, compiled.EXEC, 0, state, None) for k, v in enumerate(body.args)]
     try:
-        kern.run(np.empty(0, dtype=np.int64), state, tuple(args))
+        with compiled.host_compile_lock(kern.py_func):
+            kern.run(np.empty(0, dtype=np.int64), state, tuple(args))
     except Exception as exc:  # noqa: BLE001 - any numba failure is the kernel's, said in one line
         raise KernelError(
             f"async_for {op!r}: kernel {kern.__qualname__!r} ({kern.where()}) does not compile "
