@@ -23,6 +23,7 @@ bodies), so conflict groups get big and are split across threads under locks.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -274,6 +275,7 @@ def assert_case(case: Case, direction: str = "both") -> None:
 
 
 # ====================================================================== strategies
+@functools.cache
 def tables(
     max_tables: int = MAX_TABLES, max_size: int = MAX_TABLE_SIZE, max_width: int = MAX_WIDTH
 ) -> st.SearchStrategy[tuple[Table, ...]]:
@@ -282,12 +284,21 @@ def tables(
     return st.lists(one, min_size=1, max_size=max_tables).map(tuple)
 
 
+# Strategies are made once per distinct argument and then reused (the same objects give
+# the same draws): a program's bodies draw hundreds of elements, and making a new strategy
+# for each draw was most of what generating a program cost (half of it, measured over
+# 600 programs; the programs drawn are the same).
+@functools.cache
+def _element_of(t: int, size: int) -> st.SearchStrategy[tuple[int, int]]:
+    return st.tuples(st.just(t), st.integers(0, size - 1))
+
+
+@functools.lru_cache(maxsize=4096)
 def _elements(ts: tuple[Table, ...]) -> st.SearchStrategy[tuple[int, int]]:
-    return st.integers(0, len(ts) - 1).flatmap(
-        lambda t: st.tuples(st.just(t), st.integers(0, ts[t].size - 1))
-    )
+    return st.integers(0, len(ts) - 1).flatmap(lambda t: _element_of(t, ts[t].size))
 
 
+@functools.lru_cache(maxsize=4096)
 def accesses(
     ts: tuple[Table, ...],
     ops: tuple[str, ...],
@@ -340,9 +351,35 @@ def programs(
     with ``switches``, bodies whose accesses depend on values (see
     :func:`value_dependent_programs`)."""
     ts = draw(tables(max_tables, max_size, max_width))
-    hot = tuple(draw(st.lists(_elements(ts), max_size=2, unique=True)))
-    ops = tuple(draw(st.lists(st.sampled_from(sorted(OPS)), min_size=1, max_size=3, unique=True)))
+    hot = tuple(draw(_hot(ts)))
+    ops = tuple(draw(_OPS))
     body = accesses(ts, ops, hot, switches=switches)
+    loops = tuple(draw(_loops(body, kinds, syncs, max_bodies, max_loops)))
+    return Program(
+        tables=ts,
+        loops=loops,
+        invocations=draw(_counts(max_invocations, 1)),
+        rng=draw(st.booleans()),
+        objective=draw(st.booleans()),
+    )
+
+
+_OPS = st.lists(st.sampled_from(sorted(OPS)), min_size=1, max_size=3, unique=True)
+
+
+@functools.lru_cache(maxsize=4096)
+def _hot(ts: tuple[Table, ...]) -> st.SearchStrategy[list[tuple[int, int]]]:
+    return st.lists(_elements(ts), max_size=2, unique=True)
+
+
+@functools.lru_cache(maxsize=4096)
+def _loops(
+    body: st.SearchStrategy[Access],
+    kinds: tuple[str, ...],
+    syncs: tuple[str, ...],
+    max_bodies: int,
+    max_loops: int,
+) -> st.SearchStrategy[list[AsyncLoop | SyncLoop]]:
     bodies = st.lists(body, min_size=1, max_size=max_bodies).map(tuple)
     async_loop = st.builds(AsyncLoop, bodies=bodies, start=st.integers(0, 3))
     sync_loop = st.builds(
@@ -353,14 +390,7 @@ def programs(
         sync=st.sampled_from(syncs),
     )
     loop = st.one_of(*[async_loop if k == "async" else sync_loop for k in kinds])
-    loops = tuple(draw(st.lists(loop, min_size=1, max_size=max_loops)))
-    return Program(
-        tables=ts,
-        loops=loops,
-        invocations=draw(_counts(max_invocations, 1)),
-        rng=draw(st.booleans()),
-        objective=draw(st.booleans()),
-    )
+    return st.lists(loop, min_size=1, max_size=max_loops)
 
 
 def value_dependent_programs(**kw: Any) -> st.SearchStrategy[Program]:
