@@ -21,7 +21,13 @@ VALUE_WIDTH = 24
 #: Differing keys named in one line (parameters, versions, ...); the rest are counted.
 MAX_KEYS = 6
 #: Run labels said in words (other labels are named by their key).
-LABEL_WORDS = {"chaos_run": "chaos run", "chaos_seed": "chaos seed"}
+LABEL_WORDS = {
+    "chaos_run": "chaos run",
+    "chaos_seed": "chaos seed",
+    "checked": "checked mode",
+    "test_mode": "test mode",
+    "exact_reduce": "exact reduce",  # unset: recorded before 2026-12-06 (index-order folds)
+}
 
 _MISSING = object()
 
