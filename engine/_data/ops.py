@@ -185,8 +185,9 @@ def reduce(
       largest (smallest) value in index order, as a left fold gives it.
 
     Anything else (your own ``op``, objects, bools, NaN under max/min, float32, int
-    arrays, numpy ints among Python numbers, bigger arrays) is folded with ``op`` in index order over the values gathered
-    on every node (each node then receives every value).  ``initial`` is folded in as
+    arrays, numpy ints among Python numbers, bigger arrays) is folded with ``op`` in
+    index order over the values gathered on every node (each node then receives every
+    value).  ``initial`` is folded in as
     the first value.  A replay of a run recorded before the exact fold existed (its
     trace has no ``exact_reduce`` label) folds in index order, as that run did.
     """

@@ -9,9 +9,9 @@ are put back.  DDS no body writes (the loaded ratings) are re-created by the dri
 
 Only the DDS written by a loop body are stored (relaxed DDS always: reconnaissance does
 not see their writes, and LDA's replayed from checkpoints without them diverged at once),
-and each node stores only the rows it owns (no node gathers the model).  Numeric rows are arrays; object rows only if they
-are plain data (numbers, strings, tuples and lists of them), otherwise that DDS is
-left out with one line saying why.
+and each node stores only the rows it owns (no node gathers the model).  Numeric rows
+are arrays; object rows only if they are plain data (numbers, strings, tuples and lists
+of them), otherwise that DDS is left out with one line saying why.
 
 The policy (``Recorder.checkpoint_every``): 0 never; N after loop invocations 0, N,
 2N, ...; None (the default of a traced run) after invocation 0, and from then on every
