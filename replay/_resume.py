@@ -255,9 +255,17 @@ def resume_here(
             f"the checkpoint at {op}#{inv} is missing from run {info.run_id[:12]}"
         )
     if say is not None:
+        # checkpoints can be sparse (the automatic policy bounds their bytes): say how
+        # much of what the crashed run did is done again
+        again = first_step(crashed) + len(program_order(crashed)) - 1 - start.step
         say(
             f"resuming run {info.run_id[:12]} ({info.app}, {info.ranks} rank(s) x "
             f"{info.threads} thread(s), seed {info.seed}) after the checkpoint at {op}#{inv}"
+            + (
+                f"; the {again} loop invocation(s) the crashed run completed after it run again"
+                if again > 0
+                else ""
+            )
         )
     travel = FastForward(crashed, start)
     modes = recorded_modes(info)  # the resumed run is recorded in them too

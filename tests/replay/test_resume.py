@@ -281,6 +281,22 @@ def test_in_process_interrupted_run_resumes(
     assert r == [x for x in w if x[1] >= 2] and r  # mlr#2 and mlr#3: the new run's own
 
 
+def test_a_resume_says_how_many_completed_invocations_run_again(tmp_path: Path) -> None:
+    """Checkpoints can be sparse (``--checkpoint-every``, or the automatic policy that
+    bounds their bytes): a resume says how much of what the crashed run did it redoes."""
+    trace = tmp_path / "t.sqlite"
+    args = ["run", target("mlr"), "-p", f"epochs={EPOCHS}", "--trace", str(trace)]
+    args += ["--checkpoint-every", "3", "--timeout", "60"]
+    # checkpoints after mlr#0 and mlr#3; interrupted in mlr#3 after mlr#0..2 completed
+    rc, _, err = crash(*args, env={"RESUME_KILL": "0:3:1", "RESUME_HOW": "interrupt"})
+    assert rc != 0, err
+    rc, out, err = cli("resume", str(trace))
+    assert rc == 0, err
+    said = out + err
+    assert "after the checkpoint at mlr#0; the 2 loop invocation(s) the crashed run " in said
+    assert "completed after it run again" in said, said
+
+
 def test_resume_save_writes_the_model_the_uninterrupted_run_saves(tmp_path: Path) -> None:
     """``resume --save`` writes the model the resumed run ends with: the arrays an
     uninterrupted ``run --save`` writes, bit for bit; a bad path is refused first."""
