@@ -531,10 +531,12 @@ def _execute(
                     except PlanViolation:
                         done[node] = np.empty(0, dtype=np.int64)
                     except BodyError as exc:
-                        if everyone_here:
+                        if everyone_here and guard.first is None:
                             raise
                         # a stop like a violation's, so that nobody waits for this rank;
-                        # raised once the ranks agree it came first (``_agree``)
+                        # raised once the ranks agree it came first (``_agree``).  In one
+                        # process a violation already seen is of a lower node of this
+                        # round, which ``_agree`` puts first: re-plan, as the ranks would
                         guard.failure = (r, node, exc)
                         done[node] = np.empty(0, dtype=np.int64)
                     times[node] += [(r, th, a - t_node, b - t_node) for th, a, b in sorted(spans)]

@@ -366,3 +366,49 @@ def test_the_guard_under_mpiexec_matches_the_in_process_cluster(
     beta = ap.run(_lasso_program(X, y, 0.05, 120), nodes=ranks, threads=threads).value
     assert got["lasso"]["bytes"] == beta.tobytes().hex()
     assert "note: async_for 'flip' invocation 1" in proc.stderr
+
+
+@pytest.mark.parametrize("nodes", [2, 3])
+def test_a_stop_before_a_failure_in_the_same_round_re_plans_first(nodes: int) -> None:
+    """In one round, a node's body leaves the plan and a higher node's body raises.  The
+    ranks of an MPI job agree on the earliest event by (round, node), so they re-plan
+    first (``loop._agree``); the in-process cluster must decide the same, not raise the
+    later node's error straight away: the re-plan is noted, then the error comes from
+    the new attempt."""
+    from engine._asyncfor import loop
+
+    n = 12
+
+    def prog() -> None:
+        X = ap.dvector(n, shape=(), init=ap.init.zeros(), name="X")
+        role = ap.dvector(n, shape=(), init=ap.init.zeros(), name="role")
+        Z = ap.dvector(1, shape=(), init=ap.init.zeros(), name="Z")
+
+        def body(j: int) -> None:
+            X[j] = X[j] + 1.0
+            r = role[j]
+            if r == 1.0:
+                Z[0] = Z[0] + 1.0  # outside its reconnaissance sets: leaves the plan
+            elif r == 2.0:
+                raise ValueError(f"body {j} fails")
+
+        ap.async_for(0, n, body, name="b")
+        first = ap.plan_of("b").rounds[0]
+        role[int(first[0][0].indices[0])] = 1.0
+        role[int(first[nodes - 1][0].indices[0])] = 2.0
+        ap.async_for(0, n, body, name="b")
+
+    notes: list[tuple[int, int]] = []
+    note = loop._note
+
+    def noted(sess: object, v: object, what: str) -> None:
+        notes.append((v.round, v.node))  # type: ignore[attr-defined]
+        note(sess, v, what)  # type: ignore[arg-type]
+
+    loop._note = noted  # type: ignore[assignment]
+    try:
+        with pytest.raises(ap.BodyError, match="fails"):
+            ap.run(prog, nodes=nodes)
+    finally:
+        loop._note = note  # type: ignore[assignment]
+    assert notes == [(0, 0)]
