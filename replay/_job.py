@@ -505,6 +505,7 @@ def launch(
             for f, t in zip((job_out, job_err), threads, strict=True):
                 if not t.is_alive():  # a reader still blocked keeps its file (daemon)
                     f.close()
+            _procs.remove_segments(reader.hellos())  # what MPICH leaves after an abort
         reports = reader.reports()
         diverged = [r.data for r in reports if r.kind == "diverged"]
         if diverged:

@@ -23,9 +23,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
+import stat
 import tempfile
 import threading
 import time
@@ -121,6 +123,58 @@ def host_id() -> str:
     except OSError:
         boot = ""
     return f"{socket.gethostname()}/{boot}"
+
+
+#: MPICH's shared-memory file of a job on one host (Linux): ``/dev/shm/mpich_shm_<hex>_<n>``.
+_SEGMENT = re.compile(r"/dev/shm/mpich_shm_[0-9a-f]{1,16}_[0-9]{1,4}")
+#: The most segment files one rank reports (it maps one per communicator it shares memory in).
+MAX_SEGMENTS = 8
+
+
+def shm_segments() -> list[list[Any]]:
+    """The MPICH shared-memory files this process maps, as ``[path, inode]`` pairs (for
+    :func:`remove_segments`); empty where there are none or no ``/proc``."""
+    found: dict[str, int] = {}
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
+            for line in maps:
+                parts = line.rstrip("\n").split(None, 5)
+                if len(parts) == 6 and _SEGMENT.fullmatch(parts[5]):
+                    found[parts[5]] = int(parts[4])
+    except (OSError, ValueError):
+        return []
+    return [[path, inode] for path, inode in sorted(found.items())][:MAX_SEGMENTS]
+
+
+def remove_segments(hellos: list[dict[str, Any]]) -> int:
+    """Unlink the shared-memory files the ranks of an ended job on this host reported
+    mapping (their hello report, ``_worker``); return how many.  MPICH removes its file
+    when a job ends normally, but not when a rank aborts (every failing, diverged or
+    timed-out job) or is killed: each such job left 2-3 MB of memory in ``/dev/shm``
+    until the next reboot.  What a report names is not trusted: only a path of MPICH's
+    own pattern whose file still has the reported inode and is this user's."""
+    host = socket.gethostname()
+    removed = 0
+    for hello in hellos:
+        if not isinstance(hello, dict) or hello.get("host") != host:
+            continue
+        segments = hello.get("shm")
+        if not isinstance(segments, list):
+            continue
+        for item in segments[:MAX_SEGMENTS]:
+            if not (isinstance(item, list) and len(item) == 2):
+                continue
+            path, inode = item
+            if not (isinstance(path, str) and _SEGMENT.fullmatch(path) and type(inode) is int):
+                continue
+            try:
+                st = os.lstat(path)
+                if st.st_ino == inode and st.st_uid == os.getuid() and stat.S_ISREG(st.st_mode):
+                    os.unlink(path)
+                    removed += 1
+            except OSError:
+                continue  # gone already (a normal end), or not ours to remove
+    return removed
 
 
 def identity(pid: int | None = None) -> dict[str, Any]:

@@ -222,6 +222,10 @@ class FrameReader:
             )
         return sorted(self._done, key=lambda r: r.rank)
 
+    def hellos(self) -> list[dict[str, Any]]:
+        """The hello reports that arrived whole (even if another frame was damaged)."""
+        return [r.data for r in self._done if r.kind == "hello"]
+
     def incomplete(self) -> FrameError | None:
         """The error to raise for a report still missing frames (once the job ended)."""
         if not self._pieces:

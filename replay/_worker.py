@@ -110,6 +110,7 @@ def main(argv: list[str]) -> int:
         from . import _wire
         from ._dualjob import dual_here
         from ._job import describe, run_here
+        from ._procs import shm_segments
         from ._replay import replay_here
 
     comm = MPI.COMM_WORLD
@@ -123,7 +124,9 @@ def main(argv: list[str]) -> int:
         return 70
     _watch_parent(spec, rank)
     # who this rank is, for the parent to name it if it dies (hydra names only pid and host)
-    _wire.emit(rank, "hello", {"pid": os.getpid(), "host": socket.gethostname()})
+    # and the shared-memory files it maps, which the parent removes if the job aborts
+    hello = {"pid": os.getpid(), "host": socket.gethostname(), "shm": shm_segments()}
+    _wire.emit(rank, "hello", hello)
     notes = comm.Dup()  # diverged ranks tell each other they have reported
 
     def progress(line: str) -> None:

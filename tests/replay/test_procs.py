@@ -209,3 +209,69 @@ def test_a_job_directory_that_a_late_rank_still_writes_into_is_no_error(
     if failures == 1000:  # the sweep can still tell whose it is
         assert (Path(tmp) / _procs.OWNER_FILE).exists()
         real(tmp)
+
+
+_FAILING = """
+import engine as ap
+from replay._procs import shm_segments
+
+
+def train():
+    print("SEGMENTS", *[path for path, _ in shm_segments()], flush=True)
+    X = ap.dvector(8, shape=(), init=ap.init.zeros(), name="X")
+
+    def body(j):
+        if j == 5:
+            raise ValueError("boom")
+        X[j] = 1.0
+
+    ap.async_for(0, 8, body, name="b")
+"""
+
+
+@pytest.mark.mpi  # in-process, but the run starts its ranks under mpiexec
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_an_aborted_job_leaves_no_shared_memory_behind(tmp_path: Path, cli, ranks: int) -> None:
+    """A failing body aborts the MPI job (MPI_Abort), and MPICH then leaves its
+    shared-memory file in /dev/shm (2-3 MB each, until reboot): the CLI removes the
+    files its ranks reported mapping."""
+    (tmp_path / "failing.py").write_text(_FAILING)
+    proc = cli("run", "failing.py:train", "--ranks", str(ranks), "--no-trace", cwd=tmp_path)
+    assert proc.returncode == 1 and "boom" in proc.stderr, proc.stderr
+    said = [ln.split()[1:] for ln in proc.stdout.splitlines() if ln.startswith("SEGMENTS")]
+    paths = {p for line in said for p in line}
+    assert paths and all(p.startswith("/dev/shm/mpich_shm_") for p in paths), proc.stdout
+    assert not [p for p in paths if os.path.exists(p)]
+
+
+def test_only_this_users_own_mpich_files_named_in_a_report_are_removed(tmp_path: Path) -> None:
+    """A hello report is read from the job's output, which the program also writes: what
+    it names is removed only if it is an MPICH segment path whose file has that inode."""
+    import socket
+    import uuid
+
+    host = socket.gethostname()
+    mine = Path(f"/dev/shm/mpich_shm_{uuid.uuid4().hex[:8]}_0")
+    other = Path(f"/dev/shm/mpich_shm_{uuid.uuid4().hex[:8]}_1")
+    outside = tmp_path / "mpich_shm_abc_0"
+    for f in (mine, other, outside):
+        f.write_bytes(b"x")
+    try:
+        ino = {f: f.stat().st_ino for f in (mine, other, outside)}
+        hostile: list[object] = [
+            "not a dict",
+            {"host": host, "shm": "not a list"},
+            {"host": host, "shm": [[str(outside), ino[outside]]]},  # not under /dev/shm
+            {"host": host, "shm": [[f"{other}/../{other.name}", ino[other]]]},
+            {"host": host, "shm": [[str(other), ino[other] + 1]]},  # another inode
+            {"host": host, "shm": [[str(other), str(ino[other])], [str(other)], None]},
+            {"host": "elsewhere", "shm": [[str(other), ino[other]]]},  # another host's
+            {"host": host, "shm": [["/etc/passwd", Path("/etc/passwd").stat().st_ino]]},
+        ]
+        assert _procs.remove_segments(hostile) == 0  # type: ignore[arg-type]
+        assert mine.exists() and other.exists() and outside.exists()
+        assert _procs.remove_segments([{"host": host, "shm": [[str(mine), ino[mine]]]}]) == 1
+        assert not mine.exists() and other.exists()
+    finally:
+        for f in (mine, other, outside):
+            f.unlink(missing_ok=True)
