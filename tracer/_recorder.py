@@ -43,6 +43,7 @@ from ._chain import ChainWriter, genesis, trace_key
 from ._codec import AUTO, encode, encode_lines, int_width
 from ._errors import TraceWriteError
 from ._insert import RowWriter
+from ._invset import NodeDone, encode_phase, encode_set
 from ._plain import NotPlain, array_dtype, encode_plain
 from ._plans import encode_plan
 from ._reserve import SpaceReserve
@@ -55,13 +56,13 @@ from ._schema import (
     CollectiveValue,
     Digest,
     IndexOrderBlock,
-    Invocation,
+    InvocationSet,
     LockGrantBlock,
     MessageBlock,
     MutexGrantBlock,
     Objective,
     OperatorPlan,
-    Phase,
+    PhaseSet,
     Run,
     VisibilityBlock,
 )
@@ -76,16 +77,24 @@ FUNNEL_WAIT_S = 2.0
 Call = tuple[str, int, tuple[int, ...], int, tuple[Any, ...]]
 
 
+#: The channel of routed write-backs (``engine``'s ``transport.ROUTED``): each names its
+#: source and size, so schema 7 keeps per sender exchange number only how many arrived
+#: and their bytes (``_invset``), not each arrival.
+ROUTED = "routed"
+
+
 class _NodeBuf:
     """Events of one node since its last commit, per block table."""
 
-    __slots__ = ("seq", "mark", "msgs", "calls")
+    __slots__ = ("seq", "mark", "msgs", "calls", "routed")
 
     def __init__(self) -> None:
         self.seq = 0  # next sequence number of this node
         self.mark = 0  # first sequence number after the last commit
         self.msgs: list[tuple[int, str, int, int, int]] = []
         self.calls: dict[Any, list[Call]] = {model: [] for model in CALL_BLOCKS}
+        # routed arrivals: sender exchange number -> [messages, payload bytes]
+        self.routed: dict[int, list[int]] = {}
 
     def pending(self) -> bool:
         return bool(self.msgs) or any(self.calls.values())
@@ -93,6 +102,26 @@ class _NodeBuf:
     def clear(self) -> None:
         self.msgs = []
         self.calls = {model: [] for model in CALL_BLOCKS}
+        self.routed = {}
+
+    def take_routed(self) -> np.ndarray:
+        """(exchange, messages, bytes) rows of the routed arrivals since the last take."""
+        got, self.routed = self.routed, {}
+        if not got:
+            return np.zeros((0, 3), np.int64)
+        return np.array([(e, c, nb) for e, (c, nb) in sorted(got.items())], np.int64)
+
+
+class _Group:
+    """What the nodes of one invocation committed so far (written once all have)."""
+
+    __slots__ = ("rows", "done", "phases", "strategy")
+
+    def __init__(self) -> None:
+        self.rows: dict[Any, list[dict[str, Any]]] = defaultdict(list)
+        self.done: list[NodeDone] = []
+        self.phases: dict[tuple[str, int], list[tuple[int, float, float]]] = defaultdict(list)
+        self.strategy = ""
 
 
 def _thread_times(times: Sequence[Sequence[float]]) -> np.ndarray:
@@ -197,6 +226,7 @@ class TraceRecorder(Recorder):
         self._objectives: list[dict[str, Any]] = []
         self._plan_no: dict[str, int] = {}
         self._done: dict[str, int] = {}
+        self._groups: dict[tuple[str, int], _Group] = {}
         # each node's hash chain; the key (if any) is read once, never stored
         self._chain = ChainWriter(self.run_id, trace_key())
         self.closed = False
@@ -229,8 +259,17 @@ class TraceRecorder(Recorder):
         emit_events(sched, self)
 
     def message_received(self, node: int, channel: str, source: int, seq: int, nbytes: int) -> None:
-        """Buffer one message arrival (a tuple append)."""
+        """Buffer one message arrival (a tuple append); a routed one only adds to its
+        exchange's count and bytes, and takes no sequence number."""
         b = self._bufs.get(node) or self._buf(node)
+        if channel == ROUTED:
+            got = b.routed.get(seq)
+            if got is None:
+                b.routed[seq] = [1, int(nbytes)]
+            else:
+                got[0] += 1
+                got[1] += int(nbytes)
+            return
         s = b.seq
         b.seq = s + 1
         b.msgs.append((s, channel, source, seq, nbytes))
@@ -346,10 +385,16 @@ class TraceRecorder(Recorder):
         self._chain.written({OperatorPlan: [row]})  # joins the primary node's next link
 
     def invocation_done(self, op: str, invocation: int, node: int, info: dict[str, Any]) -> None:
-        """Commit everything buffered for ``node`` together with this invocation."""
+        """Note ``node``'s completion of an invocation with everything buffered for it;
+        once every node this recorder hosts has completed it, commit them all: one
+        ``invocation_set`` row, their blocks and one chain link, in one transaction."""
         b = self._bufs.get(node) or self._buf(node)
         invocation = int(invocation)
-        rows: dict[Any, list[dict[str, Any]]] = defaultdict(list)
+        g = self._groups.get((op, invocation))
+        if g is None:
+            g = self._groups[(op, invocation)] = _Group()
+        rows = g.rows
+        n_digests = 0
         if self.is_primary:
             for dds, dig in info.get("digests") or ():
                 rows[Digest].append(
@@ -364,69 +409,90 @@ class TraceRecorder(Recorder):
                     )
                 )
                 b.seq += 1
-        n_digests = len(rows[Digest])
+                n_digests += 1
         counts, blob_bytes = self._bulk_rows(b, node, op, invocation, rows)
-        rsec, rsec_c = encode(_round_us(info.get("round_seconds", ())))
-        # column by column, delta-coded (the reader knows the layout by the delta codec):
-        # 155 B for a P = 64 node's 64 rounds, 228 B row by row
-        tt, tt_c = encode(_thread_times(info.get("thread_times") or ()).T.ravel(), delta=True)
-        rows[Invocation].append(
-            dict(
-                counts[(op, invocation)],
-                run=self.run_id,
-                op=op,
-                invocation=invocation,
-                node=node,
-                seq=b.seq,
-                first_seq=b.mark,
-                n_digests=n_digests,
-                bodies=int(info.get("bodies", 0)),
-                rounds=int(info.get("rounds", 0)),
-                strategy=str(info.get("strategy", "")),
-                seconds=float(info.get("seconds", 0.0)),
-                round_seconds=rsec,
-                round_seconds_codec=rsec_c,
-                thread_times=tt,
-                thread_times_codec=tt_c,
-                blob_bytes=blob_bytes + len(rsec) + len(tt),
-                committed_at=time.time(),
+        routed = b.take_routed()
+        mine = counts[(op, invocation)]
+        mine["n_messages"] += int(routed[:, 1].sum())
+        g.done.append(
+            NodeDone(
+                node,
+                dict(
+                    mine,
+                    seq=b.seq,
+                    first_seq=b.mark,
+                    bodies=int(info.get("bodies", 0)),
+                    rounds=int(info.get("rounds", 0)),
+                    n_digests=n_digests,
+                    blob_bytes=blob_bytes,
+                ),
+                float(info.get("seconds", 0.0)),
+                _round_us(info.get("round_seconds", ())),
+                _thread_times(info.get("thread_times") or ()),
+                routed,
             )
         )
+        g.strategy = g.strategy or str(info.get("strategy", ""))
+        seen: dict[str, int] = defaultdict(int)
+        for kind, started, seconds in info.get("phases") or ():
+            # a re-planned invocation plans twice: a row per attempt at a phase
+            g.phases[(str(kind), seen[str(kind)])].append((node, float(started), float(seconds)))
+            seen[str(kind)] += 1
         b.seq += 1
+        b.mark = b.seq
+        b.clear()  # its rows are in the group now
+        if {d.node for d in g.done} >= set(self.nodes):
+            self._commit(op, invocation)
+
+    def _commit(self, op: str, invocation: int) -> None:
+        """Write the group of ``op``#``invocation`` with its chain link (see above)."""
+        g = self._groups.pop((op, invocation))
+        rows = g.rows
+        ends = {d.node: d.counters["seq"] + 1 for d in g.done}
+        home = self._home if self._home in ends else min(ends)
+        row = dict(
+            encode_set(g.done),
+            run=self.run_id,
+            op=op,
+            invocation=invocation,
+            node=home,
+            seq=ends[home] - 1,
+            strategy=g.strategy,
+            committed_at=time.time(),
+        )
+        # the row's own blobs count as the home node's (they are per invocation)
+        rows[InvocationSet].append(row)
         if self._objectives:
             rows[Objective] = self._objectives
-        link = self._chain.link(node, b.seq, op, invocation, rows)
+        link = self._chain.group_link(home, ends, op, invocation, rows)
         rows[ChainLink].append(link)
         # outside the chain (timeline only), in the same transaction
-        for kind, started, seconds in info.get("phases") or ():
-            rows[Phase].append(
+        for (kind, _), times in g.phases.items():
+            rows[PhaseSet].append(
                 dict(
+                    encode_phase(times),
                     run=self.run_id,
                     op=op,
                     invocation=invocation,
-                    node=node,
-                    kind=str(kind),
-                    started_at=float(started),
-                    seconds=float(seconds),
+                    node=home,
+                    kind=kind,
                 )
             )
         side = None
         if self._collectives:  # on the side chain, in this same transaction
             rows[CollectiveValue] = self._collectives
-            side = self._chain.side_link(node, op, invocation, {CollectiveValue: self._collectives})
+            side = self._chain.side_link(home, op, invocation, {CollectiveValue: self._collectives})
             rows[ChainLink].append(side)
         if self._funnel is None:
-            self._write(rows, (node,))
+            self._write(rows)
         else:
-            self._hand_over(node, rows)
-        self._chain.advance(link)
+            self._hand_over(home, rows)
+        self._chain.advance_group(link, ends)
         if side is not None:
             self._chain.advance(side)
-        self._chain.written(rows, but=node)
         self._objectives = []
         self._collectives = []
-        b.mark = b.seq
-        if node == self._home:
+        if home == self._home:
             self._done[op] = max(self._done.get(op, 0), invocation + 1)
 
     def _bulk_rows(
@@ -538,6 +604,10 @@ class TraceRecorder(Recorder):
             raise
         for n in clear:
             self._bufs[n].clear()
+
+    def _ends(self) -> dict[int, int]:
+        """Each hosted node's next sequence number."""
+        return {n: b.seq for n, b in self._bufs.items()}
 
     # ------------------------------------------------------------ time travel
     def collective_value(self, k: int, kind: str, value: Any) -> None:
@@ -718,6 +788,8 @@ class TraceRecorder(Recorder):
         # a run that stops early may stop before the primary wrote what this rank
         # handed over last: then this rank writes it, or its chain would skip a link
         handed = self._handed_unwritten() if status != "finished" and not self.is_primary else None
+        for key in list(self._groups):  # nodes that completed an invocation others did not
+            self._commit(*key)
         pending = tuple(n for n, b in self._bufs.items() if b.pending())
         for node in pending:
             # events of an invocation that never completed (a body failed): kept, and
@@ -727,11 +799,12 @@ class TraceRecorder(Recorder):
             self._bulk_rows(b, node, *(last[:2] if last else ("", -1)), rows)
         if self._objectives:
             rows[Objective] = self._objectives
-        links = [
-            self._chain.link(n, b.seq, "", -1, rows)
-            for n, b in self._bufs.items()
-            if self._chain.has_pending(n) or any(r["node"] == n for rs in rows.values() for r in rs)
-        ]
+        # one link on the home node's chain covers every node's rest (schema 7)
+        links = (
+            [self._chain.group_link(self._home, self._ends(), "", -1, rows)]
+            if rows or any(self._chain.has_pending(n) for n in self._bufs)
+            else []
+        )
         if rows or links or self._collectives or handed:
             rows[ChainLink] = links
             if self._collectives:
@@ -744,7 +817,10 @@ class TraceRecorder(Recorder):
                 rows[model] = batch + rows[model]
             self._write(rows, pending)
             for link in links:
-                self._chain.advance(link)
+                if link["link_no"] >= 0:
+                    self._chain.advance_group(link, self._ends())
+                else:
+                    self._chain.advance(link)
             self._objectives = []
 
 
