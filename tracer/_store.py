@@ -258,15 +258,7 @@ def ensure_schema(engine: Engine) -> None:
                 check_schema_info(engine)
             with engine.begin() as conn:
                 METADATA.create_all(conn)
-                have = conn.execute(select(SchemaInfo.app_id, SchemaInfo.version)).first()
-                if have is not None and have[1] < SCHEMA_VERSION:
-                    # a schema-6 store gets schema-7 runs: it now needs this reader (its
-                    # old runs keep their layout: ``run.versions[SCHEMA_KEY]`` says which)
-                    conn.execute(
-                        update(SchemaInfo.__table__)
-                        .where(SchemaInfo.app_id == APP_ID)
-                        .values(version=SCHEMA_VERSION)
-                    )
+                have = conn.execute(select(SchemaInfo.app_id)).first()
                 if have is None:
                     conn.execute(
                         insert(SchemaInfo.__table__).values(
@@ -382,6 +374,14 @@ def start_run(store: Any, run_id: str, meta: dict[str, Any]) -> dict[str, Any]:
                     f"{describe(engine)} already holds a run {run_id!r}: use a new run id"
                 )
             conn.execute(insert(Run.__table__).values(**row))
+            # a schema-6 store that gets a schema-7 run needs this reader from now on (its
+            # old runs keep their layout: ``run.versions[SCHEMA_KEY]`` says which); a
+            # verdict added to it changes nothing an older reader cannot read
+            conn.execute(
+                update(SchemaInfo.__table__)
+                .where(SchemaInfo.app_id == APP_ID, SchemaInfo.version < SCHEMA_VERSION)
+                .values(version=SCHEMA_VERSION)
+            )
     except DBAPIError as exc:
         raise write_error(engine, exc) from None
     finally:

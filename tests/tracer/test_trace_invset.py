@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -167,3 +168,37 @@ def test_a_phase_row_round_trips_to_the_microsecond(times: list[tuple[int, float
     row = SimpleNamespace(id=1, **encode_phase(times))
     for (n, s, sec), (gn, gs, gsec) in zip(times, decode_phase(row), strict=True):
         assert gn == n and abs(gs - s) < 2e-6 * max(1.0, s / 1e9) and abs(gsec - sec) <= 5e-7
+
+
+def test_an_old_store_takes_a_new_run_and_both_layouts_verify(tmp_path: Path) -> None:
+    """A schema-6 store stays 6 until a schema-7 run is written into it; then each run is
+    read and verified by its own layout (the legacy reader for the old one)."""
+    import gzip
+    import sqlite3
+
+    from tracehelp import record
+
+    import tracer
+
+    path = tmp_path / "old.sqlite"
+    data = Path(__file__).parent.parent / "data" / "sgdmf_rot_4.sqlite.gz"
+    path.write_bytes(gzip.decompress(data.read_bytes()))
+
+    def version() -> int:
+        with sqlite3.connect(path) as con:
+            return int(con.execute("SELECT version FROM schema_info").fetchone()[0])
+
+    with tracer.open_writable(path) as trace:
+        (old,) = trace.runs()
+        trace.add_verdict(old.run_id, "single", True, {})
+    assert version() == 6  # a verdict needs no newer reader
+    record(path, run_id="new")
+    assert version() == tracer.SCHEMA_VERSION == 7
+    with tracer.open(path) as trace:
+        layouts = {r.run_id: r.schema for r in trace.runs()}
+        assert layouts == {old.run_id: 6, "new": 7}
+        for rid in layouts:
+            rep = trace.verify(rid, full=True)
+            assert rep.ok, rep.problem
+        assert trace.run(old.run_id).operators()["sgd"].invocations == 2
+        assert trace.run("new").operators()["acc"].invocations == 2
