@@ -5,8 +5,8 @@ byte per body is 312 B per node and invocation.  Schema 6 spent about 1,100 B th
 four rows per node (an ``invocation`` row, a chain link, a ``digests`` phase row, a
 ``message_block`` of routed arrivals), most of it row and index overhead and values
 that are the same on every node.  Schema 7 writes one ``invocation_set`` row for the
-nodes a recorder hosts (every node in-process; one per rank under MPI), whose columns
-are arrays with a value per node, and one ``phase_set`` row per phase.
+nodes of a commit (every node in-process; every rank's under MPI, through the funnel),
+whose columns are arrays with a value per node, and one ``phase_set`` row per phase.
 
 A routed write-back names its source and its size (the routes fix both), so its
 arrival order is no source of non-determinism and is not recorded: a node keeps, per

@@ -11,10 +11,11 @@ and assigned at call time, so the read API can put a node's events back in order
 Under MPI the ranks finish an invocation together, and SQLite takes one writer at a
 time: two ranks committing at once wait for each other, and the slower one holds up the
 next round on both (about 5% of a 20 ms kernel epoch on 2 ranks).  So with a *funnel*
-(the ranks' communicator) every rank hands its rows of an invocation to the primary,
-which writes all of them in one transaction: the invocation is durable once that
-transaction commits, on every node at once.  Each rank still builds its own rows and its
-own chain link; only the write moves.  Checkpoints go the same way (every rank takes one
+(the ranks' communicator) every rank hands what its nodes recorded of an invocation to
+the primary, which writes all of it in one transaction, as one ``invocation_set`` row
+with one chain link on its own chain (trace schema 7): the invocation is durable once
+that transaction commits, on every node at once.  Each rank still builds its own block
+rows; the primary builds the row and the link.  Checkpoints go the same way (every rank takes one
 at the same invocation).  A rank on another host than the primary may not see the store
 at all (SQLite on the primary's local disk): it is given no store (``store=None``) and
 everything it records reaches the store through the funnel only.  The rows a rank that
@@ -233,7 +234,7 @@ class TraceRecorder(Recorder):
         self._funnel = funnel if funnel is not None and funnel.Get_size() > 1 else None
         if self._funnel is not None and self.is_primary != (self._funnel.Get_rank() == 0):
             raise ValueError("the funnel's rank 0 must be the primary recorder")
-        self._handed: dict[Any, list[dict[str, Any]]] | None = None  # last rows handed over
+        self._handed: tuple[str, int, _Group] | None = None  # the last group handed over
         self._full: str | None = None  # the write error, once a write found the disk full
         if self.is_primary:
             assert self._engine is not None
@@ -444,9 +445,28 @@ class TraceRecorder(Recorder):
         if {d.node for d in g.done} >= set(self.nodes):
             self._commit(op, invocation)
 
-    def _commit(self, op: str, invocation: int) -> None:
-        """Write the group of ``op``#``invocation`` with its chain link (see above)."""
+    def _commit(self, op: str, invocation: int, *, alone: bool = False) -> None:
+        """Write the group of ``op``#``invocation`` with its chain link (see above).
+
+        Funnel (unless ``alone``): the ranks hand their groups to the primary, which
+        writes every rank's nodes as one row with one link on its own chain (a
+        collective every rank reaches at the same invocation); a rank keeps what it
+        handed over until it is known to be written (:meth:`close`)."""
         g = self._groups.pop((op, invocation))
+        if self._funnel is not None and not alone:
+            got = self._funnel.gather(None if self.is_primary else g, root=0)
+            if not self.is_primary:
+                # the primary commits before its next driver operation, whose first
+                # message every rank waits for: only the group handed last can be unwritten
+                self._handed = (op, invocation, g)
+                return
+            for other in got[1:]:
+                g.done += other.done
+                for model, batch in other.rows.items():
+                    g.rows[model] += batch
+                for k, times in other.phases.items():
+                    g.phases[k] += times
+                g.strategy = g.strategy or other.strategy
         rows = g.rows
         ends = {d.node: d.counters["seq"] + 1 for d in g.done}
         home = self._home if self._home in ends else min(ends)
@@ -483,10 +503,7 @@ class TraceRecorder(Recorder):
             rows[CollectiveValue] = self._collectives
             side = self._chain.side_link(home, op, invocation, {CollectiveValue: self._collectives})
             rows[ChainLink].append(side)
-        if self._funnel is None:
-            self._write(rows)
-        else:
-            self._hand_over(home, rows)
+        self._write(rows)
         self._chain.advance_group(link, ends)
         if side is not None:
             self._chain.advance(side)
@@ -551,35 +568,17 @@ class TraceRecorder(Recorder):
         counts[(op, invocation)]["n_messages"] += len(b.msgs)
         return counts, nbytes
 
-    def _hand_over(self, node: int, rows: dict[Any, list[dict[str, Any]]]) -> None:
-        """Funnel: the primary writes every rank's ``rows`` of this invocation in one
-        transaction; the others hand theirs over (a collective every rank reaches at the
-        same invocation) and keep them until they are known to be written."""
-        assert self._funnel is not None
-        got = self._funnel.gather(None if self.is_primary else rows, root=0)
-        if not self.is_primary:
-            # the primary commits before its next driver operation, whose first message
-            # every rank waits for: only the rows handed over last can be unwritten
-            self._handed = rows
-            self._bufs[node].clear()
-            return
-        merged: dict[Any, list[dict[str, Any]]] = defaultdict(list)
-        for part in (rows, *got[1:]):
-            for model, batch in part.items():
-                merged[model] += batch
-        self._write(merged, (node,))
-
-    def _handed_unwritten(self) -> dict[Any, list[dict[str, Any]]] | None:
-        """The rows this rank handed over last, if the primary has not committed them
+    def _handed_unwritten(self) -> tuple[str, int, _Group] | None:
+        """The group this rank handed over last, if the primary has not committed it
         within :data:`FUNNEL_WAIT_S` (it died, or stopped before its commit)."""
-        rows, self._handed = self._handed, None
-        if rows is None or self._engine is None:  # without the store: nothing to check
+        handed, self._handed = self._handed, None
+        if handed is None or self._engine is None:  # without the store: nothing to check
             return None
-        link = rows[ChainLink][0]
-        query = select(ChainLink.id).where(
-            ChainLink.run == self.run_id,
-            ChainLink.node == link["node"],
-            ChainLink.link_no == link["link_no"],  # >= 0: the node's main chain
+        op, invocation, _ = handed
+        query = select(InvocationSet.id).where(
+            InvocationSet.run == self.run_id,
+            InvocationSet.op == op,
+            InvocationSet.invocation == invocation,
         )
         deadline = time.monotonic() + FUNNEL_WAIT_S
         while True:
@@ -587,7 +586,7 @@ class TraceRecorder(Recorder):
                 if conn.execute(query).first() is not None:
                     return None
             if time.monotonic() > deadline:
-                return rows
+                return handed
             time.sleep(0.01)
 
     def _write(self, rows: dict[Any, list[dict[str, Any]]], clear: tuple[int, ...] = ()) -> None:
@@ -788,8 +787,10 @@ class TraceRecorder(Recorder):
         # a run that stops early may stop before the primary wrote what this rank
         # handed over last: then this rank writes it, or its chain would skip a link
         handed = self._handed_unwritten() if status != "finished" and not self.is_primary else None
+        if handed is not None:  # on this rank's own chain (its nodes' rows are its own)
+            self._groups[handed[:2]] = handed[2]
         for key in list(self._groups):  # nodes that completed an invocation others did not
-            self._commit(*key)
+            self._commit(*key, alone=True)
         pending = tuple(n for n, b in self._bufs.items() if b.pending())
         for node in pending:
             # events of an invocation that never completed (a body failed): kept, and
@@ -805,7 +806,7 @@ class TraceRecorder(Recorder):
             if rows or any(self._chain.has_pending(n) for n in self._bufs)
             else []
         )
-        if rows or links or self._collectives or handed:
+        if rows or links or self._collectives:
             rows[ChainLink] = links
             if self._collectives:
                 rows[CollectiveValue] = self._collectives
@@ -813,8 +814,6 @@ class TraceRecorder(Recorder):
                     self._chain.side_link(self._home, "", -1, {CollectiveValue: self._collectives})
                 )
                 self._collectives = []
-            for model, batch in (handed or {}).items():
-                rows[model] = batch + rows[model]
             self._write(rows, pending)
             for link in links:
                 if link["link_no"] >= 0:

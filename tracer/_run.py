@@ -420,6 +420,7 @@ class RunTrace:
         self.trace = trace
         self.info = info
         self.run_id = info.run_id
+        self._decoded: dict[tuple[Any, ...], list[NodeDone]] = {}
 
     def __repr__(self) -> str:
         return f"<RunTrace {self.run_id} of {self.trace.source}>"
@@ -456,7 +457,16 @@ class RunTrace:
         if op is not None:
             stmt = stmt.where(InvocationSet.op == op)
         rows = self._all(stmt.order_by(InvocationSet.committed_at, InvocationSet.node))
-        return [(r, decode_set(r)) for r in rows]
+        # a row never changes once committed: ``events`` reads every node's part of the
+        # same rows once per node, so each row is decoded once (keyed by all it holds)
+        out = []
+        for r in rows:
+            key = tuple(r)
+            got = self._decoded.get(key)
+            if got is None:
+                got = self._decoded[key] = decode_set(r)
+            out.append((r, got))
+        return out
 
     @_checked("operator summaries")
     def operators(self) -> dict[str, OperatorSummary]:

@@ -254,10 +254,11 @@ Invocation = Model(
     Index(None, "run", "node", "seq"),
 )
 
-#: Schema 7: the nodes one recorder hosts finished one operator invocation; written last
-#: in that commit, one row for all of them (``_invset`` says how the arrays are laid
-#: out).  ``node`` and ``seq`` are the recorder's first node and that node's sequence
-#: number of the row (what the chain keys it by); every node's own completion seq is in
+#: Schema 7: the nodes of one commit finished one operator invocation (every node one
+#: process hosts; under MPI every rank's, which the primary writes); written last in that
+#: commit, one row for all of them (``_invset`` says how the arrays are laid out).
+#: ``node`` and ``seq`` are the writer's first node and that node's sequence number of
+#: the row (what the chain keys it by); every node's own completion seq is in
 #: ``counters``.  ``nodes``: the node ids; ``counters``: one column per
 #: ``_invset.COUNTERS`` field, a value per node; ``seconds``: each node's wall time of
 #: the invocation (f64, as ``invocation.seconds``); ``round_us``: each node's round lengths

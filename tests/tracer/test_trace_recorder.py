@@ -477,6 +477,17 @@ def test_the_funnel_stores_what_each_rank_writing_its_own_stores(tmp_path: Path)
             seen.append((events, run.operators()["op"], run.objectives(), run.info.status))
     assert seen[0] == seen[1]
     assert seen[0][1].invocations == 5 and seen[0][3] == "finished"
+    # schema 7: the funnel writes one row and one link per invocation for both ranks
+    for name, rows, links in (("f.sqlite", 5, 5), ("d.sqlite", 10, 10)):
+        with sqlite3.connect(tmp_path / name) as con:
+            got = con.execute("SELECT count(*), sum(n_nodes) FROM invocation_set").fetchone()
+            (n_links,) = con.execute(
+                "SELECT count(*) FROM chain_link WHERE link_no >= 0 AND invocation >= 0"
+            ).fetchone()
+        con.close()
+        assert got == (rows, 10) and n_links == links, name
+        with tracer.open(tmp_path / name) as trace:
+            assert trace.verify(full=True).ok
 
 
 @pytest.mark.parametrize("stop", [0, 2])
