@@ -349,6 +349,8 @@ def export_cmd(
                     f"{damaged}; run 'replay verify' for details, or pass --damaged to "
                     "export it anyway"
                 )
+        # schema 7 keeps routed write-backs as counts: say what the timeline lacks
+        routed = trace.run(rid).info.schema >= 7 and bool(trace.run(rid).routed())
         try:
             n = tracer.export_chrome(
                 trace, rid, output, force=force, label=f"-o {output}", damaged=damaged
@@ -361,6 +363,8 @@ def export_cmd(
             "forged or missing",
             err=True,
         )
+    if routed:
+        click.echo(f"replay: note: {tracer.ROUTED_NOTE}", err=True)
     click.echo(f"wrote {n} events to {output} (open it in https://ui.perfetto.dev)")
 
 

@@ -38,6 +38,7 @@ from ._events import ObjectiveLogged as ObjectiveLogged
 from ._events import PlanMade as PlanMade
 from ._events import RunEnded as RunEnded
 from ._events import UpdatesApplied as UpdatesApplied
+from ._export import ROUTED_NOTE as ROUTED_NOTE
 from ._export import export_chrome as export_chrome
 from ._plans import decode_plan as decode_plan
 from ._plans import encode_plan as encode_plan
@@ -53,6 +54,7 @@ from ._run import LockGrantArrays as LockGrantArrays
 from ._run import MessageArrays as MessageArrays
 from ._run import MutexGrantArrays as MutexGrantArrays
 from ._run import OperatorSummary as OperatorSummary
+from ._run import RoutedCounts as RoutedCounts
 from ._run import RunTrace as RunTrace
 from ._run import VerdictInfo as VerdictInfo
 from ._schema import RUN_LIMITS as RUN_LIMITS
@@ -74,6 +76,7 @@ __all__ = [
     "EVENT_TYPES",
     "RUN_LIMITS",
     "SCHEMA_VERSION",
+    "ROUTED_NOTE",
     "DeltasAggregated",
     "DigestRecorded",
     "DriverMissingError",
@@ -84,6 +87,7 @@ __all__ = [
     "LockGrantArrays",
     "LockGranted",
     "MessageArrays",
+    "RoutedCounts",
     "MessageReceived",
     "MutexGrantArrays",
     "MutexGranted",

@@ -61,6 +61,7 @@ from ._schema import (
     CollectiveValue,
     Digest,
     Invocation,
+    InvocationSet,
     MessageBlock,
     Objective,
     OperatorPlan,
@@ -80,6 +81,7 @@ CHAINED: tuple[tuple[Any, str], ...] = (
     (Objective, "seq"),
     (MessageBlock, "first_seq"),
     *((model, "first_seq") for model in CALL_BLOCKS),
+    (InvocationSet, "seq"),
 )
 CODE = {model: k for k, (model, _) in enumerate(CHAINED)}
 SEQ_COLUMN = dict(CHAINED)
@@ -93,6 +95,11 @@ SIDE_KEY: dict[Any, tuple[str, ...]] = {
 }
 
 MANIFEST_DTYPE = np.dtype([("table", "u1"), ("seq", "<i8"), ("digest", f"S{ROW_DIGEST_BYTES}")])
+#: Schema 7: one link covers the rows of every node a recorder hosts, so each manifest
+#: entry names its row's node too.
+GROUP_MANIFEST_DTYPE = np.dtype(
+    [("table", "u1"), ("node", "<u2"), ("seq", "<i8"), ("digest", f"S{ROW_DIGEST_BYTES}")]
+)
 
 _NAN = struct.pack("<d", math.nan)
 
@@ -220,6 +227,15 @@ def manifest(entries: Iterable[tuple[Any, Mapping[str, Any]]]) -> bytes:
     return np.array(items, dtype=MANIFEST_DTYPE).tobytes()
 
 
+def group_manifest(entries: Iterable[tuple[Any, Mapping[str, Any]]]) -> bytes:
+    """Schema 7: the manifest of ``entries`` (model, row) of any nodes, sorted by (table
+    code, node, seq)."""
+    items = sorted(
+        (CODE[m], int(r["node"]), int(r[SEQ_COLUMN[m]]), row_digest(m, r)) for m, r in entries
+    )
+    return np.array(items, dtype=GROUP_MANIFEST_DTYPE).tobytes()
+
+
 def link_of(
     prev: bytes, header: Mapping[str, Any], manifest_bytes: bytes, key: bytes | None
 ) -> bytes:
@@ -307,6 +323,47 @@ class ChainWriter:
         row["link"] = link_of(st.prev, row, man, self.key)
         return row
 
+    def group_link(
+        self,
+        home: int,
+        ends: Mapping[int, int],
+        op: str,
+        invocation: int,
+        rows: Mapping[Any, list[dict[str, Any]]],
+    ) -> dict[str, Any]:
+        """Schema 7: one ``chain_link`` row on ``home``'s chain covering every chained row
+        of ``rows`` (any node) and the rows noted since (:meth:`written`) of the nodes in
+        ``ends``; ``first_seq``/``end_seq`` are ``home``'s range.  Call
+        :meth:`advance_group` with it once committed."""
+        st = self._node(home)
+        entries = [e for n in ends for e in self._node(n).pending]
+        entries += [(m, r) for m, batch in rows.items() if m in CODE for r in batch]
+        man = group_manifest(entries)
+        row = dict(
+            run=self.run_id,
+            node=home,
+            link_no=st.link_no,
+            first_seq=st.first_seq,
+            end_seq=int(ends.get(home, st.first_seq)),
+            op=op,
+            invocation=int(invocation),
+            n_rows=len(entries),
+            keyed=int(self.key is not None),
+        )
+        row["manifest"] = man
+        row["link"] = link_of(st.prev, row, man, self.key)
+        return row
+
+    def advance_group(self, link: Mapping[str, Any], ends: Mapping[int, int]) -> None:
+        """A :meth:`group_link` is durable: ``home``'s chain follows it, and the rows
+        noted for the nodes in ``ends`` are covered."""
+        self.advance(link)
+        for n, end in ends.items():
+            st = self._node(n)
+            st.pending = []
+            if n != int(link["node"]):
+                st.first_seq = int(end)
+
     def advance(self, link: Mapping[str, Any]) -> None:
         """``link`` is durable: the node's next link follows it."""
         st = self._node(int(link["node"]))
@@ -348,6 +405,7 @@ __all__ = [
     "CODE",
     "COLUMNS",
     "GENESIS_NODE",
+    "GROUP_MANIFEST_DTYPE",
     "RUN_FIELDS",
     "KEY_ENV",
     "MANIFEST_DTYPE",
@@ -357,6 +415,7 @@ __all__ = [
     "ChainLink",
     "ChainWriter",
     "genesis",
+    "group_manifest",
     "link_of",
     "manifest",
     "row_digest",

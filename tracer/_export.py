@@ -45,7 +45,16 @@ from engine.lowlevel import write_file
 
 from ._events import ObjectiveLogged
 from ._read import Trace
-from ._run import InvocationInfo, PhaseTime, RunTrace
+from ._run import InvocationInfo, PhaseTime, RoutedCounts, RunTrace
+
+#: How a schema-7 trace's routed write-backs are drawn (``args.placed`` of each instant).
+ROUTED_PLACEMENT = "after the round of its exchange number"
+#: What the export says of them (``otherData.routed``): coarser than a schema-6 trace.
+ROUTED_NOTE = (
+    "schema 7 records routed write-backs as per-node, per-exchange message counts and "
+    "bytes: one instant per exchange, after its round, and no arrow from the sender "
+    "(their sources and arrival order are not recorded: the routes fix both)"
+)
 
 #: tid of each node's own track (worker threads are 0..T-1).
 NODE_TID = 1_000_000
@@ -404,6 +413,34 @@ class _Builder:
             self.events.append({**flow, "ph": "s", "ts": round(t_s, 3), "pid": src})
             self.events.append({**flow, "ph": "f", "bp": "e", "ts": round(t_f, 3), "pid": i.node})
 
+    def routed(self, c: RoutedCounts, span: _Span, last: int) -> None:
+        """Schema 7: an instant per exchange whose routed write-backs reached the node,
+        with their count and bytes, and no arrow: their sources are not recorded.
+        ``last``: the invocation's last exchange number (its final exchange, at the end
+        of its rounds); the ``j``-th before it follows round ``R - j``, and one before
+        the first round is the fetch of the rows the previous invocation left away."""
+        rounds = len(span.rounds)
+        for e, n, nb in zip(c.exchange.tolist(), c.count.tolist(), c.nbytes.tolist(), strict=True):
+            j = last - int(e)
+            r = rounds - j  # the exchange after round r (r = rounds: the final one)
+            if r >= rounds:
+                ts, r = span.end, rounds - 1
+            elif r < 0:
+                ts, r = span.start, 0
+            else:
+                ts = span.rounds[r][0] + span.rounds[r][1]
+            args = {
+                "channel": "routed",
+                "exchange": int(e),
+                "messages": int(n),
+                "nbytes": int(nb),
+                "round": r,
+                "placed": ROUTED_PLACEMENT,
+            }
+            name = f"recv routed: {int(n)} message(s), {int(nb)} B"
+            ts = min(max(ts - 1e-3, span.start), span.end)
+            self.instant(name, "message", c.node, NODE_TID, ts, args)
+
     # ------------------------------------------------------------ sync_for layout
     def layout(self, invs: list[InvocationInfo]) -> None:
         """``self.minibatches[(op, inv, node)][clock][thread]``: the minibatches each
@@ -544,6 +581,16 @@ def chrome_events(run: RunTrace) -> list[dict[str, Any]]:
         prev = commits[i.node][-1][0] if commits[i.node] else -1
         b.messages(i, spans, anchors[(i.op, i.invocation, i.node)], prev)
         commits[i.node].append((i.seq, spans[(i.op, i.invocation, i.node)].end))
+    routed = run.routed()
+    last: dict[tuple[str, int], int] = {}
+    for c in routed:
+        if len(c.exchange):
+            k2 = (c.op, c.invocation)
+            last[k2] = max(last.get(k2, -1), int(c.exchange.max()))
+    for c in routed:
+        got = spans.get((c.op, c.invocation, c.node))
+        if got is not None and len(c.exchange):
+            b.routed(c, got, last[(c.op, c.invocation)])
     # a checkpoint is written when its invocation ends: drawn there, as long as it took
     for op, inv, node, sec, nbytes in run.checkpoint_times():
         after = spans.get((op, inv, node))
@@ -624,6 +671,8 @@ def export_chrome(
             "order within their round; sends are not recorded",
         },
     }
+    if run.info.schema >= 7:  # what a schema-7 trace no longer shows
+        doc["otherData"]["routed"] = ROUTED_NOTE  # type: ignore[index]
     if damaged is not None:
         doc["otherData"]["damaged"] = damaged  # type: ignore[index]
     text = json.dumps(doc, separators=(",", ":"), allow_nan=False)

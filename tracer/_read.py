@@ -28,19 +28,23 @@ from sqlalchemy import (
     inspect,
     literal,
     select,
+    union_all,
 )
 from sqlalchemy.exc import DBAPIError
 
 from ._chain import trace_key
 from ._errors import RunNotFoundError, TraceDamagedError, TraceFormatError
+from ._invset import layout_of
 from ._run import RunTrace
 from ._schema import (
     BLOB_COLUMNS,
     ENVIRONMENT_KEY,
     RUN_LIMITS,
     RUN_STATUSES,
+    SCHEMA_KEY,
     VERDICT_KINDS,
     Invocation,
+    InvocationSet,
     Run,
     Verdict,
 )
@@ -151,6 +155,9 @@ class RunInfo:
     continues: str | None = None
     #: plain values that label the run, such as a chaos run's seed and number
     labels: dict[str, Any] = field(default_factory=dict)
+    #: the layout of the run's rows: 7 (one ``invocation_set`` row per invocation and
+    #: recorder) or 6 (rows per node, read by the legacy reader)
+    schema: int = 6
 
 
 class Trace:
@@ -205,9 +212,15 @@ class Trace:
     # ------------------------------------------------------------ runs
     def runs(self) -> list[RunInfo]:
         """Every run in the store, oldest first."""
+        commits = [Invocation]
+        if self.has_table(InvocationSet.__tablename__):  # schema-7 runs (absent before)
+            commits.append(InvocationSet)
+        each = union_all(
+            *(select(m.run, func.max(m.committed_at).label("t")).group_by(m.run) for m in commits)
+        ).subquery()
         last = (
-            select(Invocation.run, func.max(Invocation.committed_at).label("last_commit"))
-            .group_by(Invocation.run)
+            select(each.c.run, func.max(each.c.t).label("last_commit"))
+            .group_by(each.c.run)
             .subquery()
         )
         rows = self._all(
@@ -225,6 +238,8 @@ class Trace:
         _check(
             r.continues is None or isinstance(r.continues, str), where, "continues", "is not text"
         )
+        layout = layout_of(versions, where)
+        versions.pop(SCHEMA_KEY, None)
         environment = versions.pop(ENVIRONMENT_KEY, None)
         if not isinstance(environment, dict):
             environment = {}
@@ -265,6 +280,7 @@ class Trace:
             environment=environment,
             continues=r.continues,
             labels=labels,
+            schema=layout,
         )
 
     def run(self, run_id: str | None = None) -> RunTrace:
@@ -310,6 +326,8 @@ class Trace:
         """Blob bytes per operator (all runs when ``run_id`` is None)."""
         out: dict[str, int] = {}
         for model, cols in BLOB_COLUMNS.items():
+            if model is InvocationSet and not self.has_table(model.__tablename__):
+                continue  # a store written before schema 7
             total = sum(
                 (func.coalesce(func.length(getattr(model, c)), 0) for c in cols), literal(0)
             )

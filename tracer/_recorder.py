@@ -11,10 +11,11 @@ and assigned at call time, so the read API can put a node's events back in order
 Under MPI the ranks finish an invocation together, and SQLite takes one writer at a
 time: two ranks committing at once wait for each other, and the slower one holds up the
 next round on both (about 5% of a 20 ms kernel epoch on 2 ranks).  So with a *funnel*
-(the ranks' communicator) every rank hands its rows of an invocation to the primary,
-which writes all of them in one transaction: the invocation is durable once that
-transaction commits, on every node at once.  Each rank still builds its own rows and its
-own chain link; only the write moves.  Checkpoints go the same way (every rank takes one
+(the ranks' communicator) every rank hands what its nodes recorded of an invocation to
+the primary, which writes all of it in one transaction, as one ``invocation_set`` row
+with one chain link on its own chain (trace schema 7): the invocation is durable once
+that transaction commits, on every node at once.  Each rank still builds its own block
+rows; the primary builds the row and the link.  Checkpoints go the same way (every rank takes one
 at the same invocation).  A rank on another host than the primary may not see the store
 at all (SQLite on the primary's local disk): it is given no store (``store=None``) and
 everything it records reaches the store through the funnel only.  The rows a rank that
@@ -43,6 +44,7 @@ from ._chain import ChainWriter, genesis, trace_key
 from ._codec import AUTO, encode, encode_lines, int_width
 from ._errors import TraceWriteError
 from ._insert import RowWriter
+from ._invset import NodeDone, encode_phase, encode_set
 from ._plain import NotPlain, array_dtype, encode_plain
 from ._plans import encode_plan
 from ._reserve import SpaceReserve
@@ -55,13 +57,13 @@ from ._schema import (
     CollectiveValue,
     Digest,
     IndexOrderBlock,
-    Invocation,
+    InvocationSet,
     LockGrantBlock,
     MessageBlock,
     MutexGrantBlock,
     Objective,
     OperatorPlan,
-    Phase,
+    PhaseSet,
     Run,
     VisibilityBlock,
 )
@@ -76,16 +78,24 @@ FUNNEL_WAIT_S = 2.0
 Call = tuple[str, int, tuple[int, ...], int, tuple[Any, ...]]
 
 
+#: The channel of routed write-backs (``engine``'s ``transport.ROUTED``): each names its
+#: source and size, so schema 7 keeps per sender exchange number only how many arrived
+#: and their bytes (``_invset``), not each arrival.
+ROUTED = "routed"
+
+
 class _NodeBuf:
     """Events of one node since its last commit, per block table."""
 
-    __slots__ = ("seq", "mark", "msgs", "calls")
+    __slots__ = ("seq", "mark", "msgs", "calls", "routed")
 
     def __init__(self) -> None:
         self.seq = 0  # next sequence number of this node
         self.mark = 0  # first sequence number after the last commit
         self.msgs: list[tuple[int, str, int, int, int]] = []
         self.calls: dict[Any, list[Call]] = {model: [] for model in CALL_BLOCKS}
+        # routed arrivals: sender exchange number -> [messages, payload bytes]
+        self.routed: dict[int, list[int]] = {}
 
     def pending(self) -> bool:
         return bool(self.msgs) or any(self.calls.values())
@@ -93,6 +103,26 @@ class _NodeBuf:
     def clear(self) -> None:
         self.msgs = []
         self.calls = {model: [] for model in CALL_BLOCKS}
+        self.routed = {}
+
+    def take_routed(self) -> np.ndarray:
+        """(exchange, messages, bytes) rows of the routed arrivals since the last take."""
+        got, self.routed = self.routed, {}
+        if not got:
+            return np.zeros((0, 3), np.int64)
+        return np.array([(e, c, nb) for e, (c, nb) in sorted(got.items())], np.int64)
+
+
+class _Group:
+    """What the nodes of one invocation committed so far (written once all have)."""
+
+    __slots__ = ("rows", "done", "phases", "strategy")
+
+    def __init__(self) -> None:
+        self.rows: dict[Any, list[dict[str, Any]]] = defaultdict(list)
+        self.done: list[NodeDone] = []
+        self.phases: dict[tuple[str, int], list[tuple[int, float, float]]] = defaultdict(list)
+        self.strategy = ""
 
 
 def _thread_times(times: Sequence[Sequence[float]]) -> np.ndarray:
@@ -197,13 +227,14 @@ class TraceRecorder(Recorder):
         self._objectives: list[dict[str, Any]] = []
         self._plan_no: dict[str, int] = {}
         self._done: dict[str, int] = {}
+        self._groups: dict[tuple[str, int], _Group] = {}
         # each node's hash chain; the key (if any) is read once, never stored
         self._chain = ChainWriter(self.run_id, trace_key())
         self.closed = False
         self._funnel = funnel if funnel is not None and funnel.Get_size() > 1 else None
         if self._funnel is not None and self.is_primary != (self._funnel.Get_rank() == 0):
             raise ValueError("the funnel's rank 0 must be the primary recorder")
-        self._handed: dict[Any, list[dict[str, Any]]] | None = None  # last rows handed over
+        self._handed: tuple[str, int, _Group] | None = None  # the last group handed over
         self._full: str | None = None  # the write error, once a write found the disk full
         if self.is_primary:
             assert self._engine is not None
@@ -229,8 +260,17 @@ class TraceRecorder(Recorder):
         emit_events(sched, self)
 
     def message_received(self, node: int, channel: str, source: int, seq: int, nbytes: int) -> None:
-        """Buffer one message arrival (a tuple append)."""
+        """Buffer one message arrival (a tuple append); a routed one only adds to its
+        exchange's count and bytes, and takes no sequence number."""
         b = self._bufs.get(node) or self._buf(node)
+        if channel == ROUTED:
+            got = b.routed.get(seq)
+            if got is None:
+                b.routed[seq] = [1, int(nbytes)]
+            else:
+                got[0] += 1
+                got[1] += int(nbytes)
+            return
         s = b.seq
         b.seq = s + 1
         b.msgs.append((s, channel, source, seq, nbytes))
@@ -346,10 +386,16 @@ class TraceRecorder(Recorder):
         self._chain.written({OperatorPlan: [row]})  # joins the primary node's next link
 
     def invocation_done(self, op: str, invocation: int, node: int, info: dict[str, Any]) -> None:
-        """Commit everything buffered for ``node`` together with this invocation."""
+        """Note ``node``'s completion of an invocation with everything buffered for it;
+        once every node this recorder hosts has completed it, commit them all: one
+        ``invocation_set`` row, their blocks and one chain link, in one transaction."""
         b = self._bufs.get(node) or self._buf(node)
         invocation = int(invocation)
-        rows: dict[Any, list[dict[str, Any]]] = defaultdict(list)
+        g = self._groups.get((op, invocation))
+        if g is None:
+            g = self._groups[(op, invocation)] = _Group()
+        rows = g.rows
+        n_digests = 0
         if self.is_primary:
             for dds, dig in info.get("digests") or ():
                 rows[Digest].append(
@@ -364,69 +410,106 @@ class TraceRecorder(Recorder):
                     )
                 )
                 b.seq += 1
-        n_digests = len(rows[Digest])
+                n_digests += 1
         counts, blob_bytes = self._bulk_rows(b, node, op, invocation, rows)
-        rsec, rsec_c = encode(_round_us(info.get("round_seconds", ())))
-        # column by column, delta-coded (the reader knows the layout by the delta codec):
-        # 155 B for a P = 64 node's 64 rounds, 228 B row by row
-        tt, tt_c = encode(_thread_times(info.get("thread_times") or ()).T.ravel(), delta=True)
-        rows[Invocation].append(
-            dict(
-                counts[(op, invocation)],
-                run=self.run_id,
-                op=op,
-                invocation=invocation,
-                node=node,
-                seq=b.seq,
-                first_seq=b.mark,
-                n_digests=n_digests,
-                bodies=int(info.get("bodies", 0)),
-                rounds=int(info.get("rounds", 0)),
-                strategy=str(info.get("strategy", "")),
-                seconds=float(info.get("seconds", 0.0)),
-                round_seconds=rsec,
-                round_seconds_codec=rsec_c,
-                thread_times=tt,
-                thread_times_codec=tt_c,
-                blob_bytes=blob_bytes + len(rsec) + len(tt),
-                committed_at=time.time(),
+        routed = b.take_routed()
+        mine = counts[(op, invocation)]
+        mine["n_messages"] += int(routed[:, 1].sum())
+        g.done.append(
+            NodeDone(
+                node,
+                dict(
+                    mine,
+                    seq=b.seq,
+                    first_seq=b.mark,
+                    bodies=int(info.get("bodies", 0)),
+                    rounds=int(info.get("rounds", 0)),
+                    n_digests=n_digests,
+                    blob_bytes=blob_bytes,
+                ),
+                float(info.get("seconds", 0.0)),
+                _round_us(info.get("round_seconds", ())),
+                _thread_times(info.get("thread_times") or ()),
+                routed,
             )
         )
+        g.strategy = g.strategy or str(info.get("strategy", ""))
+        seen: dict[str, int] = defaultdict(int)
+        for kind, started, seconds in info.get("phases") or ():
+            # a re-planned invocation plans twice: a row per attempt at a phase
+            g.phases[(str(kind), seen[str(kind)])].append((node, float(started), float(seconds)))
+            seen[str(kind)] += 1
         b.seq += 1
+        b.mark = b.seq
+        b.clear()  # its rows are in the group now
+        if {d.node for d in g.done} >= set(self.nodes):
+            self._commit(op, invocation)
+
+    def _commit(self, op: str, invocation: int, *, alone: bool = False) -> None:
+        """Write the group of ``op``#``invocation`` with its chain link (see above).
+
+        Funnel (unless ``alone``): the ranks hand their groups to the primary, which
+        writes every rank's nodes as one row with one link on its own chain (a
+        collective every rank reaches at the same invocation); a rank keeps what it
+        handed over until it is known to be written (:meth:`close`)."""
+        g = self._groups.pop((op, invocation))
+        if self._funnel is not None and not alone:
+            got = self._funnel.gather(None if self.is_primary else g, root=0)
+            if not self.is_primary:
+                # the primary commits before its next driver operation, whose first
+                # message every rank waits for: only the group handed last can be unwritten
+                self._handed = (op, invocation, g)
+                return
+            for other in got[1:]:
+                g.done += other.done
+                for model, batch in other.rows.items():
+                    g.rows[model] += batch
+                for k, times in other.phases.items():
+                    g.phases[k] += times
+                g.strategy = g.strategy or other.strategy
+        rows = g.rows
+        ends = {d.node: d.counters["seq"] + 1 for d in g.done}
+        home = self._home if self._home in ends else min(ends)
+        row = dict(
+            encode_set(g.done),
+            run=self.run_id,
+            op=op,
+            invocation=invocation,
+            node=home,
+            seq=ends[home] - 1,
+            strategy=g.strategy,
+            committed_at=time.time(),
+        )
+        # the row's own blobs count as the home node's (they are per invocation)
+        rows[InvocationSet].append(row)
         if self._objectives:
             rows[Objective] = self._objectives
-        link = self._chain.link(node, b.seq, op, invocation, rows)
+        link = self._chain.group_link(home, ends, op, invocation, rows)
         rows[ChainLink].append(link)
         # outside the chain (timeline only), in the same transaction
-        for kind, started, seconds in info.get("phases") or ():
-            rows[Phase].append(
+        for (kind, _), times in g.phases.items():
+            rows[PhaseSet].append(
                 dict(
+                    encode_phase(times),
                     run=self.run_id,
                     op=op,
                     invocation=invocation,
-                    node=node,
-                    kind=str(kind),
-                    started_at=float(started),
-                    seconds=float(seconds),
+                    node=home,
+                    kind=kind,
                 )
             )
         side = None
         if self._collectives:  # on the side chain, in this same transaction
             rows[CollectiveValue] = self._collectives
-            side = self._chain.side_link(node, op, invocation, {CollectiveValue: self._collectives})
+            side = self._chain.side_link(home, op, invocation, {CollectiveValue: self._collectives})
             rows[ChainLink].append(side)
-        if self._funnel is None:
-            self._write(rows, (node,))
-        else:
-            self._hand_over(node, rows)
-        self._chain.advance(link)
+        self._write(rows)
+        self._chain.advance_group(link, ends)
         if side is not None:
             self._chain.advance(side)
-        self._chain.written(rows, but=node)
         self._objectives = []
         self._collectives = []
-        b.mark = b.seq
-        if node == self._home:
+        if home == self._home:
             self._done[op] = max(self._done.get(op, 0), invocation + 1)
 
     def _bulk_rows(
@@ -485,35 +568,17 @@ class TraceRecorder(Recorder):
         counts[(op, invocation)]["n_messages"] += len(b.msgs)
         return counts, nbytes
 
-    def _hand_over(self, node: int, rows: dict[Any, list[dict[str, Any]]]) -> None:
-        """Funnel: the primary writes every rank's ``rows`` of this invocation in one
-        transaction; the others hand theirs over (a collective every rank reaches at the
-        same invocation) and keep them until they are known to be written."""
-        assert self._funnel is not None
-        got = self._funnel.gather(None if self.is_primary else rows, root=0)
-        if not self.is_primary:
-            # the primary commits before its next driver operation, whose first message
-            # every rank waits for: only the rows handed over last can be unwritten
-            self._handed = rows
-            self._bufs[node].clear()
-            return
-        merged: dict[Any, list[dict[str, Any]]] = defaultdict(list)
-        for part in (rows, *got[1:]):
-            for model, batch in part.items():
-                merged[model] += batch
-        self._write(merged, (node,))
-
-    def _handed_unwritten(self) -> dict[Any, list[dict[str, Any]]] | None:
-        """The rows this rank handed over last, if the primary has not committed them
+    def _handed_unwritten(self) -> tuple[str, int, _Group] | None:
+        """The group this rank handed over last, if the primary has not committed it
         within :data:`FUNNEL_WAIT_S` (it died, or stopped before its commit)."""
-        rows, self._handed = self._handed, None
-        if rows is None or self._engine is None:  # without the store: nothing to check
+        handed, self._handed = self._handed, None
+        if handed is None or self._engine is None:  # without the store: nothing to check
             return None
-        link = rows[ChainLink][0]
-        query = select(ChainLink.id).where(
-            ChainLink.run == self.run_id,
-            ChainLink.node == link["node"],
-            ChainLink.link_no == link["link_no"],  # >= 0: the node's main chain
+        op, invocation, _ = handed
+        query = select(InvocationSet.id).where(
+            InvocationSet.run == self.run_id,
+            InvocationSet.op == op,
+            InvocationSet.invocation == invocation,
         )
         deadline = time.monotonic() + FUNNEL_WAIT_S
         while True:
@@ -521,7 +586,7 @@ class TraceRecorder(Recorder):
                 if conn.execute(query).first() is not None:
                     return None
             if time.monotonic() > deadline:
-                return rows
+                return handed
             time.sleep(0.01)
 
     def _write(self, rows: dict[Any, list[dict[str, Any]]], clear: tuple[int, ...] = ()) -> None:
@@ -538,6 +603,10 @@ class TraceRecorder(Recorder):
             raise
         for n in clear:
             self._bufs[n].clear()
+
+    def _ends(self) -> dict[int, int]:
+        """Each hosted node's next sequence number."""
+        return {n: b.seq for n, b in self._bufs.items()}
 
     # ------------------------------------------------------------ time travel
     def collective_value(self, k: int, kind: str, value: Any) -> None:
@@ -718,6 +787,10 @@ class TraceRecorder(Recorder):
         # a run that stops early may stop before the primary wrote what this rank
         # handed over last: then this rank writes it, or its chain would skip a link
         handed = self._handed_unwritten() if status != "finished" and not self.is_primary else None
+        if handed is not None:  # on this rank's own chain (its nodes' rows are its own)
+            self._groups[handed[:2]] = handed[2]
+        for key in list(self._groups):  # nodes that completed an invocation others did not
+            self._commit(*key, alone=True)
         pending = tuple(n for n, b in self._bufs.items() if b.pending())
         for node in pending:
             # events of an invocation that never completed (a body failed): kept, and
@@ -727,12 +800,13 @@ class TraceRecorder(Recorder):
             self._bulk_rows(b, node, *(last[:2] if last else ("", -1)), rows)
         if self._objectives:
             rows[Objective] = self._objectives
-        links = [
-            self._chain.link(n, b.seq, "", -1, rows)
-            for n, b in self._bufs.items()
-            if self._chain.has_pending(n) or any(r["node"] == n for rs in rows.values() for r in rs)
-        ]
-        if rows or links or self._collectives or handed:
+        # one link on the home node's chain covers every node's rest (schema 7)
+        links = (
+            [self._chain.group_link(self._home, self._ends(), "", -1, rows)]
+            if rows or any(self._chain.has_pending(n) for n in self._bufs)
+            else []
+        )
+        if rows or links or self._collectives:
             rows[ChainLink] = links
             if self._collectives:
                 rows[CollectiveValue] = self._collectives
@@ -740,11 +814,12 @@ class TraceRecorder(Recorder):
                     self._chain.side_link(self._home, "", -1, {CollectiveValue: self._collectives})
                 )
                 self._collectives = []
-            for model, batch in (handed or {}).items():
-                rows[model] = batch + rows[model]
             self._write(rows, pending)
             for link in links:
-                self._chain.advance(link)
+                if link["link_no"] >= 0:
+                    self._chain.advance_group(link, self._ends())
+                else:
+                    self._chain.advance(link)
             self._objectives = []
 
 

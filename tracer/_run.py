@@ -8,6 +8,7 @@ import json
 import math
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
@@ -16,11 +17,12 @@ from sqlalchemy import BigInteger, cast, distinct, func, select, union
 from engine.lowlevel import digest_kind_of
 
 from . import _stream
-from ._codec import CODECS
+from ._codec import CODECS, decode
 from ._codec import decode_column as _dec
 from ._codec import where as _where
 from ._errors import TraceFormatError, TracerError
 from ._events import DeltasAggregated, DigestRecorded, Event, UpdatesApplied
+from ._invset import MAX_NODES, NodeDone, decode_phase, decode_set
 from ._plain import decode_array, decode_plain
 from ._plans import decode_plan
 from ._schema import (
@@ -33,12 +35,14 @@ from ._schema import (
     CollectiveValue,
     Digest,
     Invocation,
+    InvocationSet,
     LockGrantBlock,
     MessageBlock,
     MutexGrantBlock,
     Objective,
     OperatorPlan,
     Phase,
+    PhaseSet,
     Run,
     Verdict,
 )
@@ -227,6 +231,19 @@ class MessageArrays:
 
 
 @dataclass(frozen=True, slots=True)
+class RoutedCounts:
+    """Schema 7: routed write-backs one node received in one invocation, per sender
+    exchange number (the exchange each was sent in): how many, and their payload bytes."""
+
+    op: str
+    invocation: int
+    node: int
+    exchange: np.ndarray
+    count: np.ndarray
+    nbytes: np.ndarray
+
+
+@dataclass(frozen=True, slots=True)
 class VerdictInfo:
     """A replay or dual-test verdict about a run."""
 
@@ -305,6 +322,60 @@ def _checked_iter(run: RunTrace, what: str, it: Iterator[Any]) -> Iterator[Any]:
         raise _damage(run, what, exc) from None
 
 
+def _set_nodes(r: Any) -> np.ndarray:
+    n = r.n_nodes
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_NODES:
+        raise TraceFormatError(
+            f"{_where(InvocationSet, r.id, 'n_nodes')}: {n!r} is not a node count; "
+            "the trace is damaged"
+        )
+    return decode(r.nodes, r.nodes_codec, n, _where(InvocationSet, r.id, "nodes"))
+
+
+def _node_info(r: Any, d: NodeDone) -> InvocationInfo:
+    """One node's :class:`InvocationInfo` from its part of an ``invocation_set`` row."""
+    c = d.counters
+    tt = np.asarray(d.thread_times, np.int64).reshape(-1, 4)
+    return InvocationInfo(
+        op=r.op,
+        invocation=int(r.invocation),
+        node=d.node,
+        seq=c["seq"],
+        bodies=c["bodies"],
+        rounds=c["rounds"],
+        seconds=d.seconds,
+        round_seconds=tuple((np.asarray(d.round_us) / 1e6).tolist()),
+        thread_times=tuple((int(rd), int(th), a / 1e6, b / 1e6) for rd, th, a, b in tt.tolist()),
+        **{f: c[col] for col, f in _COUNTERS.items()},
+        committed_at=float(r.committed_at),
+    )
+
+
+def _summed(sets: list[tuple[Any, list[NodeDone]]]) -> dict[str, Any]:
+    """Per operator what ``operators`` sums in SQL for rows per node."""
+    out: dict[str, Any] = {}
+    for r, done in sets:
+        for d in done:
+            _add(out, _node_info(r, d), str(r.strategy or ""))
+    for s in out.values():
+        s.invocations = len(s.inv)
+    return out
+
+
+def _add(out: dict[str, Any], i: InvocationInfo, strategy: str) -> None:
+    s = out.get(i.op)
+    if s is None:
+        s = out[i.op] = SimpleNamespace(
+            op=i.op, inv=set(), bodies=0, rounds=0, strategy="", **dict.fromkeys(_COUNTERS, 0)
+        )
+    s.inv.add(i.invocation)
+    s.bodies += i.bodies
+    s.rounds = max(s.rounds, i.rounds)
+    s.strategy = max(s.strategy, strategy)
+    for col, f in _COUNTERS.items():
+        setattr(s, col, getattr(s, col) + getattr(i, f))
+
+
 def _invocation_node(r: Any) -> tuple[int, int]:
     return (int(r.invocation), int(r.node))
 
@@ -349,6 +420,7 @@ class RunTrace:
         self.trace = trace
         self.info = info
         self.run_id = info.run_id
+        self._decoded: dict[tuple[Any, ...], list[NodeDone]] = {}
 
     def __repr__(self) -> str:
         return f"<RunTrace {self.run_id} of {self.trace.source}>"
@@ -363,12 +435,43 @@ class RunTrace:
         models = (Invocation, MessageBlock, OperatorPlan, Objective, *CALL_BLOCKS)
         parts: list[Any] = [select(m.node).where(m.run == self.run_id) for m in models]
         parts.append(select(Run.end_node).where(Run.run_id == self.run_id))
-        return sorted({r[0] for r in self._all(union(*parts)) if r[0] is not None})
+        got = {r[0] for r in self._all(union(*parts)) if r[0] is not None}
+        if self.info.schema >= 7:
+            stmt = select(InvocationSet.id, InvocationSet.n_nodes, InvocationSet.nodes)
+            stmt = stmt.add_columns(InvocationSet.nodes_codec).where(
+                InvocationSet.run == self.run_id
+            )
+            seen: set[tuple[Any, Any]] = set()
+            for r in self._all(stmt):
+                if (r.nodes, r.nodes_codec) not in seen:  # the same few node lists
+                    seen.add((r.nodes, r.nodes_codec))
+                    got.update(int(n) for n in _set_nodes(r))
+        return sorted(got)
+
+    def _sets(self, op: str | None = None) -> list[tuple[Any, list[NodeDone]]]:
+        """Schema 7: the ``invocation_set`` rows (of ``op``) and their per-node records,
+        in commit order."""
+        if self.info.schema < 7:
+            return []
+        stmt = select(InvocationSet.__table__).where(InvocationSet.run == self.run_id)
+        if op is not None:
+            stmt = stmt.where(InvocationSet.op == op)
+        rows = self._all(stmt.order_by(InvocationSet.committed_at, InvocationSet.node))
+        # a row never changes once committed: ``events`` reads every node's part of the
+        # same rows once per node, so each row is decoded once (keyed by all it holds)
+        out = []
+        for r in rows:
+            key = tuple(r)
+            got = self._decoded.get(key)
+            if got is None:
+                got = self._decoded[key] = decode_set(r)
+            out.append((r, got))
+        return out
 
     @_checked("operator summaries")
     def operators(self) -> dict[str, OperatorSummary]:
         """Per operator: plan shape and counts of invocations, bodies, grants, messages, bytes."""
-        inv = {
+        inv: dict[str, Any] = {
             r.op: r
             for r in self._all(
                 select(
@@ -387,6 +490,7 @@ class RunTrace:
                 .group_by(Invocation.op)
             )
         }
+        inv.update(_summed(self._sets()))
         plans: dict[str, list[Any]] = {}
         for p in self._all(
             select(
@@ -453,6 +557,13 @@ class RunTrace:
     @_checked("invocations")
     def invocations(self, op: str | None = None, node: int | None = None) -> list[InvocationInfo]:
         """Completed invocations, by operator, invocation and node."""
+        if self.info.schema >= 7:
+            return [
+                _node_info(r, d)
+                for r, done in self._sets(op)
+                for d in done
+                if node is None or d.node == node
+            ]
         stmt = select(Invocation.__table__).where(Invocation.run == self.run_id)
         if op is not None:
             stmt = stmt.where(Invocation.op == op)
@@ -547,6 +658,8 @@ class RunTrace:
         before the ``phase`` table existed.  The table is not chained and only serves
         timelines, so a row that makes no sense (an unknown kind, a time that is not a
         finite number, a negative length) is left out instead of refusing the trace."""
+        if limit > 0 and self.info.schema >= 7:
+            return self._phase_sets(limit)
         if limit <= 0 or not self.trace.has_table(Phase.__tablename__):
             return []
         cols = (Phase.op, Phase.invocation, Phase.node, Phase.kind, Phase.started_at)
@@ -569,6 +682,31 @@ class RunTrace:
             ):
                 out.append(p)
         return out
+
+    def _phase_sets(self, limit: int) -> list[PhaseTime]:
+        """Schema 7's ``phase_set`` rows, a :class:`PhaseTime` per node (a damaged row is
+        left out, as ``phase_times`` leaves out a damaged ``phase`` row)."""
+        cols = (PhaseSet.id, PhaseSet.op, PhaseSet.invocation, PhaseSet.kind, PhaseSet.n_nodes)
+        stmt = select(*cols, PhaseSet.started_at, PhaseSet.times, PhaseSet.times_codec)
+        stmt = stmt.where(PhaseSet.run == self.run_id).order_by(PhaseSet.id).limit(limit)
+        try:
+            rows = self._all(stmt, check=False)
+        except TraceFormatError:
+            return []
+        out: list[PhaseTime] = []
+        for r in rows:
+            try:
+                if not isinstance(r.started_at, float) or not math.isfinite(r.started_at):
+                    continue
+                times = decode_phase(r)
+                got = [
+                    PhaseTime(str(r.op), int(r.invocation), n, str(r.kind), t, sec)
+                    for n, t, sec in times
+                ]
+            except (TraceFormatError, TypeError, ValueError, OverflowError):
+                continue
+            out += [p for p in got if p.kind in PHASE_KINDS]
+        return out[:limit]
 
     @_checked("checkpoints")
     def checkpoint_times(self) -> list[tuple[str, int, int, float, int]]:
@@ -820,6 +958,23 @@ class RunTrace:
             stmt = stmt.where(MessageBlock.invocation == invocation)
         return self._message_arrays(self._all(stmt.order_by(MessageBlock.first_seq)))
 
+    @_checked("routed arrivals")
+    def routed(self, op: str | None = None, invocation: int | None = None) -> list[RoutedCounts]:
+        """Schema 7: per node and invocation, the routed write-backs it received, per
+        sender exchange number (how many, their payload bytes); each one's source is
+        not recorded (empty for runs before schema 7, whose ``messages`` hold them)."""
+        out = []
+        for r, done in self._sets(op):
+            if invocation is not None and r.invocation != invocation:
+                continue
+            for d in done:
+                if len(d.routed):
+                    a = np.asarray(d.routed, np.int64).reshape(-1, 3)
+                    out.append(
+                        RoutedCounts(r.op, int(r.invocation), d.node, a[:, 0], a[:, 1], a[:, 2])
+                    )
+        return out
+
     def _message_arrays(self, rows: list[Any]) -> MessageArrays:
         parts = [self._msg_arrays(r) for r in rows]
         if not parts:
@@ -870,6 +1025,7 @@ __all__ = [
     "MessageArrays",
     "MutexGrantArrays",
     "OperatorSummary",
+    "RoutedCounts",
     "RunTrace",
     "VerdictInfo",
 ]

@@ -38,8 +38,17 @@ from sqlalchemy.types import TypeEngine
 #: over, ``lock_grant_block.elements``, and each thread's task-group times,
 #: ``invocation.thread_times``; 5: time travel, the ``checkpoint``, ``checkpoint_block``
 #: and ``collective_value`` tables; 6: ``run.continues``, the crashed run a resumed run
-#: continues, and ``run.labels``, a JSON object of plain values such as a chaos run's seed).
-SCHEMA_VERSION = 6
+#: continues, and ``run.labels``, a JSON object of plain values such as a chaos run's seed;
+#: 7: one ``invocation_set`` row, one ``phase_set`` row per phase and one chain link per
+#: invocation and recorder, per-node values as arrays, and routed arrivals as per-node
+#: per-exchange counts and bytes instead of ``message_block`` rows).  A store holds runs
+#: of both layouts: a run's own layout is ``run.versions[SCHEMA_KEY]`` (absent: 6).
+SCHEMA_VERSION = 7
+#: The oldest schema version this reader still opens (through the legacy reader).
+OLDEST_READABLE = 6
+#: Key of a run's layout version inside the JSON of ``run.versions`` (covered by the
+#: chain's genesis digest, so it cannot be flipped to make a reader misread the run).
+SCHEMA_KEY = "_trace_schema"
 #: Identifies a trace store among SQLite files (kept in ``schema_info.app_id``).
 APP_ID = "strads-replay-trace"
 
@@ -243,6 +252,39 @@ Invocation = Model(
     _float("committed_at"),
     UniqueConstraint("run", "op", "invocation", "node"),
     Index(None, "run", "node", "seq"),
+)
+
+#: Schema 7: the nodes of one commit finished one operator invocation (every node one
+#: process hosts; under MPI every rank's, which the primary writes); written last in that
+#: commit, one row for all of them (``_invset`` says how the arrays are laid out).
+#: ``node`` and ``seq`` are the writer's first node and that node's sequence number of
+#: the row (what the chain keys it by); every node's own completion seq is in
+#: ``counters``.  ``nodes``: the node ids; ``counters``: one column per
+#: ``_invset.COUNTERS`` field, a value per node; ``seconds``: each node's wall time of
+#: the invocation (f64, as ``invocation.seconds``); ``round_us``: each node's round lengths
+#: in whole µs, a node whose count equals the previous node's stored as its difference
+#: from that node's (zero on an in-process cluster, whose nodes share each round);
+#: ``thread_times``: (node, round, thread, start µs, end µs) rows column by column;
+#: ``routed``: (node, exchange, messages, bytes) of the routed write-backs a node got,
+#: per sender exchange number, column by column.
+InvocationSet = Model(
+    "invocation_set",
+    _id(),
+    _run_fk(),
+    _op(),
+    _int("invocation"),
+    _int("node"),
+    _int("seq"),
+    _int("n_nodes"),
+    _str("strategy", 32, default=""),
+    *_coded("nodes"),
+    *_coded("counters"),
+    *_coded("seconds"),
+    *_coded("round_us"),
+    *_coded("thread_times"),
+    *_coded("routed"),
+    _float("committed_at"),
+    UniqueConstraint("run", "op", "invocation", "node"),
 )
 
 #: Digest of one DDS after one operator invocation.
@@ -456,10 +498,28 @@ Phase = Model(
 )
 
 
+#: Schema 7: one phase of one invocation on the nodes one recorder hosts (``Phase``'s
+#: values, a row for all of them): ``started_at`` is the earliest node's start and
+#: ``times`` holds (node, start offset µs, length µs) per node, column by column.
+#: Not chained, as ``phase`` is not.
+PhaseSet = Model(
+    "phase_set",
+    _id(),
+    _run_fk(),
+    _op(),
+    _int("invocation"),
+    _int("node"),
+    _str("kind", 32),
+    _int("n_nodes"),
+    _float("started_at"),
+    *_coded("times"),
+)
+
 #: Bulk tables and their blob columns (what ``store_bytes`` and corruption checks visit).
 BLOB_COLUMNS: dict[Model, tuple[str, ...]] = {
     OperatorPlan: ("tasks", "task_of", "orders"),
     Invocation: ("round_seconds", "thread_times"),
+    InvocationSet: ("nodes", "counters", "seconds", "round_us", "thread_times", "routed"),
     MessageBlock: ("seqs", "sources", "source_seqs", "nbytes"),
     **{model: ("calls", *spec.values) for model, spec in CALL_BLOCKS.items()},
     LockGrantBlock: ("calls", *CALL_BLOCKS[LockGrantBlock].values, "elements"),
@@ -484,6 +544,8 @@ __all__ = [
     "Digest",
     "IndexOrderBlock",
     "Invocation",
+    "InvocationSet",
+    "OLDEST_READABLE",
     "LockGrantBlock",
     "MessageBlock",
     "MutexGrantBlock",
@@ -491,6 +553,8 @@ __all__ = [
     "OperatorPlan",
     "PHASE_KINDS",
     "Phase",
+    "PhaseSet",
+    "SCHEMA_KEY",
     "Run",
     "SchemaInfo",
     "Verdict",

@@ -43,7 +43,9 @@ from ._schema import (
     APP_ID,
     ENVIRONMENT_KEY,
     METADATA,
+    OLDEST_READABLE,
     RUN_LIMITS,
+    SCHEMA_KEY,
     SCHEMA_VERSION,
     Run,
     SchemaInfo,
@@ -372,6 +374,14 @@ def start_run(store: Any, run_id: str, meta: dict[str, Any]) -> dict[str, Any]:
                     f"{describe(engine)} already holds a run {run_id!r}: use a new run id"
                 )
             conn.execute(insert(Run.__table__).values(**row))
+            # a schema-6 store that gets a schema-7 run needs this reader from now on (its
+            # old runs keep their layout: ``run.versions[SCHEMA_KEY]`` says which); a
+            # verdict added to it changes nothing an older reader cannot read
+            conn.execute(
+                update(SchemaInfo.__table__)
+                .where(SchemaInfo.app_id == APP_ID, SchemaInfo.version < SCHEMA_VERSION)
+                .values(version=SCHEMA_VERSION)
+            )
     except DBAPIError as exc:
         raise write_error(engine, exc) from None
     finally:
@@ -385,6 +395,7 @@ def _versions_column(meta: dict[str, Any]) -> dict[str, Any]:
     out = dict(meta.get("versions", {}))
     if "environment" in meta:
         out[ENVIRONMENT_KEY] = dict(meta["environment"])
+    out[SCHEMA_KEY] = SCHEMA_VERSION  # the layout this run's rows are written in
     return out
 
 
@@ -559,6 +570,11 @@ def _open_sqlite_ro(path: Path, *, needs_wal: bool = False) -> Engine:
             with probe.connect() as conn:
                 conn.exec_driver_sql("SELECT count(*) FROM sqlite_master").all()
             return probe
+        except UnicodeDecodeError as exc:  # a scribbled schema page: text that is no UTF-8
+            probe.dispose()
+            raise TraceFormatError(
+                f"{path} is not a readable SQLite file ({exc}): {HINT}"
+            ) from None
         except DBAPIError as exc:
             probe.dispose()
             if immutable or "unable to open" not in str(exc) and "readonly" not in str(exc):
@@ -613,10 +629,11 @@ def check_schema_info(engine: Engine, shown: str = "", *, allow_empty: bool = Fa
         )
     if version < 1:
         raise TraceFormatError(f"{shown} has an invalid trace schema version {version}")
-    if version < SCHEMA_VERSION:
+    if version < OLDEST_READABLE:
         raise TraceFormatError(
             f"{shown} is an older trace (schema version {version}; this strads-replay reads "
-            f"{SCHEMA_VERSION}): re-record the run, or read it with the strads-replay that wrote it"
+            f"{OLDEST_READABLE} to {SCHEMA_VERSION}): re-record the run, or read it with the "
+            "strads-replay that wrote it"
         )
 
 

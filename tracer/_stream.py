@@ -101,7 +101,14 @@ def singles(
         pcols = (OperatorPlan.seq, OperatorPlan.op, OperatorPlan.plan_no, OperatorPlan.strategy)
         for r in run._all(filt(select(*pcols, OperatorPlan.rounds, OperatorPlan.n), OperatorPlan)):
             out.append((r.seq, PlanMade(node, r.seq, r.op, r.plan_no, r.strategy, r.rounds, r.n)))
-    if InvocationCompleted in want:
+    if InvocationCompleted in want and run.info.schema >= 7:
+        for i in run.invocations(op, node):
+            if invocation is None or i.invocation == invocation:
+                ev = InvocationCompleted(
+                    node, i.seq, i.op, i.invocation, i.bodies, i.rounds, i.seconds
+                )
+                out.append((i.seq, ev))
+    elif InvocationCompleted in want:
         cols = (Invocation.seq, Invocation.op, Invocation.invocation, Invocation.bodies)
         for r in run._all(filt(select(*cols, Invocation.rounds, Invocation.seconds), Invocation)):
             ev = InvocationCompleted(node, r.seq, r.op, r.invocation, r.bodies, r.rounds, r.seconds)
@@ -138,7 +145,7 @@ def end_event(run: RunTrace, node: int) -> list[tuple[int, Event]]:
 
 def last_seqs(run: RunTrace, node: int) -> list[int]:
     """The largest recorded seq of ``node`` in each table of single events."""
-    out = []
+    out = [i.seq for i in run.invocations(node=node)] if run.info.schema >= 7 else []
     for m in (Invocation, Digest, Objective, OperatorPlan):
         (v,) = run._all(select(func.max(m.seq)).where(m.run == run.run_id, m.node == node))[0]
         if v is not None:

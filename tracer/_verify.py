@@ -16,19 +16,22 @@ from __future__ import annotations
 
 import bisect
 import hmac
+import json
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, inspect, select
 from sqlalchemy.exc import DBAPIError
 
 from ._chain import (
     CHAINED,
     CODE,
     GENESIS_NODE,
+    GROUP_MANIFEST_DTYPE,
     KEY_ENV,
     MANIFEST_DTYPE,
     ROW_DIGEST_BYTES,
@@ -41,6 +44,7 @@ from ._chain import (
 )
 from ._codec import decode
 from ._errors import TraceFormatError
+from ._invset import NodeDone, decode_set, layout_of
 from ._schema import (
     CALL_BLOCKS,
     ChainLink,
@@ -48,6 +52,7 @@ from ._schema import (
     CheckpointBlock,
     Digest,
     Invocation,
+    InvocationSet,
     MessageBlock,
     Run,
 )
@@ -135,6 +140,7 @@ def _read(engine: Engine, run_id: str) -> tuple[Any, list[Any], dict[Any, list[A
                     .order_by(ChainLink.node, ChainLink.link_no)
                 ).all()
             )
+            have = set(inspect(conn).get_table_names())
             rows = {
                 model: list(
                     conn.execute(
@@ -143,6 +149,8 @@ def _read(engine: Engine, run_id: str) -> tuple[Any, list[Any], dict[Any, list[A
                         .order_by(model.node, getattr(model, col))
                     ).all()
                 )
+                if model.__tablename__ in have  # tables added later are absent from old stores
+                else []
                 for model, col in CHAINED
             }
             for model in SIDE:
@@ -231,6 +239,9 @@ def _check_chains(
             f"{KEY_ENV} is set but the trace was recorded without a key: its chain cannot "
             "show that it was not edited",
         )
+    if _layout(run) >= 7:
+        _check_groups(run, links, rows, rep, full=full, key=key)
+        nodes = []  # schema 7: one chain per recorder, checked above
     for node in nodes:
         tables = per_node[node]
         seqs = {m: [int(getattr(r, SEQ_COLUMN[m])) for r in tables[m]] for m in tables}
@@ -288,9 +299,196 @@ def _check_chains(
             )
     if closed and run.end_node is not None and run.end_node not in by_node:
         _fail("chain_link", run.end_node, "the primary node has no chain at all")
+    if _layout(run) >= 7:
+        rep.nodes = len(_group_nodes(rows) | set(by_node))
     if not side_links and (rep.legacy or (rep.keyed and key is None)):
         return  # recorded before time-travel rows were chained, or the links need the key
     _check_side(side_links, rows, rep, key, live=run.status == "running")
+
+
+def _layout(run: Any) -> int:
+    """The layout of ``run``'s rows (7, or 6: the legacy per-node rows)."""
+    try:
+        versions = json.loads(run.versions) if isinstance(run.versions, str) else None
+        return layout_of(versions, "table run")
+    except (ValueError, RecursionError, TraceFormatError):
+        _fail("run", None, "its versions column is damaged (not the JSON the run wrote)")
+    raise AssertionError("unreachable")
+
+
+def _sets(rows: Mapping[Any, list[Any]]) -> list[tuple[Any, list[NodeDone]]]:
+    """Each ``invocation_set`` row with its per-node records (damage is a problem)."""
+    out = []
+    for r in rows.get(InvocationSet, ()):
+        try:
+            out.append((r, decode_set(r)))
+        except TraceFormatError as exc:
+            _fail(
+                "invocation_set",
+                int(r.node) if isinstance(r.node, int) else None,
+                str(exc).split(": ", 1)[-1],
+                seq=r.seq if isinstance(r.seq, int) else None,
+                op=r.op,
+                invocation=r.invocation,
+            )
+    return out
+
+
+def _group_nodes(rows: Mapping[Any, list[Any]]) -> set[int]:
+    got = {int(r.node) for m, batch in rows.items() if m not in SIDE for r in batch}
+    for _, done in _sets(rows):
+        got.update(d.node for d in done)
+    return got
+
+
+def _check_groups(
+    run: Any,
+    links: list[Any],
+    rows: dict[Any, list[Any]],
+    rep: Report,
+    *,
+    full: bool,
+    key: bytes | None,
+) -> None:
+    """Schema 7: each recorder's chain (on its first node) covers the rows of every node
+    it hosts; a manifest entry names (table, node, seq).  Every chained row is in exactly
+    one manifest with its digest; a crashed or live run may have an unlinked tail."""
+    index: dict[tuple[int, int, int], tuple[Any, Any]] = {}
+    for model, batch in rows.items():
+        if model in SIDE:
+            continue
+        for r in batch:
+            ident = (CODE[model], int(r.node), int(getattr(r, SEQ_COLUMN[model])))
+            if ident in index:
+                _fail(
+                    model.__tablename__,
+                    ident[1],
+                    "two rows have one sequence number (a row was copied)",
+                    seq=ident[2],
+                    op=getattr(r, "op", None),
+                    invocation=getattr(r, "invocation", None),
+                )
+            index[ident] = (model, r)
+    names = {k: m.__tablename__ for m, k in CODE.items()}
+    by_home: dict[int, list[Any]] = defaultdict(list)
+    for ln in links:
+        by_home[int(ln.node)].append(ln)
+    seen: set[tuple[int, int, int]] = set()
+    closed = run.status == "finished"
+    size = GROUP_MANIFEST_DTYPE.itemsize
+    for home, chain in sorted(by_home.items()):
+        prev, end = (genesis(run._mapping) if home == GENESIS_NODE else b""), 0
+        for k, ln in enumerate(chain):
+            where = dict(op=ln.op, invocation=ln.invocation)
+            if ln.link_no != k or ln.first_seq != end or ln.end_seq < ln.first_seq:
+                _fail(
+                    "chain_link",
+                    home,
+                    f"link {ln.link_no} does not follow link {k - 1} (seqs {ln.first_seq}.."
+                    f"{ln.end_seq}, expected to start at {end}): a link is missing",
+                    seq=ln.first_seq,
+                    **where,
+                )
+            raw = bytes(ln.manifest or b"")
+            if len(raw) % size or len(raw) // size != ln.n_rows:
+                _fail("chain_link", home, "its manifest is damaged", seq=ln.first_seq, **where)
+            for e in np.frombuffer(raw, dtype=GROUP_MANIFEST_DTYPE):
+                entry = (int(e["table"]), int(e["node"]), int(e["seq"]))
+                got = index.get(entry)
+                if got is None or entry in seen:
+                    table = names.get(entry[0], f"#{entry[0]}")
+                    _fail(table, entry[1], "row is missing (deleted)", seq=entry[2], **where)
+                seen.add(entry)
+                model, r = got  # type: ignore[misc]
+                digest = bytes(e["digest"]).ljust(ROW_DIGEST_BYTES, b"\0")
+                if row_digest(model, r._mapping) != digest:
+                    _fail(
+                        model.__tablename__,
+                        entry[1],
+                        "row does not match its recorded digest (altered)",
+                        seq=entry[2],
+                        op=getattr(r, "op", None),
+                        invocation=getattr(r, "invocation", None),
+                    )
+            lkey = key if ln.keyed else None
+            if ln.keyed and key is None:
+                pass  # the rows match their manifest; the links need the key
+            elif not hmac.compare_digest(
+                link_of(prev, _header(ln), raw, lkey), bytes(ln.link)
+            ) and not _legacy_start(rep, home, k, ln, lkey):
+                what = "its link does not match the chain (the link rows were edited"
+                what += ", or the key is wrong)" if ln.keyed else ")"
+                _fail("chain_link", home, what, seq=ln.first_seq, **where)
+            prev, end = bytes(ln.link), ln.end_seq
+            rep.blocks += len(raw) // size
+        if closed and run.end_node == home and run.end_seq is not None and run.end_seq != end:
+            _fail(
+                "chain_link",
+                home,
+                f"the chain ends at seq {end} but the run ended at seq {run.end_seq}: "
+                "the last links are missing",
+                seq=end,
+            )
+    tail = sorted((i[1], i[2], i[0]) for i in index if i not in seen)
+    if tail and closed:
+        node, seq, code = tail[0]
+        model, r = index[(code, node, seq)]
+        _fail(
+            model.__tablename__,
+            node,
+            "row is not covered by the chain (links were removed or rows added)",
+            seq=seq,
+            op=getattr(r, "op", None),
+            invocation=getattr(r, "invocation", None),
+        )
+    rep.tail += len(tail)
+    if full:
+        _check_group_density({i: index[i] for i in seen})
+
+
+def _check_group_density(covered: dict[tuple[int, int, int], tuple[Any, Any]]) -> None:
+    """Schema 7: each node's covered events use its sequence numbers 0, 1, ... without
+    gaps or repeats, and each node's part of an ``invocation_set`` row starts where its
+    previous commit ended."""
+    per_node: dict[int, list[np.ndarray]] = defaultdict(list)
+    for (_, node, seq), (model, r) in covered.items():
+        if model is InvocationSet:
+            for d in _sets({InvocationSet: [r]})[0][1]:
+                c = d.counters
+                if c["first_seq"] > c["seq"]:
+                    _fail(
+                        "invocation_set",
+                        d.node,
+                        f"its first seq {c['first_seq']} is after its seq {c['seq']}",
+                        seq=c["seq"],
+                        op=r.op,
+                        invocation=r.invocation,
+                    )
+                per_node[d.node].append(np.array([c["seq"]], np.int64))
+            continue
+        try:
+            per_node[node].append(_event_seqs(model, r))
+        except TraceFormatError as exc:
+            _fail(
+                model.__tablename__,
+                node,
+                str(exc).split(": ", 1)[-1],
+                seq=seq,
+                op=getattr(r, "op", None),
+                invocation=getattr(r, "invocation", None),
+            )
+    for node, parts in sorted(per_node.items()):
+        have = np.sort(np.concatenate(parts))
+        want = np.arange(len(have), dtype=np.int64)
+        if not np.array_equal(have, want):
+            bad = _first_gap(have, want)
+            _fail(
+                "chain_link",
+                node,
+                f"sequence numbers of the node's events are not 0..{len(have) - 1} "
+                f"without gaps (first wrong: {bad})",
+                seq=bad,
+            )
 
 
 def _check_side(
@@ -484,11 +682,24 @@ def _prior(engine: Engine, run: Any) -> dict[tuple[str, int], int] | None:
     try:
         with engine.connect() as conn:
             have = conn.execute(select(Run.run_id).where(Run.run_id == run.continues)).first()
-            got = conn.execute(
-                select(Invocation.op, Invocation.node, Invocation.invocation).where(
-                    Invocation.run == run.continues
+            got: list[Any] = list(
+                conn.execute(
+                    select(Invocation.op, Invocation.node, Invocation.invocation).where(
+                        Invocation.run == run.continues
+                    )
+                ).all()
+            )
+            if inspect(conn).has_table(InvocationSet.__tablename__):
+                sets = list(
+                    conn.execute(
+                        select(InvocationSet.__table__).where(InvocationSet.run == run.continues)
+                    ).all()
                 )
-            ).all()
+                got += [
+                    (r.op, d.node, r.invocation)
+                    for r, done in _sets({InvocationSet: sets})
+                    for d in done
+                ]
     except DBAPIError as exc:
         reason = str(getattr(exc, "orig", exc)).splitlines()[0]
         raise TraceFormatError(f"the trace is damaged ({reason}); re-record the run") from None
@@ -508,6 +719,23 @@ def _prior(engine: Engine, run: Any) -> dict[tuple[str, int], int] | None:
     return out
 
 
+def _completions(rows: Mapping[Any, list[Any]]) -> list[Any]:
+    """(op, node, invocation, n_digests) of each node's completion of an invocation:
+    its ``invocation`` row (schema 6) or its part of an ``invocation_set`` row (7)."""
+    out: list[Any] = list(rows[Invocation])
+    for r, done in _sets(rows):
+        for d in done:
+            out.append(
+                SimpleNamespace(
+                    op=r.op,
+                    node=d.node,
+                    invocation=int(r.invocation),
+                    n_digests=d.counters["n_digests"],
+                )
+            )
+    return out
+
+
 def _check_references(
     run: Any,
     rows: Mapping[Any, list[Any]],
@@ -515,8 +743,9 @@ def _check_references(
     prior: dict[tuple[str, int], int] | None = None,
 ) -> None:
     finished = run.status == "finished"
+    completed = _completions(rows)
     invs: dict[str, dict[int, list[int]]] = defaultdict(lambda: defaultdict(list))
-    for r in rows[Invocation]:
+    for r in completed:
         invs[r.op][int(r.node)].append(int(r.invocation))
     nodes = sorted({n for per in invs.values() for n in per})
     for op, per in sorted(invs.items()):
@@ -557,7 +786,7 @@ def _check_references(
     for d in rows[Digest]:
         count[(d.op, int(d.invocation), int(d.node))] += 1
     digesting = {int(d.node) for d in rows[Digest]}
-    for r in rows[Invocation]:
+    for r in completed:
         k = (r.op, int(r.invocation), int(r.node))
         if count.get(k, 0) != r.n_digests or (int(r.node) in digesting and r.n_digests == 0):
             _fail(
@@ -566,6 +795,27 @@ def _check_references(
                 f"{count.get(k, 0)} digest(s) for an invocation that recorded {r.n_digests}",
                 op=getattr(r, "op", None),
                 invocation=int(r.invocation),
+            )
+    # routed arrivals (schema 7): a node takes part in each exchange once
+    exchanges: dict[int, list[np.ndarray]] = defaultdict(list)
+    for r, done in _sets(rows):
+        for d in done:
+            exchanges[d.node].append(np.asarray(d.routed, np.int64).reshape(-1, 3)[:, 0])
+            if len(d.routed) and np.asarray(d.routed)[:, 1:].min() < 0:
+                _fail(
+                    "invocation_set",
+                    d.node,
+                    "a negative routed count",
+                    op=r.op,
+                    invocation=r.invocation,
+                )
+    for node, parts in sorted(exchanges.items()):
+        ex = np.concatenate(parts)
+        if len(np.unique(ex)) != len(ex):
+            _fail(
+                "invocation_set",
+                node,
+                "routed arrivals name one exchange twice (rows were copied)",
             )
     # messages: per (receiver, source) the source's sequence numbers 0..k-1, and every
     # receiver saw the same k from a source when the run finished

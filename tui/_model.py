@@ -177,11 +177,23 @@ MESSAGE_COLUMNS = (
     Column("node", 4),
     Column("channel", 16, left=True),
     Column("#", 7),
-    Column("seq", 9),
-    Column("source", 6),
+    Column("seq", 9, missing=-1),
+    Column("source", 6, missing=-1),
     Column("src seq", 9),
     Column("bytes", 8),
 )
+
+
+def routed_parts(counts: Sequence[tracer.RoutedCounts]) -> list[tuple[int, tracer.MessageArrays]]:
+    """Schema 7's routed write-backs as message rows: one per node and exchange, on the
+    ``routed`` channel, with the exchange number as ``src seq`` and the bytes of all its
+    messages; no sequence number or source (``-``: not recorded)."""
+    out = []
+    for c in counts:
+        none = np.full(len(c.exchange), -1, np.int64)
+        channel = np.full(len(c.exchange), "routed")
+        out.append((c.node, tracer.MessageArrays(none, channel, none, c.exchange, c.nbytes)))
+    return out
 
 
 def message_table(parts: Sequence[tuple[int, tracer.MessageArrays]]) -> RowTable:

@@ -237,7 +237,9 @@ class RunView:
 
         def load() -> _model.RowTable:
             parts = [(n, self._run.messages(n, op, invocation)) for n in self._node_list(node)]
-            return _model.message_table(parts)
+            nodes = set(self._node_list(node))
+            routed = [c for c in self._run.routed(op, invocation) if c.node in nodes]
+            return _model.message_table(parts + _model.routed_parts(routed))
 
         what = f"the messages of {op}#{invocation}"
         return self._bulk(("msgs", op, invocation, node), what, load)

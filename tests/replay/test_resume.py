@@ -198,10 +198,10 @@ def test_verify_passes_a_resumed_trace_and_refuses_a_broken_link(
     shutil.copy(resumed, bad)
     with sqlite3.connect(bad) as db:
         last = db.execute(
-            "SELECT max(invocation) FROM invocation WHERE run = ?", (crashed.run_id,)
+            "SELECT max(invocation) FROM invocation_set WHERE run = ?", (crashed.run_id,)
         ).fetchone()[0]
         db.execute(
-            "DELETE FROM invocation WHERE run = ? AND invocation = ?", (crashed.run_id, last)
+            "DELETE FROM invocation_set WHERE run = ? AND invocation = ?", (crashed.run_id, last)
         )
     reseal(bad)
     rc, out, err = cli("verify", str(bad), "--run", later.run_id)

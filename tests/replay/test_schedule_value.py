@@ -76,7 +76,13 @@ def test_the_recorded_value_is_the_value_replay_follows(
             want = ctl.schedule(got.op, got.invocation, kind, 2)
             assert _grants(got) == _grants(want)
             if kind == "async_for":
-                assert _messages(got) == _messages(want)
+                # routed write-backs name their source (the routes fix it): schema 7
+                # stores their counts, not an arrival order for replay to follow
+                routed = {k for k in _messages(got) if k[1] == "routed"}
+                assert routed and not any(k[1] == "routed" for k in _messages(want))
+                assert {k: v for k, v in _messages(got).items() if k not in routed} == (
+                    _messages(want)
+                )
                 assert got.plan is not None and want.plan is not None
                 assert got.plan.strategy == want.plan.strategy
             for node in (0, 1):

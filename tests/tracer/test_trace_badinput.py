@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import os
 import shutil
 import sqlite3
@@ -164,20 +165,57 @@ def test_corrupt_lock_blob_names_table_and_row(
 @pytest.mark.parametrize(
     "column,value,problem",
     [
-        ("thread_times", b"\x00\x01\x02", "3 values are not"),
+        ("thread_times", b"\x00\x01\x02", "blob decodes to 3 bytes, expected"),
         ("thread_times_codec", "pickle", "unknown codec 'pickle'"),
+        ("round_us", b"\x00\x01\x02", "blob decodes to 3 bytes, expected"),
+        ("counters_codec", "zlib-f32", "unknown codec 'zlib-f32'"),
+        ("seconds", b"\x78\x9c\x01", "corrupt compressed data|blob decodes"),
     ],
 )
-def test_corrupt_thread_times_name_table_and_row(
+def test_corrupt_invocation_arrays_name_table_and_row(
     trace_copy: Path, column: str, value: object, problem: str
 ) -> None:
-    if column == "thread_times":  # bytes that decode, to a count that is no row
-        _damage(trace_copy, "invocation", "thread_times_codec", "raw-u8")
-    row = _damage(trace_copy, "invocation", column, value)
-    where = f"table invocation row {row} column thread_times"
+    """A schema-7 row's per-node arrays: a blob of the wrong length or a codec tag this
+    reader does not know is one error naming the table, row and column."""
+    if column in ("thread_times", "round_us", "seconds"):  # bytes that decode, wrongly
+        _damage(trace_copy, "invocation_set", column + "_codec", "raw-u8")
+    if column == "seconds":
+        _damage(trace_copy, "invocation_set", "seconds_codec", "zlib-f64")
+    row = _damage(trace_copy, "invocation_set", column, value)
+    where = f"table invocation_set row {row} column {column.removesuffix('_codec')}"
     with tracer.open(trace_copy) as trace:
-        with pytest.raises(TraceFormatError, match=f"^{where}: .*{problem}"):
+        with pytest.raises(TraceFormatError, match=f"^{where}: .*({problem})"):
             trace.run().invocations()
+
+
+@pytest.mark.parametrize(
+    "column,value,problem",
+    [
+        ("n_nodes", 10**9, "is not a node count"),
+        ("n_nodes", -1, "is not a node count"),
+        ("n_nodes", 3, "blob decodes to"),  # the node list holds 2
+    ],
+)
+def test_a_damaged_node_count_is_one_error_and_bounded_work(
+    trace_copy: Path, column: str, value: object, problem: str
+) -> None:
+    """A count read from the file bounds what is decoded: a huge one is refused before
+    anything is allocated or decompressed."""
+    row = _damage(trace_copy, "invocation_set", column, value)
+    with tracer.open(trace_copy) as trace:
+        with pytest.raises(TraceFormatError, match=f"^table invocation_set row {row} column "):
+            trace.run().invocations()
+        with pytest.raises(TraceFormatError, match=problem):
+            trace.run().operators()
+
+
+def test_corrupt_routed_counts_name_table_and_row(trace_copy: Path) -> None:
+    row = _damage(trace_copy, "invocation_set", "routed", b"zz")
+    with (
+        tracer.open(trace_copy) as trace,
+        pytest.raises(TraceFormatError, match=f"^table invocation_set row {row} column routed: "),
+    ):
+        trace.run().routed()
 
 
 def test_corrupt_plan_blob_names_table_and_row(trace_copy: Path) -> None:
@@ -189,7 +227,12 @@ def test_corrupt_plan_blob_names_table_and_row(trace_copy: Path) -> None:
         trace.run().plan("acc")
 
 
-def test_corrupt_message_blob_names_table_and_row(trace_copy: Path) -> None:
+def test_corrupt_message_blob_names_table_and_row(tmp_path: Path) -> None:
+    # a schema-6 trace, whose routed arrivals are message blocks (schema 7 keeps blocks
+    # for the other channels only)
+    trace_copy = tmp_path / "old.sqlite"
+    data = Path(__file__).parent.parent / "data" / "sgdmf_rot_4.sqlite.gz"
+    trace_copy.write_bytes(gzip.decompress(data.read_bytes()))
     row = _damage(trace_copy, "message_block", "source_seqs", b"zz")
     with (
         tracer.open(trace_copy) as trace,

@@ -18,6 +18,7 @@ import tracer
 from replay._cli import cli
 from tests.traces import settle
 from tracer._chain import CHAINED, KEY_ENV
+from tracer._schema import OLDEST_READABLE
 
 #: Tables whose rows the chain covers, plus the chain itself.
 TABLES = [m.__tablename__ for m, _ in CHAINED] + ["chain_link"]
@@ -143,8 +144,9 @@ def _run_cli(*args: str) -> tuple[int, str, str]:
 @pytest.mark.parametrize(
     ("sql", "table"),
     [
-        ("DELETE FROM invocation", "invocation"),
-        ("UPDATE message_block SET sources = x'00ff00ff00ff' WHERE id = 1", "message_block"),
+        ("DELETE FROM invocation_set", "invocation_set"),
+        ("UPDATE invocation_set SET routed = x'00ff00ff00ff' WHERE id = 1", "invocation_set"),
+        ("UPDATE invocation_set SET counters_codec = 'zlib-i8' WHERE id = 1", "invocation_set"),
         ("UPDATE objective SET value = value + 1.0", "objective"),
     ],
 )
@@ -220,7 +222,7 @@ def test_an_unkeyed_trace_is_not_tamper_evidence(
 def test_older_trace_is_refused(traces: dict[int, Path], tmp_path: Path) -> None:
     path = _copy(traces[1], tmp_path)
     with sqlite3.connect(path) as con:
-        con.execute("UPDATE schema_info SET version = ?", (tracer.SCHEMA_VERSION - 1,))
+        con.execute("UPDATE schema_info SET version = ?", (OLDEST_READABLE - 1,))
     with pytest.raises(tracer.TraceFormatError, match="is an older trace"):
         tracer.open(path)
 
@@ -239,7 +241,7 @@ def test_crashed_trace_verifies_up_to_its_last_invocation(tmp_path: Path) -> Non
     assert code == 0 and "on 2 nodes verified" in out
     # the crashed run's completed invocations are still protected
     with sqlite3.connect(path) as con:
-        con.execute("DELETE FROM invocation WHERE node = 1 AND invocation = 0")
+        con.execute("DELETE FROM invocation_set WHERE node = 1 AND invocation = 0")
     assert _problem(path, full=False) is not None
 
 
@@ -252,7 +254,7 @@ def test_a_rechained_edit_passes_the_chain_but_not_the_cross_references(
 ) -> None:
     path = _copy(traces[2], tmp_path)
     with sqlite3.connect(path) as con:
-        con.execute("DELETE FROM message_block WHERE id = (SELECT max(id) FROM message_block)")
+        con.execute("DELETE FROM invocation_set WHERE id = (SELECT min(id) FROM invocation_set)")
     _rechain(path)
     assert _problem(path, full=False) is None  # without a key the chain is no proof
     bad = _problem(path, full=True)

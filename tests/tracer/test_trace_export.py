@@ -37,7 +37,41 @@ def test_events_follow_the_trace_event_format(recorded_trace: Path, tmp_path: Pa
     assert doc["displayTimeUnit"] == "ms"
     assert problems(doc) == []
     phases = {e["ph"] for e in doc["traceEvents"]}
-    assert {"M", "X", "i", "s", "f", "C"} <= phases  # slices, grants, flows, counters
+    assert {"M", "X", "i", "C"} <= phases  # slices, grants and receives, counters
+    # schema 7 draws no arrow for a routed write-back, and the file says why
+    assert not phases & {"s", "f"} and "no arrow" in doc["otherData"]["routed"]
+
+
+def test_an_old_traces_messages_are_flows(tmp_path: Path) -> None:
+    """A schema-6 trace, whose routed arrivals name their sources, still draws arrows."""
+    doc = load(_old_trace(tmp_path), tmp_path)
+    assert problems(doc) == [] and "routed" not in doc["otherData"]
+    assert {"s", "f"} <= {e["ph"] for e in doc["traceEvents"]}
+
+
+def _old_trace(tmp_path: Path) -> Path:
+    import gzip
+
+    path = tmp_path / "old.sqlite"
+    data = Path(__file__).parent.parent / "data" / "sgdmf_rot_4.sqlite.gz"
+    path.write_bytes(gzip.decompress(data.read_bytes()))
+    return path
+
+
+def test_routed_arrivals_are_one_instant_per_exchange(recorded_trace: Path, tmp_path: Path) -> None:
+    doc = load(recorded_trace, tmp_path)
+    with tracer.open(recorded_trace) as trace:
+        want = sorted(
+            (c.node, int(e), int(n), int(nb))
+            for c in trace.run().routed()
+            for e, n, nb in zip(c.exchange, c.count, c.nbytes, strict=True)
+        )
+    got = sorted(
+        (e["pid"], e["args"]["exchange"], e["args"]["messages"], e["args"]["nbytes"])
+        for e in _by_ph(doc, "i", "message")
+        if e["args"]["channel"] == "routed"
+    )
+    assert want and got == want
 
 
 def test_one_process_per_node_and_one_track_per_thread(
@@ -142,6 +176,7 @@ def test_a_trace_without_phase_rows_exports_without_those_slices(
 
     with sqlite3.connect(trace_copy) as db:
         db.execute("DROP TABLE phase")
+        db.execute("DROP TABLE phase_set")
     doc = load(trace_copy, tmp_path)
     assert problems(doc) == [] and _by_ph(doc, "X", "phase") == []
     assert _by_ph(doc, "X", "invocation")
@@ -150,26 +185,34 @@ def test_a_trace_without_phase_rows_exports_without_those_slices(
 def test_absurd_phase_rows_neither_crash_the_export_nor_stretch_it(
     trace_copy: Path, tmp_path: Path
 ) -> None:
-    """The phase table is not chained: its rows are hints that may be anything."""
+    """The phase_set table is not chained: its rows are hints that may be anything."""
     import sqlite3
 
     from tracer._export import MAX_PHASE_S
+    from tracer._invset import encode_phase
 
     with tracer.open(trace_copy) as trace:
         invs = trace.run().invocations()
     i = invs[0]
+
+    def row(op, inv, node, kind, started, secs, **blob):
+        got = encode_phase([(node, 0.0, secs)]) | blob
+        return (op, inv, node, kind, got["n_nodes"], started, got["times"], got["times_codec"])
+
     bad = [
-        (i.op, i.invocation, i.node, "planning", "yesterday", 1.0),  # text for a time
-        (i.op, i.invocation, i.node, "bogus", 0.0, 1.0),  # unknown kind
-        (i.op, i.invocation, i.node, "digests", 1e308, -5.0),  # negative length
-        (i.op, "x", i.node, "digests", 0.0, 1.0),  # text for an invocation
-        ("nosuch", 0, 7, "digests", 0.0, 1.0),  # no such invocation or node
-    ] + [(i.op, i.invocation, i.node, "reconnaissance", 1e308, 1e300)] * 50_000
+        row(i.op, i.invocation, i.node, "planning", "yesterday", 1.0),  # text for a time
+        row(i.op, i.invocation, i.node, "bogus", 0.0, 1.0),  # unknown kind
+        row(i.op, i.invocation, i.node, "digests", 1e308, 1.0, times=b"\x01"),  # no rows
+        row(i.op, i.invocation, i.node, "digests", 0.0, 1.0, times_codec="pickle"),
+        row(i.op, i.invocation, i.node, "digests", 0.0, 1.0, n_nodes=10**9),
+        row(i.op, "x", i.node, "digests", 0.0, 1.0),  # text for an invocation
+        row("nosuch", 0, 7, "digests", 0.0, 1.0),  # no such invocation or node
+    ] + [row(i.op, i.invocation, i.node, "reconnaissance", 1e308, 1e12)] * 50_000
     with sqlite3.connect(trace_copy) as db:
-        db.execute("DELETE FROM phase")
+        db.execute("DELETE FROM phase_set")
         db.executemany(
-            "INSERT INTO phase (run, op, invocation, node, kind, started_at, seconds) "
-            "VALUES ('run-1', ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO phase_set (run, op, invocation, node, kind, n_nodes, started_at, "
+            "times, times_codec) VALUES ('run-1', ?, ?, ?, ?, ?, ?, ?, ?)",
             bad,
         )
     t = time.perf_counter()
@@ -297,9 +340,8 @@ def test_lock_hand_overs_are_instants_on_the_thread_that_took_over(
         ), e
 
 
-def test_every_received_message_is_a_flow_from_its_sender(
-    recorded_trace: Path, tmp_path: Path
-) -> None:
+def test_every_received_message_is_a_flow_from_its_sender(tmp_path: Path) -> None:
+    recorded_trace = _old_trace(tmp_path)  # schema 7 records no routed message alone
     doc = load(recorded_trace, tmp_path)
     with tracer.open(recorded_trace) as trace:
         run = trace.run()

@@ -101,24 +101,32 @@ def test_invocation_times_compact_and_old_forms(tmp_path: Path) -> None:
     rec.close("finished")
     want = ((0, 0, 0.000001, 0.03), (1, 0, 0.000001, 0.0291), (2, 1, 0.0002, 0.001))
     con = sqlite3.connect(path)
-    rs_codec, tt_codec = con.execute(
-        "SELECT round_seconds_codec, thread_times_codec FROM invocation"
-    ).fetchone()
-    assert not rs_codec.endswith("f64") and "-d" in tt_codec
+    (rs_codec,) = con.execute("SELECT round_us_codec FROM invocation_set").fetchone()
+    assert not rs_codec.endswith("f64")
     with tracer.open(path) as trace:
         got = trace.run().invocations()[0]
         assert got.round_seconds == (0.012346, 0.1, 0.0) and got.thread_times == want
+        assert got.seconds == 0.2  # exact: an f64 per node
+    # the same invocation as a schema-6 run wrote it: a row per node, f64 seconds and
+    # rows of four (before 2026-12-06), read by the legacy reader
     old_rs = np.array([0.0123456, 0.1, 0.0], dtype="<f8").tobytes()
     rows = [(0, 0, 1, 30000), (1, 0, 1, 29100), (2, 1, 200, 1000)]
     old_tt = np.array(rows, dtype="<u2").ravel().tobytes()
+    con.execute("UPDATE run SET versions = '{}'")
+    con.execute("DELETE FROM invocation_set")
     con.execute(
-        "UPDATE invocation SET round_seconds = ?, round_seconds_codec = 'raw-f64', "
-        "thread_times = ?, thread_times_codec = 'raw-u16'",
+        "INSERT INTO invocation (run, op, invocation, node, seq, first_seq, bodies, rounds, "
+        "strategy, seconds, round_seconds, round_seconds_codec, thread_times, "
+        "thread_times_codec, committed_at, n_lock_grants, n_messages, n_deviations, "
+        "n_aggregations, n_visibility, n_mutex_grants, n_digests, blob_bytes) VALUES ('r', "
+        "'op', 0, 0, 0, 0, 4, 3, '', 0.2, ?, 'raw-f64', ?, 'raw-u16', 1.0, 0, 0, 0, 0, 0, 0, "
+        "0, 0)",
         (old_rs, old_tt),
     )
     con.commit()
     con.close()
     with tracer.open(path) as trace:
+        assert trace.run().info.schema == 6
         got = trace.run().invocations()[0]
         assert got.round_seconds == (0.0123456, 0.1, 0.0) and got.thread_times == want
 
@@ -469,6 +477,17 @@ def test_the_funnel_stores_what_each_rank_writing_its_own_stores(tmp_path: Path)
             seen.append((events, run.operators()["op"], run.objectives(), run.info.status))
     assert seen[0] == seen[1]
     assert seen[0][1].invocations == 5 and seen[0][3] == "finished"
+    # schema 7: the funnel writes one row and one link per invocation for both ranks
+    for name, rows, links in (("f.sqlite", 5, 5), ("d.sqlite", 10, 10)):
+        with sqlite3.connect(tmp_path / name) as con:
+            got = con.execute("SELECT count(*), sum(n_nodes) FROM invocation_set").fetchone()
+            (n_links,) = con.execute(
+                "SELECT count(*) FROM chain_link WHERE link_no >= 0 AND invocation >= 0"
+            ).fetchone()
+        con.close()
+        assert got == (rows, 10) and n_links == links, name
+        with tracer.open(tmp_path / name) as trace:
+            assert trace.verify(full=True).ok
 
 
 @pytest.mark.parametrize("stop", [0, 2])
@@ -555,9 +574,9 @@ def test_checkpoints_go_through_the_funnel_even_from_a_rank_without_the_store(
 
 
 def test_message_columns_take_the_shorter_coding_and_read_back(tmp_path: Path) -> None:
-    """Sources that step slowly through the nodes (routed write-backs come from the node
-    that wrote the rows just before) are stored delta-coded, random ones plainly,
-    whichever is shorter (the codec says which); every column reads back as recorded."""
+    """Sources that step slowly through the nodes (``sync_for`` deltas come from the
+    owners in turn) are stored delta-coded, random ones plainly, whichever is shorter (the
+    codec says which); every column reads back as recorded."""
     rng = np.random.default_rng(5)
     slow = (np.arange(200) // 3 + rng.integers(0, 2, 200)) % 64
     for sources, delta in ((slow, True), (rng.integers(0, 64, 200), False)):
@@ -565,7 +584,7 @@ def test_message_columns_take_the_shorter_coding_and_read_back(tmp_path: Path) -
         rec = tracer.TraceRecorder(path, "r", [0], True)
         nbytes = 256 * rng.integers(1, 4, 200)
         for k, (s, n) in enumerate(zip(sources.tolist(), nbytes.tolist(), strict=True)):
-            rec.message_received(0, "routed", s, k, n)
+            rec.message_received(0, "sync_for.delta", s, k, n)
         rec.invocation_done("op", 0, 0, {"bodies": 1, "rounds": 1, "seconds": 0.0})
         rec.close("finished")
         con = sqlite3.connect(path)
@@ -579,3 +598,28 @@ def test_message_columns_take_the_shorter_coding_and_read_back(tmp_path: Path) -
         assert got.source.tolist() == sources.tolist()
         assert got.nbytes.tolist() == nbytes.tolist()
         assert got.source_seq.tolist() == list(range(200))
+
+
+def test_routed_arrivals_are_counted_per_exchange_not_logged(tmp_path: Path) -> None:
+    """A routed write-back names its source and size, so schema 7 keeps per node and
+    sender exchange number how many arrived and their bytes, and no event: the node's
+    sequence numbers go on without them, and ``show`` still counts every message."""
+    path = tmp_path / "t.sqlite"
+    rec = tracer.TraceRecorder(path, "r", [0, 1], True)
+    for node, src, exchange, nbytes in [(0, 1, 7, 256), (0, 1, 8, 512), (1, 0, 7, 256)]:
+        rec.message_received(node, "routed", src, exchange, nbytes)
+    rec.message_received(1, "routed", 0, 7, 768)  # a second sender in the same exchange
+    rec.message_received(1, "sync_for.delta", 0, 0, 8)  # any other channel: an event
+    for node in (0, 1):
+        rec.invocation_done("op", 0, node, {"bodies": 1, "rounds": 1, "seconds": 0.0})
+    rec.close("finished")
+    with tracer.open(path) as trace:
+        run = trace.run()
+        got = {
+            c.node: (c.exchange.tolist(), c.count.tolist(), c.nbytes.tolist()) for c in run.routed()
+        }
+        assert got == {0: ([7, 8], [1, 1], [256, 512]), 1: ([7], [2], [1024])}
+        assert run.messages(1).channel.tolist() == ["sync_for.delta"]
+        assert [i.seq for i in run.invocations()] == [0, 1]  # node 1's message took seq 0
+        assert run.operators()["op"].messages == 5
+        assert trace.verify(full=True).ok

@@ -64,11 +64,14 @@ def reseal(path: Path) -> None:
     from sqlalchemy import create_engine, select
 
     from tracer._chain import (
+        CODE,
         GENESIS_NODE,
+        GROUP_MANIFEST_DTYPE,
         MANIFEST_DTYPE,
         SEQ_COLUMN,
         SIDE,
         genesis,
+        group_manifest,
         link_of,
         manifest,
         side_key,
@@ -95,6 +98,19 @@ def reseal(path: Path) -> None:
                     if (code, side_key(model, r._mapping)) in named
                 ]
                 man = side_manifest(entries)
+            elif '"_trace_schema": 7' in str(runs[ln.run]["versions"]):
+                # schema 7: the rows the old manifest named (any node), as they are now
+                named = {
+                    (int(e["table"]), int(e["node"]), int(e["seq"]))
+                    for e in np.frombuffer(bytes(ln.manifest), dtype=GROUP_MANIFEST_DTYPE)
+                }
+                entries = [
+                    (model, r._mapping)
+                    for model, col in SEQ_COLUMN.items()
+                    for r in conn.execute(select(model.__table__).where(model.run == ln.run))
+                    if (CODE[model], int(r.node), int(getattr(r, col))) in named
+                ]
+                man = group_manifest(entries)
             else:
                 entries = []
                 for model, col in SEQ_COLUMN.items():

@@ -15,6 +15,7 @@ from tui._model import (
     index_table,
     lock_table,
     message_table,
+    routed_parts,
     timeline_layout,
 )
 from tui._repo import BrowseError, Repository, RunRef, expand_paths
@@ -124,6 +125,25 @@ def test_index_table_by_hand() -> None:
         ["1", "0", "2", "0", "-", "4", "deviated"],
     ]
     assert len(index_table(plan, [dev], node=0)) == 3
+
+
+def test_routed_counts_are_a_row_per_exchange_without_source() -> None:
+    """Schema 7 keeps routed write-backs as per-exchange counts: a row per node and
+    exchange, its bytes, and ``-`` for the sequence number and source it has not."""
+    counts = tracer.RoutedCounts(
+        "sgd", 0, 1, np.array([7, 9]), np.array([2, 1]), np.array([512, 256])
+    )
+    logged = tracer.MessageArrays(
+        np.array([3]), np.array(["sync_for.delta"]), np.array([0]), np.array([0]), np.array([8])
+    )
+    table = message_table([(1, logged), *routed_parts([counts])])
+    rows = [table.cells(i) for i in range(len(table))]
+    assert [r[1] for r in rows] == ["routed", "routed", "sync_for.delta"]
+    assert [(r[3], r[4], r[5], r[6]) for r in rows[:2]] == [
+        ("-", "-", "7", "512"),
+        ("-", "-", "9", "256"),
+    ]
+    assert (rows[2][3], rows[2][4]) == ("3", "0")
 
 
 def test_empty_tables() -> None:

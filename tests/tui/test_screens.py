@@ -515,14 +515,14 @@ def test_damaged_trace_is_refused_on_open_and_listed_as_unreadable(
     edited = tmp_path / "edited.sqlite"  # one row altered
     shutil.copyfile(synth_dir / "a.sqlite", edited)
     with sqlite3.connect(edited) as conn:
-        conn.execute("update invocation set bodies = bodies + 1 where id = 1")
+        conn.execute("update invocation_set set strategy = 'x' where id = 1")
 
     async def script(pilot: Any) -> None:
         await wait_text(pilot, "2 trace file(s), 0 run(s), 2 unreadable")
         text = await wait_text(pilot, "edited.sqlite", "unreadable:")
         await pilot.press("down")
         text = await wait_text(pilot, "is damaged")
-        assert "table invocation node" in text or "gone.sqlite" in text
+        assert "table invocation_set node" in text or "gone.sqlite" in text
         await pilot.press("enter")  # cannot be opened, and nothing crashes
         await pilot.pause()
         assert pilot.app.is_running and screen_text(pilot.app)
