@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .._asyncfor.recon import AccessSets
+from .makespan import on_demand_finish
 
 if TYPE_CHECKING:  # the planner measures its plans by their routes (``makespan``)
     from .planner import Plan
@@ -278,6 +279,7 @@ def route(
             (f_src, f_dst, f_gid, rnd[finals][f_row]),
             R,
             P,
+            _loads(plan),
         )
     else:
         rounds, uses, born = [], [], []
@@ -303,7 +305,11 @@ def route(
 
 
 def coalesce(
-    start: np.ndarray, end: np.ndarray, pair: np.ndarray
+    start: np.ndarray,
+    end: np.ndarray,
+    pair: np.ndarray,
+    due: np.ndarray | None = None,
+    may: Callable[[int, int, int], bool] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Fewest messages for a set of *sends*: send ``k`` goes between the pair of nodes
     ``pair[k]`` and may leave at any exchange from ``start[k]`` to ``end[k]`` (its send
@@ -314,21 +320,31 @@ def coalesce(
     The greedy rule (per pair, by start: a send joins the open group while its start is
     no later than the group's earliest end) meets every window with as few exchanges as
     any rule can (each group closes at the earliest deadline among its sends, and the
-    next send starts after it)."""
+    next send starts after it).
+
+    ``may(pair, written, needed)``, with ``due`` (per send, the round its destination
+    first needs it), restricts that: a send joins only if a group whose rows are all
+    written by round ``written`` and first needed in round ``needed`` may travel as one
+    message (:func:`route` asks whether the destination would wait longer)."""
     n = len(start)
     if not n:
         return _EMPTY, _EMPTY, _EMPTY
     order = np.lexsort((start, pair))
     grp = np.empty(n, dtype=np.int64)
-    g, cur_pair, cur_end = -1, None, 0
+    g, cur_pair, cur_end, cur_lo, cur_due = -1, None, 0, 0, 0
     starts, ends, pairs = start[order].tolist(), end[order].tolist(), pair[order].tolist()
+    dues = due[order].tolist() if due is not None else ends
     out: list[int] = []
-    for s, e, pr in zip(starts, ends, pairs, strict=True):
-        if pr != cur_pair or s > cur_end:
+    for s, e, pr, d in zip(starts, ends, pairs, dues, strict=True):
+        if (
+            pr != cur_pair
+            or s > cur_end
+            or (may is not None and not may(pr, max(cur_lo, s), min(cur_due, d)))
+        ):
             g += 1
-            cur_pair, cur_end = pr, e
-        elif e < cur_end:
-            cur_end = e
+            cur_pair, cur_end, cur_lo, cur_due = pr, e, s, d
+        else:
+            cur_end, cur_lo, cur_due = min(cur_end, e), max(cur_lo, s), min(cur_due, d)
         out.append(g)
     grp[order] = out
     lo = np.full(g + 1, -1, dtype=np.int64)
@@ -338,8 +354,21 @@ def coalesce(
     return grp, lo[grp], hi[grp]
 
 
+def _loads(plan: Plan) -> np.ndarray:
+    """Bodies per (round, node) of ``plan``: the time unit of the critical path."""
+    out = np.zeros((len(plan.rounds), max(1, plan.nodes)))
+    for r, per_node in enumerate(plan.rounds):
+        for p, tasks in enumerate(per_node):
+            out[r, p] = sum(len(t.indices) for t in tasks)
+    return out
+
+
 def _coalesced(
-    routed: tuple[np.ndarray, ...], finals: tuple[np.ndarray, ...], R: int, P: int
+    routed: tuple[np.ndarray, ...],
+    finals: tuple[np.ndarray, ...],
+    R: int,
+    P: int,
+    loads: np.ndarray,
 ) -> tuple[list[Messages], list[np.ndarray], list[np.ndarray], Messages]:
     """The exchanges of coalesced routes (:func:`route` with ``coalesce``).
 
@@ -370,12 +399,35 @@ def _coalesced(
     subs, inv = np.unique(key, return_inverse=True)
     sub_end = np.full(len(subs), never, dtype=np.int64)
     np.minimum.at(sub_end, inv, row_end)
+    sub_due = np.full(len(subs), never, dtype=np.int64)
+    np.minimum.at(sub_due, inv, use)
+    # uncoalesced, each send is one message: node ``dst`` starts round ``due`` once the
+    # sender finished round ``born`` (``makespan.on_demand_path``, bodies as time).  A
+    # group may wait only where that timing has slack: the sender finishes the group's
+    # last round written no later than the destination, as timed so, starts the first
+    # round that needs a row, so the plan's critical path stays what it was
+    s_pair, s_born = subs // (R + 1), subs % (R + 1)
+    routed_sub = sub_due < never
+    finish = on_demand_finish(
+        loads,
+        s_born[routed_sub],
+        s_pair[routed_sub] // P,
+        s_pair[routed_sub] % P,
+        sub_due[routed_sub],
+    )
+    ready = finish - loads
+
+    def may(pair: int, written: int, needed: int) -> bool:
+        if needed >= R:  # last values only: due at the end
+            return True
+        return bool(finish[written, pair // P] <= ready[needed, pair % P])
+
     # a group leaves as soon as every row in it is written (the start of its window),
     # and is due where its destination first touches one (the receive is deferred to
     # there: ``Cluster.settle``), so a receiver waits for the sender's round that wrote
     # the rows, not for a later one; a group of last values only (its window ends at
     # the final exchange) waits for the final exchange, where nobody waits mid-way
-    _, lo, hi = coalesce(subs % (R + 1), sub_end, subs // (R + 1))
+    _, lo, hi = coalesce(s_born, sub_end, s_pair, sub_due, may)
     leave = np.where(hi == R, R, lo)
     at = leave[inv] if len(inv) else _EMPTY
     tag = np.where(last, -1, born)  # a last value on its way home: read by nobody there

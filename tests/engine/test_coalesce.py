@@ -238,6 +238,36 @@ def test_coalesced_routes_of_any_plan_keep_every_access_on_the_last_value(
     sim.invocation(plan, sets)
 
 
+def _path(plan, routes) -> float:
+    """The plan's critical path with its routed messages as ``routes`` sends them."""
+    from engine._machines.makespan import on_demand_path
+    from engine._machines.routing import _loads
+
+    e = [
+        (x, s, d, u)
+        for x, m in enumerate(routes.rounds)
+        for s, d, u in zip(m.src, m.dst, routes.uses[x], strict=True)
+    ]
+    cols = [np.array([t[i] for t in e], dtype=np.int64) for i in range(4)]
+    return on_demand_path(_loads(plan), *cols)
+
+
+@given(
+    seed=st.integers(0, 2**16),
+    nodes=st.sampled_from([3, 5, 8]),
+    strategy=st.sampled_from(["rotation", "tokens", "colouring"]),
+)
+def test_coalescing_never_lengthens_the_critical_path(seed: int, nodes: int, strategy: str) -> None:
+    """A group waits for its last round written only where the destination, timed by
+    the uncoalesced messages (bodies as time), would not start its first round that
+    needs a row any earlier."""
+    sets = sgd_like_sets(300, 30, 60, seed=seed)
+    plan = make_plan(sets, nodes, seed=seed, strategy=strategy)
+    plain, coal = route(plan, sets), route(plan, sets, coalesce=True)
+    assert _path(plan, coal) == _path(plan, plain)
+    assert sum(map(len, coal.rounds)) <= sum(map(len, plain.rounds))
+
+
 @pytest.mark.parametrize("nodes", [8, 16])
 def test_a_rotation_sends_the_same_rows_in_fewer_messages(nodes: int) -> None:
     """Item rows a node touches d rounds after their writer: up to d exchanges in one."""
