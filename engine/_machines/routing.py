@@ -31,12 +31,13 @@ Coalescing (``route(coalesce=True)``, the default of runs since 2026-12-06).  A 
 not leave in the round it was written, only arrive before the first round its
 destination touches it; a last value going home, before the end.  So each row has a
 send window, and the rows one node sends another travel in as few messages as those
-windows allow (:func:`coalesce`): each message leaves once every row in it is written
-and is due where its destination first touches one of them (``Routes.uses``), where an
-MPI rank completes the receive.  The same rows, fewer messages (a rotation's pair at
-distance d sends about P/d a round instead of up to P); ``Routes.born`` says, per row,
-the round that wrote it, from whose write-back until its arrival the guard marks it on
-its destination.
+windows allow (:func:`coalesce`) without making the destination wait longer than the
+uncoalesced messages would (timed with bodies as time, as the planner's critical path
+is): each message leaves once every row in it is written and is due where its
+destination first touches one of them (``Routes.uses``), where an MPI rank completes the
+receive.  The same rows, fewer messages; ``Routes.born`` says, per row, the round that
+wrote it, from whose write-back until its arrival the guard marks it on its
+destination.
 """
 
 from __future__ import annotations

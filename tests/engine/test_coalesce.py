@@ -14,7 +14,8 @@ plans (every strategy, three invocations, the fetch and the final exchange home)
 * every row a node is behind on is marked there, by the guard's rule (stale, in flight
   since the round it was written, not fetched): a body that leaves its plan cannot
   read an old value;
-* fewer messages, the same rows.
+* fewer messages, the same rows, and the plan's critical path (bodies as time) what
+  it was without coalescing.
 
 Then the engine: the same bits and bytes with and without coalescing, and a body that
 reads a row still in flight is a plan violation, re-planned to its serial loop's result.
