@@ -170,6 +170,14 @@ CHECKED_LABEL = "checked"
 EXACT_REDUCE_LABEL = "exact_reduce"
 
 
+#: The run label of a run whose ``async_for`` routes coalesced each pair of nodes' rows
+#: into as few messages as their deadlines allow (``engine._machines.routing.coalesce``):
+#: every run recorded since 2026-12-06.  A trace without it sent one message per round
+#: and pair, and a replay of it does so too, so that its recorded arrivals (sources,
+#: exchange numbers, sizes) keep their shape; the digests are the same bits either way.
+COALESCE_LABEL = "coalesced_sends"
+
+
 def recorded_in_test_mode(info: Any) -> bool:
     """Whether the run ``info`` describes was recorded in test mode."""
     return bool((info.labels or {}).get(TEST_MODE_LABEL))
@@ -181,6 +189,7 @@ class Modes(TypedDict):
     checked: bool
     test_mode: bool
     exact_reduce: bool
+    coalesce: bool
 
 
 def recorded_modes(info: Any) -> Modes:
@@ -188,7 +197,8 @@ def recorded_modes(info: Any) -> Modes:
 
     They are what changes execution beyond the run row's own fields (ranks, threads,
     seed, parameters): checked and test mode, which also decide whether relaxed DDS are
-    relaxed and SSP is stale, and whether ``ap.reduce`` folds exactly.  All are run
+    relaxed and SSP is stale, whether ``ap.reduce`` folds exactly, and whether
+    ``async_for`` coalesces its routed messages.  All are run
     labels, so the run row's hash chain covers them; a trace recorded before a label
     existed has it off, as its run had.
     """
@@ -197,6 +207,7 @@ def recorded_modes(info: Any) -> Modes:
         checked=bool(labels.get(CHECKED_LABEL)),
         test_mode=bool(labels.get(TEST_MODE_LABEL)),
         exact_reduce=bool(labels.get(EXACT_REDUCE_LABEL)),
+        coalesce=bool(labels.get(COALESCE_LABEL)),
     )
 
 
@@ -230,6 +241,8 @@ def _recorder(spec: dict[str, Any], app: Any, params: dict[str, Any], comm: Any)
             labels[CHECKED_LABEL] = True
         if spec.get("exact_reduce", True):
             labels[EXACT_REDUCE_LABEL] = True
+        if spec.get("coalesce", True):
+            labels[COALESCE_LABEL] = True
         if labels:
             meta["labels"] = labels
         tracer.start_run(path, run_id, meta)
@@ -300,6 +313,7 @@ def run_here(
             seed=spec.get("seed", 0),
             checked=spec.get("checked", False),
             exact_reduce=spec.get("exact_reduce", True),
+            coalesce=spec.get("coalesce", True),
             comm=comm,
             recorder=recorder,
             progress=say,

@@ -199,43 +199,39 @@ class GuardPlan:
         dds = sess.dds
         nodes = sess.cluster.local_nodes
         self._home = _home_of(dds)
-        routes = route(plan, sets, nodes, home=self._home)
+        routes = route(plan, sets, nodes, home=self._home, coalesce=sess.coalesce)
         every = not sess.cluster.is_mpi
         here = set(nodes)
         self._dds = dds
         self._every = every
         self._nodes = nodes
         self._touches = touches(plan, sets)
-        self._rounds = len(plan.rounds)
+        R = self._rounds = len(plan.rounds)
         #: per round, then once more after the last round: the messages of its write-back
         #: and, per message, the round it is due by when later than the next (``defer``:
         #: decided by the plan alone, so in-process nodes and MPI ranks mark alike)
         self.exchanges: list[list[Message]] = []
-        #: per round r: per local node, (dds, slots) whose rows arrive for a later round:
-        #: marked as written by another node from r's write-back until ``arrive``
-        self.pending: list[dict[int, list[tuple[Any, np.ndarray]]]] = []
+        #: per round b: per local node, (dds, slots) written in round b whose rows arrive
+        #: for a later round than b + 1 (deferred, or sent at a later exchange: coalesced
+        #: routes): marked as written by another node from b's write-back until ``arrive``
+        self.pending: list[dict[int, list[tuple[Any, np.ndarray]]]] = [{} for _ in range(R)]
         #: per round u: per local node, (dds, slots) that arrive just before round u
-        self.arrive: list[dict[int, list[tuple[Any, np.ndarray]]]] = [
-            {} for _ in range(len(plan.rounds) + 1)
-        ]
+        self.arrive: list[dict[int, list[tuple[Any, np.ndarray]]]] = [{} for _ in range(R + 1)]
         for r, msgs in enumerate(routes.rounds):
             out, kept = _messages(dds, msgs, nodes, every)
             uses = routes.uses[r] if r < len(routes.uses) else None
+            born = routes.born[r] if r < len(routes.born) else None
             later: list[int | None] = []
-            pend: dict[int, list[tuple[Any, np.ndarray]]] = {}
             for (_, dst, carried), k in zip(out, kept, strict=True):
                 u = int(uses[k]) if uses is not None else r + 1
-                if u > r + 1 and u < len(plan.rounds) and all(d._numeric for d, _ in carried):
-                    later.append(u)
-                    if dst in here:
-                        pend.setdefault(dst, []).extend(carried)
-                        self.arrive[u].setdefault(dst, []).extend(carried)
-                else:
-                    later.append(None)
+                deferred = r + 1 < u < R and all(d._numeric for d, _ in carried)
+                later.append(u if deferred else None)
+                if dst in here:
+                    b = None if born is None else born[int(msgs.ptr[k]) : int(msgs.ptr[k + 1])]
+                    self._mark_late(dst, u if deferred else r + 1, r, carried, msgs.rows(k), b)
             ex = Exchange(out)
             ex.defer = later
             self.exchanges.append(ex)
-            self.pending.append(pend)
         final = Exchange(_messages(dds, routes.final, nodes, every)[0])
         final.defer = [None] * len(final)
         self.exchanges.append(final)
@@ -277,6 +273,30 @@ class GuardPlan:
                         entries += [(d, s, code) for d, s in _slot_groups(dds, gids)]
                 per_node[p] = entries
             self.arms.append(per_node)
+
+    def _mark_late(
+        self,
+        dst: int,
+        due: int,
+        r: int,
+        carried: list[tuple[Any, np.ndarray]],
+        rows: np.ndarray,
+        born: np.ndarray | None,
+    ) -> None:
+        """A message of exchange ``r`` whose rows are in ``dst``'s replica before round
+        ``due``: each row written in a round ``b`` with ``due > b + 1`` is marked on
+        ``dst`` from ``b``'s write-back until then (``pending``, ``arrive``).  A row born
+        -1 (a last value going home early) stays as the routes left it (stale)."""
+        if born is None or (born == r).all():
+            if due > r + 1:
+                self.pending[r].setdefault(dst, []).extend(carried)
+                self.arrive[due].setdefault(dst, []).extend(carried)
+            return
+        for b in np.unique(born[born >= 0]).tolist():
+            if due > b + 1:
+                groups = _slot_groups(self._dds, rows[born == b])
+                self.pending[b].setdefault(dst, []).extend(groups)
+                self.arrive[due].setdefault(dst, []).extend(groups)
 
     def fetch(self, sess: Session) -> Fetch:
         """The fetch exchange for the DDS state now (``routing.fetch``), and what each

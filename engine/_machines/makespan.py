@@ -59,9 +59,22 @@ def on_demand_path(
     """The makespan if node ``dst[k]`` waited for message ``k`` only before round
     ``use[k]``, the first round that touches a row it carries (a receive posted where
     it is needed), instead of before round ``rnd[k] + 1``."""
+    finish = on_demand_finish(loads, rnd, src, dst, use)
+    return float(finish[-1].max()) if finish.size else 0.0
+
+
+def on_demand_finish(
+    loads: np.ndarray,
+    rnd: np.ndarray,
+    src: np.ndarray,
+    dst: np.ndarray,
+    use: np.ndarray,
+) -> np.ndarray:
+    """Per (round, node): when it finishes, as :func:`on_demand_path` times the plan
+    (a node starts round ``s`` at ``finish[s] - loads[s]``)."""
     loads = np.asarray(loads, dtype=np.float64)
     if loads.size == 0:
-        return 0.0
+        return np.zeros(loads.shape)
     n_rounds, nodes = loads.shape
     order = np.argsort(use, kind="stable")
     rnd, src, dst, use = rnd[order], src[order], dst[order], use[order]
@@ -74,7 +87,7 @@ def on_demand_path(
         if b > a:
             np.maximum.at(ready, dst[a:b], finish[rnd[a:b], src[a:b]])
         finish[s] = ready + loads[s]
-    return float(finish[-1].max())
+    return finish
 
 
 def barrier_makespan(loads: np.ndarray, *, overhead: float = 0.0) -> float:
@@ -86,4 +99,4 @@ def barrier_makespan(loads: np.ndarray, *, overhead: float = 0.0) -> float:
     return float(loads.max(axis=1).sum() + overhead * loads.shape[0])
 
 
-__all__ = ["barrier_makespan", "critical_path", "on_demand_path"]
+__all__ = ["barrier_makespan", "critical_path", "on_demand_finish", "on_demand_path"]

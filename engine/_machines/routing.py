@@ -26,6 +26,18 @@ an old value of the element until the next reader needs it: the next ``async_for
 fetches what its nodes touch from the homes (:func:`fetch`), and any other reader makes
 the replicas whole first (``engine._data.dds.make_whole``).  Without ``home``,
 :func:`route` sends the final values to every node that lacks them, as before.
+
+Coalescing (``route(coalesce=True)``, the default of runs since 2026-12-06).  A row need
+not leave in the round it was written, only arrive before the first round its
+destination touches it; a last value going home, before the end.  So each row has a
+send window, and the rows one node sends another travel in as few messages as those
+windows allow (:func:`coalesce`) without making the destination wait longer than the
+uncoalesced messages would (timed with bodies as time, as the planner's critical path
+is): each message leaves once every row in it is written and is due where its
+destination first touches one of them (``Routes.uses``), where an MPI rank completes the
+receive.  The same rows, fewer messages; ``Routes.born`` says, per row, the round that
+wrote it, from whose write-back until its arrival the guard marks it on its
+destination.
 """
 
 from __future__ import annotations
@@ -37,6 +49,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .._asyncfor.recon import AccessSets
+from .makespan import on_demand_finish
 
 if TYPE_CHECKING:  # the planner measures its plans by their routes (``makespan``)
     from .planner import Plan
@@ -68,18 +81,27 @@ class Messages:
     @classmethod
     def of(cls, src: np.ndarray, dst: np.ndarray, gids: np.ndarray) -> Messages:
         """From one (src, dst, gid) triple per row sent, in any order (duplicates merge)."""
+        return cls.carrying(src, dst, gids)[0]
+
+    @classmethod
+    def carrying(
+        cls, src: np.ndarray, dst: np.ndarray, gids: np.ndarray, extra: np.ndarray = _EMPTY
+    ) -> tuple[Messages, np.ndarray]:
+        """:meth:`of`, and ``extra`` (one value per triple, the same for duplicates, or
+        empty) aligned with the messages' ``gids``."""
         if not len(gids):
-            return cls(_EMPTY, _EMPTY, np.zeros(1, np.int64), _EMPTY)
+            return cls(_EMPTY, _EMPTY, np.zeros(1, np.int64), _EMPTY), _EMPTY
         order = np.lexsort((gids, dst, src))
         s, d, g = src[order], dst[order], gids[order]
         keep = np.ones(len(g), dtype=bool)
         keep[1:] = (s[1:] != s[:-1]) | (d[1:] != d[:-1]) | (g[1:] != g[:-1])
         s, d, g = s[keep], d[keep], g[keep]
+        x = extra[order][keep] if len(extra) else _EMPTY
         new = np.ones(len(g), dtype=bool)
         new[1:] = (s[1:] != s[:-1]) | (d[1:] != d[:-1])
         starts = np.flatnonzero(new)
         ptr = np.append(starts, len(g)).astype(np.int64)
-        return cls(s[starts].astype(np.int64), d[starts].astype(np.int64), ptr, g)
+        return cls(s[starts].astype(np.int64), d[starts].astype(np.int64), ptr, g), x
 
 
 @dataclass(frozen=True)
@@ -99,6 +121,12 @@ class Routes:
     uses: list[np.ndarray] = field(default_factory=list)
     #: each written element (sorted ids) and the node that wrote its last value
     holders: tuple[np.ndarray, np.ndarray] = (_EMPTY, _EMPTY)
+    #: per exchange ``r``, aligned with ``rounds[r].gids``: the exchange after whose
+    #: round the row's value was written and due to leave (``r`` itself unless the
+    #: routes were coalesced, :func:`coalesce`), or -1 for a last value on its way home
+    #: early (its destination does not touch it again in the invocation); empty lists:
+    #: every row left in its own round
+    born: list[np.ndarray] = field(default_factory=list)
 
     def sent_rows(self) -> int:
         """Rows sent in total (every exchange, the final one included)."""
@@ -208,11 +236,14 @@ def route(
     nodes: list[int] | None = None,
     *,
     home: Callable[[np.ndarray], np.ndarray] | None = None,
+    coalesce: bool = False,
 ) -> Routes:
     """The routes of ``plan`` (see the module docstring); ``stale`` is computed for
     ``nodes`` only (default: every node).  ``home`` maps element ids to their home
     nodes: the final exchange then sends each last value to its home only (if the home
-    lacks it); without it, to every node that lacks it."""
+    lacks it); without it, to every node that lacks it.  ``coalesce``: each row leaves
+    at the latest exchange that still reaches its destination in time, merged with the
+    other rows of the same pair of nodes (:func:`coalesce`)."""
     P, R = plan.nodes, len(plan.rounds)
     gid, rnd, node, isw, w, dst, at = _sends(plan, sets)
     m = len(gid)
@@ -221,13 +252,6 @@ def route(
     first = np.ones(m, dtype=bool)
     first[1:] = gid[1:] != gid[:-1]
     gstart = np.maximum.accumulate(np.where(first, idx, 0)) if m else _EMPTY
-    rounds = []
-    uses = []
-    for r in range(R):
-        sel = rnd[w] == r
-        msgs = Messages.of(node[w[sel]], dst[sel], gid[w[sel]])
-        rounds.append(msgs)
-        uses.append(_first_uses(msgs, node[w[sel]], dst[sel], rnd[at[sel]], P))
     # final exchange: every element's last value to its home (or to each node) lacking it
     if m:
         ends = np.flatnonzero(np.concatenate((gid[1:] != gid[:-1], [True])))
@@ -248,7 +272,25 @@ def route(
         dest = np.asarray(home(gid[finals]), dtype=np.int64)
         f_row = np.flatnonzero(~have[np.arange(len(finals)), dest])
         f_dst = dest[f_row]
-    final = Messages.of(node[finals][f_row], f_dst.astype(np.int64), gid[finals][f_row])
+    f_src, f_gid = node[finals][f_row], gid[finals][f_row]
+    f_dst = f_dst.astype(np.int64)
+    if coalesce:
+        rounds, uses, born, final = _coalesced(
+            (node[w], dst, gid[w], rnd[w], rnd[at]),
+            (f_src, f_dst, f_gid, rnd[finals][f_row]),
+            R,
+            P,
+            _loads(plan),
+        )
+    else:
+        rounds, uses, born = [], [], []
+        for r in range(R):
+            sel = rnd[w] == r
+            msgs = Messages.of(node[w[sel]], dst[sel], gid[w[sel]])
+            rounds.append(msgs)
+            uses.append(_first_uses(msgs, node[w[sel]], dst[sel], rnd[at[sel]], P))
+            born.append(np.full(len(msgs.gids), r, dtype=np.int64))
+        final = Messages.of(f_src, f_dst, f_gid)
     # stale: after round r, node p lacks what another node wrote in r and did not send it
     want = range(P) if nodes is None else nodes
     stale: list[dict[int, np.ndarray]] = [{} for _ in range(R)]
@@ -260,7 +302,148 @@ def route(
         by_round = rnd[mine]
         for r in range(R):
             stale[r][p] = np.sort(gid[mine[by_round == r]])
-    return Routes(rounds, final, stale, uses, (gid[finals], node[finals]))
+    return Routes(rounds, final, stale, uses, (gid[finals], node[finals]), born)
+
+
+def coalesce(
+    start: np.ndarray,
+    end: np.ndarray,
+    pair: np.ndarray,
+    due: np.ndarray | None = None,
+    may: Callable[[int, int, int], bool] | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Fewest messages for a set of *sends*: send ``k`` goes between the pair of nodes
+    ``pair[k]`` and may leave at any exchange from ``start[k]`` to ``end[k]`` (its send
+    window, ``start <= end``).  Sends of one pair whose windows share an exchange can
+    travel as one message.  Returns per send its group (one message) and the group's
+    window: from the latest start to the earliest end of its sends (never empty).
+
+    The greedy rule (per pair, by start: a send joins the open group while its start is
+    no later than the group's earliest end) meets every window with as few exchanges as
+    any rule can (each group closes at the earliest deadline among its sends, and the
+    next send starts after it).
+
+    ``may(pair, written, needed)``, with ``due`` (per send, the round its destination
+    first needs it), restricts that: a send joins only if a group whose rows are all
+    written by round ``written`` and first needed in round ``needed`` may travel as one
+    message (:func:`route` asks whether the destination would wait longer)."""
+    n = len(start)
+    if not n:
+        return _EMPTY, _EMPTY, _EMPTY
+    order = np.lexsort((start, pair))
+    grp = np.empty(n, dtype=np.int64)
+    g, cur_pair, cur_end, cur_lo, cur_due = -1, None, 0, 0, 0
+    starts, ends, pairs = start[order].tolist(), end[order].tolist(), pair[order].tolist()
+    dues = due[order].tolist() if due is not None else ends
+    out: list[int] = []
+    for s, e, pr, d in zip(starts, ends, pairs, dues, strict=True):
+        if (
+            pr != cur_pair
+            or s > cur_end
+            or (may is not None and not may(pr, max(cur_lo, s), min(cur_due, d)))
+        ):
+            g += 1
+            cur_pair, cur_end, cur_lo, cur_due = pr, e, s, d
+        else:
+            cur_end, cur_lo, cur_due = min(cur_end, e), max(cur_lo, s), min(cur_due, d)
+        out.append(g)
+    grp[order] = out
+    lo = np.full(g + 1, -1, dtype=np.int64)
+    np.maximum.at(lo, grp, start)
+    hi = np.full(g + 1, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(hi, grp, end)
+    return grp, lo[grp], hi[grp]
+
+
+def _loads(plan: Plan) -> np.ndarray:
+    """Bodies per (round, node) of ``plan``: the time unit of the critical path."""
+    out = np.zeros((len(plan.rounds), max(1, plan.nodes)))
+    for r, per_node in enumerate(plan.rounds):
+        for p, tasks in enumerate(per_node):
+            out[r, p] = sum(len(t.indices) for t in tasks)
+    return out
+
+
+def _coalesced(
+    routed: tuple[np.ndarray, ...],
+    finals: tuple[np.ndarray, ...],
+    R: int,
+    P: int,
+    loads: np.ndarray,
+) -> tuple[list[Messages], list[np.ndarray], list[np.ndarray], Messages]:
+    """The exchanges of coalesced routes (:func:`route` with ``coalesce``).
+
+    ``routed``: per row sent, (src, dst, gid, round written, first round ``dst`` touches
+    it after that): it may leave at any exchange from the round written to the one
+    before that use.  ``finals``: per last value that goes home, (src, dst, gid, round
+    written): it may leave at any exchange from that round to the final one (``R``).
+    Rows written in the same round and sent between the same pair form one send (its
+    window, the intersection of theirs, holds the round written); :func:`coalesce`
+    groups the sends.
+
+    Why the value sent is the one routed (the property test checks it on generated
+    plans): between the round a row was written and its send, nobody writes it (the
+    next write of a routed row is at or after its use; nobody writes a last value
+    again), so the sender's replica keeps it; and nothing arrives there to overwrite it
+    (a message to the sender carrying the row holds an older write, and was due by the
+    sender's own write, which follows the first round it touches the row)."""
+    src = np.concatenate([routed[0], finals[0]]).astype(np.int64)
+    dst = np.concatenate([routed[1], finals[1]]).astype(np.int64)
+    gid = np.concatenate([routed[2], finals[2]]).astype(np.int64)
+    born = np.concatenate([routed[3], finals[3]]).astype(np.int64)
+    never = np.iinfo(np.int64).max
+    use = np.concatenate([routed[4], np.full(len(finals[0]), never, np.int64)]).astype(np.int64)
+    last = np.arange(len(src)) >= len(routed[0])
+    row_end = np.where(last, R, use - 1)
+    # one send per (pair, round written): its window ends at its rows' earliest deadline
+    key = (src * P + dst) * (R + 1) + born
+    subs, inv = np.unique(key, return_inverse=True)
+    sub_end = np.full(len(subs), never, dtype=np.int64)
+    np.minimum.at(sub_end, inv, row_end)
+    sub_due = np.full(len(subs), never, dtype=np.int64)
+    np.minimum.at(sub_due, inv, use)
+    # uncoalesced, each send is one message: node ``dst`` starts round ``due`` once the
+    # sender finished round ``born`` (``makespan.on_demand_path``, bodies as time).  A
+    # group may wait only where that timing has slack: the sender finishes the group's
+    # last round written no later than the destination, as timed so, starts the first
+    # round that needs a row, so the plan's critical path stays what it was
+    s_pair, s_born = subs // (R + 1), subs % (R + 1)
+    routed_sub = sub_due < never
+    finish = on_demand_finish(
+        loads,
+        s_born[routed_sub],
+        s_pair[routed_sub] // P,
+        s_pair[routed_sub] % P,
+        sub_due[routed_sub],
+    )
+    ready = finish - loads
+
+    def may(pair: int, written: int, needed: int) -> bool:
+        if needed >= R:  # last values only: due at the end
+            return True
+        return bool(finish[written, pair // P] <= ready[needed, pair % P])
+
+    # a group leaves as soon as every row in it is written (the start of its window),
+    # and is due where its destination first touches one (the receive is deferred to
+    # there: ``Cluster.settle``), so a receiver waits for the sender's round that wrote
+    # the rows, not for a later one; a group of last values only (its window ends at
+    # the final exchange) waits for the final exchange, where nobody waits mid-way
+    _, lo, hi = coalesce(s_born, sub_end, s_pair, sub_due, may)
+    leave = np.where(hi == R, R, lo)
+    at = leave[inv] if len(inv) else _EMPTY
+    tag = np.where(last, -1, born)  # a last value on its way home: read by nobody there
+    rounds: list[Messages] = []
+    uses: list[np.ndarray] = []
+    borns: list[np.ndarray] = []
+    for r in range(R):
+        sel = at == r
+        msgs, b = Messages.carrying(src[sel], dst[sel], gid[sel], tag[sel])
+        rounds.append(msgs)
+        uses.append(_first_uses(msgs, src[sel], dst[sel], use[sel], P))
+        borns.append(b)
+    sel = at == R
+    final = Messages.of(src[sel], dst[sel], gid[sel])
+    return rounds, uses, borns, final
 
 
 def _first_uses(
@@ -348,4 +531,13 @@ def fetch(
     return msgs, _first_uses(msgs, src, dst, use, t.nodes)
 
 
-__all__ = ["Messages", "Routes", "Touches", "fetch", "message_edges", "route", "touches"]
+__all__ = [
+    "Messages",
+    "Routes",
+    "Touches",
+    "coalesce",
+    "fetch",
+    "message_edges",
+    "route",
+    "touches",
+]

@@ -307,6 +307,10 @@ class Session:
         #: ``ap.reduce`` folds numbers exactly per node (``engine._data.exact``); False:
         #: in index order over gathered values, as runs recorded before it did
         self.exact_reduce = True
+        #: ``async_for`` routes coalesce each pair of nodes' rows into as few messages as
+        #: their deadlines allow (``engine._machines.routing.coalesce``); False: one
+        #: message per round and pair, as runs recorded before it did
+        self.coalesce = True
         #: (kind, name) -> what test or checked mode ran exactly (``RunResult.ran_exact``)
         self.ran_exact: dict[tuple[str, str], dict[str, Any]] = {}
         self.want_digests = digests
@@ -636,6 +640,7 @@ def run(
     digest: str | None = None,
     phases: Callable[[str], None] | None = None,
     exact_reduce: bool = True,
+    coalesce: bool = True,
 ) -> RunResult:
     """Run the driver ``fn(**params)`` on a fresh cluster and return its outcome.
 
@@ -648,7 +653,10 @@ def run(
     told each long phase as it starts (``"planning sgd"``, ``"compiling kernel sgd"``,
     ``"checkpoint after sgd#3"``).  ``exact_reduce=False`` makes every ``ap.reduce``
     fold in index order over gathered values, as runs did before its exact fold (a replay
-    of such a run passes it).
+    of such a run passes it).  ``coalesce=False`` sends an ``async_for``'s routed rows
+    in one message per round and pair of nodes, as runs did before messages were
+    coalesced (the same bits either way; a replay of such a run passes it, so that its
+    recorded arrivals keep their shape).
     """
     global _current
     if _current is not None and getattr(_current, "_running", False):
@@ -669,6 +677,7 @@ def run(
     )
     sess.test_mode = test_mode
     sess.exact_reduce = exact_reduce
+    sess.coalesce = coalesce
     sess.capture_orders = test_mode
     prev = _current
     _current = sess

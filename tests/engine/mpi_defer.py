@@ -3,8 +3,10 @@ first touched, and the bits are the in-process cluster's whatever the timing.
 
 ``python mpi_defer.py SEED...`` on P ranks runs :func:`program` (an SGD-like loop
 planned with ``strategy="tokens"``, whose hand-offs often skip rounds) on COMM_WORLD and
-once per SEED under seeded message jitter (tests/jitter.py).  Each rank returns, per run,
-the program's value: the tables, the digests and how many receives this rank deferred.
+once per SEED under seeded message jitter (tests/jitter.py), then once more with
+``coalesce=False`` (one message per round and pair, as before coalescing).  Each rank returns, per run,
+the program's value: the tables, the digests, how many receives this rank deferred and
+what it sent and received.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ def program() -> dict[str, Any]:
         "H": H.gather().tolist(),
         "rounds": len(ap.plan_of("sgd").rounds),
         "deferred": getattr(cl, "deferred", 0),
+        "traffic": cl.traffic.snapshot(),  # this process's nodes' (a rank's: its own)
     }
 
 
@@ -59,6 +62,8 @@ def case(world: MPI.Comm, *seeds: int) -> list[dict[str, Any]]:
     for comm in [world] + [Jitter(world, np.random.default_rng([s, me])) for s in seeds]:
         res = ap.run(program, comm=comm)
         runs.append({**res.value, "digests": res.digests})
+    res = ap.run(program, comm=world, coalesce=False)  # as a trace from before coalescing
+    runs.append({**res.value, "digests": res.digests})
     return runs
 
 

@@ -31,7 +31,9 @@ from engine._data import dds as _dds
 def _before_the_change() -> Iterator[None]:
     """The engine as it was: the final exchange makes every replica whole."""
     route0, mark0 = _guard.route, _dds.mark_dirty
-    _guard.route = functools.partial(lambda plan, sets, nodes, home: route0(plan, sets, nodes))  # type: ignore[assignment]
+    _guard.route = functools.partial(  # type: ignore[assignment]
+        lambda plan, sets, nodes, home, **kw: route0(plan, sets, nodes, **kw)
+    )
     _dds.mark_dirty = lambda d, slots, holders: None  # type: ignore[assignment]
     try:
         yield

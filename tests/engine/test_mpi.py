@@ -134,17 +134,26 @@ def test_a_token_plan_defers_receives_and_keeps_the_bits(ranks: int, mpi: Batche
     """tests/engine/mpi_defer.py: a token plan's hand-offs skip rounds, so ranks post
     those receives and complete them just before the round that touches the rows
     (``Cluster.settle``); plainly and under message jitter every rank gives the
-    in-process cluster's bits, and some receive was deferred."""
+    in-process cluster's bits, and some receive was deferred.  The rows of a pair of
+    ranks travel coalesced (fewer messages than one per round and pair, the same rows),
+    and the ranks together send and receive what the in-process cluster counts."""
     from tests.engine.mpi_defer import program
 
     want = ap.run(program, nodes=ranks)
+    plain = ap.run(program, nodes=ranks, coalesce=False)
+    assert plain.digests == want.digests
+    assert want.value["traffic"]["sent_messages"] < plain.value["traffic"]["sent_messages"]
     deferred = 0
-    for got in mpi[ranks].values("defer"):
-        assert len(got) == 1 + len(DEFER_SEEDS)
+    every = mpi[ranks].values("defer")
+    for got in every:
+        assert len(got) == 2 + len(DEFER_SEEDS)  # the last run: not coalesced
         for run in got:
             assert run["W"] == want.value["W"] and run["H"] == want.value["H"]
             assert run["digests"] == want.digests and run["rounds"] == want.value["rounds"]
             deferred += run["deferred"]
+    for k in range(2 + len(DEFER_SEEDS)):
+        total = {c: sum(got[k]["traffic"][c] for got in every) for c in want.value["traffic"]}
+        assert total == (plain if k == 1 + len(DEFER_SEEDS) else want).value["traffic"], k
     assert want.value["rounds"] > ranks  # tokens: more rounds than a rotation's P
     assert deferred > 0
 

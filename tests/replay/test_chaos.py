@@ -75,7 +75,12 @@ def test_every_run_is_recorded_with_its_labels_and_replays(tmp_path) -> None:
         infos = {r.run_id: r for r in store.runs()}
     assert set(infos) == {r.run_id for r in report.runs}
     for r in report.runs:
-        assert infos[r.run_id].labels == {"chaos_seed": 9, "chaos_run": r.run, "exact_reduce": True}
+        assert infos[r.run_id].labels == {
+            "chaos_seed": 9,
+            "chaos_run": r.run,
+            "exact_reduce": True,
+            "coalesced_sends": True,
+        }
         rep = replay_here({"kind": "replay", "mode": "single", "trace": path, "run_id": r.run_id})
         assert rep["identical"], rep
 

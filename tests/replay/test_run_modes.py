@@ -40,11 +40,14 @@ def record(trace: Path, *argv: str, env: dict[str, str] | None = None, status: i
 
 
 def labels(trace: Path) -> list[dict[str, Any]]:
-    """The runs' mode labels besides ``exact_reduce``, which every run recorded today
-    carries (its reduce sums exactly; a trace without it replays with the left fold)."""
+    """The runs' mode labels besides ``exact_reduce`` and ``coalesced_sends``, which
+    every run recorded today carries (its reduce sums exactly, its routed rows travel
+    coalesced; a trace without them replays with the left fold, one message per round
+    and pair)."""
     with tracer.open(trace) as store:
         got = [dict(r.labels or {}) for r in store.runs()]
     assert all(g.pop("exact_reduce", None) is True for g in got), got
+    assert all(g.pop("coalesced_sends", None) is True for g in got), got
     return got
 
 
