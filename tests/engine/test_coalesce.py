@@ -31,6 +31,7 @@ from hypothesis import strategies as st
 import engine as ap
 from engine._machines.planner import make_plan
 from engine._machines.routing import coalesce, fetch, route, touches
+from tests.engine import test_routing_home as routing_home
 from tests.engine.test_planner import access_sets, sgd_like_sets
 
 NEVER = np.iinfo(np.int64).max
@@ -69,21 +70,10 @@ def test_groups_meet_every_window_with_the_fewest_messages(sends) -> None:
 
 # ====================================================================== the simulation
 def _touched(plan, sets, r: int, p: int) -> set[int]:
-    out: set[int] = set()
-    for t in plan.rounds[r][p]:
-        for j in t.indices.tolist():
-            k = j - plan.start
-            out.update(sets.reads_of(k).tolist(), sets.writes_of(k).tolist())
-    return out
+    return set(routing_home._touched(plan, sets, r, p))
 
 
-def _written(plan, sets, r: int, p: int) -> list[int]:
-    return [
-        g
-        for t in plan.rounds[r][p]
-        for j in t.indices.tolist()
-        for g in sets.writes_of(j - plan.start).tolist()
-    ]
+_written = routing_home._written
 
 
 class _Sim:
