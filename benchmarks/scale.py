@@ -94,6 +94,9 @@ def _node_bytes(sess: Any, node: int) -> dict[str, int]:
         buf = d._bufs[node]
         if isinstance(buf, np.ndarray) and buf.dtype != object:
             dds += buf.nbytes
+        elif isinstance(buf, dict):  # a sharded dvector: the rows this node holds
+            dds += sys.getsizeof(buf) + sum(_obj_bytes(v) for v in buf.values())
+            dds += sum(c[node].nbytes for c in d._cache.values())  # and which ones
         else:  # Python-object rows: a list (or object array) of them
             dds += sys.getsizeof(buf) + sum(_obj_bytes(v) for v in list(buf))
     sets = plan = 0

@@ -46,6 +46,7 @@ from ._errors import PeerRankFailed as PeerRankFailed
 from ._errors import ReplicaMismatchError as ReplicaMismatchError
 from ._errors import SaveError as SaveError
 from ._errors import SessionError as SessionError
+from ._errors import ShardMissError as ShardMissError
 from ._errors import StaleDriverReadError as StaleDriverReadError
 from ._errors import SyncProtocolError as SyncProtocolError
 from ._machines.planner import Plan as Plan
@@ -88,6 +89,7 @@ __all__ = [
     "SaveError",
     "ScheduleSource",
     "SessionError",
+    "ShardMissError",
     "StaleDriverReadError",
     "SyncProtocolError",
     "async_for",

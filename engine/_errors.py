@@ -75,6 +75,24 @@ class DDSError(EngineError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
+class ShardMissError(EngineError, RuntimeError):
+    """A body read a row of a sharded ``dvector`` that the node running it does not
+    hold (see ``engine._data.shard``) outside an ``async_for`` round, where the engine
+    cannot tell in advance which rows a node needs."""
+
+    def __init__(self, desc: str, name: str, slot: int, node: int, gid: int = -1) -> None:
+        self.name = name
+        self.slot = slot
+        self.node = node
+        self.gid = gid
+        super().__init__(
+            f"{desc} is not held on node {node}: a sharded dvector keeps on each node its "
+            "own rows and the rows that node's loop bodies touch; read it inside an "
+            f"async_for or sync_for body, or create {name!r} with sharded=False to keep a "
+            "whole copy on every node"
+        )
+
+
 class KernelError(EngineError, TypeError):
     """A compiled loop body (``@kernel``) was bound to bad arguments or does not compile."""
 

@@ -34,6 +34,8 @@ def without_guard() -> Iterator[None]:
         for tag in ("guard", "guard_t", "guard_ro"):
             cls._modes[tag] = modes["exec"]
             cls._modes[tag + "_obj"] = modes["exec_obj"]
+            if "exec_shard" in modes:
+                cls._modes[tag + "_shard"] = modes["exec_shard"]
     _guard.Guard.arm = lambda self, r, code=True: None  # type: ignore[method-assign]
     _guard.Guard.prepare = lambda self, sess, extra=None: None  # type: ignore[method-assign]
     _guard.GuardPlan.__init__ = no_undo  # type: ignore[method-assign,assignment]

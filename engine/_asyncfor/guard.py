@@ -51,6 +51,7 @@ import numpy as np
 
 from .._data import dds as _dds
 from .._data.dds import ANY_OWN, FREE, LOCKED, LOCKED_BODY, OTHER, SLOT_BITS, SLOT_MASK, _tls
+from .._data.shard import needs_of
 from .._errors import AccessOutsideReconError, BodyError
 from .._machines.routing import Messages, fetch, route, touches
 
@@ -206,6 +207,8 @@ class GuardPlan:
         self._every = every
         self._nodes = nodes
         self._touches = touches(plan, sets)
+        #: per sharded DDS, per node: the rows away from home its tasks touch
+        self.shard_needs = needs_of(sess, self._touches.node, self._touches.gid)
         R = self._rounds = len(plan.rounds)
         #: per round, then once more after the last round: the messages of its write-back
         #: and, per message, the round it is due by when later than the next (``defer``:
@@ -460,7 +463,8 @@ class Guard:
     def outside(self, dds: Any, slot: int, write: bool, strict: str | None = None) -> None:
         """An access the fast path could not clear: allow it, or report a violation.
 
-        ``strict`` (checked mode) names the sets the access left; it is a violation
+        ``strict`` (checked mode) names the sets the access left, or is ``"held"`` (a
+        sharded dvector's row the node does not hold); it is a violation
         whatever the codes say."""
         m = dds._gm
         c = m[slot] if slot < len(m) else FREE
@@ -483,7 +487,12 @@ class Guard:
             else:
                 return
         else:
-            reason = f"is not in {strict} {'write' if write else 'read'} set"
+            reason = (
+                "is not held on this node (a sharded dvector: the node holds its home rows "
+                "and the rows of its tasks' reconnaissance sets)"
+                if strict == "held"
+                else f"is not in {strict} {'write' if write else 'read'} set"
+            )
         v = Violation(
             self.op,
             self.invocation,

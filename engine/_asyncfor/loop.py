@@ -22,6 +22,7 @@ import numpy as np
 
 from .._data import dds as _dds
 from .._data import relaxed as _relaxed
+from .._data import shard as _shard
 from .._data.dds import ANY_OWN, LOCKED_BODY, SLOT_BITS, SLOT_MASK, _tls
 from .._errors import (
     AccessOutsideReconError,
@@ -66,7 +67,7 @@ from .closure import verify as closure_verify
 from .closure import watch as closure_watch
 from .guard import POLICIES, Guard, GuardPlan, PlanViolation, Violation, install
 from .kernel import BoundKernel, code_of, prepare, python_of, run_group, wrap_body
-from .recon import AccessSets, concat_sets, recon_range
+from .recon import AccessSets, ReconMissed, concat_sets, recon_range, recon_shares
 
 
 @dataclass
@@ -115,14 +116,17 @@ def _recon(
     _relaxed.enter_recon(sess)  # relaxed DDS: out of the sets (or in them, in test mode)
     try:
 
-        def share(node: int) -> AccessSets:
+        def share(node: int) -> AccessSets | list[tuple[int, int]]:
             lo = start + n * node // cl.size
             hi = start + n * (node + 1) // cl.size
-            sets = recon_range(sess, name, inv, body, lo, hi)
+            try:
+                sets = recon_range(sess, name, inv, body, lo, hi)
+            except ReconMissed as missed:  # sharded rows this node lacks: fetch, run again
+                return missed.misses
             finish_closure(body)  # inside the share: a late violation is this node's failure
             return sets
 
-        parts = cl.run_on_nodes(share)
+        parts = recon_shares(cl, sess, f"reconnaissance of {name}", share)
     finally:
         sess.set_mode("driver")
     return concat_sets(parts)
@@ -396,6 +400,8 @@ def _attempt(
     changed (replicas, message counters, recorder calls) and return the violation."""
     if st.plan.strategy == REPLICATED:
         _dds.make_whole(sess=sess)  # every node runs every body on its own replica
+        if _shard.sharded(sess):
+            _shard.ensure_rows(sess, st.name, _shard.everything(sess))
         tape = sess.tape = sess.new_tape()
         try:
             round_s = _execute_replicated(sess, st, body, inv)
@@ -409,14 +415,18 @@ def _attempt(
     if st.guard_plan is None:
         st.guard_plan = GuardPlan(sess, st.plan, st.sets)
     gp = st.guard_plan
+    if gp.shard_needs:  # sharded rows this plan's tasks touch, where they run
+        _shard.ensure_rows(sess, st.name, gp.shard_needs)
     guard = Guard(st.name, inv, policy, gp)
     fx = gp.fetch(sess)  # the rows earlier invocations wrote, from their homes
     guard.prepare(sess, fx.marked())
     if fx.any:
         fetch_rows(sess.cluster, fx.exchange)
     guard.mark_fetch(fx)
-    snapshot = [
-        (node, d, s, d.rows(node, s)) for node in sess.cluster.local_nodes for d, s in gp.undo_slots
+    snapshot = [  # a sharded node's row it does not hold yet: dropped again on undo
+        (node, d, s, d.rows(node, s, absent_ok=True))
+        for node in sess.cluster.local_nodes
+        for d, s in gp.undo_slots
     ]
     mark = sess.cluster.mark()
     rx = _relaxed.Relaxation.of(sess)

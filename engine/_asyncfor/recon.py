@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .._data import dds as _dds
-from .._errors import BodyError, ClosureRuleError
+from .._data.shard import fetch_missed
+from .._errors import BodyError, ClosureRuleError, ShardMissError
 from .._runtime.session import _tls
 from .kernel import BoundKernel, record
 
@@ -130,7 +131,10 @@ def recon_range(
     try:
         for j in range(lo, hi):
             _tls.index = j
-            body(j)
+            try:
+                body(j)
+            except ShardMissError:
+                pass  # in ``rec.misses``: the caller fetches the row and runs this again
             r_ends.append(len(reads))
             w_ends.append(len(writes))
             if overlay:
@@ -142,9 +146,33 @@ def recon_range(
     finally:
         _dds.RECON = None
         _tls.op_key = None
+    if rec.misses:
+        raise ReconMissed(rec.misses)
     rp, ri = csr_from_ends(r_ends, reads)
     wp, wi = csr_from_ends(w_ends, writes)
     return AccessSets(lo, hi - lo, rp, ri, wp, wi)
+
+
+class ReconMissed(Exception):  # noqa: N818 - a signal to the caller, never shown
+    """A reconnaissance read sharded rows its node does not hold: ``misses``, (node,
+    element id) pairs; the caller fetches them (``engine._data.shard.fetch_missed``) and
+    runs the reconnaissance again."""
+
+    def __init__(self, misses: list[tuple[int, int]]) -> None:
+        super().__init__(misses)
+        self.misses = misses
+
+
+def recon_shares(cl: Any, sess: Any, why: str, share: Callable[[int], Any]) -> list[Any]:
+    """``cl.run_on_nodes(share)`` until no node's reconnaissance reads a sharded row it
+    does not hold: a share returns its ``ReconMissed.misses`` instead of its sets, and
+    every rank fetches them (collectively) and runs every share again."""
+    while True:
+        parts = cl.run_on_nodes(share)
+        missed = [m for part in parts if isinstance(part, list) for m in part]
+        if not missed:
+            return parts
+        fetch_missed(sess, why, missed)
 
 
 __all__ = [
@@ -153,5 +181,7 @@ __all__ = [
     "csr_from_ends",
     "csr_from_lists",
     "csr_from_pairs",
+    "ReconMissed",
     "recon_range",
+    "recon_shares",
 ]

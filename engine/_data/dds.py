@@ -1,6 +1,6 @@
 """Distributed data structures: ``dvector``, ``dmap`` and ``dmultimap``.
 
-Every node keeps a full-size replica (its *cache*) of each DDS; element ownership
+Every node keeps a full-size replica (its *cache*) of each numeric DDS; element ownership
 (range partitioning for ``dvector``, hash partitioning for ``dmap``) decides which
 replica is authoritative for gathers and digests (the element's *home*).  After an
 ``async_for`` invocation a written row's last value is sure to be only at its home and
@@ -9,6 +9,11 @@ every rank: a function of the plans).  The next ``async_for`` fetches the dirty 
 nodes touch from their homes; every other reader of replicas (driver reads, ``map``,
 ``reduce``, ``create``, ``sync_for``, reconnaissance, the serial fallback) makes the
 DDS whole first, collectively (:func:`make_whole`).
+
+A dvector of Python objects is *sharded* (``sharded=True``, its default): each node's
+storage is a dict that holds only its home rows and the rows its loop tasks touch
+(``engine._data.shard``); a read of a row the node does not hold is a plan violation
+inside an ``async_for`` round and :class:`ShardMissError` anywhere else.
 
 A DDS instance changes class with the engine's mode instead of testing a flag on
 every access, so the hot path (``X[i]`` inside a loop body) is one numpy indexing
@@ -39,7 +44,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 import xxhash
 
-from .._errors import AccessOutsideReconError, DDSError, DriverStepsDivergedError, _shown
+from .._errors import (
+    AccessOutsideReconError,
+    DDSError,
+    DriverStepsDivergedError,
+    ShardMissError,
+    _shown,
+)
 from .._runtime import checkpoint as _checkpoint
 from .._runtime.checkpoint import collective
 from .._runtime.session import _tls, current
@@ -53,6 +64,9 @@ if TYPE_CHECKING:
 SLOT_BITS = 40
 SLOT_MASK = (1 << SLOT_BITS) - 1
 _MISSING = object()
+#: A row a node does not hold, in :meth:`_DDS.rows` with ``absent_ok`` (an undo snapshot
+#: of a sharded dvector); :meth:`_DDS.set_rows` drops the row again.  Never sent.
+_ABSENT = object()
 
 #: Guard codes, one byte per slot and node (see ``engine._asyncfor.guard``): who may touch a
 #: slot in the running round.  ``FREE``: nobody writes it, anyone may read it;
@@ -93,12 +107,14 @@ def value_bytes(value: Any) -> bytes:
 class _Recon:
     """The access log of the body running under reconnaissance execution."""
 
-    __slots__ = ("reads", "writes", "overlay")
+    __slots__ = ("reads", "writes", "overlay", "misses")
 
     def __init__(self) -> None:
         self.reads: list[int] = []
         self.writes: list[int] = []
         self.overlay: dict[int, Any] = {}
+        #: (node, element id) of sharded rows a body read that its node does not hold
+        self.misses: list[tuple[int, int]] = []
 
 
 class _Checker:
@@ -127,6 +143,9 @@ RECON: _Recon | None = None
 CHECKER: _Checker | None = None
 #: The plan guard of the running ``async_for`` invocation (``engine._asyncfor.guard.Guard``).
 GUARD: Any = None
+#: Reads of sharded rows that a node does not hold, outside an ``async_for`` round
+#: (``engine._data.shard.check_missed`` raises the first after the operator).
+MISSED: list[Exception] = []
 
 
 class _DDS:
@@ -151,6 +170,8 @@ class _DDS:
         "_rxc",
         "_dirty",
         "_holder",
+        "_sharded",
+        "_cache",
         "__weakref__",
     )
     _modes: dict[str, type]
@@ -180,6 +201,11 @@ class _DDS:
     _dirty: np.ndarray | None
     #: per dirty slot, the node that wrote its last value (it holds it too)
     _holder: np.ndarray | None
+    #: storage is a dict per node: home rows plus the rows its tasks touch
+    _sharded: bool
+    #: sharded: per reason (an operator's plan, a reconnaissance), per node of the
+    #: cluster, the sorted slots away from home that the node holds for it
+    _cache: dict[str, list[np.ndarray]]
 
     # Every concrete DDS (dvector, dmap) defines these; code that takes any ``_DDS``
     # relies on them.  Declared for the type checker only, so lookups stay as they were.
@@ -215,6 +241,8 @@ class _DDS:
         self._rxc = []
         self._dirty = None
         self._holder = None
+        self._sharded = False
+        self._cache = {}
 
     # ----------------------------------------------------------------- identity
     @property
@@ -263,7 +291,13 @@ class _DDS:
         return [None] * n
 
     def _read_slot(self, buf: Any, slot: int) -> Any:  # _copy_out, inlined: a hot path
-        return buf[slot].copy() if self._numeric else detached(buf[slot])
+        if self._numeric:
+            return buf[slot].copy()
+        try:
+            v = buf[slot]
+        except KeyError:  # a sharded dvector's row this node does not hold
+            v = _absent(self, slot, buf)
+        return detached(v)
 
     def _copy_out(self, v: Any) -> Any:
         """A stored element as user code gets it: a copy of a numeric row, an object
@@ -285,18 +319,41 @@ class _DDS:
         return arr.copy()
 
     # ----------------------------------------------------------------- rows for transport
-    def rows(self, node: int, slots: np.ndarray) -> Any:
-        """The values at ``slots`` in ``node``'s replica (numpy block or list)."""
+    def rows(self, node: int, slots: np.ndarray, *, absent_ok: bool = False) -> Any:
+        """The values at ``slots`` in ``node``'s replica (numpy block or list).  A row a
+        sharded node does not hold is :data:`_ABSENT` with ``absent_ok``, else an
+        engine error (a sender always holds what it sends)."""
         buf = self._bufs[node]
         if self._numeric:
             return buf[slots]
-        return [buf[s] for s in slots.tolist()]
+        keys = range(*slots.indices(len(self))) if isinstance(slots, slice) else slots.tolist()
+        if type(buf) is not dict:
+            return [buf[s] for s in keys]
+        if absent_ok:
+            return [buf.get(s, _ABSENT) for s in keys]
+        try:
+            return [buf[s] for s in keys]
+        except KeyError as exc:
+            raise RuntimeError(
+                f"engine error: node {node} does not hold {self._desc(exc.args[0])}, which "
+                "it was to send"
+            ) from None
 
-    def set_rows(self, node: int, slots: np.ndarray, values: Any) -> None:
-        """Overwrite ``slots`` of ``node``'s replica with ``values``."""
+    def set_rows(
+        self, node: int, slots: np.ndarray, values: Any, *, held_only: bool = False
+    ) -> None:
+        """Overwrite ``slots`` of ``node``'s replica with ``values`` (a sharded node takes
+        in the rows it is sent; an :data:`_ABSENT` value drops its row again; with
+        ``held_only`` it keeps only the rows it holds already: a restored checkpoint)."""
         buf = self._bufs[node]
         if self._numeric:
             buf[slots] = values
+        elif type(buf) is dict:
+            for s, v in zip(slots.tolist(), values, strict=True):
+                if v is _ABSENT:
+                    buf.pop(s, None)
+                elif not held_only or s in buf:
+                    buf[s] = v
         else:
             for s, v in zip(slots.tolist(), values, strict=True):
                 buf[s] = v
@@ -421,6 +478,9 @@ def make_whole(
     P = sess.cluster.size
     by_pair: dict[tuple[int, int], list[tuple[_DDS, np.ndarray]]] = {}
     for d in todo:
+        if d._sharded:  # nothing to send: the old copies away from home are dropped
+            drop_stale(d)
+            continue
         slots = d._dirty
         assert slots is not None
         h = homes(d, slots)
@@ -433,6 +493,64 @@ def make_whole(
     messages = [(src, dst, parts) for (src, dst), parts in sorted(by_pair.items())]
     sess.cluster.exchange(messages)
     return len(messages)
+
+
+def drop_stale(d: _DDS) -> None:
+    """A sharded DDS made whole: each node away from home that holds an old copy of a
+    dirty slot (it is not the slot's :attr:`_holder`) drops it, from its storage and from
+    the record of what it holds (``_cache``), so the next operator that needs the row
+    fetches it from home (``engine._data.shard.ensure_rows``).  Every rank alike."""
+    dirty, holder = d._dirty, d._holder
+    if dirty is None or holder is None:
+        return
+    for why, per_node in d._cache.items():
+        for p, held in enumerate(per_node):
+            if not len(held):
+                continue
+            k = np.minimum(np.searchsorted(dirty, held), len(dirty) - 1)
+            old = (dirty[k] == held) & (holder[k] != p)
+            if old.any():
+                buf = d._bufs.get(p)
+                if buf is not None:
+                    for s in held[old].tolist():
+                        buf.pop(s, None)
+                per_node[p] = held[~old]
+        d._cache[why] = per_node
+    clean(d)
+
+
+def _absent(d: _DDS, i: Any, buf: Any = None) -> Any:
+    """The slow path of a read of ``d[i]`` that the node's storage could not serve
+    (``buf``, default the bound one): a negative index, or a row a sharded node does not
+    hold, which is a violation of the plan inside an ``async_for`` round and
+    :class:`ShardMissError` anywhere else."""
+    s = d._slot(i)
+    b = d._buf if buf is None else buf
+    v = b.get(s, _MISSING) if type(b) is dict else b[s]
+    if v is _MISSING:
+        _missing(d, s, False)
+    return v
+
+
+def _absent_write(d: _DDS, i: Any) -> int:
+    """The slow path of a write of ``d[i]`` on a sharded node that does not hold ``i``
+    (or was given a negative index): the slot to write, if the node holds it."""
+    s = d._slot(i)
+    if s not in d._buf:
+        _missing(d, s, True)
+    return s
+
+
+def _missing(d: _DDS, s: int, write: bool) -> None:
+    if GUARD is not None:  # inside an async_for round: the body left its plan
+        GUARD.outside(d, s, write, strict="held")
+    node = d._sess.current_node
+    err = ShardMissError(d._desc(d.key_of(s)), d._name, s, node, d._gbase | s)
+    if RECON is not None:  # reconnaissance fetches the row and runs again
+        RECON.misses.append((node, d._gbase | s))
+    else:  # noticed after the operator even if the body swallows it
+        MISSED.append(err)
+    raise err
 
 
 def gathered(d: _DDS) -> np.ndarray:
@@ -506,6 +624,7 @@ class dvector(_DDS):  # noqa: N801 - the name is part of the user API
         data: Iterable[Any] | np.ndarray | None = None,
         name: str | None = None,
         relaxed: bool = False,
+        sharded: bool | None = None,
     ) -> None:
         sess = current()
         n = int(n)
@@ -514,8 +633,15 @@ class dvector(_DDS):  # noqa: N801 - the name is part of the user API
         self._n = n
         if relaxed:
             _check_relaxable(name, shape, dtype)
+        if sharded and shape is not None:
+            what = f"dvector {name}" if name else "dvector"
+            raise DDSError(
+                f"{what}: sharded=True holds Python-object rows only (no shape=...); "
+                "numeric rows are kept whole on every node"
+            )
         self._setup(sess, name, shape, dtype)
         self._relaxed = bool(relaxed)
+        self._sharded = shape is None and sharded is not False
         if relaxed and not relaxing(self):
             sess.note_exact("relaxed", self.name)
         try:
@@ -545,7 +671,11 @@ class dvector(_DDS):  # noqa: N801 - the name is part of the user API
             full = None
         self._bufs = {}
         for node in sess.cluster.local_nodes:
-            if full is None:
+            if self._sharded:  # its home rows only
+                lo, hi = int(self._bounds[node]), int(self._bounds[node + 1])
+                rows = full[lo:hi] if full is not None else [None] * (hi - lo)
+                self._bufs[node] = dict(zip(range(lo, hi), rows, strict=True))
+            elif full is None:
                 self._bufs[node] = self._new_storage(n)
             elif self._numeric:
                 self._bufs[node] = np.array(full, dtype=self._dtype, copy=True)
@@ -600,17 +730,36 @@ class dvector(_DDS):  # noqa: N801 - the name is part of the user API
         if self._dirty is not None:  # an MPI rank reads its own replica: whole first
             make_whole([self], step=f"a driver read of {self._name}")
         s = self._slot(i)
+        if self._sharded and self._sess.cluster.is_mpi:
+            return self._read_remote(s)
         return self._read_slot(self._auth_buf(s), s)
+
+    def _read_remote(self, s: int) -> Any:
+        """A driver read of a sharded row under MPI: the home's value, from one allgather
+        that every rank makes (the driver is SPMD; rank p hosts node p)."""
+        home = self.owner(s)
+        buf = self._bufs.get(home)
+        got = self._sess.agree(f"a driver read of {self._desc(s)}", None if buf is None else buf[s])
+        return detached(got[home])
 
     def __setitem__(self, i: Any, value: Any) -> None:
         s = self._slot(i)
         v = self._coerce(value)
-        for buf in self._bufs.values():
-            buf[s] = v
+        home = self.owner(s) if self._sharded else -1
+        for node, buf in self._bufs.items():
+            if home < 0 or node == home or s in buf:
+                buf[s] = v
         self._touch()
         self._note_driver_write(s, v)
 
     def __iter__(self) -> Iterator[Any]:
+        if self._sharded and self._sess.cluster.is_mpi:  # one allgather, not one per row
+            if _checkpoint.STALE is not None:
+                _checkpoint.STALE(self)
+            make_whole([self], step=f"a driver read of {self._name}")
+            self._sess.agree(f"iterating over {self._name}")
+            yield from gathered(self).tolist()
+            return
         for s in range(self._n):
             yield self[s]
 
@@ -855,6 +1004,7 @@ class _Moded(Protocol):
     _shape: Any
     _buf: Any
     _gm: bytearray
+    _sharded: bool
     _slots: dict[Any, int]  # dmap only: read after checking ``kind``
 
     @property
@@ -969,6 +1119,75 @@ class _DVecNumGuardRO(_DVecNumExec):
 
 
 class _DVecObjGuardRO(_DVecObjExec):
+    __slots__ = ()
+
+    def __setitem__(self, i: Any, value: Any) -> None:
+        GUARD.outside(self, self._slot(i), True)
+
+
+# A sharded dvector's node holds a dict of rows: the same modes, with a slow path for a
+# key it lacks (a row it does not hold, or a negative index): :func:`_absent`.
+class _DVecShardExec(dvector):
+    __slots__ = ()
+
+    def __getitem__(self, i: Any) -> Any:
+        try:
+            v = self._buf[i]
+        except KeyError:
+            v = _absent(self, i)
+        return detached(v)
+
+    def __setitem__(self, i: Any, value: Any) -> None:
+        buf = self._buf
+        if i not in buf:
+            i = _absent_write(self, i)
+        buf[i] = detached(value, self._name)
+
+
+class _DVecShardGuard(dvector):
+    __slots__ = ()
+
+    def __getitem__(self, i: Any) -> Any:
+        if self._gm[i] > 1:
+            GUARD.outside(self, self._slot(i), False)
+        try:
+            v = self._buf[i]
+        except KeyError:
+            v = _absent(self, i)
+        return detached(v)
+
+    def __setitem__(self, i: Any, value: Any) -> None:
+        if self._gm[i] != 1:
+            GUARD.outside(self, self._slot(i), True)
+        buf = self._buf
+        if i not in buf:
+            i = _absent_write(self, i)
+        buf[i] = detached(value, self._name)
+
+
+class _DVecShardGuardT(dvector):
+    __slots__ = ()
+
+    def __getitem__(self, i: Any) -> Any:
+        c = self._gm[i]
+        if c and c != _tls.gcode:
+            GUARD.outside(self, self._slot(i), False)
+        try:
+            v = self._buf[i]
+        except KeyError:
+            v = _absent(self, i)
+        return detached(v)
+
+    def __setitem__(self, i: Any, value: Any) -> None:
+        if self._gm[i] != _tls.gcode:
+            GUARD.outside(self, self._slot(i), True)
+        buf = self._buf
+        if i not in buf:
+            i = _absent_write(self, i)
+        buf[i] = detached(value, self._name)
+
+
+class _DVecShardGuardRO(_DVecShardExec):
     __slots__ = ()
 
     def __setitem__(self, i: Any, value: Any) -> None:
@@ -1124,7 +1343,7 @@ class _DVecRecon(_ReconMixin):
         rec.reads.append(gid)
         if rec.overlay and gid in rec.overlay:
             return self._copy_out(rec.overlay[gid])
-        return self._buf[i].copy() if self._numeric else detached(self._buf[i])  # (inlined)
+        return self._read_slot(self._buf, i)
 
     def __setitem__(self: _Moded, i: Any, value: Any) -> None:
         if type(i) is not int or i < 0 or not self._numeric:
@@ -1175,6 +1394,8 @@ class _CheckedMixin:
 
     def __setitem__(self: _Moded, key: Any, value: Any) -> None:
         s = _CheckedMixin._check(self, key, True)
+        if self._sharded and s not in self._buf:
+            _missing(self, s, True)  # type: ignore[arg-type]
         self._buf[s] = self._coerce(value)
 
 
@@ -1207,6 +1428,10 @@ def _make_modes(public: type[_DDS], exec_cls: type | None, exec_obj_cls: type | 
             guard_t_obj=_DVecObjGuardT,
             guard_ro=_DVecNumGuardRO,
             guard_ro_obj=_DVecObjGuardRO,
+            exec_shard=_DVecShardExec,
+            guard_shard=_DVecShardGuard,
+            guard_t_shard=_DVecShardGuardT,
+            guard_ro_shard=_DVecShardGuardRO,
         )
     else:
         g, ro = derive(_MapGuard, "guard"), derive(_MapGuardRO, "guard_ro")
@@ -1226,7 +1451,7 @@ def set_mode(dds: _DDS, mode: str) -> None:
     if dds._relaxed:
         mode = _relaxed_mode(dds, mode)
     if not dds._numeric and mode in ("exec", "guard", "guard_t", "guard_ro"):
-        mode += "_obj"
+        mode += "_shard" if dds._sharded else "_obj"
     dds.__class__ = modes[mode]
 
 

@@ -23,11 +23,18 @@ from typing import Any
 import numpy as np
 
 from .._asyncfor.closure import check_body, finish, guard, verify, watch
-from .._errors import DataFormatError, DriverStepsDivergedError, InputFileError, _shown
+from .._errors import (
+    DataFormatError,
+    DriverStepsDivergedError,
+    InputFileError,
+    ShardMissError,
+    _shown,
+)
 from .._files import replacing
 from .._runtime.checkpoint import collective
 from .._runtime.session import Session, current, driver_only
 from . import exact
+from . import shard as _shard
 from .dds import _DDS, dmap, dvector, gathered, make_whole
 from .values import detached, stable_text
 
@@ -96,18 +103,27 @@ def _owned_values(
         run = guard(fn, op, -1, kind="", what=what, subject="its function")
     baseline = watch(fn, op, -1, kind="", what=what, subject="its function") if run is fn else None
     cl = sess.cluster
+    _shard.clear_missed()
     sess.set_mode("exec")
     try:
 
         def work(node: int) -> Any:
             buf = src._bufs[node]
-            if src._numeric:
-                values = [run(buf[s].copy()) for s in src.owned(node).tolist()]
-            else:
-                values = [run(detached(buf[s])) for s in src.owned(node).tolist()]
+            try:
+                if src._numeric:
+                    values = [run(buf[s].copy()) for s in src.owned(node).tolist()]
+                else:
+                    values = [run(detached(buf[s])) for s in src.owned(node).tolist()]
+            except ShardMissError:  # in ``MISSED``: fetched below, and ``fn`` runs again
+                return None
             return values if local is None else local(node, values)
 
-        values = cl.run_on_nodes(work)
+        while True:  # ``fn`` is pure (the closure rule): it may run again
+            values = cl.run_on_nodes(work)
+            missed = _shard.take_missed(sess)  # sharded rows ``fn`` read where not held
+            if not missed:
+                break
+            _shard.fetch_missed(sess, op, missed)
         finish(run)
         verify(baseline)
     finally:

@@ -269,8 +269,8 @@ def restore(sess: Session, cp: Any) -> None:
                 f"the checkpoint holds row {int(slots.max())} of DDS {name!r}, which has "
                 f"{len(d)} element(s) in this run (the program or its data changed?)"
             )
-        for node in sess.cluster.local_nodes:
-            d.set_rows(node, slots, values)
+        for node in sess.cluster.local_nodes:  # a sharded node keeps the rows it holds
+            d.set_rows(node, slots, values, held_only=True)
         if d._dirty is not None and d._holder is not None:  # these rows are whole again
             keep = ~np.isin(d._dirty, slots)
             d._dirty, d._holder = (d._dirty[keep], d._holder[keep]) if keep.any() else (None, None)

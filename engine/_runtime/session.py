@@ -574,7 +574,11 @@ def _differs(d: _dds._DDS, node: int, owners: Any) -> tuple[int, Any] | None:
     """The first slot where ``node``'s replica differs from the owners' content (dirty
     slots that ``node`` is neither the home of nor the writer of the last value of are
     not compared)."""
-    mine = d.rows(node, np.arange(len(d), dtype=np.int64))
+    buf = d._bufs[node]
+    if type(buf) is dict:  # a sharded dvector: the rows the node holds are compared
+        mine: Any = [buf.get(k, v) for k, v in enumerate(owners)]
+    else:
+        mine = d.rows(node, np.arange(len(d), dtype=np.int64))
     if d._dirty is not None and d._holder is not None:
         skip = np.setdiff1d(d._dirty[d._holder != node], d.owned(node), assume_unique=True)
         if d._numeric:
@@ -583,6 +587,7 @@ def _differs(d: _dds._DDS, node: int, owners: Any) -> tuple[int, Any] | None:
         else:
             for s in skip.tolist():
                 mine[s] = owners[s]
+
     if d._numeric:
         # bitwise, so that NaN equals NaN and 0.0 differs from -0.0
         a = np.ascontiguousarray(mine).view(np.uint8).reshape(len(mine), -1)

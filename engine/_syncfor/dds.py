@@ -78,6 +78,8 @@ def batch_maker(data: _DDS, buf: Any) -> Callable[[int, int, int], Batch]:
     def values(lo: int, hi: int) -> Any:
         if data._numeric:
             return buf[lo:hi]
+        if type(buf) is dict:  # a sharded dvector: the rows this node holds
+            return [data._read_slot(buf, s) for s in range(lo, hi)]
         return [detached(v) for v in buf[lo:hi]]  # Python objects: by value, as X[i]
 
     if isinstance(data, dmap):

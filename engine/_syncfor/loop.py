@@ -86,7 +86,8 @@ from .._asyncfor.closure import (
     verify,
     watch,
 )
-from .._asyncfor.recon import AccessSets, concat_sets, recon_range
+from .._asyncfor.recon import AccessSets, ReconMissed, concat_sets, recon_range, recon_shares
+from .._data import shard as _shard
 from .._data.dds import _DDS, SLOT_BITS, make_whole
 from .._errors import DDSError, SessionError
 from .._runtime.checkpoint import end_invocation, skip_invocation
@@ -234,18 +235,21 @@ def _recon(
     sess.set_mode("recon")
     try:
 
-        def share(node: int) -> AccessSets:
+        def share(node: int) -> AccessSets | list[tuple[int, int]]:
             buf = data._bufs[node]
 
             def one(m: int) -> None:
                 body(make_batch(data, buf, m, m * size, min((m + 1) * size, n)))
 
             lo, hi = M * node // cl.size, M * (node + 1) // cl.size
-            sets = recon_range(sess, name, inv, one, lo, hi)
+            try:
+                sets = recon_range(sess, name, inv, one, lo, hi)
+            except ReconMissed as missed:  # sharded rows this node lacks: fetch, run again
+                return missed.misses
             finish(body)  # inside the share: a late violation is this node's failure
             return sets
 
-        parts = cl.run_on_nodes(share)
+        parts = recon_shares(cl, sess, f"reconnaissance of {name}", share)
     finally:
         sess.set_mode("driver")
     return concat_sets(parts)
@@ -543,6 +547,11 @@ def sync_for(
     if skip_invocation(sess, name, inv):  # time travel: fast-forward to a checkpoint
         return
     make_whole(sess=sess)  # workers read and route the model from whole replicas
+    if data._sharded:  # each node holds the minibatches it reads
+        cl = sess.cluster
+        needs = _shard.minibatch_needs(data, cl.size, cl.threads, int(minibatch), int(per_clock))
+        _shard.ensure_rows(sess, f"sync_for {name}", needs)
+    _shard.clear_missed()
     sched = sess.schedules.schedule(name, inv, "sync_for", sess.cluster.size)
     if sched is not None and sched.workers is not None:  # the dual tests' serial side
         run_body = guard(body, name, inv, kind="sync_for", what="minibatch")
@@ -647,6 +656,7 @@ def sync_for(
             finish(guarded_fn)
     for baseline in baselines:
         verify(baseline)
+    _shard.check_missed(sess)
     for d in layout.params:
         d._touch()
     seconds = time.perf_counter() - t1

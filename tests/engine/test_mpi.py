@@ -5,7 +5,9 @@ reads its case's outcome, as it read its own launch's."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -46,6 +48,8 @@ def mpi(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
         batches[p["ranks"]].add("defer", HERE / "mpi_defer.py", *DEFER_SEEDS)
     for p in mpibatch.selected(request, test_rows_left_at_home_reach_the_next_reader):
         batches[p["ranks"]].add("home", HERE / "mpi_home.py", *DEFER_SEEDS)
+    for p in mpibatch.selected(request, test_a_sharded_dvector_gives_whole_replicas_bits):
+        batches[p["ranks"]].add("shard", HERE / "mpi_shard.py", *DEFER_SEEDS)
     return batches
 
 
@@ -175,3 +179,35 @@ def test_rows_left_at_home_reach_the_next_reader(ranks: int, mpi: Batches) -> No
             assert {k: run[k] for k in want.value} == want.value
             assert run["digests"] == want.digests
         assert "a driver read of X" in got[-1]["alone"], got[-1]
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_a_sharded_dvector_gives_whole_replicas_bits(ranks: int, mpi: Batches) -> None:
+    """tests/engine/mpi_shard.py: a Python-object dvector sharded over the ranks (each
+    holds its home rows and what its tasks touch), through reconnaissance that reads
+    other homes' rows, re-plans, routed and dirty object rows, ``map``, ``reduce``,
+    ``sync_for`` and driver reads, writes and iteration: plainly and under message
+    jitter every rank gives the bits of the in-process cluster with whole replicas, and
+    holds what the in-process cluster's node of the same number holds."""
+    from tests.engine import mpi_shard, shard_progs
+
+    def inproc(steps: list[tuple[str, int]], sharded: bool | None) -> Any:
+        def fn() -> dict[str, Any]:
+            out = shard_progs.program(steps, sharded)
+            A = next(d for d in ap.current().dds if d.name == "A")
+            out["holding"] = shard_progs.holding(A)
+            return out
+
+        res = ap.run(fn, nodes=ranks)
+        return json.loads(json.dumps({**res.value, "digests": res.digests}))
+
+    whole = [inproc(steps, False) for steps in mpi_shard.PROGRAMS]
+    sharded = [inproc(steps, None) for steps in mpi_shard.PROGRAMS]
+    for rank, got in enumerate(mpi[ranks].values("shard")):
+        assert len(got) == 1 + len(DEFER_SEEDS)
+        for runs in got:
+            for run, w, s in zip(runs, whole, sharded, strict=True):
+                assert {k: run[k] for k in ("A", "W", "seen", "digests")} == {
+                    k: w[k] for k in ("A", "W", "seen", "digests")
+                }
+                assert run["holding"] == [s["holding"][rank]]
