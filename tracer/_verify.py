@@ -18,7 +18,7 @@ import bisect
 import hmac
 import json
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from types import SimpleNamespace
 from typing import Any
@@ -205,11 +205,8 @@ def _check_chains(
     side_links = [ln for ln in links if ln.link_no < 0]
     links = [ln for ln in links if ln.link_no >= 0]
     per_node: dict[int, dict[Any, list[Any]]] = defaultdict(lambda: defaultdict(list))
-    for model, batch in rows.items():
-        if model in SIDE:
-            continue
-        for r in batch:
-            per_node[int(r.node)][model].append(r)
+    for model, r in _chained(rows):
+        per_node[int(r.node)][model].append(r)
     by_node: dict[int, list[Any]] = defaultdict(list)
     for ln in links:
         by_node[int(ln.node)].append(ln)
@@ -240,7 +237,7 @@ def _check_chains(
             "show that it was not edited",
         )
     if _layout(run) >= 7:
-        _check_groups(run, links, rows, rep, full=full, key=key)
+        _check_groups(run, by_node, rows, rep, full=full, key=key)
         nodes = []  # schema 7: one chain per recorder, checked above
     for node in nodes:
         tables = per_node[node]
@@ -334,8 +331,17 @@ def _sets(rows: Mapping[Any, list[Any]]) -> list[tuple[Any, list[NodeDone]]]:
     return out
 
 
+def _chained(rows: Mapping[Any, list[Any]]) -> Iterator[tuple[Any, Any]]:
+    """Every chained row as (model, row), table by table in ``rows``' order: what the
+    chains cover (the side rows of time travel have their own chain)."""
+    for model, batch in rows.items():
+        if model not in SIDE:
+            for r in batch:
+                yield model, r
+
+
 def _group_nodes(rows: Mapping[Any, list[Any]]) -> set[int]:
-    got = {int(r.node) for m, batch in rows.items() if m not in SIDE for r in batch}
+    got = {int(r.node) for _, r in _chained(rows)}
     for _, done in _sets(rows):
         got.update(d.node for d in done)
     return got
@@ -343,7 +349,7 @@ def _group_nodes(rows: Mapping[Any, list[Any]]) -> set[int]:
 
 def _check_groups(
     run: Any,
-    links: list[Any],
+    by_home: Mapping[int, list[Any]],
     rows: dict[Any, list[Any]],
     rep: Report,
     *,
@@ -352,27 +358,22 @@ def _check_groups(
 ) -> None:
     """Schema 7: each recorder's chain (on its first node) covers the rows of every node
     it hosts; a manifest entry names (table, node, seq).  Every chained row is in exactly
-    one manifest with its digest; a crashed or live run may have an unlinked tail."""
+    one manifest with its digest; a crashed or live run may have an unlinked tail.
+    ``by_home``: the main links of each chain, by the node that holds it."""
     index: dict[tuple[int, int, int], tuple[Any, Any]] = {}
-    for model, batch in rows.items():
-        if model in SIDE:
-            continue
-        for r in batch:
-            ident = (CODE[model], int(r.node), int(getattr(r, SEQ_COLUMN[model])))
-            if ident in index:
-                _fail(
-                    model.__tablename__,
-                    ident[1],
-                    "two rows have one sequence number (a row was copied)",
-                    seq=ident[2],
-                    op=getattr(r, "op", None),
-                    invocation=getattr(r, "invocation", None),
-                )
-            index[ident] = (model, r)
+    for model, r in _chained(rows):
+        ident = (CODE[model], int(r.node), int(getattr(r, SEQ_COLUMN[model])))
+        if ident in index:
+            _fail(
+                model.__tablename__,
+                ident[1],
+                "two rows have one sequence number (a row was copied)",
+                seq=ident[2],
+                op=getattr(r, "op", None),
+                invocation=getattr(r, "invocation", None),
+            )
+        index[ident] = (model, r)
     names = {k: m.__tablename__ for m, k in CODE.items()}
-    by_home: dict[int, list[Any]] = defaultdict(list)
-    for ln in links:
-        by_home[int(ln.node)].append(ln)
     seen: set[tuple[int, int, int]] = set()
     closed = run.status == "finished"
     size = GROUP_MANIFEST_DTYPE.itemsize
