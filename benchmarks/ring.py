@@ -29,35 +29,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks._common import ENV, ROOT, extract_rev
+from benchmarks._counting import Counting
 
 #: the last revision with a barrier per round (main before the ring)
 BASELINE = "e4091a0"
-#: communicator methods that involve every rank (what is counted as a collective)
-COLLECTIVES = frozenset(
-    "Allreduce allreduce Allgather allgather Allgatherv Alltoall alltoall Barrier barrier "
-    "Bcast bcast Gather gather Gatherv Scatter scatter Reduce reduce Ibarrier Iallreduce".split()
-)
-
-
-class Counting:
-    """A communicator that counts its collective calls (and its ``Dup``'s) in ``counts``."""
-
-    def __init__(self, comm: Any, counts: list[int]) -> None:
-        self._comm, self.counts = comm, counts
-
-    def Dup(self) -> Counting:  # noqa: N802 - MPI's name
-        return Counting(self._comm.Dup(), self.counts)
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self._comm, name)
-        if name not in COLLECTIVES:
-            return attr
-
-        def counted(*args: Any, **kw: Any) -> Any:
-            self.counts[0] += 1
-            return attr(*args, **kw)
-
-        return counted
 
 
 def rank_side(delay: float, invocations: int) -> None:

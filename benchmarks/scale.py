@@ -111,21 +111,6 @@ def _node_bytes(sess: Any, node: int) -> dict[str, int]:
     return {"dds": dds, "recon_sets": sets, "plan": plan, "total": dds + sets + plan}
 
 
-def _epoch(A: Any, W: Any, H: Any, g: float, lam: float, strategy: str) -> None:
-    """``apps.sgdmf``'s epoch with the planner's ``strategy`` named (the app's own
-    ``epoch`` leaves it to ``auto``)."""
-
-    def body(j: int) -> None:
-        r = A[j]
-        w = W[r.user]
-        h = H[r.item]
-        err = r.rating - w @ h
-        W[r.user] = w + g * (err * h - lam * w)
-        H[r.item] = h + g * (err * w - lam * h)
-
-    ap.async_for(0, len(A), body, name="sgd", strategy=strategy)
-
-
 def _imbalances(sess: Any) -> dict[str, float]:
     plan = sess.ops["sgd"].plan
     return {
@@ -144,18 +129,11 @@ def sgdmf_epoch(
     from apps.sgdmf._app import build, epoch
 
     A, W, H = build(RANK, 0.1, synthetic)
-
-    def one() -> None:
-        if strategy == "auto":
-            epoch(A, W, H, 0.02, 0.05)
-        else:
-            _epoch(A, W, H, 0.02, 0.05, strategy)
-
     # a steady-state epoch: the second invocation, whose fetch exchange brings each node
     # the rows the first one left at their homes (the first's write-back is not counted)
-    one()
+    epoch(A, W, H, 0.02, 0.05, strategy=strategy)
     before = _traffic()
-    one()
+    epoch(A, W, H, 0.02, 0.05, strategy=strategy)
     sess = ap.current()
     out: dict[str, Any] = {
         "traffic": _diff(_traffic(), before),

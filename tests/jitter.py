@@ -5,7 +5,8 @@ background thread and other point-to-point calls pause first, all drawn from a s
 :func:`install` makes every ``MpiCluster`` of this process use one; ``tests/jitter_site``
 calls it at interpreter start when ``STRADS_TEST_JITTER`` holds a seed, so that whole
 ``replay`` commands (and their mpiexec ranks) run perturbed without any hook in the
-production runtime.
+production runtime.  :func:`plain_then_jittered` is the loop of the MPI case scripts that
+run one program plainly and once per seed.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import heapq
 import threading
 import time
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
@@ -118,4 +120,20 @@ def install(seed: int) -> None:
     transport.MpiCluster.__init__ = jittered  # type: ignore[method-assign]
 
 
-__all__ = ["PAUSES", "Jitter", "install"]
+def plain_then_jittered(
+    program: Callable[[], dict[str, Any]], world: Any, seeds: Iterable[int]
+) -> list[dict[str, Any]]:
+    """``program`` run with ``engine.run`` on ``world``, then once per seed through a
+    :class:`Jitter` seeded by (seed, this rank): per run, the program's value with its
+    ``digests`` added."""
+    import engine as ap  # as in install: this module loads at interpreter start
+
+    me = world.Get_rank()
+    runs: list[dict[str, Any]] = []
+    for comm in [world] + [Jitter(world, np.random.default_rng([s, me])) for s in seeds]:
+        res = ap.run(program, comm=comm)
+        runs.append({**res.value, "digests": res.digests})
+    return runs
+
+
+__all__ = ["PAUSES", "Jitter", "install", "plain_then_jittered"]

@@ -47,7 +47,7 @@ import hmac
 import math
 import os
 import struct
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -278,6 +278,39 @@ class ChainWriter:
                 st.prev = self.start
         return st
 
+    def _row(
+        self,
+        prev: bytes,
+        entries: Sequence[tuple[Any, Mapping[str, Any]]],
+        encode: Callable[[Iterable[tuple[Any, Mapping[str, Any]]]], bytes],
+        *,
+        node: int,
+        link_no: int,
+        first_seq: int,
+        end_seq: int,
+        op: str,
+        invocation: int,
+    ) -> dict[str, Any]:
+        """The ``chain_link`` row over ``entries`` (manifest by ``encode``) after ``prev``.
+
+        The header fields are what :func:`link_of` hashes and what ``_verify`` reads back
+        (``_header``); every kind of link is built here so they cannot drift apart."""
+        man = encode(entries)
+        row = dict(
+            run=self.run_id,
+            node=node,
+            link_no=link_no,
+            first_seq=first_seq,
+            end_seq=int(end_seq),
+            op=op,
+            invocation=int(invocation),
+            n_rows=len(entries),
+            keyed=int(self.key is not None),
+        )
+        row["manifest"] = man
+        row["link"] = link_of(prev, row, man, self.key)
+        return row
+
     def written(self, rows: Mapping[Any, list[dict[str, Any]]], *, but: int | None = None) -> None:
         """Note chained ``rows`` committed without a link (they join their node's next one)."""
         for model, batch in rows.items():
@@ -307,21 +340,17 @@ class ChainWriter:
             (m, r) for m, batch in rows.items() if m in CODE for r in batch if r["node"] == node
         ]
         entries = st.pending + mine
-        man = manifest(entries)
-        row = dict(
-            run=self.run_id,
+        return self._row(
+            st.prev,
+            entries,
+            manifest,
             node=node,
             link_no=st.link_no,
             first_seq=st.first_seq,
-            end_seq=int(end_seq),
+            end_seq=end_seq,
             op=op,
-            invocation=int(invocation),
-            n_rows=len(entries),
-            keyed=int(self.key is not None),
+            invocation=invocation,
         )
-        row["manifest"] = man
-        row["link"] = link_of(st.prev, row, man, self.key)
-        return row
 
     def group_link(
         self,
@@ -338,21 +367,17 @@ class ChainWriter:
         st = self._node(home)
         entries = [e for n in ends for e in self._node(n).pending]
         entries += [(m, r) for m, batch in rows.items() if m in CODE for r in batch]
-        man = group_manifest(entries)
-        row = dict(
-            run=self.run_id,
+        return self._row(
+            st.prev,
+            entries,
+            group_manifest,
             node=home,
             link_no=st.link_no,
             first_seq=st.first_seq,
-            end_seq=int(ends.get(home, st.first_seq)),
+            end_seq=ends.get(home, st.first_seq),
             op=op,
-            invocation=int(invocation),
-            n_rows=len(entries),
-            keyed=int(self.key is not None),
+            invocation=invocation,
         )
-        row["manifest"] = man
-        row["link"] = link_of(st.prev, row, man, self.key)
-        return row
 
     def advance_group(self, link: Mapping[str, Any], ends: Mapping[int, int]) -> None:
         """A :meth:`group_link` is durable: ``home``'s chain follows it, and the rows
@@ -383,21 +408,17 @@ class ChainWriter:
         same transaction); :meth:`advance` it once committed."""
         st = self._node(node)
         entries = [(m, r) for m, batch in rows.items() if m in SIDE for r in batch]
-        man = side_manifest(entries)
-        row = dict(
-            run=self.run_id,
+        return self._row(
+            st.side_prev,
+            entries,
+            side_manifest,
             node=node,
             link_no=st.side_no,
             first_seq=-1,
             end_seq=-1,
             op=op,
-            invocation=int(invocation),
-            n_rows=len(entries),
-            keyed=int(self.key is not None),
+            invocation=invocation,
         )
-        row["manifest"] = man
-        row["link"] = link_of(st.side_prev, row, man, self.key)
-        return row
 
 
 __all__ = [

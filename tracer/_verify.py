@@ -18,7 +18,7 @@ import bisect
 import hmac
 import json
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from types import SimpleNamespace
 from typing import Any
@@ -205,14 +205,9 @@ def _check_chains(
     side_links = [ln for ln in links if ln.link_no < 0]
     links = [ln for ln in links if ln.link_no >= 0]
     per_node: dict[int, dict[Any, list[Any]]] = defaultdict(lambda: defaultdict(list))
-    for model, batch in rows.items():
-        if model in SIDE:
-            continue
-        for r in batch:
-            per_node[int(r.node)][model].append(r)
-    by_node: dict[int, list[Any]] = defaultdict(list)
-    for ln in links:
-        by_node[int(ln.node)].append(ln)
+    for model, r in _chained(rows):
+        per_node[int(r.node)][model].append(r)
+    by_node = _by_node(links)
     nodes = sorted(set(per_node) | set(by_node))
     rep.nodes = len(nodes)
     closed = run.status == "finished"
@@ -240,23 +235,14 @@ def _check_chains(
             "show that it was not edited",
         )
     if _layout(run) >= 7:
-        _check_groups(run, links, rows, rep, full=full, key=key)
+        _check_groups(run, by_node, rows, rep, full=full, key=key)
         nodes = []  # schema 7: one chain per recorder, checked above
     for node in nodes:
         tables = per_node[node]
         seqs = {m: [int(getattr(r, SEQ_COLUMN[m])) for r in tables[m]] for m in tables}
         prev, end = (genesis(run._mapping) if node == GENESIS_NODE else b""), 0
         for k, ln in enumerate(by_node[node]):
-            where = dict(op=ln.op, invocation=ln.invocation)
-            if ln.link_no != k or ln.first_seq != end or ln.end_seq < ln.first_seq:
-                _fail(
-                    "chain_link",
-                    node,
-                    f"link {ln.link_no} does not follow link {k - 1} (seqs {ln.first_seq}.."
-                    f"{ln.end_seq}, expected to start at {end}): a link is missing",
-                    seq=ln.first_seq,
-                    **where,
-                )
+            _check_follows(node, k, ln, end)
             got: list[tuple[int, int, Any, Any]] = []
             for m in tables:
                 lo = bisect.bisect_left(seqs[m], ln.first_seq)
@@ -264,15 +250,7 @@ def _check_chains(
                 got.extend((CODE[m], seqs[m][i], m, tables[m][i]) for i in range(lo, hi))
             got.sort(key=lambda e: (e[0], e[1]))
             _match_manifest(node, ln, got)
-            lkey = key if ln.keyed else None
-            if ln.keyed and key is None:
-                pass  # the rows match their manifest; the links need the key
-            elif not hmac.compare_digest(
-                link_of(prev, _header(ln), bytes(ln.manifest), lkey), bytes(ln.link)
-            ) and not _legacy_start(rep, node, k, ln, lkey):
-                what = "its link does not match the chain (the link rows were edited"
-                what += ", or the key is wrong)" if ln.keyed else ")"
-                _fail("chain_link", node, what, seq=ln.first_seq, **where)
+            _check_link(rep, node, k, ln, prev, bytes(ln.manifest), key)
             prev, end = bytes(ln.link), ln.end_seq
             rep.blocks += len(got)
             if full:
@@ -289,14 +267,7 @@ def _check_chains(
                 invocation=getattr(r, "invocation", None),
             )
         rep.tail += len(tail)
-        if closed and run.end_node == node and run.end_seq is not None and run.end_seq != end:
-            _fail(
-                "chain_link",
-                node,
-                f"the chain ends at seq {end} but the run ended at seq {run.end_seq}: "
-                "the last links are missing",
-                seq=end,
-            )
+        _check_end(run, node, end)
     if closed and run.end_node is not None and run.end_node not in by_node:
         _fail("chain_link", run.end_node, "the primary node has no chain at all")
     if _layout(run) >= 7:
@@ -334,16 +305,81 @@ def _sets(rows: Mapping[Any, list[Any]]) -> list[tuple[Any, list[NodeDone]]]:
     return out
 
 
+def _chained(rows: Mapping[Any, list[Any]]) -> Iterator[tuple[Any, Any]]:
+    """Every chained row as (model, row), table by table in ``rows``' order: what the
+    chains cover (the side rows of time travel have their own chain)."""
+    for model, batch in rows.items():
+        if model not in SIDE:
+            for r in batch:
+                yield model, r
+
+
 def _group_nodes(rows: Mapping[Any, list[Any]]) -> set[int]:
-    got = {int(r.node) for m, batch in rows.items() if m not in SIDE for r in batch}
+    got = {int(r.node) for _, r in _chained(rows)}
     for _, done in _sets(rows):
         got.update(d.node for d in done)
     return got
 
 
+def _by_node(links: list[Any]) -> dict[int, list[Any]]:
+    """``links`` by the node whose chain they are, each list in the order given."""
+    by_node: dict[int, list[Any]] = defaultdict(list)
+    for ln in links:
+        by_node[int(ln.node)].append(ln)
+    return by_node
+
+
+def _check_follows(node: int, k: int, ln: Any, end: int) -> None:
+    """Link ``ln`` is the ``k``-th of ``node``'s chain and starts where the one before
+    ended (at ``end``)."""
+    if ln.link_no != k or ln.first_seq != end or ln.end_seq < ln.first_seq:
+        _fail(
+            "chain_link",
+            node,
+            f"link {ln.link_no} does not follow link {k - 1} (seqs {ln.first_seq}.."
+            f"{ln.end_seq}, expected to start at {end}): a link is missing",
+            seq=ln.first_seq,
+            op=ln.op,
+            invocation=ln.invocation,
+        )
+
+
+def _check_link(
+    rep: Report, node: int, k: int, ln: Any, prev: bytes, manifest: bytes, key: bytes | None
+) -> None:
+    """Link ``ln`` (the ``k``-th of ``node``'s chain) is the hash of ``prev``, its header
+    and ``manifest``; a keyed link without ``key`` is left unchecked (its rows matched)."""
+    lkey = key if ln.keyed else None
+    if ln.keyed and key is None:
+        return  # the rows match their manifest; the links need the key
+    if not hmac.compare_digest(
+        link_of(prev, _header(ln), manifest, lkey), bytes(ln.link)
+    ) and not _legacy_start(rep, node, k, ln, lkey):
+        what = "its link does not match the chain (the link rows were edited"
+        what += ", or the key is wrong)" if ln.keyed else ")"
+        _fail("chain_link", node, what, seq=ln.first_seq, op=ln.op, invocation=ln.invocation)
+
+
+def _check_end(run: Any, node: int, end: int) -> None:
+    """A finished run that ended on ``node`` ended where ``node``'s chain ends."""
+    if (
+        run.status == "finished"
+        and run.end_node == node
+        and run.end_seq is not None
+        and run.end_seq != end
+    ):
+        _fail(
+            "chain_link",
+            node,
+            f"the chain ends at seq {end} but the run ended at seq {run.end_seq}: "
+            "the last links are missing",
+            seq=end,
+        )
+
+
 def _check_groups(
     run: Any,
-    links: list[Any],
+    by_home: Mapping[int, list[Any]],
     rows: dict[Any, list[Any]],
     rep: Report,
     *,
@@ -352,43 +388,30 @@ def _check_groups(
 ) -> None:
     """Schema 7: each recorder's chain (on its first node) covers the rows of every node
     it hosts; a manifest entry names (table, node, seq).  Every chained row is in exactly
-    one manifest with its digest; a crashed or live run may have an unlinked tail."""
+    one manifest with its digest; a crashed or live run may have an unlinked tail.
+    ``by_home``: the main links of each chain, by the node that holds it."""
     index: dict[tuple[int, int, int], tuple[Any, Any]] = {}
-    for model, batch in rows.items():
-        if model in SIDE:
-            continue
-        for r in batch:
-            ident = (CODE[model], int(r.node), int(getattr(r, SEQ_COLUMN[model])))
-            if ident in index:
-                _fail(
-                    model.__tablename__,
-                    ident[1],
-                    "two rows have one sequence number (a row was copied)",
-                    seq=ident[2],
-                    op=getattr(r, "op", None),
-                    invocation=getattr(r, "invocation", None),
-                )
-            index[ident] = (model, r)
+    for model, r in _chained(rows):
+        ident = (CODE[model], int(r.node), int(getattr(r, SEQ_COLUMN[model])))
+        if ident in index:
+            _fail(
+                model.__tablename__,
+                ident[1],
+                "two rows have one sequence number (a row was copied)",
+                seq=ident[2],
+                op=getattr(r, "op", None),
+                invocation=getattr(r, "invocation", None),
+            )
+        index[ident] = (model, r)
     names = {k: m.__tablename__ for m, k in CODE.items()}
-    by_home: dict[int, list[Any]] = defaultdict(list)
-    for ln in links:
-        by_home[int(ln.node)].append(ln)
     seen: set[tuple[int, int, int]] = set()
     closed = run.status == "finished"
     size = GROUP_MANIFEST_DTYPE.itemsize
     for home, chain in sorted(by_home.items()):
         prev, end = (genesis(run._mapping) if home == GENESIS_NODE else b""), 0
         for k, ln in enumerate(chain):
+            _check_follows(home, k, ln, end)
             where = dict(op=ln.op, invocation=ln.invocation)
-            if ln.link_no != k or ln.first_seq != end or ln.end_seq < ln.first_seq:
-                _fail(
-                    "chain_link",
-                    home,
-                    f"link {ln.link_no} does not follow link {k - 1} (seqs {ln.first_seq}.."
-                    f"{ln.end_seq}, expected to start at {end}): a link is missing",
-                    seq=ln.first_seq,
-                    **where,
-                )
             raw = bytes(ln.manifest or b"")
             if len(raw) % size or len(raw) // size != ln.n_rows:
                 _fail("chain_link", home, "its manifest is damaged", seq=ln.first_seq, **where)
@@ -410,25 +433,10 @@ def _check_groups(
                         op=getattr(r, "op", None),
                         invocation=getattr(r, "invocation", None),
                     )
-            lkey = key if ln.keyed else None
-            if ln.keyed and key is None:
-                pass  # the rows match their manifest; the links need the key
-            elif not hmac.compare_digest(
-                link_of(prev, _header(ln), raw, lkey), bytes(ln.link)
-            ) and not _legacy_start(rep, home, k, ln, lkey):
-                what = "its link does not match the chain (the link rows were edited"
-                what += ", or the key is wrong)" if ln.keyed else ")"
-                _fail("chain_link", home, what, seq=ln.first_seq, **where)
+            _check_link(rep, home, k, ln, prev, raw, key)
             prev, end = bytes(ln.link), ln.end_seq
             rep.blocks += len(raw) // size
-        if closed and run.end_node == home and run.end_seq is not None and run.end_seq != end:
-            _fail(
-                "chain_link",
-                home,
-                f"the chain ends at seq {end} but the run ended at seq {run.end_seq}: "
-                "the last links are missing",
-                seq=end,
-            )
+        _check_end(run, home, end)
     tail = sorted((i[1], i[2], i[0]) for i in index if i not in seen)
     if tail and closed:
         node, seq, code = tail[0]
@@ -501,9 +509,7 @@ def _check_side(
 ) -> None:
     """The side chains (see ``_chain``): consecutive links, and every time-travel row is
     in one manifest with its digest (blocks of an unmarked checkpoint are ignored)."""
-    by_node: dict[int, list[Any]] = defaultdict(list)
-    for ln in links:
-        by_node[int(ln.node)].append(ln)
+    by_node = _by_node(links)
     names = {k: m.__tablename__ for m, k in SIDE.items()}
     entries: dict[tuple[int, int], tuple[bytes, Any]] = {}
     for node, chain in by_node.items():

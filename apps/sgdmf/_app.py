@@ -149,8 +149,11 @@ def build_split(
     return A, T, W, H
 
 
-def epoch(A: ap.dvector, W: ap.dvector, H: ap.dvector, g: float, lam: float) -> None:
-    """One SGD pass over every rating (one ``async_for`` invocation named ``sgd``)."""
+def epoch(
+    A: ap.dvector, W: ap.dvector, H: ap.dvector, g: float, lam: float, *, strategy: str = "auto"
+) -> None:
+    """One SGD pass over every rating (one ``async_for`` invocation named ``sgd``, planned
+    with the planner's ``strategy``)."""
 
     def body(j: int) -> None:
         r = A[j]
@@ -160,7 +163,7 @@ def epoch(A: ap.dvector, W: ap.dvector, H: ap.dvector, g: float, lam: float) -> 
         W[r.user] = w + g * (err * h - lam * w)
         H[r.item] = h + g * (err * w - lam * h)
 
-    ap.async_for(0, len(A), body, name="sgd")
+    ap.async_for(0, len(A), body, name="sgd", strategy=strategy)
 
 
 @ap.kernel

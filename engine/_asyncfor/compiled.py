@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import hashlib
 import operator
 import os
@@ -410,10 +411,17 @@ _CACHE_LOCK = threading.Lock()
 _NB_CONFIG: Any = _numba_config  # numba's settings module (NUMBA_CACHE_DIR and friends)
 
 
+@functools.cache
+def _module_digest() -> str:
+    """blake2b of this module's file, read once per process (a kernel compile asks for
+    the cache directory three times; the file does not change under a running engine)."""
+    return hashlib.blake2b(Path(__file__).read_bytes(), digest_size=8).hexdigest()
+
+
 def _cache_dir() -> str:
+    # the base is looked up on every call: NUMBA_CACHE_DIR may be set at run time
     base = _NB_CONFIG.CACHE_DIR or platformdirs.user_cache_dir("strads-replay")
-    digest = hashlib.blake2b(Path(__file__).read_bytes(), digest_size=8).hexdigest()
-    return os.path.join(base, "kernels", f"{digest}-numba{numba.__version__}")
+    return os.path.join(base, "kernels", f"{_module_digest()}-numba{numba.__version__}")
 
 
 @contextlib.contextmanager

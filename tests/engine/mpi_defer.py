@@ -20,7 +20,7 @@ from mpi4py import MPI
 
 sys.path.insert(0, str(Path(__file__).parents[2]))
 import engine as ap  # noqa: E402
-from tests.jitter import Jitter  # noqa: E402
+from tests.jitter import plain_then_jittered  # noqa: E402
 
 #: users, items, ratings of the synthetic data: a few popular items, as in MovieLens
 USERS, ITEMS, RATINGS = 40, 60, 900
@@ -57,11 +57,7 @@ def program() -> dict[str, Any]:
 
 
 def case(world: MPI.Comm, *seeds: int) -> list[dict[str, Any]]:
-    me = world.Get_rank()
-    runs = []
-    for comm in [world] + [Jitter(world, np.random.default_rng([s, me])) for s in seeds]:
-        res = ap.run(program, comm=comm)
-        runs.append({**res.value, "digests": res.digests})
+    runs = plain_then_jittered(program, world, seeds)
     res = ap.run(program, comm=world, coalesce=False)  # as a trace from before coalescing
     runs.append({**res.value, "digests": res.digests})
     return runs

@@ -18,7 +18,7 @@ from mpi4py import MPI
 
 sys.path.insert(0, str(Path(__file__).parents[2]))
 import engine as ap  # noqa: E402
-from tests.jitter import Jitter  # noqa: E402
+from tests.jitter import plain_then_jittered  # noqa: E402
 
 N = 24
 
@@ -67,11 +67,7 @@ def alone() -> float:
 
 
 def case(world: MPI.Comm, *seeds: int) -> list[dict[str, Any]]:
-    me = world.Get_rank()
-    runs: list[dict[str, Any]] = []
-    for comm in [world] + [Jitter(world, np.random.default_rng([s, me])) for s in seeds]:
-        res = ap.run(program, comm=comm)
-        runs.append({**res.value, "digests": res.digests})
+    runs = plain_then_jittered(program, world, seeds)
     try:
         ap.run(alone, comm=world)
         runs.append({"alone": "ran"})

@@ -25,35 +25,9 @@ sys.path.insert(0, str(Path(__file__).parents[2]))
 from trapped import trapped  # noqa: E402
 
 import engine as ap  # noqa: E402
+from benchmarks._counting import Counting  # noqa: E402
 from engine._asyncfor import loop  # noqa: E402
 from tests.jitter import Jitter  # noqa: E402
-
-#: the communicator methods that involve every rank
-COLLECTIVES = frozenset(
-    "Allreduce allreduce Allgather allgather Allgatherv Alltoall alltoall Barrier barrier "
-    "Bcast bcast Gather gather Gatherv Scatter scatter Reduce reduce Ibarrier Iallreduce".split()
-)
-
-
-class Counting:
-    """``comm`` that counts its collective calls (and its ``Dup``'s) in ``counts``."""
-
-    def __init__(self, comm: Any, counts: list[int]) -> None:
-        self._comm, self.counts = comm, counts
-
-    def Dup(self) -> Counting:  # noqa: N802 - MPI's name
-        return Counting(self._comm.Dup(), self.counts)
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self._comm, name)
-        if name not in COLLECTIVES:
-            return attr
-
-        def counted(*args: Any, **kw: Any) -> Any:
-            self.counts[0] += 1
-            return attr(*args, **kw)
-
-        return counted
 
 
 def run(comm: Any, threads: int, relaxed: bool = False) -> dict[str, Any]:

@@ -95,20 +95,10 @@ def differs_in_a_body(epochs: int = 3, n: int = 8) -> None:
 
 
 def token_sgdmf(epochs: int = 1, ratings: int = 3000, rank: int = 8) -> None:
-    """SGDMF (``apps.sgdmf``'s body and data) planned with ``strategy="tokens"``."""
-    from apps.sgdmf._app import build, rmse
+    """SGDMF (``apps.sgdmf``'s epoch and data, no decay) planned with ``strategy="tokens"``."""
+    from apps.sgdmf._app import build, epoch, rmse
 
     A, W, H = build(rank, 0.1, synthetic=True, synthetic_ratings=ratings)
-    g, lam = 0.02, 0.05
-
-    def body(j: int) -> None:
-        r = A[j]
-        w = W[r.user]
-        h = H[r.item]
-        err = r.rating - w @ h
-        W[r.user] = w + g * (err * h - lam * w)
-        H[r.item] = h + g * (err * w - lam * h)
-
     for _ in range(epochs):
-        ap.async_for(0, len(A), body, name="sgd", strategy="tokens")
+        epoch(A, W, H, 0.02, 0.05, strategy="tokens")
         ap.log_objective("rmse", rmse(A, W, H))
