@@ -564,6 +564,11 @@ def gathered(d: _DDS) -> np.ndarray:
 
 
 # ====================================================================== dvector
+class HomeRows(list[Any]):
+    """``dvector(n, data=HomeRows(rows))``: ``rows`` are this MPI rank's home rows of a
+    sharded dvector, in index order (``engine._data.ops.load`` reads them per rank)."""
+
+
 def _check_same_data(sess: Any, what: str, full: Any) -> None:
     """Under MPI every rank must create a DDS from the same data: each node keeps a whole
     replica, so a rank that loads its own shard, or draws unseeded random numbers, gives
@@ -641,7 +646,8 @@ class dvector(_DDS):  # noqa: N801 - the name is part of the user API
             )
         self._setup(sess, name, shape, dtype)
         self._relaxed = bool(relaxed)
-        self._sharded = shape is None and sharded is not False
+        # one node holds every row at home: a list then, cheaper than a dict
+        self._sharded = shape is None and sharded is not False and sess.cluster.size > 1
         if relaxed and not relaxing(self):
             sess.note_exact("relaxed", self.name)
         try:
@@ -657,6 +663,15 @@ class dvector(_DDS):  # noqa: N801 - the name is part of the user API
         full: Any  # numpy block, list of objects, or None (fresh storage)
         P = sess.cluster.size
         self._bounds = np.array([n * p // P for p in range(P + 1)], dtype=np.int64)
+        if isinstance(data, HomeRows):  # ``load`` under MPI: this rank's home rows only
+            node = sess.cluster.local_nodes[0]
+            lo, hi = int(self._bounds[node]), int(self._bounds[node + 1])
+            if not self._sharded or len(sess.cluster.local_nodes) != 1 or len(data) != hi - lo:
+                raise RuntimeError("engine error: home rows for a dvector that is not sharded")
+            rows = [detached(v, self._name) for v in data]
+            self._bufs = {node: dict(zip(range(lo, hi), rows, strict=True))}
+            self._buf = self._bufs[node]
+            return
         if data is not None:
             if self._numeric:
                 full = np.asarray(data, dtype=self._dtype).reshape((n, *self._shape))
@@ -1464,6 +1479,7 @@ __all__ = [
     "CHECKER",
     "FREE",
     "GUARD",
+    "HomeRows",
     "LOCKED",
     "LOCKED_BODY",
     "ANY_OWN",

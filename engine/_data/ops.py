@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import xxhash
 
 from .._asyncfor.closure import check_body, finish, guard, verify, watch
 from .._errors import (
@@ -35,7 +36,7 @@ from .._runtime.checkpoint import collective
 from .._runtime.session import Session, current, driver_only
 from . import exact
 from . import shard as _shard
-from .dds import _DDS, dmap, dvector, gathered, make_whole
+from .dds import _DDS, HomeRows, dmap, dvector, gathered, make_whole
 from .values import detached, stable_text
 
 
@@ -44,14 +45,37 @@ def load(
     *,
     parse: Callable[[str], Any],
     name: str | None = None,
+    sharded: bool | None = None,
 ) -> dvector:
     """Read a text file into a dvector of records, one per line, through ``parse``.
 
     ``parse(line)`` returns the record, or ``None`` to skip the line (a header or a
     comment).  An exception from ``parse`` becomes a :class:`DataFormatError` naming
     the file, the line number and the parser's message.
+
+    The dvector is sharded (see ``engine._data.shard``) unless ``sharded=False``.  Under
+    MPI each rank then parses only the lines that start in its share of the file's bytes
+    and sends each record to its home rank, so no rank holds the whole data set; every
+    rank still reads (and hashes) every byte, so ranks that read different files stop
+    with one error naming each rank's file digest.
     """
     p = Path(path)
+    sess = current()
+    if sharded is not False and sess.cluster.is_mpi and sess.cluster.size > 1:
+        return _load_shards(sess, p, parse, name)
+    records, _, err = _read_records(p, parse)
+    if err is not None:
+        raise DataFormatError(f"{p}:{err[0]}: {err[1]}")
+    return dvector(len(records), data=records, name=name, sharded=sharded)
+
+
+def _read_records(
+    p: Path, parse: Callable[[str], Any], part: tuple[int, int] | None = None
+) -> tuple[list[Any], str, tuple[int, str] | None]:
+    """Parse the lines of ``p`` through ``parse``; with ``part = (rank, ranks)`` only the
+    lines that start in that rank's share of the file's bytes.  Returns the records, the
+    xxh3 digest of the file (with ``part``: every line is read, to hash it) and the
+    first error as (line number, message), after which nothing more is parsed."""
     try:
         # bytes, decoded line by line: a text-mode reader decodes ahead in chunks, so
         # its UnicodeDecodeError would not say which physical line holds the bad byte
@@ -61,23 +85,69 @@ def load(
     except OSError as exc:
         raise InputFileError(f"cannot read input file {str(p)!r}: {exc.strerror}") from None
     records: list[Any] = []
+    h = xxhash.xxh3_128()
+    err: tuple[int, str] | None = None
     with fh:
+        size = os.fstat(fh.fileno()).st_size
+        me, ranks = (0, 1) if part is None else part
+        lo, hi = size * me // ranks, size * (me + 1) // ranks
+        at = 0
         for lineno, raw in enumerate(fh, start=1):
+            start, at = at, at + len(raw)
+            if part is not None:
+                h.update(raw)
+            if err is not None or not lo <= start < hi:
+                continue
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as exc:
                 bad = raw[exc.start : exc.start + 1]
-                raise DataFormatError(
-                    f"{p}:{lineno}: not UTF-8 text (byte 0x{bad.hex()} at column "
-                    f"{exc.start + 1}: {exc.reason})"
-                ) from None
-            try:
-                rec = parse(line.rstrip("\r\n"))
-            except Exception as exc:  # noqa: BLE001 - any parser failure is a data error
-                raise DataFormatError(f"{p}:{lineno}: {exc}") from None
-            if rec is not None:
-                records.append(rec)
-    return dvector(len(records), data=records, name=name)
+                err = (
+                    lineno,
+                    f"not UTF-8 text (byte 0x{bad.hex()} at column {exc.start + 1}: {exc.reason})",
+                )
+            else:
+                try:
+                    rec = parse(line.rstrip("\r\n"))
+                except Exception as exc:  # noqa: BLE001 - any parser failure is a data error
+                    err = (lineno, str(exc))
+                else:
+                    if rec is not None:
+                        records.append(rec)
+            if err is not None and part is None:
+                break
+    return records, h.hexdigest(), err
+
+
+def _load_shards(sess: Session, p: Path, parse: Callable[[str], Any], name: str | None) -> dvector:
+    """``load`` under MPI: each rank parses its share of the lines and sends each record
+    to its home rank (one ``alltoall``); the ranks agree on the file and on the first
+    bad line before any record moves."""
+    cl = sess.cluster
+    P, me = cl.size, cl.local_nodes[0]
+    records, digest, err = _read_records(p, parse, (me, P))
+    what = f"dvector {name!r}" if name else "a dvector"
+    got = sess.agree(f"loading a file into {what}", (digest, len(records), err, str(p)))
+    if len({g[0] for g in got}) > 1:  # each rank's own path: hosts may hold other copies
+        raise DriverStepsDivergedError(
+            [f"{what} from {g[3]} #{g[0][:8]}" for g in got], verb="created"
+        )
+    bad = [g[2] for g in got if g[2] is not None]
+    if bad:
+        lineno, message = min(bad)
+        raise DataFormatError(f"{p}:{lineno}: {message}")
+    counts = [int(g[1]) for g in got]
+    n = sum(counts)
+    first = sum(counts[:me])
+    bounds = np.array([n * q // P for q in range(P + 1)], dtype=np.int64)
+    at = np.searchsorted(bounds, np.arange(first, first + len(records)), side="right") - 1
+    outgoing: list[list[Any]] = [[] for _ in range(P)]
+    for q in np.unique(at).tolist():
+        lo, hi = np.searchsorted(at, [q, q + 1])
+        outgoing[q] = records[int(lo) : int(hi)]
+    del records
+    mine = [r for part in cl.alltoall(outgoing) for r in part]  # in rank order: by index
+    return dvector(n, data=HomeRows(mine), name=name)
 
 
 def _owned_values(

@@ -257,6 +257,10 @@ class Cluster:
         """Values of one driver-level object from every process (SPMD)."""
         return [value]
 
+    def alltoall(self, values: list[Any]) -> list[Any]:
+        """``values[q]`` goes to process q; returns what each process sent this one."""
+        return list(values[:1])
+
 
 class InProcessCluster(Cluster):
     """All P nodes in this process; nodes run one after another, threads truly concurrent."""
@@ -375,6 +379,10 @@ class MpiCluster(Cluster):
 
     def allgather(self, value: Any) -> list[Any]:
         return self.comm.allgather(value)
+
+    def alltoall(self, values: list[Any]) -> list[Any]:
+        """``values[q]`` goes to rank q; returns what each rank sent this one."""
+        return self.comm.alltoall(values)
 
     def owned_digests(self, items: list[tuple[_DDS, bytes]], kind: str) -> list[str]:
         """As in process.  With xxh3-chunks, each rank hashes the whole chunks inside the

@@ -6,6 +6,7 @@ reads its case's outcome, as it read its own launch's."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,8 @@ def mpi(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
         batches[p["ranks"]].add("defer", HERE / "mpi_defer.py", *DEFER_SEEDS)
     for p in mpibatch.selected(request, test_rows_left_at_home_reach_the_next_reader):
         batches[p["ranks"]].add("home", HERE / "mpi_home.py", *DEFER_SEEDS)
+    for p in mpibatch.selected(request, test_each_rank_loads_its_share_of_a_file):
+        batches[p["ranks"]].add("load", HERE / "mpi_load.py", str(tmp / f"load{p['ranks']}"))
     for p in mpibatch.selected(request, test_a_sharded_dvector_gives_whole_replicas_bits):
         batches[p["ranks"]].add("shard", HERE / "mpi_shard.py", *DEFER_SEEDS)
     return batches
@@ -211,3 +214,39 @@ def test_a_sharded_dvector_gives_whole_replicas_bits(ranks: int, mpi: Batches) -
                     k: w[k] for k in ("A", "W", "seen", "digests")
                 }
                 assert run["holding"] == [s["holding"][rank]]
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_each_rank_loads_its_share_of_a_file(ranks: int, mpi: Batches, tmp_path: Path) -> None:
+    """tests/engine/mpi_load.py: under MPI ``ap.load`` parses on each rank only the lines
+    that start in its share of the bytes and sends the records home: right after loading
+    a rank holds its home rows and nothing else, and the records, a loop over them, a
+    reduce and the digests are the in-process cluster's.  A bad line is reported alike
+    on every rank, by its line number in the whole file; ranks whose files differ stop
+    with one error naming each rank's file digest."""
+    from tests.engine import mpi_load
+
+    (tmp_path / "good.csv").write_text(mpi_load.GOOD)
+    want = ap.run(lambda: mpi_load.good(tmp_path / "good.csv"), nodes=ranks)
+    want_value = json.loads(json.dumps(want.value))
+    n = want.value["n"]
+    assert n == 61
+    every = mpi[ranks].values("load")
+    lines = len(mpi_load.GOOD.splitlines())
+    assert want.value["parsed"] == lines  # one process: every line
+    assert sum(got["good"]["parsed"] for got in every) == lines  # each line on one rank
+    for rank, got in enumerate(every):
+        assert got["good"]["parsed"] < lines * 2 // ranks
+        lo, hi = n * rank // ranks, n * (rank + 1) // ranks
+        assert got["good"]["held"] == list(range(lo, hi))
+        assert {k: got["good"][k] for k in ("n", "A", "total")} == {
+            k: want_value[k] for k in ("n", "A", "total")
+        }
+        assert got["digests"] == json.loads(json.dumps(want.digests))
+        assert got["bad"].startswith("DataFormatError: "), got["bad"]
+        assert f"bad.csv:{mpi_load.BAD_LINE}: could not convert string to float: 'x'" in got["bad"]
+        assert got["mine"].startswith("DriverStepsDivergedError"), got["mine"]
+        for r in range(ranks):  # each rank's own file and its digest
+            assert re.search(
+                rf"rank {r} created a dvector from \S+/mine{r}\.csv #[0-9a-f]{{8}}", got["mine"]
+            )
