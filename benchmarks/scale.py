@@ -24,8 +24,12 @@ invocation being measured; nothing is estimated from formulas.
   context ``trace.per_body_by_table`` splits the growth by table (indexes included);
 * ``mem_per_node_p64_over_p1``: what node 0 holds at P = 64 over the same at P = 1, by
   summing buffers (not tracemalloc): its rows of every DDS (numpy bytes; Python-object
-  rows by ``sys.getsizeof`` of the object and its fields), the reconnaissance sets and
-  the plan's task lists it keeps (every node keeps the whole of both today);
+  rows by ``sys.getsizeof`` of the object and its fields, and for a sharded dvector the
+  dict and the record of which rows it holds), the reconnaissance sets and the plan's
+  task lists it keeps (every node keeps the whole of both today).  The guard's plan is
+  outside the figure (the issue names DDS, data, sets and plan) but not out of sight:
+  ``node0_bytes.guard_plan`` sums node 0's armed codes and the plan's touches (every
+  node keeps every node's touches today);
 * ``mlr_messages_per_clock_p64``: ``sync_for`` messages per clock of one MLR epoch
   (digits, minibatch 10, BSP) at P = 64.
 
@@ -99,7 +103,7 @@ def _node_bytes(sess: Any, node: int) -> dict[str, int]:
             dds += sum(c[node].nbytes for c in d._cache.values())  # and which ones
         else:  # Python-object rows: a list (or object array) of them
             dds += sys.getsizeof(buf) + sum(_obj_bytes(v) for v in list(buf))
-    sets = plan = 0
+    sets = plan = guard = 0
     for st in sess.ops.values():
         s = getattr(st, "sets", None)
         if s is not None:
@@ -108,7 +112,14 @@ def _node_bytes(sess: Any, node: int) -> dict[str, int]:
         if p is not None:
             plan += sum(t.indices.nbytes for rnd in p.rounds for tasks in rnd for t in tasks)
             plan += sum(w.nbytes for rnd in p.writes for w in rnd)
-    return {"dds": dds, "recon_sets": sets, "plan": plan, "total": dds + sets + plan}
+        gp = getattr(st, "guard_plan", None)
+        if gp is not None:  # outside the figure (see the module docstring), said beside it
+            guard += sum(s.nbytes for per in gp.arms for _, s, _ in per.get(node, []))
+            t = gp._touches
+            guard += sum(getattr(t, k).nbytes for k in ("node", "gid", "first", "written"))
+            guard += t.first_write.nbytes
+    total = dds + sets + plan
+    return {"dds": dds, "recon_sets": sets, "plan": plan, "total": total, "guard_plan": guard}
 
 
 def _imbalances(sess: Any) -> dict[str, float]:

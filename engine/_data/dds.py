@@ -1358,6 +1358,8 @@ class _DVecRecon(_ReconMixin):
         rec.reads.append(gid)
         if rec.overlay and gid in rec.overlay:
             return self._copy_out(rec.overlay[gid])
+        if self._numeric:  # (inlined: most reconnaissance reads are numeric rows)
+            return self._buf[i].copy()
         return self._read_slot(self._buf, i)
 
     def __setitem__(self: _Moded, i: Any, value: Any) -> None:
