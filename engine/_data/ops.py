@@ -125,9 +125,17 @@ def _load_shards(sess: Session, p: Path, parse: Callable[[str], Any], name: str 
     bad line before any record moves."""
     cl = sess.cluster
     P, me = cl.size, cl.local_nodes[0]
-    records, digest, err = _read_records(p, parse, (me, P))
+    missing = None
+    try:
+        records, digest, err = _read_records(p, parse, (me, P))
+    except InputFileError as exc:  # on this host only, maybe: the ranks agree first
+        records, digest, err, missing = [], "", None, str(exc)
     what = f"dvector {name!r}" if name else "a dvector"
-    got = sess.agree(f"loading a file into {what}", (digest, len(records), err, str(p)))
+    got = sess.agree(f"loading a file into {what}", (digest, len(records), err, str(p), missing))
+    lacking = [(r, g[4]) for r, g in enumerate(got) if g[4] is not None]
+    if lacking:
+        r, message = lacking[0]
+        raise InputFileError(f"rank {r}: {message}")
     if len({g[0] for g in got}) > 1:  # each rank's own path: hosts may hold other copies
         raise DriverStepsDivergedError(
             [f"{what} from {g[3]} #{g[0][:8]}" for g in got], verb="created"

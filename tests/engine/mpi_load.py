@@ -88,6 +88,13 @@ def case(world: MPI.Comm, where: str) -> dict[str, Any]:
         "mine": error(
             lambda: ap.run(lambda: ap.load(d / f"mine{me}.csv", parse=parse), comm=world)
         ),
+        # a file that only rank 0's host has (each rank looks under its own path)
+        "lost": error(
+            lambda: ap.run(
+                lambda: ap.load(d / ("good.csv" if me == 0 else f"lost{me}.csv"), parse=parse),
+                comm=world,
+            )
+        ),
     }
 
 

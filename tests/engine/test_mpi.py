@@ -223,7 +223,8 @@ def test_each_rank_loads_its_share_of_a_file(ranks: int, mpi: Batches, tmp_path:
     a rank holds its home rows and nothing else, and the records, a loop over them, a
     reduce and the digests are the in-process cluster's.  A bad line is reported alike
     on every rank, by its line number in the whole file; ranks whose files differ stop
-    with one error naming each rank's file digest."""
+    with one error naming each rank's file digest, and a file missing on one rank's host
+    is one error naming that rank, on every rank."""
     from tests.engine import mpi_load
 
     (tmp_path / "good.csv").write_text(mpi_load.GOOD)
@@ -246,6 +247,8 @@ def test_each_rank_loads_its_share_of_a_file(ranks: int, mpi: Batches, tmp_path:
         assert got["bad"].startswith("DataFormatError: "), got["bad"]
         assert f"bad.csv:{mpi_load.BAD_LINE}: could not convert string to float: 'x'" in got["bad"]
         assert got["mine"].startswith("DriverStepsDivergedError"), got["mine"]
+        assert got["lost"].startswith("InputFileError: rank 1: input file "), got["lost"]
+        assert got["lost"].endswith("lost1.csv' does not exist"), got["lost"]
         for r in range(ranks):  # each rank's own file and its digest
             assert re.search(
                 rf"rank {r} created a dvector from \S+/mine{r}\.csv #[0-9a-f]{{8}}", got["mine"]
