@@ -129,6 +129,12 @@ def _fail(table: str, node: int | None, what: str, **kw: Any) -> None:
     raise _Found(Problem(table, node, what, **kw))
 
 
+def _fail_row(model: Any, r: Any, node: int, what: str, seq: int) -> None:
+    """:func:`_fail` for row ``r`` of ``model``, named by its operator and invocation."""
+    at = dict(op=getattr(r, "op", None), invocation=getattr(r, "invocation", None))
+    _fail(model.__tablename__, node, what, seq=seq, **at)
+
+
 def _read(engine: Engine, run_id: str) -> tuple[Any, list[Any], dict[Any, list[Any]]]:
     try:
         with engine.connect() as conn:
@@ -258,13 +264,12 @@ def _check_chains(
         tail = [(m, r) for m in tables for r, s in zip(tables[m], seqs[m], strict=True) if s >= end]
         if tail and closed:
             m, r = min(tail, key=lambda e: int(getattr(e[1], SEQ_COLUMN[e[0]])))
-            _fail(
-                m.__tablename__,
+            _fail_row(
+                m,
+                r,
                 node,
                 "row is not covered by the node's chain (links were removed or rows added)",
-                seq=int(getattr(r, SEQ_COLUMN[m])),
-                op=getattr(r, "op", None),
-                invocation=getattr(r, "invocation", None),
+                int(getattr(r, SEQ_COLUMN[m])),
             )
         rep.tail += len(tail)
         _check_end(run, node, end)
@@ -394,13 +399,8 @@ def _check_groups(
     for model, r in _chained(rows):
         ident = (CODE[model], int(r.node), int(getattr(r, SEQ_COLUMN[model])))
         if ident in index:
-            _fail(
-                model.__tablename__,
-                ident[1],
-                "two rows have one sequence number (a row was copied)",
-                seq=ident[2],
-                op=getattr(r, "op", None),
-                invocation=getattr(r, "invocation", None),
+            _fail_row(
+                model, r, ident[1], "two rows have one sequence number (a row was copied)", ident[2]
             )
         index[ident] = (model, r)
     names = {k: m.__tablename__ for m, k in CODE.items()}
@@ -425,13 +425,12 @@ def _check_groups(
                 model, r = got  # type: ignore[misc]
                 digest = bytes(e["digest"]).ljust(ROW_DIGEST_BYTES, b"\0")
                 if row_digest(model, r._mapping) != digest:
-                    _fail(
-                        model.__tablename__,
+                    _fail_row(
+                        model,
+                        r,
                         entry[1],
                         "row does not match its recorded digest (altered)",
-                        seq=entry[2],
-                        op=getattr(r, "op", None),
-                        invocation=getattr(r, "invocation", None),
+                        entry[2],
                     )
             _check_link(rep, home, k, ln, prev, raw, key)
             prev, end = bytes(ln.link), ln.end_seq
@@ -441,13 +440,12 @@ def _check_groups(
     if tail and closed:
         node, seq, code = tail[0]
         model, r = index[(code, node, seq)]
-        _fail(
-            model.__tablename__,
+        _fail_row(
+            model,
+            r,
             node,
             "row is not covered by the chain (links were removed or rows added)",
-            seq=seq,
-            op=getattr(r, "op", None),
-            invocation=getattr(r, "invocation", None),
+            seq,
         )
     rep.tail += len(tail)
     if full:
@@ -477,14 +475,7 @@ def _check_group_density(covered: dict[tuple[int, int, int], tuple[Any, Any]]) -
         try:
             per_node[node].append(_event_seqs(model, r))
         except TraceFormatError as exc:
-            _fail(
-                model.__tablename__,
-                node,
-                str(exc).split(": ", 1)[-1],
-                seq=seq,
-                op=getattr(r, "op", None),
-                invocation=getattr(r, "invocation", None),
-            )
+            _fail_row(model, r, node, str(exc).split(": ", 1)[-1], seq)
     for node, parts in sorted(per_node.items()):
         have = np.sort(np.concatenate(parts))
         want = np.arange(len(have), dtype=np.int64)
@@ -648,14 +639,7 @@ def _check_density(node: int, ln: Any, got: list[tuple[int, int, Any, Any]]) -> 
         try:
             parts.append(_event_seqs(model, r))
         except TraceFormatError as exc:
-            _fail(
-                model.__tablename__,
-                node,
-                str(exc).split(": ", 1)[-1],
-                seq=seq,
-                op=getattr(r, "op", None),
-                invocation=getattr(r, "invocation", None),
-            )
+            _fail_row(model, r, node, str(exc).split(": ", 1)[-1], seq)
     have = np.sort(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
     want = np.arange(ln.first_seq, ln.end_seq, dtype=np.int64)
     if have.shape != want.shape or not np.array_equal(have, want):

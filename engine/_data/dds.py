@@ -532,6 +532,15 @@ def _absent(d: _DDS, i: Any, buf: Any = None) -> Any:
     return v
 
 
+def _store(d: _DDS, i: Any, value: Any) -> None:
+    """A sharded dvector's write of ``d[i] = value`` on the bound node (the guard, if
+    any, has cleared it): only a row the node holds is written."""
+    buf = d._buf
+    if i not in buf:
+        i = _absent_write(d, i)
+    buf[i] = detached(value, d._name)
+
+
 def _absent_write(d: _DDS, i: Any) -> int:
     """The slow path of a write of ``d[i]`` on a sharded node that does not hold ``i``
     (or was given a negative index): the slot to write, if the node holds it."""
@@ -1141,7 +1150,9 @@ class _DVecObjGuardRO(_DVecObjExec):
 
 
 # A sharded dvector's node holds a dict of rows: the same modes, with a slow path for a
-# key it lacks (a row it does not hold, or a negative index): :func:`_absent`.
+# key it lacks (a row it does not hold, or a negative index): :func:`_absent`.  Reads
+# are written out in each class, as for the other modes (a hot path); writes share
+# :func:`_store`.
 class _DVecShardExec(dvector):
     __slots__ = ()
 
@@ -1153,10 +1164,7 @@ class _DVecShardExec(dvector):
         return detached(v)
 
     def __setitem__(self, i: Any, value: Any) -> None:
-        buf = self._buf
-        if i not in buf:
-            i = _absent_write(self, i)
-        buf[i] = detached(value, self._name)
+        _store(self, i, value)
 
 
 class _DVecShardGuard(dvector):
@@ -1174,10 +1182,7 @@ class _DVecShardGuard(dvector):
     def __setitem__(self, i: Any, value: Any) -> None:
         if self._gm[i] != 1:
             GUARD.outside(self, self._slot(i), True)
-        buf = self._buf
-        if i not in buf:
-            i = _absent_write(self, i)
-        buf[i] = detached(value, self._name)
+        _store(self, i, value)
 
 
 class _DVecShardGuardT(dvector):
@@ -1196,10 +1201,7 @@ class _DVecShardGuardT(dvector):
     def __setitem__(self, i: Any, value: Any) -> None:
         if self._gm[i] != _tls.gcode:
             GUARD.outside(self, self._slot(i), True)
-        buf = self._buf
-        if i not in buf:
-            i = _absent_write(self, i)
-        buf[i] = detached(value, self._name)
+        _store(self, i, value)
 
 
 class _DVecShardGuardRO(_DVecShardExec):
