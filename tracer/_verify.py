@@ -129,6 +129,11 @@ def _fail(table: str, node: int | None, what: str, **kw: Any) -> None:
     raise _Found(Problem(table, node, what, **kw))
 
 
+def _fail_link(node: int, ln: Any, what: str) -> None:
+    """:func:`_fail` for chain link ``ln`` of ``node``'s chain, named by where it starts."""
+    _fail("chain_link", node, what, seq=ln.first_seq, op=ln.op, invocation=ln.invocation)
+
+
 def _fail_row(model: Any, r: Any, node: int, what: str, seq: int) -> None:
     """:func:`_fail` for row ``r`` of ``model``, named by its operator and invocation."""
     at = dict(op=getattr(r, "op", None), invocation=getattr(r, "invocation", None))
@@ -223,14 +228,7 @@ def _check_chains(
     rep.keyed = any(ln.keyed for ln in every)
     if rep.keyed and not all(ln.keyed for ln in every):
         ln = next(ln for ln in every if not ln.keyed)
-        _fail(
-            "chain_link",
-            int(ln.node),
-            "keyed and unkeyed links are mixed: the chain was edited",
-            seq=ln.first_seq,
-            op=ln.op,
-            invocation=ln.invocation,
-        )
+        _fail_link(int(ln.node), ln, "keyed and unkeyed links are mixed: the chain was edited")
     if full and rep.keyed and key is None:
         _fail("chain_link", None, f"the chain is keyed: set {KEY_ENV} to verify it")
     if full and key is not None and links and not rep.keyed:
@@ -338,14 +336,11 @@ def _check_follows(node: int, k: int, ln: Any, end: int) -> None:
     """Link ``ln`` is the ``k``-th of ``node``'s chain and starts where the one before
     ended (at ``end``)."""
     if ln.link_no != k or ln.first_seq != end or ln.end_seq < ln.first_seq:
-        _fail(
-            "chain_link",
+        _fail_link(
             node,
+            ln,
             f"link {ln.link_no} does not follow link {k - 1} (seqs {ln.first_seq}.."
             f"{ln.end_seq}, expected to start at {end}): a link is missing",
-            seq=ln.first_seq,
-            op=ln.op,
-            invocation=ln.invocation,
         )
 
 
@@ -362,7 +357,7 @@ def _check_link(
     ) and not _legacy_start(rep, node, k, ln, lkey):
         what = "its link does not match the chain (the link rows were edited"
         what += ", or the key is wrong)" if ln.keyed else ")"
-        _fail("chain_link", node, what, seq=ln.first_seq, op=ln.op, invocation=ln.invocation)
+        _fail_link(node, ln, what)
 
 
 def _check_end(run: Any, node: int, end: int) -> None:
@@ -414,7 +409,7 @@ def _check_groups(
             where = dict(op=ln.op, invocation=ln.invocation)
             raw = bytes(ln.manifest or b"")
             if len(raw) % size or len(raw) // size != ln.n_rows:
-                _fail("chain_link", home, "its manifest is damaged", seq=ln.first_seq, **where)
+                _fail_link(home, ln, "its manifest is damaged")
             for e in np.frombuffer(raw, dtype=GROUP_MANIFEST_DTYPE):
                 entry = (int(e["table"]), int(e["node"]), int(e["seq"]))
                 got = index.get(entry)
@@ -591,7 +586,7 @@ def _match_manifest(node: int, ln: Any, got: list[tuple[int, int, Any, Any]]) ->
     where = dict(op=ln.op, invocation=ln.invocation)
     raw = bytes(ln.manifest or b"")
     if len(raw) % MANIFEST_DTYPE.itemsize or len(raw) // MANIFEST_DTYPE.itemsize != ln.n_rows:
-        _fail("chain_link", node, "its manifest is damaged", seq=ln.first_seq, **where)
+        _fail_link(node, ln, "its manifest is damaged")
     man = np.frombuffer(raw, dtype=MANIFEST_DTYPE)
     names = {k: m.__tablename__ for m, k in CODE.items()}
     end = (1 << 8, 1 << 63)
@@ -644,14 +639,11 @@ def _check_density(node: int, ln: Any, got: list[tuple[int, int, Any, Any]]) -> 
     want = np.arange(ln.first_seq, ln.end_seq, dtype=np.int64)
     if have.shape != want.shape or not np.array_equal(have, want):
         bad = _first_gap(have, want)
-        _fail(
-            "chain_link",
+        _fail_link(
             node,
+            ln,
             f"sequence numbers of the link's events are not "
             f"{ln.first_seq}..{ln.end_seq - 1} without gaps (first wrong: {bad})",
-            seq=ln.first_seq,
-            op=ln.op,
-            invocation=ln.invocation,
         )
 
 
