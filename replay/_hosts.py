@@ -10,7 +10,9 @@ launcher, ``--ranks`` defaults to the allocation's tasks, and more ranks than it
 refused before anything starts.
 
 Everything here is a pure function of its arguments (the environment is passed in),
-so that the command lines can be tested without a cluster.
+so that the command lines can be tested without a cluster; the one exception is
+:func:`unresolvable_host`, which asks the resolver about the host file's names after a
+launch failed and mpiexec's ssh said nothing we could read.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import contextlib
 import contextvars
 import os
 import re
+import socket
+import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
@@ -149,8 +153,12 @@ _SSH_FAILURE = re.compile(
 )
 
 
-def unreachable_host(err_lines: list[str]) -> str | None:
-    """One line naming the host mpiexec could not start a rank on (None: no such line)."""
+def unreachable_host(err_lines: list[str], hostfile: str | None = None) -> str | None:
+    """One line naming the host mpiexec could not start a rank on (None: no such line).
+
+    ``hostfile`` (the job's ``--hostfile``) lets a bare "Launch proxy failed" name a host
+    whose name does not resolve.
+    """
     for line in err_lines:
         m = _SSH_FAILURE.search(line)
         if m is not None:
@@ -161,11 +169,50 @@ def unreachable_host(err_lines: list[str]) -> str | None:
                 "or check it is up and accepts ssh without a password"
             )
     if any("Launch proxy failed" in line for line in err_lines):
+        # ssh's own line can be lost: hydra may end it before it prints. A name the
+        # resolver does not know is then the cause we can still name.
+        named = unresolvable_host(hostfile) if hostfile is not None else None
+        if named is not None:
+            host, why = named
+            return (
+                f"mpiexec cannot reach host {host} ({why}); fix that host in the host file "
+                "or check it is up and accepts ssh without a password"
+            )
         return (
             "mpiexec could not start its proxy on a host of the job (see --hostfile and "
             "--launcher); check every host is up and reachable with the chosen launcher"
         )
     return None
+
+
+#: How long the names of a host file may take to resolve, all together (seconds).
+RESOLVE_WAIT_S = 5.0
+
+
+def unresolvable_host(hostfile: str) -> tuple[str, str] | None:
+    """The first host of ``hostfile`` whose name does not resolve, with the resolver's
+    reason (None: every name resolves, the file cannot be read, or resolving took longer
+    than :data:`RESOLVE_WAIT_S`)."""
+    try:
+        with open(hostfile, encoding="utf-8", errors="replace") as f:
+            lines = [ln.split("#", 1)[0].strip() for ln in f]
+    except OSError:
+        return None
+    hosts = list(dict.fromkeys(ln.rsplit(":", 1)[0] for ln in lines if ln))
+    found: list[tuple[str, str]] = []
+
+    def resolve() -> None:
+        for host in hosts:
+            try:
+                socket.getaddrinfo(host, None)
+            except (OSError, UnicodeError) as exc:
+                found.append((host, getattr(exc, "strerror", None) or "unknown host"))
+                return
+
+    worker = threading.Thread(target=resolve, daemon=True)  # a stuck resolver is left
+    worker.start()
+    worker.join(RESOLVE_WAIT_S)
+    return found[0] if found else None
 
 
 __all__ = [
@@ -180,4 +227,5 @@ __all__ = [
     "set_placement",
     "slurm_tasks",
     "unreachable_host",
+    "unresolvable_host",
 ]

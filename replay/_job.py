@@ -542,7 +542,7 @@ def launch(
         message = _death_message(
             ranks, proc.returncode, err_lines, time.monotonic() - t0, _rank_of(err_lines, hellos)
         )
-        message = unreachable_host(err_lines) or message
+        message = unreachable_host(err_lines, current_placement().hostfile) or message
         _mark_crashed(spec, message)
         raise LaunchError(message)
 

@@ -81,6 +81,19 @@ def test_an_unreachable_host_is_named() -> None:
     assert _hosts.unreachable_host(["iter 1"]) is None
 
 
+def test_a_lost_ssh_line_still_names_the_host_that_does_not_resolve(tmp_path: Path) -> None:
+    # hydra may end ssh before it prints: only "Launch proxy failed" reaches us
+    proxy = ["[mpiexec@vm] ui_cmd_cb (pmiserv_pmci.c:51): Launch proxy failed."]
+    hosts = tmp_path / "hosts"
+    hosts.write_text("# two hosts\nlocalhost:1\n\nnosuchhost.invalid:2  # bad\n")
+    line = _hosts.unreachable_host(proxy, str(hosts))
+    assert line is not None and line.startswith("mpiexec cannot reach host nosuchhost.invalid (")
+    # every name resolves, or there is no file to read: the generic line, not a guess
+    hosts.write_text("localhost:2\n")
+    for hostfile in (str(hosts), str(tmp_path / "gone"), None):
+        assert "could not start its proxy" in str(_hosts.unreachable_host(proxy, hostfile))
+
+
 @pytest.mark.parametrize(
     "command", ["run sgdmf", "cluster t.sqlite", "resume t.sqlite", "dual sgdmf", "chaos sgdmf"]
 )
