@@ -87,8 +87,9 @@ class ShardMissError(EngineError, RuntimeError):
         self.gid = gid
         super().__init__(
             f"{desc} is not held on node {node}: a sharded dvector keeps on each node its "
-            "own rows and the rows that node's loop bodies touch; read it inside an "
-            f"async_for or sync_for body, or create {name!r} with sharded=False to keep a "
+            "own rows and the rows that node's loop bodies are known to touch beforehand; "
+            "read it in an async_for body or a sync_for body with reconnaissance "
+            f"(re=True, the default), or create {name!r} with sharded=False to keep a "
             "whole copy on every node"
         )
 

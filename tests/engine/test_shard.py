@@ -149,7 +149,9 @@ def test_a_swallowed_miss_outside_a_loop_round_is_still_an_error() -> None:
     that catches the error would go on with a made-up value: the operator fails instead,
     naming the row, the node and what to do."""
     assert _lookup(False, False).value == 140.0
-    with pytest.raises(ap.EngineError, match=r"B\[\d\] is not held on node \d.*sharded=False"):
+    with pytest.raises(
+        ap.EngineError, match=r"B\[\d\] is not held on node \d.*re=True.*sharded=False"
+    ):
         _lookup(False, None)
 
 
