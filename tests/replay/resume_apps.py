@@ -165,6 +165,30 @@ def driver_reads(epochs: int = 5, how: str = "reduce", every: int = 2) -> None:
             ap.log_objective("last", float(X[0]))
 
 
+def objects(epochs: int = 5) -> None:
+    """Rows of Python objects (a sharded dvector on more than one rank) written in every
+    epoch and read across homes, so a resume must restore rows that nodes hold away from
+    their home as well as the homes' own."""
+    with _kill_switch():
+        A = ap.dvector(12, data=[(j, float(j)) for j in range(12)], name="A")
+        W = ap.dvector(4, shape=(2,), init=ap.init.constant(0.5), name="W")
+        for e in range(epochs):
+
+            def body(j: int, e: int = e) -> None:
+                r = A[j]
+                A[j] = (r[0], r[1] * 0.5 + float(W[j % 4][0]))
+                W[(j + e) % 4] = W[(j + e) % 4] + r[1] * 0.01
+
+            ap.async_for(0, 12, body, name="b")
+
+            def shift(j: int) -> None:
+                r = A[(j + 3) % 12]
+                W[j % 4] = W[j % 4] * 0.9 + r[1] * 0.001
+
+            ap.async_for(0, 12, shift, name="s")
+            ap.log_objective("w", ap.reduce(W, lambda x: float(x.sum())))
+
+
 def _killable(train: Callable[..., Any]) -> Callable[..., Any]:
     """``train`` (a built-in app) behind the kill switch, with its parameters and their
     types (``-p`` converts by the signature, which ``functools.wraps`` carries over)."""

@@ -142,6 +142,25 @@ def test_sigkill_a_rank_then_resume_is_bitwise_an_uninterrupted_run(
 
 
 @pytest.mark.mpi
+def test_written_rows_of_a_sharded_dvector_resume_bitwise(tmp_path: Path) -> None:
+    """Python-object rows are sharded on 2 ranks: a SIGKILL after checkpoints that hold
+    written rows (some held away from their home), then a resume, gives the
+    uninterrupted run's digests and objectives."""
+    args = ["run", target("objects"), "--ranks", "2", "--timeout", "60", "--json"]
+    rc, out, err = cli(*args, "--no-trace")
+    assert rc == 0, err
+    whole = json.loads(out)
+    trace = tmp_path / "t.sqlite"
+    args += ["--checkpoint-every", "1", "--trace", str(trace)]
+    rc, _, err = crash(*args, env={"RESUME_KILL": "1:5:2"})  # in s#2
+    assert rc != 0 and of_run(trace, lambda r: r.checkpoints()), err
+    res = resume(trace)
+    where = res["resumed_from"]
+    assert (where["op"], where["invocation"]) == ("b", 2), where  # the last checkpoint
+    assert res["objectives"] == whole["objectives"] and res["digests"] == whole["digests"]
+
+
+@pytest.mark.mpi
 @pytest.mark.parametrize("rank, exchange", [(0, 0), (1, 1)])
 def test_a_rank_killed_in_a_routed_exchange_is_named_and_resumes_bitwise(
     tmp_path: Path, uninterrupted: dict[str, dict[str, Any]], rank: int, exchange: int
