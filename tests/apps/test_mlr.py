@@ -126,3 +126,20 @@ def test_a_bad_aggregate_is_one_line(cli) -> None:
     proc = cli("run", "mlr", "-p", "synthetic=true", "-p", "aggregate=median", "--no-trace")
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1
     assert "aggregate must be sum or average" in proc.stderr
+
+
+def test_the_placement_benchmark_order_zero_is_the_apps_own_run(tmp_path) -> None:
+    """benchmarks/placement.py trains on tables it writes; its order 0 must be the very
+    run ``replay run mlr`` makes (same images, same order, same held-out set), or its
+    noise floor would measure something else."""
+    from benchmarks.placement import fit, tables
+
+    trains, test = tables(tmp_path, 2)
+    own = ap.run(lambda: train(epochs=2), nodes=1)
+    got = fit(trains[0], test, 1, 1, epochs=2)
+    assert got == {
+        "accuracy": own.objectives["test_accuracy"][-1],
+        "loss": own.objectives["loss"][-1],
+    }
+    shuffled = fit(trains[1], test, 1, 1, epochs=2)
+    assert shuffled["loss"] != got["loss"]  # another order is another trajectory
