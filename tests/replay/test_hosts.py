@@ -127,8 +127,8 @@ def test_the_options_reach_mpiexec(tmp_path: Path) -> None:
     trace = tmp_path / "t.sqlite"
     params = ["-p", "synthetic=true", "-p", "synthetic_ratings=5000", "-p", "epochs=1"]
     # inside the "allocation": --ranks defaults to its 2 tasks and hydra gets -launcher slurm
-    # (which cannot start here: the line is what is checked)
-    run_cli(["run", "sgdmf", *params, "--trace", str(trace), "--timeout", "10"], env=env)
+    # (which cannot start here: the line is what is checked, logged before mpiexec runs)
+    run_cli(["run", "sgdmf", *params, "--trace", str(trace), "--timeout", "2"], env=env)
     assert log.read_text().split("\n")[0].split()[:4] == ["-launcher", "slurm", "-n", "2"]
     log.unlink()
     place = ["--hostfile", str(hosts), "--launcher", "fork"]
