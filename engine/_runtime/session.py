@@ -595,7 +595,8 @@ def _differs(d: _dds._DDS, node: int, owners: Any) -> tuple[int, Any] | None:
         bad = np.flatnonzero((a != b).any(axis=1))
         return None if not len(bad) else (int(bad[0]), mine[int(bad[0])])
     for k, (a, b) in enumerate(zip(mine, owners, strict=True)):
-        if stable_text(a) != stable_text(b):
+        # one object is one text (nothing runs between the two calls to change it)
+        if a is not b and stable_text(a) != stable_text(b):
             return k, a
     return None
 
