@@ -81,7 +81,34 @@ def check_hostfile(path: str) -> str:
         raise UsageError(
             f"--hostfile {path} names no host; write one host per line (host or host:slots)"
         )
+    for lineno, line in enumerate(hosts, start=1):
+        why = _bad_host_line(line)
+        if why is not None:
+            shown = line if len(line) <= 60 else line[:57] + "..."
+            raise UsageError(
+                f"--hostfile {path}, line {lineno}: {shown!r} {why}; write one host per "
+                "line, as host or host:slots (slots a whole number of at least 1)"
+            )
     return os.path.abspath(path)
+
+
+def _bad_host_line(line: str) -> str | None:
+    """Why hydra cannot use this host file line (comment stripped), or None: mpiexec
+    itself dies on a signal (``host:0``, ``host:abc``), stops parsing (a host with a
+    space), or waits forever (``host:-1``) on such lines."""
+    if not line:
+        return None
+    first, *extra = line.split()
+    if any("=" not in token for token in extra):  # hydra's own ``key=value`` options pass
+        return "has a space in a host name"
+    host, _, rest = first.partition(":")
+    if not host:
+        return "names no host before ':'"
+    if rest or first.endswith(":"):
+        slots = rest.split(":", 1)[0]
+        if not (slots.isascii() and slots.isdigit()) or int(slots) < 1:
+            return f"gives {slots!r} slots"
+    return None
 
 
 # ====================================================================== Slurm

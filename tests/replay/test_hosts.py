@@ -11,6 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from replay import _hosts
 from replay._errors import UsageError
@@ -66,6 +68,41 @@ def test_a_hostfile_must_be_readable_and_name_a_host(tmp_path: Path) -> None:
     ]:
         with pytest.raises(UsageError, match=what):
             _hosts.check_hostfile(str(path))
+
+
+good_hosts = st.from_regex(r"[a-z][a-z0-9.-]{0,12}", fullmatch=True)
+bad_slots = st.one_of(
+    st.sampled_from(["0", "-1", "", "abc", "2.5", "+3", "０", " 2"]),
+    st.integers(max_value=0).map(str),
+)
+
+
+@given(
+    before=st.lists(st.tuples(good_hosts, st.integers(1, 64)), max_size=3),
+    host=good_hosts,
+    how=st.sampled_from(["slots", "space", "nohost"]),
+    slots=bad_slots,
+)
+def test_a_host_file_line_mpiexec_cannot_use_is_refused_before_a_start(
+    tmp_path_factory: pytest.TempPathFactory,
+    before: list[tuple[str, int]],
+    host: str,
+    how: str,
+    slots: str,
+) -> None:
+    """mpiexec dies on a signal (host:0, host:abc), stops parsing (a space in a host) or
+    waits forever (host:-1) on such lines: each is one line naming the file's line."""
+    bad = {"slots": f"{host}:{slots}", "space": f"{host} x:2", "nohost": f":{len(host)}"}[how]
+    lines = ["# hosts", *(f"{h}:{n}" for h, n in before), bad, "after:1"]
+    path = tmp_path_factory.mktemp("hosts") / "hosts"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(UsageError) as err:
+        _hosts.check_hostfile(str(path))
+    assert f"line {len(before) + 2}: " in str(err.value) and "\n" not in str(err.value)
+    # the same file without that line is one mpiexec can read; hydra's key=value kept
+    lines.remove(bad)
+    path.write_text("\n".join([*lines, f"{host}:2 ifhn=eth0"]) + "\n")
+    assert _hosts.check_hostfile(str(path)) == str(path)
 
 
 def test_an_unreachable_host_is_named() -> None:
