@@ -24,6 +24,9 @@ from typing import NamedTuple
 import numpy as np
 import platformdirs
 
+from engine import InputFileError
+from engine.lowlevel import input_grew, open_input
+
 from ._errors import AppError, DataFormatError
 
 __all__ = [
@@ -133,17 +136,26 @@ def read_utf8(path: pathlib.Path, what: str, fix: str) -> str:
     """The text of ``path``; a missing, unreadable or non-UTF-8 file is a one-line
     :class:`AppError` starting with ``what`` (e.g. ``"lda: corpus"``) and, for bad bytes,
     ending with ``fix`` (what to give instead)."""
+    try:  # a regular file only, read to its size at the open: the path may come from a trace
+        fh, size = open_input(path)
+        with fh:
+            data = fh.read(size + 1)
+    except InputFileError as exc:
+        why = getattr(exc, "why", None)
+        if why is None:
+            raise AppError(f"{what} file {str(path)!r} does not exist") from None
+        raise AppError(f"{what} {str(path)!r} cannot be read: {why}") from None
+    except OSError as exc:
+        raise AppError(f"{what} {str(path)!r} cannot be read: {exc.strerror}") from None
+    if len(data) > size:
+        raise AppError(f"{what}: {input_grew(str(path))}")
     try:
-        return pathlib.Path(path).read_bytes().decode("utf-8")
-    except FileNotFoundError:
-        raise AppError(f"{what} file {str(path)!r} does not exist") from None
+        return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = exc.object[: exc.start].count(b"\n") + 1
         raise DataFormatError(
             f"{what} {str(path)!r} is not UTF-8 text (line {line}, byte {exc.start}): {fix}"
         ) from None
-    except OSError as exc:
-        raise AppError(f"{what} {str(path)!r} cannot be read: {exc.strerror}") from None
 
 
 def check_sha256(path: pathlib.Path, want: str, who: str, source: str) -> None:

@@ -26,6 +26,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from engine import InputFileError
+from engine.lowlevel import open_input
+
 from ._datasets import parse_number, read_utf8
 from ._errors import AppError, DataFormatError
 
@@ -253,28 +256,30 @@ def _libsvm_features(tokens: list[str]) -> dict[int, float]:
 # ---------------------------------------------------------------------------- numpy formats
 def _read_numpy(p: pathlib.Path, kind: str, who: str) -> Table:
     what = f"{who}: data {str(p)!r}"
-    try:
-        size = p.stat().st_size
-    except FileNotFoundError:
-        raise AppError(f"{who}: data file {str(p)!r} does not exist") from None
-    except OSError as exc:
-        raise AppError(f"{who}: cannot read data {str(p)!r}: {exc.strerror}") from None
-    if size == 0:
-        raise DataFormatError(f"{what} is empty")
-    try:
-        loaded = np.load(p, allow_pickle=False)
-        if isinstance(loaded, np.lib.npyio.NpzFile):
-            with loaded:
-                if kind != "npz":
-                    raise DataFormatError(f"{what} is an .npz archive; name it .npz")
-                X, y = _npz_arrays(loaded, what)
-        else:
-            X, y = _npy_arrays(np.asarray(loaded), what, kind)
-    except DataFormatError:
-        raise
-    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
-        # object arrays (pickles) are refused by allow_pickle=False with a ValueError
-        raise DataFormatError(f"{what} is not a readable {kind} file ({exc})") from None
+    try:  # a regular file only (the path may come from a trace), read through this handle
+        fh, size = open_input(p)
+    except InputFileError as exc:
+        why = getattr(exc, "why", None)
+        if why is None:
+            raise AppError(f"{who}: data file {str(p)!r} does not exist") from None
+        raise AppError(f"{who}: cannot read data {str(p)!r}: {why}") from None
+    with fh:
+        if size == 0:
+            raise DataFormatError(f"{what} is empty")
+        try:
+            loaded = np.load(fh, allow_pickle=False)
+            if isinstance(loaded, np.lib.npyio.NpzFile):
+                with loaded:
+                    if kind != "npz":
+                        raise DataFormatError(f"{what} is an .npz archive; name it .npz")
+                    X, y = _npz_arrays(loaded, what)
+            else:
+                X, y = _npy_arrays(np.asarray(loaded), what, kind)
+        except DataFormatError:
+            raise
+        except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
+            # object arrays (pickles) are refused by allow_pickle=False with a ValueError
+            raise DataFormatError(f"{what} is not a readable {kind} file ({exc})") from None
     table = Table(X, y, str(p))
     _check_finite(table, who)
     return table

@@ -18,6 +18,11 @@ a regular file or ``-o t.sqlite-wal`` clobber a trace's write-ahead log.  So:
 
 This lives in the engine because it is the lowest package: ``tracer``, ``replay`` and
 ``apps`` all import it (through ``engine.lowlevel``), and the engine's own ``store`` uses it.
+
+Reading is the other side (:func:`open_input`): a data file's path comes from the user's
+parameters, and in a replay from the trace's, which is hostile input.  A path to a FIFO
+would block the open, and ``/dev/zero`` or ``/dev/urandom`` would never end a line; so an
+input must be a regular file, and a reader reads no more than its size at the open.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ import stat
 from collections.abc import Iterator
 from typing import IO, Any
 
-from ._errors import OutputPathError
+from ._errors import InputFileError, OutputPathError
 
 #: The first 16 bytes of every SQLite database file.
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -181,4 +186,51 @@ def write_file(
         fh.write(payload)
 
 
-__all__ = ["SIDECARS", "SQLITE_MAGIC", "check_target", "replacing", "write_file"]
+def open_input(path: str | os.PathLike[str]) -> tuple[IO[bytes], int]:
+    """``path`` opened for reading bytes, with its size: only a regular file (a symlink to
+    one is followed), else one :class:`InputFileError` line.  Opened without blocking (a
+    FIFO would otherwise wait for a writer) and checked on the open descriptor."""
+    name = os.fspath(path)
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise _input_error(f"input file {name!r} does not exist", None) from None
+    except OSError as exc:
+        why = str(exc.strerror)
+        raise _input_error(f"cannot read input file {name!r}: {why}", why) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            why = f"it is {_kind(st.st_mode)}, not a regular file; give a file (a replay reads the same file again)"  # noqa: E501
+            raise _input_error(f"input file {name!r}: {why}", why)
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb"), st.st_size
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _input_error(message: str, why: str | None) -> InputFileError:
+    """``why``: the reason alone, for a caller that names the file its own way (None:
+    the file does not exist)."""
+    err = InputFileError(message)
+    err.why = why  # type: ignore[attr-defined]
+    return err
+
+
+def grew(name: str) -> InputFileError:
+    """The error of an input that holds more bytes than it did when it was opened."""
+    return InputFileError(
+        f"input file {name!r} grew while it was read; read it once it is complete"
+    )
+
+
+__all__ = [
+    "SIDECARS",
+    "SQLITE_MAGIC",
+    "check_target",
+    "grew",
+    "open_input",
+    "replacing",
+    "write_file",
+]

@@ -26,6 +26,8 @@ from ._data.values import stable_text as stable_text
 from ._errors import ScheduleExhausted as ScheduleExhausted
 from ._files import SIDECARS as SQLITE_SIDECARS
 from ._files import check_target as check_output_path
+from ._files import grew as input_grew
+from ._files import open_input as open_input
 from ._files import replacing as replacing
 from ._files import write_file as write_file
 from ._machines.chaos import FAULT as FAULT
@@ -89,6 +91,8 @@ __all__ = [
     "dds_contents",
     "local_owned_rows",
     "find_dds",
+    "input_grew",
+    "open_input",
     "replacing",
     "write_file",
     "write_model",

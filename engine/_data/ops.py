@@ -31,7 +31,7 @@ from .._errors import (
     ShardMissError,
     _shown,
 )
-from .._files import replacing
+from .._files import grew, open_input, replacing
 from .._runtime.checkpoint import collective
 from .._runtime.session import Session, current, driver_only
 from . import exact
@@ -76,24 +76,21 @@ def _read_records(
     lines that start in that rank's share of the file's bytes.  Returns the records, the
     xxh3 digest of the file (with ``part``: every line is read, to hash it) and the
     first error as (line number, message), after which nothing more is parsed."""
-    try:
-        # bytes, decoded line by line: a text-mode reader decodes ahead in chunks, so
-        # its UnicodeDecodeError would not say which physical line holds the bad byte
-        fh = p.open("rb")
-    except FileNotFoundError:
-        raise InputFileError(f"input file {str(p)!r} does not exist") from None
-    except OSError as exc:
-        raise InputFileError(f"cannot read input file {str(p)!r}: {exc.strerror}") from None
+    # bytes, decoded line by line: a text-mode reader decodes ahead in chunks, so its
+    # UnicodeDecodeError would not say which physical line holds the bad byte.  A regular
+    # file only, and no more than its size at the open (the path may come from a trace)
+    fh, size = open_input(p)
     records: list[Any] = []
     h = xxhash.xxh3_128()
     err: tuple[int, str] | None = None
     with fh:
-        size = os.fstat(fh.fileno()).st_size
         me, ranks = (0, 1) if part is None else part
         lo, hi = size * me // ranks, size * (me + 1) // ranks
         at = 0
         for lineno, raw in enumerate(fh, start=1):
             start, at = at, at + len(raw)
+            if at > size:
+                raise grew(str(p))
             if part is not None:
                 h.update(raw)
             if err is not None or not lo <= start < hi:

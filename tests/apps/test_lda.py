@@ -333,7 +333,7 @@ def test_a_users_corpus_file_trains_as_the_same_documents_do(tmp_path: pathlib.P
     "content,message",
     [
         (None, "none.txt' is neither (no such file)"),
-        ("dir", "cannot be read: Is a directory"),
+        ("dir", "cannot be read: it is a directory, not a regular file"),
         (b"", "has no words"),
         (b"first document\nsecond \xff document\n", "is not UTF-8 text (line 2, byte 22)"),
         (b"the and of\n", "no document keeps a word with min_count=3"),
