@@ -201,7 +201,10 @@ def open_input(path: str | os.PathLike[str]) -> tuple[IO[bytes], int]:
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            why = f"it is {_kind(st.st_mode)}, not a regular file; give a file (a replay reads the same file again)"  # noqa: E501
+            why = (
+                f"it is {_kind(st.st_mode)}, not a regular file; give a file (a replay "
+                "reads the same file again)"
+            )
             raise _input_error(f"input file {name!r}: {why}", why)
         os.set_blocking(fd, True)
         return os.fdopen(fd, "rb"), st.st_size
