@@ -21,7 +21,7 @@ import engine as ap
 from apps import _datasets
 from apps._datasets import DatasetUnavailableError, cache_dir
 from apps._errors import AppError
-from apps.lda import _data, train
+from apps.lda import _data, planted_recovery, train
 from apps.lda._app import load, word_blocks
 from apps.lda._model import estimates, loglik, perplexity, sweep
 from replay import testing
@@ -255,6 +255,35 @@ def test_perplexity_is_on_par_with_scikit_learn() -> None:
     theirs = perplexity(X, sk.transform(X), phi)
     ours = ap.run(train, SMALL, nodes=2).value["perplexity"]
     assert ours <= 1.1 * theirs
+
+
+def test_the_benchmarks_numba_reference_is_a_correct_sampler() -> None:
+    """benchmarks/lda.py times the app against this plain sampler: it must be one."""
+    from benchmarks.lda import counts, numba_seed, numba_sweep
+
+    data, planted = load("lee", True, 5, 200, 60, 3, 0.5)
+    assert planted is not None
+    K, V, D = 5, len(data.vocab), len(data.docs)
+    words = np.concatenate(data.docs)
+    docs = np.concatenate([np.full(len(d), i, dtype=np.int64) for i, d in enumerate(data.docs)])
+    z, nw, nd, nk = counts(
+        words, docs, np.random.default_rng(0).integers(K, size=len(words)), V, D, K
+    )
+    numba_seed(0)
+    ll = []
+    for _ in range(40):
+        numba_sweep(words, docs, z, nw, nd, nk, 0.1, 0.01, V * 0.01)
+        ll.append(loglik(nw, nd, 0.1, 0.01))
+    # the counts are those of the assignments it ended with
+    _, want_w, want_d, want_k = counts(words, docs, z, V, D, K)
+    assert (nw == want_w).all() and (nd == want_d).all() and (nk == want_k).all()
+    windows = np.array(ll[:30]).reshape(6, 5).mean(axis=1)
+    assert (np.diff(windows) > 0).all()
+    theta, phi = estimates(nw, nd, 0.1, 0.01)
+    purity, found = planted_recovery(phi, data.vocab, planted)
+    assert found == 5 and purity >= 0.9
+    ours = ap.run(train, SMALL).value["perplexity"]
+    assert abs(perplexity(data.doc_term(), theta, phi) / ours - 1) < 0.1
 
 
 # --- CLI, replay, dual ------------------------------------------------------------------------
