@@ -776,6 +776,41 @@ class dvector(_DDS):  # noqa: N801 - the name is part of the user API
         self._touch()
         self._note_driver_write(s, v)
 
+    # ---------------------------------------------------------------- many rows at once
+    # The definitions here go row by row through ``X[i]``, so they are right in every
+    # mode; the hot modes below override them with one numpy operation, taken only when
+    # no per-row check could fire (else they fall back to these), so the two agree bit
+    # for bit.  Measured on LDA (lee, 10 topics): ~12,000 row accesses per iteration at
+    # ~2 us each were 25 ms of an iteration whose compiled sweep is 1.4 ms.
+    def take(self, ids: Any) -> np.ndarray:
+        """Rows ``ids`` of a numeric dvector as one ``(len(ids), *shape)`` array: what
+        ``np.array([X[i] for i in ids])`` gives, with every check ``X[i]`` makes.
+
+        >>> import engine as ap
+        >>> X = ap.dvector(4, shape=(2,), data=np.arange(8.0), name="X")
+        >>> X.take([3, 1]).tolist()
+        [[6.0, 7.0], [2.0, 3.0]]
+        """
+        keys = _row_ids(self, ids)
+        out = np.empty((len(keys), *self._shape), dtype=self._dtype)
+        for n, i in enumerate(keys.tolist()):
+            out[n] = self[i]
+        return out
+
+    def put(self, ids: Any, rows: Any) -> None:
+        """Write ``rows[n]`` to element ``ids[n]`` for every ``n`` of a numeric dvector:
+        what ``X[i] = row`` does, row by row in order (a repeated id keeps its last row).
+
+        >>> import engine as ap
+        >>> Y = ap.dvector(3, shape=(2,), name="Y")
+        >>> Y.put([2, 0], [[1.0, 2.0], [3.0, 4.0]])
+        >>> Y.gather().tolist()
+        [[3.0, 4.0], [0.0, 0.0], [1.0, 2.0]]
+        """
+        keys = _row_ids(self, ids)
+        for i, v in zip(keys.tolist(), _rows_of(self, rows, len(keys)), strict=True):
+            self[i] = v
+
     def __iter__(self) -> Iterator[Any]:
         if self._sharded and self._sess.cluster.is_mpi:  # one allgather, not one per row
             if _checkpoint.STALE is not None:
@@ -799,6 +834,54 @@ class dvector(_DDS):  # noqa: N801 - the name is part of the user API
         return f"<dvector {self._name!r} n={self._n} {what}>"
 
 
+def _row_ids(d: dvector, ids: Any) -> np.ndarray:
+    """``ids`` of :meth:`dvector.take` / :meth:`dvector.put` as slots (int64, negative
+    ids counted from the end), or a one-line :class:`DDSError`."""
+    if not d._numeric:
+        raise DDSError(
+            f"{d._name}: take and put need a dvector of numeric rows (shape=...); "
+            "index a dvector of Python objects one element at a time"
+        )
+    keys = np.asarray(ids)
+    if keys.ndim != 1 or (keys.size and keys.dtype.kind not in "iu"):
+        raise DDSError(f"{d._name}: ids must be a 1-d sequence of integers, got {_shown(ids)}")
+    keys = keys.astype(np.int64, copy=False)
+    if keys.size:
+        lo, hi = int(keys.min()), int(keys.max())
+        if lo < -d._n or hi >= d._n:
+            bad = lo if lo < -d._n else hi
+            raise DDSError(f"{d._name}: index {bad} out of range for length {d._n}")
+        if lo < 0:
+            keys = np.where(keys < 0, keys + d._n, keys)
+    return keys
+
+
+def _rows_of(d: dvector, rows: Any, n: int) -> np.ndarray:
+    """``rows`` of :meth:`dvector.put` as an ``(n, *shape)`` array of the dtype."""
+    arr = np.asarray(rows, dtype=d._dtype)
+    want = (n, *d._shape)
+    if arr.shape != want:
+        try:
+            arr = np.broadcast_to(arr, want)
+        except ValueError:
+            raise DDSError(
+                f"{d._name}: cannot put values of shape {arr.shape} in {n} element(s) of "
+                f"shape {d._shape}"
+            ) from None
+    return arr
+
+
+def _increasing(keys: np.ndarray) -> bool:
+    """Strictly increasing, so distinct: one fancy assignment equals the writes in order."""
+    return keys.size < 2 or bool((keys[1:] > keys[:-1]).all())
+
+
+def _codes(d: dvector, keys: np.ndarray) -> np.ndarray | None:
+    """The guard codes of ``keys`` on the bound node (None: no guard map to read)."""
+    gm = d._gm
+    return np.frombuffer(gm, dtype=np.uint8)[keys] if len(gm) == d._n else None
+
+
 class _DVecNumExec(dvector):
     __slots__ = ()
 
@@ -807,6 +890,16 @@ class _DVecNumExec(dvector):
 
     def __setitem__(self, i: Any, value: Any) -> None:
         self._buf[i] = value
+
+    def take(self, ids: Any) -> np.ndarray:
+        return self._buf[_row_ids(self, ids)]  # (fancy indexing copies)
+
+    def put(self, ids: Any, rows: Any) -> None:
+        keys = _row_ids(self, ids)
+        if not _increasing(keys):
+            dvector.put(self, keys, rows)
+            return
+        self._buf[keys] = _rows_of(self, rows, len(keys))
 
 
 class _DVecObjExec(dvector):
@@ -1086,6 +1179,21 @@ class _DVecNumGuard(dvector):
             GUARD.outside(self, self._slot(i), True)
         self._buf[i] = value
 
+    def take(self, ids: Any) -> np.ndarray:
+        keys = _row_ids(self, ids)
+        c = _codes(self, keys)
+        if c is None or (c > 1).any():  # row by row: the first such read is reported
+            return dvector.take(self, keys)
+        return self._buf[keys]
+
+    def put(self, ids: Any, rows: Any) -> None:
+        keys = _row_ids(self, ids)
+        c = _codes(self, keys)
+        if c is None or (c != 1).any() or not _increasing(keys):
+            dvector.put(self, keys, rows)
+            return
+        self._buf[keys] = _rows_of(self, rows, len(keys))
+
 
 class _DVecObjGuard(dvector):
     __slots__ = ()
@@ -1117,6 +1225,21 @@ class _DVecNumGuardT(dvector):
             GUARD.outside(self, self._slot(i), True)
         self._buf[i] = value
 
+    def take(self, ids: Any) -> np.ndarray:
+        keys = _row_ids(self, ids)
+        c = _codes(self, keys)
+        if c is None or ((c != 0) & (c != _tls.gcode)).any():
+            return dvector.take(self, keys)
+        return self._buf[keys]
+
+    def put(self, ids: Any, rows: Any) -> None:
+        keys = _row_ids(self, ids)
+        c = _codes(self, keys)
+        if c is None or (c != _tls.gcode).any() or not _increasing(keys):
+            dvector.put(self, keys, rows)
+            return
+        self._buf[keys] = _rows_of(self, rows, len(keys))
+
 
 class _DVecObjGuardT(dvector):
     __slots__ = ()
@@ -1140,6 +1263,8 @@ class _DVecNumGuardRO(_DVecNumExec):
 
     def __setitem__(self, i: Any, value: Any) -> None:
         GUARD.outside(self, self._slot(i), True)
+
+    put = dvector.put  # row by row: the first write is reported
 
 
 class _DVecObjGuardRO(_DVecObjExec):
@@ -1270,6 +1395,16 @@ class _DVecRelaxedT(dvector):
 
     def __setitem__(self, i: Any, value: Any) -> None:
         self._rxc[_tls.rthread][i] = value
+
+    def take(self, ids: Any) -> np.ndarray:
+        return self._rxc[_tls.rthread][_row_ids(self, ids)]
+
+    def put(self, ids: Any, rows: Any) -> None:
+        keys = _row_ids(self, ids)
+        if not _increasing(keys):
+            dvector.put(self, keys, rows)
+            return
+        self._rxc[_tls.rthread][keys] = _rows_of(self, rows, len(keys))
 
 
 class _DVecRelaxedRecon(dvector):
