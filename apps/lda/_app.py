@@ -215,17 +215,18 @@ def train(
     vbeta = V * beta
 
     def gibbs(b: int) -> None:
-        ws, ds = b_words[b].tolist(), b_docs[b].tolist()
-        nw = np.array([NW[w] for w in ws], dtype=np.int64).reshape(len(ws), K)
-        nd = np.array([ND[d] for d in ds], dtype=np.int64).reshape(len(ds), K)
+        # the block's rows in one take/put each: the same accesses, in the same order,
+        # as one X[i] per row (reconnaissance records the same sets), at a fraction of
+        # the cost (lee, 10 topics: ~12,000 row accesses per iteration)
+        ws, ds = b_words[b], b_docs[b]
+        nw = NW.take(ws)
+        nd = ND.take(ds)
         nk = NK[0]
         z = Z[b]
         u = ap.rng().random(len(b_tw[b]))
         sweep(b_tw[b], b_td[b], z, nw, nd, nk, u, alpha, beta, vbeta)
-        for i, w in enumerate(ws):
-            NW[w] = nw[i]
-        for i, d in enumerate(ds):
-            ND[d] = nd[i]
+        NW.put(ws, nw)
+        ND.put(ds, nd)
         NK[0] = nk
         Z[b] = z
 
