@@ -871,15 +871,42 @@ def _rows_of(d: dvector, rows: Any, n: int) -> np.ndarray:
     return arr
 
 
-def _increasing(keys: np.ndarray) -> bool:
-    """Strictly increasing, so distinct: one fancy assignment equals the writes in order."""
+def _ids(d: dvector, ids: Any) -> np.ndarray:
+    """``ids`` as int64 slots for a fast path: a 1-d int64 array as it is (its range is
+    left to the indexing, which raises ``IndexError``, and the fast paths then fall back
+    to the row-by-row definition, which names the bad id), anything else through
+    :func:`_row_ids`.  (Checking the range up front cost ~6 us a call.)"""
+    if type(ids) is np.ndarray and ids.dtype == _INT64 and ids.ndim == 1 and d._numeric:
+        return ids
+    return _row_ids(d, ids)
+
+
+def _slots(d: dvector, keys: np.ndarray) -> bool:
+    """Strictly increasing slots of ``d``: distinct and in range, so one fancy
+    assignment equals the writes row by row, in order."""
+    if not keys.size:
+        return True
+    if keys[0] < 0 or keys[-1] >= d._n:
+        return False
     return keys.size < 2 or bool((keys[1:] > keys[:-1]).all())
 
 
-def _codes(d: dvector, keys: np.ndarray) -> np.ndarray | None:
-    """The guard codes of ``keys`` on the bound node (None: no guard map to read)."""
+def _codes(d: dvector, keys: np.ndarray) -> bytes | None:
+    """The guard codes of ``keys`` on the bound node, one byte each (None: no guard map,
+    or an id out of range).  Bytes, because ``codes.translate(None, allowed)`` is empty
+    exactly when every code is allowed, ~8x faster than a numpy comparison and ``any``."""
     gm = d._gm
-    return np.frombuffer(gm, dtype=np.uint8)[keys] if len(gm) == d._n else None
+    if len(gm) != d._n:
+        return None
+    try:
+        return np.frombuffer(gm, dtype=np.uint8)[keys].tobytes()
+    except IndexError:
+        return None
+
+
+#: The codes a guarded read with one thread lets through (see ``_DVecNumGuard``).
+_READ_OK = bytes((FREE, 1))
+_INT64 = np.dtype(np.int64)
 
 
 class _DVecNumExec(dvector):
@@ -892,11 +919,15 @@ class _DVecNumExec(dvector):
         self._buf[i] = value
 
     def take(self, ids: Any) -> np.ndarray:
-        return self._buf[_row_ids(self, ids)]  # (fancy indexing copies)
+        keys = _ids(self, ids)
+        try:
+            return self._buf[keys]  # (fancy indexing copies)
+        except IndexError:
+            return dvector.take(self, keys)
 
     def put(self, ids: Any, rows: Any) -> None:
-        keys = _row_ids(self, ids)
-        if not _increasing(keys):
+        keys = _ids(self, ids)
+        if not _slots(self, keys):
             dvector.put(self, keys, rows)
             return
         self._buf[keys] = _rows_of(self, rows, len(keys))
@@ -1180,16 +1211,16 @@ class _DVecNumGuard(dvector):
         self._buf[i] = value
 
     def take(self, ids: Any) -> np.ndarray:
-        keys = _row_ids(self, ids)
+        keys = _ids(self, ids)
         c = _codes(self, keys)
-        if c is None or (c > 1).any():  # row by row: the first such read is reported
+        if c is None or c.translate(None, _READ_OK):  # row by row: the first is reported
             return dvector.take(self, keys)
         return self._buf[keys]
 
     def put(self, ids: Any, rows: Any) -> None:
-        keys = _row_ids(self, ids)
-        c = _codes(self, keys)
-        if c is None or (c != 1).any() or not _increasing(keys):
+        keys = _ids(self, ids)
+        c = _codes(self, keys) if _slots(self, keys) else None
+        if c is None or c.translate(None, b"\x01"):
             dvector.put(self, keys, rows)
             return
         self._buf[keys] = _rows_of(self, rows, len(keys))
@@ -1226,16 +1257,16 @@ class _DVecNumGuardT(dvector):
         self._buf[i] = value
 
     def take(self, ids: Any) -> np.ndarray:
-        keys = _row_ids(self, ids)
+        keys = _ids(self, ids)
         c = _codes(self, keys)
-        if c is None or ((c != 0) & (c != _tls.gcode)).any():
+        if c is None or c.translate(None, bytes((FREE, _tls.gcode))):
             return dvector.take(self, keys)
         return self._buf[keys]
 
     def put(self, ids: Any, rows: Any) -> None:
-        keys = _row_ids(self, ids)
-        c = _codes(self, keys)
-        if c is None or (c != _tls.gcode).any() or not _increasing(keys):
+        keys = _ids(self, ids)
+        c = _codes(self, keys) if _slots(self, keys) else None
+        if c is None or c.translate(None, bytes((_tls.gcode,))):
             dvector.put(self, keys, rows)
             return
         self._buf[keys] = _rows_of(self, rows, len(keys))
@@ -1397,11 +1428,15 @@ class _DVecRelaxedT(dvector):
         self._rxc[_tls.rthread][i] = value
 
     def take(self, ids: Any) -> np.ndarray:
-        return self._rxc[_tls.rthread][_row_ids(self, ids)]
+        keys = _ids(self, ids)
+        try:
+            return self._rxc[_tls.rthread][keys]
+        except IndexError:
+            return dvector.take(self, keys)
 
     def put(self, ids: Any, rows: Any) -> None:
-        keys = _row_ids(self, ids)
-        if not _increasing(keys):
+        keys = _ids(self, ids)
+        if not _slots(self, keys):
             dvector.put(self, keys, rows)
             return
         self._rxc[_tls.rthread][keys] = _rows_of(self, rows, len(keys))

@@ -131,6 +131,28 @@ def test_an_access_outside_the_plan_is_reported_as_the_same_row_is(
     assert want[late] in got[1], got[1]
 
 
+def test_negative_ids_name_the_same_rows_in_a_body() -> None:
+    """-1 and 3 are one row of 4: ``put`` keeps the last, as row by row (not one numpy
+    assignment, whose order with a repeated index numpy leaves open)."""
+
+    def prog() -> Any:
+        R = ap.dvector(4, shape=(2,), relaxed=True, name="R")  # exec mode on one node
+        X = ap.dvector(4, shape=(2,), name="X")  # guarded
+
+        def body(j: int) -> None:
+            for D in (R, X):
+                D.put(np.array([-1, 3]), [[1.0, 1.0], [2.0, 2.0]])
+                D.put(np.array([-4, 0])[::-1], [[5.0, 5.0], [6.0, 6.0]])
+
+        ap.async_for(0, 1, body, name="neg")
+        return R.gather(), X.gather(), R.take(np.array([-1, 0])).tolist()
+
+    r, x, got = ap.run(prog).value
+    for a in (r, x):
+        assert a.tolist() == [[6.0, 6.0], [0.0, 0.0], [0.0, 0.0], [2.0, 2.0]]
+    assert got == [[2.0, 2.0], [6.0, 6.0]]
+
+
 def test_in_the_driver_ids_count_from_the_end_and_a_repeated_id_keeps_its_last_row() -> None:
     def prog() -> Any:
         X = ap.dvector(4, shape=(2,), data=np.arange(8.0), name="X")
@@ -149,20 +171,41 @@ def test_in_the_driver_ids_count_from_the_end_and_a_repeated_id_keeps_its_last_r
 @pytest.mark.parametrize(
     "call,message",
     [
-        (lambda X, W: X.take([4]), "X: index 4 out of range for length 4"),
-        (lambda X, W: X.put([-5], [[1.0, 2.0]]), "X: index -5 out of range for length 4"),
-        (lambda X, W: X.take([[0, 1]]), "X: ids must be a 1-d sequence of integers"),
-        (lambda X, W: X.take([0.5]), "X: ids must be a 1-d sequence of integers"),
-        (lambda X, W: X.put([0, 1], [[1.0, 2.0, 3.0]]), "cannot put values of shape (1, 3)"),
-        (lambda X, W: W.take([0]), "W: take and put need a dvector of numeric rows"),
+        (lambda X, W, R: X.take([4]), "X: index 4 out of range for length 4"),
+        (lambda X, W, R: X.take(np.array([1, -5])), "X: index -5 out of range for length 4"),
+        (lambda X, W, R: X.put(np.array([2, 4]), np.ones((2, 2))), "X: index 4 out of range"),
+        (lambda X, W, R: X.put([-5], [[1.0, 2.0]]), "X: index -5 out of range for length 4"),
+        (lambda X, W, R: X.take([[0, 1]]), "X: ids must be a 1-d sequence of integers"),
+        (lambda X, W, R: X.take([0.5]), "X: ids must be a 1-d sequence of integers"),
+        (lambda X, W, R: X.put([0, 1], [[1.0, 2.0, 3.0]]), "cannot put values of shape (1, 3)"),
+        (lambda X, W, R: W.take([0]), "W: take and put need a dvector of numeric rows"),
+        (lambda X, W, R: R.put(np.array([1, 4]), np.ones((2, 2))), "R: index 4 out of"),
+        (lambda X, W, R: R.take(np.array([0, -5])), "R: index -5 out of"),
     ],
 )
-def test_bad_ids_or_rows_are_one_dds_error(call: Any, message: str) -> None:
+@pytest.mark.parametrize("where", ["driver", "body"])
+def test_bad_ids_or_rows_are_one_dds_error(call: Any, message: str, where: str) -> None:
     def prog() -> None:
         X = ap.dvector(4, shape=(2,), name="X")
         W = ap.dvector(2, data=["a", "b"], name="W")
-        call(X, W)
+        R = ap.dvector(4, shape=(2,), relaxed=True, name="R")
+        if where == "driver":
+            call(X, W, R)
+            return
 
-    with pytest.raises(ap.DDSError) as info:
+        flag = ap.dvector(1, shape=(), dtype=np.int64, name="flag")
+
+        def body(j: int) -> None:
+            X[j] = np.zeros(2)
+            if flag[0] and j == 1:
+                call(X, W, R)
+
+        ap.async_for(0, 2, body, name="bad")  # reconnaissance: the row-by-row path
+        flag[0] = 1
+        ap.async_for(0, 2, body, name="bad")  # under the plan: the fast paths
+
+    with pytest.raises(ap.DDSError if where == "driver" else ap.BodyError) as info:
         ap.run(prog)
+    if where == "body":  # the body's error, named with its index
+        assert "bad#1 index 1 on node 0 raised DDSError" in str(info.value)
     assert message in str(info.value) and "\n" not in str(info.value)
