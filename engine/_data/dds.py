@@ -781,6 +781,41 @@ class dvector(_DDS):  # noqa: N801 - the name is part of the user API
         self._touch()
         self._note_driver_write(s, v)
 
+    # ---------------------------------------------------------------- many rows at once
+    # The definitions here go row by row through ``X[i]``, so they are right in every
+    # mode; the hot modes below override them with one numpy operation, taken only when
+    # no per-row check could fire (else they fall back to these), so the two agree bit
+    # for bit.  Measured on LDA (lee, 10 topics): ~12,000 row accesses per iteration at
+    # ~2 us each were 25 ms of an iteration whose compiled sweep is 1.4 ms.
+    def take(self, ids: Any) -> np.ndarray:
+        """Rows ``ids`` of a numeric dvector as one ``(len(ids), *shape)`` array: what
+        ``np.array([X[i] for i in ids])`` gives, with every check ``X[i]`` makes.
+
+        >>> import engine as ap
+        >>> X = ap.dvector(4, shape=(2,), data=np.arange(8.0), name="X")
+        >>> X.take([3, 1]).tolist()
+        [[6.0, 7.0], [2.0, 3.0]]
+        """
+        keys = _row_ids(self, ids)
+        out = np.empty((len(keys), *self._shape), dtype=self._dtype)
+        for n, i in enumerate(keys.tolist()):
+            out[n] = self[i]
+        return out
+
+    def put(self, ids: Any, rows: Any) -> None:
+        """Write ``rows[n]`` to element ``ids[n]`` for every ``n`` of a numeric dvector:
+        what ``X[i] = row`` does, row by row in order (a repeated id keeps its last row).
+
+        >>> import engine as ap
+        >>> Y = ap.dvector(3, shape=(2,), name="Y")
+        >>> Y.put([2, 0], [[1.0, 2.0], [3.0, 4.0]])
+        >>> Y.gather().tolist()
+        [[3.0, 4.0], [0.0, 0.0], [1.0, 2.0]]
+        """
+        keys = _row_ids(self, ids)
+        for i, v in zip(keys.tolist(), _rows_of(self, rows, len(keys)), strict=True):
+            self[i] = v
+
     def __iter__(self) -> Iterator[Any]:
         if self._sharded and self._sess.cluster.is_mpi:  # one allgather, not one per row
             if _checkpoint.STALE is not None:
@@ -804,6 +839,81 @@ class dvector(_DDS):  # noqa: N801 - the name is part of the user API
         return f"<dvector {self._name!r} n={self._n} {what}>"
 
 
+def _row_ids(d: dvector, ids: Any) -> np.ndarray:
+    """``ids`` of :meth:`dvector.take` / :meth:`dvector.put` as slots (int64, negative
+    ids counted from the end), or a one-line :class:`DDSError`."""
+    if not d._numeric:
+        raise DDSError(
+            f"{d._name}: take and put need a dvector of numeric rows (shape=...); "
+            "index a dvector of Python objects one element at a time"
+        )
+    keys = np.asarray(ids)
+    if keys.ndim != 1 or (keys.size and keys.dtype.kind not in "iu"):
+        raise DDSError(f"{d._name}: ids must be a 1-d sequence of integers, got {_shown(ids)}")
+    keys = keys.astype(np.int64, copy=False)
+    if keys.size:
+        lo, hi = int(keys.min()), int(keys.max())
+        if lo < -d._n or hi >= d._n:
+            bad = lo if lo < -d._n else hi
+            raise DDSError(f"{d._name}: index {bad} out of range for length {d._n}")
+        if lo < 0:
+            keys = np.where(keys < 0, keys + d._n, keys)
+    return keys
+
+
+def _rows_of(d: dvector, rows: Any, n: int) -> np.ndarray:
+    """``rows`` of :meth:`dvector.put` as an ``(n, *shape)`` array of the dtype."""
+    arr = np.asarray(rows, dtype=d._dtype)
+    want = (n, *d._shape)
+    if arr.shape != want:
+        try:
+            arr = np.broadcast_to(arr, want)
+        except ValueError:
+            raise DDSError(
+                f"{d._name}: cannot put values of shape {arr.shape} in {n} element(s) of "
+                f"shape {d._shape}"
+            ) from None
+    return arr
+
+
+def _ids(d: dvector, ids: Any) -> np.ndarray:
+    """``ids`` as int64 slots for a fast path: a 1-d int64 array as it is (its range is
+    left to the indexing, which raises ``IndexError``, and the fast paths then fall back
+    to the row-by-row definition, which names the bad id), anything else through
+    :func:`_row_ids`.  (Checking the range up front cost ~6 us a call.)"""
+    if type(ids) is np.ndarray and ids.dtype == _INT64 and ids.ndim == 1 and d._numeric:
+        return ids
+    return _row_ids(d, ids)
+
+
+def _slots(d: dvector, keys: np.ndarray) -> bool:
+    """Strictly increasing slots of ``d``: distinct and in range, so one fancy
+    assignment equals the writes row by row, in order."""
+    if not keys.size:
+        return True
+    if keys[0] < 0 or keys[-1] >= d._n:
+        return False
+    return keys.size < 2 or bool((keys[1:] > keys[:-1]).all())
+
+
+def _codes(d: dvector, keys: np.ndarray) -> bytes | None:
+    """The guard codes of ``keys`` on the bound node, one byte each (None: no guard map,
+    or an id out of range).  Bytes, because ``codes.translate(None, allowed)`` is empty
+    exactly when every code is allowed, ~8x faster than a numpy comparison and ``any``."""
+    gm = d._gm
+    if len(gm) != d._n:
+        return None
+    try:
+        return np.frombuffer(gm, dtype=np.uint8)[keys].tobytes()
+    except IndexError:
+        return None
+
+
+#: The codes a guarded read with one thread lets through (see ``_DVecNumGuard``).
+_READ_OK = bytes((FREE, 1))
+_INT64 = np.dtype(np.int64)
+
+
 class _DVecNumExec(dvector):
     __slots__ = ()
 
@@ -812,6 +922,20 @@ class _DVecNumExec(dvector):
 
     def __setitem__(self, i: Any, value: Any) -> None:
         self._buf[i] = value
+
+    def take(self, ids: Any) -> np.ndarray:
+        keys = _ids(self, ids)
+        try:
+            return self._buf[keys]  # (fancy indexing copies)
+        except IndexError:
+            return dvector.take(self, keys)
+
+    def put(self, ids: Any, rows: Any) -> None:
+        keys = _ids(self, ids)
+        if not _slots(self, keys):
+            dvector.put(self, keys, rows)
+            return
+        self._buf[keys] = _rows_of(self, rows, len(keys))
 
 
 class _DVecObjExec(dvector):
@@ -1091,6 +1215,21 @@ class _DVecNumGuard(dvector):
             GUARD.outside(self, self._slot(i), True)
         self._buf[i] = value
 
+    def take(self, ids: Any) -> np.ndarray:
+        keys = _ids(self, ids)
+        c = _codes(self, keys)
+        if c is None or c.translate(None, _READ_OK):  # row by row: the first is reported
+            return dvector.take(self, keys)
+        return self._buf[keys]
+
+    def put(self, ids: Any, rows: Any) -> None:
+        keys = _ids(self, ids)
+        c = _codes(self, keys) if _slots(self, keys) else None
+        if c is None or c.translate(None, b"\x01"):
+            dvector.put(self, keys, rows)
+            return
+        self._buf[keys] = _rows_of(self, rows, len(keys))
+
 
 class _DVecObjGuard(dvector):
     __slots__ = ()
@@ -1122,6 +1261,21 @@ class _DVecNumGuardT(dvector):
             GUARD.outside(self, self._slot(i), True)
         self._buf[i] = value
 
+    def take(self, ids: Any) -> np.ndarray:
+        keys = _ids(self, ids)
+        c = _codes(self, keys)
+        if c is None or c.translate(None, bytes((FREE, _tls.gcode))):
+            return dvector.take(self, keys)
+        return self._buf[keys]
+
+    def put(self, ids: Any, rows: Any) -> None:
+        keys = _ids(self, ids)
+        c = _codes(self, keys) if _slots(self, keys) else None
+        if c is None or c.translate(None, bytes((_tls.gcode,))):
+            dvector.put(self, keys, rows)
+            return
+        self._buf[keys] = _rows_of(self, rows, len(keys))
+
 
 class _DVecObjGuardT(dvector):
     __slots__ = ()
@@ -1145,6 +1299,8 @@ class _DVecNumGuardRO(_DVecNumExec):
 
     def __setitem__(self, i: Any, value: Any) -> None:
         GUARD.outside(self, self._slot(i), True)
+
+    put = dvector.put  # row by row: the first write is reported
 
 
 class _DVecObjGuardRO(_DVecObjExec):
@@ -1275,6 +1431,20 @@ class _DVecRelaxedT(dvector):
 
     def __setitem__(self, i: Any, value: Any) -> None:
         self._rxc[_tls.rthread][i] = value
+
+    def take(self, ids: Any) -> np.ndarray:
+        keys = _ids(self, ids)
+        try:
+            return self._rxc[_tls.rthread][keys]
+        except IndexError:
+            return dvector.take(self, keys)
+
+    def put(self, ids: Any, rows: Any) -> None:
+        keys = _ids(self, ids)
+        if not _slots(self, keys):
+            dvector.put(self, keys, rows)
+            return
+        self._rxc[_tls.rthread][keys] = _rows_of(self, rows, len(keys))
 
 
 class _DVecRelaxedRecon(dvector):

@@ -5,6 +5,7 @@ the CLI under mpiexec with replay, a dual test, bad parameters."""
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import math
 import os
@@ -21,7 +22,7 @@ import engine as ap
 from apps import _datasets
 from apps._datasets import DatasetUnavailableError, cache_dir
 from apps._errors import AppError
-from apps.lda import _data, train
+from apps.lda import _data, planted_recovery, train
 from apps.lda._app import load, word_blocks
 from apps.lda._model import estimates, loglik, perplexity, sweep
 from replay import testing
@@ -257,6 +258,35 @@ def test_perplexity_is_on_par_with_scikit_learn() -> None:
     assert ours <= 1.1 * theirs
 
 
+def test_the_benchmarks_numba_reference_is_a_correct_sampler() -> None:
+    """benchmarks/lda.py times the app against this plain sampler: it must be one."""
+    from benchmarks.lda import counts, numba_seed, numba_sweep
+
+    data, planted = load("lee", True, 5, 200, 60, 3, 0.5)
+    assert planted is not None
+    K, V, D = 5, len(data.vocab), len(data.docs)
+    words = np.concatenate(data.docs)
+    docs = np.concatenate([np.full(len(d), i, dtype=np.int64) for i, d in enumerate(data.docs)])
+    z, nw, nd, nk = counts(
+        words, docs, np.random.default_rng(0).integers(K, size=len(words)), V, D, K
+    )
+    numba_seed(0)
+    ll = []
+    for _ in range(40):
+        numba_sweep(words, docs, z, nw, nd, nk, 0.1, 0.01, V * 0.01)
+        ll.append(loglik(nw, nd, 0.1, 0.01))
+    # the counts are those of the assignments it ended with
+    _, want_w, want_d, want_k = counts(words, docs, z, V, D, K)
+    assert (nw == want_w).all() and (nd == want_d).all() and (nk == want_k).all()
+    windows = np.array(ll[:30]).reshape(6, 5).mean(axis=1)
+    assert (np.diff(windows) > 0).all()
+    theta, phi = estimates(nw, nd, 0.1, 0.01)
+    purity, found = planted_recovery(phi, data.vocab, planted)
+    assert found == 5 and purity >= 0.9
+    ours = ap.run(train, SMALL).value["perplexity"]
+    assert abs(perplexity(data.doc_term(), theta, phi) / ours - 1) < 0.1
+
+
 # --- CLI, replay, dual ------------------------------------------------------------------------
 # recording and cluster replay run in-process (their ranks under mpiexec: marked mpi);
 # pdb cannot be driven in-process under pytest, so `single --break` stays a real process
@@ -296,6 +326,38 @@ def test_dual_forward_and_backward_are_exact_on_two_nodes() -> None:
     results = testing.dual(train, {**SMALL, "iterations": 3}, nodes=2, threads=2)
     for res in results.values():
         assert res.passed, res.report()
+
+
+#: Traces recorded on commit 31c25c7, when the body read and wrote one ``X[i]`` per row
+#: (now ``take``/``put``): ``replay run lda -p synthetic=true -p topics=5
+#: -p iterations=4 -p docs=60 -p length=30 --ranks R --threads T --no-checkpoints``.
+ROWS_TRACE = pathlib.Path(__file__).parent.parent / "data" / "lda_rows_{}.sqlite.gz"
+ROWS_PARAMS = {"synthetic": True, "topics": 5, "iterations": 4, "docs": 60, "length": 30}
+
+
+@pytest.mark.parametrize("nodes,threads", [(1, 1), (2, 2)])
+def test_runs_recorded_before_take_and_put_are_reproduced_bit_for_bit(
+    nodes: int, threads: int, tmp_path: pathlib.Path, cli
+) -> None:
+    import tracer
+
+    trace = tmp_path / "rows.sqlite"
+    trace.write_bytes(
+        gzip.decompress(pathlib.Path(str(ROWS_TRACE).format(f"{nodes}x{threads}")).read_bytes())
+    )
+    with tracer.open(trace) as t:
+        run = t.run()
+        recorded = [(d.op, d.invocation, d.dds, d.digest) for d in run.digests() if d.node == 0]
+        objectives = run.objectives()
+    # a run today, its threads and relaxed copies as they are
+    res = ap.run(train, ROWS_PARAMS, nodes=nodes, threads=threads)
+    assert [(d["op"], d["invocation"], d["dds"], d["digest"]) for d in res.digests] == recorded
+    assert res.objectives == objectives
+    # and the old trace replays (its code digest is the old body's)
+    rep = cli("single", trace, "--json", "--allow-changed-code")
+    assert rep.returncode == 0, rep.stderr
+    out = json.loads(rep.stdout)
+    assert out["identical"] and out["checked"] == {"digests": 16, "objectives": 5}
 
 
 @pytest.mark.parametrize(
