@@ -1553,6 +1553,28 @@ class _DVecRecon(_ReconMixin):
         rec.writes.append(gid)
         rec.overlay[gid] = v
 
+    def take(self: Any, ids: Any) -> np.ndarray:
+        keys = _ids(self, ids)
+        rec = RECON
+        assert rec is not None
+        # row by row where a row may come from the body's own writes or be out of range
+        if rec.overlay or (keys.size and (keys.min() < 0 or keys.max() >= self._n)):
+            return dvector.take(self, keys)
+        rec.reads.extend((keys | self._gbase).tolist())  # the order X[i] would log them
+        return self._buf[keys]  # (fancy indexing copies)
+
+    def put(self: Any, ids: Any, rows: Any) -> None:
+        keys = _ids(self, ids)
+        if not _slots(self, keys):
+            dvector.put(self, keys, rows)
+            return
+        got = np.array(_rows_of(self, rows, len(keys)))  # a copy: the overlay keeps it
+        rec = RECON
+        assert rec is not None
+        gids = (keys | self._gbase).tolist()
+        rec.writes.extend(gids)
+        rec.overlay.update(zip(gids, got, strict=True))
+
 
 class _CheckedMixin:
     """Exec mode that fails on any access outside the body's reconnaissance sets."""

@@ -176,6 +176,31 @@ class _SyncDVec(_SyncMixin):
             raise _stls.guard.outside(self, i, True)
         buf[i] = value
 
+    # many rows at once (``dvector.take`` / ``put``): one numpy operation where no check
+    # of a row could fire, else row by row through the accesses above, which report it
+    def take(self: _Moded, ids: Any) -> np.ndarray:
+        keys = _dds._ids(self, ids)  # type: ignore[arg-type]
+        mask = _stls.rmask.get(self._id)
+        try:
+            if mask is None or mask[keys].all():
+                return _stls.rbufs[self._id][keys]  # a copy
+        except IndexError:
+            pass
+        return dvector.take(self, keys)  # type: ignore[arg-type]
+
+    def put(self: _Moded, ids: Any, rows: Any) -> None:
+        keys = _dds._ids(self, ids)  # type: ignore[arg-type]
+        buf = _stls.wbufs.get(self._id)
+        mask = _stls.wmask.get(self._id)
+        if (
+            buf is None
+            or not _dds._slots(self, keys)  # type: ignore[arg-type]
+            or (mask is not None and not mask[keys].all())
+        ):
+            dvector.put(self, keys, rows)  # type: ignore[arg-type]
+            return
+        buf[keys] = _dds._rows_of(self, rows, len(keys))  # type: ignore[arg-type]
+
 
 def _derive(mixin: type, public: type) -> type:
     return type(f"{public.__name__}[sync]", (mixin, public), {"__slots__": ()})
