@@ -177,15 +177,13 @@ def train(
                 return
             # read each touched row once, run the pairs one by one on the local copies,
             # write each row back once (sync_for turns the writes into deltas)
+            # (take/put: the same accesses, in the same order, as one W[k] per row)
             plan = _model.gather_plan(got)
-            ins, outs = plan.in_rows.tolist(), plan.out_rows.tolist()
-            h = np.stack([W_in[k] for k in ins])
-            o = np.stack([W_out[k] for k in outs])
+            h = W_in.take(plan.in_rows)
+            o = W_out.take(plan.out_rows)
             new_in, new_out, part = _model.step(plan, h, o, lr, kernel)
-            for k, v in zip(ins, new_in, strict=True):
-                W_in[k] = v
-            for k, v in zip(outs, new_out, strict=True):
-                W_out[k] = v
+            W_in.put(plan.in_rows, new_in)
+            W_out.put(plan.out_rows, new_out)
             L[batch.number] = (part, float(len(got.target)))
 
         return body
