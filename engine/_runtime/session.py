@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import xxhash
+from numpy.random.bit_generator import ISeedSequence
 
 from .._data import digest as _digest
 from .._data.values import stable_text
@@ -293,6 +294,8 @@ class Session:
         self.schedules = schedules or ScheduleSource()
         self.hooks = hooks or DebugHooks()
         self.seed = int(seed)
+        #: (op_key, seed, Philox key array) of the last body generator (see body_rng)
+        self._rng_key: tuple[int, int, np.ndarray] | None = None
         self.checked = checked
         self.recorder = recorder or Recorder()
         self.progress = progress
@@ -418,9 +421,34 @@ class Session:
         return np.random.Generator(np.random.Philox(key=[self.seed & (2**64 - 1), _h64(name)]))
 
     def body_rng(self, op_key: int, index: int) -> np.random.Generator:
-        return np.random.Generator(
-            np.random.Philox(key=[self.seed & (2**64 - 1), op_key], counter=[index, 0, 0, 0])
-        )
+        """``Philox(key=[seed, op_key], counter=[index, 0, 0, 0])``, the stream of body
+        ``index``, made without the OS entropy draw that constructor makes and then
+        ignores (54 -> 16 us a body).  The key is the one numpy's constructor makes,
+        taken from it once per invocation: numpy passes ``[seed, op_key]`` through a
+        float64 array when ``op_key`` does not fit an int64, which drops its low bits,
+        and every recorded stream has that key.  A counter is ``index`` modulo 2**64,
+        as numpy wraps a negative one."""
+        if not -(2**63) <= index < 2**63:  # numpy's own conversion, whatever it is
+            return np.random.Generator(
+                np.random.Philox(key=[self.seed & _U64, op_key], counter=[index, 0, 0, 0])
+            )
+        made = self._rng_key
+        if made is None or made[0] != op_key or made[1] != self.seed:
+            key = np.random.Philox(key=[self.seed & _U64, op_key]).state["state"]["key"]
+            made = self._rng_key = (op_key, self.seed, key)
+        bg = np.random.Philox(_NO_ENTROPY)  # type: ignore[arg-type]  # an ISeedSequence
+        bg.state = {
+            "bit_generator": "Philox",
+            "state": {
+                "counter": np.array([index & _U64, 0, 0, 0], dtype=np.uint64),
+                "key": made[2],
+            },
+            "buffer": _NO_BUFFER,
+            "buffer_pos": 4,  # the buffer is empty: the first draw computes a block
+            "has_uint32": 0,
+            "uinteger": 0,
+        }
+        return np.random.Generator(bg)
 
     def op_key(self, op: str, invocation: int) -> int:
         return _h64(f"{op}#{invocation}")
@@ -564,6 +592,19 @@ class Session:
         compared across MPI ranks at the next driver operation (see ``_DriverWrites``)."""
         if self.cluster.is_mpi:
             self._writes.add(element, data, shown)
+
+
+class _NoEntropy(ISeedSequence):
+    """A seed sequence of zeros: a Philox made from it draws nothing from the OS (numpy's
+    own ``SeedSequence()`` would, for a key :meth:`Session.body_rng` then replaces)."""
+
+    def generate_state(self, n_words: int, dtype: Any = np.uint32) -> np.ndarray:
+        return np.zeros(n_words, dtype=dtype)
+
+
+_NO_ENTROPY = _NoEntropy()
+_NO_BUFFER = np.zeros(4, dtype=np.uint64)  # copied into each generator's state
+_U64 = 2**64 - 1
 
 
 def _stderr(line: str) -> None:
