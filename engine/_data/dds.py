@@ -909,6 +909,26 @@ def _codes(d: dvector, keys: np.ndarray) -> bytes | None:
         return None
 
 
+def _take_from(d: dvector, buf: np.ndarray, ids: Any) -> np.ndarray:
+    """:meth:`dvector.take` from ``buf`` where no row is checked (exec and relaxed modes):
+    one fancy index (a copy), or row by row for an id out of range (which names it)."""
+    keys = _ids(d, ids)
+    try:
+        return buf[keys]  # (a copy)
+    except IndexError:
+        return dvector.take(d, keys)
+
+
+def _put_into(d: dvector, buf: np.ndarray, ids: Any, rows: Any) -> None:
+    """:meth:`dvector.put` into ``buf`` where no row is checked: one assignment when the
+    ids increase within range (so they are distinct), else row by row."""
+    keys = _ids(d, ids)
+    if not _slots(d, keys):
+        dvector.put(d, keys, rows)
+        return
+    buf[keys] = _rows_of(d, rows, len(keys))
+
+
 #: The codes a guarded read with one thread lets through (see ``_DVecNumGuard``).
 _READ_OK = bytes((FREE, 1))
 _INT64 = np.dtype(np.int64)
@@ -924,18 +944,10 @@ class _DVecNumExec(dvector):
         self._buf[i] = value
 
     def take(self, ids: Any) -> np.ndarray:
-        keys = _ids(self, ids)
-        try:
-            return self._buf[keys]  # (fancy indexing copies)
-        except IndexError:
-            return dvector.take(self, keys)
+        return _take_from(self, self._buf, ids)
 
     def put(self, ids: Any, rows: Any) -> None:
-        keys = _ids(self, ids)
-        if not _slots(self, keys):
-            dvector.put(self, keys, rows)
-            return
-        self._buf[keys] = _rows_of(self, rows, len(keys))
+        _put_into(self, self._buf, ids, rows)
 
 
 class _DVecObjExec(dvector):
@@ -1433,18 +1445,10 @@ class _DVecRelaxedT(dvector):
         self._rxc[_tls.rthread][i] = value
 
     def take(self, ids: Any) -> np.ndarray:
-        keys = _ids(self, ids)
-        try:
-            return self._rxc[_tls.rthread][keys]
-        except IndexError:
-            return dvector.take(self, keys)
+        return _take_from(self, self._rxc[_tls.rthread], ids)
 
     def put(self, ids: Any, rows: Any) -> None:
-        keys = _ids(self, ids)
-        if not _slots(self, keys):
-            dvector.put(self, keys, rows)
-            return
-        self._rxc[_tls.rthread][keys] = _rows_of(self, rows, len(keys))
+        _put_into(self, self._rxc[_tls.rthread], ids, rows)
 
 
 class _DVecRelaxedRecon(dvector):
