@@ -686,6 +686,10 @@ class dvector(_DDS):  # noqa: N801 - the name is part of the user API
             self._bufs = {node: dict(zip(range(lo, hi), rows, strict=True))}
             self._buf = self._bufs[node]
             return
+        if self._numeric:
+            _check_memory(
+                self, n, len(sess.cluster.local_nodes) + (data is None and init is not None)
+            )
         if data is not None:
             if self._numeric:
                 full = np.asarray(data, dtype=self._dtype).reshape((n, *self._shape))
@@ -837,6 +841,41 @@ class dvector(_DDS):  # noqa: N801 - the name is part of the user API
     def __repr__(self) -> str:
         what = f"shape={self._shape}, dtype={self._dtype}" if self._numeric else "objects"
         return f"<dvector {self._name!r} n={self._n} {what}>"
+
+
+def available_memory() -> int | None:
+    """Bytes this machine can still give a process (``MemAvailable`` plus ``SwapFree`` of
+    ``/proc/meminfo``), or None where that is unknown."""
+    try:
+        with open("/proc/meminfo", "rb") as f:
+            text = f.read().decode("ascii", "replace")
+    except OSError:
+        return None
+    got: dict[str, int] = {}
+    for line in text.splitlines():
+        key, _, rest = line.partition(":")
+        value = rest.split()
+        if value and value[0].isdigit():
+            got[key] = int(value[0]) * 1024
+    if "MemAvailable" not in got:
+        return None
+    return got["MemAvailable"] + got.get("SwapFree", 0)
+
+
+def _check_memory(d: _DDS, n: int, copies: int) -> None:
+    """Refuse, in one line, a numeric dvector whose ``copies`` replicas (one per node of
+    this process, and its initial values) need more memory than the machine has free:
+    numpy would hand out the pages lazily and the machine would thrash or kill the run
+    later.  Its size may come from a parameter a trace chose (hostile input)."""
+    need = n * int(np.prod(d._shape, dtype=np.int64)) * np.dtype(d._dtype).itemsize * copies
+    have = available_memory()
+    if have is not None and need > have:
+        raise DDSError(
+            f"dvector {d._name}: {n:,} rows of shape {d._shape} ({np.dtype(d._dtype)}) need "
+            f"{need / 2**30:.1f} GiB here ({copies} cop{'y' if copies == 1 else 'ies'}), more "
+            f"than the {have / 2**30:.1f} GiB of memory this machine has free; check the "
+            "data or parameters its length and shape come from"
+        )
 
 
 def _row_ids(d: dvector, ids: Any) -> np.ndarray:

@@ -110,7 +110,7 @@ def test_negative_seed(cmd: str) -> None:
 
 @pytest.mark.parametrize(
     ("content", "needle"),
-    [("", "reduce of empty 'A'"), ("1,2,3.0\n99999999999999999999,1,2.0\n", "cannot allocate")],
+    [("", "reduce of empty 'A'"), ("1,2,3.0\n99999999999999999999,1,2.0\n", "check the data")],
 )
 def test_bad_data_for_the_readme_app(tmp_path: Path, content: str, needle: str) -> None:
     (tmp_path / "train.py").write_text(readme_app())
@@ -120,7 +120,7 @@ def test_bad_data_for_the_readme_app(tmp_path: Path, content: str, needle: str) 
 
 @pytest.mark.parametrize(
     ("content", "needle"),
-    [("", "no ratings"), ("1\t2\t3\t0\n99999999999999\t1\t2\t0\n", "cannot allocate")],
+    [("", "no ratings"), ("1\t2\t3\t0\n99999999999999\t1\t2\t0\n", "check the data")],
 )
 def test_bad_data_for_sgdmf(tmp_path: Path, content: str, needle: str) -> None:
     data = tmp_path / "r.tsv"
