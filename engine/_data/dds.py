@@ -867,11 +867,11 @@ def _check_memory(d: _DDS, n: int, copies: int) -> None:
     this process, and its initial values) need more memory than the machine has free:
     numpy would hand out the pages lazily and the machine would thrash or kill the run
     later.  Its size may come from a parameter a trace chose (hostile input)."""
-    need = n * int(np.prod(d._shape, dtype=np.int64)) * np.dtype(d._dtype).itemsize * copies
+    need = n * d.row_nbytes() * copies
     have = available_memory()
     if have is not None and need > have:
         raise DDSError(
-            f"dvector {d._name}: {n:,} rows of shape {d._shape} ({np.dtype(d._dtype)}) need "
+            f"dvector {d._name}: {n:,} rows of shape {d._shape} ({d._dtype}) need "
             f"{need / 2**30:.1f} GiB here ({copies} cop{'y' if copies == 1 else 'ies'}), more "
             f"than the {have / 2**30:.1f} GiB of memory this machine has free; check the "
             "data or parameters its length and shape come from"
