@@ -968,6 +968,29 @@ def _put_into(d: dvector, buf: np.ndarray, ids: Any, rows: Any) -> None:
     buf[keys] = _rows_of(d, rows, len(keys))
 
 
+def _guarded_take(d: dvector, ids: Any, allowed: bytes) -> np.ndarray:
+    """:meth:`dvector.take` under the plan guard: one fancy index when every row's code
+    is one of ``allowed`` (those a read of the mode lets through), else row by row, where
+    the first row the guard stops is reported."""
+    keys = _ids(d, ids)
+    c = _codes(d, keys)
+    if c is None or c.translate(None, allowed):
+        return dvector.take(d, keys)
+    return d._buf[keys]  # (a copy)
+
+
+def _guarded_put(d: dvector, ids: Any, rows: Any, allowed: bytes) -> None:
+    """:meth:`dvector.put` under the plan guard: one assignment when the ids increase
+    within range and every row's code is one of ``allowed`` (those a write of the mode
+    lets through), else row by row."""
+    keys = _ids(d, ids)
+    c = _codes(d, keys) if _slots(d, keys) else None
+    if c is None or c.translate(None, allowed):
+        dvector.put(d, keys, rows)
+        return
+    d._buf[keys] = _rows_of(d, rows, len(keys))
+
+
 #: The codes a guarded read with one thread lets through (see ``_DVecNumGuard``).
 _READ_OK = bytes((FREE, 1))
 _INT64 = np.dtype(np.int64)
@@ -1267,19 +1290,10 @@ class _DVecNumGuard(dvector):
         self._buf[i] = value
 
     def take(self, ids: Any) -> np.ndarray:
-        keys = _ids(self, ids)
-        c = _codes(self, keys)
-        if c is None or c.translate(None, _READ_OK):  # row by row: the first is reported
-            return dvector.take(self, keys)
-        return self._buf[keys]
+        return _guarded_take(self, ids, _READ_OK)
 
     def put(self, ids: Any, rows: Any) -> None:
-        keys = _ids(self, ids)
-        c = _codes(self, keys) if _slots(self, keys) else None
-        if c is None or c.translate(None, b"\x01"):
-            dvector.put(self, keys, rows)
-            return
-        self._buf[keys] = _rows_of(self, rows, len(keys))
+        _guarded_put(self, ids, rows, b"\x01")
 
 
 class _DVecObjGuard(dvector):
@@ -1313,19 +1327,10 @@ class _DVecNumGuardT(dvector):
         self._buf[i] = value
 
     def take(self, ids: Any) -> np.ndarray:
-        keys = _ids(self, ids)
-        c = _codes(self, keys)
-        if c is None or c.translate(None, bytes((FREE, _tls.gcode))):
-            return dvector.take(self, keys)
-        return self._buf[keys]
+        return _guarded_take(self, ids, bytes((FREE, _tls.gcode)))
 
     def put(self, ids: Any, rows: Any) -> None:
-        keys = _ids(self, ids)
-        c = _codes(self, keys) if _slots(self, keys) else None
-        if c is None or c.translate(None, bytes((_tls.gcode,))):
-            dvector.put(self, keys, rows)
-            return
-        self._buf[keys] = _rows_of(self, rows, len(keys))
+        _guarded_put(self, ids, rows, bytes((_tls.gcode,)))
 
 
 class _DVecObjGuardT(dvector):
