@@ -62,11 +62,21 @@ def set_placement(placement: Placement) -> None:
     _PLACEMENT.set(placement)
 
 
+def _host_lines(path: str) -> list[str]:
+    """The lines of host file ``path``, each without its comment and outer spaces."""
+    with open(path, encoding="utf-8", errors="replace") as f:
+        return [ln.split("#", 1)[0].strip() for ln in f]
+
+
+def _host_of(line: str) -> str:
+    """The host a (non-empty) host file line names: ``host[:slots...] [key=value ...]``."""
+    return line.split()[0].partition(":")[0]
+
+
 def check_hostfile(path: str) -> str:
     """``path`` if it is a host file mpiexec can read, else one :class:`UsageError` line."""
     try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            hosts = [ln.split("#", 1)[0].strip() for ln in f]
+        hosts = _host_lines(path)
     except FileNotFoundError:
         raise UsageError(
             f"--hostfile {path}: no such file; give a file with one host per line"
@@ -101,7 +111,7 @@ def _bad_host_line(line: str) -> str | None:
     first, *extra = line.split()
     if any("=" not in token for token in extra):  # hydra's own ``key=value`` options pass
         return "has a space in a host name"
-    host, _, rest = first.partition(":")
+    host, rest = _host_of(line), first.partition(":")[2]
     if not host:
         return "names no host before ':'"
     if rest or first.endswith(":"):
@@ -190,26 +200,25 @@ def unreachable_host(err_lines: list[str], hostfile: str | None = None) -> str |
         m = _SSH_FAILURE.search(line)
         if m is not None:
             host = m.group("name") or m.group("host")
-            why = m.group("why").strip().rstrip(".") or "unreachable"
-            return (
-                f"mpiexec cannot reach host {host} ({why}); fix that host in the host file "
-                "or check it is up and accepts ssh without a password"
-            )
+            return _cannot_reach(host, m.group("why").strip().rstrip(".") or "unreachable")
     if any("Launch proxy failed" in line for line in err_lines):
         # ssh's own line can be lost: hydra may end it before it prints. A name the
         # resolver does not know is then the cause we can still name.
         named = unresolvable_host(hostfile) if hostfile is not None else None
         if named is not None:
-            host, why = named
-            return (
-                f"mpiexec cannot reach host {host} ({why}); fix that host in the host file "
-                "or check it is up and accepts ssh without a password"
-            )
+            return _cannot_reach(*named)
         return (
             "mpiexec could not start its proxy on a host of the job (see --hostfile and "
             "--launcher); check every host is up and reachable with the chosen launcher"
         )
     return None
+
+
+def _cannot_reach(host: str, why: str) -> str:
+    return (
+        f"mpiexec cannot reach host {host} ({why}); fix that host in the host file or check "
+        "it is up and accepts ssh without a password"
+    )
 
 
 #: How long the names of a host file may take to resolve, all together (seconds).
@@ -221,11 +230,9 @@ def unresolvable_host(hostfile: str) -> tuple[str, str] | None:
     reason (None: every name resolves, the file cannot be read, or resolving took longer
     than :data:`RESOLVE_WAIT_S`)."""
     try:
-        with open(hostfile, encoding="utf-8", errors="replace") as f:
-            lines = [ln.split("#", 1)[0].strip() for ln in f]
+        hosts = list(dict.fromkeys(_host_of(ln) for ln in _host_lines(hostfile) if ln))
     except OSError:
         return None
-    hosts = list(dict.fromkeys(ln.rsplit(":", 1)[0] for ln in lines if ln))
     found: list[tuple[str, str]] = []
 
     def resolve() -> None:

@@ -122,7 +122,8 @@ def test_a_lost_ssh_line_still_names_the_host_that_does_not_resolve(tmp_path: Pa
     # hydra may end ssh before it prints: only "Launch proxy failed" reaches us
     proxy = ["[mpiexec@vm] ui_cmd_cb (pmiserv_pmci.c:51): Launch proxy failed."]
     hosts = tmp_path / "hosts"
-    hosts.write_text("# two hosts\nlocalhost:1\n\nnosuchhost.invalid:2  # bad\n")
+    # hydra's extra fields (host:slots:..., key=value) are not part of the host's name
+    hosts.write_text("# two hosts\nlocalhost:1:1\n\nnosuchhost.invalid:2 ifhn=eth0  # bad\n")
     line = _hosts.unreachable_host(proxy, str(hosts))
     assert line is not None and line.startswith("mpiexec cannot reach host nosuchhost.invalid (")
     # every name resolves, or there is no file to read: the generic line, not a guess
