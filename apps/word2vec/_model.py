@@ -121,11 +121,27 @@ class Gather:
     outs: np.ndarray
 
 
+def distinct(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(ids, return_inverse=True)`` for word ids (non-negative integers),
+    the same arrays, by marking the ids in a table as long as the largest id instead
+    of sorting: a minibatch's ids are many repeats from a small vocabulary, where the
+    sort took a sixth of an epoch."""
+    flat = np.asarray(ids).reshape(-1)
+    if len(flat) == 0 or flat.min() < 0:
+        return np.unique(flat, return_inverse=True)
+    mark = np.zeros(int(flat.max()) + 1, dtype=bool)
+    mark[flat] = True
+    rows = np.flatnonzero(mark).astype(flat.dtype, copy=False)
+    where = np.empty(len(mark), dtype=np.intp)
+    where[rows] = np.arange(len(rows), dtype=np.intp)
+    return rows, where[flat]
+
+
 def gather_plan(pairs: Pairs) -> Gather:
     """The rows :func:`step` needs for ``pairs``."""
-    in_rows, ctx = np.unique(pairs.context, return_inverse=True)
+    in_rows, ctx = distinct(pairs.context)
     outs = np.concatenate([pairs.target[:, None], pairs.noise], axis=1)
-    out_rows, out_idx = np.unique(outs, return_inverse=True)
+    out_rows, out_idx = distinct(outs)
     return Gather(
         in_rows,
         np.ascontiguousarray(ctx.reshape(-1), dtype=np.int64),
@@ -210,6 +226,7 @@ def sgns_update(
 
 __all__ = [
     "Gather",
+    "distinct",
     "gather_plan",
     "reference_step",
     "step",

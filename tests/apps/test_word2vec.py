@@ -14,6 +14,8 @@ import zipfile
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import engine as ap
 from apps import _datasets
@@ -544,3 +546,23 @@ def test_two_nodes_sum_the_deltas_of_minibatches_run_from_the_same_rows(
     np.testing.assert_allclose(captured["W"][shared], expected, rtol=1e-5, atol=1e-7)
     mean = h0[i0] + (moved0 + moved1) / 2
     assert not np.allclose(captured["W"][shared], mean, rtol=1e-5, atol=1e-7)
+
+
+@given(
+    st.lists(st.integers(0, 40), max_size=60),
+    st.sampled_from([(-1,), (-1, 6)]),
+    st.sampled_from([np.int64, np.int32]),
+)
+def test_distinct_rows_are_numpys_unique_with_its_inverse(
+    ids: list[int], shape: tuple[int, ...], dtype: type
+) -> None:
+    # gather_plan's dedupe must give the very rows and positions np.unique gives: the step's
+    # order of rows, hence the bits of every replay, depends on them
+    arr = np.array(ids, dtype=dtype)
+    if shape == (-1, 6):
+        arr = arr[: len(arr) // 6 * 6].reshape(shape)
+    rows, where = _model.distinct(arr)
+    want_rows, want_where = np.unique(arr, return_inverse=True)
+    assert rows.dtype == want_rows.dtype and np.array_equal(rows, want_rows)
+    assert np.array_equal(where, want_where.reshape(-1))
+    assert np.array_equal(rows[where], arr.reshape(-1))
