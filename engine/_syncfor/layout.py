@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from .._asyncfor.recon import AccessSets
+from .._asyncfor.recon import AccessSets, union_sorted
 from .._data.dds import _DDS, SLOT_BITS, SLOT_MASK, dmap, dvector
 from .routing import Routing
 
@@ -223,8 +223,8 @@ class SyncLayout:
         s = self.sets
         w = [s.writes_of(m) for m in ms.tolist()]
         r = [s.reads_of(m) for m in ms.tolist()]
-        wg = np.unique(np.concatenate(w)) if len(w) > 1 else w[0]
-        pg = np.union1d(np.concatenate(r), wg)
+        wg = union_sorted(w)
+        pg = union_sorted([*r, wg])
         return self._split_gids(pg), self._split_gids(wg)
 
     def allowed(self, m: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
@@ -263,8 +263,8 @@ class SyncLayout:
                 rows.append(self._all[d] if active else _EMPTY)
                 npref.append(rows[-1])
             else:
-                rows.append(np.unique(np.concatenate([w[d] for w in wr])))
-                npref.append(np.unique(np.concatenate([p[d] for p in pref])))
+                rows.append(union_sorted([w[d] for w in wr]))
+                npref.append(union_sorted([p[d] for p in pref]))
         tpos = [[np.searchsorted(rows[d], w[d]) for d in range(D)] for w in wr]
         split = [
             [np.flatnonzero(self.owners[d][rows[d]] == o) for d in range(D)]
@@ -287,7 +287,7 @@ class SyncLayout:
             if self.sets is None and any(len(x) for x in parts):
                 rows.append(self._owned_all[d][owner])
             else:
-                rows.append(np.unique(np.concatenate(parts)))
+                rows.append(union_sorted(parts))
         pos = [
             [np.searchsorted(rows[d], nc.rows[d][nc.split[owner][d]]) for d in range(D)]
             for nc in srcs
@@ -324,7 +324,7 @@ class SyncLayout:
         got = self._written.get(d)
         if got is None:
             parts = [self.node(c, p).rows[d] for c in range(self.clocks) for p in range(self.nodes)]
-            got = self._written[d] = np.unique(np.concatenate(parts)) if parts else _EMPTY
+            got = self._written[d] = union_sorted(parts) if parts else _EMPTY
         return got
 
     def routing(self, staleness: int) -> Routing:

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from engine._asyncfor.recon import AccessSets, csr_from_lists
+from engine._asyncfor.recon import AccessSets, csr_from_lists, union_sorted
 from engine._data.dds import SLOT_BITS
 from engine._machines.planner import (
     balanced_blocks,
@@ -352,3 +352,13 @@ def test_a_followed_plan_is_remade_with_its_strategy_where_the_sets_allow_it() -
     assert remake_strategy("auto", tokens, shared) == "auto"
     wavefront = wavefront_plan(sgd, np.arange(200), 3, 1)
     assert remake_strategy("auto", wavefront, sgd) == "auto"
+
+
+@given(st.lists(st.lists(st.integers(0, 2**45), max_size=30), max_size=6))
+def test_union_sorted_is_the_unique_of_the_concatenation(raw: list[list[int]]) -> None:
+    # the sync_for layout's row unions (minibatch sets, node and owner rows, written rows)
+    # must be exactly np.unique's: their order fixes which rows a delta carries where
+    parts = [np.unique(np.array(p, dtype=np.int64)) for p in raw]
+    got = union_sorted(parts)
+    want = np.unique(np.concatenate(parts)) if parts else np.empty(0, dtype=np.int64)
+    assert got.dtype == np.int64 and np.array_equal(got, want)
