@@ -38,7 +38,7 @@ def main() -> None:
     from apps.sgdmf import train
     from replay import chaos
 
-    params = {"synthetic": True, "epochs": args.epochs}
+    params = {"synthetic": True, "epochs": args.epochs, "kernel": False}
     nodes, threads = 2, 2
     plain: list[float] = []
     per_run: dict[str, list[float]] = {"chaos": [], "recorded": [], "dual": []}

@@ -62,7 +62,16 @@ def main() -> None:
     args = ap.parse_args()
     label, data = dataset(args.synthetic)
     synthetic = label == "synthetic"
-    common = ["sgdmf", "-p", f"epochs={args.epochs}", "-p", f"rank={args.rank}", *data]
+    common = [
+        "sgdmf",
+        "-p",
+        f"epochs={args.epochs}",
+        "-p",
+        f"rank={args.rank}",
+        "-p",
+        "kernel=false",
+        *data,
+    ]
     hand, one, two = [], [], []
     recon = []
     for _ in range(2):  # interleave the three so machine noise hits all of them alike

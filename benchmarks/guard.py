@@ -36,7 +36,12 @@ def worker(args: argparse.Namespace) -> None:
         from mpi4py import MPI
 
         comm = MPI.COMM_WORLD
-    params = {"epochs": args.epochs, "rank": args.rank, "synthetic": args.synthetic}
+    params = {
+        "epochs": args.epochs,
+        "rank": args.rank,
+        "synthetic": args.synthetic,
+        "kernel": False,
+    }
     out: dict[str, list[float]] = {"guarded": [], "unguarded": []}
     for k in range(args.repeats):
         for mode in ("guarded", "unguarded") if k % 2 == 0 else ("unguarded", "guarded"):

@@ -148,7 +148,9 @@ def recon_side_by_side(rank: int, synthetic: bool, repeats: int) -> dict[str, li
             with nullcontext() if mode == "compiled" else python_kernel_recon():
                 res = engine.run(train, params)
             out[mode].append(res.planner["sgd"]["recon_s"])
-        res = engine.run(train, {"epochs": 3, "rank": rank, "synthetic": synthetic})
+        res = engine.run(
+            train, {"epochs": 3, "rank": rank, "synthetic": synthetic, "kernel": False}
+        )
         out["python_epoch"].append(steady(res.op_times["sgd"]))
     return out
 
@@ -170,7 +172,7 @@ def only_recon(args: argparse.Namespace) -> None:
     """``--only-recon``: the reconnaissance figures, from the CLI and in this process."""
     label, data = dataset(args.synthetic)
     synthetic = label == "synthetic"
-    base = ["sgdmf", "-p", f"rank={args.rank}", *data]
+    base = ["sgdmf", "-p", f"rank={args.rank}", "-p", "kernel=false", *data]
     kern = [*base, "-p", "kernel=true"]
     replay_run([*kern, "-p", "epochs=1", "--ranks", "1", "--no-trace"])  # fill numba's cache
     recon, py1 = [], []
@@ -225,7 +227,7 @@ def main() -> None:
         return
     label, data = dataset(args.synthetic)
     synthetic = label == "synthetic"
-    base = ["sgdmf", "-p", f"rank={args.rank}", *data]
+    base = ["sgdmf", "-p", f"rank={args.rank}", "-p", "kernel=false", *data]
     kern = [*base, "-p", "kernel=true"]
     lo, hi = args.lo, args.hi
     res: dict[str, list[float]] = {

@@ -39,7 +39,7 @@ def main() -> None:
     ap.add_argument("--gs-sweeps", type=int, default=10)
     args = ap.parse_args()
     label, data = dataset(args.synthetic)
-    common = ["sgdmf", "-p", f"epochs={args.epochs}", *data]
+    common = ["sgdmf", "-p", f"epochs={args.epochs}", "-p", "kernel=false", *data]
     rec, cl, one, single = [], [], [], []
     with tempfile.TemporaryDirectory() as tmp:
         for k in range(args.repeats):

@@ -35,7 +35,16 @@ def main() -> None:
     ap.add_argument("--synthetic", action="store_true")
     args = ap.parse_args()
     label, data = dataset(args.synthetic)
-    common = ["sgdmf", "--ranks", str(args.ranks), "-p", f"epochs={args.epochs}", *data]
+    common = [
+        "sgdmf",
+        "--ranks",
+        str(args.ranks),
+        "-p",
+        f"epochs={args.epochs}",
+        "-p",
+        "kernel=false",
+        *data,
+    ]
     walls: dict[str, list[float]] = {"none": [], "auto": [], "every_1": []}
     flags = {"none": ["--no-checkpoints"], "auto": [], "every_1": ["--checkpoint-every", "1"]}
     shown: dict[str, dict] = {}

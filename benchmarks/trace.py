@@ -38,7 +38,7 @@ def main() -> None:
     label, data = dataset(args.synthetic)
     # the orders' budgets: checkpoints (time travel) are measured and reported apart,
     # by benchmarks/timetravel.py, so they are off here
-    common = ["sgdmf", "--ranks", "2", "-p", f"epochs={args.epochs}", *data]
+    common = ["sgdmf", "--ranks", "2", "-p", f"epochs={args.epochs}", "-p", "kernel=false", *data]
     traced_only = ["--no-checkpoints"]
     traced, untraced, sizes, bodies = [], [], [], 0
     with tempfile.TemporaryDirectory() as tmp:

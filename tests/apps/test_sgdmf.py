@@ -75,25 +75,27 @@ def test_movielens_rank32_ten_epochs_reaches_rmse_below_0_90() -> None:
     except DatasetUnavailableError as exc:
         pytest.skip(f"MovieLens-100K unavailable: {exc}")
     # the compiled body (a third of the time), whose first epoch must be the Python
-    # body's, bit for bit (test_kernel_true_gives_the_python_bodys_rmse_bit_for_bit
+    # body's, bit for bit (test_the_default_kernel_gives_the_python_bodys_rmse_bit_for_bit
     # checks every epoch on synthetic data)
     res = ap.run(train, {"epochs": 10, "rank": 32, "kernel": True}, nodes=2)
     rmse = res.objectives["rmse"]
     assert rmse[-1] < 0.90, rmse
     assert res.planner["sgd"]["imbalance"] < 1.1
-    py = ap.run(train, {"epochs": 1, "rank": 32}, nodes=2)
+    py = ap.run(train, {"epochs": 1, "rank": 32, "kernel": False}, nodes=2)
     assert py.objectives["rmse"] == rmse[:1]
 
 
 # ----------------------------------------------------------------- the compiled body
-KERNEL_SMALL = {"epochs": 3, "rank": 8, "synthetic": True}
+KERNEL_SMALL = {"epochs": 3, "rank": 8, "synthetic": True, "kernel": False}
 
 
 @pytest.mark.parametrize("nodes", [1, 2])
-def test_kernel_true_gives_the_python_bodys_rmse_bit_for_bit(nodes: int) -> None:
+def test_the_default_kernel_gives_the_python_bodys_rmse_bit_for_bit(nodes: int) -> None:
     py = ap.run(train, KERNEL_SMALL, nodes=nodes)
     kern = ap.run(train, {**KERNEL_SMALL, "kernel": True}, nodes=nodes)
-    assert kern.objectives["rmse"] == py.objectives["rmse"]
+    default = ap.run(train, {k: v for k, v in KERNEL_SMALL.items() if k != "kernel"}, nodes=nodes)
+    assert kern.objectives["rmse"] == py.objectives["rmse"] == default.objectives["rmse"]
+    assert "ratings3" in {d["dds"] for d in default.digests}  # the kernel's numeric rows
     assert kern.objectives["rmse"][-1] < kern.objectives["rmse"][0]
     assert kern.planner["sgd"]["strategy"] == "rotation"
 
@@ -191,3 +193,36 @@ def test_synthetic_ratings_out_of_range_is_one_line(n: str, cli) -> None:
     assert proc.returncode == 2, proc.stderr
     assert f"synthetic_ratings must be between 1 and 150000 (got {n})" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) <= 2 and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("declared", [True, False])
+def test_a_trace_without_the_kernel_parameter_replays_the_python_body(
+    tmp_path, cli, monkeypatch: pytest.MonkeyPatch, declared: bool
+) -> None:
+    """Until 2026-12-07 the Python body was the default.  A trace whose params lack
+    ``kernel`` ran it (as one recorded before the parameter existed); ``ADDED_PARAMS``
+    makes its replay run it again, not today's compiled body, whose numeric rows are one
+    more DDS: without the declaration the replay diverges."""
+    import replay._job
+    from apps.sgdmf import _app
+
+    trace = tmp_path / "old.sqlite"
+    every = replay._job.all_params
+    monkeypatch.setattr(
+        replay._job,
+        "all_params",
+        lambda fn, given: {k: v for k, v in every(fn, given).items() if k != "kernel"},
+    )
+    args = ["-p", "synthetic=true", "-p", "synthetic_ratings=2000", "-p", "epochs=2"]
+    old = cli("run", "sgdmf", *args, "-p", "kernel=false", "--trace", trace, "--json")
+    monkeypatch.undo()
+    assert old.returncode == 0, old.stderr
+    assert "kernel" not in json.loads(old.stdout)["params"]
+    if not declared:
+        monkeypatch.setattr(_app, "ADDED_PARAMS", {})
+    for mode in ("cluster", "single"):
+        rep = cli(mode, trace, "--json")
+        if declared:
+            assert rep.returncode == 0 and json.loads(rep.stdout)["identical"], rep.stderr
+        else:
+            assert rep.returncode == 3, rep.stderr

@@ -51,7 +51,8 @@ def test_sgdmf_replays_identically_both_ways(tmp_path: Path, ranks: int, threads
     for mode in ("cluster", "single"):
         rc, res = replay(mode, trace)
         assert rc == 0 and res["identical"] and res["first_difference"] is None, res
-        assert res["checked"]["digests"] == 2 * 3 and res["checked"]["objectives"] == 2
+        # ratings, their numeric rows (the compiled body's), W, H per epoch
+        assert res["checked"]["digests"] == 2 * 4 and res["checked"]["objectives"] == 2
         t = res["objective_times"]["rmse"]  # when the replay logged each epoch's rmse
         assert len(t) == 2 and 0 < t[0] <= t[1] <= res["wall_s"]
     kinds = [v.kind for v in tracer.open(trace).run().verdicts()]

@@ -244,7 +244,8 @@ def test_a_resumed_run_replays_from_the_checkpoint_it_started_at(resumed: Path, 
     assert rc == 0, err
     doc = json.loads(out)
     assert doc["identical"] and doc["complete"], doc
-    assert doc["checked"]["digests"] == 3 * (EPOCHS - 2)  # A, W, H after sgd#2 and sgd#3
+    # A, the compiled body's numeric rows, W, H after sgd#2 and sgd#3
+    assert doc["checked"]["digests"] == 4 * (EPOCHS - 2)
     assert doc["checked"]["objectives"] == EPOCHS
     assert "starting after the checkpoint at sgd#1" in err
 
