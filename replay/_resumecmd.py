@@ -68,7 +68,7 @@ def resume_cmd(
         info = run.info
         _procs.check_shape(info.ranks, info.threads, max_ranks=max_ranks, max_threads=max_threads)
         if save is not None:  # before anything runs: a bad path is one line
-            save = check_save(save, info.app, path)
+            save = check_save(save, info.app, path, params=info.params)
         # a missing or changed app is one line here, before any rank starts
         recorded_app(info, announce=say)
         spec = new_spec(path, run, start)

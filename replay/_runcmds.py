@@ -208,7 +208,10 @@ def run_cmd(
     if checkpoint_every is not None and checkpoint_every < 1:
         raise UsageError(f"--checkpoint-every must be >= 1, got {checkpoint_every}")
     if save is not None:  # before the trace file is made: a bad path leaves nothing behind
-        save = check_save(save, app, trace, writer=not under_launcher() or rank() == 0)
+        given = {k.strip(): v for k, _, v in (p.partition("=") for p in params)}
+        save = check_save(
+            save, app, trace, params=given, writer=not under_launcher() or rank() == 0
+        )
     where = None if no_trace else trace_path(app, trace)
     res = execute(
         app,

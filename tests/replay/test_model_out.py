@@ -10,6 +10,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 #: Each app with small parameters, and the arrays its ``--save`` holds: name -> how the
 #: shape follows from its ``--json`` result (a key of the result, or a number).
@@ -131,6 +133,61 @@ def test_a_bad_save_path_is_one_line_and_exit_2_before_the_run(
     assert message in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert "Traceback" not in r.stderr and r.stdout == ""
     assert not trace.exists()  # refused before anything was made
+
+
+#: Ways a user spells one file: as given, absolute, through ``./`` or ``sub/..``, a
+#: symbolic link to its directory, or a hard link to it.
+SPELLINGS = ["plain", "absolute", "dot", "updown", "linked_dir", "hard_link"]
+#: (app, parameter, data file, its text): each app's data a --save could name.
+DATA = [
+    ("lasso", "data", "rows.npz", None),
+    ("lasso", "test", "held.npz", None),
+    ("word2vec", "data", "corpus.txt", "a b c d\n" * 20),
+    ("lda", "corpus", "docs.txt", "a b c d\n" * 20),
+]
+
+
+def _spell(how: str, base: Path, name: str) -> str:
+    if how == "hard_link":
+        link = base / f"again-{name}"
+        if not link.exists():
+            link.hardlink_to(base / name)
+        return str(link)
+    if how == "linked_dir" and not (base / "via").exists():
+        (base / "via").symlink_to(base, target_is_directory=True)
+    return {
+        "plain": name,
+        "absolute": str(base / name),
+        "dot": f"./{name}",
+        "updown": f"sub/../{name}",
+        "linked_dir": f"via/{name}",
+    }[how]
+
+
+@settings(max_examples=12, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.sampled_from(DATA), how=st.sampled_from(SPELLINGS))
+def test_save_never_replaces_the_runs_own_data(
+    data: tuple[str, str, str, str | None], how: str, cli: Any, tmp_path_factory: Any
+) -> None:
+    app, param, name, text = data
+    base = tmp_path_factory.mktemp("data")
+    (base / "sub").mkdir()
+    params = [f"{param}={name}"]
+    if text is None:
+        rng = np.random.default_rng(0)
+        for table in ("train.npz", name):
+            np.savez(base / table, X=rng.standard_normal((20, 3)), y=rng.standard_normal(20))
+        if param == "test":
+            params.append("data=train.npz")
+    else:
+        (base / name).write_text(text)
+    before = (base / name).read_bytes()
+    r = cli("run", app, *_p(params), "--trace", str(base / "t.sqlite"),
+            "--save", _spell(how, base, name), cwd=base)  # fmt: skip
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert f"-p {param}= names" in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+    assert (base / name).read_bytes() == before and not (base / "t.sqlite").exists()
 
 
 def test_export_of_a_checkpoint_equals_the_save_of_a_run_that_stopped_there(
