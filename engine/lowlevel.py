@@ -15,6 +15,7 @@ from ._asyncfor.baseline import without_closure_guard as without_closure_guard
 from ._asyncfor.baseline import without_guard as without_guard
 from ._data.dds import SLOT_BITS as SLOT_BITS
 from ._data.dds import SLOT_MASK as SLOT_MASK
+from ._data.dds import available_memory as available_memory
 from ._data.digest import NAMES as DIGEST_NAMES
 from ._data.digest import DigestKindError as DigestKindError
 from ._data.digest import check_same_kind as check_same_digest_kind
@@ -59,6 +60,7 @@ from ._runtime.transport import under_mpi_launcher as under_mpi_launcher
 
 __all__ = [
     "DIGEST_NAMES",
+    "available_memory",
     "OBJECT_TEXT_VERSION",
     "Chaos",
     "DigestKindError",

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import engine as ap
 from apps._errors import AppError, DataFormatError
@@ -91,6 +93,44 @@ def test_a_malformed_text_file_is_one_error_naming_file_and_line(
     msg = str(info.value)
     assert msg.startswith("lasso: ") and str(path) in msg and message in msg, msg
     assert "\n" not in msg
+
+
+@given(
+    rows=st.lists(
+        st.dictionaries(st.integers(1, 9), st.integers(-9, 9), min_size=1, max_size=4),
+        min_size=1,
+        max_size=6,
+    ),
+    at=st.integers(0, 5),
+    index=st.integers(10**13, 10**18),
+)
+def test_a_libsvm_index_too_large_for_memory_names_its_line(
+    rows: list[dict[int, int]], at: int, index: int, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """A typo of a few digits in one index would make a dense table of petabytes: numpy's
+    MemoryError named neither the file nor the line (exit 1)."""
+    at = min(at, len(rows) - 1)
+    rows[at][index] = 1
+    text = "".join(
+        "# a comment\n" + f"{r} " + " ".join(f"{k}:{v}" for k, v in row.items()) + "\n"
+        for r, row in enumerate(rows)
+    )
+    path = tmp_path_factory.mktemp("svm") / "t.svm"
+    path.write_text(text)
+    with pytest.raises(DataFormatError) as info:
+        read_table(path, "lasso")
+    msg = str(info.value)
+    assert msg.startswith(f"lasso: {path}:{2 * at + 2}: feature index {index:,} makes"), msg
+    assert "\n" not in msg and "memory" in msg
+
+
+def test_a_libsvm_index_too_large_is_exit_2_on_the_cli(tmp_path: Path, cli) -> None:
+    path = tmp_path / "t.svm"
+    path.write_text("1 1:2\n2 1:3 3000000000000:1\n3 1:1\n")
+    proc = cli("run", "lasso", "-p", f"data={path}", "--no-trace")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if "error" in line]
+    assert len(errors) == 1 and f"{path}:2: feature index 3,000,000,000,000" in errors[0]
 
 
 def test_bad_bytes_missing_file_and_unknown_suffix(tmp_path: Path) -> None:
