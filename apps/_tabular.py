@@ -28,7 +28,7 @@ import numpy as np
 
 from engine.lowlevel import available_memory
 
-from ._datasets import open_data, parse_number, read_utf8
+from ._datasets import open_data, parse_number, read_utf8, text_lines
 from ._errors import AppError, DataFormatError
 
 #: Suffix -> format of ``-p data=``.
@@ -144,7 +144,7 @@ def _read_delimited(p: pathlib.Path, text: str, kind: str, who: str) -> Table:
     lines: list[int] = []
     width = 0
     first = True
-    all_lines = text.splitlines()
+    all_lines = text_lines(text)
     for lineno, line in enumerate(all_lines, start=1):
         if not line.strip():
             continue
@@ -213,7 +213,7 @@ def _read_libsvm(p: pathlib.Path, text: str, who: str) -> Table:
     labels: list[float] = []
     feats: list[dict[int, float]] = []
     lines: list[int] = []
-    for lineno, line in enumerate(text.splitlines(), start=1):
+    for lineno, line in enumerate(text_lines(text), start=1):
         body = line.split("#", 1)[0].split()
         if not body:
             continue

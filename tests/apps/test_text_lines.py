@@ -1,0 +1,76 @@
+"""Every reader of a user's text file counts lines as the file does, at ``\\n`` alone: a
+form feed, U+0085 or U+2028 inside a line (``pdftotext`` writes a form feed at each page
+break) neither cuts a document in two nor shifts the line a message names."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from apps._errors import AppError, DataFormatError
+from apps._tabular import read_table
+from apps.lda._data import read_documents
+from apps.transe._data import read_split
+from apps.word2vec._data import read_corpus
+
+#: Characters ``str.splitlines`` breaks at besides ``\n`` and ``\r\n``.
+OTHER_BREAKS = "\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
+WORDS = st.lists(st.sampled_from(["cat", "dog", "bond", "goal", "team"]), min_size=1, max_size=5)
+#: One line of words, some joined by a break ``splitlines`` knows instead of a space.
+LINE = st.lists(st.tuples(WORDS, st.sampled_from(" " + OTHER_BREAKS)), min_size=1, max_size=3)
+ENDS = st.sampled_from(["\n", "\r\n"])
+
+
+def _join(parts: list[tuple[list[str], str]]) -> str:
+    return "".join(" ".join(words) + sep for words, sep in parts).rstrip(" ")
+
+
+def _file(tmp: pytest.TempPathFactory, name: str, text: str) -> Path:
+    path = tmp.mktemp("text") / name
+    path.write_bytes(text.encode("utf-8"))
+    return path
+
+
+@given(docs=st.lists(LINE, min_size=1, max_size=6), end=ENDS)
+def test_a_corpus_has_one_document_and_one_sentence_per_line(
+    docs: list[list[tuple[list[str], str]]], end: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    lines = [_join(d) for d in docs]
+    path = _file(tmp_path_factory, "docs.txt", end.join(lines) + end)
+    got = read_documents(path)
+    assert len(got) == len(lines)
+    assert got == [line.split() for line in lines]  # the breaks separate words, as spaces do
+    assert len(read_corpus(path, sentence_len=1000)) == len(lines)
+
+
+@given(before=st.lists(LINE, max_size=4), end=ENDS, csv=st.booleans())
+def test_a_bad_table_line_is_named_by_its_number_in_the_file(
+    before: list[list[tuple[list[str], str]]],
+    end: str,
+    csv: bool,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    # comment lines before the bad one hold the other breaks; a header only for CSV
+    rows = ["x,y,target", *("1,2,3" for _ in before)] if csv else ["# " + _join(b) for b in before]
+    if csv and before:
+        rows[0] = "x" + _join(before[0]) + ",y,target"  # a header with a break in a name
+    bad = "4,five,6" if csv else "1 1:five"
+    path = _file(tmp_path_factory, "t.csv" if csv else "t.svm", end.join([*rows, bad]) + end)
+    with pytest.raises(DataFormatError) as info:
+        read_table(path, "lasso")
+    assert f"{path}:{len(rows) + 1}: " in str(info.value), str(info.value)
+
+
+@given(before=st.integers(0, 4), inner=st.sampled_from(OTHER_BREAKS), end=ENDS)
+def test_a_bad_triple_is_named_by_its_number_in_the_file(
+    before: int, inner: str, end: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    good = [f"a{inner}b\tr\tc" for _ in range(before)]  # a name holding a break is one name
+    path = _file(tmp_path_factory, "train.txt", end.join([*good, "a\tr"]) + end)
+    with pytest.raises(AppError, match=rf" line {before + 1}: expected"):
+        read_split(path)
+    good_only = _file(tmp_path_factory, "train.txt", end.join([*good, "x\tr\ty"]) + end)
+    assert len(read_split(good_only)) == before + 1
