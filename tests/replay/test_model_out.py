@@ -112,6 +112,26 @@ def test_word2vec_text_format_parses_line_by_line(cli: Any, tmp_path: Path) -> N
     assert len(set(words)) == n
 
 
+def test_sgdmf_rows_are_the_rating_files_ids_less_one(cli: Any, tmp_path: Path) -> None:
+    """docs/models.md: row ``u - 1`` of W is user ``u`` (ids start at 1): the saved
+    factors predict the test file with the run's own final ``test_rmse``."""
+    rng = np.random.default_rng(3)
+    rows = [(rng.integers(1, 30), rng.integers(1, 40), rng.integers(1, 6)) for _ in range(900)]
+    for name, part in (("train.inter", rows[:800]), ("test.inter", rows[800:])):
+        (tmp_path / name).write_text("".join(f"{u}\t{i}\t{r}\t0\n" for u, i, r in part))
+    r = cli("run", "sgdmf", *_p(["data=train.inter", "test=test.inter", "epochs=2", "rank=4"]),
+            "--no-trace", "--json", "--save", "m.npz", cwd=tmp_path)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    ids = np.array(rows)
+    with np.load(tmp_path / "m.npz") as z:
+        W, H = z["W"], z["H"]
+    assert len(W) == ids[:, 0].max() and len(H) == ids[:, 1].max()
+    u, i, rating = ids[800:].T
+    rmse = np.sqrt(np.mean((rating - np.sum(W[u - 1] * H[i - 1], axis=1)) ** 2))
+    assert rmse == pytest.approx(doc["objectives"]["test_rmse"][-1], rel=1e-12)
+
+
 @pytest.mark.parametrize(
     ("save", "message"),
     [
