@@ -49,6 +49,8 @@ __all__ = [
 CACHE_ENV_VAR = "STRADS_REPLAY_CACHE"
 
 #: Header line of RecBole ``.inter`` rating files, written and expected without a newline.
+#: The byte order mark some editors start a UTF-8 file with, as text.
+BOM = "\ufeff"
 RATINGS_HEADER = "user_id:token\titem_id:token\trating:float\ttimestamp:float"
 
 #: Seconds ``pip download`` may take: room for a slow mirror, yet a dead network fails fast.
@@ -158,8 +160,11 @@ def read_utf8(path: pathlib.Path, what: str, fix: str) -> str:
         raise AppError(f"{what} {str(path)!r} cannot be read: {exc.strerror}") from None
     if len(data) > size:
         raise AppError(f"{what}: {input_grew(str(path))}")
+    # a byte order mark (Excel's "CSV UTF-8" and Notepad write one) is not text: kept, it
+    # made a headerless table's first row a header, silently dropped, and a triple's
+    # first entity another name than the same entity elsewhere
     try:
-        return data.decode("utf-8")
+        return data.decode("utf-8").removeprefix(BOM)
     except UnicodeDecodeError as exc:
         line = exc.object[: exc.start].count(b"\n") + 1
         raise DataFormatError(

@@ -1,6 +1,7 @@
 """Every reader of a user's text file counts lines as the file does, at ``\\n`` alone: a
 form feed, U+0085 or U+2028 inside a line (``pdftotext`` writes a form feed at each page
-break) neither cuts a document in two nor shifts the line a message names."""
+break) neither cuts a document in two nor shifts the line a message names.  And a byte
+order mark at the start (Excel's "CSV UTF-8", Notepad) changes nothing that is read."""
 
 from __future__ import annotations
 
@@ -10,9 +11,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import engine as ap
 from apps._errors import AppError, DataFormatError
 from apps._tabular import read_table
 from apps.lda._data import read_documents
+from apps.sgdmf import _app as sgdmf
 from apps.transe._data import read_split
 from apps.word2vec._data import read_corpus
 
@@ -74,3 +77,68 @@ def test_a_bad_triple_is_named_by_its_number_in_the_file(
         read_split(path)
     good_only = _file(tmp_path_factory, "train.txt", end.join([*good, "x\tr\ty"]) + end)
     assert len(read_split(good_only)) == before + 1
+
+
+BOM = "\ufeff".encode()
+NUMBER = st.integers(-99, 99).map(str)
+
+
+def _table(rows: list[list[str]], kind: str) -> str:
+    if kind == "svm":
+        return "".join(f"{r[0]} " + " ".join(f"{j}:{v}" for j, v in enumerate(r[1:], 1)) + "\n"
+                       for r in rows)  # fmt: skip
+    return "".join(("," if kind == "csv" else "\t").join(r) + "\n" for r in rows)
+
+
+def _same_with_bom(tmp: pytest.TempPathFactory, name: str, text: str, read: object) -> None:
+    plain, marked = tmp.mktemp("plain") / name, tmp.mktemp("bom") / name
+    plain.write_bytes(text.encode("utf-8"))
+    marked.write_bytes(BOM + text.encode("utf-8"))
+    assert read(marked) == read(plain)  # type: ignore[operator]
+
+
+@given(
+    rows=st.lists(st.lists(NUMBER, min_size=3, max_size=3), min_size=1, max_size=4),
+    kind=st.sampled_from(["csv", "tsv", "svm"]),
+)
+def test_a_byte_order_mark_changes_no_table(
+    rows: list[list[str]], kind: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Kept, it made a headerless table's first row a header, dropped without a word."""
+
+    def read(path: Path) -> tuple[list[list[float]], list[float]]:
+        t = read_table(path, "lasso")
+        return t.X.tolist(), t.y.tolist()
+
+    _same_with_bom(tmp_path_factory, f"t.{kind}", _table(rows, kind), read)
+
+
+@given(
+    triples=st.lists(st.tuples(*[st.sampled_from(["a", "b", "r"])] * 3), min_size=1, max_size=4),
+    docs=st.lists(WORDS.map(" ".join), min_size=1, max_size=4),
+)
+def test_a_byte_order_mark_changes_no_triple_or_document(
+    triples: list[tuple[str, str, str]],
+    docs: list[str],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Kept, it made the first triple's head another entity than the same name elsewhere."""
+    lines = "".join("\t".join(t) + "\n" for t in triples)
+    _same_with_bom(tmp_path_factory, "train.txt", lines, read_split)
+    _same_with_bom(tmp_path_factory, "docs.txt", "\n".join(docs), read_documents)
+    _same_with_bom(tmp_path_factory, "docs.txt", "\n".join(docs), lambda p: read_corpus(p, 9))
+
+
+@pytest.mark.parametrize("header", [sgdmf.RATINGS_HEADER + "\n", ""])
+def test_a_byte_order_mark_changes_no_rating(header: str, tmp_path: Path) -> None:
+    text = header + "1\t2\t3\t0\n2\t1\t5\t0\n"
+    for name, data in (("plain.inter", text.encode()), ("bom.inter", BOM + text.encode())):
+        (tmp_path / name).write_bytes(data)
+
+    def ratings(name: str) -> list[object]:
+        def prog() -> list[object]:
+            return list(ap.load(tmp_path / name, parse=sgdmf.parse_line).gather())
+
+        return ap.run(prog).value  # type: ignore[no-any-return]
+
+    assert ratings("bom.inter") == ratings("plain.inter") and len(ratings("plain.inter")) == 2
