@@ -289,6 +289,13 @@ def _read_numpy(p: pathlib.Path, kind: str, who: str) -> Table:
         except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
             # object arrays (pickles) are refused by allow_pickle=False with a ValueError
             raise DataFormatError(f"{what} is not a readable {kind} file ({exc})") from None
+        except MemoryError as exc:
+            # numpy allocates what an array's header claims before it reads a byte: a
+            # damaged or forged header (or data too large) fails here, not in the run
+            raise DataFormatError(
+                f"{what}: an array's header asks for more memory than this machine has "
+                f"({exc}); the file is damaged, or too large to load here"
+            ) from None
     table = Table(X, y, str(p))
     _check_finite(table, who)
     return table

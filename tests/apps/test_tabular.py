@@ -5,6 +5,7 @@ the user's data records and replays."""
 from __future__ import annotations
 
 import json
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -172,6 +173,58 @@ def test_bad_numpy_files_are_one_line(tmp_path: Path) -> None:
         with pytest.raises(DataFormatError) as info:
             read_table(tmp_path / name, "lasso")
         assert message in str(info.value) and "\n" not in str(info.value), (name, info.value)
+
+
+def _forged_npy(shape: tuple[int, ...], dtype: str, payload: int) -> bytes:
+    """A ``.npy`` whose header claims ``shape`` and which holds ``payload`` bytes."""
+    import io
+
+    head = io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        head, {"descr": np.dtype(dtype).str, "fortran_order": False, "shape": shape}
+    )
+    return head.getvalue() + b"\0" * payload
+
+
+@given(
+    # either a little more than the file holds, or more than any machine has
+    rows=st.one_of(st.integers(2, 400), st.integers(10**8, 10**12)),
+    cols=st.one_of(st.integers(2, 30), st.integers(10**6, 10**8)),
+    dtype=st.sampled_from(["<f8", "<i4", "<f4", "|u1"]),
+    payload=st.integers(0, 64),
+    archive=st.booleans(),
+)
+def test_a_numpy_header_claiming_more_than_the_file_holds_is_one_line(
+    rows: int,
+    cols: int,
+    dtype: str,
+    payload: int,
+    archive: bool,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """numpy allocates what the header claims before reading: a claim of terabytes was a
+    MemoryError, 'the program failed', exit 1."""
+    payload = min(payload, rows * cols * np.dtype(dtype).itemsize - 1)  # less than claimed
+    data = _forged_npy((rows, cols), dtype, payload)
+    path = tmp_path_factory.mktemp("npy") / ("t.npz" if archive else "t.npy")
+    if archive:
+        with zipfile.ZipFile(path, "w") as z:
+            z.writestr("X.npy", data)
+            z.writestr("y.npy", _forged_npy((rows,), "<f8", 8))
+    else:
+        path.write_bytes(data)
+    with pytest.raises(DataFormatError) as info:
+        read_table(path, "lasso")
+    msg = str(info.value)
+    assert msg.startswith(f"lasso: data {str(path)!r}") and "\n" not in msg, msg
+
+
+def test_a_forged_numpy_header_is_exit_2_on_the_cli(tmp_path: Path, cli) -> None:
+    (tmp_path / "t.npy").write_bytes(_forged_npy((10**12, 3), "<f8", 16))
+    proc = cli("run", "lasso", "-p", f"data={tmp_path / 't.npy'}", "--no-trace")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if "error" in line]
+    assert len(errors) == 1 and "the file is damaged" in errors[0], proc.stderr
 
 
 def test_class_labels_are_sorted_integers_and_must_be_integral(tmp_path: Path) -> None:
