@@ -132,6 +132,23 @@ def test_sgdmf_rows_are_the_rating_files_ids_less_one(cli: Any, tmp_path: Path) 
     assert rmse == pytest.approx(doc["objectives"]["test_rmse"][-1], rel=1e-12)
 
 
+def test_lda_doc_topic_rows_are_the_training_documents_in_file_order(
+    cli: Any, tmp_path: Path
+) -> None:
+    """docs/models.md: no row for a blank line or a document of no vocabulary word; the
+    others in file order, each row summing to the document's kept words."""
+    themes = ["cat dog mouse barn", "stock bond market trade"]
+    lines = [" ".join([themes[j % 2]] * (j + 2)) for j in range(12)]
+    lines[3:3] = ["", "zebra"]  # blank, and a word below min_count
+    (tmp_path / "docs.txt").write_text("\n".join(lines) + "\n")
+    r = cli("run", "lda", *_p(["corpus=docs.txt", "topics=2", "iterations=1", "max_df=1.0"]),
+            "--no-trace", "--save", "m.npz", cwd=tmp_path)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    with np.load(tmp_path / "m.npz") as z:
+        rows = z["doc_topic"].sum(axis=1).tolist()
+    assert rows == [4 * (j + 2) for j in range(12)]
+
+
 @pytest.mark.parametrize(
     ("save", "message"),
     [
