@@ -355,6 +355,39 @@ def test_a_solver_that_converges_passes_require_convergence(cli: Any) -> None:
     assert json.loads(r.stdout)["converged"] is True and "converging" not in r.stderr
 
 
+STOPS_SHORT = """
+import os
+import engine as ap
+
+def fit(epochs: int = 3):
+    X = ap.dvector(4, shape=(), init=ap.init.zeros(), name="X")
+
+    def body(j):
+        X[j] = X[j] * 2.0 + j
+
+    for e in range(epochs):
+        ap.async_for(0, 4, body, name="add")
+        if e == 1 and os.environ.get("STOP_AT_EPOCH_1"):
+            raise KeyboardInterrupt  # what Ctrl-C does
+    return {"iterations": epochs, "converged": False, "model": {"X": X}}
+"""
+
+
+@pytest.mark.parametrize("as_json", [[], ["--json"]])
+def test_a_resumed_run_that_stops_short_warns_as_the_run_does(
+    as_json: list[str], cli: Any, tmp_path: Path
+) -> None:
+    (tmp_path / "prog.py").write_text(STOPS_SHORT)
+    trace = tmp_path / "t.sqlite"
+    r = cli("run", f"{tmp_path / 'prog.py'}:fit", "--trace", str(trace), "--checkpoint-every",
+            "1", env={"STOP_AT_EPOCH_1": "1"})  # fmt: skip
+    assert r.returncode != 0 and "without converging" not in r.stderr
+    r = cli("resume", str(trace), *as_json)
+    assert r.returncode == 0, r.stderr
+    warning = [line for line in r.stderr.splitlines() if "without converging" in line]
+    assert warning == ["replay: fit stopped after 3 rounds without converging"], r.stderr
+
+
 def test_export_of_a_users_program_names_arrays_after_its_dds(cli: Any, tmp_path: Path) -> None:
     app, trace = tmp_path / "prog.py", tmp_path / "t.sqlite"
     app.write_text(USER_APP)
