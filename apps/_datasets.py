@@ -173,15 +173,15 @@ def read_utf8(path: pathlib.Path, what: str, fix: str) -> str:
 
 
 def text_lines(text: str) -> list[str]:
-    """The lines of ``text`` as its file numbers them: split at ``\\n`` only (a ``\\r``
-    before it dropped).  ``str.splitlines`` also breaks at a form feed, ``\\x1c``-``\\x1e``,
-    U+0085, U+2028 and U+2029, so a document with a page break (as ``pdftotext`` writes)
-    became two, and every line number after it was off from what ``wc -l``, an editor and
-    gensim's ``LineSentence`` count."""
-    lines = text.split("\n")
+    """The lines of ``text`` as an editor numbers them: split at Python's universal
+    newlines, ``\\n``, ``\\r\\n`` and a lone ``\\r`` (Excel for Mac's CSV), and nowhere
+    else.  ``str.splitlines`` also breaks at a form feed, ``\\x1c``-``\\x1e``, U+0085,
+    U+2028 and U+2029, so a document with a page break (as ``pdftotext`` writes) became
+    two, and every line number after it was off from the editor's."""
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
     if lines[-1] == "":
         lines.pop()
-    return [line[:-1] if line.endswith("\r") else line for line in lines]
+    return lines
 
 
 def check_sha256(path: pathlib.Path, want: str, who: str, source: str) -> None:

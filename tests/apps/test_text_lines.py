@@ -24,7 +24,7 @@ OTHER_BREAKS = "\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
 WORDS = st.lists(st.sampled_from(["cat", "dog", "bond", "goal", "team"]), min_size=1, max_size=5)
 #: One line of words, some joined by a break ``splitlines`` knows instead of a space.
 LINE = st.lists(st.tuples(WORDS, st.sampled_from(" " + OTHER_BREAKS)), min_size=1, max_size=3)
-ENDS = st.sampled_from(["\n", "\r\n"])
+ENDS = st.sampled_from(["\n", "\r\n", "\r"])  # Python's universal newlines
 
 
 def _join(parts: list[tuple[list[str], str]]) -> str:
