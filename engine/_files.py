@@ -142,6 +142,30 @@ def _commit(tmp: str, path: str, *, force: bool, label: str | None) -> None:
     os.replace(tmp, path)
 
 
+def _temporary(path: str, label: str | None) -> tuple[str, int]:
+    """(name, descriptor) of a new temporary file beside ``path``; a directory this
+    process cannot write in (permissions, a read-only file system) is one
+    :class:`OutputPathError` line."""
+    parent = _parent(path)
+    tmp = os.path.join(parent, f".{os.path.basename(path)}.{secrets.token_hex(8)}.tmp")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        return tmp, os.open(tmp, flags, 0o666)  # 0o666: the umask decides, as for open()
+    except OSError as exc:
+        raise OutputPathError(
+            f"{label or path}: cannot write in {parent}: {exc.strerror}; pass another path"
+        ) from None
+
+
+def check_writable(path: str | os.PathLike[str], *, label: str | None = None) -> None:
+    """Raise :class:`OutputPathError` unless :func:`replacing` can create its temporary
+    file beside ``path``: a command checks this before hours of work, not after.  The
+    probe is the creation itself, since ``os.access`` says yes to root on any directory."""
+    tmp, fd = _temporary(os.fspath(path), label)
+    os.close(fd)
+    os.unlink(tmp)
+
+
 @contextlib.contextmanager
 def replacing(
     path: str | os.PathLike[str],
@@ -160,9 +184,7 @@ def replacing(
     """
     p = os.fspath(path)
     check_target(p, force=force, label=label)
-    tmp = os.path.join(_parent(p), f".{os.path.basename(p)}.{secrets.token_hex(8)}.tmp")
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-    fd = os.open(tmp, flags, 0o666)  # 0o666: the umask decides, as for a plain open()
+    tmp, fd = _temporary(p, label)
     try:
         with os.fdopen(fd, "w" if encoding else "wb", encoding=encoding) as fh:
             yield fh
@@ -232,6 +254,7 @@ __all__ = [
     "SIDECARS",
     "SQLITE_MAGIC",
     "check_target",
+    "check_writable",
     "grew",
     "open_input",
     "replacing",

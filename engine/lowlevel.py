@@ -27,6 +27,7 @@ from ._data.values import stable_text as stable_text
 from ._errors import ScheduleExhausted as ScheduleExhausted
 from ._files import SIDECARS as SQLITE_SIDECARS
 from ._files import check_target as check_output_path
+from ._files import check_writable as check_writable
 from ._files import grew as input_grew
 from ._files import open_input as open_input
 from ._files import replacing as replacing
@@ -66,6 +67,7 @@ __all__ = [
     "DigestKindError",
     "check_same_digest_kind",
     "check_output_path",
+    "check_writable",
     "digest_kind_of",
     "FAULT",
     "SLOT_BITS",

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from .._errors import OutputPathError, SaveError
-from .._files import check_target, replacing
+from .._files import check_target, check_writable, replacing
 from .._runtime.session import current, driver_only
 from .dds import _DDS, dvector, gathered
 
@@ -150,6 +150,7 @@ def save(path: str | os.PathLike[str], /, **arrays: Any) -> Path:
     if sess.cluster.rank == 0:  # only rank 0 writes: its verdict on the path stops them all
         try:
             check_target(path, force=True, label=f"ap.save path {os.fspath(path)}")
+            check_writable(path, label=f"ap.save path {os.fspath(path)}")
         except OutputPathError as exc:
             problem = str(exc)
     verdicts = sess.agree("ap.save", problem)

@@ -4,6 +4,7 @@ result in ``--json`` and the plain output, and honest convergence (issue 37)."""
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -225,6 +226,47 @@ def test_save_never_replaces_the_runs_own_data(
     assert f"-p {param}= names" in r.stderr, r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
     assert (base / name).read_bytes() == before and not (base / "t.sqlite").exists()
+
+
+def _unwritable(tmp_path: Path) -> list[Path]:
+    """Directories no file can be made in: /proc (even for root), and for other users
+    one without write permission."""
+    dirs = [Path("/proc")]
+    if os.geteuid() != 0:
+        (tmp_path / "ro").mkdir(mode=0o555)
+        dirs.append(tmp_path / "ro")
+    return dirs
+
+
+def test_a_save_or_export_into_a_directory_it_cannot_write_is_refused_first(
+    cli: Any, tmp_path: Path
+) -> None:
+    """The run trained to its end and then failed on the write: 'internal error: OSError'
+    (exit 70) on a read-only file system, a raw errno line in /proc."""
+    trace = tmp_path / "t.sqlite"
+    assert _run(cli, "sgdmf", "--trace", str(trace), "--checkpoint-every", "1").returncode == 0
+    (tmp_path / "prog.py").write_text(USER_APP + SAVES_TO)
+    for d in _unwritable(tmp_path):
+        new = tmp_path / "new.sqlite"
+        for args, option in (
+            (["run", "sgdmf", *_p(APPS["sgdmf"][0]), "--trace", str(new), "--save"], "--save"),
+            (["export", str(trace), "--model"], "--model"),
+            (["export", str(trace), "--format", "chrome", "-o"], "-o"),
+            (["run", f"{tmp_path / 'prog.py'}:saves", "--no-trace", "-p"], "ap.save path"),
+        ):
+            out = d / "m.npz" if option != "-o" else d / "t.json"
+            last = f"out={out}" if option == "ap.save path" else str(out)
+            r = cli(*args, last)
+            assert r.returncode == 2, (args, r.stderr)
+            assert f"{option} {out}: cannot write in {d}: " in r.stderr, r.stderr
+            assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+            assert not new.exists() and "iter" not in r.stdout  # before any work
+
+
+SAVES_TO = """
+def saves(out: str = ""):
+    ap.save(out, X=ap.dvector(2, shape=(), init=ap.init.zeros(), name="X"))
+"""
 
 
 def test_export_of_a_checkpoint_equals_the_save_of_a_run_that_stopped_there(
