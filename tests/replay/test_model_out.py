@@ -397,6 +397,21 @@ def test_a_solver_that_converges_passes_require_convergence(cli: Any) -> None:
     assert json.loads(r.stdout)["converged"] is True and "converging" not in r.stderr
 
 
+def test_require_convergence_of_an_app_that_does_not_say_checks_nothing_aloud(
+    cli: Any,
+) -> None:
+    """An exit 0 with no word would read as 'converged' in CI."""
+    r = _run(cli, "sgdmf", "--no-trace", "--json", "--require-convergence")
+    assert r.returncode == 0 and json.loads(r.stdout)["converged"] is None, r.stderr
+    said = [line for line in r.stderr.splitlines() if "--require-convergence" in line]
+    assert said == [
+        "replay: warning: --require-convergence checked nothing: sgdmf's result has no "
+        "'converged' (only a solver with a tolerance, such as lasso, says)"
+    ]
+    plain = cli("run", "lasso", *_p(CONVERGES), "--no-trace", "--require-convergence")
+    assert plain.returncode == 0 and "--require-convergence" not in plain.stderr
+
+
 STOPS_SHORT = """
 import os
 import engine as ap
