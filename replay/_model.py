@@ -203,8 +203,9 @@ def _checkpoint_arrays(state: Any) -> dict[str, np.ndarray]:
         if not isinstance(values, np.ndarray):
             continue  # Python objects are not model arrays
         n = int(state.lengths.get(dds, -1))
-        slots = np.asarray(slots, dtype=np.int64)
-        if n != len(slots) or len(values) != n or len(np.unique(slots)) != n:
+        slots = np.asarray(slots, dtype=np.int64).ravel()
+        inside = not len(slots) or (slots.min() >= 0 and slots.max() < n)
+        if n != len(slots) or len(values) != n or len(np.unique(slots)) != n or not inside:
             raise tracer.TraceFormatError(
                 f"the checkpoint at {state.op}#{state.invocation} does not hold every row of "
                 f"{dds} once ({len(slots)} rows for {n} elements); the trace is damaged"

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 #: Each app with small parameters, and the arrays its ``--save`` holds: name -> how the
@@ -302,6 +302,45 @@ def test_export_says_what_the_trace_cannot_give(cli: Any, tmp_path: Path) -> Non
     lines = (tmp_path / "e.txt").read_text().splitlines()
     n, dim = (int(x) for x in lines[0].split())
     assert dim == 8 and [line.split()[0] for line in lines[1:]] == [str(i) for i in range(n)]
+
+
+@st.composite
+def _forged_slots(draw: st.DrawFn) -> tuple[int, list[int]]:
+    """(length, slots): every slot once, in any order, then maybe one of them replaced
+    by any number (a duplicate, a negative, one past the end) or one dropped."""
+    n = draw(st.integers(0, 6))
+    slots = draw(st.permutations(range(n)))
+    if slots and draw(st.booleans()):
+        slots[draw(st.integers(0, n - 1))] = draw(st.integers(-2 * n, 2 * n))
+    if slots and draw(st.booleans()):
+        slots.pop()
+    return n, slots
+
+
+@given(forged=_forged_slots(), extra=st.integers(-1, 1))
+@example(forged=(3, [0, 1, 5]), extra=0)  # past the end
+@example(forged=(3, [2, 0, -1]), extra=0)  # -1: the last row, again
+@settings(max_examples=50)  # the examples above are the rare kinds of forgery
+def test_forged_checkpoint_rows_are_refused_or_placed_exactly(
+    forged: tuple[int, list[int]], extra: int
+) -> None:
+    """A checkpoint's slots and length come from the trace (hostile): a slot outside the
+    DDS was an IndexError (exit 70), and a negative one put a row at the wrong place."""
+    import tracer
+    from replay._model import _checkpoint_arrays
+    from tracer._run import CheckpointState
+
+    n, slots = forged
+    values = np.arange(max(len(slots) + extra, 0), dtype=np.float64) + 0.5
+    state = CheckpointState("add", 0, {"X": (np.array(slots, dtype=np.int64), values)},
+                            {"X": n}, {})  # fmt: skip
+    exact = sorted(slots) == list(range(n)) and len(values) == n
+    try:
+        got = _checkpoint_arrays(state)
+    except tracer.TraceFormatError as exc:
+        assert not exact and "the trace is damaged" in str(exc)
+        return
+    assert exact and np.array_equal(got["X"][slots], values)
 
 
 def _damage_checkpoint(trace: Path) -> None:
