@@ -166,7 +166,8 @@ def read_utf8(path: pathlib.Path, what: str, fix: str) -> str:
     try:
         return data.decode("utf-8").removeprefix(BOM)
     except UnicodeDecodeError as exc:
-        line = exc.object[: exc.start].count(b"\n") + 1
+        before = exc.object[: exc.start]  # its lines as text_lines counts them
+        line = before.count(b"\n") + before.count(b"\r") - before.count(b"\r\n") + 1
         raise DataFormatError(
             f"{what} {str(path)!r} is not UTF-8 text (line {line}, byte {exc.start}): {fix}"
         ) from None

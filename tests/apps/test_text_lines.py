@@ -142,3 +142,16 @@ def test_a_byte_order_mark_changes_no_rating(header: str, tmp_path: Path) -> Non
         return ap.run(prog).value  # type: ignore[no-any-return]
 
     assert ratings("bom.inter") == ratings("plain.inter") and len(ratings("plain.inter")) == 2
+
+
+@given(lines=st.lists(WORDS.map(" ".join), min_size=1, max_size=5), end=ENDS, data=st.data())
+def test_a_bad_byte_is_named_by_the_line_an_editor_shows(
+    lines: list[str], end: str, data: st.DataObject, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    at = data.draw(st.integers(0, len(lines) - 1))
+    raw = [line.encode() for line in lines]
+    raw[at] += b"\xff"
+    path = tmp_path_factory.mktemp("bad") / "docs.txt"
+    path.write_bytes(end.encode().join(raw) + end.encode())
+    with pytest.raises(DataFormatError, match=rf"not UTF-8 text \(line {at + 1}, byte "):
+        read_documents(path)
