@@ -51,6 +51,23 @@ _KINDS = (
 )
 
 
+#: (device, inode) of every input :func:`open_input` opened in the current run (None:
+#: outside a run).  A run may read a file that no parameter names (TransE reads
+#: ``train.txt`` in its ``data`` directory): :func:`check_target` refuses to replace one.
+_inputs: set[tuple[int, int]] | None = None
+
+
+@contextlib.contextmanager
+def tracking_inputs() -> Iterator[None]:
+    """Remember the inputs opened inside the block (one run), and forget them after."""
+    global _inputs
+    outer, _inputs = _inputs, set()
+    try:
+        yield
+    finally:
+        _inputs = outer
+
+
 def _kind(mode: int) -> str:
     return next((what for test, what in _KINDS if test(mode)), "not a regular file")
 
@@ -116,6 +133,11 @@ def check_target(
             )
     if st is None:
         return
+    if _inputs and (st.st_dev, st.st_ino) in _inputs:
+        raise OutputPathError(
+            f"{shown} is a file this run reads its data from; writing there would destroy "
+            "it, and its replay with it: pass another path"
+        )
     if _starts_sqlite(p):
         raise OutputPathError(
             f"{shown} is a trace store; it is never overwritten, even with --force: "
@@ -229,6 +251,8 @@ def open_input(path: str | os.PathLike[str]) -> tuple[IO[bytes], int]:
             )
             raise _input_error(f"input file {name!r}: {why}", why)
         os.set_blocking(fd, True)
+        if _inputs is not None:
+            _inputs.add((st.st_dev, st.st_ino))
         return os.fdopen(fd, "rb"), st.st_size
     except BaseException:
         os.close(fd)

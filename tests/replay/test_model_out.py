@@ -269,6 +269,40 @@ def saves(out: str = ""):
 """
 
 
+READS_AND_SAVES = """
+import engine as ap
+
+def fit(data: str = "rows.txt", out: str = "rows.txt"):
+    A = ap.load(data, parse=float)
+    ap.save(out, A=ap.dvector(len(A), shape=(), init=ap.init.zeros(), name="A0"))
+"""
+
+
+def test_no_save_replaces_a_file_the_run_read_that_no_parameter_names(
+    cli: Any, tmp_path: Path
+) -> None:
+    """TransE reads train.txt inside its data directory: '--save kg/train.txt' replaced
+    the training triples with the vectors (and a program's ap.save its ap.load input)."""
+    kg = tmp_path / "kg"
+    kg.mkdir()
+    names = [f"e{i}" for i in range(12)]
+    for split, k in (("train.txt", 60), ("valid.txt", 6), ("test.txt", 6)):
+        rows = [f"{names[j % 12]}\tr{j % 3}\t{names[(5 * j + 1) % 12]}\n" for j in range(k)]
+        (kg / split).write_text("".join(rows))
+    (tmp_path / "rows.txt").write_text("1\n2\n")
+    (tmp_path / "prog.py").write_text(READS_AND_SAVES)
+    before = {p: p.read_bytes() for p in [*kg.iterdir(), tmp_path / "rows.txt"]}
+    for args in (
+        ["transe", *_p(["data=kg", "epochs=1", "dim=4"]), "--save", "kg/train.txt"],
+        ["prog.py:fit", "-p", "out=./rows.txt"],
+    ):
+        r = cli("run", *args, "--no-trace", cwd=tmp_path)
+        assert r.returncode == 2, r.stderr
+        assert "is a file this run reads its data from" in r.stderr, r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+    assert {p: p.read_bytes() for p in before} == before
+
+
 def test_export_of_a_checkpoint_equals_the_save_of_a_run_that_stopped_there(
     cli: Any, tmp_path: Path
 ) -> None:
