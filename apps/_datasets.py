@@ -49,6 +49,8 @@ __all__ = [
 CACHE_ENV_VAR = "STRADS_REPLAY_CACHE"
 
 #: Header line of RecBole ``.inter`` rating files, written and expected without a newline.
+#: The byte order mark some editors start a UTF-8 file with, as text.
+BOM = "\ufeff"
 RATINGS_HEADER = "user_id:token\titem_id:token\trating:float\ttimestamp:float"
 
 #: Seconds ``pip download`` may take: room for a slow mirror, yet a dead network fails fast.
@@ -158,13 +160,29 @@ def read_utf8(path: pathlib.Path, what: str, fix: str) -> str:
         raise AppError(f"{what} {str(path)!r} cannot be read: {exc.strerror}") from None
     if len(data) > size:
         raise AppError(f"{what}: {input_grew(str(path))}")
+    # a byte order mark (Excel's "CSV UTF-8" and Notepad write one) is not text: kept, it
+    # made a headerless table's first row a header, silently dropped, and a triple's
+    # first entity another name than the same entity elsewhere
     try:
-        return data.decode("utf-8")
+        return data.decode("utf-8").removeprefix(BOM)
     except UnicodeDecodeError as exc:
-        line = exc.object[: exc.start].count(b"\n") + 1
+        before = exc.object[: exc.start]  # its lines as text_lines counts them
+        line = before.count(b"\n") + before.count(b"\r") - before.count(b"\r\n") + 1
         raise DataFormatError(
             f"{what} {str(path)!r} is not UTF-8 text (line {line}, byte {exc.start}): {fix}"
         ) from None
+
+
+def text_lines(text: str) -> list[str]:
+    """The lines of ``text`` as an editor numbers them: split at Python's universal
+    newlines, ``\\n``, ``\\r\\n`` and a lone ``\\r`` (Excel for Mac's CSV), and nowhere
+    else.  ``str.splitlines`` also breaks at a form feed, ``\\x1c``-``\\x1e``, U+0085,
+    U+2028 and U+2029, so a document with a page break (as ``pdftotext`` writes) became
+    two, and every line number after it was off from the editor's."""
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return lines
 
 
 def check_sha256(path: pathlib.Path, want: str, who: str, source: str) -> None:

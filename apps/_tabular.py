@@ -26,7 +26,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._datasets import open_data, parse_number, read_utf8
+from engine.lowlevel import available_memory
+
+from ._datasets import open_data, parse_number, read_utf8, text_lines
 from ._errors import AppError, DataFormatError
 
 #: Suffix -> format of ``-p data=``.
@@ -142,7 +144,7 @@ def _read_delimited(p: pathlib.Path, text: str, kind: str, who: str) -> Table:
     lines: list[int] = []
     width = 0
     first = True
-    all_lines = text.splitlines()
+    all_lines = text_lines(text)
     for lineno, line in enumerate(all_lines, start=1):
         if not line.strip():
             continue
@@ -211,7 +213,7 @@ def _read_libsvm(p: pathlib.Path, text: str, who: str) -> Table:
     labels: list[float] = []
     feats: list[dict[int, float]] = []
     lines: list[int] = []
-    for lineno, line in enumerate(text.splitlines(), start=1):
+    for lineno, line in enumerate(text_lines(text), start=1):
         body = line.split("#", 1)[0].split()
         if not body:
             continue
@@ -221,12 +223,28 @@ def _read_libsvm(p: pathlib.Path, text: str, who: str) -> Table:
         except ValueError as exc:
             raise DataFormatError(f"{who}: {p}:{lineno}: {exc}") from None
         lines.append(lineno)
-    width = max((max(f) for f in feats if f), default=0)
+    widest = max(range(len(feats)), key=lambda r: max(feats[r], default=0), default=0)
+    width = max(feats[widest], default=0) if feats else 0
+    _check_dense(p, lines[widest] if lines else 0, len(feats), width, who)
     X = np.zeros((len(feats), width))
     for r, f in enumerate(feats):
         if f:
             X[r, np.fromiter(f, dtype=np.int64) - 1] = list(f.values())
     return Table(X, np.array(labels), str(p), np.array(lines, dtype=np.int64))
+
+
+def _check_dense(p: pathlib.Path, lineno: int, rows: int, width: int, who: str) -> None:
+    """Refuse a LibSVM file whose dense table (``rows`` x its largest index) needs more
+    memory than the machine has free: one index with a few digits too many would
+    otherwise fail in numpy, naming neither file nor line, or thrash the machine."""
+    need, have = rows * width * 8, available_memory()
+    if have is not None and need > have:
+        raise DataFormatError(
+            f"{who}: {p}:{lineno}: feature index {width:,} makes the table {rows:,} x "
+            f"{width:,} ({need / 2**30:,.1f} GiB as float64), more than the "
+            f"{have / 2**30:.1f} GiB of memory this machine has free; check the index "
+            "(the largest index is the number of features)"
+        )
 
 
 def _libsvm_features(tokens: list[str]) -> dict[int, float]:
@@ -271,6 +289,13 @@ def _read_numpy(p: pathlib.Path, kind: str, who: str) -> Table:
         except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
             # object arrays (pickles) are refused by allow_pickle=False with a ValueError
             raise DataFormatError(f"{what} is not a readable {kind} file ({exc})") from None
+        except MemoryError as exc:
+            # numpy allocates what an array's header claims before it reads a byte: a
+            # damaged or forged header (or data too large) fails here, not in the run
+            raise DataFormatError(
+                f"{what}: an array's header asks for more memory than this machine has "
+                f"({exc}); the file is damaged, or too large to load here"
+            ) from None
     table = Table(X, y, str(p))
     _check_finite(table, who)
     return table

@@ -51,6 +51,23 @@ _KINDS = (
 )
 
 
+#: (device, inode) of every input :func:`open_input` opened in the current run (None:
+#: outside a run).  A run may read a file that no parameter names (TransE reads
+#: ``train.txt`` in its ``data`` directory): :func:`check_target` refuses to replace one.
+_inputs: set[tuple[int, int]] | None = None
+
+
+@contextlib.contextmanager
+def tracking_inputs() -> Iterator[None]:
+    """Remember the inputs opened inside the block (one run), and forget them after."""
+    global _inputs
+    outer, _inputs = _inputs, set()
+    try:
+        yield
+    finally:
+        _inputs = outer
+
+
 def _kind(mode: int) -> str:
     return next((what for test, what in _KINDS if test(mode)), "not a regular file")
 
@@ -116,6 +133,11 @@ def check_target(
             )
     if st is None:
         return
+    if _inputs and (st.st_dev, st.st_ino) in _inputs:
+        raise OutputPathError(
+            f"{shown} is a file this run reads its data from; writing there would destroy "
+            "it, and its replay with it: pass another path"
+        )
     if _starts_sqlite(p):
         raise OutputPathError(
             f"{shown} is a trace store; it is never overwritten, even with --force: "
@@ -142,6 +164,30 @@ def _commit(tmp: str, path: str, *, force: bool, label: str | None) -> None:
     os.replace(tmp, path)
 
 
+def _temporary(path: str, label: str | None) -> tuple[str, int]:
+    """(name, descriptor) of a new temporary file beside ``path``; a directory this
+    process cannot write in (permissions, a read-only file system) is one
+    :class:`OutputPathError` line."""
+    parent = _parent(path)
+    tmp = os.path.join(parent, f".{os.path.basename(path)}.{secrets.token_hex(8)}.tmp")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        return tmp, os.open(tmp, flags, 0o666)  # 0o666: the umask decides, as for open()
+    except OSError as exc:
+        raise OutputPathError(
+            f"{label or path}: cannot write in {parent}: {exc.strerror}; pass another path"
+        ) from None
+
+
+def check_writable(path: str | os.PathLike[str], *, label: str | None = None) -> None:
+    """Raise :class:`OutputPathError` unless :func:`replacing` can create its temporary
+    file beside ``path``: a command checks this before hours of work, not after.  The
+    probe is the creation itself, since ``os.access`` says yes to root on any directory."""
+    tmp, fd = _temporary(os.fspath(path), label)
+    os.close(fd)
+    os.unlink(tmp)
+
+
 @contextlib.contextmanager
 def replacing(
     path: str | os.PathLike[str],
@@ -160,9 +206,7 @@ def replacing(
     """
     p = os.fspath(path)
     check_target(p, force=force, label=label)
-    tmp = os.path.join(_parent(p), f".{os.path.basename(p)}.{secrets.token_hex(8)}.tmp")
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-    fd = os.open(tmp, flags, 0o666)  # 0o666: the umask decides, as for a plain open()
+    tmp, fd = _temporary(p, label)
     try:
         with os.fdopen(fd, "w" if encoding else "wb", encoding=encoding) as fh:
             yield fh
@@ -207,6 +251,8 @@ def open_input(path: str | os.PathLike[str]) -> tuple[IO[bytes], int]:
             )
             raise _input_error(f"input file {name!r}: {why}", why)
         os.set_blocking(fd, True)
+        if _inputs is not None:
+            _inputs.add((st.st_dev, st.st_ino))
         return os.fdopen(fd, "rb"), st.st_size
     except BaseException:
         os.close(fd)
@@ -232,6 +278,7 @@ __all__ = [
     "SIDECARS",
     "SQLITE_MAGIC",
     "check_target",
+    "check_writable",
     "grew",
     "open_input",
     "replacing",

@@ -15,6 +15,7 @@ from ._asyncfor.baseline import without_closure_guard as without_closure_guard
 from ._asyncfor.baseline import without_guard as without_guard
 from ._data.dds import SLOT_BITS as SLOT_BITS
 from ._data.dds import SLOT_MASK as SLOT_MASK
+from ._data.dds import available_memory as available_memory
 from ._data.digest import NAMES as DIGEST_NAMES
 from ._data.digest import DigestKindError as DigestKindError
 from ._data.digest import check_same_kind as check_same_digest_kind
@@ -26,6 +27,7 @@ from ._data.values import stable_text as stable_text
 from ._errors import ScheduleExhausted as ScheduleExhausted
 from ._files import SIDECARS as SQLITE_SIDECARS
 from ._files import check_target as check_output_path
+from ._files import check_writable as check_writable
 from ._files import grew as input_grew
 from ._files import open_input as open_input
 from ._files import replacing as replacing
@@ -59,11 +61,13 @@ from ._runtime.transport import under_mpi_launcher as under_mpi_launcher
 
 __all__ = [
     "DIGEST_NAMES",
+    "available_memory",
     "OBJECT_TEXT_VERSION",
     "Chaos",
     "DigestKindError",
     "check_same_digest_kind",
     "check_output_path",
+    "check_writable",
     "digest_kind_of",
     "FAULT",
     "SLOT_BITS",

@@ -16,7 +16,7 @@ import json
 import math
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -47,16 +47,30 @@ def embedding_of(fn: Callable[..., Any]) -> tuple[str, str] | None:
     return (str(emb[0]), str(emb[1])) if emb else None
 
 
-def check_save(path: str, app: str, trace: str | None, *, writer: bool = True) -> str:
+def check_save(
+    path: str,
+    app: str,
+    trace: str | None,
+    *,
+    params: Mapping[str, Any] | None = None,
+    writer: bool = True,
+) -> str:
     """``--save PATH`` refused before the run starts (one line), or made absolute.  Only
     the ``writer`` (rank 0 under a user's mpiexec) looks at the path: the other ranks
-    may run on hosts without its directory."""
+    may run on hosts without its directory.  ``params`` are the run's parameters: a
+    path one of them names is the run's data, which the model must not replace."""
     try:
         fmt = model_format(path)
     except engine.SaveError as exc:
         raise UsageError(f"--save: {exc}") from None
     if writer:
         check_output(path, force=True, reading=[trace] if trace else [], option="--save")
+        for name, value in (params or {}).items():
+            if _same_file(path, value):
+                raise UsageError(
+                    f"--save {path} is the file -p {name}= names, the run's data (and its "
+                    "replay's); writing there would destroy it: pass another path"
+                )
     if fmt == ".txt" and app in BUILTIN_APPS:
         from ._apps import resolve
 
@@ -66,6 +80,16 @@ def check_save(path: str, app: str, trace: str | None, *, writer: bool = True) -
                 "save to .npz"
             )
     return os.path.abspath(path)
+
+
+def _same_file(path: str, value: Any) -> bool:
+    """Whether the existing file ``path`` is the file a parameter ``value`` names."""
+    if not isinstance(value, str) or not value:
+        return False
+    try:
+        return os.path.isfile(value) and os.path.samefile(path, value)
+    except (OSError, ValueError):  # absent, unreadable, or a name with a NUL byte
+        return False
 
 
 def saving(fn: Callable[..., Any], path: str, name: str) -> Callable[..., Any]:
@@ -179,8 +203,9 @@ def _checkpoint_arrays(state: Any) -> dict[str, np.ndarray]:
         if not isinstance(values, np.ndarray):
             continue  # Python objects are not model arrays
         n = int(state.lengths.get(dds, -1))
-        slots = np.asarray(slots, dtype=np.int64)
-        if n != len(slots) or len(values) != n or len(np.unique(slots)) != n:
+        slots = np.asarray(slots, dtype=np.int64).ravel()
+        inside = not len(slots) or (slots.min() >= 0 and slots.max() < n)
+        if n != len(slots) or len(values) != n or len(np.unique(slots)) != n or not inside:
             raise tracer.TraceFormatError(
                 f"the checkpoint at {state.op}#{state.invocation} does not hold every row of "
                 f"{dds} once ({len(slots)} rows for {n} elements); the trace is damaged"

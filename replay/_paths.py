@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from engine import OutputPathError
-from engine.lowlevel import SQLITE_SIDECARS, check_output_path
+from engine.lowlevel import SQLITE_SIDECARS, check_output_path, check_writable
 from tracer import special_kind
 
 from ._errors import UsageError
@@ -44,7 +44,8 @@ def check_output(
 ) -> None:
     """Refuse to write ``path`` onto a file being read, onto anything but an absent or
     regular file (a link, FIFO, device, directory, a trace store or its ``-wal``), into a
-    missing directory, or onto an existing file unless ``force``."""
+    missing directory or one this process cannot write in, or onto an existing file
+    unless ``force``."""
     shown = os.fspath(path)
     for src in reading:
         if _same(path, src):
@@ -54,6 +55,7 @@ def check_output(
             )
     try:
         check_output_path(path, force=force, label=f"{option} {shown}")
+        check_writable(path, label=f"{option} {shown}")
     except OutputPathError as exc:
         raise UsageError(str(exc)) from None
 

@@ -20,7 +20,7 @@ from ._cliutil import (
 )
 from ._errors import UsageError
 from ._job import launch
-from ._model import check_save
+from ._model import check_save, convergence_warning
 from ._progress import Printer
 from ._replay import recorded_app
 from ._resume import new_spec, resumable, resume_here, trace_not_written
@@ -68,7 +68,7 @@ def resume_cmd(
         info = run.info
         _procs.check_shape(info.ranks, info.threads, max_ranks=max_ranks, max_threads=max_threads)
         if save is not None:  # before anything runs: a bad path is one line
-            save = check_save(save, info.app, path)
+            save = check_save(save, info.app, path, params=info.params)
         # a missing or changed app is one line here, before any rank starts
         recorded_app(info, announce=say)
         spec = new_spec(path, run, start)
@@ -85,14 +85,18 @@ def resume_cmd(
             res = launch(spec, info.ranks, timeout=timeout, out=say)
     if as_json:
         click.echo(json.dumps(dict(res, trace=tracer.describe(res["trace"]))))
-        return
-    out = printer(False)
-    summary(res, out)
-    out(
-        f"resumed run {res['continues'][:12]} after the checkpoint at "
-        f"{res['resumed_from']['op']}#{res['resumed_from']['invocation']} as run "
-        f"{res['run_id'][:12]}"
-    )
+    else:
+        out = printer(False)
+        summary(res, out)
+        out(
+            f"resumed run {res['continues'][:12]} after the checkpoint at "
+            f"{res['resumed_from']['op']}#{res['resumed_from']['invocation']} as run "
+            f"{res['run_id'][:12]}"
+        )
+    # the run's own warning: a resumed solver that stops short says so as a run does
+    warning = convergence_warning(str(info.app).rsplit(":", 1)[-1], res.get("result"))
+    if warning is not None:
+        click.echo(warning, err=True)
 
 
 def register(cli: click.Group) -> None:

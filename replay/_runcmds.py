@@ -208,7 +208,10 @@ def run_cmd(
     if checkpoint_every is not None and checkpoint_every < 1:
         raise UsageError(f"--checkpoint-every must be >= 1, got {checkpoint_every}")
     if save is not None:  # before the trace file is made: a bad path leaves nothing behind
-        save = check_save(save, app, trace, writer=not under_launcher() or rank() == 0)
+        given = {k.strip(): v for k, _, v in (p.partition("=") for p in params)}
+        save = check_save(
+            save, app, trace, params=given, writer=not under_launcher() or rank() == 0
+        )
     where = None if no_trace else trace_path(app, trace)
     res = execute(
         app,
@@ -230,11 +233,19 @@ def run_cmd(
         click.echo(json.dumps(dict(res, trace=res["trace"] and tracer.describe(res["trace"]))))
     else:
         summary(res, printer(False))
-    warning = convergence_warning(app.rsplit(":", 1)[-1], res.get("result"))
+    name = app.rsplit(":", 1)[-1]
+    warning = convergence_warning(name, res.get("result"))
     if warning is not None:
         click.echo(warning, err=True)
         if require_convergence:
             sys.exit(EXIT_FAILED)
+    elif require_convergence and res.get("converged") is None:
+        # a check that could not look must not read as a pass
+        click.echo(
+            f"replay: warning: --require-convergence checked nothing: {name}'s result has no "
+            "'converged' (only a solver with a tolerance, such as lasso, says)",
+            err=True,
+        )
 
 
 @click.command("demo")

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._datasets import fetch_checked_members, read_utf8
+from .._datasets import fetch_checked_members, read_utf8, text_lines
 from .._errors import AppError
 
 _PACKAGE, _VERSION = "gensim", "4.4.0"
@@ -84,7 +84,7 @@ def read_documents(path: pathlib.Path) -> list[list[str]]:
     unreadable, non-UTF-8 (naming the line) or word-less file is a one-line
     :class:`AppError`."""
     text = read_utf8(path, "lda: corpus", "give a plain text file, one document per line")
-    docs = [_TOKEN.findall(line.lower()) for line in text.splitlines()]
+    docs = [_TOKEN.findall(line.lower()) for line in text_lines(text)]
     docs = [d for d in docs if d]
     if not docs:
         raise AppError(f"lda: corpus {str(path)!r} has no words")

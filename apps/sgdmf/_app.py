@@ -19,6 +19,7 @@ import numpy as np
 import engine as ap
 
 from .._datasets import (
+    BOM,
     RATINGS_HEADER,
     Rating,
     cache_dir,
@@ -42,6 +43,7 @@ SYNTHETIC_SHAPE = {"n_users": 300, "n_items": 500, "n_ratings": 20000}
 
 def parse_line(line: str) -> Rating | None:
     """Parse one line of a ``.inter`` rating file; ``None`` for the header and blank lines."""
+    line = line.removeprefix(BOM)  # the first line's byte order mark, if an editor wrote one
     if not line.strip() or line == RATINGS_HEADER or line.startswith("user_id"):
         return None
     return parse_rating_line(line)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._datasets import _atomic_write, cache_dir, fetch_wheel_member, read_utf8
+from .._datasets import _atomic_write, cache_dir, fetch_wheel_member, read_utf8, text_lines
 from .._errors import AppError
 
 #: The pykeen release whose wheel holds the data sets (pinned: the files are data).
@@ -75,7 +75,7 @@ def read_split(path: pathlib.Path) -> list[tuple[str, str, str]]:
     fix = _fix_hint(path)
     text = read_utf8(path, "transe: data", fix)
     triples = []
-    for number, line in enumerate(text.splitlines(), start=1):
+    for number, line in enumerate(text_lines(text), start=1):
         if not line.strip():
             continue
         fields = line.split("\t")

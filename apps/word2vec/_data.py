@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._datasets import DatasetUnavailableError, fetch_wheel_member, read_utf8
+from .._datasets import DatasetUnavailableError, fetch_wheel_member, read_utf8, text_lines
 from .._errors import AppError
 
 _PACKAGE, _VERSION = "gensim", "4.4.0"
@@ -94,7 +94,7 @@ def read_corpus(path: pathlib.Path, sentence_len: int) -> list[list[str]]:
     :class:`AppError` naming the file."""
     text = read_utf8(path, "word2vec: corpus", "give a plain text file, one sentence per line")
     out: list[list[str]] = []
-    for line in text.splitlines():
+    for line in text_lines(text):
         words = tokenize(line)
         out.extend(words[i : i + sentence_len] for i in range(0, len(words), sentence_len))
     if not out:

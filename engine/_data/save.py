@@ -18,6 +18,7 @@ directories, devices and trace stores as ``ap.store`` does.
 from __future__ import annotations
 
 import os
+import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from .._errors import OutputPathError, SaveError
-from .._files import check_target, replacing
+from .._files import check_target, check_writable, replacing
 from .._runtime.session import current, driver_only
 from .dds import _DDS, dvector, gathered
 
@@ -95,6 +96,16 @@ def prepare_model(path: str | os.PathLike[str], arrays: Mapping[str, Any]) -> di
     return out
 
 
+def _write_npz(fh: Any, arrays: Mapping[str, np.ndarray]) -> None:
+    """What ``np.savez(fh, **arrays)`` writes (one stored ``NAME.npy`` member per array),
+    for any identifier: ``savez`` takes its own ``file`` and ``allow_pickle`` out of the
+    keywords, so an array with either name failed or was silently left out."""
+    with zipfile.ZipFile(fh, mode="w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
+        for name, arr in arrays.items():
+            with zf.open(name + ".npy", mode="w", force_zip64=True) as member:
+                np.lib.format.write_array(member, np.asanyarray(arr), allow_pickle=False)
+
+
 def write_model(
     path: str | os.PathLike[str],
     arrays: Mapping[str, Any],
@@ -107,7 +118,7 @@ def write_model(
     check_target(path, force=force, label=label)  # before the work of formatting
     with replacing(path, force=force, label=label) as fh:
         if model_format(path) == ".npz":
-            np.savez(fh, **out)  # type: ignore[arg-type]  # names, not allow_pickle
+            _write_npz(fh, out)
             return Path(path)
         vec, words = _embedding(out)
         cell = "%.9g" if vec.dtype.itemsize <= 4 else "%.17g"
@@ -118,7 +129,7 @@ def write_model(
     return Path(path)
 
 
-def save(path: str | os.PathLike[str], **arrays: Any) -> Path:
+def save(path: str | os.PathLike[str], /, **arrays: Any) -> Path:
     """Write a trained model (DDS or arrays, by keyword) to ``.npz`` or word2vec ``.txt``.
 
     A collective driver operation: every rank calls it, the DDS are gathered and rank 0
@@ -139,6 +150,7 @@ def save(path: str | os.PathLike[str], **arrays: Any) -> Path:
     if sess.cluster.rank == 0:  # only rank 0 writes: its verdict on the path stops them all
         try:
             check_target(path, force=True, label=f"ap.save path {os.fspath(path)}")
+            check_writable(path, label=f"ap.save path {os.fspath(path)}")
         except OutputPathError as exc:
             problem = str(exc)
     verdicts = sess.agree("ap.save", problem)

@@ -33,6 +33,7 @@ from .._errors import (
     SessionError,
     _shown,
 )
+from .._files import tracking_inputs
 from .._machines.tape import Tape, emit
 from .control import DebugHooks, ScheduleSource
 from .transport import Cluster, InProcessCluster, MpiCluster
@@ -731,7 +732,8 @@ def run(
     sess._running = True  # type: ignore[attr-defined]
     t0 = time.perf_counter()
     try:
-        value = fn(**(params or {}))
+        with tracking_inputs():  # what the run reads, no output may replace
+            value = fn(**(params or {}))
         wall = time.perf_counter() - t0
     finally:
         sess._running = False  # type: ignore[attr-defined]

@@ -5,10 +5,13 @@ the user's data records and replays."""
 from __future__ import annotations
 
 import json
+import zipfile
 from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import engine as ap
 from apps._errors import AppError, DataFormatError
@@ -93,6 +96,44 @@ def test_a_malformed_text_file_is_one_error_naming_file_and_line(
     assert "\n" not in msg
 
 
+@given(
+    rows=st.lists(
+        st.dictionaries(st.integers(1, 9), st.integers(-9, 9), min_size=1, max_size=4),
+        min_size=1,
+        max_size=6,
+    ),
+    at=st.integers(0, 5),
+    index=st.integers(10**13, 10**18),
+)
+def test_a_libsvm_index_too_large_for_memory_names_its_line(
+    rows: list[dict[int, int]], at: int, index: int, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """A typo of a few digits in one index would make a dense table of petabytes: numpy's
+    MemoryError named neither the file nor the line (exit 1)."""
+    at = min(at, len(rows) - 1)
+    rows[at][index] = 1
+    text = "".join(
+        "# a comment\n" + f"{r} " + " ".join(f"{k}:{v}" for k, v in row.items()) + "\n"
+        for r, row in enumerate(rows)
+    )
+    path = tmp_path_factory.mktemp("svm") / "t.svm"
+    path.write_text(text)
+    with pytest.raises(DataFormatError) as info:
+        read_table(path, "lasso")
+    msg = str(info.value)
+    assert msg.startswith(f"lasso: {path}:{2 * at + 2}: feature index {index:,} makes"), msg
+    assert "\n" not in msg and "memory" in msg
+
+
+def test_a_libsvm_index_too_large_is_exit_2_on_the_cli(tmp_path: Path, cli) -> None:
+    path = tmp_path / "t.svm"
+    path.write_text("1 1:2\n2 1:3 3000000000000:1\n3 1:1\n")
+    proc = cli("run", "lasso", "-p", f"data={path}", "--no-trace")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if "error" in line]
+    assert len(errors) == 1 and f"{path}:2: feature index 3,000,000,000,000" in errors[0]
+
+
 def test_bad_bytes_missing_file_and_unknown_suffix(tmp_path: Path) -> None:
     path = tmp_path / "t.csv"
     path.write_bytes(b"1,2\n3,4\n5,\xff\n")
@@ -132,6 +173,58 @@ def test_bad_numpy_files_are_one_line(tmp_path: Path) -> None:
         with pytest.raises(DataFormatError) as info:
             read_table(tmp_path / name, "lasso")
         assert message in str(info.value) and "\n" not in str(info.value), (name, info.value)
+
+
+def _forged_npy(shape: tuple[int, ...], dtype: str, payload: int) -> bytes:
+    """A ``.npy`` whose header claims ``shape`` and which holds ``payload`` bytes."""
+    import io
+
+    head = io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        head, {"descr": np.dtype(dtype).str, "fortran_order": False, "shape": shape}
+    )
+    return head.getvalue() + b"\0" * payload
+
+
+@given(
+    # either a little more than the file holds, or more than any machine has
+    rows=st.one_of(st.integers(2, 400), st.integers(10**8, 10**12)),
+    cols=st.one_of(st.integers(2, 30), st.integers(10**6, 10**8)),
+    dtype=st.sampled_from(["<f8", "<i4", "<f4", "|u1"]),
+    payload=st.integers(0, 64),
+    archive=st.booleans(),
+)
+def test_a_numpy_header_claiming_more_than_the_file_holds_is_one_line(
+    rows: int,
+    cols: int,
+    dtype: str,
+    payload: int,
+    archive: bool,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """numpy allocates what the header claims before reading: a claim of terabytes was a
+    MemoryError, 'the program failed', exit 1."""
+    payload = min(payload, rows * cols * np.dtype(dtype).itemsize - 1)  # less than claimed
+    data = _forged_npy((rows, cols), dtype, payload)
+    path = tmp_path_factory.mktemp("npy") / ("t.npz" if archive else "t.npy")
+    if archive:
+        with zipfile.ZipFile(path, "w") as z:
+            z.writestr("X.npy", data)
+            z.writestr("y.npy", _forged_npy((rows,), "<f8", 8))
+    else:
+        path.write_bytes(data)
+    with pytest.raises(DataFormatError) as info:
+        read_table(path, "lasso")
+    msg = str(info.value)
+    assert msg.startswith(f"lasso: data {str(path)!r}") and "\n" not in msg, msg
+
+
+def test_a_forged_numpy_header_is_exit_2_on_the_cli(tmp_path: Path, cli) -> None:
+    (tmp_path / "t.npy").write_bytes(_forged_npy((10**12, 3), "<f8", 16))
+    proc = cli("run", "lasso", "-p", f"data={tmp_path / 't.npy'}", "--no-trace")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if "error" in line]
+    assert len(errors) == 1 and "the file is damaged" in errors[0], proc.stderr
 
 
 def test_class_labels_are_sorted_integers_and_must_be_integral(tmp_path: Path) -> None:

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import engine as ap
 from engine.lowlevel import write_model
@@ -92,3 +94,41 @@ def test_save_replaces_a_file_but_never_a_link_directory_or_trace(tmp_path: Path
             ap.run(prog, {"path": tmp_path / name}, nodes=2)
     assert not (tmp_path / "elsewhere.npz").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["d.npz", "l.npz", "m.npz", "t.npz"]
+
+
+#: Names a writer's own parameters use: ``np.savez(file, *args, allow_pickle, **kwds)``
+#: and ``ap.save(path, **arrays)``; each is a fine name for an array all the same.
+CLASHING = ["file", "allow_pickle", "args", "kwds", "path", "arrays", "force", "label"]
+NAMES = st.one_of(
+    st.sampled_from(CLASHING), st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,6}", fullmatch=True)
+)
+ARRAYS = st.one_of(
+    st.lists(st.floats(allow_nan=False), max_size=4).map(np.array),
+    st.lists(st.integers(-(2**40), 2**40), max_size=4).map(np.array),
+    st.lists(st.text("ab\u00f1", min_size=1, max_size=3), min_size=1, max_size=3),
+)
+
+
+@given(model=st.dictionaries(NAMES, ARRAYS, min_size=1, max_size=4))
+def test_every_identifier_is_an_array_numpy_loads_back(
+    model: dict[str, object], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    out = tmp_path_factory.mktemp("npz") / "m.npz"
+    write_model(out, model)
+    with np.load(out) as z:  # numpy alone, allow_pickle=False
+        assert z.files == list(model)
+        for name, value in model.items():
+            assert np.array_equal(z[name], np.asarray(value)), name
+
+
+def test_ap_save_takes_any_array_name_its_own_path_too(tmp_path: Path) -> None:
+    out = tmp_path / "m.npz"
+
+    def prog() -> None:
+        X = ap.dvector(2, shape=(), init=ap.init.zeros(), name="X")
+        ap.save(out, path=X, file=np.arange(2), allow_pickle=["a", "b"])
+
+    ap.run(prog, nodes=2)
+    with np.load(out) as z:
+        assert z.files == ["path", "file", "allow_pickle"]
+        assert z["allow_pickle"].tolist() == ["a", "b"] and z["file"].tolist() == [0, 1]

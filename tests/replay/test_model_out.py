@@ -4,12 +4,15 @@ result in ``--json`` and the plain output, and honest convergence (issue 37)."""
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 
 #: Each app with small parameters, and the arrays its ``--save`` holds: name -> how the
 #: shape follows from its ``--json`` result (a key of the result, or a number).
@@ -110,6 +113,43 @@ def test_word2vec_text_format_parses_line_by_line(cli: Any, tmp_path: Path) -> N
     assert len(set(words)) == n
 
 
+def test_sgdmf_rows_are_the_rating_files_ids_less_one(cli: Any, tmp_path: Path) -> None:
+    """docs/models.md: row ``u - 1`` of W is user ``u`` (ids start at 1): the saved
+    factors predict the test file with the run's own final ``test_rmse``."""
+    rng = np.random.default_rng(3)
+    rows = [(rng.integers(1, 30), rng.integers(1, 40), rng.integers(1, 6)) for _ in range(900)]
+    for name, part in (("train.inter", rows[:800]), ("test.inter", rows[800:])):
+        (tmp_path / name).write_text("".join(f"{u}\t{i}\t{r}\t0\n" for u, i, r in part))
+    r = cli("run", "sgdmf", *_p(["data=train.inter", "test=test.inter", "epochs=2", "rank=4"]),
+            "--no-trace", "--json", "--save", "m.npz", cwd=tmp_path)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    ids = np.array(rows)
+    with np.load(tmp_path / "m.npz") as z:
+        W, H = z["W"], z["H"]
+    assert len(W) == ids[:, 0].max() and len(H) == ids[:, 1].max()
+    u, i, rating = ids[800:].T
+    rmse = np.sqrt(np.mean((rating - np.sum(W[u - 1] * H[i - 1], axis=1)) ** 2))
+    assert rmse == pytest.approx(doc["objectives"]["test_rmse"][-1], rel=1e-12)
+
+
+def test_lda_doc_topic_rows_are_the_training_documents_in_file_order(
+    cli: Any, tmp_path: Path
+) -> None:
+    """docs/models.md: no row for a blank line or a document of no vocabulary word; the
+    others in file order, each row summing to the document's kept words."""
+    themes = ["cat dog mouse barn", "stock bond market trade"]
+    lines = [" ".join([themes[j % 2]] * (j + 2)) for j in range(12)]
+    lines[3:3] = ["", "zebra"]  # blank, and a word below min_count
+    (tmp_path / "docs.txt").write_text("\n".join(lines) + "\n")
+    r = cli("run", "lda", *_p(["corpus=docs.txt", "topics=2", "iterations=1", "max_df=1.0"]),
+            "--no-trace", "--save", "m.npz", cwd=tmp_path)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    with np.load(tmp_path / "m.npz") as z:
+        rows = z["doc_topic"].sum(axis=1).tolist()
+    assert rows == [4 * (j + 2) for j in range(12)]
+
+
 @pytest.mark.parametrize(
     ("save", "message"),
     [
@@ -131,6 +171,136 @@ def test_a_bad_save_path_is_one_line_and_exit_2_before_the_run(
     assert message in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert "Traceback" not in r.stderr and r.stdout == ""
     assert not trace.exists()  # refused before anything was made
+
+
+#: Ways a user spells one file: as given, absolute, through ``./`` or ``sub/..``, a
+#: symbolic link to its directory, or a hard link to it.
+SPELLINGS = ["plain", "absolute", "dot", "updown", "linked_dir", "hard_link"]
+#: (app, parameter, data file, its text): each app's data a --save could name.
+DATA = [
+    ("lasso", "data", "rows.npz", None),
+    ("lasso", "test", "held.npz", None),
+    ("word2vec", "data", "corpus.txt", "a b c d\n" * 20),
+    ("lda", "corpus", "docs.txt", "a b c d\n" * 20),
+]
+
+
+def _spell(how: str, base: Path, name: str) -> str:
+    if how == "hard_link":
+        link = base / f"again-{name}"
+        if not link.exists():
+            link.hardlink_to(base / name)
+        return str(link)
+    if how == "linked_dir" and not (base / "via").exists():
+        (base / "via").symlink_to(base, target_is_directory=True)
+    return {
+        "plain": name,
+        "absolute": str(base / name),
+        "dot": f"./{name}",
+        "updown": f"sub/../{name}",
+        "linked_dir": f"via/{name}",
+    }[how]
+
+
+@settings(max_examples=12, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.sampled_from(DATA), how=st.sampled_from(SPELLINGS))
+def test_save_never_replaces_the_runs_own_data(
+    data: tuple[str, str, str, str | None], how: str, cli: Any, tmp_path_factory: Any
+) -> None:
+    app, param, name, text = data
+    base = tmp_path_factory.mktemp("data")
+    (base / "sub").mkdir()
+    params = [f"{param}={name}"]
+    if text is None:
+        rng = np.random.default_rng(0)
+        for table in ("train.npz", name):
+            np.savez(base / table, X=rng.standard_normal((20, 3)), y=rng.standard_normal(20))
+        if param == "test":
+            params.append("data=train.npz")
+    else:
+        (base / name).write_text(text)
+    before = (base / name).read_bytes()
+    r = cli("run", app, *_p(params), "--trace", str(base / "t.sqlite"),
+            "--save", _spell(how, base, name), cwd=base)  # fmt: skip
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert f"-p {param}= names" in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+    assert (base / name).read_bytes() == before and not (base / "t.sqlite").exists()
+
+
+def _unwritable(tmp_path: Path) -> list[Path]:
+    """Directories no file can be made in: /proc (even for root), and for other users
+    one without write permission."""
+    dirs = [Path("/proc")]
+    if os.geteuid() != 0:
+        (tmp_path / "ro").mkdir(mode=0o555)
+        dirs.append(tmp_path / "ro")
+    return dirs
+
+
+def test_a_save_or_export_into_a_directory_it_cannot_write_is_refused_first(
+    cli: Any, tmp_path: Path
+) -> None:
+    """The run trained to its end and then failed on the write: 'internal error: OSError'
+    (exit 70) on a read-only file system, a raw errno line in /proc."""
+    trace = tmp_path / "t.sqlite"
+    assert _run(cli, "sgdmf", "--trace", str(trace), "--checkpoint-every", "1").returncode == 0
+    (tmp_path / "prog.py").write_text(USER_APP + SAVES_TO)
+    for d in _unwritable(tmp_path):
+        new = tmp_path / "new.sqlite"
+        for args, option in (
+            (["run", "sgdmf", *_p(APPS["sgdmf"][0]), "--trace", str(new), "--save"], "--save"),
+            (["export", str(trace), "--model"], "--model"),
+            (["export", str(trace), "--format", "chrome", "-o"], "-o"),
+            (["run", f"{tmp_path / 'prog.py'}:saves", "--no-trace", "-p"], "ap.save path"),
+        ):
+            out = d / "m.npz" if option != "-o" else d / "t.json"
+            last = f"out={out}" if option == "ap.save path" else str(out)
+            r = cli(*args, last)
+            assert r.returncode == 2, (args, r.stderr)
+            assert f"{option} {out}: cannot write in {d}: " in r.stderr, r.stderr
+            assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+            assert not new.exists() and "iter" not in r.stdout  # before any work
+
+
+SAVES_TO = """
+def saves(out: str = ""):
+    ap.save(out, X=ap.dvector(2, shape=(), init=ap.init.zeros(), name="X"))
+"""
+
+
+READS_AND_SAVES = """
+import engine as ap
+
+def fit(data: str = "rows.txt", out: str = "rows.txt"):
+    A = ap.load(data, parse=float)
+    ap.save(out, A=ap.dvector(len(A), shape=(), init=ap.init.zeros(), name="A0"))
+"""
+
+
+def test_no_save_replaces_a_file_the_run_read_that_no_parameter_names(
+    cli: Any, tmp_path: Path
+) -> None:
+    """TransE reads train.txt inside its data directory: '--save kg/train.txt' replaced
+    the training triples with the vectors (and a program's ap.save its ap.load input)."""
+    kg = tmp_path / "kg"
+    kg.mkdir()
+    names = [f"e{i}" for i in range(12)]
+    for split, k in (("train.txt", 60), ("valid.txt", 6), ("test.txt", 6)):
+        rows = [f"{names[j % 12]}\tr{j % 3}\t{names[(5 * j + 1) % 12]}\n" for j in range(k)]
+        (kg / split).write_text("".join(rows))
+    (tmp_path / "rows.txt").write_text("1\n2\n")
+    (tmp_path / "prog.py").write_text(READS_AND_SAVES)
+    before = {p: p.read_bytes() for p in [*kg.iterdir(), tmp_path / "rows.txt"]}
+    for args in (
+        ["transe", *_p(["data=kg", "epochs=1", "dim=4"]), "--save", "kg/train.txt"],
+        ["prog.py:fit", "-p", "out=./rows.txt"],
+    ):
+        r = cli("run", *args, "--no-trace", cwd=tmp_path)
+        assert r.returncode == 2, r.stderr
+        assert "is a file this run reads its data from" in r.stderr, r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+    assert {p: p.read_bytes() for p in before} == before
 
 
 def test_export_of_a_checkpoint_equals_the_save_of_a_run_that_stopped_there(
@@ -166,6 +336,45 @@ def test_export_says_what_the_trace_cannot_give(cli: Any, tmp_path: Path) -> Non
     lines = (tmp_path / "e.txt").read_text().splitlines()
     n, dim = (int(x) for x in lines[0].split())
     assert dim == 8 and [line.split()[0] for line in lines[1:]] == [str(i) for i in range(n)]
+
+
+@st.composite
+def _forged_slots(draw: st.DrawFn) -> tuple[int, list[int]]:
+    """(length, slots): every slot once, in any order, then maybe one of them replaced
+    by any number (a duplicate, a negative, one past the end) or one dropped."""
+    n = draw(st.integers(0, 6))
+    slots = draw(st.permutations(range(n)))
+    if slots and draw(st.booleans()):
+        slots[draw(st.integers(0, n - 1))] = draw(st.integers(-2 * n, 2 * n))
+    if slots and draw(st.booleans()):
+        slots.pop()
+    return n, slots
+
+
+@given(forged=_forged_slots(), extra=st.integers(-1, 1))
+@example(forged=(3, [0, 1, 5]), extra=0)  # past the end
+@example(forged=(3, [2, 0, -1]), extra=0)  # -1: the last row, again
+@settings(max_examples=50)  # the examples above are the rare kinds of forgery
+def test_forged_checkpoint_rows_are_refused_or_placed_exactly(
+    forged: tuple[int, list[int]], extra: int
+) -> None:
+    """A checkpoint's slots and length come from the trace (hostile): a slot outside the
+    DDS was an IndexError (exit 70), and a negative one put a row at the wrong place."""
+    import tracer
+    from replay._model import _checkpoint_arrays
+    from tracer._run import CheckpointState
+
+    n, slots = forged
+    values = np.arange(max(len(slots) + extra, 0), dtype=np.float64) + 0.5
+    state = CheckpointState("add", 0, {"X": (np.array(slots, dtype=np.int64), values)},
+                            {"X": n}, {})  # fmt: skip
+    exact = sorted(slots) == list(range(n)) and len(values) == n
+    try:
+        got = _checkpoint_arrays(state)
+    except tracer.TraceFormatError as exc:
+        assert not exact and "the trace is damaged" in str(exc)
+        return
+    assert exact and np.array_equal(got["X"][slots], values)
 
 
 def _damage_checkpoint(trace: Path) -> None:
@@ -259,6 +468,54 @@ def test_a_solver_that_converges_passes_require_convergence(cli: Any) -> None:
     r = cli("run", "lasso", *_p(CONVERGES), "--no-trace", "--json", "--require-convergence")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["converged"] is True and "converging" not in r.stderr
+
+
+def test_require_convergence_of_an_app_that_does_not_say_checks_nothing_aloud(
+    cli: Any,
+) -> None:
+    """An exit 0 with no word would read as 'converged' in CI."""
+    r = _run(cli, "sgdmf", "--no-trace", "--json", "--require-convergence")
+    assert r.returncode == 0 and json.loads(r.stdout)["converged"] is None, r.stderr
+    said = [line for line in r.stderr.splitlines() if "--require-convergence" in line]
+    assert said == [
+        "replay: warning: --require-convergence checked nothing: sgdmf's result has no "
+        "'converged' (only a solver with a tolerance, such as lasso, says)"
+    ]
+    plain = cli("run", "lasso", *_p(CONVERGES), "--no-trace", "--require-convergence")
+    assert plain.returncode == 0 and "--require-convergence" not in plain.stderr
+
+
+STOPS_SHORT = """
+import os
+import engine as ap
+
+def fit(epochs: int = 3):
+    X = ap.dvector(4, shape=(), init=ap.init.zeros(), name="X")
+
+    def body(j):
+        X[j] = X[j] * 2.0 + j
+
+    for e in range(epochs):
+        ap.async_for(0, 4, body, name="add")
+        if e == 1 and os.environ.get("STOP_AT_EPOCH_1"):
+            raise KeyboardInterrupt  # what Ctrl-C does
+    return {"iterations": epochs, "converged": False, "model": {"X": X}}
+"""
+
+
+@pytest.mark.parametrize("as_json", [[], ["--json"]])
+def test_a_resumed_run_that_stops_short_warns_as_the_run_does(
+    as_json: list[str], cli: Any, tmp_path: Path
+) -> None:
+    (tmp_path / "prog.py").write_text(STOPS_SHORT)
+    trace = tmp_path / "t.sqlite"
+    r = cli("run", f"{tmp_path / 'prog.py'}:fit", "--trace", str(trace), "--checkpoint-every",
+            "1", env={"STOP_AT_EPOCH_1": "1"})  # fmt: skip
+    assert r.returncode != 0 and "without converging" not in r.stderr
+    r = cli("resume", str(trace), *as_json)
+    assert r.returncode == 0, r.stderr
+    warning = [line for line in r.stderr.splitlines() if "without converging" in line]
+    assert warning == ["replay: fit stopped after 3 rounds without converging"], r.stderr
 
 
 def test_export_of_a_users_program_names_arrays_after_its_dds(cli: Any, tmp_path: Path) -> None:
