@@ -158,7 +158,12 @@ def _identical_head(res: dict[str, Any]) -> str:
 
 @click.command("cluster")
 @click.argument("trace", metavar="TRACE", type=click.Path(dir_okay=False))
-@click.option("--run", "run_id", default=None, help="Run id in the trace. [default: the latest]")
+@click.option(
+    "--run",
+    "run_id",
+    default=None,
+    help="Run id in the trace, or its first 6+ characters. [default: the latest]",
+)
 @click.option(
     "--trace-out",
     "out_trace",
@@ -429,7 +434,12 @@ def _cluster(
 
 @click.command("single")
 @click.argument("trace", metavar="TRACE", type=click.Path(dir_okay=False))
-@click.option("--run", "run_id", default=None, help="Run id in the trace. [default: the latest]")
+@click.option(
+    "--run",
+    "run_id",
+    default=None,
+    help="Run id in the trace, or its first 6+ characters. [default: the latest]",
+)
 @click.option(
     "--break",
     "brk",
@@ -487,7 +497,7 @@ def _single(
         "kind": "replay",
         "mode": "single",
         "trace": path,
-        "run_id": run_id,
+        "run_id": info.run_id,
         "json": as_json,
         "break": list(parse_break(brk)) if brk else None,
         "until": list(parse_until(until)) if until else None,

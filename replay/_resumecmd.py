@@ -28,7 +28,12 @@ from ._resume import new_spec, resumable, resume_here, trace_not_written
 
 @click.command("resume")
 @click.argument("trace", metavar="TRACE", type=click.Path(dir_okay=False))
-@click.option("--run", "run_id", default=None, help="Run id in the trace. [default: the latest]")
+@click.option(
+    "--run",
+    "run_id",
+    default=None,
+    help="Run id in the trace, or its first 6+ characters. [default: the latest]",
+)
 @click.option(
     "--timeout",
     type=POSITIVE_SECONDS,

@@ -375,7 +375,7 @@ def export_cmd(
 def verify_cmd(trace_path: str, run_id: str | None, as_json: bool) -> None:
     """Check the hash chains and cross-references of TRACE (exit 2 on damage)."""
     with tracer.open(trace_path, assume_finished=True) as trace:
-        ids = [run_id] if run_id else [r.run_id for r in trace.runs()]
+        ids = [trace.run(run_id).info.run_id] if run_id else [r.run_id for r in trace.runs()]
         if not ids:
             raise tracer.RunNotFoundError(f"{tracer.describe(trace_path)} holds no runs yet")
         reports = []

@@ -45,7 +45,12 @@ def _short(v: Any) -> str:
 @click.command("history")
 @click.argument("trace", metavar="TRACE", type=click.Path(dir_okay=False))
 @click.argument("element", metavar="'DDS[INDEX]'")
-@click.option("--run", "run_id", default=None, help="Run id in the trace. [default: the latest]")
+@click.option(
+    "--run",
+    "run_id",
+    default=None,
+    help="Run id in the trace, or its first 6+ characters. [default: the latest]",
+)
 @click.option(
     "--between",
     nargs=2,
@@ -95,7 +100,12 @@ def history_cmd(
 @click.command("watch")
 @click.argument("trace", metavar="TRACE", type=click.Path(dir_okay=False))
 @click.argument("expression", metavar="'EXPR'")
-@click.option("--run", "run_id", default=None, help="Run id in the trace. [default: the latest]")
+@click.option(
+    "--run",
+    "run_id",
+    default=None,
+    help="Run id in the trace, or its first 6+ characters. [default: the latest]",
+)
 @click.option(
     "--monotone",
     is_flag=True,

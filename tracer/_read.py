@@ -51,6 +51,10 @@ from ._schema import (
 from ._store import checkpoint, describe, leave_wal, open_engine, sqlite_path, write_error
 from ._verify import Report, check_run
 
+#: The fewest leading characters of a run id that ``Trace.run`` takes for the id
+#: (the commands print 12; a uuid4 hex prefix of 6 is shared by two runs of a trace
+#: with about 1 chance in 16 million per pair, and then the prefix is refused).
+MIN_RUN_PREFIX = 6
 #: A ``running`` run with no commit for this many seconds is reported as crashed.  A
 #: live run whose single invocation takes longer is misreported until it commits.
 CRASH_AFTER_S = 30.0
@@ -125,6 +129,29 @@ def _check_types(stmt: Any, rows: list[Any]) -> None:
                 f"table {table}{at} column {col.name} holds {str(repr(v))[:40]}, not {what}; "
                 "the trace is damaged, re-record the run"
             )
+
+
+def pick_run(ids: list[str], query: str, source: str) -> int:
+    """The position in ``ids`` (a trace's run ids, oldest first) of the run ``query``
+    names: its whole id, or a prefix of at least ``MIN_RUN_PREFIX`` characters that one
+    id alone starts with.  Anything else is one :class:`RunNotFoundError` line."""
+    if query in ids:
+        return ids.index(query)
+    latest = ", ".join(i[:12] for i in ids[-5:])
+    if len(query) < MIN_RUN_PREFIX:
+        raise RunNotFoundError(
+            f"{source}: run {query!r} is too short; give the id, or at least its first "
+            f"{MIN_RUN_PREFIX} characters (latest runs: {latest})"
+        )
+    hits = [k for k, i in enumerate(ids) if i.startswith(query)]
+    if len(hits) > 1:
+        raise RunNotFoundError(
+            f"{source}: run {query!r} is the start of {len(hits)} runs' ids "
+            f"({', '.join(ids[k][:12] for k in hits[:5])}); give more of the id"
+        )
+    if not hits:
+        raise RunNotFoundError(f"{source} holds no run {query!r} (latest runs: {latest})")
+    return hits[0]
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,17 +311,15 @@ class Trace:
         )
 
     def run(self, run_id: str | None = None) -> RunTrace:
-        """The run ``run_id`` (None: the latest one)."""
+        """The run ``run_id`` (None: the latest one), named by its whole id or by a prefix
+        of at least ``MIN_RUN_PREFIX`` characters that no other run shares (the commands
+        print 12)."""
         runs = self.runs()
         if not runs:
             raise RunNotFoundError(f"{self.source} holds no runs yet")
         if run_id is None:
             return RunTrace(self, runs[-1])
-        for r in runs:
-            if r.run_id == run_id:
-                return RunTrace(self, r)
-        ids = ", ".join(r.run_id for r in runs[-5:])
-        raise RunNotFoundError(f"{self.source} holds no run {run_id!r} (latest runs: {ids})")
+        return RunTrace(self, runs[pick_run([r.run_id for r in runs], run_id, self.source)])
 
     def verify(self, run_id: str | None = None, *, full: bool = True) -> Report:
         """Check run ``run_id``'s hash chains (``full``: and cross-references).

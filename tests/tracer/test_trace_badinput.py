@@ -291,6 +291,8 @@ def test_read_only_directory(trace_copy: Path, tmp_path: Path) -> None:
 def test_unknown_run_id(recorded_trace: Path) -> None:
     with (
         tracer.open(recorded_trace) as trace,
-        pytest.raises(tracer.RunNotFoundError, match=r"holds no run 'zzz' \(latest runs: run-1\)"),
+        pytest.raises(
+            tracer.RunNotFoundError, match=r"holds no run 'zzzzzz' \(latest runs: run-1\)"
+        ),
     ):
-        trace.run("zzz")
+        trace.run("zzzzzz")
