@@ -21,6 +21,7 @@ from apps.lasso._data import diabetes, standardise, synthetic
 from apps.lasso._schedule import correlation_violations, independent, priorities, sample
 from replay import testing
 from tests.conftest import run_cli
+from tests.oldparams import assert_replays, record_without
 from tests.tui.tui_helpers import wait_text
 from tui import BrowserApp
 
@@ -264,26 +265,11 @@ def test_a_trace_from_before_schedule_replays_by_priority(
     """A trace recorded before ``schedule`` existed ran by priority; its params lack the
     key, and ``ADDED_PARAMS`` makes the replay use priority, not today's ``auto``
     (uniform for these 20 features).  Without the declaration it would diverge."""
-    import replay._job
     from apps.lasso import _app
 
     trace = tmp_path / "old.sqlite"
     args = [a for p in [*NARROW, "compare=false", "schedule=priority"] for a in ("-p", p)]
-    every = replay._job.all_params
-    monkeypatch.setattr(
-        replay._job,
-        "all_params",
-        lambda fn, given: {k: v for k, v in every(fn, given).items() if k != "schedule"},
-    )
-    old = cli("run", "lasso", *args, "--trace", trace, "--json")
-    monkeypatch.undo()
-    assert old.returncode == 0, old.stderr
-    assert "schedule" not in json.loads(old.stdout)["params"]
+    record_without(cli, monkeypatch, "schedule", "lasso", args, trace)
     if not declared:
         monkeypatch.setattr(_app, "ADDED_PARAMS", {})
-    for mode in ("cluster", "single"):
-        rep = cli(mode, trace, "--json")
-        if declared:
-            assert rep.returncode == 0 and json.loads(rep.stdout)["identical"], rep.stderr
-        else:
-            assert rep.returncode == 3, rep.stderr
+    assert_replays(cli, trace, identical=declared)

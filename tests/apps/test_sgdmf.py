@@ -14,6 +14,7 @@ from apps.sgdmf import train
 from apps.sgdmf._app import build, epoch
 from replay import testing
 from tests.conftest import run_cli
+from tests.oldparams import assert_replays, record_without
 
 
 def hand_written_epoch(recs, W, H, order, g, lam) -> None:
@@ -203,26 +204,11 @@ def test_a_trace_without_the_kernel_parameter_replays_the_python_body(
     ``kernel`` ran it (as one recorded before the parameter existed); ``ADDED_PARAMS``
     makes its replay run it again, not today's compiled body, whose numeric rows are one
     more DDS: without the declaration the replay diverges."""
-    import replay._job
     from apps.sgdmf import _app
 
     trace = tmp_path / "old.sqlite"
-    every = replay._job.all_params
-    monkeypatch.setattr(
-        replay._job,
-        "all_params",
-        lambda fn, given: {k: v for k, v in every(fn, given).items() if k != "kernel"},
-    )
     args = ["-p", "synthetic=true", "-p", "synthetic_ratings=2000", "-p", "epochs=2"]
-    old = cli("run", "sgdmf", *args, "-p", "kernel=false", "--trace", trace, "--json")
-    monkeypatch.undo()
-    assert old.returncode == 0, old.stderr
-    assert "kernel" not in json.loads(old.stdout)["params"]
+    record_without(cli, monkeypatch, "kernel", "sgdmf", [*args, "-p", "kernel=false"], trace)
     if not declared:
         monkeypatch.setattr(_app, "ADDED_PARAMS", {})
-    for mode in ("cluster", "single"):
-        rep = cli(mode, trace, "--json")
-        if declared:
-            assert rep.returncode == 0 and json.loads(rep.stdout)["identical"], rep.stderr
-        else:
-            assert rep.returncode == 3, rep.stderr
+    assert_replays(cli, trace, identical=declared)
