@@ -126,8 +126,8 @@ class Rows(structref.StructRefProxy):
         rlog, wlog, cnt, ov, ovk, ovp = rec if rec is not None else (
             _NO_LOG, _NO_LOG, _NO_CNT, arr[:0], _NO_IDS, _NO_IDS
         )  # fmt: skip
-        return structref.StructRefProxy.__new__(  # type: ignore[no-untyped-call]
-            cls, arr, gm, code, mode, arg, state, rp, ri, wp, wi, start, gbase,
+        return _new_rows(
+            arr, gm, code, mode, arg, state, rp, ri, wp, wi, start, gbase,
             rlog, wlog, cnt, ov, ovk, ovp,
         )  # fmt: skip
 
@@ -267,6 +267,39 @@ def _disk_cached(fn: Any) -> Any:
         return njit(cache=True)(fn)
     except RuntimeError:  # no writable cache directory anywhere: compiled in each process
         return njit(fn)
+
+
+def _rows_ctor(  # pragma: no cover - compiled
+    arr: Any,
+    gm: Any,
+    code: Any,
+    mode: Any,
+    arg: Any,
+    state: Any,
+    rp: Any,
+    ri: Any,
+    wp: Any,
+    wi: Any,
+    start: Any,
+    gbase: Any,
+    rlog: Any,
+    wlog: Any,
+    cnt: Any,
+    ov: Any,
+    ovk: Any,
+    ovp: Any,
+) -> Any:
+    return Rows(  # type: ignore[call-arg]  # numba's constructor takes every field
+        arr, gm, code, mode, arg, state, rp, ri, wp, wi, start, gbase,
+        rlog, wlog, cnt, ov, ovk, ovp,
+    )  # fmt: skip
+
+
+#: ``Rows`` made by compiled code kept in numba's disk cache: the constructor numba
+#: makes for a proxy class (``StructRefProxy.__new__``) is compiled again in every
+#: process, 0.7 s of every run that uses a kernel (a ``replay run sgdmf``, now that its
+#: compiled body is the default); this one is loaded from the cache after the first.
+_new_rows = _disk_cached(_rows_ctor)
 
 
 @_disk_cached
