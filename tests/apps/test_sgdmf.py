@@ -7,6 +7,8 @@ import re
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import engine as ap
 from apps._datasets import DatasetUnavailableError, movielens_100k
@@ -99,6 +101,35 @@ def test_the_default_kernel_gives_the_python_bodys_rmse_bit_for_bit(nodes: int) 
     assert "ratings3" in {d["dds"] for d in default.digests}  # the kernel's numeric rows
     assert kern.objectives["rmse"][-1] < kern.objectives["rmse"][0]
     assert kern.planner["sgd"]["strategy"] == "rotation"
+
+
+def _model_and_objectives(res: ap.RunResult) -> tuple[dict[object, str], str]:
+    """W and H digests per invocation, and the objectives as text (NaN equals NaN)."""
+    digests = {(d["invocation"], d["dds"]): d["digest"] for d in res.digests}
+    return {k: v for k, v in digests.items() if k[1] in ("W", "H")}, repr(res.objectives)
+
+
+@pytest.mark.filterwarnings("ignore:.*encountered:RuntimeWarning")  # gamma=5.0 diverges
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    nodes=st.integers(1, 3),
+    seed=st.integers(0, 3),
+    rank=st.sampled_from([1, 3, 8, 17]),
+    gamma=st.sampled_from([0.02, 0.5, 5.0]),  # 5.0 overflows to inf and NaN
+    lam=st.sampled_from([0.0, 0.05]),
+    holdout=st.sampled_from([0.0, 0.3]),
+)
+def test_the_kernel_trains_the_python_bodys_model_bit_for_bit(
+    nodes: int, seed: int, rank: int, gamma: float, lam: float, holdout: float
+) -> None:
+    """On one thread per node the compiled body leaves every W and H row and every
+    objective (training and held-out RMSE, NaN included) as the Python body does."""
+    params = {"epochs": 2, "rank": rank, "gamma": gamma, "lam": lam, "holdout": holdout}
+    params |= {"synthetic": True, "synthetic_ratings": 300}
+    py = ap.run(train, {**params, "kernel": False}, nodes=nodes, seed=seed)
+    kern = ap.run(train, {**params, "kernel": True}, nodes=nodes, seed=seed)
+    assert _model_and_objectives(kern) == _model_and_objectives(py)
+    assert len(_model_and_objectives(kern)[0]) == 4  # W and H after each of the 2 epochs
 
 
 def test_kernel_true_folds_its_rmse_as_a_replay_of_an_old_run_does() -> None:
