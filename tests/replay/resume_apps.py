@@ -89,12 +89,18 @@ def _dying_exchange(rank: int, index: int, op: Callable[..., Any], args: Any, kw
         del cluster.exchange  # the class's method again
 
 
-def sgdmf(epochs: int = 4, rank: int = 4, synthetic: bool = True) -> dict[str, int]:
-    """SGDMF (``async_for``) on 5,000 synthetic ratings."""
+def sgdmf(
+    epochs: int = 4, rank: int = 4, synthetic: bool = True, kernel: bool = False
+) -> dict[str, int]:
+    """SGDMF (``async_for``) on 5,000 synthetic ratings; the Python body unless
+    ``kernel`` (the kill switch wraps the body of its invocation in a Python function,
+    which would run a kernel's Python function there, a mix of both paths)."""
     from apps.sgdmf import train
 
     with _kill_switch():
-        return train(epochs=epochs, rank=rank, synthetic=synthetic, synthetic_ratings=5000)
+        return train(
+            epochs=epochs, rank=rank, synthetic=synthetic, synthetic_ratings=5000, kernel=kernel
+        )
 
 
 def mlr(epochs: int = 4, minibatch: int = 50, synthetic: bool = True) -> dict[str, float]:
