@@ -96,6 +96,14 @@ allow_changed = click.option(
     "at the first divergence).",
 )
 
+#: ``--run``: one run of a trace holding several (``Trace.run`` resolves a prefix).
+run_option = click.option(
+    "--run",
+    "run_id",
+    default=None,
+    help="Run id in the trace, or its first 6+ characters. [default: the latest]",
+)
+
 
 def printer(as_json: bool) -> Callable[[str], None]:
     """Prints a command's result lines (on stderr under ``--json``), after erasing any
@@ -459,6 +467,7 @@ __all__ = [
     "point_latest",
     "printer",
     "rank",
+    "run_option",
     "shown",
     "summary",
     "trace_arg",

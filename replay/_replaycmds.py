@@ -21,6 +21,7 @@ from ._cliutil import (
     host_options,
     limit_options,
     printer,
+    run_option,
     trace_arg,
     trace_path,
     under_launcher,
@@ -158,12 +159,7 @@ def _identical_head(res: dict[str, Any]) -> str:
 
 @click.command("cluster")
 @click.argument("trace", metavar="TRACE", type=click.Path(dir_okay=False))
-@click.option(
-    "--run",
-    "run_id",
-    default=None,
-    help="Run id in the trace, or its first 6+ characters. [default: the latest]",
-)
+@run_option
 @click.option(
     "--trace-out",
     "out_trace",
@@ -434,12 +430,7 @@ def _cluster(
 
 @click.command("single")
 @click.argument("trace", metavar="TRACE", type=click.Path(dir_okay=False))
-@click.option(
-    "--run",
-    "run_id",
-    default=None,
-    help="Run id in the trace, or its first 6+ characters. [default: the latest]",
-)
+@run_option
 @click.option(
     "--break",
     "brk",

@@ -14,6 +14,7 @@ from ._cliutil import (
     host_options,
     limit_options,
     printer,
+    run_option,
     summary,
     trace_arg,
     under_launcher,
@@ -28,12 +29,7 @@ from ._resume import new_spec, resumable, resume_here, trace_not_written
 
 @click.command("resume")
 @click.argument("trace", metavar="TRACE", type=click.Path(dir_okay=False))
-@click.option(
-    "--run",
-    "run_id",
-    default=None,
-    help="Run id in the trace, or its first 6+ characters. [default: the latest]",
-)
+@run_option
 @click.option(
     "--timeout",
     type=POSITIVE_SECONDS,

@@ -11,7 +11,7 @@ import click
 
 from . import _environment
 from ._cliutil import allow_changed as allow_changed_option
-from ._cliutil import limit_options, printer
+from ._cliutil import limit_options, printer, run_option
 from ._inspect import dds_names, history, parse_element
 from ._progress import Printer
 from ._replay import open_run, recorded_app
@@ -45,12 +45,7 @@ def _short(v: Any) -> str:
 @click.command("history")
 @click.argument("trace", metavar="TRACE", type=click.Path(dir_okay=False))
 @click.argument("element", metavar="'DDS[INDEX]'")
-@click.option(
-    "--run",
-    "run_id",
-    default=None,
-    help="Run id in the trace, or its first 6+ characters. [default: the latest]",
-)
+@run_option
 @click.option(
     "--between",
     nargs=2,
@@ -100,12 +95,7 @@ def history_cmd(
 @click.command("watch")
 @click.argument("trace", metavar="TRACE", type=click.Path(dir_okay=False))
 @click.argument("expression", metavar="'EXPR'")
-@click.option(
-    "--run",
-    "run_id",
-    default=None,
-    help="Run id in the trace, or its first 6+ characters. [default: the latest]",
-)
+@run_option
 @click.option(
     "--monotone",
     is_flag=True,
