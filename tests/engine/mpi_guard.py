@@ -2,8 +2,8 @@
 
 Each program of ``test_guard`` runs on the ranks of COMM_WORLD with T threads; rank 0
 prints one JSON object with, per program, whether the result equals a serial loop over
-the order the engine reports, and the result's bytes (hex) for comparison with the
-in-process cluster of the same shape.
+the order the engine reports, the result's bytes (hex) and the serialization orders,
+for comparison with the in-process cluster of the same shape.
 """
 
 from __future__ import annotations
@@ -34,12 +34,13 @@ def case(comm: MPI.Comm, threads: int) -> dict[str, Any]:
     out["flag"] = {
         "serial": final.tobytes() == _flag_serial(init, orders).tobytes(),
         "bytes": final.tobytes().hex(),
+        "orders": [o.tolist() for o in orders],
     }
     x, strategy, order = ap.run(_chain_program(), comm=comm, threads=threads).value
     out["chain"] = {"values": x.tolist(), "strategy": strategy, "order": order.tolist()}
     X, y = _lasso_data()
-    beta = ap.run(_lasso_program(X, y, 0.05, 120), comm=comm, threads=threads).value
-    out["lasso"] = {"bytes": beta.tobytes().hex()}
+    beta, orders = ap.run(_lasso_program(X, y, 0.05, 120, True), comm=comm, threads=threads).value
+    out["lasso"] = {"bytes": beta.tobytes().hex(), "orders": [o.tolist() for o in orders]}
     return out
 
 
