@@ -94,6 +94,12 @@ class ShardMissError(EngineError, RuntimeError):
         )
 
 
+class NotSeenError(EngineError, RuntimeError):
+    """A debugger stopped in a loop body asked for an element that the body does not
+    read (or write) where it runs: the node's copy may be out of date, and counting the
+    access as the body's would change the run (``engine.lowlevel.inspecting``)."""
+
+
 class KernelError(EngineError, TypeError):
     """A compiled loop body (``@kernel``) was bound to bad arguments or does not compile."""
 

@@ -57,6 +57,7 @@ from ._machines.turnstile import Turnstile as Turnstile
 from ._runtime.checkpoint import dds_contents as dds_contents
 from ._runtime.checkpoint import find_dds as find_dds
 from ._runtime.checkpoint import local_owned_rows as local_owned_rows
+from ._runtime.session import inspecting as inspecting
 from ._runtime.transport import under_mpi_launcher as under_mpi_launcher
 
 __all__ = [
@@ -96,6 +97,7 @@ __all__ = [
     "local_owned_rows",
     "find_dds",
     "input_grew",
+    "inspecting",
     "open_input",
     "replacing",
     "write_file",

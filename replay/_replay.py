@@ -26,7 +26,7 @@ import click
 
 import engine
 import tracer
-from engine.lowlevel import ScheduleExhausted
+from engine.lowlevel import ScheduleExhausted, inspecting
 
 from . import _environment, _traceio
 from ._apps import BUILTIN_APPS, App, recorded_params, resolve
@@ -90,9 +90,16 @@ def _driver_frame() -> Any:
 
 
 class _Pdb(pdb.Pdb):
-    """pdb that remembers whether the user quit (``q``, EOF)."""
+    """pdb that remembers whether the user quit (``q``, EOF), and whose commands'
+    accesses to DDS are the debugger's, not the stopped body's: ``p W[0]`` of a row the
+    body does not read says so instead of counting against the body's plan (which
+    would re-plan the replayed invocation and stop a second time)."""
 
     user_quit = False
+
+    def onecmd(self, line: str) -> bool:
+        with inspecting():  # the body runs again only after the command returns
+            return super().onecmd(line)
 
     def set_quit(self) -> None:
         self.user_quit = True

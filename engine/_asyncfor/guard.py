@@ -54,6 +54,7 @@ from .._data.dds import ANY_OWN, FREE, LOCKED, LOCKED_BODY, OTHER, SLOT_BITS, SL
 from .._data.shard import needs_of
 from .._errors import AccessOutsideReconError, BodyError
 from .._machines.routing import Messages, fetch, route, touches
+from .._runtime.session import not_seen
 
 if TYPE_CHECKING:
     from .._machines.planner import Plan
@@ -493,12 +494,16 @@ class Guard:
                 if strict == "held"
                 else f"is not in {strict} {'write' if write else 'read'} set"
             )
+        desc = dds._desc(dds.key_of(slot))
+        refused = not_seen(desc, write, reason)
+        if refused is not None:  # a debugger's access, not the body's: count nothing
+            raise refused
         v = Violation(
             self.op,
             self.invocation,
             int(getattr(_tls, "index", -1)),
             self.node,
-            dds._desc(dds.key_of(slot)),
+            desc,
             write,
             reason,
             self.round,

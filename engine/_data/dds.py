@@ -53,7 +53,7 @@ from .._errors import (
 )
 from .._runtime import checkpoint as _checkpoint
 from .._runtime.checkpoint import collective
-from .._runtime.session import _tls, current
+from .._runtime.session import _tls, current, not_seen
 from . import digest as _digest
 from .values import detached, stable_text
 
@@ -558,6 +558,9 @@ def _absent_write(d: _DDS, i: Any) -> int:
 def _missing(d: _DDS, s: int, write: bool) -> None:
     if GUARD is not None:  # inside an async_for round: the body left its plan
         GUARD.outside(d, s, write, strict="held")
+    refused = not_seen(d._desc(d.key_of(s)), write, "a sharded row this node does not hold")
+    if refused is not None:
+        raise refused
     node = d._sess.current_node
     err = ShardMissError(d._desc(d.key_of(s)), d._name, s, node, d._gbase | s)
     if RECON is not None:  # reconnaissance fetches the row and runs again
@@ -1642,6 +1645,9 @@ class _CheckedMixin:
         if gid not in (writes if write else reads):
             if GUARD is not None:
                 GUARD.outside(self, s, write, "its reconnaissance")
+            refused = not_seen(self._desc(key), write, "not in its reconnaissance sets")
+            if refused is not None:
+                raise refused
             what = "wrote" if write else "read"
             kind = "write" if write else "read"
             raise AccessOutsideReconError(

@@ -9,13 +9,14 @@ first use so that the API works interactively.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import struct
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +30,7 @@ from .._errors import (
     DriverDivergenceError,
     DriverStepsDivergedError,
     DriverWritesDivergedError,
+    NotSeenError,
     ReplicaMismatchError,
     SessionError,
     _shown,
@@ -51,8 +53,34 @@ DIGEST_PHASE_BYTES = 256 * 2**20
 
 #: Per-thread state of running bodies: ``index`` (the loop index), ``op_key`` (for
 #: ``rng()``), ``gcode`` (guard code of the running task) and ``held`` (element ids
-#: whose locks a lock-split body holds).
+#: whose locks a lock-split body holds); ``inspecting`` is set while a debugger
+#: evaluates a command in a stopped body (:func:`inspecting`).
 _tls = threading.local()
+
+
+@contextlib.contextmanager
+def inspecting() -> Iterator[None]:
+    """Accesses in this block on this thread are a debugger's, not the stopped body's:
+    one that leaves what the body may touch raises :class:`NotSeenError` instead of
+    being counted against the body (no re-plan, no violation, no recorded miss)."""
+    before = getattr(_tls, "inspecting", False)
+    _tls.inspecting = True
+    try:
+        yield
+    finally:
+        _tls.inspecting = before
+
+
+def not_seen(desc: str, write: bool, reason: str) -> NotSeenError | None:
+    """The error for a debugger's access outside the stopped body's reach (``reason``
+    says why), or None when no debugger is evaluating on this thread."""
+    if not getattr(_tls, "inspecting", False):
+        return None
+    what = "write" if write else "show"
+    return NotSeenError(
+        f"{desc} is not what this body {'writes' if write else 'reads'} here: {reason}; "
+        f"this node's copy may be out of date, so the debugger does not {what} it"
+    )
 
 
 def driver_only(what: str) -> None:

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .._errors import AccessOutsideReconError
+from .._runtime.session import not_seen
 
 if TYPE_CHECKING:
     from .._data.dds import _DDS
@@ -115,11 +116,14 @@ class LaneGuard:
             _swap(rmask, self._r, k, reads[k])
             _swap(wmask, self._w, k, writes[k])
 
-    def outside(self, dds: _DDS, key: Any, write: bool) -> AccessOutsideReconError | None:
+    def outside(self, dds: _DDS, key: Any, write: bool) -> Exception | None:
         """Record an access outside the rows; return the error to raise in the body, or
         None when the access is not the guard's business (the caller raises its own)."""
         if dds._id == self.data_id or not dds._numeric:
             return None
+        refused = not_seen(dds._desc(key), write, "not in its minibatch's reconnaissance rows")
+        if refused is not None:  # a debugger's access, not the body's: count nothing
+            return refused
         v = Violation(self.minibatch, self.sink.node, dds._desc(key), write)
         self.hit = True
         self.sink.add(v)
