@@ -42,9 +42,12 @@ import contextlib
 import fcntl
 import functools
 import hashlib
+import inspect
 import operator
 import os
+import sys
 import threading
+import types as types_mod
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -56,6 +59,7 @@ from numba import njit, types
 from numba.core import cgutils as _cgutils
 from numba.core import config as _numba_config
 from numba.core.extending import intrinsic, overload, overload_attribute
+from numba.core.serialize import dumps as _numba_dumps
 from numba.experimental import structref
 from numba.experimental.structref import _Utils as _StructUtils
 
@@ -506,37 +510,108 @@ def compile_body(fn: Any) -> Any:
             _NB_CONFIG.CACHE_DIR = old
 
 
-# not cached: its cache index would name every kernel it ever ran (unpickling it imports
-# their modules); the bodies it calls are cached, so compiling it costs a fraction of a second.
-# One loop per number of arguments, each passed on its own: unpacking a tuple of them per
-# body (``body(j, *args)``) cost 8% of a kernel SGDMF epoch.
+# One task loop per kernel and number of arguments, each argument passed on its own:
+# unpacking a tuple of them per body (``body(j, *args)``) cost 8% of a kernel SGDMF epoch.
+# Each kernel gets a loop of its own that calls it as a global, in a file of its own
+# (:func:`_kernel_loop`), kept in numba's disk cache like the body: about 1 s of a core
+# per process that runs a kernel.  (A loop given the body as an argument cannot be
+# cached: numba's cache key would hold the body's dispatcher, a new object in every
+# process, so every process would miss and add an entry.)
 _LOOP_SOURCE = """
-def loop(body, idx, state, {params}):
+def loop(idx, state, {params}):
     for t in range(idx.shape[0]):
         j = idx[t]
-        state[S_INDEX] = j
+        state[{s_index}] = j
         body(j, {params})
-        if state[S_FLAG] != 0:
+        if state[{s_flag}] != 0:
             return
 """
-_LOOPS: dict[int, Any] = {}
+_LOOPS: dict[Any, Any] = {}
 
 
-def _loop(n: int) -> Any:
+def _loop_source(n: int) -> str:
+    params = ", ".join(f"a{k}" for k in range(n))
+    return _LOOP_SOURCE.format(params=params, s_index=S_INDEX, s_flag=S_FLAG)
+
+
+def loop_file(fn: Any, n: int) -> Path | None:
+    """Where the disk-cached task loop of kernel function ``fn`` with ``n`` arguments is
+    kept, or None where it cannot be (no source file, closure cells numba cannot pickle).
+
+    The name is made of what the body's own cache entry is keyed by (its module, name,
+    source file and, for a closure, its cells, as numba does) and the template: a changed
+    kernel file, or another closure made by the same code, gets a loop of its own, so a
+    cached loop never runs another body or an old copy of it (the loop calls the body as
+    a global, which numba's key for the loop does not see)."""
+    try:
+        kernel_file = inspect.getsourcefile(fn)
+        text = Path(kernel_file).read_bytes() if kernel_file else None
+        cells = tuple(c.cell_contents for c in fn.__closure__ or ())
+        cell_bytes = _numba_dumps(cells) if cells else b""  # type: ignore[no-untyped-call]
+    except Exception:  # noqa: BLE001 - no file, an empty cell, cells numba cannot pickle
+        return None
+    if text is None:
+        return None
+    ident = f"{fn.__module__}\0{fn.__qualname__}\0{kernel_file}\0".encode()
+    digest = hashlib.blake2b(ident + text + _loop_source(n).encode(), digest_size=10)
+    digest.update(hashlib.sha256(cell_bytes).digest())
+    return Path(_cache_dir()) / "loops" / f"loop_{digest.hexdigest()}.py"
+
+
+def _kernel_loop(body: Any, n: int) -> Any | None:
+    """The disk-cached task loop of the compiled kernel ``body`` with ``n`` arguments
+    (:func:`loop_file`), or None where it cannot be cached.  What runs is always the
+    template here: the file is only what numba keys the cache by."""
+    path = loop_file(body.py_func, n)
+    if path is None:
+        return None
+    source = _loop_source(n)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if not path.is_file() or path.read_text() != source:  # (rewritten: a new stamp)
+            tmp = path.with_name(f".{path.name}.{os.getpid()}")
+            tmp.write_text(source)
+            os.replace(tmp, path)
+    except OSError:
+        return None
+    # a module of its own, importable while it lives: loading the cache looks it up
+    module = types_mod.ModuleType(f"_strads_replay_{path.stem}")
+    module.__file__ = str(path)
+    module.body = body  # type: ignore[attr-defined]
+    sys.modules[module.__name__] = module
+    exec(compile(source, str(path), "exec"), module.__dict__)  # noqa: S102 - our own template
     with _CACHE_LOCK:
-        fn = _LOOPS.get(n)
+        old = _NB_CONFIG.CACHE_DIR
+        _NB_CONFIG.CACHE_DIR = _cache_dir()
+        try:
+            return njit(nogil=True, cache=True)(module.loop)
+        except RuntimeError:  # numba found no cache for it after all
+            return None
+        finally:
+            _NB_CONFIG.CACHE_DIR = old
+
+
+def _loop(body: Any, n: int) -> Any:
+    key = (body, n)
+    fn = _LOOPS.get(key)
+    if fn is None:
+        with _CACHE_LOCK:
+            fn = _LOOPS.get(key)
         if fn is None:
-            params = ", ".join(f"a{k}" for k in range(n))
-            scope: dict[str, Any] = {"S_INDEX": S_INDEX, "S_FLAG": S_FLAG}
-            exec(_LOOP_SOURCE.format(params=params), scope)  # noqa: S102 - our own template
-            fn = _LOOPS[n] = njit(nogil=True)(scope["loop"])
+            fn = _kernel_loop(body, n)
+            if fn is None:  # compiled in each process
+                scope: dict[str, Any] = {"body": body}
+                exec(_loop_source(n), scope)  # noqa: S102 - our own template
+                fn = njit(nogil=True)(scope["loop"])
+            with _CACHE_LOCK:
+                fn = _LOOPS.setdefault(key, fn)
     return fn
 
 
 def run_loop(body: Any, idx: np.ndarray, state: np.ndarray, args: tuple[Any, ...]) -> None:
     """``body(j, *args)`` for every ``j`` in ``idx`` in order; stops after a body that set
-    ``state[S_FLAG]`` (the compiled task loop, one per number of arguments)."""
-    _loop(len(args))(body, idx, state, *args)
+    ``state[S_FLAG]`` (the compiled task loop of ``body`` for its number of arguments)."""
+    _loop(body, len(args))(idx, state, *args)
 
 
 __all__ = [
@@ -561,5 +636,6 @@ __all__ = [
     "compile_body",
     "record_buffers",
     "no_sets",
+    "loop_file",
     "run_loop",
 ]
