@@ -124,10 +124,9 @@ STOPS = ("--break", "--until")
 def divergence_lines(d: dict[str, Any], nxt: str | None = None) -> list[str]:
     """A replay divergence said plainly: where and what, the first differing element with
     both values (or why none is named), and the command that stops before it."""
-    event = str(d["event"])
-    what = event if event.startswith(str(d["what"])) else f"{d['what']} {event}"
+    where = DivergenceError.place(d.get("node"), d["op"], d["invocation"])
     lines = [
-        f"DIVERGED on node {d['node']} at {d['op']}#{d['invocation']}, {what}: "
+        f"DIVERGED {where}, {DivergenceError.label(d['what'], d['event'])}: "
         f"{DivergenceError.contrast(str(d['expected']), str(d['actual']))}"
     ]
     if "element" in d:

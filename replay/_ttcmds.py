@@ -83,13 +83,15 @@ def history_cmd(
     out(f"{doc['element']} after each invocation:")
     for e in doc["history"]:
         w = e["writer"]
-        who = (
-            "not written"
-            if w is None
-            else f"last written by index {w['index']} on node {w['node']}, thread "
-            f"{w['thread']}, round {w['round']}"
-        )
+        who = "not written" if w is None else _writer(w)
         out(f"  {e['op']}#{e['invocation']:<4} {_short(e['value'])}  {who}")
+
+
+def _writer(w: dict[str, Any]) -> str:
+    """``last written by index J on node N, thread T, round R``; a thread and round the
+    recorded plan does not place the index in (-1) are left out, not printed as -1."""
+    where = "".join(f", {k} {w[k]}" for k in ("thread", "round") if w.get(k, -1) >= 0)
+    return f"last written by index {w['index']} on node {w['node']}{where}"
 
 
 @click.command("watch")
