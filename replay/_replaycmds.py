@@ -3,7 +3,6 @@ and report the verdict."""
 
 from __future__ import annotations
 
-import json
 import shlex
 import sys
 import uuid
@@ -18,6 +17,7 @@ from engine import DivergenceError
 from . import _environment, _procs
 from ._cliutil import (
     POSITIVE_SECONDS,
+    echo_json,
     host_options,
     limit_options,
     printer,
@@ -99,7 +99,7 @@ def _replay_report(
             doc["from"] = res["from"]
         if doc["out_trace"]:
             doc["out_trace"] = tracer.describe(doc["out_trace"])  # never the password
-        click.echo(json.dumps(doc))
+        echo_json(doc)
     else:
         say = printer(False)
         c = res["checked"]

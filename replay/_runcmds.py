@@ -3,7 +3,6 @@ main job that records, replays and dual-tests SGDMF."""
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -20,6 +19,7 @@ from ._cliutil import (
     POSITIVE_SECONDS,
     check_counts,
     common,
+    echo_json,
     host_options,
     printer,
     rank,
@@ -230,7 +230,7 @@ def run_cmd(
     if under_launcher() and rank() != 0:
         return
     if as_json:
-        click.echo(json.dumps(dict(res, trace=res["trace"] and tracer.describe(res["trace"]))))
+        echo_json(dict(res, trace=res["trace"] and tracer.describe(res["trace"])))
     else:
         summary(res, printer(False))
     name = app.rsplit(":", 1)[-1]

@@ -3,7 +3,6 @@ answered by replaying from the trace's checkpoints (see ``_inspect``)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
@@ -11,7 +10,7 @@ import click
 
 from . import _environment
 from ._cliutil import allow_changed as allow_changed_option
-from ._cliutil import limit_options, printer, run_option
+from ._cliutil import echo_json, limit_options, printer, run_option
 from ._inspect import dds_names, history, parse_element
 from ._progress import Printer
 from ._replay import open_run, recorded_app
@@ -77,7 +76,7 @@ def history_cmd(
         say(f"replaying run {run.info.run_id[:12]} for {el.text}")
         doc = history(run, app, el, rng, progress=say)
     if as_json:
-        click.echo(json.dumps({"element": doc["element"], "history": doc["history"]}))
+        echo_json({"element": doc["element"], "history": doc["history"]})
         return
     out = printer(False)
     out(f"{doc['element']} after each invocation:")
@@ -135,7 +134,7 @@ def watch_cmd(
             cmd += f" --from {doc['op']}:{doc['invocation']}"
         doc["break"] = cmd
     if as_json:
-        click.echo(json.dumps(doc))
+        echo_json(doc)
         return
     out = printer(False)
     for line in watch_lines(expression, doc):
