@@ -119,7 +119,7 @@ def watch_cmd(
     """The first invocation, then the first loop body, after which EXPR holds.
 
     EXPR is your own Python expression (it is never read from the trace), evaluated
-    with numpy as np and the checkpointed DDS as arrays, such as 'np.isnan(W).any()' or
+    with numpy as np and the run's numeric DDS as arrays, such as 'np.isnan(W).any()' or
     'abs(H[3]).max() > 10'. Every invocation is checked, in order, unless --monotone.
     """
     with Printer(as_json, "watch") as say:
