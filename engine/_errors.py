@@ -164,9 +164,19 @@ class DivergenceError(EngineError, RuntimeError):
         self.actual = actual
         self.what = what
         super().__init__(
-            f"replay diverged {self.place(node, op, invocation)}, {self.label(what, event)}: "
+            f"replay diverged {self.where(node, op, invocation, what, event)}: "
             f"{self.contrast(expected, actual)}"
         )
+
+    @classmethod
+    def where(
+        cls, node: object, op: object, invocation: object, what: object, event: object
+    ) -> str:
+        """``on node 1 at sgd#3, lock round 2``; an objective's value is not an operator's
+        event: ``at objective rmse, iteration 3``."""
+        if op == "objective" and what == "objective":
+            return f"at objective {event}, iteration {invocation}"
+        return f"{cls.place(node, op, invocation)}, {cls.label(what, event)}"
 
     @staticmethod
     def place(node: object, op: object, invocation: object) -> str:

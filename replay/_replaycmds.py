@@ -124,11 +124,8 @@ STOPS = ("--break", "--until")
 def divergence_lines(d: dict[str, Any], nxt: str | None = None) -> list[str]:
     """A replay divergence said plainly: where and what, the first differing element with
     both values (or why none is named), and the command that stops before it."""
-    where = DivergenceError.place(d.get("node"), d["op"], d["invocation"])
-    lines = [
-        f"DIVERGED {where}, {DivergenceError.label(d['what'], d['event'])}: "
-        f"{DivergenceError.contrast(str(d['expected']), str(d['actual']))}"
-    ]
+    where = DivergenceError.where(d.get("node"), d["op"], d["invocation"], d["what"], d["event"])
+    lines = [f"DIVERGED {where}: {DivergenceError.contrast(str(d['expected']), str(d['actual']))}"]
     if "element" in d:
         lines.append(
             f"  first differing element: {d['dds']}[{d['element']!r}]: the trace has "

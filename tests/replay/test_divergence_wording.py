@@ -49,13 +49,20 @@ def test_a_renamed_operator_diverges_at_the_plan_without_a_node(tmp_path: Path, 
         (-1, "plan", 2, "replay diverged at sgd#3, plan 2: "),
         (1, "lock", "round 2", "replay diverged on node 1 at sgd#3, lock round 2: "),
         (0, "outcome", "outcome digest of W", "replay diverged on node 0 at sgd#3, outcome "),
+        (-1, "objective", "rmse", "replay diverged at objective rmse, iteration 3: "),
     ],
 )
 def test_the_error_names_the_node_only_when_one_is_to_blame(
     node: int, what: str, event: object, head: str
 ) -> None:
     exc = engine.DivergenceError(
-        node=node, op="sgd", invocation=3, event=event, what=what, expected="4 rounds", actual="5"
+        node=node,
+        op="objective" if what == "objective" else "sgd",
+        invocation=3,
+        event=event,
+        what=what,
+        expected="4 rounds",
+        actual="5",
     )
     assert str(exc).startswith(head), str(exc)
     assert "node -1" not in str(exc) and f"{what} {what}" not in str(exc)
@@ -75,3 +82,18 @@ def test_history_leaves_out_a_thread_and_round_the_plan_does_not_know() -> None:
     assert _writer(w) == "last written by index 9 on node 1"
     w.update(thread=0, round=2)
     assert _writer(w) == "last written by index 9 on node 1, thread 0, round 2"
+
+
+def test_a_changed_objective_names_the_objective_and_iteration(tmp_path: Path, cli) -> None:
+    app = tmp_path / "train.py"
+    program = PROGRAM.replace('ap.log_objective("total", float(X.gather().sum()))', "{log}")
+    app.write_text(program.format(name="add", log='ap.log_objective("total", 6.0)'))
+    trace = tmp_path / "t.sqlite"
+    assert cli("run", f"{app}:train", "--trace", trace).returncode == 0
+    app.write_text(program.format(name="add", log='ap.log_objective("total", 6.5)'))
+    proc = cli("single", trace, "--allow-changed-code")
+    assert proc.returncode == 3, proc.stderr
+    assert (
+        "DIVERGED at objective total, iteration 0: the trace expected 6.0, the program did 6.5"
+        in proc.stdout
+    ), proc.stdout
