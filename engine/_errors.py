@@ -170,9 +170,36 @@ class DivergenceError(EngineError, RuntimeError):
         self.actual = actual
         self.what = what
         super().__init__(
-            f"replay diverged on node {node} at {op}#{invocation}, {what} {event}: "
+            f"replay diverged {self.where(node, op, invocation, what, event)}: "
             f"{self.contrast(expected, actual)}"
         )
+
+    @classmethod
+    def where(
+        cls, node: object, op: object, invocation: object, what: object, event: object
+    ) -> str:
+        """``on node 1 at sgd#3, lock round 2``; an objective's value is not an operator's
+        event: ``at objective rmse, iteration 3``."""
+        if op == "objective" and what == "objective":
+            return f"at objective {event}, iteration {invocation}"
+        return f"{cls.place(node, op, invocation)}, {cls.label(what, event)}"
+
+    @staticmethod
+    def place(node: object, op: object, invocation: object) -> str:
+        """``on node N at OP#INV``; without the node when no single node is to blame
+        (``node`` -1: the plan, or an invocation every node ran or none did)."""
+        at = f"at {op}#{invocation}"
+        try:
+            known = int(node) >= 0  # type: ignore[call-overload]
+        except (TypeError, ValueError):
+            known = False
+        return f"on node {node} {at}" if known else at
+
+    @staticmethod
+    def label(what: object, event: object) -> str:
+        """``lock round 2``; the event alone when it already says what it is (``plan``)."""
+        e = str(event)
+        return e if e.startswith(str(what)) else f"{what} {e}"
 
     @staticmethod
     def contrast(expected: str, actual: str) -> str:

@@ -21,6 +21,7 @@ from ._data.digest import DigestKindError as DigestKindError
 from ._data.digest import check_same_kind as check_same_digest_kind
 from ._data.digest import kind_of as digest_kind_of
 from ._data.save import model_format as model_format
+from ._data.save import text_word_problem as text_word_problem
 from ._data.save import write_model as write_model
 from ._data.values import TEXT_VERSION as OBJECT_TEXT_VERSION
 from ._data.values import stable_text as stable_text
@@ -102,6 +103,7 @@ __all__ = [
     "replacing",
     "write_file",
     "write_model",
+    "text_word_problem",
     "recorded_ticket_order",
     "serial_plan",
     "stable_text",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from typing import Any
@@ -14,6 +13,7 @@ from ._cliutil import (
     POSITIVE_SECONDS,
     check_counts,
     common,
+    echo_json,
     host_options,
     printer,
     shown,
@@ -135,7 +135,7 @@ def chaos_cmd(
         if report.failed is not None:
             report.failed.trace = report.trace
     if as_json:
-        click.echo(json.dumps(report.as_dict()))
+        echo_json(report.as_dict())
     else:
         for line in report.lines():
             say(line)

@@ -33,6 +33,19 @@ class Group(click.Group):
 
     def invoke(self, ctx: click.Context) -> Any:
         as_json = "--json" in ctx.args  # the subcommand's arguments, not yet parsed
+        if not as_json:
+            return self._invoke(ctx, as_json)
+        # stdout is the one JSON document (:func:`echo_json`); whatever else would reach
+        # it while the command works (pdb at a --break, a program's own prints) goes to
+        # stderr with the command's other text
+        _JSON_OUT.append(sys.stdout)
+        try:
+            with contextlib.redirect_stdout(sys.stderr):
+                return self._invoke(ctx, as_json)
+        finally:
+            _JSON_OUT.pop()
+
+    def _invoke(self, ctx: click.Context, as_json: bool) -> Any:
         silent = "--quiet" in ctx.args or "-q" in ctx.args
         _hosts.set_placement(_hosts.Placement())  # a command's --hostfile is its own
         if bars_wanted(as_json) and not silent:  # downloads here (and in ranks) may show bars
@@ -53,7 +66,8 @@ class Group(click.Group):
             # the reader went away (``replay ls | head``): nothing to say, and no one to
             # say it to on stdout; exit as a program killed by SIGPIPE would
             with contextlib.suppress(OSError):
-                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+                out = _JSON_OUT[-1] if _JSON_OUT else sys.stdout
+                os.dup2(os.open(os.devnull, os.O_WRONLY), out.fileno())
             sys.exit(128 + 13)
         except _procs.Interrupted as exc:
             fail(str(exc), exc.status, as_json)
@@ -73,9 +87,19 @@ _ERROR_KINDS = {
 }
 
 
+#: The stdout of each ``--json`` command running (innermost last), saved before the
+#: command's other output was sent to stderr: where :func:`echo_json` writes.
+_JSON_OUT: list[Any] = []
+
+
+def echo_json(doc: Any) -> None:
+    """Print ``--json``'s one document on the command's stdout."""
+    click.echo(json.dumps(doc), file=_JSON_OUT[-1] if _JSON_OUT else None)
+
+
 def json_error(message: str, status: int) -> None:
     kind = _ERROR_KINDS.get(status, "interrupted" if status > 128 else "failed")
-    click.echo(json.dumps({"error": {"kind": kind, "message": message}}))
+    echo_json({"error": {"kind": kind, "message": message}})
 
 
 def fail(message: str, status: int, as_json: bool = False) -> None:
@@ -462,6 +486,7 @@ __all__ = [
     "check_counts",
     "common",
     "fail",
+    "echo_json",
     "json_error",
     "limit_options",
     "point_latest",

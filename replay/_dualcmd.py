@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import uuid
@@ -15,6 +14,7 @@ from ._cliutil import (
     POSITIVE_SECONDS,
     check_counts,
     common,
+    echo_json,
     host_options,
     printer,
     shown,
@@ -158,7 +158,7 @@ def dual_cmd(
         out["parallel"] = parallel
         out["not_tested"] = untested
         out["note"] = note
-        click.echo(json.dumps(out))
+        echo_json(out)
     else:
         for d, r in results.items():
             say(r.report())

@@ -23,7 +23,7 @@ import numpy as np
 
 import engine
 import tracer
-from engine.lowlevel import model_format, write_model
+from engine.lowlevel import model_format, text_word_problem, write_model
 
 from ._apps import BUILTIN_APPS
 from ._errors import UsageError
@@ -74,12 +74,35 @@ def check_save(
     if fmt == ".txt" and app in BUILTIN_APPS:
         from ._apps import resolve
 
-        if embedding_of(resolve(app).fn) is None:
+        fn = resolve(app).fn
+        if embedding_of(fn) is None:
             raise UsageError(
                 f"--save {path}: {app} has no word embedding for the word2vec text format; "
                 "save to .npz"
             )
+        if writer:
+            _check_words(path, app, fn, params or {})
     return os.path.abspath(path)
+
+
+def _check_words(path: str, app: str, fn: Callable[..., Any], params: Mapping[str, Any]) -> None:
+    """Refuse, before any training, a ``.txt`` save whose words the format cannot hold:
+    the app's ``embedding_words(**params)`` reads them from its data (an app whose words
+    are tokens split at white space, as word2vec's, need not say)."""
+    from ._apps import parse_params
+
+    words_of = getattr(_module(fn), "embedding_words", None)
+    if words_of is None:
+        return
+    values = parse_params(fn, [f"{k}={v}" for k, v in params.items()])
+    for word in words_of(**values):
+        why = text_word_problem(word)
+        if why is not None:
+            raise UsageError(
+                f"--save {path}: {app}'s word {word!r} {why}, which the word2vec text "
+                "format cannot hold (gensim could not read the file back); save to .npz, "
+                "which keeps every name"
+            )
 
 
 def _same_file(path: str, value: Any) -> bool:

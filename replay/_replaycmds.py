@@ -3,7 +3,6 @@ and report the verdict."""
 
 from __future__ import annotations
 
-import json
 import shlex
 import sys
 import uuid
@@ -18,6 +17,7 @@ from engine import DivergenceError
 from . import _environment, _procs
 from ._cliutil import (
     POSITIVE_SECONDS,
+    echo_json,
     host_options,
     limit_options,
     printer,
@@ -99,7 +99,7 @@ def _replay_report(
             doc["from"] = res["from"]
         if doc["out_trace"]:
             doc["out_trace"] = tracer.describe(doc["out_trace"])  # never the password
-        click.echo(json.dumps(doc))
+        echo_json(doc)
     else:
         say = printer(False)
         c = res["checked"]
@@ -124,12 +124,8 @@ STOPS = ("--break", "--until")
 def divergence_lines(d: dict[str, Any], nxt: str | None = None) -> list[str]:
     """A replay divergence said plainly: where and what, the first differing element with
     both values (or why none is named), and the command that stops before it."""
-    event = str(d["event"])
-    what = event if event.startswith(str(d["what"])) else f"{d['what']} {event}"
-    lines = [
-        f"DIVERGED on node {d['node']} at {d['op']}#{d['invocation']}, {what}: "
-        f"{DivergenceError.contrast(str(d['expected']), str(d['actual']))}"
-    ]
+    where = DivergenceError.where(d.get("node"), d["op"], d["invocation"], d["what"], d["event"])
+    lines = [f"DIVERGED {where}: {DivergenceError.contrast(str(d['expected']), str(d['actual']))}"]
     if "element" in d:
         lines.append(
             f"  first differing element: {d['dds']}[{d['element']!r}]: the trace has "

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 
 import tracer
@@ -11,6 +9,7 @@ import tracer
 from . import _environment, _procs
 from ._cliutil import (
     POSITIVE_SECONDS,
+    echo_json,
     host_options,
     limit_options,
     printer,
@@ -85,7 +84,7 @@ def resume_cmd(
         else:
             res = launch(spec, info.ranks, timeout=timeout, out=say)
     if as_json:
-        click.echo(json.dumps(dict(res, trace=tracer.describe(res["trace"]))))
+        echo_json(dict(res, trace=tracer.describe(res["trace"])))
     else:
         out = printer(False)
         summary(res, out)

@@ -3,7 +3,6 @@ main job that records, replays and dual-tests SGDMF."""
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -20,6 +19,7 @@ from ._cliutil import (
     POSITIVE_SECONDS,
     check_counts,
     common,
+    echo_json,
     host_options,
     printer,
     rank,
@@ -230,7 +230,7 @@ def run_cmd(
     if under_launcher() and rank() != 0:
         return
     if as_json:
-        click.echo(json.dumps(dict(res, trace=res["trace"] and tracer.describe(res["trace"]))))
+        echo_json(dict(res, trace=res["trace"] and tracer.describe(res["trace"])))
     else:
         summary(res, printer(False))
     name = app.rsplit(":", 1)[-1]
@@ -250,11 +250,18 @@ def run_cmd(
 
 @click.command("demo")
 @click.option("--ranks", type=int, default=2, show_default=True, help="MPI ranks.")
-@click.option("--epochs", type=int, default=3, show_default=True, help="Training epochs.")
+@click.option(
+    "--epochs",
+    # 0 epochs runs no loop body: every replay and dual test below would pass on nothing
+    type=click.IntRange(min=1),
+    default=3,
+    show_default=True,
+    help="Training epochs (at least 1).",
+)
 @host_options
 def demo_cmd(ranks: int, epochs: int) -> None:
     """The main job: train SGDMF on MovieLens-100K on 2 MPI ranks with recording, replay the
-    trace on the cluster and in one process, and summarise."""
+    trace on the cluster and in one process, dual-test one epoch, and summarise."""
     check_counts(ranks=ranks)
     _environment.ensure(_environment.choose_hash_seed())
     say = printer(False)

@@ -7,7 +7,6 @@ click group.
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ import click
 import engine
 import tracer
 
+from ._cliutil import echo_json
 from ._errors import UsageError
 from ._model import export_model
 from ._paths import check_output, refuse_special
@@ -152,7 +152,7 @@ def _ls(stores: list[Any], directory: str, as_json: bool) -> None:
         except tracer.TracerError as exc:
             errors.append({"path": tracer.describe(path), "error": str(exc)})
     if as_json:
-        click.echo(json.dumps({"traces": listed, "errors": errors}))
+        echo_json({"traces": listed, "errors": errors})
         return
     if not listed and not errors:
         click.echo(f"no traces in {directory}")
@@ -196,7 +196,7 @@ def show_cmd(trace_path: str, run_id: str | None, as_json: bool) -> None:
             "runs": [_run_dict(r) for r in runs],
         }
     if as_json:
-        click.echo(json.dumps(doc))
+        echo_json(doc)
         return
     click.echo(f"{doc['trace']}: {len(doc['runs'])} run(s), {_size(doc['store_bytes'])}")
     for r in doc["runs"]:
@@ -394,7 +394,7 @@ def verify_cmd(trace_path: str, run_id: str | None, as_json: bool) -> None:
             "runs": [r.to_json() for r in reports],
             "problem": None if bad is None else dict(bad.to_json()["problem"], run_id=bad.run_id),
         }
-        click.echo(json.dumps(doc))
+        echo_json(doc)
     elif bad is None:
         tail = sum(r.tail for r in reports)
         more = f" ({tail} row(s) of unfinished invocations not covered)" if tail else ""

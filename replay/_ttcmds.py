@@ -3,7 +3,6 @@ answered by replaying from the trace's checkpoints (see ``_inspect``)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
@@ -11,7 +10,7 @@ import click
 
 from . import _environment
 from ._cliutil import allow_changed as allow_changed_option
-from ._cliutil import limit_options, printer, run_option
+from ._cliutil import echo_json, limit_options, printer, run_option
 from ._inspect import dds_names, history, parse_element
 from ._progress import Printer
 from ._replay import open_run, recorded_app
@@ -77,19 +76,21 @@ def history_cmd(
         say(f"replaying run {run.info.run_id[:12]} for {el.text}")
         doc = history(run, app, el, rng, progress=say)
     if as_json:
-        click.echo(json.dumps({"element": doc["element"], "history": doc["history"]}))
+        echo_json({"element": doc["element"], "history": doc["history"]})
         return
     out = printer(False)
     out(f"{doc['element']} after each invocation:")
     for e in doc["history"]:
         w = e["writer"]
-        who = (
-            "not written"
-            if w is None
-            else f"last written by index {w['index']} on node {w['node']}, thread "
-            f"{w['thread']}, round {w['round']}"
-        )
+        who = "not written" if w is None else _writer(w)
         out(f"  {e['op']}#{e['invocation']:<4} {_short(e['value'])}  {who}")
+
+
+def _writer(w: dict[str, Any]) -> str:
+    """``last written by index J on node N, thread T, round R``; a thread and round the
+    recorded plan does not place the index in (-1) are left out, not printed as -1."""
+    where = "".join(f", {k} {w[k]}" for k in ("thread", "round") if w.get(k, -1) >= 0)
+    return f"last written by index {w['index']} on node {w['node']}{where}"
 
 
 @click.command("watch")
@@ -118,7 +119,7 @@ def watch_cmd(
     """The first invocation, then the first loop body, after which EXPR holds.
 
     EXPR is your own Python expression (it is never read from the trace), evaluated
-    with numpy as np and the checkpointed DDS as arrays, such as 'np.isnan(W).any()' or
+    with numpy as np and the run's numeric DDS as arrays, such as 'np.isnan(W).any()' or
     'abs(H[3]).max() > 10'. Every invocation is checked, in order, unless --monotone.
     """
     with Printer(as_json, "watch") as say:
@@ -133,7 +134,7 @@ def watch_cmd(
             cmd += f" --from {doc['op']}:{doc['invocation']}"
         doc["break"] = cmd
     if as_json:
-        click.echo(json.dumps(doc))
+        echo_json(doc)
         return
     out = printer(False)
     for line in watch_lines(expression, doc):

@@ -3,7 +3,7 @@ over the DDS holds, found by replaying from checkpoints (see ``_inspect``).
 
 The watch expression is user code typed on the command line, evaluated with Python's
 ``eval`` in a namespace holding only numpy (``np``), a few numeric builtins and the
-checkpointed DDS as arrays — never text from the trace.
+run's numeric DDS as arrays — never text from the trace.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import numpy as np
 from engine.lowlevel import dds_contents, find_dds
 
 from ._errors import UsageError
-from ._inspect import _controller_for, _jsonable, _Stop, replay_with
+from ._inspect import _controller_for, _jsonable, _Stop, dds_names, replay_with
 from ._progress import phases_to, tick_line
 from ._timetravel import Start, first_step, program_order, require_checkpoints, start_before
 
@@ -68,7 +68,7 @@ def compile_watch(text: str, available: list[str]) -> Watch:
     if unknown:
         raise UsageError(
             f"the expression names {', '.join(map(repr, unknown))}, which is neither np nor "
-            f"a checkpointed DDS ({', '.join(available) or 'none'})"
+            f"a DDS of the run ({', '.join(available) or 'none'})"
         )
     if not dds:
         raise UsageError(f"the expression {text!r} names no DDS ({', '.join(available)})")
@@ -120,18 +120,33 @@ def _checkpoint_arrays(
 
 
 def watchable(run: Any, wanted: set[str] | frozenset[str] = frozenset()) -> list[str]:
-    """The DDS a watch expression may name: numeric DDS that some checkpoint holds (a
-    DDS created after the first checkpoint is in later ones only).  Checkpoints after
-    the first are read only while a name in ``wanted`` is still missing."""
+    """The DDS a watch expression may name: every DDS of the run, those some checkpoint
+    holds as arrays first.  A DDS no loop body writes (a kernel's numeric copy of the
+    data, such as sgdmf's ``ratings3``) is in no checkpoint: the replay evaluates it
+    (:func:`_numeric` refuses one of Python objects there).  Checkpoints after the first
+    are read only while a name in ``wanted`` is still missing."""
     found: dict[str, None] = {}
+    others = dds_names(run)
     for cp in require_checkpoints(run):
+        if wanted and wanted <= set(others) - found.keys():
+            break  # no checkpoint needs reading to know them
         state = run.checkpoint_state(cp.op, cp.invocation)
         for n, (_, v) in state.rows.items():
             if isinstance(v, np.ndarray):
                 found.setdefault(n, None)
         if wanted <= found.keys():
             break
-    return list(found)
+    return [*found, *(n for n in others if n not in found)]
+
+
+def _numeric(name: str, d: Any) -> Any:
+    """``d``, the DDS named ``name`` in the replay, if its rows are numbers."""
+    if d is not None and d.shape is None:
+        raise UsageError(
+            f"DDS {name!r} holds Python objects, not numeric rows: a watch expression "
+            "takes numeric DDS (use 'replay history' for one of its elements)"
+        )
+    return d
 
 
 #: ``checked`` in the result: every invocation up to the answer was evaluated.
@@ -162,6 +177,10 @@ def watch(
     were never evaluated, so a result never claims more than was looked at.
     """
     cps = require_checkpoints(run)
+    if monotone and _checkpoint_arrays(run, cps[-1], w.names)[1]:
+        # a DDS of w that even the last checkpoint lacks is in none (no body writes it):
+        # bisection would see nothing, so every invocation is replayed and checked
+        monotone = False
     order = program_order(run)
     first = first_step(run)  # a resumed run starts at its first checkpoint
     step = {point: first + k for k, point in enumerate(order)}
@@ -267,7 +286,7 @@ def _scan(
     def after(op: str, invocation: int) -> None:
         s = step.get((op, invocation), -1)
         if s in want:
-            ds = {n: find_dds(n) for n in w.names}
+            ds = {n: _numeric(n, find_dds(n)) for n in w.names}
             lacking = [n for n, d in ds.items() if d is None]
             checked.add(s)
             if progress is not None:
@@ -350,7 +369,7 @@ def _dds(name: str) -> Any:
     d = find_dds(name)
     if d is None:
         raise UsageError(f"the program did not create DDS {name!r} (code changed?)")
-    return d
+    return _numeric(name, d)
 
 
 __all__ = [

@@ -319,6 +319,10 @@ class ChainWriter:
                     if r["node"] != but:
                         self._node(int(r["node"])).pending.append((model, r))
 
+    def has_links(self, node: int) -> bool:
+        """Whether a link of ``node``'s chain was committed (:meth:`advance`)."""
+        return self._node(node).link_no > 0
+
     def has_pending(self, node: int) -> bool:
         """True when ``node`` has rows written since its last link."""
         return bool(self._node(node).pending)

@@ -801,9 +801,12 @@ class TraceRecorder(Recorder):
         if self._objectives:
             rows[Objective] = self._objectives
         # one link on the home node's chain covers every node's rest (schema 7)
+        # a finished run that never committed (no loop invocation, nothing logged) still
+        # gets its primary's chain, which readers check it ended on: an empty first link
+        bare = status == "finished" and self.is_primary and not self._chain.has_links(self._home)
         links = (
             [self._chain.group_link(self._home, self._ends(), "", -1, rows)]
-            if rows or any(self._chain.has_pending(n) for n in self._bufs)
+            if rows or bare or any(self._chain.has_pending(n) for n in self._bufs)
             else []
         )
         if rows or links or self._collectives:

@@ -34,7 +34,15 @@ import numpy as np
 import engine as ap
 
 from .._errors import AppError
-from ._data import Corpus, build_corpus, corpus_file, encode, read_documents, synthetic_corpus
+from ._data import (
+    Corpus,
+    build_corpus,
+    corpus_file,
+    encode,
+    read_documents,
+    read_numbered_documents,
+    synthetic_corpus,
+)
 from ._model import completion_perplexity, estimates, loglik, perplexity, sweep, top_words
 
 #: Words shown per topic in the result.
@@ -121,8 +129,11 @@ def load_split(
     planted = None
     if synthetic:
         texts, planted = synthetic_corpus(topics, docs, length)
+        lines = list(range(1, len(texts) + 1))
     else:
-        texts = read_documents(corpus_file(corpus))
+        numbered = read_numbered_documents(corpus_file(corpus))
+        lines = [n for n, _ in numbered]
+        texts = [d for _, d in numbered]
     held: list[list[str]] | None = None
     if test:
         held = read_documents(pathlib.Path(test))
@@ -137,7 +148,8 @@ def load_split(
         out = set(perm[:k].tolist())
         held = [d for i, d in enumerate(texts) if i in out]
         texts = [d for i, d in enumerate(texts) if i not in out]
-    data = build_corpus(texts, min_count, max_df)
+        lines = [n for i, n in enumerate(lines) if i not in out]
+    data = build_corpus(texts, min_count, max_df, lines)
     if held is None:
         return data, planted, None
     ids = encode(held, data.vocab)
@@ -150,8 +162,10 @@ def load_split(
 #: checkpoint: saved array name -> the DDS it is (the rest of ``train``'s ``model`` entry
 #: is data the trace does not hold).
 MODEL_DDS = {"word_topic": "word_topic", "doc_topic": "doc_topic"}
-#: What the model of ``--save`` holds besides the DDS (the data: an export cannot give it).
-MODEL_DATA = ("vocab",)
+#: What the model of ``--save`` holds besides the DDS (the data: an export cannot give it):
+#: ``doc_line[i]`` is the line of the corpus file (from 1) that row ``i`` of ``doc_topic``
+#: came from (a synthetic corpus: the generated document's number).
+MODEL_DATA = ("vocab", "doc_line")
 
 
 def train(
@@ -274,7 +288,12 @@ def train(
         "perplexity": perp,
         **extra,
         "top_words": [" ".join(ws) for ws in top_words(phi, data.vocab, TOP_WORDS)],
-        "model": {"word_topic": NW, "doc_topic": ND, "vocab": np.array(data.vocab, dtype=str)},
+        "model": {
+            "word_topic": NW,
+            "doc_topic": ND,
+            "vocab": np.array(data.vocab, dtype=str),
+            "doc_line": np.array(data.lines, dtype=np.int64),
+        },
     }
     if planted is not None:
         purity, found = planted_recovery(phi, data.vocab, planted)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import pathlib
 import re
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -80,12 +80,19 @@ def corpus_file(corpus: str) -> pathlib.Path:
 
 
 def read_documents(path: pathlib.Path) -> list[list[str]]:
-    """The token lists of a text file, one document per non-empty line.  A missing,
+    """The token lists of a text file, one document per line with a word.  A missing,
     unreadable, non-UTF-8 (naming the line) or word-less file is a one-line
     :class:`AppError`."""
+    return [d for _, d in read_numbered_documents(path)]
+
+
+def read_numbered_documents(path: pathlib.Path) -> list[tuple[int, list[str]]]:
+    """(line number from 1, tokens) of every line of a text file that has a word: an
+    empty line, or one of punctuation only, is skipped (a ``#`` line is a document like
+    any other).  Errors as :func:`read_documents`."""
     text = read_utf8(path, "lda: corpus", "give a plain text file, one document per line")
-    docs = [_TOKEN.findall(line.lower()) for line in text_lines(text)]
-    docs = [d for d in docs if d]
+    docs = [(n, _TOKEN.findall(line.lower())) for n, line in enumerate(text_lines(text), 1)]
+    docs = [(n, d) for n, d in docs if d]
     if not docs:
         raise AppError(f"lda: corpus {str(path)!r} has no words")
     return docs
@@ -97,6 +104,9 @@ class Corpus:
 
     docs: list[np.ndarray]
     vocab: list[str]
+    #: where each document came from: its line in the corpus file (from 1), or its
+    #: number among the documents given (from 1)
+    lines: list[int] = field(default_factory=list)
 
     @property
     def tokens(self) -> int:
@@ -110,9 +120,13 @@ class Corpus:
         return out
 
 
-def build_corpus(docs: list[list[str]], min_count: int, max_df: float) -> Corpus:
+def build_corpus(
+    docs: list[list[str]], min_count: int, max_df: float, lines: list[int] | None = None
+) -> Corpus:
     """Keep the words described in the module docstring (ids: most frequent first, ties
-    in order of first occurrence); documents left without a word are dropped."""
+    in order of first occurrence); documents left without a word are dropped.  ``lines``
+    is where each of ``docs`` came from (default: its number, from 1)."""
+    where = list(range(1, len(docs) + 1)) if lines is None else list(lines)
     counts = Counter(w for d in docs for w in d)
     df = Counter(w for d in docs for w in set(d))
     limit = max_df * len(docs)
@@ -128,16 +142,18 @@ def build_corpus(docs: list[list[str]], min_count: int, max_df: float) -> Corpus
     kept.sort(key=lambda wc: -wc[1])
     index = {w: i for i, (w, _) in enumerate(kept)}
     out = []
-    for d in docs:
+    kept_lines = []
+    for d, line in zip(docs, where, strict=True):
         ids = np.array([index[w] for w in d if w in index], dtype=np.int64)
         if len(ids):
             out.append(ids)
+            kept_lines.append(line)
     if not out or len(kept) < 2:
         raise AppError(
             f"lda: no document keeps a word with min_count={min_count} and max_df={max_df}; "
             "lower min_count or raise max_df"
         )
-    return Corpus(out, [w for w, _ in kept])
+    return Corpus(out, [w for w, _ in kept], kept_lines)
 
 
 def encode(docs: list[list[str]], vocab: list[str]) -> list[np.ndarray]:
@@ -185,5 +201,6 @@ __all__ = [
     "corpus_file",
     "encode",
     "read_documents",
+    "read_numbered_documents",
     "synthetic_corpus",
 ]

@@ -200,6 +200,14 @@ def prefetch(dataset: str = "nations", synthetic: bool = False, data: str = "", 
         graph_dir(dataset)
 
 
+def embedding_words(
+    dataset: str = "nations", synthetic: bool = False, data: str = "", **_: Any
+) -> tuple[str, ...]:
+    """The entity names a ``.txt`` save writes (the words of ``EMBEDDING``), read from the
+    data without training: ``replay run --save x.txt`` checks them before the run."""
+    return read_graph(graph_dir(dataset, synthetic, data)).entities
+
+
 def evaluate(E: np.ndarray, R: np.ndarray, kg: KnowledgeGraph, norm: int) -> tuple[float, float]:
     """(filtered MRR, filtered Hits@10) on the test split, head and tail sides together."""
     known = known_tensor(kg.all_triples(), kg.n_entities, kg.n_relations)

@@ -94,6 +94,11 @@ class Violation:
 
     def message(self) -> str:
         what = "wrote" if self.write else "read"
+        if self.node < 0:  # a stop heard from another rank: its access is not known here
+            return (
+                f"async_for {self.op!r} invocation {self.invocation}: {self.reason}, so "
+                "this node stopped too"
+            )
         return (
             f"async_for {self.op!r} invocation {self.invocation} index {self.index} on node "
             f"{self.node} {what} {self.element}, which {self.reason}: the body's accesses "

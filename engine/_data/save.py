@@ -76,12 +76,24 @@ def _embedding(arrays: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray
             f"{len(vec)} rows, {words[0]} {len(word)} words"
         )
     for i, w in enumerate(word.tolist()):
-        if not w or w != "".join(w.split()):
+        why = text_word_problem(w)
+        if why is not None:
             raise SaveError(
-                f"{words[0]}[{i}] = {w!r} is empty or holds white space, which the word2vec "
-                "text format cannot hold; save to .npz instead"
+                f"{words[0]}[{i}] = {w!r} {why}, which the word2vec text format cannot "
+                "hold; save to .npz instead"
             )
     return vec, word
+
+
+def text_word_problem(word: str) -> str | None:
+    """Why ``word`` cannot be a word of the word2vec text format (None: it can).  gensim
+    reads a line as the word and the numbers between single spaces, so a word may hold no
+    white space (nor, being a line, a line break), and an empty one reads as none."""
+    if not word:
+        return "is empty"
+    if word != "".join(word.split()):
+        return "holds white space"
+    return None
 
 
 def prepare_model(path: str | os.PathLike[str], arrays: Mapping[str, Any]) -> dict[str, np.ndarray]:

@@ -428,3 +428,49 @@ def test_a_run_on_a_users_corpus_records_and_replays(tmp_path: pathlib.Path, cli
         rep = cli(mode, trace, "--json")
         assert rep.returncode == 0, rep.stderr
         assert json.loads(rep.stdout)["identical"]
+
+
+CORPUS_LINES = [
+    "apple banana cherry grape apple banana",
+    "",  # empty: skipped
+    "# -- !! --",  # punctuation only: no word, skipped
+    "engine wheel brake motor engine wheel",
+    "the and of",  # stop words only: no word of the vocabulary, dropped
+    "# apple grape cherry",  # a '#' line with words is a document
+    "motor brake gear wheel motor gear",
+    "   ",
+    "banana cherry grape melon banana melon",
+    "gear engine brake wheel piston gear",
+]
+
+
+@pytest.mark.parametrize("holdout", [0.0, 0.3])
+def test_saved_doc_topic_rows_name_their_corpus_lines(
+    tmp_path: pathlib.Path, cli, holdout: float
+) -> None:
+    """Row i of the saved ``doc_topic`` is the document on line ``doc_line[i]`` of the
+    user's file, whatever lines were skipped, dropped or held out: its topic counts add
+    up to that line's words of the vocabulary."""
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("\n".join(CORPUS_LINES) + "\n", encoding="utf-8")
+    out = tmp_path / "m.npz"
+    proc = cli(
+        "run", "lda", "-p", f"corpus={corpus}", "-p", "iterations=2", "-p", "blocks=2",
+        "-p", "min_count=1", "-p", "max_df=0.9", "-p", f"holdout={holdout}",
+        "--no-trace", "--save", out,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    m = np.load(out)
+    lines, counts, vocab = m["doc_line"], m["doc_topic"], set(m["vocab"].tolist())
+    assert len(lines) == len(counts) and lines.dtype.kind == "i"
+    with_words = {
+        n
+        for n, text in enumerate(CORPUS_LINES, 1)
+        if any(w in vocab for w in _data._TOKEN.findall(text.lower()))
+    }
+    assert set(lines.tolist()) <= with_words and len(set(lines.tolist())) == len(lines)
+    if holdout == 0.0:
+        assert lines.tolist() == sorted(with_words) == [1, 4, 6, 7, 9, 10]
+    for n, row in zip(lines.tolist(), counts, strict=True):
+        words = _data._TOKEN.findall(CORPUS_LINES[n - 1].lower())
+        assert row.sum() == sum(w in vocab for w in words), (n, row)

@@ -205,3 +205,15 @@ def test_user_traces_are_named_after_the_module_and_latest_follows(
     assert latest.resolve() == newest.resolve()
     proc = cli("single", "traces/latest", cwd=tmp_path)
     assert proc.returncode == 0 and "identical" in proc.stdout, proc.stderr
+
+
+@pytest.mark.parametrize("epochs", ["0", "-1"])
+def test_demo_refuses_a_run_with_no_epoch_before_recording(
+    tmp_path: Path, cli, epochs: str
+) -> None:
+    """0 epochs ran no loop body, and the demo then summarised 'identical' and 'PASS'
+    from nothing compared; now it is one line and exit 2, and nothing is recorded."""
+    proc = cli("demo", "--epochs", epochs, cwd=tmp_path)
+    assert proc.returncode == 2
+    assert "--epochs" in proc.stderr and "x>=1" in proc.stderr, proc.stderr
+    assert "PASS" not in proc.stdout and not (tmp_path / "traces").exists()

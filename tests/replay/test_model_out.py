@@ -35,7 +35,12 @@ APPS: dict[str, tuple[list[str], dict[str, tuple[Any, ...]]]] = {
     "mlr": (["synthetic=true", "epochs=1"], {"weights": (10, 65)}),
     "lda": (
         ["synthetic=true", "iterations=2", "topics=5", "docs=40"],
-        {"word_topic": ("words", 5), "doc_topic": ("documents", 5), "vocab": ("words",)},
+        {
+            "word_topic": ("words", 5),
+            "doc_topic": ("documents", 5),
+            "vocab": ("words",),
+            "doc_line": ("documents",),
+        },
     ),
     "transe": (
         ["synthetic=true", "epochs=1", "dim=8"],

@@ -361,8 +361,7 @@ def test_a_divergence_reads_as_one_sentence(
     assert stop.value.code == 3
     out = capsys.readouterr().out
     assert out == (
-        f"DIVERGED on node -1 at sgd#3, invocation end: the trace expected this invocation, "
-        f"{said}\n"
+        f"DIVERGED at sgd#3, invocation end: the trace expected this invocation, {said}\n"
     )
     assert "did the program" not in out
 

@@ -512,8 +512,8 @@ def test_watch_mlr(traces: dict[str, Path]) -> None:
         (["single", "{sgd1}", "--from", "sgd"], "expects OP:INVOCATION"),
         (["watch", "{sgd1}", "np.isnan(W"], "does not parse"),
         (["watch", "{sgd1}", "W > 1"], "not one truth value"),
-        (["watch", "{sgd1}", "A.max() > 1"], "neither np nor a checkpointed DDS"),
-        (["watch", "{sgd1}", "__import__('os')"], "neither np nor a checkpointed DDS"),
+        (["watch", "{sgd1}", "A.max() > 1"], "neither np nor a DDS of the run"),
+        (["watch", "{sgd1}", "__import__('os')"], "neither np nor a DDS of the run"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(

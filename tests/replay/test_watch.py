@@ -19,7 +19,6 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import tracer
 from replay._cli import cli as group
 
 pytestmark = pytest.mark.filterwarnings("ignore::replay._environment.ReplayEnvironmentWarning")
@@ -142,12 +141,7 @@ def test_watch_reports_the_first_invocation_or_what_it_did_not_check(
         f"{o}#{n}" for o, n, a in steps[: first if first is not None else None] if a[dds] is None
     ]
 
-    run = tracer.open(trace).run()
-    if not any(dds in run.checkpoint_state(c.op, c.invocation).rows for c in run.checkpoints()):
-        # W written only after the last checkpoint: refused, as a name in no checkpoint
-        rc, out, err = _invoke("watch", str(trace), expr)
-        assert rc == 2 and "neither np nor a checkpointed DDS (X)" in err, err
-        return
+    # a DDS no checkpoint holds (W written only after the last) is evaluated by replay
     # the default: every invocation is checked, and the answer is exactly the truth
     rc, out, err = _invoke("watch", str(trace), expr, "--json")
     assert rc == 0, (out, err)
@@ -223,6 +217,54 @@ def test_a_dds_created_after_the_first_checkpoint_can_be_watched(tmp_path: Path)
     rc, text, err = _invoke("watch", str(trace), "W[2, 1] > 3")
     assert rc == 0, err
     assert "could not be evaluated after set#0 (W did not exist there)" in text, text
-    # a name in no checkpoint is still refused, naming every checkpointed DDS
+    # a name the run has no DDS of is refused, naming every DDS it has
     rc, out, err = _invoke("watch", str(trace), "Q[0, 0] > 1")
-    assert rc == 2 and "neither np nor a checkpointed DDS (X, W)" in err, err
+    assert rc == 2 and "neither np nor a DDS of the run (X, W)" in err, err
+
+
+UNWRITTEN = """\
+import engine as ap
+
+
+def train() -> None:
+    A = ap.create(6, lambda j: (j % 3, float(j)), name="records")
+    R = ap.map(A, lambda r: (r[0], r[1]), shape=(2,), name="numbers")  # no body writes it
+    X = ap.dvector(3, shape=(), init=ap.init.zeros(), name="X")
+    for e in range(2):
+
+        def body(j: int) -> None:
+            r = R[j]
+            X[int(r[0])] = X[int(r[0])] + r[1]
+
+        ap.async_for(0, 6, body, name="add")
+"""
+
+
+def test_a_dds_no_body_writes_is_watched_like_the_written_ones(tmp_path: Path, cli) -> None:
+    """sgdmf's compiled body reads ``ratings3``, a numeric DDS made by ``ap.map`` that no
+    body writes, so no checkpoint holds it: watch evaluates it by replay, as history does;
+    a DDS of Python objects is refused in one line."""
+    prog = tmp_path / "unwritten.py"
+    prog.write_text(UNWRITTEN)
+    trace = tmp_path / "t.sqlite"
+    assert cli("run", f"{prog}:train", "--trace", trace).returncode == 0
+    proc = cli("watch", trace, "numbers[4][1] == 4", "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert (doc["found"], doc["op"], doc["invocation"], doc["held_before"]) == (
+        True,
+        "add",
+        0,
+        True,
+    ), doc
+    # with a written DDS: the body that makes it true (X[1] is 1, then 5 in add#0)
+    for flag in ([], ["--monotone"]):
+        proc = cli("watch", trace, "X[1] > numbers[4][1]", *flag)
+        assert proc.returncode == 0, proc.stderr
+        assert "X[1] > numbers[4][1] first holds after add#0, index 4 on node 0" in proc.stdout
+    proc = cli("watch", trace, "records[0][1] > 1")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "replay: error: DDS 'records' holds Python objects, not numeric rows: a watch "
+        "expression takes numeric DDS (use 'replay history' for one of its elements)"
+    )

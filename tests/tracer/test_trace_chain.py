@@ -302,3 +302,42 @@ def test_a_damaged_integer_in_a_link_header_fails_to_match_never_crashes(bad) ->
     damaged = link_of(b"", header | {"end_seq": bad}, b"", None)
     assert damaged != genuine
     assert link_of(b"", header | {"end_seq": 5.0}, b"", None) == genuine  # SQLite's 5.0
+
+
+NO_LOOP = """
+import engine as ap
+
+
+def train(epochs: int = 0, collective: bool = True, log: bool = False):
+    X = ap.dvector(6, shape=(), init=ap.init.zeros(), name="X")
+    if collective:
+        ap.reduce(X, lambda x: float(x))
+    for _ in range(epochs):
+
+        def body(j):
+            X[j] = X[j] + 1.0
+
+        ap.async_for(0, 6, body, name="add")
+    if log:
+        ap.log_objective("total", 0.0)
+"""
+
+
+@pytest.mark.parametrize(
+    "params",
+    [[], ["-p", "collective=false"], ["-p", "log=true"], ["-p", "epochs=1"]],
+    ids=["collective-only", "nothing", "objective-only", "one-invocation"],
+)
+def test_a_run_without_a_loop_invocation_reads_as_intact(
+    tmp_path: Path, cli, params: list[str]
+) -> None:
+    """A run that committed no invocation (``-p epochs=0``) used to leave its primary
+    node without a chain, and every command that reads a trace called it damaged."""
+    app = tmp_path / "noloop.py"
+    app.write_text(NO_LOOP)
+    trace = tmp_path / "t.sqlite"
+    assert cli("run", f"{app}:train", *params, "--trace", trace).returncode == 0
+    for cmd in (["verify", trace], ["show", trace], ["single", trace]):
+        proc = cli(*cmd)
+        assert proc.returncode == 0, (cmd, proc.stderr)
+        assert "damaged" not in proc.stdout + proc.stderr
