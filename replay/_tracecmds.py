@@ -278,7 +278,7 @@ def show_cmd(trace_path: str, run_id: str | None, as_json: bool) -> None:
     type=click.Choice(["chrome"]),
     default="chrome",
     show_default=True,
-    help="Output format (Chrome trace-event JSON, opens in Perfetto).",
+    help="Timeline format, with -o (Chrome trace-event JSON, opens in Perfetto).",
 )
 @click.option(
     "-o",
@@ -328,6 +328,12 @@ def export_cmd(
         raise UsageError("pass -o FILE (a timeline) or --model PATH (the trained model)")
     if checkpoint is not None and model is None:
         raise UsageError("--checkpoint goes with --model")
+    fmt_given = click.get_current_context().get_parameter_source("fmt")
+    if model is not None and fmt_given is click.core.ParameterSource.COMMANDLINE:
+        raise UsageError(
+            "--format goes with -o (a timeline); --model writes the format its extension "
+            "names (.npz, or .txt for embeddings)"
+        )
     if model is not None:
         if allow_damaged:
             raise UsageError("--damaged goes with -o: a damaged run's model is never exported")

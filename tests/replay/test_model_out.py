@@ -598,3 +598,11 @@ def test_a_replay_from_a_checkpoint_never_saves_a_skipped_model(cli: Any, tmp_pa
     assert r.returncode == 0 and "identical" in r.stdout, r.stderr
     assert sorted(p.name for p in out.iterdir()) == ["x1.npz", "x2.npz"]
     assert all(np.array_equal(np.load(out / n)["X"], recorded[n]) for n in ("x1.npz", "x2.npz"))
+
+
+def test_export_of_a_model_refuses_a_timeline_format(cli: Any, tmp_path: Path) -> None:
+    """--format names a timeline's format; with --model it was silently ignored."""
+    m = tmp_path / "m.npz"
+    r = cli("export", str(tmp_path / "t.sqlite"), "--model", str(m), "--format", "chrome")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "--format" in r.stderr and not (tmp_path / "m.npz").exists()
