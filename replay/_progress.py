@@ -225,7 +225,9 @@ class Printer:
             now = self._clock()
             if now - self._last >= self._every:
                 self._last = now
-                click.echo(f"replay: {self.label}: {name}, {now - self._start:.0f} s", err=True)
+                # the time since the start, not the phase's length: "(at 12 s)", so that
+                # "compiling kernel sgd, 12 s" is not read as a 12-second compile
+                click.echo(f"replay: {self.label}: {name} (at {now - self._start:.0f} s)", err=True)
 
     def _end_phase(self) -> None:
         if self._phase_task is not None and self._progress is not None:

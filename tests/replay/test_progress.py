@@ -217,7 +217,7 @@ def test_off_a_terminal_a_phase_is_a_plain_line_now_and_then(
     say(phase_line("checkpoint after sgd#0"))
     printer(False)(phase_line("planning sgd"))  # a plain printer drops protocol lines
     out, err = capsys.readouterr()
-    assert out == "" and err == "replay: run: checkpoint after sgd#0, 12 s\n"
+    assert out == "" and err == "replay: run: checkpoint after sgd#0 (at 12 s)\n"
 
 
 def test_the_engine_names_planning_a_kernel_compile_and_counts_checkpoints_on_one_bar(
