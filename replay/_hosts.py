@@ -190,12 +190,57 @@ _SSH_FAILURE = re.compile(
 )
 
 
-def unreachable_host(err_lines: list[str], hostfile: str | None = None) -> str | None:
-    """One line naming the host mpiexec could not start a rank on (None: no such line).
+#: What hydra prints when it cannot execute a program: its launcher (``[mpiexec@host]``:
+#: ``srun``, ``rsh``, ...; hydra then waits for ever) or the ranks' Python on a host
+#: (``[proxy:N@host]``).
+_EXEC_FAILURE = re.compile(
+    r"^\[(?P<who>mpiexec|proxy:[^@\]]*)@(?P<host>[^\]]*)\].*execvp error on file "
+    r"(?P<file>\S+) \((?P<why>[^)]*)\)"
+)
+
+
+def launcher_cannot_run(line: str) -> bool:
+    """Whether ``line`` is mpiexec saying it cannot execute its launcher, after which
+    it waits for ever (hydra 4-5): the job must be ended, not waited for."""
+    m = _EXEC_FAILURE.search(line)
+    return m is not None and m.group("who") == "mpiexec"
+
+
+def exec_failure(err_lines: list[str], env: Mapping[str, str] | None = None) -> str | None:
+    """One line naming the program mpiexec could not execute (None: no such line)."""
+    for line in err_lines:
+        m = _EXEC_FAILURE.search(line)
+        if m is None:
+            continue
+        file, why = m.group("file"), m.group("why")
+        if m.group("who") != "mpiexec":  # a host's proxy could not start a rank
+            return (
+                f"host {m.group('host')} cannot run {file} ({why}); every host needs the "
+                "same Python environment at the same path (docs/cluster.md)"
+            )
+        if file == "srun" and in_slurm(os.environ if env is None else env):
+            hint = (
+                "SLURM_JOB_ID is set but srun is not on PATH: run inside the allocation, "
+                "or pass --launcher (fork on this host only, ssh across hosts)"
+            )
+        else:
+            hint = "install it or add it to PATH, or choose another --launcher"
+        return f"mpiexec cannot run its launcher {file} ({why}); {hint}"
+    return None
+
+
+def unreachable_host(
+    err_lines: list[str], hostfile: str | None = None, env: Mapping[str, str] | None = None
+) -> str | None:
+    """One line naming the host mpiexec could not start a rank on, or the program it
+    could not execute to do so (None: no such line).
 
     ``hostfile`` (the job's ``--hostfile``) lets a bare "Launch proxy failed" name a host
     whose name does not resolve.
     """
+    missing = exec_failure(err_lines, env)
+    if missing is not None:
+        return missing
     for line in err_lines:
         m = _SSH_FAILURE.search(line)
         if m is not None:
@@ -255,7 +300,9 @@ __all__ = [
     "check_hostfile",
     "current_placement",
     "default_ranks",
+    "exec_failure",
     "in_slurm",
+    "launcher_cannot_run",
     "mpiexec_command",
     "placed",
     "set_placement",

@@ -32,7 +32,13 @@ from . import _environment, _procs, _traceio, _wire
 from ._apps import all_params, parse_params, resolve
 from ._chaosctl import ChaosController
 from ._errors import LaunchError, ReplayError, UsageError
-from ._hosts import check_allocation, current_placement, mpiexec_command, unreachable_host
+from ._hosts import (
+    check_allocation,
+    current_placement,
+    launcher_cannot_run,
+    mpiexec_command,
+    unreachable_host,
+)
 from ._model import converged, result_json, saving
 from ._progress import phases_to
 
@@ -487,6 +493,9 @@ def launch(
                     print(line, file=sys.stderr, flush=True)
                 else:
                     err_lines.append(line)
+                    if launcher_cannot_run(line):  # hydra would wait for ever
+                        with contextlib.suppress(ProcessLookupError, PermissionError):
+                            os.killpg(proc.pid, signal.SIGKILL)
 
         threads = [
             threading.Thread(target=pump_out, daemon=True),

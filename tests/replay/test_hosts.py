@@ -132,6 +132,40 @@ def test_a_lost_ssh_line_still_names_the_host_that_does_not_resolve(tmp_path: Pa
         assert "could not start its proxy" in str(_hosts.unreachable_host(proxy, hostfile))
 
 
+@given(
+    launcher=st.sampled_from(["srun", "rsh", "ssh", "blaunch", "/opt/pbs/bin/pbs_tmrsh"]),
+    host=st.from_regex(r"[a-z][a-z0-9.-]{0,20}", fullmatch=True),
+    why=st.sampled_from(["No such file or directory", "Permission denied"]),
+    slurm=st.booleans(),
+)
+def test_a_launcher_mpiexec_cannot_run_is_named(
+    launcher: str, host: str, why: str, slurm: bool
+) -> None:
+    """hydra prints one execvp line for a launcher it cannot run, then waits for ever:
+    that line must end the job and name the program (a proxy's line names the host)."""
+    env = SLURM if slurm else {}
+    where = "/mpich/src/pm/hydra/lib/utils/launch.c:73"
+    line = (
+        f"[mpiexec@{host}] HYDU_create_process ({where}): execvp error on file {launcher} ({why})"
+    )
+    assert _hosts.launcher_cannot_run(line)
+    after = [line, f"[mpiexec@{host}] ui_cmd_cb (pmiserv_pmci.c:51): Launch proxy failed."]
+    said = _hosts.unreachable_host(after, None, env)
+    assert said is not None and said.startswith(
+        f"mpiexec cannot run its launcher {launcher} ({why}); "
+    )
+    assert ("srun is not on PATH" in said) == (slurm and launcher == "srun")
+    # the ranks' own program missing on a host: hydra ends the job itself; name the host
+    proxy = line.replace("[mpiexec@", "[proxy:0@").replace(launcher, "/venv/bin/python")
+    assert not _hosts.launcher_cannot_run(proxy)
+    said = _hosts.unreachable_host([proxy], None, env)
+    assert said == (
+        f"host {host} cannot run /venv/bin/python ({why}); every host needs the same Python "
+        "environment at the same path (docs/cluster.md)"
+    )
+    assert not _hosts.launcher_cannot_run("iter 1 execvp error on file srun (x)")
+
+
 @pytest.mark.parametrize(
     "command", ["run sgdmf", "cluster t.sqlite", "resume t.sqlite", "dual sgdmf", "chaos sgdmf"]
 )
@@ -164,9 +198,20 @@ def test_the_options_reach_mpiexec(tmp_path: Path) -> None:
     env = {"REPLAY_MPIEXEC": str(wrapper), "SLURM_JOB_ID": "7", "SLURM_NTASKS": "2"}
     trace = tmp_path / "t.sqlite"
     params = ["-p", "synthetic=true", "-p", "synthetic_ratings=5000", "-p", "epochs=1"]
-    # inside the "allocation": --ranks defaults to its 2 tasks and hydra gets -launcher slurm
-    # (which cannot start here: the line is what is checked, logged before mpiexec runs)
-    run_cli(["run", "sgdmf", *params, "--trace", str(trace), "--timeout", "2"], env=env)
+    # inside the "allocation": --ranks defaults to its 2 tasks and hydra gets -launcher slurm,
+    # which cannot start here (no srun on PATH): hydra would wait for ever after saying so
+    began = time.monotonic()
+    proc = run_cli(
+        ["run", "sgdmf", *params, "--trace", str(trace), "--timeout", "60"],
+        env={**env, "PATH": str(tmp_path)},
+    )
+    assert time.monotonic() - began < 30, "the job was waited for, not ended"
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.startswith(
+        "replay: error: mpiexec cannot run its launcher srun (No such file or directory); "
+        "SLURM_JOB_ID is set but srun is not on PATH"
+    ), proc.stderr
+    assert not trace.exists()
     assert log.read_text().split("\n")[0].split()[:4] == ["-launcher", "slurm", "-n", "2"]
     log.unlink()
     place = ["--hostfile", str(hosts), "--launcher", "fork"]
