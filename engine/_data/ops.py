@@ -156,7 +156,10 @@ def _load_shards(sess: Session, p: Path, parse: Callable[[str], Any], name: str 
         raise InputFileError(f"rank {r}: {message}")
     if len({g[0] for g in got}) > 1:  # each rank's own path: hosts may hold other copies
         raise DriverStepsDivergedError(
-            [f"{what} from {g[3]} #{g[0][:8]}" for g in got], verb="created"
+            [f"{what} from {g[3]} #{g[0][:8]}" for g in got],
+            verb="created",
+            why="the ranks read different bytes: give every host the same copy of the file, "
+            "or a shared file system, and do not change it while a run reads it",
         )
     bad = [g[2] for g in got if g[2] is not None]
     if bad:
