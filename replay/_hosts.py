@@ -183,10 +183,30 @@ def mpiexec_command(
     return [*cmd, "-n", str(ranks), *argv]
 
 
-#: What hydra's ssh launcher prints when it cannot reach a host.
+#: Seconds ssh may take to connect to a host and exchange banners before hydra gives up
+#: on it.  ssh's own default waits for the kernel's TCP timeout (two minutes and more) on
+#: a host whose packets are dropped, and for ever on one that accepts and says nothing;
+#: 30 s leaves room for a slow login node or a jump host.
+SSH_CONNECT_TIMEOUT_S = 30
+
+
+def launcher_env(placement: Placement, env: Mapping[str, str]) -> dict[str, str]:
+    """What mpiexec's environment gains for ``placement``: with the ssh launcher, a
+    connect timeout (:data:`SSH_CONNECT_TIMEOUT_S`), unless the user passes ssh options
+    to hydra already (``HYDRA_LAUNCHER_EXTRA_ARGS``)."""
+    launcher = (
+        placement.launcher or env.get("HYDRA_LAUNCHER") or ("slurm" if in_slurm(env) else "ssh")
+    )
+    if launcher != "ssh" or "HYDRA_LAUNCHER_EXTRA_ARGS" in env:
+        return {}
+    return {"HYDRA_LAUNCHER_EXTRA_ARGS": f"-o ConnectTimeout={SSH_CONNECT_TIMEOUT_S:d}"}
+
+
+#: What hydra's ssh launcher prints when it cannot reach a host (the last: a host that
+#: let ssh wait past its ``ConnectTimeout``).
 _SSH_FAILURE = re.compile(
     r"ssh: (?:Could not resolve hostname (?P<name>\S+?):|connect to host (?P<host>\S+) port "
-    r"\d+:)\s*(?P<why>.*)"
+    r"\d+:)\s*(?P<why>.*)|^Connection to (?P<slow>\S+) port \d+ (?P<late>timed out)"
 )
 
 
@@ -243,6 +263,9 @@ def unreachable_host(
         return missing
     for line in err_lines:
         m = _SSH_FAILURE.search(line)
+        if m is not None and m.group("slow"):
+            why = f"no answer from its ssh within {SSH_CONNECT_TIMEOUT_S} s"
+            return _cannot_reach(m.group("slow"), why)
         if m is not None:
             host = m.group("name") or m.group("host")
             return _cannot_reach(host, m.group("why").strip().rstrip(".") or "unreachable")
@@ -303,6 +326,7 @@ __all__ = [
     "exec_failure",
     "in_slurm",
     "launcher_cannot_run",
+    "launcher_env",
     "mpiexec_command",
     "placed",
     "set_placement",

@@ -36,6 +36,7 @@ from ._hosts import (
     check_allocation,
     current_placement,
     launcher_cannot_run,
+    launcher_env,
     mpiexec_command,
     unreachable_host,
 )
@@ -427,7 +428,10 @@ def launch(
             mpiexec, ranks, [sys.executable, "-m", "replay._worker"], current_placement()
         )
         env = dict(
-            os.environ, PYTHONUNBUFFERED="1", **_environment.worker_env(spec.get("hash_seed"))
+            os.environ,
+            PYTHONUNBUFFERED="1",
+            **_environment.worker_env(spec.get("hash_seed")),
+            **launcher_env(current_placement(), os.environ),
         )
         # mpiexec keeps the read ends of its own output pipes open: if this process is
         # SIGKILLed, its writes then never fail with EPIPE (which made it tear the job

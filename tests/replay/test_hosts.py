@@ -118,6 +118,39 @@ def test_an_unreachable_host_is_named() -> None:
     assert _hosts.unreachable_host(["iter 1"]) is None
 
 
+def test_ssh_gets_a_connect_timeout_unless_the_user_set_its_options() -> None:
+    """ssh's own default waits minutes (a dropped packet) or for ever (a host that
+    accepts and stays silent): with ssh as hydra's launcher mpiexec gets a timeout."""
+    want = {"HYDRA_LAUNCHER_EXTRA_ARGS": f"-o ConnectTimeout={_hosts.SSH_CONNECT_TIMEOUT_S}"}
+    hosts = _hosts.Placement("hosts", None)
+    assert _hosts.launcher_env(hosts, {}) == want
+    assert _hosts.launcher_env(_hosts.Placement(None, "ssh"), {}) == want
+    assert _hosts.launcher_env(hosts, {"HYDRA_LAUNCHER": "ssh"}) == want
+    # not for another launcher (srun would refuse ssh's options), nor over the user's own
+    for placement, env in [
+        (_hosts.Placement("hosts", "fork"), {}),
+        (_hosts.Placement("hosts", "rsh"), {}),
+        (hosts, SLURM),
+        (hosts, {"HYDRA_LAUNCHER": "fork"}),
+        (hosts, {"HYDRA_LAUNCHER_EXTRA_ARGS": "-o ConnectTimeout=300"}),
+    ]:
+        assert _hosts.launcher_env(placement, env) == {}, (placement, env)
+
+
+def test_a_host_that_lets_ssh_time_out_is_named() -> None:
+    lines = [
+        "Connection timed out during banner exchange",
+        "Connection to 10.255.255.1 port 22 timed out",
+        "[mpiexec@vm] ui_cmd_cb (pmiserv_pmci.c:51): Launch proxy failed.",
+    ]
+    line = _hosts.unreachable_host(lines)
+    assert line == (
+        "mpiexec cannot reach host 10.255.255.1 (no answer from its ssh within "
+        f"{_hosts.SSH_CONNECT_TIMEOUT_S} s); fix that host in the host file or check it is up "
+        "and accepts ssh without a password"
+    )
+
+
 def test_a_lost_ssh_line_still_names_the_host_that_does_not_resolve(tmp_path: Path) -> None:
     # hydra may end ssh before it prints: only "Launch proxy failed" reaches us
     proxy = ["[mpiexec@vm] ui_cmd_cb (pmiserv_pmci.c:51): Launch proxy failed."]
