@@ -147,14 +147,24 @@ def default_ranks(env: Mapping[str, str]) -> int:
     return slurm_tasks(env) or 1
 
 
-def check_allocation(ranks: int, env: Mapping[str, str], *, what: str = "--ranks") -> None:
-    """Refuse more ranks than the Slurm allocation has tasks (one line, before a start)."""
+def check_allocation(
+    ranks: int, env: Mapping[str, str], *, what: str = "--ranks", recorded: bool = False
+) -> None:
+    """Refuse more ranks than the Slurm allocation has tasks (one line, before a start).
+    ``recorded``: the ranks are a trace's (a replay or resume), not the user's choice."""
     tasks = slurm_tasks(env)
     if tasks is not None and ranks > tasks:
+        job = env.get("SLURM_JOB_ID")
+        ask = f"'salloc -n {ranks}' (or 'sbatch -n {ranks}')"
+        if recorded:
+            raise UsageError(
+                f"the run was recorded on {ranks} ranks, more than the {tasks} task(s) of "
+                f"Slurm job {job}, and replays and resumes run on the recorded ranks: ask "
+                f"for {ranks} with {ask}"
+            )
         raise UsageError(
-            f"{what} {ranks} is more than the {tasks} task(s) of Slurm job "
-            f"{env.get('SLURM_JOB_ID')}; ask for more with 'salloc -n {ranks}' (or "
-            f"'sbatch -n {ranks}'), or use fewer ranks"
+            f"{what} {ranks} is more than the {tasks} task(s) of Slurm job {job}; ask for "
+            f"more with {ask}, or use fewer ranks"
         )
 
 

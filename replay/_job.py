@@ -417,7 +417,7 @@ def launch(
     hosts (``--hostfile``, Slurm).  The job directory only names this process as the
     owner of the job (for :func:`_procs.sweep_stale` and the ranks on this host).
     """
-    check_allocation(ranks, os.environ)
+    check_allocation(ranks, os.environ, recorded=spec.get("kind") in ("replay", "resume"))
     mpiexec = find_mpiexec()
     _procs.sweep_stale()
     with _procs.job_directory() as tmp:

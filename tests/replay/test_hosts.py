@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from replay import _hosts
 from replay._errors import UsageError
 from tests.conftest import mpiexec, run_cli
+from tests.traces import SGDMF_2
 
 WORKER = ["python", "-m", "replay._worker"]
 SLURM = {"SLURM_JOB_ID": "4242", "SLURM_NTASKS": "4", "SLURM_JOB_NODELIST": "node[01-02]"}
@@ -217,6 +218,22 @@ def test_slurm_ranks_beyond_the_allocation_refused_before_a_start(cli, tmp_path:
     res = cli("run", "sgdmf", "--ranks", "8", "--no-trace", env=SLURM, cwd=tmp_path)
     assert res.returncode == 2 and res.stderr.count("\n") == 1, res.stderr
     assert "--ranks 8 is more than the 4 task(s) of Slurm job 4242" in res.stderr
+
+
+@pytest.mark.mpi
+def test_a_replay_beyond_the_allocation_names_the_recorded_ranks(
+    cli, trace_library, tmp_path: Path
+) -> None:
+    """A replay runs on the ranks its trace records: the user passed no --ranks, so the
+    refusal must not tell them to use fewer."""
+    trace = trace_library.copy(tmp_path, *SGDMF_2)
+    res = cli("cluster", str(trace), env={**SLURM, "SLURM_NTASKS": "1"}, cwd=tmp_path)
+    assert res.returncode == 2, (res.stdout, res.stderr)
+    assert res.stderr == (
+        "replay: error: the run was recorded on 2 ranks, more than the 1 task(s) of Slurm "
+        "job 4242, and replays and resumes run on the recorded ranks: ask for 2 with "
+        "'salloc -n 2' (or 'sbatch -n 2')\n"
+    )
 
 
 @pytest.mark.mpi
