@@ -77,9 +77,11 @@ def user_error_types() -> tuple[type[BaseException], ...]:
 def describe(exc: BaseException) -> tuple[str, int]:
     """One line for an exception, and the exit status it deserves (never raises)."""
     try:
-        return _describe(exc)
+        message, status = _describe(exc)
     except Exception:  # noqa: BLE001 - describing must not fail
-        return f"internal error: {type(exc).__name__}: {exc}", 70
+        message, status = f"internal error: {type(exc).__name__}: {exc}", 70
+    # a user's parser or body may raise a message of several lines: the CLI says one
+    return " ".join(ln.strip() for ln in message.splitlines() if ln.strip()), status
 
 
 def _describe(exc: BaseException) -> tuple[str, int]:
