@@ -259,6 +259,32 @@ def exec_failure(err_lines: list[str], env: Mapping[str, str] | None = None) -> 
     return None
 
 
+#: hydra's own lines: ``[mpiexec@HOST] FUNCTION (FILE:LINE): WHAT``.
+_HYDRA_LINE = re.compile(r"^\[mpiexec@[^\]]*\] \S+ \([^)]*\): (?P<what>.+)$")
+_UNKNOWN_LAUNCHER = re.compile(r"unrecognized launcher: (?P<name>\S+)")
+
+
+def launcher_failure(err_lines: list[str]) -> str | None:
+    """One line for a launcher that hydra does not have, or that could not start the
+    ranks (outside its scheduler's job, say); None when no line says so.  Without it the
+    job read as 'a rank died after 0.0 s'."""
+    for line in err_lines:
+        m = _UNKNOWN_LAUNCHER.search(line)
+        if m is not None:
+            return (
+                f"this mpiexec has no launcher {m.group('name')} (its hydra was built "
+                "without it; 'mpiexec -h' lists those it has); choose another --launcher"
+            )
+    if any("launcher cannot launch processes" in line for line in err_lines):
+        first = next((m for ln in err_lines if (m := _HYDRA_LINE.search(ln))), None)
+        why = first.group("what").strip() if first is not None else "no reason given"
+        return (
+            f"mpiexec's launcher could not start the ranks ({why}); check --launcher, and "
+            "run inside that scheduler's job if it needs one"
+        )
+    return None
+
+
 def unreachable_host(
     err_lines: list[str], hostfile: str | None = None, env: Mapping[str, str] | None = None
 ) -> str | None:
@@ -268,7 +294,7 @@ def unreachable_host(
     ``hostfile`` (the job's ``--hostfile``) lets a bare "Launch proxy failed" name a host
     whose name does not resolve.
     """
-    missing = exec_failure(err_lines, env)
+    missing = exec_failure(err_lines, env) or launcher_failure(err_lines)
     if missing is not None:
         return missing
     for line in err_lines:
@@ -337,6 +363,7 @@ __all__ = [
     "in_slurm",
     "launcher_cannot_run",
     "launcher_env",
+    "launcher_failure",
     "mpiexec_command",
     "placed",
     "set_placement",

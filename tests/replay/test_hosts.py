@@ -152,6 +152,29 @@ def test_a_host_that_lets_ssh_time_out_is_named() -> None:
     )
 
 
+@given(name=st.from_regex(r"[a-z]{2,10}", fullmatch=True))
+def test_a_launcher_hydra_lacks_or_cannot_use_is_named_not_a_dead_rank(name: str) -> None:
+    """hydra knows only the launchers it was built with (this mpich wheel has no pbs or
+    cobalt), and an external launcher fails outside its scheduler's job: neither is a
+    rank that died, as the job's message used to say."""
+    where = "[mpiexec@vm] HYDT_bsci_init (lib/tools/bootstrap/src/bsci_init.c:156)"
+    unknown = [
+        f"{where}: unrecognized launcher: {name}",
+        "[mpiexec@vm] main (mpiexec.c:75): unable to initialize the bootstrap server",
+    ]
+    said = _hosts.unreachable_host(unknown)
+    assert said is not None and said.startswith(f"this mpiexec has no launcher {name} (")
+    ll = [
+        "[mpiexec@vm] HYDTI_bscd_ll_query_node_count (ll_query_node_list.c:61): No LL nodefile"
+        " found",
+        "[mpiexec@vm] HYD_pmci_launch_procs (pmiserv_pmci.c:121): launcher cannot launch processes",
+    ]
+    assert _hosts.unreachable_host(ll) == (
+        "mpiexec's launcher could not start the ranks (No LL nodefile found); check "
+        "--launcher, and run inside that scheduler's job if it needs one"
+    )
+
+
 def test_a_lost_ssh_line_still_names_the_host_that_does_not_resolve(tmp_path: Path) -> None:
     # hydra may end ssh before it prints: only "Launch proxy failed" reaches us
     proxy = ["[mpiexec@vm] ui_cmd_cb (pmiserv_pmci.c:51): Launch proxy failed."]
