@@ -333,7 +333,7 @@ class DriverStepsDivergedError(DriverDivergenceError):
     each driver operation that all ranks are at the same one, before any other message,
     so a divergent driver stops there instead of waiting forever; raised on every rank."""
 
-    def __init__(self, steps: list[str], verb: str = "at") -> None:
+    def __init__(self, steps: list[str], verb: str = "at", why: str | None = None) -> None:
         self.name, self.iteration, self.values = "", -1, []
         self.steps = steps
         groups: dict[str, list[int]] = {}
@@ -348,9 +348,10 @@ class DriverStepsDivergedError(DriverDivergenceError):
             if verb == "at"
             else "compute the same values from the same data"
         )
+        why = why or (
+            "a loop count, branch, range or value taken from one rank's Python state, "
+            "outside DDS, breaks this"
+        )
         RuntimeError.__init__(
-            self,
-            f"the driver diverged between MPI ranks: {shown}; every rank must {rule} (a "
-            "loop count, branch, range or value taken from one rank's Python state, outside "
-            "DDS, breaks this)",
+            self, f"the driver diverged between MPI ranks: {shown}; every rank must {rule} ({why})"
         )

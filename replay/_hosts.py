@@ -147,14 +147,24 @@ def default_ranks(env: Mapping[str, str]) -> int:
     return slurm_tasks(env) or 1
 
 
-def check_allocation(ranks: int, env: Mapping[str, str], *, what: str = "--ranks") -> None:
-    """Refuse more ranks than the Slurm allocation has tasks (one line, before a start)."""
+def check_allocation(
+    ranks: int, env: Mapping[str, str], *, what: str = "--ranks", recorded: bool = False
+) -> None:
+    """Refuse more ranks than the Slurm allocation has tasks (one line, before a start).
+    ``recorded``: the ranks are a trace's (a replay or resume), not the user's choice."""
     tasks = slurm_tasks(env)
     if tasks is not None and ranks > tasks:
+        job = env.get("SLURM_JOB_ID")
+        ask = f"'salloc -n {ranks}' (or 'sbatch -n {ranks}')"
+        if recorded:
+            raise UsageError(
+                f"the run was recorded on {ranks} ranks, more than the {tasks} task(s) of "
+                f"Slurm job {job}, and replays and resumes run on the recorded ranks: ask "
+                f"for {ranks} with {ask}"
+            )
         raise UsageError(
-            f"{what} {ranks} is more than the {tasks} task(s) of Slurm job "
-            f"{env.get('SLURM_JOB_ID')}; ask for more with 'salloc -n {ranks}' (or "
-            f"'sbatch -n {ranks}'), or use fewer ranks"
+            f"{what} {ranks} is more than the {tasks} task(s) of Slurm job {job}; ask for "
+            f"more with {ask}, or use fewer ranks"
         )
 
 
@@ -183,21 +193,115 @@ def mpiexec_command(
     return [*cmd, "-n", str(ranks), *argv]
 
 
-#: What hydra's ssh launcher prints when it cannot reach a host.
+#: Seconds ssh may take to connect to a host and exchange banners before hydra gives up
+#: on it.  ssh's own default waits for the kernel's TCP timeout (two minutes and more) on
+#: a host whose packets are dropped, and for ever on one that accepts and says nothing;
+#: 30 s leaves room for a slow login node or a jump host.
+SSH_CONNECT_TIMEOUT_S = 30
+
+
+def launcher_env(placement: Placement, env: Mapping[str, str]) -> dict[str, str]:
+    """What mpiexec's environment gains for ``placement``: with the ssh launcher, a
+    connect timeout (:data:`SSH_CONNECT_TIMEOUT_S`), unless the user passes ssh options
+    to hydra already (``HYDRA_LAUNCHER_EXTRA_ARGS``)."""
+    launcher = (
+        placement.launcher or env.get("HYDRA_LAUNCHER") or ("slurm" if in_slurm(env) else "ssh")
+    )
+    if launcher != "ssh" or "HYDRA_LAUNCHER_EXTRA_ARGS" in env:
+        return {}
+    return {"HYDRA_LAUNCHER_EXTRA_ARGS": f"-o ConnectTimeout={SSH_CONNECT_TIMEOUT_S:d}"}
+
+
+#: What hydra's ssh launcher prints when it cannot reach a host (the last: a host that
+#: let ssh wait past its ``ConnectTimeout``).
 _SSH_FAILURE = re.compile(
     r"ssh: (?:Could not resolve hostname (?P<name>\S+?):|connect to host (?P<host>\S+) port "
-    r"\d+:)\s*(?P<why>.*)"
+    r"\d+:)\s*(?P<why>.*)|^Connection to (?P<slow>\S+) port \d+ (?P<late>timed out)"
 )
 
 
-def unreachable_host(err_lines: list[str], hostfile: str | None = None) -> str | None:
-    """One line naming the host mpiexec could not start a rank on (None: no such line).
+#: What hydra prints when it cannot execute a program: its launcher (``[mpiexec@host]``:
+#: ``srun``, ``rsh``, ...; hydra then waits for ever) or the ranks' Python on a host
+#: (``[proxy:N@host]``).
+_EXEC_FAILURE = re.compile(
+    r"^\[(?P<who>mpiexec|proxy:[^@\]]*)@(?P<host>[^\]]*)\].*execvp error on file "
+    r"(?P<file>\S+) \((?P<why>[^)]*)\)"
+)
+
+
+def launcher_cannot_run(line: str) -> bool:
+    """Whether ``line`` is mpiexec saying it cannot execute its launcher, after which
+    it waits for ever (hydra 4-5): the job must be ended, not waited for."""
+    m = _EXEC_FAILURE.search(line)
+    return m is not None and m.group("who") == "mpiexec"
+
+
+def exec_failure(err_lines: list[str], env: Mapping[str, str] | None = None) -> str | None:
+    """One line naming the program mpiexec could not execute (None: no such line)."""
+    for line in err_lines:
+        m = _EXEC_FAILURE.search(line)
+        if m is None:
+            continue
+        file, why = m.group("file"), m.group("why")
+        if m.group("who") != "mpiexec":  # a host's proxy could not start a rank
+            return (
+                f"host {m.group('host')} cannot run {file} ({why}); every host needs the "
+                "same Python environment at the same path (docs/cluster.md)"
+            )
+        if file == "srun" and in_slurm(os.environ if env is None else env):
+            hint = (
+                "SLURM_JOB_ID is set but srun is not on PATH: run inside the allocation, "
+                "or pass --launcher (fork on this host only, ssh across hosts)"
+            )
+        else:
+            hint = "install it or add it to PATH, or choose another --launcher"
+        return f"mpiexec cannot run its launcher {file} ({why}); {hint}"
+    return None
+
+
+#: hydra's own lines: ``[mpiexec@HOST] FUNCTION (FILE:LINE): WHAT``.
+_HYDRA_LINE = re.compile(r"^\[mpiexec@[^\]]*\] \S+ \([^)]*\): (?P<what>.+)$")
+_UNKNOWN_LAUNCHER = re.compile(r"unrecognized launcher: (?P<name>\S+)")
+
+
+def launcher_failure(err_lines: list[str]) -> str | None:
+    """One line for a launcher that hydra does not have, or that could not start the
+    ranks (outside its scheduler's job, say); None when no line says so.  Without it the
+    job read as 'a rank died after 0.0 s'."""
+    for line in err_lines:
+        m = _UNKNOWN_LAUNCHER.search(line)
+        if m is not None:
+            return (
+                f"this mpiexec has no launcher {m.group('name')} (its hydra was built "
+                "without it; 'mpiexec -h' lists those it has); choose another --launcher"
+            )
+    if any("launcher cannot launch processes" in line for line in err_lines):
+        first = next((m for ln in err_lines if (m := _HYDRA_LINE.search(ln))), None)
+        why = first.group("what").strip() if first is not None else "no reason given"
+        return (
+            f"mpiexec's launcher could not start the ranks ({why}); check --launcher, and "
+            "run inside that scheduler's job if it needs one"
+        )
+    return None
+
+
+def unreachable_host(
+    err_lines: list[str], hostfile: str | None = None, env: Mapping[str, str] | None = None
+) -> str | None:
+    """One line naming the host mpiexec could not start a rank on, or the program it
+    could not execute to do so (None: no such line).
 
     ``hostfile`` (the job's ``--hostfile``) lets a bare "Launch proxy failed" name a host
     whose name does not resolve.
     """
+    missing = exec_failure(err_lines, env) or launcher_failure(err_lines)
+    if missing is not None:
+        return missing
     for line in err_lines:
         m = _SSH_FAILURE.search(line)
+        if m is not None and m.group("slow"):
+            why = f"no answer from its ssh within {SSH_CONNECT_TIMEOUT_S} s"
+            return _cannot_reach(m.group("slow"), why)
         if m is not None:
             host = m.group("name") or m.group("host")
             return _cannot_reach(host, m.group("why").strip().rstrip(".") or "unreachable")
@@ -255,7 +359,11 @@ __all__ = [
     "check_hostfile",
     "current_placement",
     "default_ranks",
+    "exec_failure",
     "in_slurm",
+    "launcher_cannot_run",
+    "launcher_env",
+    "launcher_failure",
     "mpiexec_command",
     "placed",
     "set_placement",

@@ -32,7 +32,14 @@ from . import _environment, _procs, _traceio, _wire
 from ._apps import all_params, parse_params, resolve
 from ._chaosctl import ChaosController
 from ._errors import LaunchError, ReplayError, UsageError
-from ._hosts import check_allocation, current_placement, mpiexec_command, unreachable_host
+from ._hosts import (
+    check_allocation,
+    current_placement,
+    launcher_cannot_run,
+    launcher_env,
+    mpiexec_command,
+    unreachable_host,
+)
 from ._model import converged, result_json, saving
 from ._progress import phases_to
 
@@ -70,9 +77,11 @@ def user_error_types() -> tuple[type[BaseException], ...]:
 def describe(exc: BaseException) -> tuple[str, int]:
     """One line for an exception, and the exit status it deserves (never raises)."""
     try:
-        return _describe(exc)
+        message, status = _describe(exc)
     except Exception:  # noqa: BLE001 - describing must not fail
-        return f"internal error: {type(exc).__name__}: {exc}", 70
+        message, status = f"internal error: {type(exc).__name__}: {exc}", 70
+    # a user's parser or body may raise a message of several lines: the CLI says one
+    return " ".join(ln.strip() for ln in message.splitlines() if ln.strip()), status
 
 
 def _describe(exc: BaseException) -> tuple[str, int]:
@@ -410,7 +419,7 @@ def launch(
     hosts (``--hostfile``, Slurm).  The job directory only names this process as the
     owner of the job (for :func:`_procs.sweep_stale` and the ranks on this host).
     """
-    check_allocation(ranks, os.environ)
+    check_allocation(ranks, os.environ, recorded=spec.get("kind") in ("replay", "resume"))
     mpiexec = find_mpiexec()
     _procs.sweep_stale()
     with _procs.job_directory() as tmp:
@@ -421,7 +430,10 @@ def launch(
             mpiexec, ranks, [sys.executable, "-m", "replay._worker"], current_placement()
         )
         env = dict(
-            os.environ, PYTHONUNBUFFERED="1", **_environment.worker_env(spec.get("hash_seed"))
+            os.environ,
+            PYTHONUNBUFFERED="1",
+            **_environment.worker_env(spec.get("hash_seed")),
+            **launcher_env(current_placement(), os.environ),
         )
         # mpiexec keeps the read ends of its own output pipes open: if this process is
         # SIGKILLed, its writes then never fail with EPIPE (which made it tear the job
@@ -487,6 +499,9 @@ def launch(
                     print(line, file=sys.stderr, flush=True)
                 else:
                     err_lines.append(line)
+                    if launcher_cannot_run(line):  # hydra would wait for ever
+                        with contextlib.suppress(ProcessLookupError, PermissionError):
+                            os.killpg(proc.pid, signal.SIGKILL)
 
         threads = [
             threading.Thread(target=pump_out, daemon=True),

@@ -106,11 +106,12 @@ def main(argv: list[str]) -> int:
         from mpi4py import MPI
 
         import engine
+        from tracer import TraceWriteError
 
         from . import _wire
         from ._dualjob import dual_here
         from ._job import describe, run_here
-        from ._procs import shm_segments
+        from ._procs import on_this_host, shm_segments
         from ._replay import replay_here
 
     comm = MPI.COMM_WORLD
@@ -165,6 +166,9 @@ def main(argv: list[str]) -> int:
             return EXIT_PEER
         try:
             message, status = describe(exc)
+            if isinstance(exc, TraceWriteError) and not on_this_host(spec.get("parent") or {}):
+                # the trace is written on rank 0's host, not where the user typed the path
+                message = f"rank {rank} on host {hello['host']}: {message}"
             if os.environ.get("REPLAY_DEBUG"):
                 traceback.print_exc()
             _wire.emit(rank, "error", {"rank": rank, "message": message, "status": status})

@@ -49,6 +49,8 @@ def load(
 ) -> dvector:
     """Read a text file into a dvector of records, one per line, through ``parse``.
 
+    A line ends at ``\n``, ``\r\n`` or a lone ``\r``; ``parse`` gets it without its end.
+
     ``parse(line)`` returns the record, or ``None`` to skip the line (a header or a
     comment).  An exception from ``parse`` becomes a :class:`DataFormatError` naming
     the file, the line number and the parser's message.
@@ -87,7 +89,7 @@ def _read_records(
         me, ranks = (0, 1) if part is None else part
         lo, hi = size * me // ranks, size * (me + 1) // ranks
         at = 0
-        for lineno, raw in enumerate(fh, start=1):
+        for lineno, raw in enumerate(_physical_lines(fh), start=1):
             start, at = at, at + len(raw)
             if at > size:
                 raise grew(str(p))
@@ -116,6 +118,25 @@ def _read_records(
     return records, h.hexdigest(), err
 
 
+def _physical_lines(fh: Any) -> Any:
+    """The lines of binary file ``fh`` as an editor counts them, each with its end: a
+    line ends at ``\n``, ``\r\n`` or a lone ``\r`` (Excel for Mac's CSV), as in the
+    apps' own readers (``apps._datasets.text_lines``).  Iterating the file splits at
+    ``\n`` only, so a file of lone ``\r`` endings was one line (its header: SGDMF
+    said the file had no ratings)."""
+    for raw in fh:  # ``\r\n`` never straddles two of these: they end at ``\n``
+        end = 2 if raw.endswith(b"\r\n") else 1 if raw.endswith((b"\n", b"\r")) else 0
+        body, tail = raw[: len(raw) - end], raw[len(raw) - end :]
+        if b"\r" not in body:
+            yield raw  # the usual line: no lone ``\r`` inside
+            continue
+        *lines, last = body.split(b"\r")
+        for line in lines:
+            yield line + b"\r"
+        if last or tail:
+            yield last + tail
+
+
 def _load_shards(sess: Session, p: Path, parse: Callable[[str], Any], name: str | None) -> dvector:
     """``load`` under MPI: each rank parses its share of the lines and sends each record
     to its home rank (one ``alltoall``); the ranks agree on the file and on the first
@@ -135,7 +156,10 @@ def _load_shards(sess: Session, p: Path, parse: Callable[[str], Any], name: str 
         raise InputFileError(f"rank {r}: {message}")
     if len({g[0] for g in got}) > 1:  # each rank's own path: hosts may hold other copies
         raise DriverStepsDivergedError(
-            [f"{what} from {g[3]} #{g[0][:8]}" for g in got], verb="created"
+            [f"{what} from {g[3]} #{g[0][:8]}" for g in got],
+            verb="created",
+            why="the ranks read different bytes: give every host the same copy of the file, "
+            "or a shared file system, and do not change it while a run reads it",
         )
     bad = [g[2] for g in got if g[2] is not None]
     if bad:

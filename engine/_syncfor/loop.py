@@ -175,6 +175,8 @@ class SyncState:
     warned: set[str] = field(default_factory=set)
     replans: int = 0
     wholes: int = 0
+    #: per node, the sharded rows away from home that its minibatches read (from ``sets``)
+    reads: tuple[AccessSets, dict[_DDS, list[np.ndarray]]] | None = None
 
 
 def _whole_params(body: Callable[..., Any], sess: Session, name: str, data: _DDS) -> list[_DDS]:
@@ -331,6 +333,25 @@ def _state(
     if st.layout is None or st.layout.lanes != lanes:
         st.layout = _layout(sess, data, minibatch, per_clock, st.params, st.sets, lanes)
     return st, fresh
+
+
+def _hold_reads(sess: Session, st: SyncState, name: str, minibatch: int, per_clock: int) -> None:
+    """Collective: each node holds the rows of sharded DDS that reconnaissance saw the
+    minibatches it runs read.  Reconnaissance fetched them to the node whose share of
+    minibatches it ran, but minibatch m runs on node ``(m mod P*T*per_clock) //
+    (T*per_clock)``: without this a body that reads another sharded dvector raised
+    ShardMissError on 2 or more nodes (not on 1)."""
+    sets = st.sets
+    if sets is None or not _shard.sharded(sess):
+        return
+    if st.reads is None or st.reads[0] is not sets:
+        cl = sess.cluster
+        ms = np.arange(sets.start, sets.start + sets.n, dtype=np.int64)
+        lanes = cl.threads * int(per_clock)
+        runs_on = (ms % (cl.size * lanes)) // lanes
+        nodes = np.repeat(runs_on, np.diff(sets.r_indptr))
+        st.reads = (sets, _shard.needs_of(sess, nodes, sets.r_ids))
+    _shard.ensure_rows(sess, f"sync_for {name} reads", st.reads[1])
 
 
 def _rerecon(
@@ -618,6 +639,7 @@ def sync_for(
             layout = _whole(sess, st, *again)
         else:
             layout = st.layout
+        _hold_reads(sess, st, name, mb, pc)
         assert layout is not None
         if layout.sets is not None:  # guarded: this attempt may be undone
             _snapshot(snap, layout, cl.local_nodes)

@@ -27,6 +27,7 @@ PROGRAMS: list[list[tuple[str, int]]] = [
     [("own", 1), ("shift", 7), ("write", 3), ("chase", 1), ("map", 5), ("read", 13)],
     [("chase", 1), ("write", 2), ("chase", 1), ("sync", 1), ("iter", 1), ("put", 11)],
     [("write", 5), ("reduce", 1), ("shift", 3), ("write", 1), ("map", 2), ("chase", 1)],
+    [("write", 4), ("lookup", 3), ("write", 2), ("lookup", 3), ("sync", 1), ("lookup", 7)],
 ]
 
 

@@ -6,7 +6,8 @@ holds them, or fetch first: bodies that read their own rows, rows of other homes
 (reconnaissance reads a row its node does not hold), rows chosen by a value another
 body wrote (the plan goes stale and the guard re-plans), writes of object rows (routed,
 left dirty), ``map`` and ``reduce`` whose function reads any row, driver reads, writes
-and iteration, and ``sync_for`` over ``A``.
+and iteration, and ``sync_for`` over ``A`` whose body reads its minibatch or rows of
+other minibatches (which reconnaissance fetched to another node than the one that runs it).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import engine as ap
 N = 20
 M = 6
 
-KINDS = ("own", "shift", "chase", "write", "map", "reduce", "read", "put", "iter", "sync")
+KINDS = ("own", "shift", "chase", "write", "map", "reduce", "read", "put", "iter", "sync", "lookup")
 
 
 def program(steps: list[tuple[str, int]], sharded: bool | None = None) -> dict[str, Any]:
@@ -79,6 +80,13 @@ def program(steps: list[tuple[str, int]], sharded: bool | None = None) -> dict[s
                     W[int(key) % M] = W[int(key) % M] + r[1] * 0.01
 
             ap.sync_for(A, 3, sync_body, name="sync")
+        elif kind == "lookup":
+
+            def lookup_body(batch: ap.Batch, k: int = k) -> None:
+                for key, _ in batch:
+                    W[int(key) % M] = W[int(key) % M] + A[(int(key) * 5 + k) % N][1] * 0.01
+
+            ap.sync_for(A, 3, lookup_body, name=f"lookup{k}")
     return {"A": [list(r) for r in A.gather()], "W": W.gather().tolist(), "seen": seen}
 
 

@@ -10,12 +10,15 @@ those; each is split over 1 to 9 ranks."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine._data.ops import _read_records
+from engine._errors import DataFormatError
 
 #: Pieces a line is built from: digits and commas (a good record), multi-byte UTF-8,
 #: a carriage return, a letter the parser refuses, a byte that is not UTF-8.
@@ -64,3 +67,47 @@ def test_a_changed_byte_changes_the_digest_every_rank_agrees_on(tmp_path: Path) 
     p.write_bytes(b"1,a\n2,b\n3,d\n")
     after = {_read_records(p, parse, (r, 2))[1] for r in range(2)}
     assert len(before) == len(after) == 1 and before != after
+
+
+#: Lines joined by each of the ends an editor knows, mixed in one file.
+ENDS = [b"\n", b"\r\n", b"\r"]
+text_files = st.tuples(
+    st.lists(
+        st.tuples(st.sampled_from([b"", b"1", b"23,\xc3\xa9", b"x", b" "]), st.sampled_from(ENDS))
+    ),
+    st.sampled_from([b"", b"7", b"x"]),
+).map(lambda t: b"".join(a + e for a, e in t[0]) + t[1])
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=text_files, ranks=st.integers(1, 4))
+def test_a_line_ends_where_an_editor_ends_it(tmp_path_factory, data: bytes, ranks: int):
+    """``\n``, ``\r\n`` and a lone ``\r`` each end a line (docs/data.md), on every
+    rank: the records are the editor's lines and a bad line is named by the editor's
+    number.  A file of lone ``\r`` endings used to be one line."""
+    p = Path(tmp_path_factory.mktemp("ends")) / "data.txt"
+    p.write_bytes(data)
+    editor = re.split(r"\r\n|\r|\n", data.decode())
+    if editor[-1] == "":
+        editor.pop()
+    bad = [n for n, line in enumerate(editor, start=1) if "x" in line]
+    shares = [_read_records(p, parse, (r, ranks)) for r in range(ranks)]
+    errors = [err for _, _, err in shares if err is not None]
+    if bad:
+        assert min(errors)[0] == bad[0]
+    else:
+        want = [(int(ln.split(",")[0]), ln) for ln in editor if ln.strip()]
+        assert [rec for recs, _, _ in shares for rec in recs] == want
+
+
+def test_a_bad_line_after_lone_carriage_returns_is_named_by_its_number(tmp_path: Path) -> None:
+    import engine as ap
+
+    p = tmp_path / "mac.csv"
+    p.write_bytes(b"1,a\r2,b\r3x,c\r4,d\r")
+    with pytest.raises(DataFormatError) as info:
+        ap.run(lambda: ap.load(p, parse=parse), nodes=2)
+    assert str(info.value) == f"{p}:3: bad field '3x'"
+    p.write_bytes(b"1,a\r2,b\r3,c\r4,d")
+    got = ap.run(lambda: [r for r in ap.load(p, parse=parse, name="A").gather()], nodes=2)
+    assert got.value == [(1, "1,a"), (2, "2,b"), (3, "3,c"), (4, "4,d")]

@@ -247,6 +247,9 @@ def test_each_rank_loads_its_share_of_a_file(ranks: int, mpi: Batches, tmp_path:
         assert got["bad"].startswith("DataFormatError: "), got["bad"]
         assert f"bad.csv:{mpi_load.BAD_LINE}: could not convert string to float: 'x'" in got["bad"]
         assert got["mine"].startswith("DriverStepsDivergedError"), got["mine"]
+        # the cause is the files, not the driver's Python state
+        assert "the ranks read different bytes" in got["mine"], got["mine"]
+        assert "Python state" not in got["mine"], got["mine"]
         assert got["lost"].startswith("InputFileError: rank 1: input file "), got["lost"]
         assert got["lost"].endswith("lost1.csv' does not exist"), got["lost"]
         for r in range(ranks):  # each rank's own file and its digest

@@ -336,3 +336,45 @@ def test_an_unencoded_password_is_refused_at_parsing(
     assert "percent-encode the user and password" in err, err
     for secret in ("ss:w", "rd%", "pa/ss", "pa%zz", "p@ss"):
         assert secret not in err, err
+
+
+PARSE_RAISES = """
+import engine as ap
+
+
+def parse(line):
+    if "x" in line:
+        raise ValueError(MESSAGE)
+    return int(line)
+
+
+def train(path: str = "data.txt"):
+    A = ap.load(path, parse=parse, name="A")
+    W = ap.dvector(len(A), shape=(1,), name="W")
+
+    def body(j):
+        if A[j] == 3:
+            raise RuntimeError(MESSAGE)
+        W[j] = W[j] + 1.0
+
+    ap.async_for(0, len(A), body, name="b")
+"""
+
+
+@pytest.mark.parametrize(
+    "message", ["bad record:\n  7,x\n  expected an int", "\n\nfirst\r\nsecond\n", "a\u2028b"]
+)
+def test_a_users_message_of_several_lines_is_one_line(message: str, tmp_path: Path) -> None:
+    """A parser's or a loop body's exception may say several lines; the CLI's error is
+    still one line, with every line of the message on it."""
+    prog = tmp_path / "prog.py"
+    prog.write_text(PARSE_RAISES.replace("MESSAGE", repr(message)))
+    words = [w for w in message.split() if w]
+    (tmp_path / "data.txt").write_text("1\n2\nx\n")
+    err = one_line_exit_2(["run", f"{prog}:train", "--no-trace"], "data.txt:3: ", cwd=tmp_path)
+    assert all(w in err for w in words), err
+    (tmp_path / "data.txt").write_text("1\n2\n3\n")
+    res = tcli.invoke(["run", f"{prog}:train", "--no-trace"], cwd=tmp_path)
+    err = res.stderr.strip()
+    assert res.returncode == 1 and len(err.splitlines()) == 1, err
+    assert err.startswith("replay: error: loop body failed: ") and all(w in err for w in words)

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from replay import _hosts
 from replay._errors import UsageError
 from tests.conftest import mpiexec, run_cli
+from tests.traces import SGDMF_2
 
 WORKER = ["python", "-m", "replay._worker"]
 SLURM = {"SLURM_JOB_ID": "4242", "SLURM_NTASKS": "4", "SLURM_JOB_NODELIST": "node[01-02]"}
@@ -118,6 +119,62 @@ def test_an_unreachable_host_is_named() -> None:
     assert _hosts.unreachable_host(["iter 1"]) is None
 
 
+def test_ssh_gets_a_connect_timeout_unless_the_user_set_its_options() -> None:
+    """ssh's own default waits minutes (a dropped packet) or for ever (a host that
+    accepts and stays silent): with ssh as hydra's launcher mpiexec gets a timeout."""
+    want = {"HYDRA_LAUNCHER_EXTRA_ARGS": f"-o ConnectTimeout={_hosts.SSH_CONNECT_TIMEOUT_S}"}
+    hosts = _hosts.Placement("hosts", None)
+    assert _hosts.launcher_env(hosts, {}) == want
+    assert _hosts.launcher_env(_hosts.Placement(None, "ssh"), {}) == want
+    assert _hosts.launcher_env(hosts, {"HYDRA_LAUNCHER": "ssh"}) == want
+    # not for another launcher (srun would refuse ssh's options), nor over the user's own
+    for placement, env in [
+        (_hosts.Placement("hosts", "fork"), {}),
+        (_hosts.Placement("hosts", "rsh"), {}),
+        (hosts, SLURM),
+        (hosts, {"HYDRA_LAUNCHER": "fork"}),
+        (hosts, {"HYDRA_LAUNCHER_EXTRA_ARGS": "-o ConnectTimeout=300"}),
+    ]:
+        assert _hosts.launcher_env(placement, env) == {}, (placement, env)
+
+
+def test_a_host_that_lets_ssh_time_out_is_named() -> None:
+    lines = [
+        "Connection timed out during banner exchange",
+        "Connection to 10.255.255.1 port 22 timed out",
+        "[mpiexec@vm] ui_cmd_cb (pmiserv_pmci.c:51): Launch proxy failed.",
+    ]
+    line = _hosts.unreachable_host(lines)
+    assert line == (
+        "mpiexec cannot reach host 10.255.255.1 (no answer from its ssh within "
+        f"{_hosts.SSH_CONNECT_TIMEOUT_S} s); fix that host in the host file or check it is up "
+        "and accepts ssh without a password"
+    )
+
+
+@given(name=st.from_regex(r"[a-z]{2,10}", fullmatch=True))
+def test_a_launcher_hydra_lacks_or_cannot_use_is_named_not_a_dead_rank(name: str) -> None:
+    """hydra knows only the launchers it was built with (this mpich wheel has no pbs or
+    cobalt), and an external launcher fails outside its scheduler's job: neither is a
+    rank that died, as the job's message used to say."""
+    where = "[mpiexec@vm] HYDT_bsci_init (lib/tools/bootstrap/src/bsci_init.c:156)"
+    unknown = [
+        f"{where}: unrecognized launcher: {name}",
+        "[mpiexec@vm] main (mpiexec.c:75): unable to initialize the bootstrap server",
+    ]
+    said = _hosts.unreachable_host(unknown)
+    assert said is not None and said.startswith(f"this mpiexec has no launcher {name} (")
+    ll = [
+        "[mpiexec@vm] HYDTI_bscd_ll_query_node_count (ll_query_node_list.c:61): No LL nodefile"
+        " found",
+        "[mpiexec@vm] HYD_pmci_launch_procs (pmiserv_pmci.c:121): launcher cannot launch processes",
+    ]
+    assert _hosts.unreachable_host(ll) == (
+        "mpiexec's launcher could not start the ranks (No LL nodefile found); check "
+        "--launcher, and run inside that scheduler's job if it needs one"
+    )
+
+
 def test_a_lost_ssh_line_still_names_the_host_that_does_not_resolve(tmp_path: Path) -> None:
     # hydra may end ssh before it prints: only "Launch proxy failed" reaches us
     proxy = ["[mpiexec@vm] ui_cmd_cb (pmiserv_pmci.c:51): Launch proxy failed."]
@@ -130,6 +187,40 @@ def test_a_lost_ssh_line_still_names_the_host_that_does_not_resolve(tmp_path: Pa
     hosts.write_text("localhost:2\n")
     for hostfile in (str(hosts), str(tmp_path / "gone"), None):
         assert "could not start its proxy" in str(_hosts.unreachable_host(proxy, hostfile))
+
+
+@given(
+    launcher=st.sampled_from(["srun", "rsh", "ssh", "blaunch", "/opt/pbs/bin/pbs_tmrsh"]),
+    host=st.from_regex(r"[a-z][a-z0-9.-]{0,20}", fullmatch=True),
+    why=st.sampled_from(["No such file or directory", "Permission denied"]),
+    slurm=st.booleans(),
+)
+def test_a_launcher_mpiexec_cannot_run_is_named(
+    launcher: str, host: str, why: str, slurm: bool
+) -> None:
+    """hydra prints one execvp line for a launcher it cannot run, then waits for ever:
+    that line must end the job and name the program (a proxy's line names the host)."""
+    env = SLURM if slurm else {}
+    where = "/mpich/src/pm/hydra/lib/utils/launch.c:73"
+    line = (
+        f"[mpiexec@{host}] HYDU_create_process ({where}): execvp error on file {launcher} ({why})"
+    )
+    assert _hosts.launcher_cannot_run(line)
+    after = [line, f"[mpiexec@{host}] ui_cmd_cb (pmiserv_pmci.c:51): Launch proxy failed."]
+    said = _hosts.unreachable_host(after, None, env)
+    assert said is not None and said.startswith(
+        f"mpiexec cannot run its launcher {launcher} ({why}); "
+    )
+    assert ("srun is not on PATH" in said) == (slurm and launcher == "srun")
+    # the ranks' own program missing on a host: hydra ends the job itself; name the host
+    proxy = line.replace("[mpiexec@", "[proxy:0@").replace(launcher, "/venv/bin/python")
+    assert not _hosts.launcher_cannot_run(proxy)
+    said = _hosts.unreachable_host([proxy], None, env)
+    assert said == (
+        f"host {host} cannot run /venv/bin/python ({why}); every host needs the same Python "
+        "environment at the same path (docs/cluster.md)"
+    )
+    assert not _hosts.launcher_cannot_run("iter 1 execvp error on file srun (x)")
 
 
 @pytest.mark.parametrize(
@@ -153,6 +244,22 @@ def test_slurm_ranks_beyond_the_allocation_refused_before_a_start(cli, tmp_path:
 
 
 @pytest.mark.mpi
+def test_a_replay_beyond_the_allocation_names_the_recorded_ranks(
+    cli, trace_library, tmp_path: Path
+) -> None:
+    """A replay runs on the ranks its trace records: the user passed no --ranks, so the
+    refusal must not tell them to use fewer."""
+    trace = trace_library.copy(tmp_path, *SGDMF_2)
+    res = cli("cluster", str(trace), env={**SLURM, "SLURM_NTASKS": "1"}, cwd=tmp_path)
+    assert res.returncode == 2, (res.stdout, res.stderr)
+    assert res.stderr == (
+        "replay: error: the run was recorded on 2 ranks, more than the 1 task(s) of Slurm "
+        "job 4242, and replays and resumes run on the recorded ranks: ask for 2 with "
+        "'salloc -n 2' (or 'sbatch -n 2')\n"
+    )
+
+
+@pytest.mark.mpi
 def test_the_options_reach_mpiexec(tmp_path: Path) -> None:
     """A logging wrapper records the command line of each launch, then runs it."""
     log = tmp_path / "argv.log"
@@ -164,9 +271,20 @@ def test_the_options_reach_mpiexec(tmp_path: Path) -> None:
     env = {"REPLAY_MPIEXEC": str(wrapper), "SLURM_JOB_ID": "7", "SLURM_NTASKS": "2"}
     trace = tmp_path / "t.sqlite"
     params = ["-p", "synthetic=true", "-p", "synthetic_ratings=5000", "-p", "epochs=1"]
-    # inside the "allocation": --ranks defaults to its 2 tasks and hydra gets -launcher slurm
-    # (which cannot start here: the line is what is checked, logged before mpiexec runs)
-    run_cli(["run", "sgdmf", *params, "--trace", str(trace), "--timeout", "2"], env=env)
+    # inside the "allocation": --ranks defaults to its 2 tasks and hydra gets -launcher slurm,
+    # which cannot start here (no srun on PATH): hydra would wait for ever after saying so
+    began = time.monotonic()
+    proc = run_cli(
+        ["run", "sgdmf", *params, "--trace", str(trace), "--timeout", "60"],
+        env={**env, "PATH": str(tmp_path)},
+    )
+    assert time.monotonic() - began < 30, "the job was waited for, not ended"
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.startswith(
+        "replay: error: mpiexec cannot run its launcher srun (No such file or directory); "
+        "SLURM_JOB_ID is set but srun is not on PATH"
+    ), proc.stderr
+    assert not trace.exists()
     assert log.read_text().split("\n")[0].split()[:4] == ["-launcher", "slurm", "-n", "2"]
     log.unlink()
     place = ["--hostfile", str(hosts), "--launcher", "fork"]

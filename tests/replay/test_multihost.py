@@ -123,6 +123,23 @@ def _checkpoint_rows(trace: Path) -> list[_Row]:
         return [_Row(n) for (n,) in db.execute("SELECT node FROM checkpoint")]
 
 
+def test_a_trace_directory_rank_0s_host_cannot_write_names_that_host(hosts: Hosts) -> None:
+    """The trace is written on rank 0's host: a directory that host cannot write is one
+    line naming the rank and the host (not the user's, where the path was typed), and a
+    trace already there still replays."""
+    trace = hosts.traces / "t.sqlite"
+    assert hosts.run("run", *SGDMF, "--ranks", "2", "--trace", str(trace)).returncode == 0
+    readonly = {"TWO_HOSTS_RO0": str(hosts.traces)}
+    new = hosts.traces / "new.sqlite"
+    proc = hosts.run("run", *SGDMF, "--ranks", "2", "--trace", str(new), env=readonly)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.startswith("replay: error: rank 0 on host emulated-host-0: "), proc.stderr
+    assert "readonly" in proc.stderr, proc.stderr
+    assert not new.exists()
+    rep = _json(hosts.run("cluster", str(trace), "--json", "--timeout", "200", env=readonly))
+    assert rep["identical"] and rep["complete"], rep
+
+
 def test_a_dual_test_on_two_hosts_passes(hosts: Hosts) -> None:
     trace = hosts.traces / "dual.sqlite"
     params = SGDMF_SMALL

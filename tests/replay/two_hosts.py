@@ -11,7 +11,8 @@ directory it must not see.  Rank 0 is side 0.
 
 Environment: ``TWO_HOSTS_MPIEXEC`` (the real mpiexec), ``TWO_HOSTS_ROOT`` (holds
 ``side0/`` and ``side1/``, each with ``tmp/`` and ``cwd/``), ``TWO_HOSTS_HIDE0`` and
-``TWO_HOSTS_HIDE1`` (directories each side must not see, separated by ``os.pathsep``).
+``TWO_HOSTS_HIDE1`` (directories each side must not see, separated by ``os.pathsep``),
+``TWO_HOSTS_RO0`` and ``TWO_HOSTS_RO1`` (directories each side sees read-only).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pathlib import Path
 #: The shell script each side runs before the command (``$@``).
 SIDE = """hostname {host} || exit 97
 for d in {hide}; do mount -t tmpfs none "$d" || exit 98; done
+for d in {readonly}; do mount --bind "$d" "$d" && mount -o remount,bind,ro "$d" || exit 96; done
 cd {cwd} || exit 99
 TMPDIR={tmp} exec "$@"
 """
@@ -35,14 +37,15 @@ def side(k: int, cmd: list[str]) -> list[str]:
     tmp.mkdir(parents=True, exist_ok=True)
     cwd.mkdir(parents=True, exist_ok=True)
     hide = [d for d in os.environ.get(f"TWO_HOSTS_HIDE{k}", "").split(os.pathsep) if d]
+    ro = [d for d in os.environ.get(f"TWO_HOSTS_RO{k}", "").split(os.pathsep) if d]
     script = SIDE.format(
         host=f"emulated-host-{k}",
         hide=" ".join(shlex.quote(d) for d in hide) or '""',
+        readonly=" ".join(shlex.quote(d) for d in ro) or '""',
         cwd=shlex.quote(str(cwd)),
         tmp=shlex.quote(str(tmp)),
     )
-    if not hide:
-        script = script.replace('for d in ""; do mount -t tmpfs none "$d" || exit 98; done\n', "")
+    script = "\n".join(ln for ln in script.split("\n") if not ln.startswith('for d in ""'))
     return ["unshare", "-m", "-u", "--propagation", "private", "sh", "-c", script, "sh", *cmd]
 
 
