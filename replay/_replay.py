@@ -272,8 +272,10 @@ def replay_here(
         travel = FastForward(run, start_at(run, tuple(spec["from"])))
     elif run.info.continues is not None:
         travel = FastForward(run, resumed_start(run))
-    if travel is not None:
-        if say is not None and travel.start.op is not None:
+    if travel is not None and say is not None:
+        if travel.start.note is not None:
+            say(travel.start.note)
+        if travel.start.op is not None:
             say(f"starting after the checkpoint at {travel.start.op}#{travel.start.invocation}")
     controller = TraceController(
         run,

@@ -32,7 +32,15 @@ from ._job import _recorder, recorded_modes, recording, run_json
 from ._model import saving
 from ._progress import phases_to
 from ._replay import open_run, recorded_app
-from ._timetravel import FastForward, Start, first_step, program_order
+from ._timetravel import (
+    FastForward,
+    Start,
+    first_step,
+    left_out,
+    passed_over,
+    program_order,
+    restartable,
+)
 
 #: Statuses of a run that ``replay resume`` continues.
 RESUMABLE = ("crashed", "interrupted")
@@ -175,8 +183,16 @@ def resumable(path: str, run_id: str | None) -> tuple[Any, Start]:
             "--no-checkpoints, or it crashed before its first checkpoint was written on "
             "every node); re-run it with 'replay run'"
         )
-    last = cps[-1]
-    return run, Start(last.op, last.invocation, last.step)
+    usable = [c for c in cps if restartable(c)]
+    if not usable:
+        raise UsageError(
+            f"run {short} cannot be resumed: its checkpoints leave out {left_out(cps[-1])}, "
+            "which its loop bodies write, so a resume could not continue it; keep that DDS "
+            "to plain data (numbers, strings, tuples and lists) or re-run it with 'replay run'"
+        )
+    last = usable[-1]
+    note = passed_over(cps[-1], last) if last is not cps[-1] else None
+    return run, Start(last.op, last.invocation, last.step, note)
 
 
 def trace_not_written(info: Any) -> str | None:

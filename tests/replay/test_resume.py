@@ -360,6 +360,40 @@ def test_no_checkpoint_is_refused(tmp_path: Path) -> None:
     assert "has no complete checkpoint to resume from" in err and err.count("\n") == 1
 
 
+@pytest.mark.parametrize("boxed_from", [0, 2])
+def test_a_resume_never_starts_at_a_checkpoint_that_leaves_out_a_written_dds(
+    tmp_path: Path, boxed_from: int
+) -> None:
+    """A DDS of objects that are not plain data is left out of checkpoints; a resume from
+    one of those would continue on its value from before the skipped bodies and finish
+    with another result, exit 0.  It starts at the latest checkpoint that holds every DDS
+    the bodies wrote, and says so; with none, it is refused in one line."""
+    trace = tmp_path / "t.sqlite"
+    args = ["run", f"{HERE / 'tt_apps.py'}:objects", "-p", "plain=false", "-p", "epochs=4"]
+    rc, _, err = cli(*args, "-p", f"boxed_from={boxed_from}", "--checkpoint-every", "1",
+                     "--trace", str(trace))  # fmt: skip
+    assert rc == 0, err
+    run_id = of_run(trace, lambda r: r.info.run_id)
+    con = sqlite3.connect(trace)  # every invocation done: a resume must end where it did
+    con.execute("update run set status = 'interrupted' where run_id = ?", (run_id,))
+    con.commit()
+    con.close()
+    rc, out, err = cli("resume", str(trace), "--json")
+    if boxed_from == 0:
+        assert rc == 2 and err.count("\n") == 1, err
+        assert json.loads(out)["error"]["kind"] == "usage", out
+        assert "cannot be resumed: its checkpoints leave out DDS 'X' (it holds a Box" in err
+        assert [r.status for r in runs_of(trace)] == ["interrupted"]
+        return
+    assert rc == 0, err
+    res = json.loads(out)
+    assert res["resumed_from"] == {"op": "obj", "invocation": 1, "step": 1}, res
+    assert "note: the checkpoint at obj#3 leaves out DDS 'X'" in err, err
+    assert "starting after obj#1" in err, err
+    # the resume re-ran obj#2 and obj#3 and compared them with the run it continues
+    assert res["objectives"] == of_run(trace, lambda r: r.objectives(), run_id), res
+
+
 def test_a_failed_or_running_run_is_refused(tmp_path: Path) -> None:
     trace = tmp_path / "t.sqlite"
     record(trace, "mlr", 1)

@@ -305,6 +305,35 @@ def test_object_dds_checkpointed_if_plain_else_refused(tmp_path: Path) -> None:
     assert set(tracer.open(trace).run().checkpoint_state("obj", 1).rows) == {"Y"}
 
 
+@pytest.mark.parametrize("boxed_from", [0, 2])
+def test_from_never_starts_at_a_checkpoint_that_leaves_out_a_written_dds(
+    tmp_path: Path, boxed_from: int
+) -> None:
+    """A checkpoint without a DDS the bodies wrote (objects that are not plain data) is no
+    state to restart from: the DDS would keep its value from before the skipped bodies.
+    Every ``--from`` starts at the latest checkpoint that holds every written DDS (or at
+    the beginning), says which one it passed over, and is identical."""
+    trace = record(
+        tmp_path / "b.sqlite", f"{TT_APPS}:objects", "-p", "plain=false", "-p", "epochs=5",
+        "-p", f"boxed_from={boxed_from}", "--checkpoint-every", "1",
+    )  # fmt: skip
+    cps = tracer.open(trace).run().checkpoints()
+    assert [bool(c.refused) for c in cps] == [k >= boxed_from for k in range(5)]
+    for target in range(5):
+        rc, out, err = cli("single", str(trace), "--from", f"obj:{target}", "--json")
+        assert rc == 0, err
+        res = json.loads(out)
+        assert res["identical"] and res["complete"], (target, res)
+        usable = [k for k in range(min(target, boxed_from))]
+        want = {"op": "obj", "invocation": usable[-1], "step": usable[-1]} if usable else None
+        assert res["from"] == want, (target, res["from"])
+        passed = target > boxed_from  # a checkpoint after obj#boxed_from-1 was passed over
+        notes = [ln for ln in err.splitlines() if ln.startswith("note: the checkpoint at")]
+        assert len(notes) == int(passed), err
+        if passed:
+            assert f"at obj#{target - 1} leaves out DDS 'X' (it holds a Box object" in notes[0]
+
+
 # ---------------------------------------------------------------- replay --from
 @pytest.mark.parametrize(
     "name,op",
