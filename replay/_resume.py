@@ -26,6 +26,7 @@ import tracer
 
 from . import _environment, _traceio
 from ._apps import recorded_params
+from ._controller import TraceController
 from ._dualctl import same_value
 from ._errors import UsageError
 from ._job import _recorder, recorded_modes, recording, run_json
@@ -46,10 +47,49 @@ from ._timetravel import (
 RESUMABLE = ("crashed", "interrupted")
 
 
+class RedoneOrders(engine.ScheduleSource):
+    """The crashed run's orders for the loop invocations it completed after the checkpoint.
+
+    A resume runs those again, and the run they were part of may have left choices to
+    timing: the lock grants of split task groups, SSP visibility, Hybrid's node mutex,
+    message arrivals.  Run free, a legal but other choice made a digest differ and the
+    resume stopped as DIVERGED, blaming the program (an SSP or multi-threaded hot-row
+    program on 2 ranks failed so every time).  Those invocations follow the recorded
+    choices, as ``replay cluster`` does; every invocation after them runs free.
+    """
+
+    def __init__(self, crashed: Any, after_step: int) -> None:
+        self._orders = TraceController(crashed, single=False)
+        self.digest_kind = crashed.digest_kind()
+        done: dict[tuple[str, int], int] = {}
+        for i in crashed.invocations():
+            done[(i.op, i.invocation)] = done.get((i.op, i.invocation), 0) + 1
+        base = first_step(crashed)
+        order = program_order(crashed)
+        #: the invocations every node of the crashed run completed after the checkpoint
+        self.redone = {
+            point
+            for k, point in enumerate(order)
+            if base + k > after_step and done.get(point, 0) >= crashed.info.ranks
+        }
+
+    def schedule(
+        self,
+        op: str,
+        invocation: int,
+        kind: str,
+        nodes: int,
+        span: tuple[int, int] | None = None,
+    ) -> Any:
+        if (op, invocation) not in self.redone:
+            return None
+        return self._orders.schedule(op, invocation, kind, nodes, span)
+
+
 class ResumeHooks(engine.DebugHooks):
     """A free run that first fast-forwards to a checkpoint of another run.
 
-    No schedule is given (nothing is enforced); the time-travel hooks are answered from
+    Nothing is enforced beyond :class:`RedoneOrders`; the time-travel hooks are answered from
     the crashed run, and every collective value served is recorded into the new run as
     if it had been computed there (the primary recorder writes it once).
     """
@@ -311,6 +351,7 @@ def resume_here(
             progress=say,
             phases=phases,
             hooks=hooks,
+            schedules=RedoneOrders(crashed, start.step),
             **modes,
         )
         if hooks.restored:

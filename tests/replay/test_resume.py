@@ -394,6 +394,42 @@ def test_a_resume_never_starts_at_a_checkpoint_that_leaves_out_a_written_dds(
     assert res["objectives"] == of_run(trace, lambda r: r.objectives(), run_id), res
 
 
+@pytest.mark.parametrize(
+    "app,threads",
+    [("dual_apps.py:hot_rows", 2), ("chaos_apps.py:hybrid_mix", 2), ("chaos_apps.py:mini_mf", 2)],
+)
+def test_a_resume_redoes_completed_invocations_in_their_recorded_orders(
+    tmp_path: Path, app: str, threads: int
+) -> None:
+    """A resume runs again the invocations the crashed run completed after the checkpoint;
+    where that run left choices to timing (lock grants of split groups, Hybrid's node
+    mutex, a plan's placement), a free re-run may choose otherwise and was DIVERGED,
+    blaming the program.  A chaos run draws every such choice, so it stands for any
+    timing: its resume from checkpoint 0 must reproduce all of it, bit for bit."""
+    trace = tmp_path / "t.sqlite"
+    args = ["chaos", f"{HERE / app}", "-p", "epochs=4", "--ranks", "1", "--threads", str(threads)]
+    rc, _, err = cli(*args, "--runs", "1", "--chaos-seed", "5", "--trace", str(trace))
+    assert rc == 0, err
+    run_id = of_run(trace, lambda r: r.info.run_id)
+    assert of_run(trace, lambda r: [c.step for c in r.checkpoints()])[0] == 0
+    con = sqlite3.connect(trace)  # every invocation done: a resume must end where it did
+    con.execute("update run set status = 'interrupted' where run_id = ?", (run_id,))
+    # only the first checkpoint, as the automatic policy leaves a run whose checkpoints
+    # cost more than its invocations: the resume redoes invocations 1 to 3
+    con.execute("delete from checkpoint_block where not (op || invocation) in "
+                "(select op || invocation from checkpoint where step = 0)")  # fmt: skip
+    con.execute("delete from checkpoint where step > 0")
+    con.commit()
+    con.close()
+    reseal(trace)
+    res = resume(trace)
+    assert res["resumed_from"]["step"] == 0, res["resumed_from"]
+    assert res["objectives"] == of_run(trace, lambda r: r.objectives(), run_id)
+    assert [d["digest"] for d in res["digests"]] == of_run(
+        trace, lambda r: [d.digest for d in r.digests()], run_id
+    )
+
+
 def test_a_failed_or_running_run_is_refused(tmp_path: Path) -> None:
     trace = tmp_path / "t.sqlite"
     record(trace, "mlr", 1)
