@@ -81,15 +81,25 @@ def history_cmd(
         return
     out = printer(False)
     out(f"{doc['element']} after each invocation:")
-    for e in doc["history"]:
+    for e, how in zip(doc["history"], doc["changes"], strict=True):
         w = e["writer"]
         who = (
-            "not written"
+            NO_WRITER[how]
             if w is None
             else f"last written by index {w['index']} on node {w['node']}, thread "
             f"{w['thread']}, round {w['round']}"
         )
         out(f"  {e['op']}#{e['invocation']:<4} {_short(e['value'])}  {who}")
+
+
+#: What ``history`` says of an invocation in which no single body wrote the element, by
+#: how its value changed there (``replay._inspect.history``'s ``changes``).
+NO_WRITER = {
+    None: "not written",
+    "relaxed": "changed by the round-end merge of relaxed deltas, not by one body",
+    "aggregated": "changed by the aggregation of the minibatches' deltas, not by one body",
+    "unattributed": "changed, by no single loop body",
+}
 
 
 @click.command("watch")

@@ -334,6 +334,36 @@ def test_from_never_starts_at_a_checkpoint_that_leaves_out_a_written_dds(
             assert f"at obj#{target - 1} leaves out DDS 'X' (it holds a Box object" in notes[0]
 
 
+@pytest.mark.parametrize("element", ["T[1]", "V[0]", "W[1]"])
+def test_history_says_not_written_only_where_the_value_did_not_change(
+    tmp_path: Path, element: str
+) -> None:
+    """No single body writes a relaxed element (merged at round end) or a ``sync_for``
+    row (aggregated): ``history`` said ``not written`` next to a value that changed.  On
+    every line, ``not written`` holds exactly where the value is the one before it, and a
+    change no body made says how it was made."""
+    trace = record(
+        tmp_path / "m.sqlite", f"{TT_APPS}:merged", "--threads", "2", "--checkpoint-every", "1"
+    )
+    rc, out, err = cli("history", str(trace), element)
+    assert rc == 0, err
+    lines = [ln for ln in out.splitlines() if ln.startswith("  ")]
+    rc, js, err = cli("history", str(trace), element, "--json")
+    assert rc == 0, err
+    entries = json.loads(js)["history"]
+    assert len(lines) == len(entries) == 6
+    prev = None
+    for line, e in zip(lines, entries, strict=True):
+        same = prev is not None and e["value"] == prev
+        if e["writer"] is None and prev is not None:
+            assert ("not written" in line) == same, (element, line, prev)
+        if "changed by" in line:
+            kind = {"T": "relaxed deltas", "V": "aggregation of the minibatches"}[element[0]]
+            assert kind in line, line
+        prev = e["value"]
+    assert any("changed by" in ln for ln in lines) == (element != "W[1]"), lines
+
+
 # ---------------------------------------------------------------- replay --from
 @pytest.mark.parametrize(
     "name,op",

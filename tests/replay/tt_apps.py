@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 import engine as ap
 
 
@@ -33,3 +35,26 @@ def objects(epochs: int = 3, plain: bool = True, boxed_from: int = 0) -> None:
 
         ap.async_for(0, 8, body, name="obj")
         ap.log_objective("total", float(ap.reduce(Y, lambda y: float(y.sum()))))
+
+
+def merged(epochs: int = 3, n: int = 24) -> None:
+    """Elements no single body writes: relaxed counts (merged at round end), a
+    ``sync_for`` row (aggregated), next to rows one body writes (``W``)."""
+    data = np.column_stack([np.arange(n) % 4, np.linspace(0.0, 1.0, n)])
+    X = ap.dvector(n, shape=(2,), data=data, name="X")
+    W = ap.dvector(4, shape=(), name="W")
+    T = ap.dvector(4, shape=(), dtype=np.int64, relaxed=True, name="T")
+    V = ap.dvector(1, shape=(2,), name="V")
+
+    def body(j: int) -> None:
+        k = int(X[j][0])
+        T[k] += 1
+        W[k] = W[k] * 0.5 + X[j][1]
+
+    def step(batch: ap.Batch) -> None:
+        V[0] = V[0] + batch.values.mean(axis=0)
+
+    for _ in range(epochs):
+        ap.async_for(0, n, body, name="count")
+        ap.sync_for(X, 4, step, name="mean")
+        ap.log_objective("t", float(T.gather().sum()))
