@@ -316,6 +316,7 @@ def replay_here(
         tee,
         None if say is None else lambda done, total: say(tick_line(done, total, "invocations")),
         skipped=None if travel is None else travel.skipped,
+        travel=travel,
     )
     first_difference = None
     complete = True
@@ -368,6 +369,8 @@ def replay_here(
         ),
         "first_difference": first_difference,
         "checked": {"digests": checker.checked_digests, "objectives": checker.checked_objectives},
+        "served_objectives": checker.served_objectives,
+        "skipped": 0 if travel is None else len(travel.skipped),
         "recorded_status": info.status,
         "reproduced_failure": reproduced,
         "breakpoint_hits": len(hits),

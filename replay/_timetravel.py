@@ -151,6 +151,8 @@ class FastForward:
         #: loop invocations skipped so far (the outcome checker does not expect them)
         self.skipped: set[tuple[str, int]] = set()
         self._count = 0
+        #: the checkpoint has been restored: from here on the program computes everything
+        self.restored = False
 
     def fast_forward(self) -> tuple[str, int] | None:
         if self.start.op is None:
@@ -184,6 +186,7 @@ class FastForward:
                     expected=f"the recorded digest {exp}",
                     actual=f"{got} after restoring it (the checkpoint is damaged)",
                 )
+        self.restored = True
 
     def served_value(self, k: int, kind: str) -> Any:
         if self._values is None:

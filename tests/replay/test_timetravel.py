@@ -381,6 +381,34 @@ def test_single_from_restores_bitwise(traces: dict[str, Path], name: str, op: st
     assert rc == 0 and json.loads(out)["from"] is None  # nothing earlier: from the start
 
 
+@pytest.mark.parametrize("name,op", [("sgd1", "sgd"), ("mlr1", "mlr")])
+def test_a_verdict_from_a_checkpoint_says_what_it_skipped(
+    traces: dict[str, Path], name: str, op: str
+) -> None:
+    """A replay from a checkpoint skips the loop invocations up to it and serves the
+    collective values there, so objectives logged before it come from the trace's own
+    values: they are not counted as checked, and the verdict says how many were not.
+    (With --allow-changed-code an edit that changes only skipped invocations read as
+    ``identical: ... 4 objective value(s) match``.)"""
+    objectives = tracer.open(traces[name]).run().objectives()  # each logged once an epoch
+    total = sum(len(v) for v in objectives.values())
+    for point in range(1, 5):
+        rc, out, err = cli("single", str(traces[name]), "--from", f"{op}:{point}", "--json")
+        assert rc == 0, err
+        res = json.loads(out)
+        start = res["from"]
+        skipped = 0 if start is None else start["step"] + 1
+        assert res.get("skipped", 0) == skipped, (point, res)
+        served = res.get("served_objectives", 0)
+        assert res["checked"]["objectives"] + served == total, (point, res)
+        assert served == (0 if start is None else start["invocation"] * len(objectives)), res
+    rc, out, err = cli("single", str(traces[name]), "--from", f"{op}:4")
+    assert rc == 0, err
+    assert f"identical after the checkpoint at {op}#2: " in out, out
+    served = 2 * len(objectives)
+    assert f"the 3 loop invocation(s) up to it were skipped (the {served} objective value(s)" in out
+
+
 @pytest.mark.mpi
 @pytest.mark.parametrize("name,op", [("sgd2", "sgd"), ("mlr2", "mlr")])
 def test_cluster_from_under_mpiexec(traces: dict[str, Path], name: str, op: str) -> None:
