@@ -409,6 +409,10 @@ def store_verdict(result: dict[str, Any]) -> None:
     }
     if result.get("stop"):
         detail["stop"] = result["stop"]
+    if result.get("from") is not None:  # what it did not compute: the browser says so
+        detail["from"] = result["from"]
+        detail["skipped"] = result.get("skipped", 0)
+        detail["served_objectives"] = result.get("served_objectives", 0)
     with tracer.open_writable(result["trace"]) as trace:
         trace.add_verdict(result["run_id"], result["mode"], result["identical"], detail)
 
