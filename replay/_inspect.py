@@ -161,6 +161,11 @@ def history(
         phases(f"fast-forward to the checkpoint after {start.op}#{start.invocation}")
     entries: list[dict[str, Any]] = []
     writer: dict[tuple[str, int], tuple[Any, int]] = {}
+    #: the element's bytes as each invocation in the range began, and what its bodies were:
+    #: a value that changed with no body as its writer was merged or aggregated
+    before: dict[tuple[str, int], bytes] = {}
+    batches: set[tuple[str, int]] = set()
+    changes: list[str | None] = []
 
     def wrap(op: str, invocation: int, node: int, body: Any) -> Any:
         k = step.get((op, invocation), -1)
@@ -172,11 +177,14 @@ def history(
         if not isinstance(el.index, int) or not -len(d) <= el.index < len(d):
             return body  # reported by ``after``
         slot = np.array([el.index % len(d)], dtype=np.int64)
+        before.setdefault((op, invocation), d.rows(node, slot).tobytes())
 
         def probe(j: Any) -> Any:
-            before = d.rows(node, slot).tobytes()
+            if isinstance(j, engine.Batch):
+                batches.add((op, invocation))
+            was = d.rows(node, slot).tobytes()
             out = body(j)
-            if d.rows(node, slot).tobytes() != before:
+            if d.rows(node, slot).tobytes() != was:
                 writer[(op, invocation)] = (getattr(j, "number", j), node)
             return out
 
@@ -187,6 +195,20 @@ def history(
         _, value = _read_element(el)  # checks the index after the first invocation
         if a <= k <= b:
             w = writer.pop((op, invocation), None)
+            was = before.pop((op, invocation), None)
+            how = None
+            d = find_dds(el.dds)
+            if w is None and was is not None and isinstance(d, engine.dvector):
+                now = d.rows(0, np.array([el.index % len(d)], dtype=np.int64)).tobytes()
+                if now != was:
+                    how = (
+                        "relaxed"
+                        if getattr(d, "_relaxed", False)
+                        else "aggregated"
+                        if (op, invocation) in batches
+                        else "unattributed"
+                    )
+            changes.append(how)
             who = None
             if w is not None:
                 index, node = w
@@ -202,7 +224,7 @@ def history(
 
     ctl = _controller_for(run, start)
     replay_with(ctl, run, app, wrap=wrap, after=after, phases=phases)
-    return {"element": el.text, "history": entries, "from": start.as_json()}
+    return {"element": el.text, "history": entries, "from": start.as_json(), "changes": changes}
 
 
 def _controller_for(run: Any, start: Start) -> TraceController:

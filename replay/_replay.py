@@ -272,8 +272,10 @@ def replay_here(
         travel = FastForward(run, start_at(run, tuple(spec["from"])))
     elif run.info.continues is not None:
         travel = FastForward(run, resumed_start(run))
-    if travel is not None:
-        if say is not None and travel.start.op is not None:
+    if travel is not None and say is not None:
+        if travel.start.note is not None:
+            say(travel.start.note)
+        if travel.start.op is not None:
             say(f"starting after the checkpoint at {travel.start.op}#{travel.start.invocation}")
     controller = TraceController(
         run,
@@ -314,6 +316,7 @@ def replay_here(
         tee,
         None if say is None else lambda done, total: say(tick_line(done, total, "invocations")),
         skipped=None if travel is None else travel.skipped,
+        travel=travel,
     )
     first_difference = None
     complete = True
@@ -366,6 +369,8 @@ def replay_here(
         ),
         "first_difference": first_difference,
         "checked": {"digests": checker.checked_digests, "objectives": checker.checked_objectives},
+        "served_objectives": checker.served_objectives,
+        "skipped": 0 if travel is None else len(travel.skipped),
         "recorded_status": info.status,
         "reproduced_failure": reproduced,
         "breakpoint_hits": len(hits),
@@ -404,6 +409,10 @@ def store_verdict(result: dict[str, Any]) -> None:
     }
     if result.get("stop"):
         detail["stop"] = result["stop"]
+    if result.get("from") is not None:  # what it did not compute: the browser says so
+        detail["from"] = result["from"]
+        detail["skipped"] = result.get("skipped", 0)
+        detail["served_objectives"] = result.get("served_objectives", 0)
     with tracer.open_writable(result["trace"]) as trace:
         trace.add_verdict(result["run_id"], result["mode"], result["identical"], detail)
 

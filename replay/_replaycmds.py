@@ -97,6 +97,9 @@ def _replay_report(
         doc["next"] = nxt
         if "from" in res and res.get("from_asked"):
             doc["from"] = res["from"]
+        if res.get("from") is not None:  # what a replay from a checkpoint did not compute
+            doc["skipped"] = res.get("skipped", 0)
+            doc["served_objectives"] = res.get("served_objectives", 0)
         if doc["out_trace"]:
             doc["out_trace"] = tracer.describe(doc["out_trace"])  # never the password
         echo_json(doc)
@@ -105,6 +108,15 @@ def _replay_report(
         c = res["checked"]
         if stopped:
             say("stopped by the user (no verdict stored)")
+        elif res["identical"] and res.get("from") is not None:
+            cp = res["from"]
+            say(
+                f"{_identical_head(res)} after the checkpoint at {cp['op']}#{cp['invocation']}: "
+                f"{c['digests']} digest(s) and {c['objectives']} objective value(s) match the "
+                f"trace; the {res.get('skipped', 0)} loop invocation(s) up to it were skipped "
+                f"(the {res.get('served_objectives', 0)} objective value(s) logged there were "
+                f"computed from values the trace served) ({res['wall_s']:.2f} s)"
+            )
         elif res["identical"]:
             say(
                 f"{_identical_head(res)}: {c['digests']} digest(s) and {c['objectives']} "

@@ -26,22 +26,70 @@ import tracer
 
 from . import _environment, _traceio
 from ._apps import recorded_params
+from ._controller import TraceController
 from ._dualctl import same_value
 from ._errors import UsageError
 from ._job import _recorder, recorded_modes, recording, run_json
 from ._model import saving
 from ._progress import phases_to
 from ._replay import open_run, recorded_app
-from ._timetravel import FastForward, Start, first_step, program_order
+from ._timetravel import (
+    FastForward,
+    Start,
+    first_step,
+    left_out,
+    passed_over,
+    program_order,
+    restartable,
+)
 
 #: Statuses of a run that ``replay resume`` continues.
 RESUMABLE = ("crashed", "interrupted")
 
 
+class RedoneOrders(engine.ScheduleSource):
+    """The crashed run's orders for the loop invocations it completed after the checkpoint.
+
+    A resume runs those again, and the run they were part of may have left choices to
+    timing: the lock grants of split task groups, SSP visibility, Hybrid's node mutex,
+    message arrivals.  Run free, a legal but other choice made a digest differ and the
+    resume stopped as DIVERGED, blaming the program (an SSP or multi-threaded hot-row
+    program on 2 ranks failed so every time).  Those invocations follow the recorded
+    choices, as ``replay cluster`` does; every invocation after them runs free.
+    """
+
+    def __init__(self, crashed: Any, after_step: int) -> None:
+        self._orders = TraceController(crashed, single=False)
+        self.digest_kind = crashed.digest_kind()
+        done: dict[tuple[str, int], int] = {}
+        for i in crashed.invocations():
+            done[(i.op, i.invocation)] = done.get((i.op, i.invocation), 0) + 1
+        base = first_step(crashed)
+        order = program_order(crashed)
+        #: the invocations every node of the crashed run completed after the checkpoint
+        self.redone = {
+            point
+            for k, point in enumerate(order)
+            if base + k > after_step and done.get(point, 0) >= crashed.info.ranks
+        }
+
+    def schedule(
+        self,
+        op: str,
+        invocation: int,
+        kind: str,
+        nodes: int,
+        span: tuple[int, int] | None = None,
+    ) -> Any:
+        if (op, invocation) not in self.redone:
+            return None
+        return self._orders.schedule(op, invocation, kind, nodes, span)
+
+
 class ResumeHooks(engine.DebugHooks):
     """A free run that first fast-forwards to a checkpoint of another run.
 
-    No schedule is given (nothing is enforced); the time-travel hooks are answered from
+    Nothing is enforced beyond :class:`RedoneOrders`; the time-travel hooks are answered from
     the crashed run, and every collective value served is recorded into the new run as
     if it had been computed there (the primary recorder writes it once).
     """
@@ -175,8 +223,16 @@ def resumable(path: str, run_id: str | None) -> tuple[Any, Start]:
             "--no-checkpoints, or it crashed before its first checkpoint was written on "
             "every node); re-run it with 'replay run'"
         )
-    last = cps[-1]
-    return run, Start(last.op, last.invocation, last.step)
+    usable = [c for c in cps if restartable(c)]
+    if not usable:
+        raise UsageError(
+            f"run {short} cannot be resumed: its checkpoints leave out {left_out(cps[-1])}, "
+            "which its loop bodies write, so a resume could not continue it; keep that DDS "
+            "to plain data (numbers, strings, tuples and lists) or re-run it with 'replay run'"
+        )
+    last = usable[-1]
+    note = passed_over(cps[-1], last) if last is not cps[-1] else None
+    return run, Start(last.op, last.invocation, last.step, note)
 
 
 def trace_not_written(info: Any) -> str | None:
@@ -295,6 +351,7 @@ def resume_here(
             progress=say,
             phases=phases,
             hooks=hooks,
+            schedules=RedoneOrders(crashed, start.step),
             **modes,
         )
         if hooks.restored:

@@ -66,6 +66,8 @@ def resume_cmd(
         path = trace_arg(trace)
         run, start = resumable(path, run_id)
         info = run.info
+        if start.note is not None:
+            say(start.note)
         _procs.check_shape(info.ranks, info.threads, max_ranks=max_ranks, max_threads=max_threads)
         if save is not None:  # before anything runs: a bad path is one line
             save = check_save(save, info.app, path, params=info.params)

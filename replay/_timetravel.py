@@ -84,14 +84,29 @@ def require_checkpoints(run: Any) -> list[Any]:
     return cps
 
 
+def restartable(cp: Any) -> bool:
+    """Whether a run can restart from checkpoint ``cp``: it holds every DDS a loop body
+    had written.  One it left out (objects that are not plain data) would keep the value
+    it had before the skipped bodies, so a replay from there would report a divergence
+    the program never made, and a resume would quietly finish with another result."""
+    return not cp.refused
+
+
+def left_out(cp: Any) -> str:
+    """The DDS checkpoint ``cp`` leaves out, and why: ``DDS 'B' (it holds a Box ...)``."""
+    return ", ".join(f"DDS {dds!r} ({why})" for dds, why in cp.refused)
+
+
 @dataclass(frozen=True)
 class Start:
     """Where a time-travelling replay starts: after checkpoint ``op``#``invocation``
-    (``step`` among the loop invocations), or at the beginning (``op`` None)."""
+    (``step`` among the loop invocations), or at the beginning (``op`` None).  ``note``
+    says why a later checkpoint before the target was passed over (None: none was)."""
 
     op: str | None
     invocation: int
     step: int
+    note: str | None = None
 
     def as_json(self) -> dict[str, Any] | None:
         if self.op is None:
@@ -100,14 +115,30 @@ class Start:
 
 
 def start_before(run: Any, target_step: int) -> Start:
-    """The latest checkpoint taken before loop invocation ``target_step`` runs."""
-    best = None
+    """The latest checkpoint taken before loop invocation ``target_step`` runs that a run
+    can restart from (:func:`restartable`)."""
+    best = passed = None
     for cp in require_checkpoints(run):
         if cp.step < target_step:
-            best = cp
+            if restartable(cp):
+                best, passed = cp, None
+            else:
+                passed = cp
+    note = passed_over(passed, best) if passed is not None else None
     if best is None:
-        return Start(None, -1, -1)
-    return Start(best.op, best.invocation, best.step)
+        return Start(None, -1, -1, note)
+    return Start(best.op, best.invocation, best.step, note)
+
+
+def passed_over(passed: Any, best: Any) -> str:
+    """The ``note:`` line for starting at checkpoint ``best`` (None: at the beginning)
+    instead of the later checkpoint ``passed``, which is not :func:`restartable`."""
+    where = f"after {best.op}#{best.invocation}" if best is not None else "at the beginning"
+    return (
+        f"note: the checkpoint at {passed.op}#{passed.invocation} leaves out "
+        f"{left_out(passed)}, which loop bodies write, so no run can start there; "
+        f"starting {where}"
+    )
 
 
 class FastForward:
@@ -120,6 +151,8 @@ class FastForward:
         #: loop invocations skipped so far (the outcome checker does not expect them)
         self.skipped: set[tuple[str, int]] = set()
         self._count = 0
+        #: the checkpoint has been restored: from here on the program computes everything
+        self.restored = False
 
     def fast_forward(self) -> tuple[str, int] | None:
         if self.start.op is None:
@@ -153,6 +186,7 @@ class FastForward:
                     expected=f"the recorded digest {exp}",
                     actual=f"{got} after restoring it (the checkpoint is damaged)",
                 )
+        self.restored = True
 
     def served_value(self, k: int, kind: str) -> Any:
         if self._values is None:
@@ -205,9 +239,12 @@ __all__ = [
     "FastForward",
     "Start",
     "first_step",
+    "left_out",
     "parse_point",
+    "passed_over",
     "program_order",
     "require_checkpoints",
+    "restartable",
     "start_before",
     "step_of",
 ]

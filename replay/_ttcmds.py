@@ -80,9 +80,9 @@ def history_cmd(
         return
     out = printer(False)
     out(f"{doc['element']} after each invocation:")
-    for e in doc["history"]:
+    for e, how in zip(doc["history"], doc["changes"], strict=True):
         w = e["writer"]
-        who = "not written" if w is None else _writer(w)
+        who = NO_WRITER[how] if w is None else _writer(w)
         out(f"  {e['op']}#{e['invocation']:<4} {_short(e['value'])}  {who}")
 
 
@@ -91,6 +91,16 @@ def _writer(w: dict[str, Any]) -> str:
     recorded plan does not place the index in (-1) are left out, not printed as -1."""
     where = "".join(f", {k} {w[k]}" for k in ("thread", "round") if w.get(k, -1) >= 0)
     return f"last written by index {w['index']} on node {w['node']}{where}"
+
+
+#: What ``history`` says of an invocation in which no single body wrote the element, by
+#: how its value changed there (``replay._inspect.history``'s ``changes``).
+NO_WRITER = {
+    None: "not written",
+    "relaxed": "changed by the round-end merge of relaxed deltas, not by one body",
+    "aggregated": "changed by the aggregation of the minibatches' deltas, not by one body",
+    "unattributed": "changed, by no single loop body",
+}
 
 
 @click.command("watch")

@@ -91,9 +91,10 @@ _DIGEST = re.compile(r"digest of (.+)")
 
 
 def not_tested(detail: dict[str, Any]) -> str:
-    """What a dual verdict ran exactly instead of as declared ("" if nothing), as the
-    ``replay dual`` line says it: ``relaxed DDS 'claims' tested exact; SSP 'fit' tested
-    as BSP: staleness not covered``."""
+    """What a verdict did not test ("" if nothing), as the command's line says it: a dual
+    verdict's ``relaxed DDS 'claims' tested exact; SSP 'fit' tested as BSP: staleness not
+    covered``, a replay's from a checkpoint ``the 5 loop invocation(s) up to the
+    checkpoint at sgd#4 were skipped``."""
     got = detail.get("not_tested")
     entries = [e for e in got if isinstance(e, dict)] if isinstance(got, list) else []
     relaxed = ", ".join(repr(e.get("name")) for e in entries if e.get("kind") == "relaxed")
@@ -101,6 +102,12 @@ def not_tested(detail: dict[str, Any]) -> str:
     parts = [f"relaxed DDS {relaxed} tested exact"] if relaxed else []
     if ssp:
         parts.append(f"SSP {ssp} tested as BSP: staleness not covered")
+    start = detail.get("from")
+    if isinstance(start, dict) and start.get("op") is not None:
+        parts.append(
+            f"the {detail.get('skipped', '?')} loop invocation(s) up to the checkpoint at "
+            f"{start.get('op')}#{start.get('invocation')} were skipped"
+        )
     return "; ".join(parts)
 
 

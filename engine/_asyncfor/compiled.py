@@ -496,12 +496,25 @@ def host_compile_lock(fn: Any) -> Iterator[None]:
         os.close(fd)
 
 
+def body_cache_dir(fn: Any) -> str:
+    """Where kernel ``fn``'s machine code is cached: a directory per module name.
+
+    numba keys a cached function by its file and name only, but loading it imports the
+    module by the name it was compiled under.  The same file is ``replay_user_<hash>``
+    under ``replay run FILE:FUNC`` and ``train`` when a test imports it, so each loaded
+    the other's entry and stopped with ``does not compile with numba: No module named
+    ...``.  Module names of ``replay`` commands change with the file's content, so this
+    keeps one entry per version of a file those commands ran (a few hundred kB each).
+    """
+    return os.path.join(_cache_dir(), "modules", str(getattr(fn, "__module__", None) or "_"))
+
+
 def compile_body(fn: Any) -> Any:
     """``fn`` as a numba dispatcher (nopython, releases the GIL, cached on disk, see
-    ``_cache_dir``); compiled on first call."""
+    ``body_cache_dir``); compiled on first call."""
     with _CACHE_LOCK:  # numba reads CACHE_DIR when the dispatcher is made
         old = _NB_CONFIG.CACHE_DIR
-        _NB_CONFIG.CACHE_DIR = _cache_dir()
+        _NB_CONFIG.CACHE_DIR = body_cache_dir(fn)
         try:
             return njit(nogil=True, cache=True)(fn)
         except RuntimeError:  # no file to key a cache by (a REPL, exec): compile every run
@@ -633,6 +646,7 @@ __all__ = [
     "S_SLOT",
     "S_WRITE",
     "Rows",
+    "body_cache_dir",
     "compile_body",
     "record_buffers",
     "no_sets",

@@ -190,15 +190,17 @@ def _new_state(
 
 def _placement(plan: Plan, sched: Schedule | None, name: str, inv: int) -> Plan:
     """Where a fresh plan's tasks run: a chaos run draws one of its equally good
-    placements; a replay takes the recorded run's placement when the recorded plan is
-    this one up to placement (otherwise the plan stays, and ``check_plan`` reports the
-    difference); a normal run keeps the planner's."""
+    placements; a replay takes the recorded run's placement when the plan in force there
+    is this one up to placement (otherwise the plan stays, and ``check_plan`` reports the
+    difference); a normal run keeps the planner's.  A replay also plans afresh where the
+    recorded run did not (the first invocation after a checkpoint it fast-forwarded to):
+    that plan takes the recorded placement too, or a chaos run's drawn one failed there."""
     if sched is None:
         return plan
     if sched.chaos is not None:
         where = sched.chaos.placement(name, inv, plan.nodes, plan.threads, len(plan.rounds))
         return placed(plan, *where)
-    if sched.replanned and sched.plan is not None:
+    if sched.plan is not None:
         moved = placement_like(plan, sched.plan)
         if moved is not None:
             return moved

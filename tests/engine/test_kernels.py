@@ -5,9 +5,11 @@ one line."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
+import sys
 import textwrap
 from pathlib import Path
 
@@ -276,6 +278,43 @@ def test_the_cli_reports_a_compile_failure_in_one_line_exit_2(tmp_path: Path, cl
     assert len(lines) == 1, proc.stderr
     assert "kernel 'body'" in lines[0] and "does not compile with numba" in lines[0]
     assert "Traceback" not in proc.stderr
+
+
+def test_a_kernel_file_imported_by_a_test_and_run_by_replay_loads_on_both(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One file, two module names: its own when a test imports it (``replay.testing``,
+    ``engine.run``), ``replay_user_<hash>`` under ``replay run FILE:FUNC``.  numba's disk
+    cache imports a cached kernel's module by the name it was compiled under, so each
+    loaded the other's entry and stopped with ``does not compile with numba: No module
+    named ...``.  Both must run, with the same result; the command is a real process,
+    whose modules are not this one's."""
+    app = tmp_path / "twonames.py"
+    app.write_text(
+        textwrap.dedent(
+            """
+            import engine as ap
+
+            @ap.kernel
+            def body(j, X, c):
+                X[j] = X[j] + c * j
+
+            def train(n: int = 6):
+                X = ap.dvector(n, shape=(), init=ap.init.zeros(), name="X")
+                ap.async_for(0, n, body.bind(X, 0.5), name="body")
+                ap.log_objective("total", float(X.gather().sum()))
+            """
+        )
+    )
+    spec = importlib.util.spec_from_file_location("twonames", app)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "twonames", module)  # imported as a test imports it
+    spec.loader.exec_module(module)
+    assert ap.run(module.train, {}).objectives == {"total": [7.5]}  # compiled and cached
+    proc = run_cli(["run", f"{app}:train", "--no-trace", "--json"], timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["objectives"] == {"total": [7.5]}
 
 
 def _without_numba(tmp_path: Path) -> dict[str, str]:

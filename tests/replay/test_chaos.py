@@ -464,6 +464,27 @@ def test_task_placement_is_drawn_recorded_and_replayed(
         assert rep["identical"], rep
 
 
+@pytest.mark.parametrize("strategy,threads", [("rotation", 1), ("components", 2)])
+def test_a_chaos_run_replays_from_any_checkpoint(
+    tmp_path: Path, strategy: str, threads: int
+) -> None:
+    """After a fast-forward the replay plans afresh at an invocation the recorded run did
+    not plan at; that plan must take the recorded placement, as a plan start's does, or
+    every ``--from`` of a chaos run was DIVERGED on a thread or node it had drawn."""
+    from replay._replay import replay_here
+
+    path = str(tmp_path / "chaos.sqlite")
+    params = {"strategy": strategy}
+    report = chaos.explore(
+        mini_mf, params, runs=3, chaos_seed=2, nodes=3, threads=threads, trace=path
+    )
+    for r in report.runs:  # checkpoint 0 only: sgd#1 is planned afresh, not recorded so
+        spec = {"kind": "replay", "mode": "single", "trace": path, "run_id": r.run_id}
+        rep = replay_here(spec | {"from": ["sgd", 1]})
+        assert rep["identical"], (r.run_id, rep["first_difference"])
+        assert rep["from"] == {"op": "sgd", "invocation": 0, "step": 0}, rep["from"]
+
+
 @settings(max_examples=60, deadline=None)
 @given(data=st.data())
 def test_a_plan_is_recognised_on_any_of_its_placements(data: st.DataObject) -> None:

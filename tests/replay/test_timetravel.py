@@ -305,6 +305,65 @@ def test_object_dds_checkpointed_if_plain_else_refused(tmp_path: Path) -> None:
     assert set(tracer.open(trace).run().checkpoint_state("obj", 1).rows) == {"Y"}
 
 
+@pytest.mark.parametrize("boxed_from", [0, 2])
+def test_from_never_starts_at_a_checkpoint_that_leaves_out_a_written_dds(
+    tmp_path: Path, boxed_from: int
+) -> None:
+    """A checkpoint without a DDS the bodies wrote (objects that are not plain data) is no
+    state to restart from: the DDS would keep its value from before the skipped bodies.
+    Every ``--from`` starts at the latest checkpoint that holds every written DDS (or at
+    the beginning), says which one it passed over, and is identical."""
+    trace = record(
+        tmp_path / "b.sqlite", f"{TT_APPS}:objects", "-p", "plain=false", "-p", "epochs=4",
+        "-p", f"boxed_from={boxed_from}", "--checkpoint-every", "1",
+    )  # fmt: skip
+    cps = tracer.open(trace).run().checkpoints()
+    assert [bool(c.refused) for c in cps] == [k >= boxed_from for k in range(4)]
+    for target in range(4):
+        rc, out, err = cli("single", str(trace), "--from", f"obj:{target}", "--json")
+        assert rc == 0, err
+        res = json.loads(out)
+        assert res["identical"] and res["complete"], (target, res)
+        usable = [k for k in range(min(target, boxed_from))]
+        want = {"op": "obj", "invocation": usable[-1], "step": usable[-1]} if usable else None
+        assert res["from"] == want, (target, res["from"])
+        passed = target > boxed_from  # a checkpoint after obj#boxed_from-1 was passed over
+        notes = [ln for ln in err.splitlines() if ln.startswith("note: the checkpoint at")]
+        assert len(notes) == int(passed), err
+        if passed:
+            assert f"at obj#{target - 1} leaves out DDS 'X' (it holds a Box object" in notes[0]
+
+
+@pytest.mark.parametrize("element", ["T[1]", "V[0]", "W[1]"])
+def test_history_says_not_written_only_where_the_value_did_not_change(
+    tmp_path: Path, element: str
+) -> None:
+    """No single body writes a relaxed element (merged at round end) or a ``sync_for``
+    row (aggregated): ``history`` said ``not written`` next to a value that changed.  On
+    every line, ``not written`` holds exactly where the value is the one before it, and a
+    change no body made says how it was made."""
+    trace = record(
+        tmp_path / "m.sqlite", f"{TT_APPS}:merged", "--threads", "2", "--checkpoint-every", "1"
+    )
+    rc, out, err = cli("history", str(trace), element)
+    assert rc == 0, err
+    lines = [ln for ln in out.splitlines() if ln.startswith("  ")]
+    rc, js, err = cli("history", str(trace), element, "--json")
+    assert rc == 0, err
+    entries = json.loads(js)["history"]
+    assert len(lines) == len(entries) == 6
+    prev = None
+    for line, e in zip(lines, entries, strict=True):
+        same = prev is not None and e["value"] == prev
+        if e["writer"] is None and prev is not None:
+            assert ("not written" in line) == same, (element, line, prev)
+        if "changed by" in line:
+            kind = {"T": "relaxed deltas", "V": "aggregation of the minibatches"}[element[0]]
+            assert kind in line, line
+        prev = e["value"]
+    assert any("changed by" in ln for ln in lines) == (element != "W[1]"), lines
+
+
 # ---------------------------------------------------------------- replay --from
 @pytest.mark.parametrize(
     "name,op",
@@ -320,6 +379,32 @@ def test_single_from_restores_bitwise(traces: dict[str, Path], name: str, op: st
     assert res["checked"]["digests"] == 2 * n_dds  # invocations 3 and 4 only
     rc, out, err = cli("single", str(traces[name]), "--from", f"{op}:0", "--json")
     assert rc == 0 and json.loads(out)["from"] is None  # nothing earlier: from the start
+
+
+def test_a_verdict_from_a_checkpoint_says_what_it_skipped(traces: dict[str, Path]) -> None:
+    """A replay from a checkpoint skips the loop invocations up to it and serves the
+    collective values there, so objectives logged before it come from the trace's own
+    values: they are not counted as checked, and the verdict says how many were not.
+    (With --allow-changed-code an edit that changes only skipped invocations read as
+    ``identical: ... 4 objective value(s) match``.)"""
+    name, op = "mlr1", "mlr"  # one of the module's traces (SGDMF's replays take longer)
+    objectives = tracer.open(traces[name]).run().objectives()  # each logged once an epoch
+    total = sum(len(v) for v in objectives.values())
+    for point in range(1, 5):
+        rc, out, err = cli("single", str(traces[name]), "--from", f"{op}:{point}", "--json")
+        assert rc == 0, err
+        res = json.loads(out)
+        start = res["from"]
+        skipped = 0 if start is None else start["step"] + 1
+        assert res.get("skipped", 0) == skipped, (point, res)
+        served = res.get("served_objectives", 0)
+        assert res["checked"]["objectives"] + served == total, (point, res)
+        assert served == (0 if start is None else start["invocation"] * len(objectives)), res
+    rc, out, err = cli("single", str(traces[name]), "--from", f"{op}:4")
+    assert rc == 0, err
+    assert f"identical after the checkpoint at {op}#2: " in out, out
+    served = 2 * len(objectives)
+    assert f"the 3 loop invocation(s) up to it were skipped (the {served} objective value(s)" in out
 
 
 @pytest.mark.mpi

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 import engine as ap
 
 
@@ -15,16 +17,44 @@ class Box:
         return f"Box({self.v})"
 
 
-def objects(epochs: int = 3, plain: bool = True) -> None:
-    """An object dvector rewritten by every invocation, and a numeric one."""
+def objects(epochs: int = 3, plain: bool = True, boxed_from: int = 0) -> None:
+    """An object dvector rewritten by every invocation, and a numeric one; unless
+    ``plain``, its elements are :class:`Box` objects from invocation ``boxed_from`` on."""
     X = ap.dvector(8, name="X")
     Y = ap.dvector(8, shape=(2,), init=ap.init.zeros(), name="Y")
     for e in range(epochs):
         step = float(e)
 
         def body(j: int) -> None:  # runs within this iteration: noqa B023 below
-            X[j] = (j, step * 0.5, "s", [j, -0.0]) if plain else Box(j)  # noqa: B023
+            if plain or e < boxed_from:  # noqa: B023
+                X[j] = (j, step * 0.5, "s", [j, -0.0])  # noqa: B023
+            else:  # a count kept in the box: its value depends on every earlier write
+                old = X[j]
+                X[j] = Box(j + (old.v if isinstance(old, Box) else 0))
             Y[j] = Y[j] + step  # noqa: B023
 
         ap.async_for(0, 8, body, name="obj")
         ap.log_objective("total", float(ap.reduce(Y, lambda y: float(y.sum()))))
+
+
+def merged(epochs: int = 3, n: int = 24) -> None:
+    """Elements no single body writes: relaxed counts (merged at round end), a
+    ``sync_for`` row (aggregated), next to rows one body writes (``W``)."""
+    data = np.column_stack([np.arange(n) % 4, np.linspace(0.0, 1.0, n)])
+    X = ap.dvector(n, shape=(2,), data=data, name="X")
+    W = ap.dvector(4, shape=(), name="W")
+    T = ap.dvector(4, shape=(), dtype=np.int64, relaxed=True, name="T")
+    V = ap.dvector(1, shape=(2,), name="V")
+
+    def body(j: int) -> None:
+        k = int(X[j][0])
+        T[k] += 1
+        W[k] = W[k] * 0.5 + X[j][1]
+
+    def step(batch: ap.Batch) -> None:
+        V[0] = V[0] + batch.values.mean(axis=0)
+
+    for _ in range(epochs):
+        ap.async_for(0, n, body, name="count")
+        ap.sync_for(X, 4, step, name="mean")
+        ap.log_objective("t", float(T.gather().sum()))

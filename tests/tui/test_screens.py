@@ -597,8 +597,33 @@ def test_a_dual_verdict_shows_what_it_did_not_test(tmp_path: Path) -> None:
     async def script(pilot: Any) -> None:
         await pilot.press("v")
         await wait_text(pilot, "2 verdict(s), 0 failed")
-        text = await wait_text(pilot, "not tested as declared:")
+        text = await wait_text(pilot, "not tested:")
         assert "relaxed DDS 'claims' tested exact" in text.replace("\n", " ")
+
+    drive(BrowserApp([tmp_path]), script, size=(140, 40))
+
+
+def test_a_replay_verdict_from_a_checkpoint_shows_what_it_skipped(tmp_path: Path) -> None:
+    """A replay from a checkpoint passes without running the invocations up to it: its
+    stored verdict must not read as a whole replay's."""
+    from click.testing import CliRunner
+
+    from replay._cli import cli
+
+    app = f"{Path(__file__).parents[1] / 'replay' / 'tt_apps.py'}:objects"
+    trace = tmp_path / "o.sqlite"
+    runner = CliRunner()
+    res = runner.invoke(cli, ["run", app, "--checkpoint-every", "1", "--trace", str(trace)])
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(cli, ["single", str(trace), "--from", "obj:2"])
+    assert res.exit_code == 0, res.output
+
+    async def script(pilot: Any) -> None:
+        await pilot.press("v")
+        await wait_text(pilot, "1 verdict(s), 0 failed")
+        text = await wait_text(pilot, "not tested:")
+        flat = " ".join(text.split())
+        assert "the 2 loop invocation(s) up to the checkpoint at obj#1 were skipped" in flat
 
     drive(BrowserApp([tmp_path]), script, size=(140, 40))
 

@@ -107,7 +107,7 @@ class VerdictsScreen(BrowserScreen):
         parts: list[Text | Table] = [head]
         untested = not_tested(v.detail)
         if untested:  # what a pass does not cover, before anything else
-            parts.append(Text(f"not tested as declared: {untested}", style="bold yellow"))
+            parts.append(Text(f"not tested: {untested}", style="bold yellow"))
         why = explain(v.detail, self.ref.path, self.ref.run_id if self._shared_file() else None)
         shown: set[str] = set()
         if why is not None:
