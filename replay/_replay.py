@@ -90,16 +90,21 @@ def _driver_frame() -> Any:
 
 
 class _Pdb(pdb.Pdb):
-    """pdb that remembers whether the user quit (``q``, EOF), and whose commands'
-    accesses to DDS are the debugger's, not the stopped body's: ``p W[0]`` of a row the
-    body does not read says so instead of counting against the body's plan (which
-    would re-plan the replayed invocation and stop a second time)."""
+    """pdb that remembers whether the user quit (``q``, EOF), and whose accesses to DDS
+    are the debugger's, not the stopped body's: ``p W[0]`` (a command, a ``display``
+    shown at each stop, a breakpoint's condition) of a row the body does not read says
+    so instead of counting against the body's plan, which would re-plan the replayed
+    invocation and stop a second time."""
 
     user_quit = False
 
-    def onecmd(self, line: str) -> bool:
-        with inspecting():  # the body runs again only after the command returns
-            return super().onecmd(line)
+    def interaction(self, frame: Any, traceback: Any) -> None:
+        with inspecting():  # the body runs again only after the prompt returns
+            super().interaction(frame, traceback)
+
+    def break_here(self, frame: Any) -> bool:
+        with inspecting():  # a condition (``b LINE, W[0] > 0``) is the debugger's
+            return bool(super().break_here(frame))
 
     def set_quit(self) -> None:
         self.user_quit = True

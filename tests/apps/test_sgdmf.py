@@ -194,13 +194,14 @@ def test_kernel_record_then_replay_on_the_cluster_and_in_pdb(tmp_path, cli) -> N
     # the body does not read are the debugger's accesses, not the body's: the ones
     # another node writes are not shown, and looking re-plans nothing (one stop)
     looks = "".join(f"p W[{k}][0] * 0\n" for k in range(10))
-    pdb = f"n\nn\nn\np j, u, i, float(r[2])\n{looks}c\n"
+    shown = "".join(f"display W[{k}][0] * 0\n" for k in range(10))  # at every stop
+    pdb = f"n\nn\n{shown}n\np j, u, i, float(r[2])\n{looks}c\n"
     single = run_cli(["single", str(trace), "--break", "sgd:1:7"], input=pdb)
     assert single.returncode == 0, single.stderr
     out = single.stdout + single.stderr
     assert out.count("stopped in sgd#1 index 7") == 1 and "note:" not in out, out
     assert re.search(r"\(Pdb\) \(7, \d+, \d+, [1-5]\.0\)", single.stdout), single.stdout
-    assert 0 < out.count("the debugger does not show it") < 10, out
+    assert out.count("the debugger does not show it") > 0, out
     assert out.count("0.0") >= 1
     assert "identical" in single.stdout
 
