@@ -49,14 +49,22 @@ def _array(name: str, value: Any) -> np.ndarray:
         raise SaveError(f"ap.save: array name {name!r} is not a Python identifier")
     arr = np.asarray(value)
     if arr.dtype == object:
-        if all(isinstance(v, str) for v in arr.ravel().tolist()):
-            return arr.astype(str)
-        raise SaveError(
-            f"ap.save: {name} holds Python objects, which numpy.load could only read with "
-            "allow_pickle=True: pass numbers or strings"
-        )
+        if not all(isinstance(v, str) for v in arr.ravel().tolist()):
+            raise SaveError(
+                f"ap.save: {name} holds Python objects, which numpy.load could only read with "
+                "allow_pickle=True: pass numbers or strings"
+            )
+        arr = arr.astype(str)
     if arr.dtype.kind not in "biufcU":
         raise SaveError(f"ap.save: {name} has dtype {arr.dtype}, not numbers or strings")
+    if arr.dtype.kind == "U" and isinstance(value, list | tuple | np.ndarray):
+        given = np.asarray(value, dtype=object).ravel().tolist()
+        for i, (w, kept) in enumerate(zip(given, arr.ravel().tolist(), strict=True)):
+            if isinstance(w, str) and w != kept:  # numpy drops a string's trailing NULs
+                raise SaveError(
+                    f"ap.save: {name}[{i}] = {w!r} ends with a NUL character, which numpy's "
+                    "string arrays drop; remove it from the name"
+                )
     return arr
 
 
@@ -88,11 +96,14 @@ def _embedding(arrays: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray
 def text_word_problem(word: str) -> str | None:
     """Why ``word`` cannot be a word of the word2vec text format (None: it can).  gensim
     reads a line as the word and the numbers between single spaces, so a word may hold no
-    white space (nor, being a line, a line break), and an empty one reads as none."""
+    white space (nor, being a line, a line break), and an empty one reads as none; numpy's
+    string arrays, which hold the words before they are written, drop trailing NULs."""
     if not word:
         return "is empty"
     if word != "".join(word.split()):
         return "holds white space"
+    if word.endswith("\x00"):
+        return "ends with a NUL character"
     return None
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from gensim.models import KeyedVectors
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import engine as ap
@@ -44,6 +44,8 @@ def _read_back(path: Path) -> list[str]:
 
 @SETTINGS
 @given(words=st.lists(NAMES, min_size=1, max_size=5, unique=True))
+@example(words=["\x00"]).via("a CI run: numpy dropped the NUL after the check passed")
+@example(words=["a\x00b", "\x00c"])
 def test_a_word_is_written_only_if_gensim_reads_it_back(
     tmp_path_factory: pytest.TempPathFactory, words: list[str]
 ) -> None:
@@ -51,10 +53,10 @@ def test_a_word_is_written_only_if_gensim_reads_it_back(
     vec = np.arange(len(words) * 2, dtype=np.float64).reshape(len(words), 2)
     bad = [w for w in words if text_word_problem(w) is not None]
     if bad:
-        with pytest.raises(ap.SaveError, match="save to .npz instead"):
+        with pytest.raises(ap.SaveError, match="save to .npz instead|remove it from the name"):
             write_model(out, {"vectors": vec, "vocab": words})
         assert not out.exists()
-        assert all(w == "" or any(c.isspace() for c in w) for w in bad)
+        assert all(w == "" or w.endswith("\x00") or any(c.isspace() for c in w) for w in bad)
         return
     write_model(out, {"vectors": vec, "vocab": words})
     assert _read_back(out) == words
@@ -87,7 +89,7 @@ def test_transe_refuses_a_name_the_text_format_cannot_hold_before_training(
     if spaced:
         with pytest.raises(UsageError) as err:
             check_save(str(out), "transe", None, params={"data": str(d)})
-        assert f"transe's word {spaced[0]!r} holds white space" in str(err.value)
+        assert f"transe's word {spaced[0]!r} {text_word_problem(spaced[0])}" in str(err.value)
     else:
         check_save(str(out), "transe", None, params={"data": str(d)})
     assert not out.exists()
