@@ -607,17 +607,14 @@ def _kernel_loop(body: Any, n: int) -> Any | None:
 def _loop(body: Any, n: int) -> Any:
     key = (body, n)
     fn = _LOOPS.get(key)
-    if fn is None:
+    if fn is None:  # made outside the lock (a compile); the first one stored wins
+        fn = _kernel_loop(body, n)
+        if fn is None:  # compiled in each process
+            scope: dict[str, Any] = {"body": body}
+            exec(_loop_source(n), scope)  # noqa: S102 - our own template
+            fn = njit(nogil=True)(scope["loop"])
         with _CACHE_LOCK:
-            fn = _LOOPS.get(key)
-        if fn is None:
-            fn = _kernel_loop(body, n)
-            if fn is None:  # compiled in each process
-                scope: dict[str, Any] = {"body": body}
-                exec(_loop_source(n), scope)  # noqa: S102 - our own template
-                fn = njit(nogil=True)(scope["loop"])
-            with _CACHE_LOCK:
-                fn = _LOOPS.setdefault(key, fn)
+            fn = _LOOPS.setdefault(key, fn)
     return fn
 
 

@@ -500,7 +500,7 @@ class Guard:
                 else f"is not in {strict} {'write' if write else 'read'} set"
             )
         desc = dds._desc(dds.key_of(slot))
-        refused = not_seen(desc, write, reason)
+        refused = not_seen(lambda: desc, write, reason)
         if refused is not None:  # a debugger's access, not the body's: count nothing
             raise refused
         v = Violation(

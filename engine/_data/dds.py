@@ -558,7 +558,7 @@ def _absent_write(d: _DDS, i: Any) -> int:
 def _missing(d: _DDS, s: int, write: bool) -> None:
     if GUARD is not None:  # inside an async_for round: the body left its plan
         GUARD.outside(d, s, write, strict="held")
-    refused = not_seen(d._desc(d.key_of(s)), write, "a sharded row this node does not hold")
+    refused = not_seen(lambda: d._desc(d.key_of(s)), write, "a sharded row this node does not hold")
     if refused is not None:
         raise refused
     node = d._sess.current_node
@@ -1645,7 +1645,7 @@ class _CheckedMixin:
         if gid not in (writes if write else reads):
             if GUARD is not None:
                 GUARD.outside(self, s, write, "its reconnaissance")
-            refused = not_seen(self._desc(key), write, "not in its reconnaissance sets")
+            refused = not_seen(lambda: self._desc(key), write, "not in its reconnaissance sets")
             if refused is not None:
                 raise refused
             what = "wrote" if write else "read"

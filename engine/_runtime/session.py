@@ -71,14 +71,15 @@ def inspecting() -> Iterator[None]:
         _tls.inspecting = before
 
 
-def not_seen(desc: str, write: bool, reason: str) -> NotSeenError | None:
+def not_seen(desc: Callable[[], str], write: bool, reason: str) -> NotSeenError | None:
     """The error for a debugger's access outside the stopped body's reach (``reason``
-    says why), or None when no debugger is evaluating on this thread."""
+    says why; ``desc()`` names the element, called only then), or None when no debugger
+    is evaluating on this thread."""
     if not getattr(_tls, "inspecting", False):
         return None
     what = "write" if write else "show"
     return NotSeenError(
-        f"{desc} is not what this body {'writes' if write else 'reads'} here: {reason}; "
+        f"{desc()} is not what this body {'writes' if write else 'reads'} here: {reason}; "
         f"this node's copy may be out of date, so the debugger does not {what} it"
     )
 

@@ -121,7 +121,9 @@ class LaneGuard:
         None when the access is not the guard's business (the caller raises its own)."""
         if dds._id == self.data_id or not dds._numeric:
             return None
-        refused = not_seen(dds._desc(key), write, "not in its minibatch's reconnaissance rows")
+        refused = not_seen(
+            lambda: dds._desc(key), write, "not in its minibatch's reconnaissance rows"
+        )
         if refused is not None:  # a debugger's access, not the body's: count nothing
             return refused
         v = Violation(self.minibatch, self.sink.node, dds._desc(key), write)
