@@ -14,16 +14,16 @@ import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+import tracer
 from engine import OutputPathError
 from engine.lowlevel import SQLITE_SIDECARS, check_output_path, check_writable
-from tracer import special_kind
 
 from ._errors import UsageError
 
 
 def refuse_special(path: str | os.PathLike[str], role: str = "trace") -> None:
     """Raise :class:`UsageError` if ``path`` is a FIFO, socket or device."""
-    kind = special_kind(path)
+    kind = tracer.special_kind(path)
     if kind is not None:
         raise UsageError(f"{os.fspath(path)} is {kind}, not a {role} file; pass a regular file")
 
@@ -105,4 +105,4 @@ def reserve_trace(path: Path, shown: str) -> Callable[[], None]:
     return forget
 
 
-__all__ = ["check_output", "refuse_special", "reserve_trace", "special_kind"]
+__all__ = ["check_output", "refuse_special", "reserve_trace"]

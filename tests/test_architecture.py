@@ -184,3 +184,21 @@ def test_the_sync_for_reference_does_not_use_the_distributed_code() -> None:
     found = [t for _, t in _imports(path) if t.startswith(distributed)]
     assert found == []
     assert "summation_order" not in path.read_text()
+
+
+def test_importing_tracer_loads_no_store_until_one_is_used() -> None:
+    """``tracer`` loads its modules when a name is first used, so an MPI rank that writes
+    no trace (``--no-trace``) does not import SQLAlchemy; every public name still loads."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, tracer\n"
+        "from tracer import TraceWriteError, TracerError\n"
+        "assert 'sqlalchemy' not in sys.modules, 'importing tracer loaded SQLAlchemy'\n"
+        "for name in tracer.__all__:\n"
+        "    getattr(tracer, name)\n"
+        "assert set(tracer.__all__) <= set(dir(tracer))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr

@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 
 from replay._errors import UsageError
-from replay._paths import check_output, special_kind
+from replay._paths import check_output
 from tests.tracer.tracehelp import reseal
 from tests.traces import SGDMF_1
+from tracer import special_kind
 
 #: Seconds a command on a FIFO may take: a regression must fail, not hang (the commands
 #: run in this process: pytest-timeout stops a test blocked opening a FIFO).
