@@ -151,14 +151,30 @@ def watch_cmd(
         out(line)
 
 
+#: How a run that did not finish ended, for "the run ... there".
+_ENDED = {
+    "failed": "failed",
+    "crashed": "crashed",
+    "interrupted": "was interrupted",
+    "running": "is still running; its trace ends",
+}
+
+
 def watch_lines(expression: str, doc: dict[str, Any]) -> list[str]:
     """What ``watch`` prints for its result ``doc``: no claim about an invocation that
     was not evaluated (``unchecked``), and where EXPR could not be evaluated."""
     lines = []
     n, skipped = doc["invocations"], doc["unchecked"]
-    if not doc["found"] and not skipped:
+    status = doc.get("run_status", "finished")
+    if not doc["found"] and not skipped and status == "finished":
         lines.append(
             f"{expression} never holds in this run (checked after each of its {n} invocations)"
+        )
+    elif not doc["found"] and not skipped:
+        lines.append(
+            f"{expression} never holds in the {n} invocation(s) this run recorded (checked "
+            f"after each); the run {_ENDED.get(status, status)} there, so what it would have "
+            "done next was not checked"
         )
     elif not doc["found"]:
         lines.append(

@@ -244,6 +244,9 @@ def watch(
         "checked": BISECTION if unchecked else EVERY_INVOCATION,
         "unchecked": unchecked,
         "invocations": len(order),
+        # a run that did not finish recorded only its first invocations: "never holds"
+        # is then about those, not about what the program would have gone on to do
+        "run_status": run.info.status,
         "not_evaluable": [
             {"op": op, "invocation": inv, "dds": lacking, "in": where}
             for s, (op, inv, lacking, where) in sorted(absent.items())

@@ -268,3 +268,44 @@ def test_a_dds_no_body_writes_is_watched_like_the_written_ones(tmp_path: Path, c
         "replay: error: DDS 'records' holds Python objects, not numeric rows: a watch "
         "expression takes numeric DDS (use 'replay history' for one of its elements)"
     )
+
+
+STOPS = """\
+import engine as ap
+
+
+def train(epochs: int = 4, fail_at: int = 2) -> None:
+    X = ap.dvector(4, shape=(2,), init=ap.init.zeros(), name="X")
+    for e in range(epochs):
+        if e == fail_at:
+            raise RuntimeError("the user's program stops here")
+
+        def add(j: int) -> None:
+            X[j] = X[j] + 1.0
+
+        ap.async_for(0, 4, add, name="add")
+"""
+
+
+def test_a_run_that_did_not_finish_is_not_said_never_to_hold(tmp_path: Path, cli) -> None:
+    """A failed run recorded only its first invocations: "never holds in this run" read as
+    a claim about the whole program; the line now says where the run ended, and --json
+    has ``run_status``."""
+    prog = tmp_path / "stops.py"
+    prog.write_text(STOPS)
+    trace = tmp_path / "t.sqlite"
+    assert cli("run", f"{prog}:train", "--checkpoint-every", "1", "--trace", trace).returncode
+    proc = cli("watch", trace, "X[0][0] > 2", "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert (doc["found"], doc["invocations"], doc["run_status"]) == (False, 2, "failed"), doc
+    proc = cli("watch", trace, "X[0][0] > 2")
+    assert proc.returncode == 0, proc.stderr
+    assert "never holds in this run" not in proc.stdout, proc.stdout
+    assert (
+        "X[0][0] > 2 never holds in the 2 invocation(s) this run recorded (checked after "
+        "each); the run failed there, so what it would have done next was not checked"
+    ) in proc.stdout, proc.stdout
+    # what did hold is still found in the part that was recorded
+    proc = cli("watch", trace, "X[0][0] > 1")
+    assert "X[0][0] > 1 first holds after add#1, index 0 on node 0" in proc.stdout, proc.stdout
