@@ -25,8 +25,9 @@ invocation being measured; nothing is estimated from formulas.
 * ``mem_per_node_p64_over_p1``: what node 0 holds at P = 64 over the same at P = 1, by
   summing buffers (not tracemalloc): its rows of every DDS (numpy bytes; Python-object
   rows by ``sys.getsizeof`` of the object and its fields, and for a sharded dvector the
-  dict and the record of which rows it holds), the reconnaissance sets and the plan's
-  task lists it keeps (every node keeps the whole of both today).  The guard's plan is
+  dict and the record of which rows it holds), the reconnaissance sets it keeps (after
+  the invocation that made a plan, those of its own tasks' bodies: ``NodeSets``) and the
+  plan's task lists (every node keeps the whole plan today).  The guard's plan is
   outside the figure (the issue names DDS, data, sets and plan) but not out of sight:
   ``node0_bytes.guard_plan`` sums node 0's armed codes and the plan's touches (every
   node keeps every node's touches today);
@@ -106,8 +107,8 @@ def _node_bytes(sess: Any, node: int) -> dict[str, int]:
     sets = plan = guard = 0
     for st in sess.ops.values():
         s = getattr(st, "sets", None)
-        if s is not None:
-            sets += s.nbytes()
+        if s is not None:  # after its first invocation a node keeps its own bodies' sets
+            sets += s.nbytes(node) if hasattr(s, "parts") else s.nbytes()
         p = getattr(st, "plan", None)
         if p is not None:
             plan += sum(t.indices.nbytes for rnd in p.rounds for tasks in rnd for t in tasks)

@@ -277,7 +277,7 @@ def _arg(v: Any, k: int, mode: int, code: int, state: np.ndarray, checker: Any) 
     sets = compiled.no_sets()
     start = 0
     if mode == compiled.CHECKED:
-        s = checker.sets
+        s = checker.position_sets()
         sets = (s.r_indptr, s.r_ids, s.w_indptr, s.w_ids)
         start = checker.start
     gm = np.frombuffer(v._gm, dtype=np.uint8) if len(v._gm) else np.zeros(0, dtype=np.uint8)

@@ -67,7 +67,15 @@ from .closure import verify as closure_verify
 from .closure import watch as closure_watch
 from .guard import POLICIES, Guard, GuardPlan, PlanViolation, Violation, install
 from .kernel import BoundKernel, code_of, prepare, python_of, run_group, wrap_body
-from .recon import AccessSets, ReconMissed, concat_sets, recon_range, recon_shares
+from .recon import (
+    AccessSets,
+    NodeSets,
+    ReconMissed,
+    concat_sets,
+    node_sets,
+    recon_range,
+    recon_shares,
+)
 
 
 @dataclass
@@ -81,7 +89,9 @@ class OpState:
     start: int
     stop: int
     code: Any
-    sets: AccessSets | None
+    #: every body's sets until the invocation that made the plan ends; then, outside
+    #: test mode, only what the local nodes' tasks need (:func:`_keep_own_sets`)
+    sets: AccessSets | NodeSets | None
     plan: Plan
     written_dds: list[Any]
     round_orders: list[dict[int, np.ndarray]] | None = None
@@ -213,6 +223,8 @@ def _follow_order(sess: Session, st: OpState, sched: Schedule | None) -> None:
     if sched is None or sched.order is None or st.sets is None:
         return
     cl = sess.cluster
+    # a state kept only its nodes' sets is planned afresh first (see ``async_for``)
+    assert isinstance(st.sets, AccessSets), "an order is planned from every body's sets"
     if sched.serial:
         plan = serial_plan(st.sets, sched.order, cl.size)
     else:
@@ -323,6 +335,8 @@ def async_for(
         or replan == "always"
         or recorded is not None
         or st.requested != strategy
+        # a dual test's serialization order is planned from every body's sets
+        or (sched is not None and sched.order is not None and isinstance(st.sets, NodeSets))
     ):
         st = _new_state(sess, name, inv, body, start, stop, code, strategy, sched)
         made = True
@@ -350,6 +364,7 @@ def async_for(
             st = sess.ops[name] = _replicated(sess, st)
             round_s, _ = _attempt(sess, st, run_body, inv, checked, replan, sched)
         made = True
+    _keep_own_sets(sess, st)
     finish_closure(run_body)
     closure_verify(baseline)
     if made:
@@ -379,6 +394,20 @@ def async_for(
     written = [*st.written_dds, *_relaxed.active(sess)]
     end_invocation(sess, name, inv, written, seconds, bodies=int(sum(per_node)))
     sess.hooks.after_invocation(name, inv)
+
+
+def _keep_own_sets(sess: Session, st: OpState) -> None:
+    """Once an invocation ran its plan and the guard's plan is built, each node keeps
+    the reconnaissance sets of its own tasks' bodies only (issue 35: every body's sets
+    on every node are O(n) per node).  What runs later under this plan looks up only
+    those: checked mode and the lock-split groups look at the bodies a node runs.  What
+    needs every body's sets (a new plan, a dual test's order) runs a reconnaissance
+    again.  Test mode keeps them whole: the dual tests read them after the run."""
+    if sess.test_mode or not isinstance(st.sets, AccessSets) or st.guard_plan is None:
+        return
+    if sess.cluster.size == 1:  # one node runs every body: nothing to leave out
+        return
+    st.sets = node_sets(st.sets, st.plan, sess.cluster.local_nodes)
 
 
 def _note(sess: Session, v: Violation, what: str) -> None:
@@ -416,6 +445,8 @@ def _attempt(
         return round_s, None
     assert st.sets is not None  # only a replicated plan comes without sets
     if st.guard_plan is None:
+        # built once per plan, before the nodes keep only their own sets
+        assert isinstance(st.sets, AccessSets), "a guard's plan is built from every body's sets"
         st.guard_plan = GuardPlan(sess, st.plan, st.sets)
     gp = st.guard_plan
     if gp.shard_needs:  # sharded rows this plan's tasks touch, where they run
@@ -716,7 +747,7 @@ def fetch_rows(cl: Cluster, messages: list[Message]) -> None:
 
 
 def locks_to_take(
-    sets: AccessSets, start: int, planned: dict[int, np.ndarray]
+    sets: AccessSets | NodeSets, start: int, planned: dict[int, np.ndarray]
 ) -> dict[int, np.ndarray]:
     """Per lock-split body, the element locks it takes: exactly the ones its plan calls for.
 
@@ -726,12 +757,16 @@ def locks_to_take(
     return planned
 
 
-def _lock_ids(st: OpState, indices: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
+def _lock_ids(st: OpState, indices: np.ndarray, node: int) -> tuple[list[np.ndarray], np.ndarray]:
     """Per body: the sorted element ids to lock (its writes, and its reads that someone
-    in the group writes); and the union of ids written by the group."""
+    in the group writes); and the union of ids written by the group (bodies of
+    ``node``'s tasks)."""
     sets = st.sets
     assert sets is not None  # lock-split tasks exist only in plans made from sets
     pos = np.asarray(indices, dtype=np.int64) - st.start
+    if isinstance(sets, NodeSets):  # the node's own bodies: their rows in its part
+        pos = sets.rows(node, pos)
+        sets = sets.part(node)[1]
     w_rows, w_ids = _gather_rows(sets.w_indptr, sets.w_ids, pos)
     r_rows, r_ids = _gather_rows(sets.r_indptr, sets.r_ids, pos)
     group_w = np.unique(w_ids)
@@ -781,7 +816,7 @@ def _run_threads(
         cached = st.lock_cache.get((r, node))
         if cached is None:
             all_idx = np.concatenate([t.indices for t in locked])
-            per_body, group_w = _lock_ids(st, all_idx)
+            per_body, group_w = _lock_ids(st, all_idx, node)
             cached = st.lock_cache[(r, node)] = (
                 dict(zip(all_idx.tolist(), per_body, strict=True)),
                 group_w.tolist(),

@@ -45,9 +45,136 @@ class AccessSets:
         """Element ids written by the body at position ``k``."""
         return self.w_ids[self.w_indptr[k] : self.w_indptr[k + 1]]
 
+    def whole(self) -> AccessSets:
+        """Every body's sets (these: see :meth:`NodeSets.whole`)."""
+        return self
+
     def nbytes(self) -> int:
         """Memory held by the four arrays."""
         return sum(a.nbytes for a in (self.r_indptr, self.r_ids, self.w_indptr, self.w_ids))
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSets:
+    """The reconnaissance sets a node keeps once its plan is made and the guard's plan
+    built from them: those of the bodies its own tasks run (issue 35: the sets of
+    every body on every node are O(n) per node; these are O(n / P)).
+
+    ``parts[node]`` is (``pos``, ``sets``): the sorted positions (index - ``start``) of
+    that node's bodies and their sets, row k of ``sets`` for position ``pos[k]``.  A
+    process keeps the parts of its local nodes only (one under MPI; every node of the
+    in-process cluster, each node's part its own).  Under a plan a node runs only its
+    tasks' bodies, so every lookup of checked mode and of the lock-split groups finds
+    its position here; what needs every body's sets (planning, the dual tests'
+    serialization orders) plans again from a fresh reconnaissance."""
+
+    start: int
+    n: int
+    parts: dict[int, tuple[np.ndarray, AccessSets]]
+
+    def part(self, node: int) -> tuple[np.ndarray, AccessSets]:
+        """Node ``node``'s positions and their sets."""
+        return self.parts[node]
+
+    def rows(self, node: int, pos: np.ndarray) -> np.ndarray:
+        """The rows of node ``node``'s sets that hold positions ``pos``."""
+        have, _ = self.parts[node]
+        at = np.searchsorted(have, pos)
+        if len(pos) and (at.max() >= len(have) or not np.array_equal(have[at], pos)):
+            raise KeyError(f"positions not among node {node}'s bodies")
+        return at
+
+    def _find(self, k: int) -> tuple[AccessSets, int]:
+        from .._runtime.session import current
+
+        node = current().current_node
+        order = [node, *(p for p in self.parts if p != node)]
+        for p in order:
+            if p not in self.parts:
+                continue
+            have, sets = self.parts[p]
+            at = int(np.searchsorted(have, k))
+            if at < len(have) and int(have[at]) == k:
+                return sets, at
+        raise KeyError(f"position {k} is not among the bodies of this process's nodes")
+
+    def reads_of(self, k: int) -> np.ndarray:
+        """Element ids read by the body at position ``k`` (one of a local node's)."""
+        sets, at = self._find(k)
+        return sets.reads_of(at)
+
+    def writes_of(self, k: int) -> np.ndarray:
+        """Element ids written by the body at position ``k`` (one of a local node's)."""
+        sets, at = self._find(k)
+        return sets.writes_of(at)
+
+    def expanded(self, node: int) -> AccessSets:
+        """Node ``node``'s sets as an :class:`AccessSets` over every position, the other
+        nodes' bodies with empty sets (for the compiled loops of checked mode, which
+        index the sets by position); built on demand."""
+        have, sets = self.parts[node]
+
+        def spread(indptr: np.ndarray) -> np.ndarray:
+            counts = np.zeros(self.n, dtype=np.int64)
+            counts[have] = np.diff(indptr)
+            out = np.zeros(self.n + 1, dtype=np.int64)
+            np.cumsum(counts, out=out[1:])
+            return out
+
+        return AccessSets(
+            self.start, self.n, spread(sets.r_indptr), sets.r_ids, spread(sets.w_indptr), sets.w_ids
+        )
+
+    def nbytes(self, node: int | None = None) -> int:
+        """Memory held for ``node`` (every local node's when None)."""
+        nodes = list(self.parts) if node is None else [node]
+        return sum(self.parts[p][0].nbytes + self.parts[p][1].nbytes() for p in nodes)
+
+    def whole(self) -> AccessSets:
+        """Every body's sets again, when this process holds every node's part (the
+        in-process cluster; for tests and benchmarks)."""
+        pos = np.concatenate([self.parts[p][0] for p in sorted(self.parts)])
+        if len(pos) != self.n:
+            raise KeyError("this process does not hold every node's bodies")
+        parts = [self.parts[p] for p in sorted(self.parts)]
+        joined = concat_sets([AccessSets(0, len(h), *_arrays(s)) for h, s in parts])
+        back = np.argsort(pos, kind="stable")
+        return subset(joined, back, self.start)
+
+
+def _arrays(s: AccessSets) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    return s.r_indptr, s.r_ids, s.w_indptr, s.w_ids
+
+
+def subset(sets: AccessSets, rows: np.ndarray, start: int = 0) -> AccessSets:
+    """The sets of ``sets``' rows ``rows``, in that order (row k of the result is row
+    ``rows[k]``), numbered from ``start``."""
+
+    def take(indptr: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        lo, hi = indptr[rows], indptr[rows + 1]
+        counts = hi - lo
+        out = np.zeros(len(rows) + 1, dtype=np.int64)
+        np.cumsum(counts, out=out[1:])
+        if not len(rows) or not out[-1]:
+            return out, np.empty(0, dtype=ids.dtype)
+        # each taken row's ids are ids[lo:hi]: one gather over the concatenated ranges
+        offs = np.repeat(lo - out[:-1], counts) + np.arange(out[-1], dtype=np.int64)
+        return out, ids[offs]
+
+    rows = np.asarray(rows, dtype=np.int64)
+    rp, ri = take(sets.r_indptr, sets.r_ids)
+    wp, wi = take(sets.w_indptr, sets.w_ids)
+    return AccessSets(start, len(rows), rp, ri, wp, wi)
+
+
+def node_sets(sets: AccessSets, plan: Any, nodes: list[int]) -> NodeSets:
+    """What ``nodes`` keep of ``sets`` under ``plan``: each node's tasks' bodies."""
+    parts = {}
+    for p in nodes:
+        mine = [t.indices for rnd in plan.rounds if p < len(rnd) for t in rnd[p]]
+        pos = np.unique(np.concatenate(mine)) - sets.start if mine else np.empty(0, np.int64)
+        parts[p] = (pos.astype(np.int64), subset(sets, pos))
+    return NodeSets(sets.start, sets.n, parts)
 
 
 def csr_from_ends(ends: list[int], ids: list[int]) -> tuple[np.ndarray, np.ndarray]:
@@ -193,6 +320,9 @@ def recon_shares(cl: Any, sess: Any, why: str, share: Callable[[int], Any]) -> l
 
 __all__ = [
     "AccessSets",
+    "NodeSets",
+    "node_sets",
+    "subset",
     "concat_sets",
     "csr_from_ends",
     "csr_from_lists",

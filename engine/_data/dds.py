@@ -130,6 +130,17 @@ class _Checker:
         self.sets = sets
         self.start = start
         self.tls = tls
+        self._expanded: dict[int, Any] = {}
+
+    def position_sets(self) -> Any:
+        """The sets indexed by position, as the compiled loops read them: a node's
+        kept sets (``NodeSets``) spread over every position, once per node."""
+        if not hasattr(self.sets, "expanded"):
+            return self.sets
+        node = current().current_node
+        if node not in self._expanded:
+            self._expanded[node] = self.sets.expanded(node)
+        return self._expanded[node]
 
     def allowed(self) -> tuple[int, frozenset[int], frozenset[int]]:
         tls = self.tls

@@ -78,7 +78,7 @@ def _sgd_prog(
             ap.async_for(0, len(A), body.python if python else body, name="sgd", strategy=strategy)
             orders.append(ap.last_order("sgd"))
             g *= 0.9
-        sets = ap.current().ops["sgd"].sets
+        sets = ap.current().ops["sgd"].sets.whole()  # each node's own bodies' sets, joined
         return w0, h0, orders, W.gather(), H.gather(), sets
 
     return prog

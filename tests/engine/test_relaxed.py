@@ -24,7 +24,7 @@ PROG = str(HERE / "relaxed_prog.py") + ":train"
 def _written_and_read_dds(name: str) -> set[str]:
     """Names of the DDS in operator ``name``'s reconnaissance sets."""
     sess = ap.current()
-    sets = sess.ops[name].sets
+    sets = sess.ops[name].sets.whole()  # the nodes keep their own bodies' sets after a run
     ids = np.concatenate([sets.r_ids, sets.w_ids]) >> SLOT_BITS
     return {sess.dds[d].name for d in np.unique(ids).tolist()}
 
