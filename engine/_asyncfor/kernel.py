@@ -92,6 +92,7 @@ class Kernel:
             bound = self._sig.bind(0, *args, **kwargs)
         except TypeError as exc:
             raise KernelError(f"kernel {self.__qualname__!r}: {exc}") from None
+        bound.apply_defaults()  # a default is passed like any argument (and checked alike)
         values = list(bound.args[1:])
         names = list(self._sig.parameters)[1:]
         for name, v in zip(names, values, strict=True):
