@@ -191,3 +191,29 @@ def test_a_global_changed_since_compiling_never_runs_the_old_body(
     assert run(mod.k.bind) == run(python) == [32.5, 132.5, 232.5, 332.5]
     # a new process with those values: numba's cache holds the first run's body too
     assert run(ap.kernel(mod.k.py_func).bind) == run(python) == [32.5, 132.5, 232.5, 332.5]
+
+
+def test_two_kernels_of_one_name_in_one_function_each_run_their_own_body() -> None:
+    """Same module, qualified name, file and (no) cells: only their code tells them apart
+    (a test that defines ``k`` twice, a notebook cell run again after an edit)."""
+
+    def prog():
+        X = ap.dvector(2, shape=(), init=ap.init.zeros(), name="X")
+        got = []
+
+        @ap.kernel
+        def k(j, X):  # noqa: ANN001, ANN202
+            X[j] = 1.0
+
+        ap.async_for(0, 2, k.bind(X), name="one")
+        got.append(X.gather().tolist())
+
+        @ap.kernel
+        def k(j, X):  # noqa: ANN001, ANN202, F811
+            X[j] = 2.0
+
+        ap.async_for(0, 2, k.bind(X), name="two")
+        got.append(X.gather().tolist())
+        return got
+
+    assert ap.run(prog).value == [[1.0, 1.0], [2.0, 2.0]]
