@@ -205,7 +205,7 @@ def resumable(path: str, run_id: str | None) -> tuple[Any, Start]:
         )
     if info.status not in RESUMABLE and trace_not_written(info) is None:
         raise UsageError(
-            f"run {short} {info.status} (a loop body raised: {_last_line(info.error)}); "
+            f"run {short} {info.status} (the program raised: {_last_line(info.error)}); "
             "only a crashed or interrupted run can be resumed: fix the program and re-run it"
         )
     for other in trace.runs():

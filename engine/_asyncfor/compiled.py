@@ -496,25 +496,29 @@ def host_compile_lock(fn: Any) -> Iterator[None]:
         os.close(fd)
 
 
-def body_cache_dir(fn: Any) -> str:
-    """Where kernel ``fn``'s machine code is cached: a directory per module name.
+def body_cache_dir(fn: Any, frozen: str) -> str:
+    """Where kernel ``fn``'s machine code is cached: a directory per module name and
+    digest of what compiling it freezes (``frozen``, see ``engine._asyncfor.frozen``).
 
     numba keys a cached function by its file and name only, but loading it imports the
     module by the name it was compiled under.  The same file is ``replay_user_<hash>``
     under ``replay run FILE:FUNC`` and ``train`` when a test imports it, so each loaded
     the other's entry and stopped with ``does not compile with numba: No module named
     ...``.  Module names of ``replay`` commands change with the file's content, so this
-    keeps one entry per version of a file those commands ran (a few hundred kB each).
+    keeps one entry per version of a file those commands ran (a few hundred kB each),
+    and one per set of global values the kernel read (numba's key sees none of them).
     """
-    return os.path.join(_cache_dir(), "modules", str(getattr(fn, "__module__", None) or "_"))
+    module = str(getattr(fn, "__module__", None) or "_")
+    return os.path.join(_cache_dir(), "modules", module, frozen)
 
 
-def compile_body(fn: Any) -> Any:
+def compile_body(fn: Any, frozen: str) -> Any:
     """``fn`` as a numba dispatcher (nopython, releases the GIL, cached on disk, see
-    ``body_cache_dir``); compiled on first call."""
+    ``body_cache_dir``); compiled on first call.  ``frozen``: the digest of what it
+    freezes (``engine._asyncfor.frozen.digest(fn)``)."""
     with _CACHE_LOCK:  # numba reads CACHE_DIR when the dispatcher is made
         old = _NB_CONFIG.CACHE_DIR
-        _NB_CONFIG.CACHE_DIR = body_cache_dir(fn)
+        _NB_CONFIG.CACHE_DIR = body_cache_dir(fn, frozen)
         try:
             return njit(nogil=True, cache=True)(fn)
         except RuntimeError:  # no file to key a cache by (a REPL, exec): compile every run
@@ -547,15 +551,16 @@ def _loop_source(n: int) -> str:
     return _LOOP_SOURCE.format(params=params, s_index=S_INDEX, s_flag=S_FLAG)
 
 
-def loop_file(fn: Any, n: int) -> Path | None:
+def loop_file(fn: Any, n: int, frozen: str) -> Path | None:
     """Where the disk-cached task loop of kernel function ``fn`` with ``n`` arguments is
     kept, or None where it cannot be (no source file, closure cells numba cannot pickle).
 
     The name is made of what the body's own cache entry is keyed by (its module, name,
-    source file and, for a closure, its cells, as numba does) and the template: a changed
-    kernel file, or another closure made by the same code, gets a loop of its own, so a
-    cached loop never runs another body or an old copy of it (the loop calls the body as
-    a global, which numba's key for the loop does not see)."""
+    source file and, for a closure, its cells, as numba does; ``frozen``, the digest of
+    the globals, defaults and called functions compiling it freezes) and the template: a
+    changed kernel file or global value, or another closure made by the same code, gets
+    a loop of its own, so a cached loop never runs another body or an old copy of it
+    (the loop calls the body as a global, which numba's key for the loop does not see)."""
     try:
         kernel_file = inspect.getsourcefile(fn)
         text = Path(kernel_file).read_bytes() if kernel_file else None
@@ -565,17 +570,17 @@ def loop_file(fn: Any, n: int) -> Path | None:
         return None
     if text is None:
         return None
-    ident = f"{fn.__module__}\0{fn.__qualname__}\0{kernel_file}\0".encode()
+    ident = f"{fn.__module__}\0{fn.__qualname__}\0{kernel_file}\0{frozen}\0".encode()
     digest = hashlib.blake2b(ident + text + _loop_source(n).encode(), digest_size=10)
     digest.update(hashlib.sha256(cell_bytes).digest())
     return Path(_cache_dir()) / "loops" / f"loop_{digest.hexdigest()}.py"
 
 
-def _kernel_loop(body: Any, n: int) -> Any | None:
+def _kernel_loop(body: Any, n: int, frozen: str) -> Any | None:
     """The disk-cached task loop of the compiled kernel ``body`` with ``n`` arguments
     (:func:`loop_file`), or None where it cannot be cached.  What runs is always the
     template here: the file is only what numba keys the cache by."""
-    path = loop_file(body.py_func, n)
+    path = loop_file(body.py_func, n, frozen)
     if path is None:
         return None
     source = _loop_source(n)
@@ -604,11 +609,11 @@ def _kernel_loop(body: Any, n: int) -> Any | None:
             _NB_CONFIG.CACHE_DIR = old
 
 
-def _loop(body: Any, n: int) -> Any:
+def _loop(body: Any, n: int, frozen: str) -> Any:
     key = (body, n)
     fn = _LOOPS.get(key)
     if fn is None:  # made outside the lock (a compile); the first one stored wins
-        fn = _kernel_loop(body, n)
+        fn = _kernel_loop(body, n, frozen)
         if fn is None:  # compiled in each process
             scope: dict[str, Any] = {"body": body}
             exec(_loop_source(n), scope)  # noqa: S102 - our own template
@@ -618,10 +623,13 @@ def _loop(body: Any, n: int) -> Any:
     return fn
 
 
-def run_loop(body: Any, idx: np.ndarray, state: np.ndarray, args: tuple[Any, ...]) -> None:
+def run_loop(
+    body: Any, frozen: str, idx: np.ndarray, state: np.ndarray, args: tuple[Any, ...]
+) -> None:
     """``body(j, *args)`` for every ``j`` in ``idx`` in order; stops after a body that set
-    ``state[S_FLAG]`` (the compiled task loop of ``body`` for its number of arguments)."""
-    _loop(body, len(args))(idx, state, *args)
+    ``state[S_FLAG]`` (the compiled task loop of ``body``, compiled with what digest
+    ``frozen`` stands for, for its number of arguments)."""
+    _loop(body, len(args), frozen)(idx, state, *args)
 
 
 __all__ = [

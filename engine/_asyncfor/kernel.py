@@ -75,7 +75,11 @@ class Kernel:
         self.__doc__ = fn.__doc__
         self._sig = inspect.signature(fn)
         self._lock = threading.Lock()
-        self._body: Any = None
+        #: the digest of what compiling the function freezes (its global values, defaults,
+        #: called functions: ``engine._asyncfor.frozen``) as of the last ``async_for``,
+        #: and the compiled body for each digest seen
+        self._frozen = ""
+        self._bodies: dict[str, Any] = {}
         self._compiled: set[tuple[Any, ...]] = set()
 
     def __repr__(self) -> str:
@@ -92,6 +96,7 @@ class Kernel:
             bound = self._sig.bind(0, *args, **kwargs)
         except TypeError as exc:
             raise KernelError(f"kernel {self.__qualname__!r}: {exc}") from None
+        bound.apply_defaults()  # a default is passed like any argument (and checked alike)
         values = list(bound.args[1:])
         names = list(self._sig.parameters)[1:]
         for name, v in zip(names, values, strict=True):
@@ -116,21 +121,32 @@ class Kernel:
         return BoundKernel(self, tuple(values))
 
     # ---------------------------------------------------------------- compiling
+    def refreeze(self) -> str:
+        """Take the current values of what compiling the kernel freezes (the driver does
+        it before each ``async_for``): a global, default or called function that changed
+        since the body was compiled gets a body compiled with the new ones, so the
+        compiled loop computes what the Python function computes now."""
+        from .frozen import digest
+
+        self._frozen = digest(self.py_func)
+        return self._frozen
+
     def run(self, indices: np.ndarray, state: np.ndarray, args: tuple[Any, ...]) -> None:
         """The compiled loop over ``indices`` (the body is compiled on first use)."""
         from . import compiled
 
-        body = self._body
+        frozen = self._frozen or self.refreeze()
+        body = self._bodies.get(frozen)
         if body is None:
             with self._lock:
-                if self._body is None:
+                body = self._bodies.get(frozen)
+                if body is None:
                     from .._runtime.session import current
 
                     # numba compiles (or loads from its disk cache) on this first call
                     current().announce(f"compiling kernel {self.__qualname__}")
-                    self._body = compiled.compile_body(self.py_func)
-                body = self._body
-        compiled.run_loop(body, indices, state, args)
+                    body = self._bodies[frozen] = compiled.compile_body(self.py_func, frozen)
+        compiled.run_loop(body, frozen, indices, state, args)
 
 
 #: Whether reconnaissance of a kernel is compiled (:func:`record`); off inside
@@ -228,7 +244,7 @@ def prepare(body: BoundKernel, op: str) -> None:
     """Compile ``body``'s loop for its argument types now, in the driver (every rank), so
     that a kernel numba cannot compile fails before any body runs, with one line."""
     kern = body.kernel
-    key = (len(body.args), *(_type_key(v) for v in body.args))
+    key = (kern.refreeze(), len(body.args), *(_type_key(v) for v in body.args))
     if key in kern._compiled:
         return
     try:

@@ -250,3 +250,28 @@ def test_a_trace_without_the_kernel_parameter_replays_the_python_body(
     if not declared:
         monkeypatch.setattr(_app, "ADDED_PARAMS", {})
     assert_replays(cli, trace, identical=declared)
+
+
+@settings(max_examples=10, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 40), st.booleans())
+def test_the_kernels_rmse_squares_each_error_as_the_python_apps_reduce(
+    seed: int, n: int, exact: bool
+) -> None:
+    """numpy squares one float64 error (``e ** 2``) with libm's ``pow``, which is not
+    ``e * e`` to the bit for about 1 value in 1 000 near 1e9: errors drawn there (W, H at
+    zero, so each error is its rating) must still give the Python app's RMSE."""
+    import math
+
+    from apps.sgdmf._app import _rmse_of
+
+    rng = np.random.default_rng(seed)
+    ratings = rng.uniform(-1e9, 1e9, size=20_000)
+    bad = ratings[ratings**2 != np.array([np.float64(e) ** 2 for e in ratings])]
+    assert len(bad), "no error whose pow and product differ: this shows nothing"
+    errs = np.concatenate([bad, ratings[: max(0, n - len(bad))]])[:n]
+    R = np.stack([np.zeros(n), np.zeros(n), errs], axis=1)
+    w = h = np.zeros((1, 2))
+    squares = [np.float64(e) - w[0] @ h[0] for e in errs]
+    squares = [s**2 for s in squares]
+    total = math.fsum(squares) if exact else float(sum(squares, np.float64(0.0)))
+    assert _rmse_of(R, w, h, exact) == math.sqrt(total / n)

@@ -239,6 +239,42 @@ def test_bind_refuses_what_a_kernel_cannot_take() -> None:
     ap.run(prog)
 
 
+@given(st.lists(st.sampled_from(["given", "default"]), min_size=3, max_size=3))
+def test_a_kernel_parameter_with_a_default_binds_like_one_given(how: list[str]) -> None:
+    """``def k(j, X, c=2.0, d=3, e=True)``: ``bind`` takes any of them or none; what is not
+    given is passed with its default, checked like the others."""
+
+    @ap.kernel
+    def k(j, X, c=2.0, d=3, e=True):  # noqa: ANN001, ANN202
+        X[j] = c * d if e else 0.0
+
+    given_ = {"c": 5.0, "d": 7, "e": False}
+    kwargs = {n: v for (n, v), h in zip(given_.items(), how, strict=True) if h == "given"}
+    want = {"c": 2.0, "d": 3, "e": True} | kwargs
+
+    def prog():
+        X = ap.dvector(2, shape=(), init=ap.init.zeros(), name="X")
+        bound = k.bind(X, **kwargs)
+        assert bound.args == (X, want["c"], want["d"], want["e"])
+        ap.async_for(0, 2, bound.python, name="k")
+        return X.gather().tolist()
+
+    assert ap.run(prog).value == [want["c"] * want["d"] if want["e"] else 0.0] * 2
+
+
+def test_a_default_a_kernel_cannot_take_is_refused_by_name() -> None:
+    @ap.kernel
+    def k(j, X, c=[1.0]):  # noqa: ANN001, ANN202, B006
+        X[j] = c[0]
+
+    def prog():
+        X = ap.dvector(2, shape=(), init=ap.init.zeros(), name="X")
+        with pytest.raises(ap.KernelError, match="argument 'c' is a list"):
+            k.bind(X)
+
+    ap.run(prog)
+
+
 def test_a_kernel_that_does_not_compile_is_one_line() -> None:
     @ap.kernel
     def untypable(j, X):  # noqa: ANN001, ANN202

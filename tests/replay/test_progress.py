@@ -241,7 +241,7 @@ def test_the_engine_names_planning_a_kernel_compile_and_counts_checkpoints_on_on
     from apps.sgdmf._app import sgd_kernel
 
     # as in a fresh process: an earlier test in this one may have compiled the kernel
-    monkeypatch.setattr(sgd_kernel, "_body", None)
+    monkeypatch.setattr(sgd_kernel, "_bodies", {})
     console, buf = _terminal()
     shown: list[list[str]] = []
     lines: list[str] = []
