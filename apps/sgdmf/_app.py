@@ -28,6 +28,7 @@ from .._datasets import (
     synthetic_ratings,
 )
 from .._errors import AppError
+from .._params import require_finite
 
 #: What ``replay run --save`` writes and ``replay export --model`` reads back from a
 #: checkpoint: saved array name -> the DDS it is (the rest of ``train``'s ``model`` entry
@@ -288,9 +289,11 @@ def train(
     training (chosen from the run's seed), ``test`` a rating file to test on instead;
     both are off by default, so a trace recorded before they existed replays with the
     same data."""
-    if epochs < 0 or rank < 1 or gamma <= 0:
+    require_finite("sgdmf", gamma=gamma, decay=decay, lam=lam, init_std=init_std, holdout=holdout)
+    if epochs < 0 or rank < 1 or gamma <= 0 or decay <= 0 or lam < 0 or init_std < 0:
         raise AppError(
-            f"sgdmf: need epochs >= 0, rank >= 1, gamma > 0 (got {epochs}, {rank}, {gamma})"
+            "sgdmf: need epochs >= 0, rank >= 1, gamma > 0, decay > 0, lam >= 0, init_std >= 0"
+            f" (got {epochs}, {rank}, {gamma}, {decay}, {lam}, {init_std})"
         )
     if not 0.0 <= holdout < 1.0:
         raise AppError(f"sgdmf: need 0 <= holdout < 1 (got {holdout})")
