@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import math
 import os
 import secrets
 import signal
@@ -92,9 +93,26 @@ _ERROR_KINDS = {
 _JSON_OUT: list[Any] = []
 
 
+def strict_json(doc: Any) -> Any:
+    """``doc`` with every NaN or infinite float as ``None`` (dicts, lists and tuples are
+    walked).  JSON (RFC 8259) has no NaN or Infinity: Python's bare ``NaN`` token made
+    a diverged loss's document unreadable to jq and to JavaScript's ``JSON.parse``.
+    ``null`` is what ``JSON.stringify`` writes, and what the program's ``result`` already
+    held for such a value (:func:`replay._model.jsonable`)."""
+    if isinstance(doc, float):
+        return doc if math.isfinite(doc) else None
+    if isinstance(doc, dict):
+        return {k: strict_json(v) for k, v in doc.items()}
+    if isinstance(doc, list | tuple):
+        return [strict_json(v) for v in doc]
+    return doc
+
+
 def echo_json(doc: Any) -> None:
-    """Print ``--json``'s one document on the command's stdout."""
-    click.echo(json.dumps(doc), file=_JSON_OUT[-1] if _JSON_OUT else None)
+    """Print ``--json``'s one document on the command's stdout (strict JSON: a float that
+    is not finite is null)."""
+    text = json.dumps(strict_json(doc), allow_nan=False)
+    click.echo(text, file=_JSON_OUT[-1] if _JSON_OUT else None)
 
 
 def json_error(message: str, status: int) -> None:
