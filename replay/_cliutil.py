@@ -29,8 +29,30 @@ from ._paths import reserve_trace
 from ._progress import DOWNLOAD_PROGRESS_ENV, TICK, bars_wanted, finish_bars, quiet
 
 
+def usage_line(exc: click.UsageError) -> str:
+    """Click's usage error as one line: what is wrong and where the help is.
+
+    Click prints a usage error as four lines (the usage, a "Try --help" hint, a blank
+    line, the error); DESIGN section 10 wants one line naming the problem and what to do.
+    """
+    message = " ".join(exc.format_message().split())
+    path = exc.ctx.command_path if exc.ctx is not None else "replay"
+    return f"{message.removesuffix('.')} (see '{path} --help')"
+
+
 class Group(click.Group):
     """Turns every expected failure into one line on stderr and an exit status."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        # the group's own options and a missing command (``replay --bogus``), before
+        # :meth:`invoke`; no arguments at all still shows the help
+        try:
+            return super().parse_args(ctx, args)
+        except click.exceptions.NoArgsIsHelpError:
+            raise
+        except click.UsageError as exc:
+            fail(usage_line(exc), exc.exit_code, "--json" in args)
+            raise  # not reached: fail exits
 
     def invoke(self, ctx: click.Context) -> Any:
         as_json = "--json" in ctx.args  # the subcommand's arguments, not yet parsed
@@ -55,6 +77,8 @@ class Group(click.Group):
             return super().invoke(ctx)
         except (click.exceptions.Exit, click.exceptions.Abort):
             raise
+        except click.UsageError as exc:
+            fail(usage_line(exc), exc.exit_code, as_json)
         except click.ClickException as exc:  # click prints it; --json also gets the object
             if as_json:
                 json_error(exc.format_message(), exc.exit_code)
@@ -127,8 +151,19 @@ def fail(message: str, status: int, as_json: bool = False) -> None:
     sys.exit(status)
 
 
+class _PositiveSeconds(click.FloatRange):
+    """Seconds, strictly positive; ``inf`` is no limit, ``nan`` is refused (it passed
+    the range check, every comparison with NaN being false, and meant nothing)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        seconds = super().convert(value, param, ctx)
+        if math.isnan(seconds):
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        return seconds
+
+
 #: ``--timeout``: seconds, strictly positive (0 would kill every job at once).
-POSITIVE_SECONDS = click.FloatRange(min=0, min_open=True)
+POSITIVE_SECONDS = _PositiveSeconds(min=0, min_open=True)
 
 allow_changed = click.option(
     "--allow-changed-code",
