@@ -26,6 +26,7 @@ from .._datasets import (
     movielens_100k,
     parse_rating_line,
     synthetic_ratings,
+    writing_cache,
 )
 from .._errors import AppError
 from .._params import require_finite
@@ -69,8 +70,9 @@ def data_path(
         name = f"synthetic-{shape['n_users']}x{shape['n_items']}-{shape['n_ratings']}-s{seed}.inter"
         path = cache_dir() / "synthetic" / name
         if not path.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            synthetic_ratings(path, seed=seed, **shape)
+            with writing_cache():
+                path.parent.mkdir(parents=True, exist_ok=True)
+                synthetic_ratings(path, seed=seed, **shape)
         return path
     return movielens_100k()
 
