@@ -364,6 +364,13 @@ def trace_path(app: str, given: str | None) -> str:
     contents are checked, so a bad URL fails before anything runs.
     """
     if given is not None and tracer.is_url(given):
+        scheme = given.split(":", 1)[0].split("+", 1)[0].lower()
+        if scheme == "sqlite" and tracer.sqlite_path(given) is None:
+            # the run recorded into it, printed "trace: sqlite://" and the trace was gone
+            raise UsageError(
+                f"trace {given!r} is an in-memory SQLite database, gone (with the trace) "
+                "when the command ends; give a file path or sqlite:///PATH"
+            )
         tracer.probe_store(given)
         return given
     first = not under_launcher() or rank() == 0  # the other ranks use rank 0's path

@@ -378,3 +378,24 @@ def test_a_users_message_of_several_lines_is_one_line(message: str, tmp_path: Pa
     err = res.stderr.strip()
     assert res.returncode == 1 and len(err.splitlines()) == 1, err
     assert err.startswith("replay: error: loop body failed: ") and all(w in err for w in words)
+
+
+@pytest.mark.parametrize(
+    "url", ["sqlite://", "sqlite:///:memory:", "sqlite+pysqlite://", "SQLITE:///:memory:"]
+)
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["run", "mlr", "-p", "synthetic=true", "-p", "epochs=1"],
+        ["dual", "mlr", "-p", "synthetic=true", "-p", "epochs=1", "--in-process"],
+        ["chaos", "mlr", "-p", "synthetic=true", "--runs", "1", "--chaos-seed", "1"],
+    ],
+)
+def test_an_in_memory_trace_is_refused_before_the_run(
+    command: list[str], url: str, tmp_path: Path
+) -> None:
+    """The run recorded into an in-memory SQLite database, printed ``trace: sqlite://``
+    and exited 0: the trace it named was gone when the command ended."""
+    err = one_line_exit_2([*command, "--trace", url], "in-memory SQLite", cwd=tmp_path)
+    assert url in err
+    assert not (tmp_path / "traces").exists()
