@@ -7,10 +7,13 @@ import json
 import re
 import shutil
 import sqlite3
+import tempfile
 from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import tracer
 from tests import cli as tcli
@@ -399,3 +402,47 @@ def test_an_in_memory_trace_is_refused_before_the_run(
     err = one_line_exit_2([*command, "--trace", url], "in-memory SQLite", cwd=tmp_path)
     assert url in err
     assert not (tmp_path / "traces").exists()
+
+
+#: Characters a terminal acts on: C0/C1 controls, line and paragraph separators, and
+#: the invisible direction marks and overrides ("Trojan source").
+ACTS_ON_TERMINAL = re.compile(
+    "[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]"
+)
+hostile_text = st.lists(
+    st.characters(categories=("Cc",))
+    | st.sampled_from(["\u2028", "\u2029", "\u200e", "\u202e", "\u2066", "\x1b]0;t\x07", "a"]),
+    min_size=1,
+    max_size=8,
+).map("".join)
+
+
+# mlr1 is a read-only path (each example damages its own copy): sharing it is safe
+@settings(
+    max_examples=6,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(text=hostile_text)
+def test_text_read_from_a_trace_never_drives_the_terminal(mlr1: Path, text: str) -> None:
+    """An app or operator name in a hostile trace printed raw: ``replay ls`` and
+    ``show`` let it retitle, recolour or rewrite the terminal, and a newline split
+    ``verify``'s one error line in two."""
+    with tempfile.TemporaryDirectory() as tmp:
+        named = damaged(mlr1, Path(tmp), "UPDATE run SET app = ?", "mlr" + text)
+        for args in (["ls", tmp], ["show", named]):
+            res = tcli.invoke(args)
+            assert res.returncode == 0, res.stderr
+            lines = res.stdout.splitlines()
+            assert not any(ACTS_ON_TERMINAL.search(ln) for ln in lines), (args, res.stdout)
+        shutil.copyfile(mlr1, named)
+        with sqlite3.connect(named) as con:  # not resealed: verify and show refuse it
+            con.execute("UPDATE digest SET op = op || ? WHERE id = 1", (text,))
+        con.close()
+        for args in (["verify", named], ["show", named]):
+            res = tcli.invoke(args)
+            err = res.stderr.rstrip("\n")
+            assert res.returncode == 2 and "\n" not in err, (args, res.stderr)
+            assert not ACTS_ON_TERMINAL.search(err + res.stdout.replace("\n", "")), (args, err)
