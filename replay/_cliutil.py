@@ -151,7 +151,7 @@ def json_error(message: str, status: int) -> None:
 _CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 
 
-def printable(text: str) -> str:
+def printable(text: str, *, lines: bool = False) -> str:
     """``text`` with each control character written as its escape (``\\x1b``).
 
     Names and messages read from a trace are hostile (an app name, an operator, a
@@ -160,6 +160,8 @@ def printable(text: str) -> str:
     """
 
     def escape(m: re.Match[str]) -> str:
+        if lines and m.group() == "\n":  # ``lines``: a block of several lines
+            return "\n"
         code = ord(m.group())
         return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
@@ -212,7 +214,8 @@ def printer(as_json: bool) -> Callable[[str], None]:
         if line.startswith(TICK):  # progress protocol (a phase, a tick): never text
             return
         finish_bars()
-        click.echo(line, err=as_json)
+        # a result names what the trace holds (its app, operators, DDS): hostile text
+        click.echo(printable(line, lines=True), err=as_json)
 
     return say
 

@@ -446,3 +446,14 @@ def test_text_read_from_a_trace_never_drives_the_terminal(mlr1: Path, text: str)
             err = res.stderr.rstrip("\n")
             assert res.returncode == 2 and "\n" not in err, (args, res.stderr)
             assert not ACTS_ON_TERMINAL.search(err + res.stdout.replace("\n", "")), (args, err)
+
+
+def test_result_lines_escape_what_drives_a_terminal(capsys: pytest.CaptureFixture[str]) -> None:
+    """cluster, single, history and watch print their lines through ``printer``: the
+    app, operator and DDS names in them come from the trace."""
+    from replay._cliutil import printer
+
+    printer(False)("replaying run 1 (app\x1b]0;t\x07, 2 rank(s))\n  sgd\u202e#0\r")
+    assert capsys.readouterr().out == (
+        "replaying run 1 (app\\x1b]0;t\\x07, 2 rank(s))\n  sgd\\u202e#0\\x0d\n"
+    )
