@@ -388,6 +388,9 @@ def trace_path(app: str, given: str | None) -> str:
     A URL is kept as given (a database holds many runs) once its driver, server and
     contents are checked, so a bad URL fails before anything runs.
     """
+    if given is not None and not given.strip():
+        # it named the working directory: "trace '' already exists", which it did not
+        raise UsageError("the trace path is empty; give a file path such as traces/run.sqlite")
     if given is not None and tracer.is_url(given):
         scheme = given.split(":", 1)[0].split("+", 1)[0].lower()
         if scheme == "sqlite" and tracer.sqlite_path(given) is None:

@@ -457,3 +457,13 @@ def test_result_lines_escape_what_drives_a_terminal(capsys: pytest.CaptureFixtur
     assert capsys.readouterr().out == (
         "replaying run 1 (app\\x1b]0;t\\x07, 2 rank(s))\n  sgd\\u202e#0\\x0d\n"
     )
+
+
+@pytest.mark.parametrize("path", ["", " ", "\t"])
+@pytest.mark.parametrize(
+    "command",
+    [["run", "mlr", "-p", "synthetic=true", "--trace"], ["cluster", "{mlr1}", "--trace-out"]],
+)
+def test_an_empty_trace_path_says_so(mlr1: Path, command: list[str], path: str) -> None:
+    """``--trace ''`` was refused as "trace '' already exists" (it named the directory)."""
+    one_line_exit_2([a.format(mlr1=mlr1) for a in command] + [path], "trace path is empty")
