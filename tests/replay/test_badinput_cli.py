@@ -467,3 +467,52 @@ def test_result_lines_escape_what_drives_a_terminal(capsys: pytest.CaptureFixtur
 def test_an_empty_trace_path_says_so(mlr1: Path, command: list[str], path: str) -> None:
     """``--trace ''`` was refused as "trace '' already exists" (it named the directory)."""
     one_line_exit_2([a.format(mlr1=mlr1) for a in command] + [path], "trace path is empty")
+
+
+LOOP_APP = """
+import engine as ap
+
+def train(epochs: int = 2):
+    X = ap.dvector(16, shape=(2,), init=ap.init.zeros(), name="X")
+
+    def body(j):
+        X[j] = X[j] + j
+
+    for _ in range(epochs):
+        ap.async_for(0, 16, body, name="add")
+"""
+
+
+@pytest.fixture(scope="module")
+def loop_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An async_for run on 1 rank x 2 threads (its plan is a row to forge)."""
+    root = tmp_path_factory.mktemp("loop")
+    (root / "loop.py").write_text(LOOP_APP)
+    res = tcli.invoke(["run", "loop.py:train", "--threads", "2", "--trace", "t.sqlite"], cwd=root)
+    assert res.returncode == 0, res.stderr
+    return root / "t.sqlite"
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "UPDATE operator_plan SET nodes = 4000",
+        "UPDATE operator_plan SET nodes = 2",
+        "UPDATE operator_plan SET threads = 3",
+        "UPDATE operator_plan SET threads = 1",  # its tasks name thread 1
+    ],
+)
+@pytest.mark.parametrize("command", [["single"], ["history", "X[3]"]])
+def test_a_plan_for_another_cluster_is_a_damaged_trace(
+    loop_trace: Path, tmp_path: Path, sql: str, command: list[str]
+) -> None:
+    """A plan row forged (and the chain resealed) to name more nodes than the run had
+    made replay's plan comparison fail as an internal error, exit 70."""
+    trace = tmp_path / "t.sqlite"
+    shutil.copyfile(loop_trace, trace)
+    with sqlite3.connect(trace) as con:
+        con.execute(sql)
+    con.close()
+    reseal(trace)
+    cmd = [command[0], trace, *command[1:], "--allow-changed-code", "-q"]
+    one_line_exit_2(cmd, "operator_plan", "the trace is damaged", cwd=loop_trace.parent)
