@@ -347,6 +347,8 @@ def export_cmd(
         _echo(f"wrote the model at {what} to {model}")
         return
     assert output is not None
+    if output == "-":  # the usual name of stdout: it wrote a file called "-" instead
+        raise UsageError("-o -: the timeline is written to a file, not stdout; give a file name")
     check_output(output, force=force, reading=[] if tracer.is_url(trace_path) else [trace_path])
     with tracer.open(trace_path) as trace:
         rid = trace.run(run_id).info.run_id

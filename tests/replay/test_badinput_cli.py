@@ -516,3 +516,9 @@ def test_a_plan_for_another_cluster_is_a_damaged_trace(
     reseal(trace)
     cmd = [command[0], trace, *command[1:], "--allow-changed-code", "-q"]
     one_line_exit_2(cmd, "operator_plan", "the trace is damaged", cwd=loop_trace.parent)
+
+
+def test_export_to_dash_is_refused_not_a_file_named_dash(mlr1: Path, tmp_path: Path) -> None:
+    """``-o -`` (stdout, by convention) wrote a file named ``-`` and exited 0."""
+    one_line_exit_2(["export", mlr1, "-o", "-"], "not stdout", cwd=tmp_path)
+    assert not (tmp_path / "-").exists()
