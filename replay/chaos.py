@@ -58,7 +58,9 @@ _COMPARE: dict[str, Callable[[float, float], bool]] = {
     "<": operator.lt,
     ">": operator.gt,
 }
-_OBJECTIVE = re.compile(r"^objective:([A-Za-z_][\w.\-]*)\s*(<=|>=|<|>)\s*(\S+)$")
+#: The bound may not start with a comparison's character: ``loss<=`` read as ``<`` with
+#: the bound ``=`` ("'=' is not a number"), and ``loss<=>1`` as a bound of ``>1``.
+_OBJECTIVE = re.compile(r"^objective:([A-Za-z_][\w.\-]*)\s*(<=|>=|<|>)\s*([^\s<>=]\S*)$")
 
 
 # ====================================================================== checks

@@ -120,6 +120,8 @@ def decode_plan(row: Any, where: str = "operator_plan") -> Any:
         or table[:, 0].max() >= n_rounds
         or table[:, 1].min() < 0
         or table[:, 1].max() >= nodes
+        or table[:, 2].min() < 0
+        or table[:, 2].max() >= threads
         or lengths.min() < 0
         or np.any(np.diff(table[:, 0]) < 0)
     ):

@@ -537,7 +537,17 @@ class RunTrace:
         if not rows:
             raise KeyError(f"run {self.run_id} has no plan for operator {op!r}")
         row = rows[0]
-        return decode_plan(row, f"table operator_plan row {row.id}")
+        where = f"table operator_plan row {row.id}"
+        plan = decode_plan(row, where)
+        # a plan spreads work over the run's own nodes and threads: one for more (a
+        # forged row under a resealed chain) made replay's comparison fail as an
+        # internal error
+        if plan.nodes > self.info.ranks or plan.threads > self.info.threads:
+            raise TraceFormatError(
+                f"{where}: a plan for {plan.nodes} node(s) x {plan.threads} thread(s) in a "
+                f"run of {self.info.ranks} x {self.info.threads}; the trace is damaged"
+            )
+        return plan
 
     @_checked("digests")
     def digest_kind(self) -> str | None:

@@ -28,6 +28,7 @@ import numpy as np
 import engine as ap
 
 from .._errors import AppError
+from .._params import require_finite
 from .._tabular import read_table, read_test_table
 from ._data import diabetes, standardise, synthetic
 from ._schedule import independent, priorities, sample
@@ -153,6 +154,8 @@ def choose_schedule(schedule: str, features: int, block: int) -> tuple[str, str]
 
 
 def _check(**p: Any) -> None:
+    names = ("alpha_ratio", "threshold", "floor", "tol", "rho", "noise", "holdout")
+    require_finite("lasso", **{name: p[name] for name in names})
     if p["dataset"] not in DATASETS:
         raise AppError(f"lasso: dataset must be diabetes or synthetic, got {p['dataset']!r}")
     if p["schedule"] not in SCHEDULES:

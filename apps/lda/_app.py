@@ -34,6 +34,7 @@ import numpy as np
 import engine as ap
 
 from .._errors import AppError
+from .._params import require_finite
 from ._data import (
     Corpus,
     build_corpus,
@@ -50,6 +51,7 @@ TOP_WORDS = 8
 
 
 def _check(**p: Any) -> None:
+    require_finite("lda", **{name: p[name] for name in ("alpha", "beta", "max_df", "holdout")})
     bad = [
         f"{name}={p[name]!r} (need {need})"
         for name, ok, need in (

@@ -18,6 +18,7 @@ import numpy as np
 import engine as ap
 
 from .._errors import AppError
+from .._params import require_finite
 from ._data import digits_split, synthetic_digits, user_split
 
 #: What ``replay run --save`` writes and ``replay export --model`` reads back from a
@@ -82,6 +83,7 @@ def train(
     not change the progress an epoch makes; see :data:`AGGREGATES`) or ``average``; on
     one worker both are the same bits.
     """
+    require_finite("mlr", lr=lr, reg=reg)
     if epochs < 0 or minibatch < 1 or lr <= 0 or reg < 0 or staleness < 0 or per_clock < 1:
         raise AppError(
             "mlr: need epochs >= 0, minibatch >= 1, lr > 0, reg >= 0, staleness >= 0, "

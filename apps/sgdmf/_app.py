@@ -26,8 +26,10 @@ from .._datasets import (
     movielens_100k,
     parse_rating_line,
     synthetic_ratings,
+    writing_cache,
 )
 from .._errors import AppError
+from .._params import require_finite
 
 #: What ``replay run --save`` writes and ``replay export --model`` reads back from a
 #: checkpoint: saved array name -> the DDS it is (the rest of ``train``'s ``model`` entry
@@ -68,8 +70,9 @@ def data_path(
         name = f"synthetic-{shape['n_users']}x{shape['n_items']}-{shape['n_ratings']}-s{seed}.inter"
         path = cache_dir() / "synthetic" / name
         if not path.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            synthetic_ratings(path, seed=seed, **shape)
+            with writing_cache():
+                path.parent.mkdir(parents=True, exist_ok=True)
+                synthetic_ratings(path, seed=seed, **shape)
         return path
     return movielens_100k()
 
@@ -292,9 +295,11 @@ def train(
     training (chosen from the run's seed), ``test`` a rating file to test on instead;
     both are off by default, so a trace recorded before they existed replays with the
     same data."""
-    if epochs < 0 or rank < 1 or gamma <= 0:
+    require_finite("sgdmf", gamma=gamma, decay=decay, lam=lam, init_std=init_std, holdout=holdout)
+    if epochs < 0 or rank < 1 or gamma <= 0 or decay <= 0 or lam < 0 or init_std < 0:
         raise AppError(
-            f"sgdmf: need epochs >= 0, rank >= 1, gamma > 0 (got {epochs}, {rank}, {gamma})"
+            "sgdmf: need epochs >= 0, rank >= 1, gamma > 0, decay > 0, lam >= 0, init_std >= 0"
+            f" (got {epochs}, {rank}, {gamma}, {decay}, {lam}, {init_std})"
         )
     if not 0.0 <= holdout < 1.0:
         raise AppError(f"sgdmf: need 0 <= holdout < 1 (got {holdout})")

@@ -45,6 +45,7 @@ import numpy as np
 import engine as ap
 
 from .._errors import AppError
+from .._params import require_finite
 from ._data import DATASETS, KnowledgeGraph, graph_dir, read_graph
 from ._eval import filtered_ranks, known_tensor, metrics
 
@@ -180,6 +181,7 @@ def check_params(
     dataset: str, epochs: int, dim: int, lr: float, margin: float, norm: int, blocks: int, mb: int
 ) -> None:
     """Raise :class:`AppError` naming the first bad parameter."""
+    require_finite("transe", lr=lr, margin=margin)
     if dataset not in DATASETS:
         raise AppError(f"transe: dataset must be one of {', '.join(DATASETS)}, got {dataset!r}")
     if norm not in (1, 2):

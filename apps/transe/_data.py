@@ -15,7 +15,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._datasets import _atomic_write, cache_dir, fetch_wheel_member, read_utf8, text_lines
+from .._datasets import (
+    _atomic_write,
+    cache_dir,
+    fetch_wheel_member,
+    read_utf8,
+    text_lines,
+    writing_cache,
+)
 from .._errors import AppError
 
 #: The pykeen release whose wheel holds the data sets (pinned: the files are data).
@@ -155,7 +162,8 @@ def graph_dir(dataset: str = "nations", synthetic: bool = False, data: str = "")
     if synthetic:
         path = cache_dir() / "synthetic" / f"transe-grid{GRID_SIDE}-s0"
         if not all((path / f"{split}.txt").is_file() for split in SPLITS):
-            synthetic_graph(path)
+            with writing_cache():
+                synthetic_graph(path)
         return path
     return dataset_dir(dataset)
 

@@ -42,6 +42,7 @@ import numpy as np
 import engine as ap
 
 from .._errors import AppError
+from .._params import require_finite
 from . import _data, _eval, _kernel, _model
 
 #: The synchronisation models ``-p sync=`` accepts.
@@ -122,6 +123,7 @@ def train(
     draws its ``negative`` noise words (gensim's way); ``pool > 0`` shares them: a
     minibatch draws ``pool`` noise words and each pair takes its ``negative`` from them.
     """
+    require_finite("word2vec", sample=sample, alpha=alpha, min_alpha=min_alpha)
     if (
         epochs < 0
         or dim < 1

@@ -738,6 +738,8 @@ def run(
     global _current
     if _current is not None and getattr(_current, "_running", False):
         raise SessionError("engine.run() cannot be nested inside another run")
+    if seed < 0:  # numpy's own refusal came later and named no parameter
+        raise ValueError(f"seed must be >= 0, got {seed}")
     cluster: Cluster = (
         MpiCluster(comm, threads) if comm is not None else InProcessCluster(nodes, threads)
     )

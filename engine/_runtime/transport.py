@@ -30,6 +30,14 @@ from .._machines.messages import MessageOrder
 if TYPE_CHECKING:
     from .._data.dds import _DDS
 
+#: The most nodes and threads per node a cluster takes: what a trace's run row can hold
+#: (``tracer.RUN_LIMITS``, which the CLI checks too; the engine cannot import tracer).
+#: An in-process cluster costs about 0.5 ms per node per loop invocation: 4,096 nodes
+#: took 2 s for one tiny loop, and ``nodes=10**6`` ran for many minutes instead of
+#: failing.
+MAX_NODES = 4096
+MAX_THREADS = 1024
+
 #: MPI tag of routed row messages (numeric rows).  Every receive names its source, and
 #: MPI keeps the messages of one (source, tag) in order, so a rank that is a round ahead
 #: cannot be mistaken for this round's sender: its next message is taken a round later.
@@ -135,8 +143,8 @@ class Cluster:
     rank: int = 0
 
     def __init__(self, threads: int) -> None:
-        if threads < 1:
-            raise ValueError(f"threads must be >= 1, got {threads}")
+        if not 1 <= threads <= MAX_THREADS:
+            raise ValueError(f"threads must be in [1, {MAX_THREADS}], got {threads}")
         self.threads = threads
         self._pools: dict[int, ThreadPoolExecutor] = {}
         self.bind: Callable[[int], None] = lambda node: None
@@ -267,8 +275,8 @@ class InProcessCluster(Cluster):
 
     def __init__(self, nodes: int = 1, threads: int = 1) -> None:
         super().__init__(threads)
-        if nodes < 1:
-            raise ValueError(f"nodes must be >= 1, got {nodes}")
+        if not 1 <= nodes <= MAX_NODES:
+            raise ValueError(f"nodes must be in [1, {MAX_NODES}], got {nodes}")
         self.size = nodes
         self.local_nodes = list(range(nodes))
         self._seqs: dict[int, int] = {}

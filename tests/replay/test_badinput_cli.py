@@ -7,10 +7,13 @@ import json
 import re
 import shutil
 import sqlite3
+import tempfile
 from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import tracer
 from tests import cli as tcli
@@ -378,3 +381,144 @@ def test_a_users_message_of_several_lines_is_one_line(message: str, tmp_path: Pa
     err = res.stderr.strip()
     assert res.returncode == 1 and len(err.splitlines()) == 1, err
     assert err.startswith("replay: error: loop body failed: ") and all(w in err for w in words)
+
+
+@pytest.mark.parametrize(
+    "url", ["sqlite://", "sqlite:///:memory:", "sqlite+pysqlite://", "SQLITE:///:memory:"]
+)
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["run", "mlr", "-p", "synthetic=true", "-p", "epochs=1"],
+        ["dual", "mlr", "-p", "synthetic=true", "-p", "epochs=1", "--in-process"],
+        ["chaos", "mlr", "-p", "synthetic=true", "--runs", "1", "--chaos-seed", "1"],
+    ],
+)
+def test_an_in_memory_trace_is_refused_before_the_run(
+    command: list[str], url: str, tmp_path: Path
+) -> None:
+    """The run recorded into an in-memory SQLite database, printed ``trace: sqlite://``
+    and exited 0: the trace it named was gone when the command ended."""
+    err = one_line_exit_2([*command, "--trace", url], "in-memory SQLite", cwd=tmp_path)
+    assert url in err
+    assert not (tmp_path / "traces").exists()
+
+
+#: Characters a terminal acts on: C0/C1 controls, line and paragraph separators, and
+#: the invisible direction marks and overrides ("Trojan source").
+ACTS_ON_TERMINAL = re.compile(
+    "[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]"
+)
+hostile_text = st.lists(
+    st.characters(categories=("Cc",))
+    | st.sampled_from(["\u2028", "\u2029", "\u200e", "\u202e", "\u2066", "\x1b]0;t\x07", "a"]),
+    min_size=1,
+    max_size=8,
+).map("".join)
+
+
+# mlr1 is a read-only path (each example damages its own copy): sharing it is safe
+@settings(
+    max_examples=6,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(text=hostile_text)
+def test_text_read_from_a_trace_never_drives_the_terminal(mlr1: Path, text: str) -> None:
+    """An app or operator name in a hostile trace printed raw: ``replay ls`` and
+    ``show`` let it retitle, recolour or rewrite the terminal, and a newline split
+    ``verify``'s one error line in two."""
+    with tempfile.TemporaryDirectory() as tmp:
+        named = damaged(mlr1, Path(tmp), "UPDATE run SET app = ?", "mlr" + text)
+        for args in (["ls", tmp], ["show", named]):
+            res = tcli.invoke(args)
+            assert res.returncode == 0, res.stderr
+            lines = res.stdout.splitlines()
+            assert not any(ACTS_ON_TERMINAL.search(ln) for ln in lines), (args, res.stdout)
+        shutil.copyfile(mlr1, named)
+        with sqlite3.connect(named) as con:  # not resealed: verify and show refuse it
+            con.execute("UPDATE digest SET op = op || ? WHERE id = 1", (text,))
+        con.close()
+        for args in (["verify", named], ["show", named]):
+            res = tcli.invoke(args)
+            err = res.stderr.rstrip("\n")
+            assert res.returncode == 2 and "\n" not in err, (args, res.stderr)
+            assert not ACTS_ON_TERMINAL.search(err + res.stdout.replace("\n", "")), (args, err)
+
+
+def test_result_lines_escape_what_drives_a_terminal(capsys: pytest.CaptureFixture[str]) -> None:
+    """cluster, single, history and watch print their lines through ``printer``: the
+    app, operator and DDS names in them come from the trace."""
+    from replay._cliutil import printer
+
+    printer(False)("replaying run 1 (app\x1b]0;t\x07, 2 rank(s))\n  sgd\u202e#0\r")
+    assert capsys.readouterr().out == (
+        "replaying run 1 (app\\x1b]0;t\\x07, 2 rank(s))\n  sgd\\u202e#0\\x0d\n"
+    )
+
+
+@pytest.mark.parametrize("path", ["", " ", "\t"])
+@pytest.mark.parametrize(
+    "command",
+    [["run", "mlr", "-p", "synthetic=true", "--trace"], ["cluster", "{mlr1}", "--trace-out"]],
+)
+def test_an_empty_trace_path_says_so(mlr1: Path, command: list[str], path: str) -> None:
+    """``--trace ''`` was refused as "trace '' already exists" (it named the directory)."""
+    one_line_exit_2([a.format(mlr1=mlr1) for a in command] + [path], "trace path is empty")
+
+
+LOOP_APP = """
+import engine as ap
+
+def train(epochs: int = 2):
+    X = ap.dvector(16, shape=(2,), init=ap.init.zeros(), name="X")
+
+    def body(j):
+        X[j] = X[j] + j
+
+    for _ in range(epochs):
+        ap.async_for(0, 16, body, name="add")
+"""
+
+
+@pytest.fixture(scope="module")
+def loop_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An async_for run on 1 rank x 2 threads (its plan is a row to forge)."""
+    root = tmp_path_factory.mktemp("loop")
+    (root / "loop.py").write_text(LOOP_APP)
+    res = tcli.invoke(["run", "loop.py:train", "--threads", "2", "--trace", "t.sqlite"], cwd=root)
+    assert res.returncode == 0, res.stderr
+    return root / "t.sqlite"
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "UPDATE operator_plan SET nodes = 4000",
+        "UPDATE operator_plan SET nodes = 2",
+        "UPDATE operator_plan SET threads = 3",
+        "UPDATE operator_plan SET threads = 1",  # its tasks name thread 1
+    ],
+)
+@pytest.mark.parametrize("command", [["single"], ["history", "X[3]"]])
+def test_a_plan_for_another_cluster_is_a_damaged_trace(
+    loop_trace: Path, tmp_path: Path, sql: str, command: list[str]
+) -> None:
+    """A plan row forged (and the chain resealed) to name more nodes than the run had
+    made replay's plan comparison fail as an internal error, exit 70."""
+    trace = tmp_path / "t.sqlite"
+    shutil.copyfile(loop_trace, trace)
+    with sqlite3.connect(trace) as con:
+        con.execute(sql)
+    con.close()
+    reseal(trace)
+    cmd = [command[0], trace, *command[1:], "--allow-changed-code", "-q"]
+    one_line_exit_2(cmd, "operator_plan", "the trace is damaged", cwd=loop_trace.parent)
+
+
+def test_export_to_dash_is_refused_not_a_file_named_dash(mlr1: Path, tmp_path: Path) -> None:
+    """``-o -`` (stdout, by convention) wrote a file named ``-`` and exited 0."""
+    one_line_exit_2(["export", mlr1, "-o", "-"], "not stdout", cwd=tmp_path)
+    assert not (tmp_path / "-").exists()

@@ -126,6 +126,10 @@ def test_an_objective_check_stops_at_the_first_failing_run(tmp_path) -> None:
         ({"runs": 2, "check": "objective:norm=1"}, "--check"),
         ({"runs": 2, "check": "objective:nope<=1"}, "never logged"),
         ({"runs": 2, "check": "sometimes"}, "--check"),
+        # a comparison without its bound was "'=' is not a number"
+        ({"runs": 2, "check": "objective:norm<="}, "objective:NAME<=VALUE"),
+        ({"runs": 2, "check": "objective:norm>="}, "objective:NAME<=VALUE"),
+        ({"runs": 2, "check": "objective:norm<=>1"}, "objective:NAME<=VALUE"),
     ],
 )
 def test_bad_input_is_one_usage_error(kw: dict, match: str) -> None:
