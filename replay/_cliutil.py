@@ -8,7 +8,6 @@ import functools
 import json
 import math
 import os
-import re
 import secrets
 import signal
 import sys
@@ -21,6 +20,7 @@ from typing import Any
 import click
 
 import tracer
+from tracer import printable
 
 from . import _hosts, _procs
 from ._errors import UsageError
@@ -143,29 +143,6 @@ def echo_json(doc: Any) -> None:
 def json_error(message: str, status: int) -> None:
     kind = _ERROR_KINDS.get(status, "interrupted" if status > 128 else "failed")
     echo_json({"error": {"kind": kind, "message": message}})
-
-
-#: Characters a terminal acts on instead of showing: C0 and C1 controls (escape
-#: sequences retitle, recolour or clear the terminal; a carriage return or newline
-#: rewrites or splits a line) and the invisible direction marks and overrides.
-_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
-
-
-def printable(text: str, *, lines: bool = False) -> str:
-    """``text`` with each control character written as its escape (``\\x1b``).
-
-    Names and messages read from a trace are hostile (an app name, an operator, a
-    recorded error): printed raw, ``replay ls`` let a trace set the terminal's title and
-    colours, and a newline split ``replay verify``'s one error line in two.
-    """
-
-    def escape(m: re.Match[str]) -> str:
-        if lines and m.group() == "\n":  # ``lines``: a block of several lines
-            return "\n"
-        code = ord(m.group())
-        return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
-
-    return _CONTROLS.sub(escape, text)
 
 
 def fail(message: str, status: int, as_json: bool = False) -> None:

@@ -71,6 +71,7 @@ if _typing.TYPE_CHECKING:
     from ._store import special_kind as special_kind
     from ._store import sqlite_path as sqlite_path
     from ._store import start_run as start_run
+    from ._text import printable as printable
     from ._verify import Problem as Problem
     from ._verify import Report as Report
 
@@ -129,6 +130,7 @@ _HOME: dict[str, str] = {
     "special_kind": "._store",
     "sqlite_path": "._store",
     "start_run": "._store",
+    "printable": "._text",
     "Problem": "._verify",
     "Report": "._verify",
 }
@@ -197,6 +199,7 @@ __all__ = [
     "mark_crashed",
     "open",
     "open_writable",
+    "printable",
     "probe_store",
     "special_kind",
     "sqlite_path",

@@ -849,3 +849,53 @@ def test_verdict_details_say_yes_and_no_not_python_booleans(synth_dir: Path) -> 
         assert "True" not in text and "None" not in text
 
     drive(BrowserApp([synth_dir]), script)
+
+
+HOSTILE = """\
+import numpy as np
+import engine as ap
+
+
+def train() -> None:
+    X = ap.dvector(4, shape=(), data=np.ones(4), name={dds!r})
+    for _ in range(2):
+        ap.async_for(0, 4, lambda j: X.__setitem__(j, X[j] + 1.0), name={op!r})
+    ap.log_objective({obj!r}, 1.0)
+"""
+
+
+@pytest.mark.parametrize(
+    "op, dds, obj",
+    [
+        ("op[/bold]", "X[/]", "loss[/]"),  # markup that does not parse: the browser stopped
+        ("[on red]op", "[link=file:///etc]X", "[b]loss"),  # markup that restyles
+        ("op\x1b]0;owned\x07", "X\x1b[2J", "loss\u202e"),  # a terminal's control sequences
+    ],
+)
+def test_names_read_from_a_trace_are_shown_as_text(
+    tmp_path: Path, cli: Any, op: str, dds: str, obj: str
+) -> None:
+    """An operator, DDS or objective name is the trace's text: the browser shows it as
+    written (control characters escaped), never as Rich markup, in every view."""
+    prog = tmp_path / "hostile.py"
+    prog.write_text(HOSTILE.format(op=op, dds=dds, obj=obj))
+    trace = tmp_path / "t.sqlite"
+    proc = cli("run", f"{prog}:train", "--trace", trace)
+    assert proc.returncode == 0, proc.stderr
+    shown = tracer.printable(op)
+
+    async def script(pilot: Any) -> None:
+        await wait_text(pilot, "1 run(s)")
+        await pilot.press("enter")
+        text = await wait_text(pilot, shown[:8])
+        assert isinstance(pilot.app.screen, OverviewScreen), text
+        for key in ("o", "escape", "t", "escape", "v", "escape"):
+            await pilot.press(key)
+            await pilot.pause()
+        for view in ("o", "escape", "t", "escape", "escape"):
+            await pilot.press(view)
+            await pilot.pause()
+            text = screen_text(pilot.app)
+            assert "\x1b" not in text and "\u202e" not in text and "\x07" not in text, text
+
+    drive(BrowserApp([tmp_path]), script, size=(120, 30))

@@ -12,6 +12,8 @@ from textual.containers import VerticalScroll
 from textual.widgets import Footer, Header, Static
 from textual.worker import get_current_worker
 
+import tracer
+
 from .. import _format as fmt
 from .._model import NodeDiff, first_difference
 from .._repo import BrowseError, RunRef, RunView
@@ -26,13 +28,13 @@ class _Cancelled(Exception):
 def _side(label: str, view: RunView) -> Text:
     info = view.info
     text = Text()
-    text.append(f"{label} {info.app or '?'}", style="bold")
+    text.append(tracer.printable(f"{label} {info.app or '?'}"), style="bold")
     text.append(f"  {fmt.short_id(info.run_id)}\n")
     text.append(f"{fmt.short_path(view.ref.path, 36)}\n", style="dim")
     text.append(f"{info.status}  {info.ranks}×{info.threads}  {fmt.duration(info.duration)}\n")
     for name, values in view.objectives().items():
         if values:
-            text.append(f"{name} {values[-1]:.6g}  ")
+            text.append(tracer.printable(f"{name} {values[-1]:.6g}  "))
     text.rstrip()
     return text
 

@@ -10,6 +10,8 @@ from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.widgets import Footer, Header, Input, Label, Static, TabbedContent, TabPane
 
+import tracer
+
 from .. import _format as fmt
 from .._model import RowTable
 from .._repo import BrowseError, RunRef, RunView
@@ -186,7 +188,7 @@ class OrdersScreen(BrowserScreen):
         text.append("node ", style="dim")
         text.append(node, style="bold")
         text.append("  op ", style="dim")
-        text.append(self.op or "-", style="bold")
+        text.append(tracer.printable(self.op or "-"), style="bold")
         text.append("  invocation ", style="dim")
         text.append(str(self.invocation), style="bold")
         view, op = self.view, self.op

@@ -290,12 +290,12 @@ class RunsScreen(BrowserScreen):
             row = self.rows[k]
             if isinstance(row, TraceEntry):
                 out.append(f"{fmt.short_path(row.path, 76)}\n", style="bold")
-                out.append(f"unreadable: {row.error}", style="red")
+                out.append(tracer.printable(f"unreadable: {row.error}"), style="red")
             else:
                 info = row.info
                 path = fmt.short_path(row.ref.path, max(20, self.size.width - 45))
                 out.append(f"{path}  run {info.run_id}\n", style="bold")
-                out.append(f"{info.target or info.app}  seed {info.seed}  ")
+                out.append(tracer.printable(f"{info.target or info.app}  seed {info.seed}  "))
                 out.append(f"started {fmt.when(info.started_at)}")
                 if info.run_id in self.groups:
                     g, n, members = self.groups[info.run_id]
@@ -309,7 +309,9 @@ class RunsScreen(BrowserScreen):
                 for e in row.earlier:
                     out.append(f"\nresumes run {e.run_id[:12]} ({e.status})", style="cyan")
                 if info.error:
-                    out.append("\n" + info.error.strip().splitlines()[-1], style="red")
+                    out.append(
+                        "\n" + tracer.printable(info.error.strip().splitlines()[-1]), style="red"
+                    )
         if self.marked:
             out.append(f"\nmarked for diff: {len(self.marked)} (space: mark, d: diff)", style="dim")
         self.query_one("#runs-detail", Static).update(out)

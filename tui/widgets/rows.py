@@ -1,10 +1,31 @@
 """A row-cursor ``DataTable`` where Home and End move the cursor to the first and last row,
-j and k move it down and up as the arrow keys do, and ← → scroll a column at a time."""
+j and k move it down and up as the arrow keys do, and ← → scroll a column at a time; a
+text cell is shown as text."""
 
 from __future__ import annotations
 
+from typing import Any
+
+from rich.text import Text
 from textual.binding import Binding
 from textual.widgets import DataTable
+
+import tracer
+
+
+def shown(cell: Any) -> Any:
+    """A cell as the table should show it: text as plain text.  ``DataTable`` reads a
+    ``str`` cell as Rich markup, and the cells name what a trace holds (its app,
+    operators, DDS, errors: hostile text): ``[/bold]`` in an operator's name stopped the
+    browser with a MarkupError, and ``[on red]`` would restyle the row.  Control
+    characters are escaped as the CLI does (:func:`tracer.printable`)."""
+    if isinstance(cell, str):
+        return Text(tracer.printable(cell))
+    if isinstance(cell, Text):  # styled by us; its text may still come from the trace
+        safe = tracer.printable(cell.plain)
+        if safe != cell.plain:
+            return Text(safe, style=cell.style)
+    return cell
 
 
 class ListTable(DataTable[object]):
@@ -19,6 +40,14 @@ class ListTable(DataTable[object]):
         Binding("home", "first_row", "First", show=False),
         Binding("end", "last_row", "Last", show=False),
     ]
+
+    def add_row(self, *cells: Any, **kwargs: Any) -> Any:
+        """Add a row; text cells are shown as text (:func:`shown`)."""
+        return super().add_row(*(shown(c) for c in cells), **kwargs)
+
+    def update_cell(self, row_key: Any, column_key: Any, value: Any, **kwargs: Any) -> None:
+        """Change a cell; text is shown as text (:func:`shown`)."""
+        super().update_cell(row_key, column_key, shown(value), **kwargs)
 
     def action_first_row(self) -> None:
         """Put the cursor on the first row."""
@@ -48,4 +77,4 @@ class ListTable(DataTable[object]):
             self.move_cursor(row=self.row_count - 1)
 
 
-__all__ = ["ListTable"]
+__all__ = ["ListTable", "shown"]
