@@ -515,16 +515,21 @@ def launch(
             proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             _kill(proc)
-            raise LaunchError(
+            message = (
                 f"the {ranks}-rank job did not finish within {timeout:g} s and was killed; "
                 "a rank may be deadlocked or the run needs a longer --timeout"
-            ) from None
+            )
+            # no rank is left to close the run: it would stay "running" (and refused by
+            # resume until its recorder had been silent long enough)
+            _mark_crashed(spec, message)
+            raise LaunchError(message) from None
         except (KeyboardInterrupt, _procs.Interrupted) as exc:
             _kill(proc)
             _mark_crashed(spec, _procs.interrupt_reason(exc), "interrupted")
             raise
-        except BaseException:
+        except BaseException as exc:
             _kill(proc)  # whatever went wrong here, no rank outlives this call
+            _mark_crashed(spec, f"the replay process failed: {type(exc).__name__}: {exc}")
             raise
         finally:
             with contextlib.suppress(OSError, ValueError):

@@ -277,3 +277,48 @@ def test_only_this_users_own_mpich_files_named_in_a_report_are_removed(tmp_path:
     finally:
         for f in (mine, other, outside):
             f.unlink(missing_ok=True)
+
+
+_HANGING = """
+import time
+
+import engine as ap
+from replay._procs import shm_segments
+
+
+def train():
+    print("SEGMENTS", *[path for path, _ in shm_segments()], flush=True)
+    X = ap.dvector(8, shape=(), init=ap.init.zeros(), name="X")
+    for epoch in range(2):
+
+        def body(j, epoch=epoch):
+            if epoch == 1 and ap.current().cluster.rank == 1 and ap.current().mode != "recon":
+                time.sleep(600)  # a rank that hangs after the first checkpoint
+            X[j] = X[j] + 1.0
+
+        ap.async_for(0, 8, body, name="b")
+"""
+
+
+@pytest.mark.mpi  # in-process, but the run starts its ranks under mpiexec
+def test_a_job_ended_by_timeout_is_marked_crashed_and_resumable_at_once(
+    tmp_path: Path, cli
+) -> None:
+    """``--timeout`` kills every rank, so none is left to close the run: the CLI marks it
+    crashed (it stayed ``running``, which ``replay resume`` refused for 30 s more), and
+    leaves no process and no MPICH shared memory behind."""
+    from replay._resume import resumable
+
+    (tmp_path / "hanging.py").write_text(_HANGING)
+    trace = tmp_path / "t.sqlite"
+    argv = ["run", "hanging.py:train", "--ranks", "2", "--trace", str(trace)]
+    proc = cli(*argv, "--checkpoint-every", "1", "--timeout", "10", cwd=tmp_path)
+    assert proc.returncode == 2 and "did not finish within 10 s" in proc.stderr, proc.stderr
+    status, error = _run_row(trace)
+    assert status == "crashed" and "did not finish within 10 s" in (error or ""), error
+    _, start = resumable(str(trace), None)  # no wait for a silent recorder
+    assert (start.op, start.invocation) == ("b", 0), start
+    paths = set(re.findall(r"/dev/shm/mpich_shm_\w+", proc.stdout))
+    assert paths and not [p for p in paths if os.path.exists(p)], proc.stdout
+    left = [p for p in _descendants(os.getpid()) if "replay._worker" in _cmdline(p)]
+    assert not left, [_cmdline(p) for p in left]
