@@ -222,8 +222,8 @@ def train():
     X = ap.dvector(8, shape=(), init=ap.init.zeros(), name="X")
 
     def body(j):
-        if j == 5:
-            raise ValueError("boom")
+        if ap.current().cluster.rank == ap.current().cluster.size - 1:
+            raise ValueError("boom")  # not rank 0's: rank 0 records what its peer raised
         X[j] = 1.0
 
     ap.async_for(0, 8, body, name="b")
@@ -235,10 +235,18 @@ def train():
 def test_an_aborted_job_leaves_no_shared_memory_behind(tmp_path: Path, cli, ranks: int) -> None:
     """A failing body aborts the MPI job (MPI_Abort), and MPICH then leaves its
     shared-memory file in /dev/shm (2-3 MB each, until reboot): the CLI removes the
-    files its ranks reported mapping."""
+    files its ranks reported mapping.  The trace, which rank 0 writes, records the
+    failing rank's error, not only that a peer failed."""
     (tmp_path / "failing.py").write_text(_FAILING)
-    proc = cli("run", "failing.py:train", "--ranks", str(ranks), "--no-trace", cwd=tmp_path)
+    trace = tmp_path / "t.sqlite"
+    proc = cli(
+        "run", "failing.py:train", "--ranks", str(ranks), "--trace", str(trace), cwd=tmp_path
+    )
     assert proc.returncode == 1 and "boom" in proc.stderr, proc.stderr
+    status, error = _run_row(trace)
+    last = (error or "").strip().splitlines()[-1]
+    assert status == "failed" and f"rank {ranks - 1} failed" in last, error
+    assert "ValueError: boom" in last, error
     # every path the ranks printed, found anywhere: the ranks' lines reach stdout through
     # mpiexec, which may interleave them mid-line ("SEGMENTS SEGMENTS/dev/shm/...")
     paths = set(re.findall(r"/dev/shm/mpich_shm_\w+", proc.stdout))
