@@ -461,6 +461,8 @@ def launch(
         job_err = os.fdopen(err_r, encoding="utf-8", errors="replace")
         err_lines: list[str] = []
         reader = _wire.FrameReader()
+        deaths = _procs.DeathOrder()  # which rank on this host died first, if one does
+        watched: list[Any] = []
         assert proc.stdin is not None
         job_in = proc.stdin
 
@@ -486,6 +488,10 @@ def launch(
                     acks.put(k)
                     continue
                 if reader.feed(line):
+                    for r in reader.arrived()[len(watched) :]:
+                        watched.append(r)
+                        if r.kind == "hello":
+                            deaths.watch(r.rank, r.data)
                     continue
                 if _is_launcher_noise(line):
                     err_lines.append(line)  # hydra reports dead ranks on stdout
@@ -540,6 +546,7 @@ def launch(
                 if not t.is_alive():  # a reader still blocked keeps its file (daemon)
                     f.close()
             _procs.remove_segments(reader.hellos())  # what MPICH leaves after an abort
+            deaths.close()
         reports = reader.reports()
         diverged = [r.data for r in reports if r.kind == "diverged"]
         if diverged:
@@ -560,7 +567,12 @@ def launch(
             raise missing
         hellos = [(r.rank, r.data) for r in reports if r.kind == "hello"]
         message = _death_message(
-            ranks, proc.returncode, err_lines, time.monotonic() - t0, _rank_of(err_lines, hellos)
+            ranks,
+            proc.returncode,
+            err_lines,
+            time.monotonic() - t0,
+            _rank_of(err_lines, hellos),
+            _first_dead(deaths.first(), hellos),
         )
         message = unreachable_host(err_lines, current_placement().hostfile) or message
         _mark_crashed(spec, message)
@@ -655,9 +667,30 @@ def _rank_of(err: list[str], hellos: list[tuple[int, Any]]) -> str | None:
     return None
 
 
+def _first_dead(rank: int | None, hellos: list[tuple[int, Any]]) -> str | None:
+    """``rank R (pid P on HOST)`` for the rank this host saw die first (None: none)."""
+    for r, h in hellos:
+        if r == rank and isinstance(h, dict):
+            return f"rank {r} (pid {h.get('pid')} on {h.get('host')})"
+    return None
+
+
 def _death_message(
-    ranks: int, code: int, err: list[str], elapsed: float, who: str | None = None
+    ranks: int,
+    code: int,
+    err: list[str],
+    elapsed: float,
+    who: str | None = None,
+    first: str | None = None,
 ) -> str:
+    """What hydra reports about a dead rank; ``first``, the rank this host saw die first,
+    overrides ``who``, the process hydra names (after its clean-up killed the others it
+    may name any of them, and then its exit status is that of the clean-up's kill)."""
+    if first is not None and first != who:
+        return (
+            f"{first} of the {ranks}-rank job died after {elapsed:.1f} s (the first rank "
+            "to end; mpiexec then killed the others); the run did not finish"
+        )
     detail = ""
     for line in err:
         if "EXIT STRING" in line:

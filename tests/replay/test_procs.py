@@ -330,3 +330,54 @@ def test_a_job_ended_by_timeout_is_marked_crashed_and_resumable_at_once(
     assert paths and not [p for p in paths if os.path.exists(p)], proc.stdout
     left = [p for p in _descendants(os.getpid()) if "replay._worker" in _cmdline(p)]
     assert not left, [_cmdline(p) for p in left]
+
+
+def test_the_rank_that_died_first_is_named_not_the_one_mpiexec_names() -> None:
+    """When a rank dies, hydra kills the others and then names any dead process (a
+    SIGKILLed rank 2 of 3 was reported as rank 0 or 1 in about half the runs): the CLI
+    names the rank on its host whose end it saw first.  Here three processes stand in for
+    the ranks; the one of 'rank 2' dies, the others are killed 0.2 s later."""
+    import socket
+
+    from replay._job import _death_message, _first_dead, _rank_of
+
+    procs = [subprocess.Popen(["sleep", "60"]) for _ in range(3)]
+    host = socket.gethostname()
+    hellos = [
+        (r, {"pid": p.pid, "host": host, "host_id": _procs.host_id()}) for r, p in enumerate(procs)
+    ]
+    elsewhere = subprocess.Popen(["sleep", "60"])
+    deaths = _procs.DeathOrder()
+    try:
+        for r, hello in hellos:
+            deaths.watch(r, hello)
+        # the same pid on another host (host_id) is not this process: not watched
+        deaths.watch(3, {"pid": elsewhere.pid, "host": host, "host_id": "other/boot"})
+        elsewhere.kill()
+        elsewhere.wait()
+        time.sleep(0.2)
+        procs[2].kill()
+        procs[2].wait()
+        time.sleep(0.2)
+        for p in procs[:2]:
+            p.kill()
+            p.wait()
+        time.sleep(0.2)
+        assert deaths.first() == 2
+    finally:
+        deaths.close()
+        for p in (*procs, elsewhere):
+            p.kill()
+            p.wait()
+    # hydra's report names rank 0, killed by its clean-up
+    err = [f"=   PID {procs[0].pid} RUNNING AT {host}", "=   EXIT CODE: 9"]
+    who = _rank_of(err, hellos)
+    assert who == f"rank 0 (pid {procs[0].pid} on {host})"
+    msg = _death_message(3, 9, err, 2.0, who, _first_dead(deaths.first(), hellos))
+    assert msg.startswith(
+        f"rank 2 (pid {procs[2].pid} on {host}) of the 3-rank job died after 2.0 s"
+    )
+    # a rank that died alone, as hydra names it, keeps hydra's exit status
+    assert "(Killed (signal 9))" in _death_message(
+        3, 9, err + ["= EXIT STRING: Killed (signal 9)"], 2.0, who, who
+    )
