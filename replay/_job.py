@@ -686,7 +686,8 @@ def _death_message(
     """What hydra reports about a dead rank; ``first``, the rank this host saw die first,
     overrides ``who``, the process hydra names (after its clean-up killed the others it
     may name any of them, and then its exit status is that of the clean-up's kill)."""
-    if first is not None and first != who:
+    same = who is not None and first is not None and who.split(" on ")[0] == first.split(" on ")[0]
+    if first is not None and not same:  # (hydra may name the host otherwise: same pid)
         return (
             f"{first} of the {ranks}-rank job died after {elapsed:.1f} s (the first rank "
             "to end; mpiexec then killed the others); the run did not finish"

@@ -377,6 +377,11 @@ def test_the_rank_that_died_first_is_named_not_the_one_mpiexec_names() -> None:
     assert msg.startswith(
         f"rank 2 (pid {procs[2].pid} on {host}) of the 3-rank job died after 2.0 s"
     )
+    # the rank hydra names, also under another name of the host, keeps its exit status
+    named = f"rank 2 (pid {procs[2].pid} on localhost)"
+    assert "(Killed (signal 9))" in _death_message(
+        3, 9, ["= EXIT STRING: Killed (signal 9)"], 2.0, named, _first_dead(2, hellos)
+    )
     # a rank that died alone, as hydra names it, keeps hydra's exit status
     assert "(Killed (signal 9))" in _death_message(
         3, 9, err + ["= EXIT STRING: Killed (signal 9)"], 2.0, who, who
