@@ -146,6 +146,18 @@ def _program_frame(
 _OWN_PACKAGES = ("engine", "tracer", "replay", "tui")
 
 
+def app_source(fn: Callable[..., Any]) -> tuple[str, str]:
+    """The source file that defines ``fn`` and its :func:`code_digest` (for the ranks to
+    compare: a host with another copy of the file would run another program)."""
+    import inspect
+
+    try:
+        path = inspect.getsourcefile(fn) or ""
+    except TypeError:
+        path = ""
+    return path or getattr(fn, "__qualname__", "the app"), code_digest(fn)
+
+
 def code_digest(fn: Callable[..., Any]) -> str:
     """blake2b of the source file that defines ``fn`` (empty if it has none)."""
     import hashlib
@@ -300,7 +312,7 @@ def run_here(
     ranks = comm.Get_size() if comm is not None else spec.get("nodes", 1)
     threads = spec.get("threads", 1)
     if comm is not None:
-        _environment.check_ranks_agree(comm)
+        _environment.check_ranks_agree(comm, app_source(app.fn))
     if say is not None:
         say(
             f"{app.name}: {ranks} rank{'s' if ranks != 1 else ''} x {threads} "
