@@ -233,9 +233,25 @@ class PeerRankFailed(EngineError, RuntimeError):
     raises its own error; every other rank raises this one and stays quiet, so the error
     a user sees does not depend on which rank happened to fail first."""
 
-    def __init__(self, rank: int) -> None:
+    def __init__(self, rank: int, error: str | None = None) -> None:
         self.rank = rank
-        super().__init__(f"rank {rank} failed in a step all ranks run together; see its error")
+        #: the failing rank's error in one line (None when it was not sent): what the
+        #: other ranks, rank 0 among them, record as the run's error
+        self.error = error
+        what = f": {error}" if error else "; see its error"
+        super().__init__(f"rank {rank} failed in a step all ranks run together{what}")
+
+
+#: Characters of a failing rank's error that travel to the other ranks (a user's
+#: exception may carry a whole data line; the trace keeps the start of it).
+PEER_ERROR_CHARS = 500
+
+
+def peer_error(exc: BaseException) -> str:
+    """``exc`` in one line, as the other ranks name it in their :class:`PeerRankFailed`."""
+    text = " ".join(str(exc).split())
+    line = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    return line if len(line) <= PEER_ERROR_CHARS else line[: PEER_ERROR_CHARS - 3] + "..."
 
 
 def _shown(value: Any, width: int = 60) -> str:

@@ -256,16 +256,32 @@ def one_line_warnings() -> None:
     warnings.formatwarning = fmt
 
 
-def check_ranks_agree(comm: Any) -> None:
-    """Every rank of ``comm`` must have the same hash seed (set orders agree)."""
+def check_ranks_agree(comm: Any, code: tuple[str, str] | None = None) -> None:
+    """Every rank of ``comm`` must have the same hash seed (set orders agree) and, given
+    ``code`` (the app's source file and its digest on this rank), the same app source:
+    ranks on hosts whose copies of the file differ would each run their own program."""
+    import socket
+
     from ._errors import UsageError
 
-    seeds = comm.allgather(current_hash_seed() or "random")
+    mine = (current_hash_seed() or "random", code, socket.gethostname())
+    got = comm.allgather(mine)
+    seeds = [seed for seed, _, _ in got]
     if len(set(seeds)) > 1:
         shown = ", ".join(f"rank {r}: {s}" for r, s in enumerate(seeds))
         raise UsageError(
             f"the MPI ranks run with different PYTHONHASHSEED values ({shown}); "
             "give every rank the same value, e.g. 'PYTHONHASHSEED=0 mpiexec ...'"
+        )
+    codes = [c for _, c, _ in got]
+    if code is not None and len({c[1] if c else None for c in codes}) > 1:
+        shown = ", ".join(
+            f"rank {r} on {host}: {c[1][:12] if c and c[1] else 'missing'}"
+            for r, (_, c, host) in enumerate(got)
+        )
+        raise UsageError(
+            f"the MPI ranks run different copies of {code[0]} (digests {shown}); "
+            "put the same file at that path on every host (check out one commit everywhere)"
         )
 
 

@@ -146,6 +146,18 @@ def _program_frame(
 _OWN_PACKAGES = ("engine", "tracer", "replay", "tui")
 
 
+def app_source(fn: Callable[..., Any]) -> tuple[str, str]:
+    """The source file that defines ``fn`` and its :func:`code_digest` (for the ranks to
+    compare: a host with another copy of the file would run another program)."""
+    import inspect
+
+    try:
+        path = inspect.getsourcefile(fn) or ""
+    except TypeError:
+        path = ""
+    return path or getattr(fn, "__qualname__", "the app"), code_digest(fn)
+
+
 def code_digest(fn: Callable[..., Any]) -> str:
     """blake2b of the source file that defines ``fn`` (empty if it has none)."""
     import hashlib
@@ -300,7 +312,7 @@ def run_here(
     ranks = comm.Get_size() if comm is not None else spec.get("nodes", 1)
     threads = spec.get("threads", 1)
     if comm is not None:
-        _environment.check_ranks_agree(comm)
+        _environment.check_ranks_agree(comm, app_source(app.fn))
     if say is not None:
         say(
             f"{app.name}: {ranks} rank{'s' if ranks != 1 else ''} x {threads} "
@@ -461,6 +473,8 @@ def launch(
         job_err = os.fdopen(err_r, encoding="utf-8", errors="replace")
         err_lines: list[str] = []
         reader = _wire.FrameReader()
+        deaths = _procs.DeathOrder()  # which rank on this host died first, if one does
+        watched: list[Any] = []
         assert proc.stdin is not None
         job_in = proc.stdin
 
@@ -486,6 +500,10 @@ def launch(
                     acks.put(k)
                     continue
                 if reader.feed(line):
+                    for r in reader.arrived()[len(watched) :]:
+                        watched.append(r)
+                        if r.kind == "hello":
+                            deaths.watch(r.rank, r.data)
                     continue
                 if _is_launcher_noise(line):
                     err_lines.append(line)  # hydra reports dead ranks on stdout
@@ -515,16 +533,21 @@ def launch(
             proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             _kill(proc)
-            raise LaunchError(
+            message = (
                 f"the {ranks}-rank job did not finish within {timeout:g} s and was killed; "
                 "a rank may be deadlocked or the run needs a longer --timeout"
-            ) from None
+            )
+            # no rank is left to close the run: it would stay "running" (and refused by
+            # resume until its recorder had been silent long enough)
+            _mark_crashed(spec, message)
+            raise LaunchError(message) from None
         except (KeyboardInterrupt, _procs.Interrupted) as exc:
             _kill(proc)
             _mark_crashed(spec, _procs.interrupt_reason(exc), "interrupted")
             raise
-        except BaseException:
+        except BaseException as exc:
             _kill(proc)  # whatever went wrong here, no rank outlives this call
+            _mark_crashed(spec, f"the replay process failed: {type(exc).__name__}: {exc}")
             raise
         finally:
             with contextlib.suppress(OSError, ValueError):
@@ -535,6 +558,7 @@ def launch(
                 if not t.is_alive():  # a reader still blocked keeps its file (daemon)
                     f.close()
             _procs.remove_segments(reader.hellos())  # what MPICH leaves after an abort
+            deaths.close()
         reports = reader.reports()
         diverged = [r.data for r in reports if r.kind == "diverged"]
         if diverged:
@@ -555,7 +579,12 @@ def launch(
             raise missing
         hellos = [(r.rank, r.data) for r in reports if r.kind == "hello"]
         message = _death_message(
-            ranks, proc.returncode, err_lines, time.monotonic() - t0, _rank_of(err_lines, hellos)
+            ranks,
+            proc.returncode,
+            err_lines,
+            time.monotonic() - t0,
+            _rank_of(err_lines, hellos),
+            _first_dead(deaths.first(), hellos),
         )
         message = unreachable_host(err_lines, current_placement().hostfile) or message
         _mark_crashed(spec, message)
@@ -650,9 +679,31 @@ def _rank_of(err: list[str], hellos: list[tuple[int, Any]]) -> str | None:
     return None
 
 
+def _first_dead(rank: int | None, hellos: list[tuple[int, Any]]) -> str | None:
+    """``rank R (pid P on HOST)`` for the rank this host saw die first (None: none)."""
+    for r, h in hellos:
+        if r == rank and isinstance(h, dict):
+            return f"rank {r} (pid {h.get('pid')} on {h.get('host')})"
+    return None
+
+
 def _death_message(
-    ranks: int, code: int, err: list[str], elapsed: float, who: str | None = None
+    ranks: int,
+    code: int,
+    err: list[str],
+    elapsed: float,
+    who: str | None = None,
+    first: str | None = None,
 ) -> str:
+    """What hydra reports about a dead rank; ``first``, the rank this host saw die first,
+    overrides ``who``, the process hydra names (after its clean-up killed the others it
+    may name any of them, and then its exit status is that of the clean-up's kill)."""
+    same = who is not None and first is not None and who.split(" on ")[0] == first.split(" on ")[0]
+    if first is not None and not same:  # (hydra may name the host otherwise: same pid)
+        return (
+            f"{first} of the {ranks}-rank job died after {elapsed:.1f} s (the first rank "
+            "to end; mpiexec then killed the others); the run did not finish"
+        )
     detail = ""
     for line in err:
         if "EXIT STRING" in line:

@@ -32,7 +32,7 @@ from . import _environment, _traceio
 from ._apps import BUILTIN_APPS, App, recorded_params, resolve
 from ._controller import ReplayChecker, ReplayFinished, TraceController
 from ._errors import UsageError
-from ._job import code_digest, recorded_modes, rounded_times
+from ._job import app_source, code_digest, recorded_modes, rounded_times
 from ._progress import phases_to, tick_line
 from ._target import CodeChangedError, check_digest, check_params, file_digest, own_source
 from ._timetravel import FastForward, Start, first_step, program_order, start_before, step_of
@@ -261,7 +261,7 @@ def replay_here(
             )
     rank = comm.Get_rank() if comm is not None else 0
     if mode == "cluster" and comm is not None:
-        _environment.check_ranks_agree(comm)
+        _environment.check_ranks_agree(comm, app_source(app.fn))
     if rank == 0:  # the CLI re-executed itself to match; a library caller gets warned
         _environment.warn_replay_environment(info.environment, info.versions)
     say = progress if rank == 0 else None

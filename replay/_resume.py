@@ -29,7 +29,7 @@ from ._apps import recorded_params
 from ._controller import TraceController
 from ._dualctl import same_value
 from ._errors import UsageError
-from ._job import _recorder, recorded_modes, recording, run_json
+from ._job import _recorder, app_source, recorded_modes, recording, run_json
 from ._model import saving
 from ._progress import phases_to
 from ._replay import open_run, recorded_app
@@ -295,7 +295,7 @@ def resume_here(
             f"{size}; run 'replay resume TRACE' (it starts the recorded ranks itself)"
         )
     if comm is not None:
-        _environment.check_ranks_agree(comm)
+        _environment.check_ranks_agree(comm, app_source(app.fn))
     say = progress if rank == 0 else None
     op, inv = spec["from"]
     start = next(

@@ -222,6 +222,10 @@ class FrameReader:
             )
         return sorted(self._done, key=lambda r: r.rank)
 
+    def arrived(self) -> list[Report]:
+        """Every complete report in the order it arrived (even if a frame was damaged)."""
+        return list(self._done)
+
     def hellos(self) -> list[dict[str, Any]]:
         """The hello reports that arrived whole (even if another frame was damaged)."""
         return [r.data for r in self._done if r.kind == "hello"]

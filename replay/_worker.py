@@ -111,7 +111,7 @@ def main(argv: list[str]) -> int:
         from . import _wire
         from ._dualjob import dual_here
         from ._job import describe, run_here
-        from ._procs import on_this_host, shm_segments
+        from ._procs import host_id, on_this_host, shm_segments
         from ._replay import replay_here
 
     comm = MPI.COMM_WORLD
@@ -126,7 +126,12 @@ def main(argv: list[str]) -> int:
     _watch_parent(spec, rank)
     # who this rank is, for the parent to name it if it dies (hydra names only pid and host)
     # and the shared-memory files it maps, which the parent removes if the job aborts
-    hello = {"pid": os.getpid(), "host": socket.gethostname(), "shm": shm_segments()}
+    hello = {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "host_id": host_id(),  # a pid means something only on this very host
+        "shm": shm_segments(),
+    }
     _wire.emit(rank, "hello", hello)
     notes = comm.Dup()  # diverged ranks tell each other they have reported
 

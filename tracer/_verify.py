@@ -663,7 +663,9 @@ def _prior(engine: Engine, run: Any) -> dict[tuple[str, int], int] | None:
         return None
     try:
         with engine.connect() as conn:
-            have = conn.execute(select(Run.run_id).where(Run.run_id == run.continues)).first()
+            have = conn.execute(
+                select(Run.run_id, Run.continues).where(Run.run_id == run.continues)
+            ).first()
             got: list[Any] = list(
                 conn.execute(
                     select(Invocation.op, Invocation.node, Invocation.invocation).where(
@@ -694,10 +696,12 @@ def _prior(engine: Engine, run: Any) -> dict[tuple[str, int], int] | None:
         done[(op, int(node))].add(int(inv))
     out = {}
     for key, invs in done.items():
-        k = 0
+        # a crashed run that was itself resumed starts after its own checkpoint (its
+        # start was checked against the run before it when the chain was verified)
+        k = min(invs) if have is not None and have.continues else 0
         while k in invs:
             k += 1
-        out[key] = k  # the contiguous prefix 0..k-1 the resumed run may build on
+        out[key] = k  # the contiguous prefix ..k-1 the resumed run may build on
     return out
 
 

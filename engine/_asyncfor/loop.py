@@ -31,6 +31,7 @@ from .._errors import (
     DivergenceError,
     PeerRankFailed,
     SessionError,
+    peer_error,
 )
 from .._machines.baton import BatonGrants
 from .._machines.chaos import LOCKS
@@ -497,22 +498,22 @@ def _agree(cl: Cluster, guard: Guard) -> Violation:
     is returned (re-plan); a failed body raises, on its rank, its own error, and on the
     others :class:`PeerRankFailed`, as a step every rank runs together does."""
     fail = guard.failure
-    mine = (guard.first, None if fail is None else fail[:2])
-    events: list[tuple[int, int, int, Violation | None]] = []
+    mine = (guard.first, None if fail is None else (*fail[:2], peer_error(fail[2])))
+    events: list[tuple[int, int, int, Violation | str | None]] = []
     for v, failed in cl.allgather(mine):
         if v is not None and v.node >= 0:
             events.append((*v.key(), 0, v))
         if failed is not None:
-            events.append((failed[0], failed[1], 1, None))
+            events.append((failed[0], failed[1], 1, failed[2]))
     if not events:  # cannot happen: a rank stopped only for one of these
         raise RuntimeError("an attempt was undone, but no rank reported why")
-    r, node, kind, v = min(events, key=lambda e: e[:3])
+    r, node, kind, what = min(events, key=lambda e: e[:3])
     if kind == 0:
-        assert v is not None
-        return v
+        assert isinstance(what, Violation)
+        return what
     if fail is not None and fail[:2] == (r, node):
         raise fail[2]
-    raise PeerRankFailed(node)
+    raise PeerRankFailed(node, what if isinstance(what, str) else None)
 
 
 def _execute(

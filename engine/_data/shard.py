@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .._errors import PeerRankFailed, ShardMissError
+from .._errors import PeerRankFailed, ShardMissError, peer_error
 from . import dds as _dds
 from .dds import _DDS, SLOT_BITS, SLOT_MASK, homes
 
@@ -156,10 +156,10 @@ def check_missed(sess: Session) -> None:
     err = _dds.MISSED[0] if _dds.MISSED else None
     _dds.MISSED.clear()
     if sess.cluster.is_mpi:
-        got = sess.cluster.allgather(None if err is None else str(err))
+        got = sess.cluster.allgather(None if err is None else peer_error(err))
         first = next((r for r, e in enumerate(got) if e is not None), None)
         if first is not None and first != sess.cluster.local_nodes[0]:
-            raise PeerRankFailed(first)
+            raise PeerRankFailed(first, got[first])
     if err is not None:
         raise err
 

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .._data import digest as _digest
-from .._errors import PeerRankFailed
+from .._errors import PeerRankFailed, peer_error
 from .._machines.messages import MessageOrder
 
 if TYPE_CHECKING:
@@ -377,13 +377,14 @@ class MpiCluster(Cluster):
             value = fn(self.rank)
         except Exception as exc:  # noqa: BLE001 - re-raised below, after the ranks agree
             failed, value = exc, None
-        got = self.comm.allgather((failed is not None, value))
-        first = next((r for r, (bad, _) in enumerate(got) if bad), None)
+        bad = None if failed is None else peer_error(failed)
+        got = self.comm.allgather((bad, value))
+        first = next((r for r, (b, _) in enumerate(got) if b is not None), None)
         if first is None:
             return [v for _, v in got]
         if first == self.rank and failed is not None:
             raise failed
-        raise PeerRankFailed(first)
+        raise PeerRankFailed(first, got[first][0])
 
     def allgather(self, value: Any) -> list[Any]:
         return self.comm.allgather(value)

@@ -79,7 +79,7 @@ def _outcome(comm: Any, first: bool) -> list[Any]:
     except ap.BodyError as exc:
         raised = ["BodyError", exc.index, exc.node]
     except ap.PeerRankFailed as exc:
-        raised = ["PeerRankFailed", exc.rank]
+        raised = ["PeerRankFailed", exc.rank, exc.error]
     finally:
         loop._note = note  # type: ignore[assignment]
     return [first, raised, notes]
@@ -88,7 +88,7 @@ def _outcome(comm: Any, first: bool) -> list[Any]:
 def failing(world: MPI.Comm, *seeds: int) -> list[list[Any]]:
     """``trapped`` whose round-1 body raises, without and with the round-0 stop, plainly
     and per jitter seed: per run, whether the stop was trapped, what this rank raised
-    (``["BodyError", index, node]`` or ``["PeerRankFailed", rank]``) and the violations
+    (``["BodyError", index, node]`` or ``["PeerRankFailed", rank, its error]``) and the violations
     reported before."""
     me = world.Get_rank()
     out = []

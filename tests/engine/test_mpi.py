@@ -132,7 +132,8 @@ def test_a_failing_body_ends_every_rank_alike(mpi: Batches) -> None:
             if rank == err.node:
                 assert raised == ["BodyError", err.index, err.node], (rank, first)
             else:
-                assert raised == ["PeerRankFailed", err.node], (rank, first)
+                # and what it raised, which rank 0 records as the run's error
+                assert raised == ["PeerRankFailed", err.node, f"BodyError: {err}"], (rank, first)
             assert notes == ([stop] if first else []), (rank, first)
 
 

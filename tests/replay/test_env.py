@@ -185,3 +185,48 @@ def test_a_trace_from_before_exact_object_texts_is_named_when_replayed() -> None
     assert _environment.object_text_change(_environment.versions()) is None
     old = _environment.object_text_change({"python": "3.11.7", "numpy": "2.2.6"})
     assert old is not None and "by their repr (object text 1" in old and "re-record" in old
+
+
+class _World:
+    """A communicator whose ``allgather`` returns what each rank would send: this rank's
+    value, with each other rank's app digest and host replaced as given."""
+
+    def __init__(self, others: list[tuple[str | None, str]]) -> None:
+        self.others = others
+
+    def allgather(self, mine: tuple[str, tuple[str, str] | None, str]) -> list[object]:
+        seed, code, _ = mine
+        out: list[object] = [mine]
+        for digest, host in self.others:
+            out.append((seed, None if code is None else (code[0], digest), host))
+        return out
+
+
+@given(
+    others=st.lists(
+        st.tuples(st.sampled_from(["same", "other", ""]), st.sampled_from(["vm", "node02"])),
+        min_size=1,
+        max_size=3,
+    )
+)
+@settings(max_examples=30, deadline=None)
+def test_ranks_with_another_copy_of_the_app_file_are_refused(
+    others: list[tuple[str, str]],
+) -> None:
+    """A host whose copy of the app file differs runs another program: the ranks compare
+    the file's digest before they start, and refuse in one line naming each rank."""
+    from replay._errors import UsageError
+    from replay._job import app_source
+
+    source = app_source(test_ranks_with_another_copy_of_the_app_file_are_refused)
+    digests = [source[1] if d == "same" else d for d, _ in others]
+    world = _World([(d, host) for d, (_, host) in zip(digests, others, strict=True)])
+    if all(d == source[1] for d in digests):
+        _environment.check_ranks_agree(world, source)
+        return
+    with pytest.raises(UsageError) as err:
+        _environment.check_ranks_agree(world, source)
+    message = str(err.value)
+    assert "\n" not in message and source[0] in message, message
+    for r, (d, (_, host)) in enumerate(zip(digests, others, strict=True), start=1):
+        assert f"rank {r} on {host}: {d[:12] or 'missing'}" in message, message

@@ -222,8 +222,8 @@ def train():
     X = ap.dvector(8, shape=(), init=ap.init.zeros(), name="X")
 
     def body(j):
-        if j == 5:
-            raise ValueError("boom")
+        if ap.current().cluster.rank == ap.current().cluster.size - 1:
+            raise ValueError("boom")  # not rank 0's: rank 0 records what its peer raised
         X[j] = 1.0
 
     ap.async_for(0, 8, body, name="b")
@@ -235,10 +235,18 @@ def train():
 def test_an_aborted_job_leaves_no_shared_memory_behind(tmp_path: Path, cli, ranks: int) -> None:
     """A failing body aborts the MPI job (MPI_Abort), and MPICH then leaves its
     shared-memory file in /dev/shm (2-3 MB each, until reboot): the CLI removes the
-    files its ranks reported mapping."""
+    files its ranks reported mapping.  The trace, which rank 0 writes, records the
+    failing rank's error, not only that a peer failed."""
     (tmp_path / "failing.py").write_text(_FAILING)
-    proc = cli("run", "failing.py:train", "--ranks", str(ranks), "--no-trace", cwd=tmp_path)
+    trace = tmp_path / "t.sqlite"
+    proc = cli(
+        "run", "failing.py:train", "--ranks", str(ranks), "--trace", str(trace), cwd=tmp_path
+    )
     assert proc.returncode == 1 and "boom" in proc.stderr, proc.stderr
+    status, error = _run_row(trace)
+    last = (error or "").strip().splitlines()[-1]
+    assert status == "failed" and f"rank {ranks - 1} failed" in last, error
+    assert "ValueError: boom" in last, error
     # every path the ranks printed, found anywhere: the ranks' lines reach stdout through
     # mpiexec, which may interleave them mid-line ("SEGMENTS SEGMENTS/dev/shm/...")
     paths = set(re.findall(r"/dev/shm/mpich_shm_\w+", proc.stdout))
@@ -277,3 +285,104 @@ def test_only_this_users_own_mpich_files_named_in_a_report_are_removed(tmp_path:
     finally:
         for f in (mine, other, outside):
             f.unlink(missing_ok=True)
+
+
+_HANGING = """
+import time
+
+import engine as ap
+from replay._procs import shm_segments
+
+
+def train():
+    print("SEGMENTS", *[path for path, _ in shm_segments()], flush=True)
+    X = ap.dvector(8, shape=(), init=ap.init.zeros(), name="X")
+    for epoch in range(2):
+
+        def body(j, epoch=epoch):
+            if epoch == 1 and ap.current().cluster.rank == 1 and ap.current().mode != "recon":
+                time.sleep(600)  # a rank that hangs after the first checkpoint
+            X[j] = X[j] + 1.0
+
+        ap.async_for(0, 8, body, name="b")
+"""
+
+
+@pytest.mark.mpi  # in-process, but the run starts its ranks under mpiexec
+def test_a_job_ended_by_timeout_is_marked_crashed_and_resumable_at_once(
+    tmp_path: Path, cli
+) -> None:
+    """``--timeout`` kills every rank, so none is left to close the run: the CLI marks it
+    crashed (it stayed ``running``, which ``replay resume`` refused for 30 s more), and
+    leaves no process and no MPICH shared memory behind."""
+    from replay._resume import resumable
+
+    (tmp_path / "hanging.py").write_text(_HANGING)
+    trace = tmp_path / "t.sqlite"
+    argv = ["run", "hanging.py:train", "--ranks", "2", "--trace", str(trace)]
+    proc = cli(*argv, "--checkpoint-every", "1", "--timeout", "10", cwd=tmp_path)
+    assert proc.returncode == 2 and "did not finish within 10 s" in proc.stderr, proc.stderr
+    status, error = _run_row(trace)
+    assert status == "crashed" and "did not finish within 10 s" in (error or ""), error
+    _, start = resumable(str(trace), None)  # no wait for a silent recorder
+    assert (start.op, start.invocation) == ("b", 0), start
+    paths = set(re.findall(r"/dev/shm/mpich_shm_\w+", proc.stdout))
+    assert paths and not [p for p in paths if os.path.exists(p)], proc.stdout
+    left = [p for p in _descendants(os.getpid()) if "replay._worker" in _cmdline(p)]
+    assert not left, [_cmdline(p) for p in left]
+
+
+def test_the_rank_that_died_first_is_named_not_the_one_mpiexec_names() -> None:
+    """When a rank dies, hydra kills the others and then names any dead process (a
+    SIGKILLed rank 2 of 3 was reported as rank 0 or 1 in about half the runs): the CLI
+    names the rank on its host whose end it saw first.  Here three processes stand in for
+    the ranks; the one of 'rank 2' dies, the others are killed 0.2 s later."""
+    import socket
+
+    from replay._job import _death_message, _first_dead, _rank_of
+
+    procs = [subprocess.Popen(["sleep", "60"]) for _ in range(3)]
+    host = socket.gethostname()
+    hellos = [
+        (r, {"pid": p.pid, "host": host, "host_id": _procs.host_id()}) for r, p in enumerate(procs)
+    ]
+    elsewhere = subprocess.Popen(["sleep", "60"])
+    deaths = _procs.DeathOrder()
+    try:
+        for r, hello in hellos:
+            deaths.watch(r, hello)
+        # the same pid on another host (host_id) is not this process: not watched
+        deaths.watch(3, {"pid": elsewhere.pid, "host": host, "host_id": "other/boot"})
+        elsewhere.kill()
+        elsewhere.wait()
+        time.sleep(0.2)
+        procs[2].kill()
+        procs[2].wait()
+        time.sleep(0.2)
+        for p in procs[:2]:
+            p.kill()
+            p.wait()
+        time.sleep(0.2)
+        assert deaths.first() == 2
+    finally:
+        deaths.close()
+        for p in (*procs, elsewhere):
+            p.kill()
+            p.wait()
+    # hydra's report names rank 0, killed by its clean-up
+    err = [f"=   PID {procs[0].pid} RUNNING AT {host}", "=   EXIT CODE: 9"]
+    who = _rank_of(err, hellos)
+    assert who == f"rank 0 (pid {procs[0].pid} on {host})"
+    msg = _death_message(3, 9, err, 2.0, who, _first_dead(deaths.first(), hellos))
+    assert msg.startswith(
+        f"rank 2 (pid {procs[2].pid} on {host}) of the 3-rank job died after 2.0 s"
+    )
+    # the rank hydra names, also under another name of the host, keeps its exit status
+    named = f"rank 2 (pid {procs[2].pid} on localhost)"
+    assert "(Killed (signal 9))" in _death_message(
+        3, 9, ["= EXIT STRING: Killed (signal 9)"], 2.0, named, _first_dead(2, hellos)
+    )
+    # a rank that died alone, as hydra names it, keeps hydra's exit status
+    assert "(Killed (signal 9))" in _death_message(
+        3, 9, err + ["= EXIT STRING: Killed (signal 9)"], 2.0, who, who
+    )

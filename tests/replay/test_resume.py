@@ -568,6 +568,10 @@ def test_a_resumed_run_that_crashes_is_resumed_again(
     assert res["continues"] == second.run_id
     assert res["objectives"] == uninterrupted["sgdmf"]["objectives"]
     assert res["digests"] == uninterrupted["sgdmf"]["digests"]
+    # the chain of three runs verifies: the second started after the first's checkpoint
+    # and the third after the second's, whose invocations do not start at 0
+    rc, out, err = cli("verify", str(trace))
+    assert rc == 0 and out.startswith("ok:"), err
     rc, _, err = cli("resume", str(trace), "--run", first.run_id)
     assert rc == 2 and f"already resumed as run {second.run_id[:12]}" in err
 
