@@ -199,6 +199,22 @@ EXACT_REDUCE_LABEL = "exact_reduce"
 COALESCE_LABEL = "coalesced_sends"
 
 
+#: The run label of a run recorded with ``--checkpoint-every N``: a resume of it keeps
+#: checkpointing every N invocations (without it, the measured default), so that a second
+#: crash redoes no more than the first run would have.
+CHECKPOINT_EVERY_LABEL = "checkpoint_every"
+
+
+def recorded_checkpoint_every(info: Any) -> int | None:
+    """The ``--checkpoint-every`` the run ``info`` describes was recorded with (None: the
+    measured default).  A value read from the trace that is not a whole number from 1 to
+    10**9 is ignored: it only chooses how often the resumed run writes checkpoints."""
+    every = (info.labels or {}).get(CHECKPOINT_EVERY_LABEL)
+    if isinstance(every, int) and not isinstance(every, bool) and 1 <= every <= 10**9:
+        return every
+    return None
+
+
 def recorded_in_test_mode(info: Any) -> bool:
     """Whether the run ``info`` describes was recorded in test mode."""
     return bool((info.labels or {}).get(TEST_MODE_LABEL))
@@ -264,6 +280,8 @@ def _recorder(spec: dict[str, Any], app: Any, params: dict[str, Any], comm: Any)
             labels[EXACT_REDUCE_LABEL] = True
         if spec.get("coalesce", True):
             labels[COALESCE_LABEL] = True
+        if spec.get("checkpoint_every"):  # None: the measured default; 0: none at all
+            labels[CHECKPOINT_EVERY_LABEL] = int(spec["checkpoint_every"])
         if labels:
             meta["labels"] = labels
         tracer.start_run(path, run_id, meta)

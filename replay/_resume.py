@@ -29,7 +29,14 @@ from ._apps import recorded_params
 from ._controller import TraceController
 from ._dualctl import same_value
 from ._errors import UsageError
-from ._job import _recorder, app_source, recorded_modes, recording, run_json
+from ._job import (
+    _recorder,
+    app_source,
+    recorded_checkpoint_every,
+    recorded_modes,
+    recording,
+    run_json,
+)
 from ._model import saving
 from ._progress import phases_to
 from ._replay import open_run, recorded_app
@@ -330,7 +337,7 @@ def resume_here(
         nodes=info.ranks,
         threads=info.threads,
         seed=info.seed,
-        checkpoint_every=None,
+        checkpoint_every=recorded_checkpoint_every(info),  # the crashed run's cadence
         **modes,
     )
     recorder = _recorder(rec_spec, app, params, comm)

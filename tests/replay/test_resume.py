@@ -564,6 +564,12 @@ def test_a_resumed_run_that_crashes_is_resumed_again(
     assert rc != 0, err
     first, second = runs_of(trace)
     assert second.status == "crashed" and second.continues == first.run_id
+    # the resume kept the crashed run's --checkpoint-every 1: after the checkpoint it
+    # started from (sgd#0), one after each invocation it completed (sgd#1, sgd#2), not
+    # the measured default's fewer
+    cps = of_run(trace, lambda r: [(c.op, c.invocation) for c in r.checkpoints()], second.run_id)
+    assert [c for c in cps if c[0] == "sgd"] == [("sgd", 0), ("sgd", 1), ("sgd", 2)], cps
+    assert second.labels.get("checkpoint_every") == 1, second.labels
     res = resume(trace)  # the latest run: the resumed one that crashed
     assert res["continues"] == second.run_id
     assert res["objectives"] == uninterrupted["sgdmf"]["objectives"]
