@@ -287,8 +287,15 @@ def _read_numpy(p: pathlib.Path, kind: str, who: str) -> Table:
         except DataFormatError:
             raise
         except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
-            # object arrays (pickles) are refused by allow_pickle=False with a ValueError
-            raise DataFormatError(f"{what} is not a readable {kind} file ({exc})") from None
+            # numpy's own words advise allow_pickle=True, and loading a pickle runs code
+            # from the file, which a data file must never choose: never repeat them
+            if "Object arrays" in str(exc):
+                raise DataFormatError(
+                    f"{what} holds Python objects (a pickled array), which are never loaded "
+                    "from a data file; save a numeric array (np.save(path, X.astype(float)))"
+                ) from None
+            why = "not numpy's .npy or .npz format" if "allow_pickle" in str(exc) else exc
+            raise DataFormatError(f"{what} is not a readable {kind} file ({why})") from None
         except MemoryError as exc:
             # numpy allocates what an array's header claims before it reads a byte: a
             # damaged or forged header (or data too large) fails here, not in the run

@@ -161,7 +161,9 @@ def test_bad_numpy_files_are_one_line(tmp_path: Path) -> None:
     np.save(tmp_path / "words.npy", np.array([["a", "b"]]))
     cases.append(("words.npy", "holds <U1 values, not numbers"))
     np.save(tmp_path / "objects.npy", np.array([[1, None]], dtype=object), allow_pickle=True)
-    cases.append(("objects.npy", "is not a readable npy file"))
+    cases.append(("objects.npy", "holds Python objects (a pickled array), which are never"))
+    np.savez(tmp_path / "objects.npz", X=np.array([[1, None]], dtype=object), y=y[:1])
+    cases.append(("objects.npz", "holds Python objects (a pickled array), which are never"))
     (tmp_path / "empty.npz").write_bytes(b"")
     cases.append(("empty.npz", "is empty"))
     (tmp_path / "junk.npz").write_bytes(b"not numpy at all")
@@ -173,6 +175,7 @@ def test_bad_numpy_files_are_one_line(tmp_path: Path) -> None:
         with pytest.raises(DataFormatError) as info:
             read_table(tmp_path / name, "lasso")
         assert message in str(info.value) and "\n" not in str(info.value), (name, info.value)
+        assert "allow_pickle" not in str(info.value), info.value  # never advise it
 
 
 def _forged_npy(shape: tuple[int, ...], dtype: str, payload: int) -> bytes:
