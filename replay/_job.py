@@ -603,6 +603,7 @@ def launch(
             time.monotonic() - t0,
             _rank_of(err_lines, hellos),
             _first_dead(deaths.first(), hellos),
+            _UNFINISHED.get(str(spec.get("kind")), "the run did not finish"),
         )
         message = unreachable_host(err_lines, current_placement().hostfile) or message
         _mark_crashed(spec, message)
@@ -705,6 +706,13 @@ def _first_dead(rank: int | None, hellos: list[tuple[int, Any]]) -> str | None:
     return None
 
 
+#: What a job of each kind left undone when a rank died (a run, by default, records one).
+_UNFINISHED = {
+    "replay": "the replay did not finish (the trace is unchanged)",
+    "dual": "the dual test did not finish (no verdict)",
+}
+
+
 def _death_message(
     ranks: int,
     code: int,
@@ -712,6 +720,7 @@ def _death_message(
     elapsed: float,
     who: str | None = None,
     first: str | None = None,
+    unfinished: str = "the run did not finish",
 ) -> str:
     """What hydra reports about a dead rank; ``first``, the rank this host saw die first,
     overrides ``who``, the process hydra names (after its clean-up killed the others it
@@ -720,7 +729,7 @@ def _death_message(
     if first is not None and not same:  # (hydra may name the host otherwise: same pid)
         return (
             f"{first} of the {ranks}-rank job died after {elapsed:.1f} s (the first rank "
-            "to end; mpiexec then killed the others); the run did not finish"
+            f"to end; mpiexec then killed the others); {unfinished}"
         )
     detail = ""
     for line in err:
@@ -733,7 +742,7 @@ def _death_message(
         detail = tail[-1].strip() if tail else f"mpiexec exit status {code}"
     return (
         f"{who or 'a rank'} of the {ranks}-rank job died after {elapsed:.1f} s ({detail}); "
-        "the run did not finish"
+        f"{unfinished}"
     )
 
 

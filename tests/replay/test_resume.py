@@ -709,3 +709,21 @@ def test_forged_parameters_do_not_steer_a_resume(
     reseal(trace)
     rc, out, err = cli("resume", str(trace))
     assert rc == 3 and needle in err, (out, err)
+
+
+@pytest.mark.mpi
+def test_a_rank_that_dies_in_a_cluster_replay_says_the_replay_did_not_finish(
+    tmp_path: Path,
+) -> None:
+    """A rank killed during ``replay cluster`` ended with "the run did not finish", as
+    if the recorded run were at stake; the replay is what did not finish, and the
+    trace still verifies."""
+    trace = tmp_path / "t.sqlite"
+    record(trace, "sgdmf", 2)
+    rc, _, err = crash("cluster", str(trace), "--timeout", "60", env={"RESUME_KILL": "1:1:3"})
+    assert rc != 0, err
+    last = err.strip().splitlines()[-1]
+    assert "rank 1" in last and "the replay did not finish (the trace is unchanged)" in last
+    assert "the run did not finish" not in err, err
+    rc, out, err = cli("verify", str(trace))
+    assert rc == 0 and out.startswith("ok:"), err
