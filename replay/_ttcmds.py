@@ -11,7 +11,7 @@ import click
 from . import _environment
 from ._cliutil import allow_changed as allow_changed_option
 from ._cliutil import echo_json, limit_options, printer, run_option
-from ._inspect import dds_names, history, parse_element
+from ._inspect import dds_names, history, parse_element, steps_between
 from ._progress import Printer
 from ._replay import open_run, recorded_app
 from ._replaycmds import _replayable
@@ -73,6 +73,7 @@ def history_cmd(
     with Printer(as_json, "history") as say:
         run, app = _prepare(trace, run_id, allow_changed, max_ranks, max_threads, say)
         el = parse_element(element, dds_names(run))
+        steps_between(run, rng)  # a range the run does not have: refused before any output
         say(f"replaying run {run.info.run_id[:12]} for {el.text}")
         doc = history(run, app, el, rng, progress=say)
     if as_json:
