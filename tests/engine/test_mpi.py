@@ -41,10 +41,14 @@ def mpi(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
     for p in mpibatch.selected(request, test_message_timing_never_changes_a_result):
         name = f"jitter-{p['threads']}-{p['seed']}"
         batches[p["ranks"]].add(name, HERE / "mpi_jitter.py", p["threads"], p["seed"])
-    for p in mpibatch.selected(request, test_a_stop_is_reported_alike_whatever_the_timing):
-        batches[p["ranks"]].add(
-            f"ring-{p['threads']}", HERE / "mpi_ring.py", p["threads"], *RING_SEEDS
-        )
+    rings = {
+        (p["ranks"], p["threads"])
+        for p in mpibatch.selected(request, test_a_stop_is_reported_alike_whatever_the_timing)
+    }
+    if mpibatch.selected(request, test_a_failing_body_ends_every_rank_alike):
+        rings.add((3, 1))  # it reads the 3-rank, 1-thread ring's "failing" runs
+    for ranks, threads in sorted(rings):
+        batches[ranks].add(f"ring-{threads}", HERE / "mpi_ring.py", threads, *RING_SEEDS)
     for p in mpibatch.selected(request, test_a_token_plan_defers_receives_and_keeps_the_bits):
         batches[p["ranks"]].add("defer", HERE / "mpi_defer.py", *DEFER_SEEDS)
     for p in mpibatch.selected(request, test_rows_left_at_home_reach_the_next_reader):
