@@ -111,7 +111,9 @@ def test_time_travel_and_resume_in_the_run_s_mode(tmp_path: Path, checked: bool)
     stopped = tmp_path / "stopped.sqlite"
     record(stopped, *argv, env={"MODE_APPS_INTERRUPT": "2"}, status=130)
     invoke("resume", str(stopped))
-    assert labels(stopped) == [{"checked": True} if checked else {}] * 2
+    # both runs in the mode, and the resumed one at the crashed one's --checkpoint-every
+    modes = {"checked": True} if checked else {}
+    assert labels(stopped) == [{**modes, "checkpoint_every": 1}] * 2
     with tracer.open(trace) as whole, tracer.open(stopped) as parts:
         want = whole.run().objectives()
         runs = parts.runs()

@@ -65,7 +65,8 @@ def test_the_recorded_value_is_the_value_replay_follows(
     tmp_path: Path, fn: Any, params: dict[str, Any], kind: str
 ) -> None:
     path = tmp_path / "t.sqlite"
-    rec = Keeping(path, "r", [0, 1], True)
+    # the run row says what ran: a plan for more threads than the run is a damaged trace
+    rec = Keeping(path, "r", [0, 1], True, meta={"ranks": 2, "threads": 3})
     engine.run(fn, params, nodes=2, threads=3, recorder=rec)
     rec.close("finished")
     assert rec.values, "no invocation handed its recorder a schedule value"
