@@ -19,7 +19,7 @@ import numpy as np
 from .._data import dds as _dds
 from .._data.shard import fetch_missed
 from .._errors import BodyError, ClosureRuleError, ShardMissError
-from .._runtime.session import _tls
+from .._runtime.session import _tls, current
 from .kernel import BoundKernel, record
 
 if TYPE_CHECKING:
@@ -85,11 +85,8 @@ class NodeSets:
         return at
 
     def _find(self, k: int) -> tuple[AccessSets, int]:
-        from .._runtime.session import current
-
-        node = current().current_node
-        order = [node, *(p for p in self.parts if p != node)]
-        for p in order:
+        # the bound node's part first: the body that asks almost always runs there
+        for p in (current().current_node, *self.parts):
             if p not in self.parts:
                 continue
             have, sets = self.parts[p]
