@@ -46,6 +46,7 @@ from ._machines.planner import Plan as Plan
 from ._machines.planner import Task as Task
 from ._machines.planner import serial_plan as serial_plan
 from ._machines.planner import wavefront_plan as wavefront_plan
+from ._machines.planparts import plan_digest as plan_digest
 from ._machines.schedule import GrantLog as GrantLog
 from ._machines.schedule import MutexLog as MutexLog
 from ._machines.schedule import Schedule as Schedule
@@ -81,6 +82,7 @@ __all__ = [
     "GrantOrderError",
     "MutexLog",
     "Plan",
+    "plan_digest",
     "Schedule",
     "Tape",
     "ScheduleExhausted",

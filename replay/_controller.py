@@ -27,6 +27,7 @@ from engine.lowlevel import (
     Schedule,
     VisibilityLog,
     check_same_digest_kind,
+    plan_digest,
 )
 
 from ._dualctl import same_value
@@ -59,11 +60,14 @@ def _listed(idx: list[int]) -> str:
     return head + (f" and {more} more" if more > 0 else "")
 
 
-def plan_difference(r: int, node: int, want: Any, got: Any) -> tuple[str, str]:
-    """(expected, actual) for the first task of ``node`` in round ``r`` that differs."""
+def plan_difference(
+    r: int, node: int, want: Any, got: Any, held: set[int] | None = None
+) -> tuple[str, str]:
+    """(expected, actual) for the first task of ``node`` in round ``r`` that differs;
+    ``held``: the nodes whose tasks ``got`` holds (None: every node's)."""
     owner: dict[int, tuple[int, int]] = {}
-    for n, tasks in enumerate(got):
-        for t, task in enumerate(tasks):
+    for n in sorted(held) if held is not None else range(len(got)):
+        for t, task in enumerate(got[n]):
             for j in np.asarray(task.indices).tolist():
                 owner[j] = (n, t)
     wt, gt = want[node], got[node]
@@ -84,7 +88,7 @@ def plan_difference(r: int, node: int, want: Any, got: Any) -> tuple[str, str]:
             if owner.get(j) != (node, t):
                 n_t = owner.get(j)
                 dest = (
-                    "no task"
+                    ("no task" if held is None else "a node this process does not hold")
                     if n_t is None
                     else f"node {n_t[0]}" + (f" task {n_t[1]}" if n_t[0] == node else "")
                 )
@@ -120,6 +124,7 @@ class TraceController(engine.ScheduleSource, engine.DebugHooks):
         self.travel = travel
         self.single = single
         self._plans: dict[tuple[str, int], Any] = {}
+        self._digests: dict[int, tuple[Any, bytes]] = {}
         self._starts: dict[str, list[int]] = {}
         self._finished: dict[tuple[str, int], int] | None = None
         self._break = breakpoint_hook
@@ -247,10 +252,24 @@ class TraceController(engine.ScheduleSource, engine.DebugHooks):
                 expected=f"{len(rec.rounds)} rounds",
                 actual=f"{len(plan.rounds)} rounds",
             )
+        # a plan this rank has run keeps only its own nodes' tasks (``Plan.kept``): those
+        # are compared task by task, the others by the digest of the whole plan
+        kept = set(plan.kept) if plan.partial else None
         for r, (want, got) in enumerate(zip(rec.rounds, plan.rounds, strict=True)):
-            for node, (wt, gt) in enumerate(zip(want, got, strict=True)):
+            if len(want) != len(got):
+                raise DivergenceError(
+                    node=-1,
+                    op=op,
+                    invocation=invocation,
+                    event=f"round {r}",
+                    what="plan",
+                    expected=f"{len(want)} nodes",
+                    actual=f"{len(got)} nodes",
+                )
+            for node in range(len(want)) if kept is None else sorted(kept):
+                wt, gt = want[node], got[node]
                 if len(wt) != len(gt) or not all(map(_tasks_equal, wt, gt)):
-                    expected, actual = plan_difference(r, node, want, got)
+                    expected, actual = plan_difference(r, node, want, got, kept)
                     raise DivergenceError(
                         node=node,
                         op=op,
@@ -260,6 +279,28 @@ class TraceController(engine.ScheduleSource, engine.DebugHooks):
                         expected=expected,
                         actual=actual + " (code or data changed)",
                     )
+        if kept is not None and plan_digest(plan) != self._recorded_digest(rec):
+            raise DivergenceError(
+                node=-1,
+                op=op,
+                invocation=invocation,
+                event="plan",
+                what="plan",
+                expected="the recorded plan's tasks on every node",
+                actual=(
+                    "other tasks on the nodes this process does not hold (it holds "
+                    + ", ".join(map(str, sorted(kept)))
+                    + "; code or data changed)"
+                ),
+            )
+
+    def _recorded_digest(self, rec: Any) -> bytes:
+        """The digest of a decoded recorded plan, taken once per plan object (the entry
+        holds the object, so an id is never taken for another one's)."""
+        found = self._digests.get(id(rec))
+        if found is None or found[0] is not rec:
+            found = self._digests[id(rec)] = (rec, plan_digest(rec))
+        return found[1]
 
     # ------------------------------------------------------------ debugging hooks
     def wrap_body(self, op: str, invocation: int, node: int, body: Any) -> Any:

@@ -57,6 +57,7 @@ from .._machines.planner import (
     serial_plan,
     wavefront_plan,
 )
+from .._machines.planparts import keep_nodes, own_parts, whole_plan
 from .._machines.schedule import Schedule, serial_order
 from .._runtime.checkpoint import end_invocation, skip_invocation
 from .._runtime.session import Session, current
@@ -91,7 +92,7 @@ class OpState:
     stop: int
     code: Any
     #: every body's sets until the invocation that made the plan ends; then, outside
-    #: test mode, only what the local nodes' tasks need (:func:`_keep_own_sets`)
+    #: test mode, only what the local nodes' tasks need (:func:`_keep_own_parts`)
     sets: AccessSets | NodeSets | None
     plan: Plan
     written_dds: list[Any]
@@ -365,11 +366,11 @@ def async_for(
             st = sess.ops[name] = _replicated(sess, st)
             round_s, _ = _attempt(sess, st, run_body, inv, checked, replan, sched)
         made = True
-    _keep_own_sets(sess, st)
     finish_closure(run_body)
     closure_verify(baseline)
     if made:
         sess.recorder.plan_made(name, st.plan)
+    _keep_own_parts(sess, st)
     seconds = time.perf_counter() - t1
     sess.op_times.setdefault(name, []).append(seconds)
     if sess.capture_orders:
@@ -397,18 +398,21 @@ def async_for(
     sess.hooks.after_invocation(name, inv)
 
 
-def _keep_own_sets(sess: Session, st: OpState) -> None:
-    """Once an invocation ran its plan and the guard's plan is built, each node keeps
-    the reconnaissance sets of its own tasks' bodies only (issue 35: every body's sets
-    on every node are O(n) per node).  What runs later under this plan looks up only
-    those: checked mode and the lock-split groups look at the bodies a node runs.  What
-    needs every body's sets (a new plan, a dual test's order) runs a reconnaissance
-    again.  Test mode keeps them whole: the dual tests read them after the run."""
+def _keep_own_parts(sess: Session, st: OpState) -> None:
+    """Once an invocation ran its plan, the guard's plan is built and the plan is
+    recorded, each node keeps the reconnaissance sets of its own tasks' bodies and its own
+    part of the plan (issue 35: every body's sets and every node's tasks on every node are
+    O(n) per node).  What runs later under this plan looks up only those: a node runs
+    its own tasks, checked mode and the lock-split groups look at the bodies it runs, a
+    replay compares its own tasks and the whole plan's digest.  What needs every body's
+    sets (a new plan, a dual test's order) runs a reconnaissance again.  Test mode keeps
+    them whole: the dual tests read them after the run."""
     if sess.test_mode or not isinstance(st.sets, AccessSets) or st.guard_plan is None:
         return
     if sess.cluster.size == 1:  # one node runs every body: nothing to leave out
         return
     st.sets = node_sets(st.sets, st.plan, sess.cluster.local_nodes)
+    st.plan = keep_nodes(st.plan, sess.cluster.local_nodes)
 
 
 def _note(sess: Session, v: Violation, what: str) -> None:
@@ -948,11 +952,21 @@ def last_order(name: str) -> np.ndarray:
 
 
 def plan_of(name: str) -> Plan:
-    """The plan of operator ``name`` in the current session."""
-    st = current().ops.get(name)
+    """The plan of operator ``name`` in the current session, every node's tasks.
+
+    Under MPI this is a driver step, like every driver operation every rank runs it: once
+    an invocation has run a plan a rank keeps only its own nodes' part
+    (``_keep_own_parts``), so the ranks gather the whole plan here."""
+    sess = current()
+    st = sess.ops.get(name)
+    if sess.cluster.is_mpi:
+        sess.agree(f"plan_of({name!r})")
     if st is None:
         raise KeyError(f"no operator {name!r} has run in this session")
-    return st.plan
+    plan: Plan = st.plan
+    if sess.cluster.is_mpi and plan.kept is not None:
+        return whole_plan(plan, sess.cluster.allgather(own_parts(plan)))
+    return plan
 
 
 __all__ = ["async_for", "last_order", "plan_of"]

@@ -115,14 +115,39 @@ class Plan:
     exchange_imbalance: float = 1.0
     #: bodies per (round, node), kept for :func:`_measured`
     loads: np.ndarray | None = field(default=None, repr=False, compare=False)
+    #: the nodes whose tasks and writes this plan still holds; None: every node's.  Once
+    #: an invocation has run a plan, a rank keeps its own nodes' parts only
+    #: (``engine._machines.planparts.keep_nodes``): the other nodes' lists are empty
+    kept: tuple[int, ...] | None = None
+    #: bodies per node, every node's, when ``kept`` leaves some out
+    counts: np.ndarray | None = field(default=None, repr=False, compare=False)
+    #: ``planparts.plan_digest`` of every node's tasks, taken before any were dropped
+    digest: bytes | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def partial(self) -> bool:
+        """True when this plan holds only some nodes' tasks (see ``kept``)."""
+        return self.kept is not None and len(self.kept) < self.nodes
+
+    def _whole(self, what: str) -> None:
+        if self.partial:
+            raise ValueError(
+                f"{what} needs every node's tasks, and this plan holds only those of "
+                f"node(s) {', '.join(map(str, self.kept or ()))} (a rank keeps its own once "
+                "an invocation has run the plan); read the plan from the trace instead "
+                "(RunTrace.plan, replay show)"
+            )
 
     def serial_order(self) -> np.ndarray:
         """Indices in the plan's serialization order (valid when no task is locked)."""
+        self._whole("serial_order()")
         parts = [t.indices for rnd in self.rounds for tasks in rnd for t in tasks]
         return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
 
     def bodies_per_node(self) -> np.ndarray:
         """Total bodies each node runs over all rounds."""
+        if self.counts is not None:
+            return self.counts.copy()
         out = np.zeros(self.nodes, dtype=np.int64)
         for rnd in self.rounds:
             for p, tasks in enumerate(rnd):
@@ -131,6 +156,7 @@ class Plan:
 
     def has_locks(self) -> bool:
         """True when some task runs under per-element locks."""
+        self._whole("has_locks()")
         return any(t.locked for rnd in self.rounds for tasks in rnd for t in tasks)
 
 

@@ -47,10 +47,19 @@ def program() -> dict[str, Any]:
     for _ in range(2):
         ap.async_for(0, RATINGS, body, name="sgd", strategy="tokens")
     cl = ap.current().cluster
+    held = ap.current().ops["sgd"].plan  # what this process keeps of the plan it ran
+    plan = ap.plan_of("sgd")  # every node's tasks (under MPI, gathered from the ranks)
     return {
         "W": W.gather().tolist(),
         "H": H.gather().tolist(),
-        "rounds": len(ap.plan_of("sgd").rounds),
+        "rounds": len(plan.rounds),
+        "kept": None if held.kept is None else list(held.kept),
+        "own": [
+            [t.indices.tolist() for rnd in held.rounds for t in rnd[q]] if q in held.kept else []
+            for q in range(cl.size)
+        ],
+        "tasks": [[[t.indices.tolist() for t in ts] for ts in rnd] for rnd in plan.rounds],
+        "bodies": held.bodies_per_node().tolist(),
         "deferred": getattr(cl, "deferred", 0),
         "traffic": cl.traffic.snapshot(),  # this process's nodes' (a rank's: its own)
     }

@@ -148,18 +148,24 @@ def test_a_token_plan_defers_receives_and_keeps_the_bits(ranks: int, mpi: Batche
     (``Cluster.settle``); plainly and under message jitter every rank gives the
     in-process cluster's bits, and some receive was deferred.  The rows of a pair of
     ranks travel coalesced (fewer messages than one per round and pair, the same rows),
-    and the ranks together send and receive what the in-process cluster counts."""
+    and the ranks together send and receive what the in-process cluster counts.  Once
+    it has run the plan a rank keeps only its own node's tasks (issue 35), the in-process
+    node's of the same number, and every node's body count."""
     from tests.engine.mpi_defer import program
 
     want = ap.run(program, nodes=ranks)
+    assert want.value["kept"] == list(range(ranks))  # in one process every node is local
     plain = ap.run(program, nodes=ranks, coalesce=False)
     assert plain.digests == want.digests
     assert want.value["traffic"]["sent_messages"] < plain.value["traffic"]["sent_messages"]
     deferred = 0
     every = mpi[ranks].values("defer")
-    for got in every:
+    for rank, got in enumerate(every):
         assert len(got) == 2 + len(DEFER_SEEDS)  # the last run: not coalesced
         for run in got:
+            assert run["kept"] == [rank] and run["bodies"] == want.value["bodies"]
+            assert run["own"][rank] == want.value["own"][rank]
+            assert run["tasks"] == want.value["tasks"]  # ap.plan_of gathers every node's
             assert run["W"] == want.value["W"] and run["H"] == want.value["H"]
             assert run["digests"] == want.digests and run["rounds"] == want.value["rounds"]
             deferred += run["deferred"]

@@ -83,7 +83,7 @@ def _serial(n: int, hot: int, off: int, orders: list[np.ndarray]) -> tuple[Any, 
 
 
 def _whole_sets(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_loop, "_keep_own_sets", lambda sess, st: None)
+    monkeypatch.setattr(_loop, "_keep_own_parts", lambda sess, st: None)
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
