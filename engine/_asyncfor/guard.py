@@ -53,7 +53,15 @@ from .._data import dds as _dds
 from .._data.dds import ANY_OWN, FREE, LOCKED, LOCKED_BODY, OTHER, SLOT_BITS, SLOT_MASK, _tls
 from .._data.shard import needs_of
 from .._errors import AccessOutsideReconError, BodyError
-from .._machines.routing import Messages, fetch, route, touches
+from .._machines.routing import (
+    Messages,
+    fetch,
+    fetch_any,
+    fetch_summary,
+    held_touches,
+    route,
+    touches,
+)
 from .._runtime.session import not_seen
 
 if TYPE_CHECKING:
@@ -212,9 +220,15 @@ class GuardPlan:
         self._dds = dds
         self._every = every
         self._nodes = nodes
-        self._touches = touches(plan, sets)
+        every_touch = touches(plan, sets)
         #: per sharded DDS, per node: the rows away from home its tasks touch
-        self.shard_needs = needs_of(sess, self._touches.node, self._touches.gid)
+        self.shard_needs = needs_of(sess, every_touch.node, every_touch.gid)
+        #: what :meth:`fetch` reads each invocation: an MPI rank keeps its nodes' touches
+        #: and those of its home rows (issue 35: every node's are O(n) on every rank)
+        self._touches = every_touch if every else held_touches(every_touch, nodes, self._home)
+        #: whether a fetch has any message at all, alike on every rank (a rank that
+        #: keeps a share of the touches sees only its own messages)
+        self._fetches = fetch_summary(every_touch, self._home)
         R = self._rounds = len(plan.rounds)
         #: per round, then once more after the last round: the messages of its write-back
         #: and, per message, the round it is due by when later than the next (``defer``:
@@ -315,7 +329,7 @@ class GuardPlan:
         if not len(dirty):
             return fx
         msgs, uses = fetch(self._touches, dirty, self._home, holder)
-        fx.any = len(msgs) > 0
+        fx.any = fetch_any(self._fetches, dirty, holder)  # every rank takes part, or none
         out, kept = _messages(self._dds, msgs, self._nodes, self._every)
         here = set(self._nodes)
         got: dict[int, list[np.ndarray]] = {p: [] for p in self._nodes}

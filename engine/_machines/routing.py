@@ -497,6 +497,71 @@ def touches(plan: Plan, sets: AccessSets) -> Touches:
     return Touches(node[new], gids[new], rnd[new], wg[wnew], wr[wnew], max(1, plan.nodes))
 
 
+def held_touches(t: Touches, nodes: list[int], home: Callable[[np.ndarray], np.ndarray]) -> Touches:
+    """What ``nodes`` (an MPI rank's) need of ``t`` for :func:`fetch`: the pairs of their
+    own touches (what they receive) and of every node's touches of the rows whose home
+    is one of them (what they send), with every written element's first write (one
+    entry per model row, not per body).  The messages :func:`fetch` makes from it between
+    a pair with a node of ``nodes`` at one end are those it makes from the whole of
+    ``t``: a message's rows, source and due round depend only on its destination's
+    touches of its source's home rows."""
+    mine = np.asarray(nodes, dtype=np.int64)
+    if not len(t.gid):
+        return t
+    keep = np.isin(t.node, mine) | np.isin(np.asarray(home(t.gid), dtype=np.int64), mine)
+    return Touches(t.node[keep], t.gid[keep], t.first[keep], t.written, t.first_write, t.nodes)
+
+
+@dataclass
+class FetchSummary:
+    """Enough of every node's touches to tell, on every rank alike, whether a fetch
+    exchange has any message (:func:`fetch_any`) once a rank keeps only its share of
+    them (:func:`held_touches`): per element some node touches before anyone writes it
+    and that is not its home (sorted ``gids``), how many such nodes (``count``, at most
+    2) and, where there is one, which (``only``).  One entry per element, not per body."""
+
+    gids: np.ndarray
+    count: np.ndarray
+    only: np.ndarray
+
+
+def fetch_summary(t: Touches, home: Callable[[np.ndarray], np.ndarray]) -> FetchSummary:
+    """The :class:`FetchSummary` of every node's touches ``t``."""
+    if not len(t.gid):
+        return FetchSummary(_EMPTY, _EMPTY, _EMPTY)
+    never = np.iinfo(np.int64).max
+    if len(t.written):
+        w = np.minimum(np.searchsorted(t.written, t.gid), len(t.written) - 1)
+        fw = np.where(t.written[w] == t.gid, t.first_write[w], never)
+    else:
+        fw = np.full(len(t.gid), never, dtype=np.int64)
+    early = (t.first <= fw) & (np.asarray(home(t.gid), dtype=np.int64) != t.node)
+    gid, node = t.gid[early], t.node[early]
+    if not len(gid):
+        return FetchSummary(_EMPTY, _EMPTY, _EMPTY)
+    order = np.lexsort((node, gid))
+    gid, node = gid[order], node[order]
+    first = np.ones(len(gid), dtype=bool)
+    first[1:] = gid[1:] != gid[:-1]
+    starts = np.flatnonzero(first)
+    count = np.minimum(np.diff(np.append(starts, len(gid))), 2)  # (node, gid) pairs unique
+    return FetchSummary(gid[starts], count.astype(np.int64), node[starts].astype(np.int64))
+
+
+def fetch_any(s: FetchSummary, dirty: np.ndarray, holder: np.ndarray | None) -> bool:
+    """Whether :func:`fetch` of every node's touches, for these ``dirty`` elements and
+    ``holder`` s, has a message: some dirty element is touched early by a node other
+    than its home and its holder."""
+    if not len(dirty) or not len(s.gids):
+        return False
+    k = np.minimum(np.searchsorted(s.gids, dirty), len(s.gids) - 1)
+    hit = s.gids[k] == dirty
+    if holder is None:
+        return bool(hit.any())
+    kh = k[hit]
+    return bool(((s.count[kh] >= 2) | (s.only[kh] != holder[hit])).any())
+
+
 def fetch(
     t: Touches,
     dirty: np.ndarray,
@@ -536,7 +601,11 @@ __all__ = [
     "Routes",
     "Touches",
     "coalesce",
+    "FetchSummary",
     "fetch",
+    "fetch_any",
+    "fetch_summary",
+    "held_touches",
     "message_edges",
     "route",
     "touches",

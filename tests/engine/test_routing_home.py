@@ -11,7 +11,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from engine._machines.planner import make_plan
-from engine._machines.routing import fetch, route, touches
+from engine._machines.routing import (
+    fetch,
+    fetch_any,
+    fetch_summary,
+    held_touches,
+    route,
+    touches,
+)
 from tests.engine.test_planner import sgd_like_sets
 
 
@@ -113,3 +120,56 @@ def test_a_rotation_epoch_sends_far_less_than_every_row_to_every_node() -> None:
     every = route(plan, sets).final
     assert len(np.unique(homes.gids)) == len(homes.gids) <= len(written)
     assert len(every.gids) > 4 * len(homes.gids)
+
+
+@given(
+    seed=st.integers(0, 2**16),
+    nodes=st.sampled_from([2, 3, 5]),
+    strategy=st.sampled_from(["rotation", "tokens", "components"]),
+    dirty_seed=st.integers(0, 2**16),
+)
+def test_a_rank_keeping_its_share_of_the_touches_makes_its_fetch_messages(
+    seed: int, nodes: int, strategy: str, dirty_seed: int
+) -> None:
+    """An MPI rank keeps only its node's touches and those of its home rows
+    (``held_touches``, issue 35): the fetch messages it sends or receives are exactly
+    those (rows, and due round) made from every node's touches, for any dirty rows and
+    holders, and it keeps a share, not the whole."""
+    sets = sgd_like_sets(120, 9, 14, seed=seed)
+    plan = make_plan(sets, nodes, seed=seed, strategy=strategy)
+    t = touches(plan, sets)
+    elems = np.unique(np.concatenate([sets.r_ids, sets.w_ids]))
+    order = {g: k for k, g in enumerate(elems.tolist())}
+
+    def home(gids: np.ndarray) -> np.ndarray:
+        return np.array([(order[g] * 7) % nodes for g in gids.tolist()], dtype=np.int64)
+
+    rng = np.random.default_rng(dirty_seed)
+    dirty = np.sort(rng.choice(elems, size=int(rng.integers(1, len(elems) + 1)), replace=False))
+    holder = rng.integers(0, nodes, len(dirty))
+    whole, uses = fetch(t, dirty, home, holder)
+    # whether there is a fetch at all is decided alike on every rank, from a summary
+    summary = fetch_summary(t, home)
+    assert fetch_any(summary, dirty, holder) == (len(whole) > 0)
+    assert fetch_any(summary, dirty, None) == (len(fetch(t, dirty, home)[0]) > 0)
+    for g in dirty[:4].tolist():  # one dirty row, held by each node in turn
+        one = np.array([g])
+        for h in range(nodes):
+            held_by = np.array([h])
+            assert fetch_any(summary, one, held_by) == (len(fetch(t, one, home, held_by)[0]) > 0)
+    shares = 0
+    for me in range(nodes):
+        mine = held_touches(t, [me], home)
+        shares += len(mine.gid)
+        got, got_uses = fetch(mine, dirty, home, holder)
+
+        def of(m, u, me=me):  # type: ignore[no-untyped-def]
+            return sorted(
+                (int(m.src[k]), int(m.dst[k]), m.rows(k).tolist(), int(u[k]))
+                for k in range(len(m))
+                if me in (int(m.src[k]), int(m.dst[k]))
+            )
+
+        assert of(got, got_uses) == of(whole, uses), me
+    # each pair is kept by at most two ranks: its node's and its row's home's
+    assert shares <= 2 * len(t.gid)
