@@ -71,6 +71,7 @@ from .guard import POLICIES, Guard, GuardPlan, PlanViolation, Violation, install
 from .kernel import BoundKernel, code_of, prepare, python_of, run_group, wrap_body
 from .recon import (
     AccessSets,
+    Done,
     NodeSets,
     ReconMissed,
     concat_sets,
@@ -127,15 +128,22 @@ def _recon(
     sess.set_mode("recon")
     _relaxed.enter_recon(sess)  # relaxed DDS: out of the sets (or in them, in test mode)
     try:
+        # per node: its sets once a pass finished them, or the bodies a pass finished
+        done: dict[int, Done | AccessSets | None] = {}
 
         def share(node: int) -> AccessSets | list[tuple[int, int]]:
             lo = start + n * node // cl.size
             hi = start + n * (node + 1) // cl.size
             try:
-                sets = recon_range(sess, name, inv, body, lo, hi)
-            except ReconMissed as missed:  # sharded rows this node lacks: fetch, run again
+                prev = done.get(node)
+                if isinstance(prev, AccessSets):  # finished in an earlier pass
+                    return prev
+                sets = recon_range(sess, name, inv, body, lo, hi, prev)
+            except ReconMissed as missed:  # sharded rows this node lacks: fetch, run the
+                done[node] = missed.done  # bodies that missed one again
                 return missed.misses
             finish_closure(body)  # inside the share: a late violation is this node's failure
+            done[node] = sets
             return sets
 
         parts = recon_shares(cl, sess, f"reconnaissance of {name}", share)

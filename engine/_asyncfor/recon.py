@@ -250,12 +250,30 @@ def concat_sets(parts: list[AccessSets]) -> AccessSets:
     return AccessSets(parts[0].start, sum(p.n for p in parts), rp, ri, wp, wi)
 
 
+@dataclass
+class Done:
+    """What one reconnaissance pass of a range found for the bodies that read no sharded
+    row their node lacked: their reads and writes, one list each per body (indices of
+    the range without an entry missed a row and run again)."""
+
+    reads: dict[int, list[int]]
+    writes: dict[int, list[int]]
+
+
 def recon_range(
-    sess: Session, op: str, invocation: int, body: Callable[[int], Any], lo: int, hi: int
+    sess: Session,
+    op: str,
+    invocation: int,
+    body: Callable[[int], Any],
+    lo: int,
+    hi: int,
+    done: Done | None = None,
 ) -> AccessSets:
-    """Run RE for indices ``lo .. hi-1`` on the currently bound node."""
-    if type(body) is BoundKernel:  # one compiled loop, unless it leaves the range to Python
-        got = record(body, lo, hi)
+    """Run RE for indices ``lo .. hi-1`` on the currently bound node.  ``done``: a pass
+    before this one, whose bodies that missed no row are not run again (the DDS state is
+    the same, only rows the others missed were fetched, so they would find the same)."""
+    if type(body) is BoundKernel and done is None:  # one compiled loop, unless it leaves
+        got = record(body, lo, hi)  # the range to Python
         if got is not None:
             (rk, rid), (wk, wid) = got[0].T, got[1].T
             rp, ri = csr_from_pairs(rk, rid, hi - lo)
@@ -266,15 +284,26 @@ def recon_range(
     reads, writes, overlay = rec.reads, rec.writes, rec.overlay
     r_ends: list[int] = []
     w_ends: list[int] = []
+    #: per body run without a miss in this pass: where its reads and writes start
+    clean: list[tuple[int, int, int]] = []
     _tls.op_key = sess.op_key(op, invocation)
     j = lo
     try:
         for j in range(lo, hi):
+            if done is not None and j in done.reads:
+                reads.extend(done.reads[j])
+                writes.extend(done.writes[j])
+                r_ends.append(len(reads))
+                w_ends.append(len(writes))
+                continue
             _tls.index = j
+            r0, w0, m0 = len(reads), len(writes), len(rec.misses)
             try:
                 body(j)
             except ShardMissError:
                 pass  # in ``rec.misses``: the caller fetches the row and runs this again
+            if len(rec.misses) == m0:
+                clean.append((j, r0, w0))
             r_ends.append(len(reads))
             w_ends.append(len(writes))
             if overlay:
@@ -287,7 +316,11 @@ def recon_range(
         _dds.RECON = None
         _tls.op_key = None
     if rec.misses:
-        raise ReconMissed(rec.misses)
+        kept = done if done is not None else Done({}, {})
+        for j, r0, w0 in clean:
+            kept.reads[j] = reads[r0 : r_ends[j - lo]]
+            kept.writes[j] = writes[w0 : w_ends[j - lo]]
+        raise ReconMissed(rec.misses, kept)
     rp, ri = csr_from_ends(r_ends, reads)
     wp, wi = csr_from_ends(w_ends, writes)
     return AccessSets(lo, hi - lo, rp, ri, wp, wi)
@@ -296,11 +329,12 @@ def recon_range(
 class ReconMissed(Exception):  # noqa: N818 - a signal to the caller, never shown
     """A reconnaissance read sharded rows its node does not hold: ``misses``, (node,
     element id) pairs; the caller fetches them (``engine._data.shard.fetch_missed``) and
-    runs the reconnaissance again."""
+    runs the reconnaissance again, passing ``done`` (the bodies that missed nothing) on."""
 
-    def __init__(self, misses: list[tuple[int, int]]) -> None:
+    def __init__(self, misses: list[tuple[int, int]], done: Done | None = None) -> None:
         super().__init__(misses)
         self.misses = misses
+        self.done = done
 
 
 def recon_shares(cl: Any, sess: Any, why: str, share: Callable[[int], Any]) -> list[Any]:
@@ -324,6 +358,7 @@ __all__ = [
     "csr_from_ends",
     "csr_from_lists",
     "csr_from_pairs",
+    "Done",
     "ReconMissed",
     "recon_range",
     "recon_shares",

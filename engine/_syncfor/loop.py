@@ -86,7 +86,14 @@ from .._asyncfor.closure import (
     verify,
     watch,
 )
-from .._asyncfor.recon import AccessSets, ReconMissed, concat_sets, recon_range, recon_shares
+from .._asyncfor.recon import (
+    AccessSets,
+    Done,
+    ReconMissed,
+    concat_sets,
+    recon_range,
+    recon_shares,
+)
 from .._data import shard as _shard
 from .._data.dds import _DDS, SLOT_BITS, make_whole
 from .._errors import DDSError, SessionError
@@ -236,6 +243,7 @@ def _recon(
     body = guard(body, name, inv, kind="sync_for", what="minibatch")
     sess.set_mode("recon")
     try:
+        done: dict[int, Done | AccessSets | None] = {}  # per node: the minibatches a pass finished
 
         def share(node: int) -> AccessSets | list[tuple[int, int]]:
             buf = data._bufs[node]
@@ -245,10 +253,15 @@ def _recon(
 
             lo, hi = M * node // cl.size, M * (node + 1) // cl.size
             try:
-                sets = recon_range(sess, name, inv, one, lo, hi)
-            except ReconMissed as missed:  # sharded rows this node lacks: fetch, run again
+                prev = done.get(node)
+                if isinstance(prev, AccessSets):  # finished in an earlier pass
+                    return prev
+                sets = recon_range(sess, name, inv, one, lo, hi, prev)
+            except ReconMissed as missed:  # sharded rows this node lacks: fetch, run the
+                done[node] = missed.done  # minibatches that missed one again
                 return missed.misses
             finish(body)  # inside the share: a late violation is this node's failure
+            done[node] = sets
             return sets
 
         parts = recon_shares(cl, sess, f"reconnaissance of {name}", share)
