@@ -25,12 +25,15 @@ invocation being measured; nothing is estimated from formulas.
 * ``mem_per_node_p64_over_p1``: what node 0 holds at P = 64 over the same at P = 1, by
   summing buffers (not tracemalloc): its rows of every DDS (numpy bytes; Python-object
   rows by ``sys.getsizeof`` of the object and its fields, and for a sharded dvector the
-  dict and the record of which rows it holds), the reconnaissance sets it keeps (after
+  dict and the record of which rows every node holds, which every rank keeps), the
+  reconnaissance sets it keeps (after
   the invocation that made a plan, those of its own tasks' bodies: ``NodeSets``) and the
-  plan's task lists (every node keeps the whole plan today).  The guard's plan is
+  plan it keeps (after that invocation, its own tasks and written ids, every node's body
+  count and the whole plan's digest: ``engine._machines.planparts``).  The guard's plan is
   outside the figure (the issue names DDS, data, sets and plan) but not out of sight:
-  ``node0_bytes.guard_plan`` sums node 0's armed codes and the plan's touches (every
-  node keeps every node's touches today);
+  ``node0_bytes.guard_plan`` sums node 0's armed codes, the touches an MPI rank keeps
+  for the fetch (its own and those of its home rows: ``routing.held_touches``) and the
+  sharded rows every node's tasks need (``GuardPlan.shard_needs``, whole on every rank);
 * ``mlr_messages_per_clock_p64``: ``sync_for`` messages per clock of one MLR epoch
   (digits, minibatch 10, BSP) at P = 64.
 
@@ -58,6 +61,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import engine as ap  # noqa: E402
+from engine._machines.planparts import node_bytes as plan_node_bytes  # noqa: E402
+from engine._machines.routing import held_touches  # noqa: E402
 
 #: The targets of issue 35 ("Figures"), by field.
 TARGETS = {
@@ -101,7 +106,9 @@ def _node_bytes(sess: Any, node: int) -> dict[str, int]:
             dds += buf.nbytes
         elif isinstance(buf, dict):  # a sharded dvector: the rows this node holds
             dds += sys.getsizeof(buf) + sum(_obj_bytes(v) for v in buf.values())
-            dds += sum(c[node].nbytes for c in d._cache.values())  # and which ones
+            # and the record of which rows each node holds: every rank keeps every
+            # node's (homes send what a node lacks without being asked)
+            dds += sum(held.nbytes for c in d._cache.values() for held in c)
         else:  # Python-object rows: a list (or object array) of them
             dds += sys.getsizeof(buf) + sum(_obj_bytes(v) for v in list(buf))
     sets = plan = guard = 0
@@ -111,14 +118,16 @@ def _node_bytes(sess: Any, node: int) -> dict[str, int]:
             sets += s.nbytes(node) if hasattr(s, "parts") else s.nbytes()
         p = getattr(st, "plan", None)
         if p is not None:
-            plan += sum(t.indices.nbytes for rnd in p.rounds for tasks in rnd for t in tasks)
-            plan += sum(w.nbytes for rnd in p.writes for w in rnd)
+            plan += plan_node_bytes(p, node)  # its own tasks once it has run the plan
         gp = getattr(st, "guard_plan", None)
         if gp is not None:  # outside the figure (see the module docstring), said beside it
             guard += sum(s.nbytes for per in gp.arms for _, s, _ in per.get(node, []))
-            t = gp._touches
+            # the touches an MPI rank keeps (its own and those of its home rows), and
+            # the sharded rows every node's tasks need (every rank keeps all of them)
+            t = held_touches(gp._touches, [node], gp._home)
             guard += sum(getattr(t, k).nbytes for k in ("node", "gid", "first", "written"))
             guard += t.first_write.nbytes
+            guard += sum(a.nbytes for per in gp.shard_needs.values() for a in per)
     total = dds + sets + plan
     return {"dds": dds, "recon_sets": sets, "plan": plan, "total": total, "guard_plan": guard}
 
