@@ -25,15 +25,16 @@ invocation being measured; nothing is estimated from formulas.
 * ``mem_per_node_p64_over_p1``: what node 0 holds at P = 64 over the same at P = 1, by
   summing buffers (not tracemalloc): its rows of every DDS (numpy bytes; Python-object
   rows by ``sys.getsizeof`` of the object and its fields, and for a sharded dvector the
-  dict and the record of which rows every node holds, which every rank keeps), the
-  reconnaissance sets it keeps (after
+  dict and the record of which rows each node holds as an MPI rank keeps it: its own
+  node's, and of every other node's the rows homed at it), the reconnaissance sets it
+  keeps (after
   the invocation that made a plan, those of its own tasks' bodies: ``NodeSets``) and the
   plan it keeps (after that invocation, its own tasks and written ids, every node's body
   count and the whole plan's digest: ``engine._machines.planparts``).  The guard's plan is
   outside the figure (the issue names DDS, data, sets and plan) but not out of sight:
   ``node0_bytes.guard_plan`` sums node 0's armed codes, the touches an MPI rank keeps
   for the fetch (its own and those of its home rows: ``routing.held_touches``) and the
-  sharded rows every node's tasks need (``GuardPlan.shard_needs``, whole on every rank);
+  sharded rows the nodes' tasks need as a rank keeps them (``GuardPlan.shard_needs``);
 * ``mlr_messages_per_clock_p64``: ``sync_for`` messages per clock of one MLR epoch
   (digits, minibatch 10, BSP) at P = 64.
 
@@ -61,6 +62,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import engine as ap  # noqa: E402
+from engine._data.dds import homes  # noqa: E402
 from engine._machines.planparts import node_bytes as plan_node_bytes  # noqa: E402
 from engine._machines.routing import held_touches  # noqa: E402
 
@@ -97,6 +99,11 @@ def _obj_bytes(x: Any) -> int:
     return n
 
 
+def _homed(d: Any, rows: np.ndarray, node: int) -> int:
+    """Bytes of the ``rows`` of ``d`` whose home is ``node``."""
+    return int(rows[homes(d, rows) == node].nbytes) if len(rows) else 0
+
+
 def _node_bytes(sess: Any, node: int) -> dict[str, int]:
     """What ``node`` holds, by summing buffers (see the module docstring)."""
     dds = 0
@@ -106,9 +113,13 @@ def _node_bytes(sess: Any, node: int) -> dict[str, int]:
             dds += buf.nbytes
         elif isinstance(buf, dict):  # a sharded dvector: the rows this node holds
             dds += sys.getsizeof(buf) + sum(_obj_bytes(v) for v in buf.values())
-            # and the record of which rows each node holds: every rank keeps every
-            # node's (homes send what a node lacks without being asked)
-            dds += sum(held.nbytes for c in d._cache.values() for held in c)
+            # and the record of which rows each node holds, as an MPI rank keeps it: its
+            # own node's, and of every other node's the rows homed at it (what it sends)
+            dds += sum(
+                held.nbytes if p == node else _homed(d, held, node)
+                for c in d._cache.values()
+                for p, held in enumerate(c)
+            )
         else:  # Python-object rows: a list (or object array) of them
             dds += sys.getsizeof(buf) + sum(_obj_bytes(v) for v in list(buf))
     sets = plan = guard = 0
@@ -127,7 +138,11 @@ def _node_bytes(sess: Any, node: int) -> dict[str, int]:
             t = held_touches(gp._touches, [node], gp._home)
             guard += sum(getattr(t, k).nbytes for k in ("node", "gid", "first", "written"))
             guard += t.first_write.nbytes
-            guard += sum(a.nbytes for per in gp.shard_needs.values() for a in per)
+            guard += sum(
+                a.nbytes if p == node else _homed(d, a, node)
+                for d, per in gp.shard_needs.items()
+                for p, a in enumerate(per)
+            )
     total = dds + sets + plan
     return {"dds": dds, "recon_sets": sets, "plan": plan, "total": total, "guard_plan": guard}
 

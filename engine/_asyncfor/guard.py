@@ -51,7 +51,7 @@ import numpy as np
 
 from .._data import dds as _dds
 from .._data.dds import ANY_OWN, FREE, LOCKED, LOCKED_BODY, OTHER, SLOT_BITS, SLOT_MASK, _tls
-from .._data.shard import needs_of
+from .._data.shard import kept_needs, needs_of
 from .._errors import AccessOutsideReconError, BodyError
 from .._machines.routing import (
     Messages,
@@ -221,8 +221,11 @@ class GuardPlan:
         self._every = every
         self._nodes = nodes
         every_touch = touches(plan, sets)
-        #: per sharded DDS, per node: the rows away from home its tasks touch
+        #: per sharded DDS, per node: the rows away from home its tasks touch (what an
+        #: MPI rank keeps of them: ``shard.kept_needs``)
         self.shard_needs = needs_of(sess, every_touch.node, every_touch.gid)
+        if not every:
+            self.shard_needs = kept_needs(sess, self.shard_needs)
         #: what :meth:`fetch` reads each invocation: an MPI rank keeps its nodes' touches
         #: and those of its home rows (issue 35: every node's are O(n) on every rank)
         self._touches = every_touch if every else held_touches(every_touch, nodes, self._home)

@@ -94,11 +94,40 @@ def minibatch_needs(
     return {d: out}
 
 
+def kept_share(sess: Session, d: _DDS, p: int, rows: np.ndarray) -> np.ndarray:
+    """What this process keeps of node ``p``'s rows ``rows`` of ``d`` in a record of
+    held or needed rows: all of them for its own nodes (what they receive), and for
+    every other node those whose home is one of its own (what they send it).  In one
+    process, every node's rows."""
+    cl = sess.cluster
+    if p in cl.local_nodes or len(cl.local_nodes) == cl.size or not len(rows):
+        return rows
+    return rows[np.isin(homes(d, rows), cl.local_nodes)]
+
+
+def kept_needs(sess: Session, needs: dict[_DDS, list[np.ndarray]]) -> dict[_DDS, list[np.ndarray]]:
+    """``needs`` with each node's rows cut to :func:`kept_share`."""
+    return {
+        d: [kept_share(sess, d, p, rows) for p, rows in enumerate(need)]
+        for d, need in needs.items()
+    }
+
+
 def ensure_rows(sess: Session, why: str, needs: dict[_DDS, list[np.ndarray]]) -> int:
     """Collective: from now on node p holds, for reason ``why``, the rows
     ``needs[d][p]`` of each sharded ``d`` (sorted, away from home): each home sends the
     ones p holds for no reason yet, and p drops the ones it held for ``why`` alone that
-    it no longer needs.  Every rank calls it alike; returns the number of messages."""
+    it no longer needs.  Every rank calls it alike; returns the number of messages this
+    process sends or receives.
+
+    Under MPI a rank keeps of another node's record only the rows homed at it
+    (:func:`kept_share`: issue 35, every node's record on every rank is O(n)), so it sees
+    only the messages it sends or receives; whether the exchange runs at all (every rank
+    takes part, or none) is agreed in one small allgather."""
+    cl = sess.cluster
+    share = len(cl.local_nodes) < cl.size
+    if share:
+        needs = kept_needs(sess, needs)
     by_pair: dict[tuple[int, int], list[tuple[_DDS, np.ndarray]]] = {}
     for d, need in needs.items():
         old = d._cache.get(why)
@@ -120,8 +149,11 @@ def ensure_rows(sess: Session, why: str, needs: dict[_DDS, list[np.ndarray]]) ->
                     buf.pop(s, None)
         d._cache[why] = list(need)
     messages = [(src, dst, parts) for (src, dst), parts in sorted(by_pair.items())]
-    if messages:
-        sess.cluster.exchange(messages)
+    anyone = bool(messages)
+    if share and needs:
+        anyone = any(cl.allgather(anyone))
+    if anyone:
+        cl.exchange(messages)
         for d in needs:
             d._touch()
     return len(messages)
@@ -187,6 +219,8 @@ __all__ = [
     "ensure_rows",
     "everything",
     "fetch_missed",
+    "kept_needs",
+    "kept_share",
     "minibatch_needs",
     "needs_of",
     "sharded",

@@ -36,6 +36,7 @@ def run(steps: list[tuple[str, int]], comm: Any) -> dict[str, Any]:
         out = shard_progs.program(steps)
         A = next(d for d in ap.current().dds if d.name == "A")
         out["holding"] = shard_progs.holding(A)
+        out["record"] = shard_progs.record(A)
         return out
 
     res = ap.run(fn, comm=comm)

@@ -90,6 +90,17 @@ def program(steps: list[tuple[str, int]], sharded: bool | None = None) -> dict[s
     return {"A": [list(r) for r in A.gather()], "W": W.gather().tolist(), "seen": seen}
 
 
+def record(A: Any) -> dict[str, list[list[list[int]]]]:
+    """Per reason, per node: the rows this process records that node as holding, each
+    with its home (an MPI rank keeps another node's rows homed at it only)."""
+    from engine._data.dds import homes
+
+    return {
+        why: [[[r, h] for r, h in zip(c.tolist(), homes(A, c).tolist(), strict=True)] for c in per]
+        for why, per in A._cache.items()
+    }
+
+
 def holding(A: Any) -> list[tuple[int, int, int]]:
     """Per local node: (rows held, home rows, rows the record says it holds away from
     home); and checks that what it holds is its home rows and those."""

@@ -202,7 +202,8 @@ def test_a_sharded_dvector_gives_whole_replicas_bits(ranks: int, mpi: Batches) -
     other homes' rows, re-plans, routed and dirty object rows, ``map``, ``reduce``,
     ``sync_for`` and driver reads, writes and iteration: plainly and under message
     jitter every rank gives the bits of the in-process cluster with whole replicas, and
-    holds what the in-process cluster's node of the same number holds."""
+    holds what the in-process cluster's node of the same number holds, and keeps of the
+    record of what every node holds its own node's and the rows homed at it."""
     from tests.engine import mpi_shard, shard_progs
 
     def inproc(steps: list[tuple[str, int]], sharded: bool | None) -> Any:
@@ -210,6 +211,7 @@ def test_a_sharded_dvector_gives_whole_replicas_bits(ranks: int, mpi: Batches) -
             out = shard_progs.program(steps, sharded)
             A = next(d for d in ap.current().dds if d.name == "A")
             out["holding"] = shard_progs.holding(A)
+            out["record"] = shard_progs.record(A)
             return out
 
         res = ap.run(fn, nodes=ranks)
@@ -225,6 +227,15 @@ def test_a_sharded_dvector_gives_whole_replicas_bits(ranks: int, mpi: Batches) -
                     k: w[k] for k in ("A", "W", "seen", "digests")
                 }
                 assert run["holding"] == [s["holding"][rank]]
+                # of the record of which rows each node holds a rank keeps its own node's
+                # and, of every other node's, the rows homed at it (issue 35)
+                assert run["record"] == {
+                    why: [
+                        per[p] if p == rank else [x for x in per[p] if x[1] == rank]
+                        for p in range(ranks)
+                    ]
+                    for why, per in s["record"].items()
+                }
 
 
 @pytest.mark.parametrize("ranks", [2, 3])
