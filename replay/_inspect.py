@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 import engine
-from engine.lowlevel import find_dds
+from engine.lowlevel import find_dds, rows_seen
 
 from ._apps import recorded_params
 from ._controller import ReplayChecker, ReplayFinished, TraceController
@@ -160,7 +160,9 @@ def history(
     if phases is not None and start.op is not None:
         phases(f"fast-forward to the checkpoint after {start.op}#{start.invocation}")
     entries: list[dict[str, Any]] = []
-    writer: dict[tuple[str, int], tuple[Any, int]] = {}
+    #: per invocation: the last body that changed the element on its node's replica, and
+    #: the element's bytes right after it
+    writer: dict[tuple[str, int], tuple[Any, int, bytes]] = {}
     #: the element's bytes as each invocation in the range began, and what its bodies were:
     #: a value that changed with no body as its writer was merged or aggregated
     before: dict[tuple[str, int], bytes] = {}
@@ -182,10 +184,12 @@ def history(
         def probe(j: Any) -> Any:
             if isinstance(j, engine.Batch):
                 batches.add((op, invocation))
-            was = d.rows(node, slot).tobytes()
+            # what the body sees: its thread's copy of a relaxed DDS on several threads
+            was = rows_seen(d, node, slot).tobytes()
             out = body(j)
-            if d.rows(node, slot).tobytes() != was:
-                writer[(op, invocation)] = (getattr(j, "number", j), node)
+            now = rows_seen(d, node, slot).tobytes()
+            if now != was:
+                writer[(op, invocation)] = (getattr(j, "number", j), node, now)
             return out
 
         return probe
@@ -198,6 +202,10 @@ def history(
             was = before.pop((op, invocation), None)
             how = None
             d = find_dds(el.dds)
+            if w is not None and np.ascontiguousarray(value).tobytes() != w[2]:
+                # the value is not the one the last body left on its node: the round-end
+                # merge of relaxed deltas (or an aggregation) made it from several bodies
+                w = None
             if w is None and was is not None and isinstance(d, engine.dvector):
                 now = d.rows(0, np.array([el.index % len(d)], dtype=np.int64)).tobytes()
                 if now != was:
@@ -211,7 +219,7 @@ def history(
             changes.append(how)
             who = None
             if w is not None:
-                index, node = w
+                index, node, _ = w
                 rnd, thread = _where_ran(ctl.recorded_plan(op, invocation), node, int(index))
                 who = {"index": int(index), "node": node, "thread": thread, "round": rnd}
             entries.append(

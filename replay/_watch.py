@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.lowlevel import dds_contents, find_dds
+from engine.lowlevel import dds_contents, find_dds, rows_seen
 
 from ._errors import UsageError
 from ._inspect import _controller_for, _jsonable, _Stop, dds_names, replay_with
@@ -335,13 +335,13 @@ def _first_body(
                 return body(j)
             if everything is None:
                 everything = [np.arange(len(d), dtype=np.int64) for d in ds]
-            before = [d.rows(node, s) for d, s in zip(ds, everything, strict=True)]
+            before = [rows_seen(d, node, s) for d, s in zip(ds, everything, strict=True)]
             if first and holds(w, dict(zip(w.names, before, strict=True))):
                 hit.update(held_before=True)
                 return body(j)
             first = False
             out = body(j)
-            now = [d.rows(node, s) for d, s in zip(ds, everything, strict=True)]
+            now = [rows_seen(d, node, s) for d, s in zip(ds, everything, strict=True)]
             if holds(w, dict(zip(w.names, now, strict=True))):
                 hit.update(index=int(getattr(j, "number", j)), node=node)
                 for n, b, a in zip(w.names, before, now, strict=True):

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import engine
@@ -362,6 +362,67 @@ def test_history_says_not_written_only_where_the_value_did_not_change(
             assert kind in line, line
         prev = e["value"]
     assert any("changed by" in ln for ln in lines) == (element != "W[1]"), lines
+
+
+@settings(
+    max_examples=5,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    nodes=st.integers(1, 3),
+    threads=st.integers(1, 2),
+    writers=st.sets(st.integers(0, 7), min_size=1, max_size=4),
+)
+@example(nodes=2, threads=1, writers={1, 6})  # one writer on each node
+@example(nodes=1, threads=2, writers={0})  # one writer, on a thread's copy
+def test_history_names_a_writer_only_where_its_write_is_the_value(
+    tmp_path_factory: pytest.TempPathFactory, nodes: int, threads: int, writers: set[int]
+) -> None:
+    """Bodies on several nodes or threads add to one relaxed count: the value after the
+    invocation is the round-end merge of their deltas, not what any one body left on its
+    node's copy.  ``history`` named the last body that changed the copy (``T[0] = 66,
+    last written by index 1 on node 1``, where that body's copy held 2) instead of
+    saying the merge made it; on two threads a body's change to its thread's copy was not
+    seen at all (``changed by the round-end merge``, and ``watch`` named no body).  A
+    writer is named exactly when every writing body ran on one node and thread (then the
+    last of them left the value shown)."""
+    from replay._job import run_here
+
+    trace = tmp_path_factory.mktemp("counted") / "t.sqlite"
+    spec = {
+        "app": f"{TT_APPS}:counted",
+        "params": [f"writers={','.join(map(str, sorted(writers)))}"],
+        "nodes": nodes,
+        "threads": threads,
+        "trace": str(trace),
+        "checkpoint_every": 1,
+    }
+    run_here(spec)
+    with tracer.open(trace) as store:
+        plan = store.run().plan("count", 0)
+    assert len(plan.rounds) == 1, plan.rounds  # one round: one merge of every delta
+    ran = {
+        (node, int(t.thread))
+        for node, tasks in enumerate(plan.rounds[0])
+        for t in tasks
+        if writers & set(np.asarray(t.indices).tolist())
+    }
+    rc, out, err = cli("history", str(trace), "T[0]", "--json")
+    assert rc == 0, err
+    entries = json.loads(out)["history"]
+    total = sum(2**j for j in writers)
+    assert [e["value"] for e in entries] == [total, 2 * total], entries
+    for e in entries:
+        if len(ran) > 1:
+            assert e["writer"] is None, (ran, e)
+        else:
+            assert e["writer"] is not None and e["writer"]["index"] in writers, (ran, e)
+    # each body is watched as it sees the count (its thread's copy): any writer's makes it
+    rc, out, err = cli("watch", str(trace), "T[0] >= 1", "--json")
+    assert rc == 0, err
+    doc = json.loads(out)
+    assert (doc["op"], doc["invocation"]) == ("count", 0) and doc["index"] in writers, doc
 
 
 # ---------------------------------------------------------------- replay --from

@@ -58,3 +58,20 @@ def merged(epochs: int = 3, n: int = 24) -> None:
         ap.async_for(0, n, body, name="count")
         ap.sync_for(X, 4, step, name="mean")
         ap.log_objective("t", float(T.gather().sum()))
+
+
+def counted(writers: str = "1,6", n: int = 8, epochs: int = 2) -> None:
+    """Bodies ``writers`` (comma-separated indices) each add ``2**j`` to the relaxed
+    count ``T[0]``; every body writes its own row of ``W``: one round, so the count
+    after an invocation is the round-end merge of every writer's delta."""
+    adds = [int(j) for j in writers.split(",") if j]
+    T = ap.dvector(1, shape=(), dtype=np.int64, relaxed=True, name="T")
+    W = ap.dvector(n, shape=(), name="W")
+    for _ in range(epochs):
+
+        def body(j: int) -> None:
+            W[j] = W[j] + 1.0
+            if j in adds:
+                T[0] += 2**j
+
+        ap.async_for(0, n, body, name="count")
