@@ -125,6 +125,7 @@ NO_WRITER = {
     "relaxed": "changed by the round-end merge of relaxed deltas, not by one body",
     "aggregated": "changed by the aggregation of the minibatches' deltas, not by one body",
     "unattributed": "changed, by no single loop body",
+    "driver": "changed by the driver before the invocation, not by a loop body",
 }
 
 

@@ -425,6 +425,50 @@ def test_history_names_a_writer_only_where_its_write_is_the_value(
     assert (doc["op"], doc["invocation"]) == ("count", 0) and doc["index"] in writers, doc
 
 
+@settings(
+    max_examples=2,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(nodes=st.integers(1, 2), actions=st.text("bsdn", min_size=2, max_size=5))
+@example(nodes=1, actions="bdsn")
+@example(nodes=2, actions="dbdd")
+def test_history_says_how_each_element_changed_whatever_its_dds(
+    tmp_path_factory: pytest.TempPathFactory, nodes: int, actions: str
+) -> None:
+    """An element of a numeric dvector, an object dvector and a map, written by a body,
+    by the driver between loops, or by nobody.  ``history`` said ``not written`` next to
+    every object element, whose values it did not compare, and next to a value the
+    driver had changed.  Now each line says what changed it: the body, the driver, or
+    ``not written`` exactly where the value is the one on the line before."""
+    from replay._job import run_here
+
+    trace = tmp_path_factory.mktemp("changes") / "t.sqlite"
+    spec = {
+        "app": f"{TT_APPS}:changes",
+        "params": [f"actions={actions}"],
+        "nodes": nodes,
+        "trace": str(trace),
+        "checkpoint_every": 1,
+    }
+    run_here(spec)
+    want = {
+        "b": "last written by index 1 on node",
+        "s": "not written",
+        "n": "not written",
+        "d": "changed by the driver before the invocation",
+    }
+    for element in ("X[1]", "O[1]", "M[1]"):
+        rc, out, err = cli("history", str(trace), element)
+        assert rc == 0, err
+        lines = [ln for ln in out.splitlines() if ln.startswith("  touch#")]
+        assert len(lines) == len(actions), out
+        for e, (act, line) in enumerate(zip(actions, lines, strict=True)):
+            # the first line has none before it: the driver's value is where it starts
+            expect = want["n"] if (e, act) == (0, "d") else want[act]
+            assert expect in line, (element, actions, line)
+
+
 # ---------------------------------------------------------------- replay --from
 @pytest.mark.parametrize(
     "name,op",

@@ -75,3 +75,29 @@ def counted(writers: str = "1,6", n: int = 8, epochs: int = 2) -> None:
                 T[0] += 2**j
 
         ap.async_for(0, n, body, name="count")
+
+
+def changes(actions: str = "bdn") -> None:
+    """Element 1 of a numeric dvector ``X``, an object dvector ``O`` and a map ``M``,
+    changed once per epoch as ``actions`` says: ``b`` a loop body writes a new value,
+    ``s`` it writes the value it holds, ``d`` the driver writes a new value before the
+    loop, ``n`` nothing."""
+    X = ap.dvector(4, shape=(), name="X")
+    O = ap.dvector(4, name="O")  # noqa: E741
+    M = ap.dmap(shape=(), name="M")
+    for k in range(4):
+        O[k] = ("start", k)
+        M[k] = 0.0
+    for e, act in enumerate(actions):
+        if act == "d":
+            X[1], O[1], M[1] = 100.0 + e, ("driver", e), 100.0 + e
+
+        def body(j: int) -> None:
+            if j != 1 or act not in "bs":  # noqa: B023
+                return
+            new = act == "b"  # noqa: B023
+            X[j] = float(e + 1) if new else X[j]  # noqa: B023
+            O[j] = ("body", e) if new else O[j]  # noqa: B023
+            M[j] = float(e + 1) if new else M[j]  # noqa: B023
+
+        ap.async_for(0, 4, body, name="touch")
