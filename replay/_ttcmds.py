@@ -188,15 +188,25 @@ def watch_lines(expression: str, doc: dict[str, Any]) -> list[str]:
     lines = []
     n, skipped = doc["invocations"], doc["unchecked"]
     status = doc.get("run_status", "finished")
-    if not doc["found"] and not skipped and status == "finished":
+    resumed = doc.get("resumed_after")
+    if resumed is not None:
+        point = f"{resumed['op']}#{resumed['invocation']}"
+        ran = (
+            f"the {n} invocation(s) this run ran after resuming run {doc['continues'][:12]} "
+            f"at {point} (checked after each, and at {point})"
+        )
+    else:
+        ran = f"the {n} invocation(s) this run recorded (checked after each)"
+    if not doc["found"] and not skipped and status == "finished" and resumed is None:
         lines.append(
             f"{expression} never holds in this run (checked after each of its {n} invocations)"
         )
+    elif not doc["found"] and not skipped and status == "finished":
+        lines.append(f"{expression} never holds in {ran}")
     elif not doc["found"] and not skipped:
         lines.append(
-            f"{expression} never holds in the {n} invocation(s) this run recorded (checked "
-            f"after each); the run {_ENDED.get(status, status)} there, so what it would have "
-            "done next was not checked"
+            f"{expression} never holds in {ran}; the run {_ENDED.get(status, status)} there, "
+            "so what it would have done next was not checked"
         )
     elif not doc["found"]:
         lines.append(
@@ -224,6 +234,12 @@ def watch_lines(expression: str, doc: dict[str, Any]) -> list[str]:
             lines.append(f"  {k} = {_short(v)}")
         if doc["break"]:
             lines.append(f"stop there with: {doc['break']}")
+    if resumed is not None:
+        lines.append(
+            f"note: the invocations up to {resumed['op']}#{resumed['invocation']} are run "
+            f"{doc['continues'][:12]}'s, which this run resumed, and were not checked: watch "
+            f"that run with --run {doc['continues']}"
+        )
     for where, why in (("replay", "did not exist"), ("checkpoint", "was not in the checkpoint")):
         gone = [e for e in doc["not_evaluable"] if e["in"] == where]
         if not gone:

@@ -247,6 +247,12 @@ def watch(
         # a run that did not finish recorded only its first invocations: "never holds"
         # is then about those, not about what the program would have gone on to do
         "run_status": run.info.status,
+        # a resumed run's first checkpoint is where it started: what ran before is the
+        # run it continues, which this watch never looked at
+        "continues": run.info.continues,
+        "resumed_after": (
+            {"op": cps[0].op, "invocation": cps[0].invocation} if first > 0 else None
+        ),
         "not_evaluable": [
             {"op": op, "invocation": inv, "dds": lacking, "in": where}
             for s, (op, inv, lacking, where) in sorted(absent.items())

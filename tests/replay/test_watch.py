@@ -364,3 +364,34 @@ def test_the_offered_command_stops_in_the_body_of_the_run_watched(
     res = run_cli(words[1:], cwd=tmp_path, input="c\n")
     assert res.returncode == 0, res.stderr
     assert f"stopped in add#{doc['invocation']} index {doc['index']}" in res.stdout, res.stdout
+
+
+def test_a_resumed_run_is_not_said_never_to_hold_what_its_first_part_held(
+    tmp_path: Path, cli
+) -> None:
+    """``X[0] == 1`` holds after add#0 to add#3, in the run that was interrupted, and no
+    longer in the run that resumed it after add#4.  Watched in the resumed run it was
+    "never holds in this run (checked after each of its 1 invocations)", though the
+    training that run completes held it for four invocations; now the line says which
+    invocations it checked and names the run that holds the earlier ones."""
+    (tmp_path / "resumed_prog.py").write_text(RESUMED)
+    trace = tmp_path / "t.sqlite"
+    app = f"{tmp_path / 'resumed_prog.py'}:train"
+    rec = cli("run", app, "--checkpoint-every", "1", "--trace", trace, env={"STOP_AT": "4"})
+    assert rec.returncode != 0, rec.stderr
+    assert cli("resume", trace, env={"STOP_AT": "5"}).returncode != 0
+    assert cli("resume", trace).returncode == 0
+    runs = [r.run_id for r in tracer.open(trace).runs()]
+    proc = cli("watch", trace, "X[0] == 1")
+    assert proc.returncode == 0, proc.stderr
+    assert "never holds in this run" not in proc.stdout, proc.stdout
+    assert (
+        f"X[0] == 1 never holds in the 1 invocation(s) this run ran after resuming run "
+        f"{runs[1][:12]} at add#4 (checked after each, and at add#4)"
+    ) in proc.stdout, proc.stdout
+    assert f"watch that run with --run {runs[1]}" in proc.stdout, proc.stdout
+    doc = json.loads(cli("watch", trace, "X[0] == 1", "--json").stdout)
+    assert doc["continues"] == runs[1] and doc["resumed_after"] == {"op": "add", "invocation": 4}
+    # the run it names finds it, or names the one before
+    proc = cli("watch", trace, "X[0] == 1", "--run", runs[0])
+    assert "X[0] == 1 first holds after add#0, index 0 on node 0" in proc.stdout, proc.stdout
