@@ -323,7 +323,19 @@ def check_stops(
         stops.append(("--until", *parse_until(until)))
     for option, op, inv in stops:
         if info.status != "finished" and inv == following.get(op, 0):
-            continue  # the invocation the run stopped in: a replay runs up to there
+            if option == "--break":
+                continue  # the invocation the run stopped in: a replay runs up to there
+            # its end is not in the trace: the replay ends where the run did, before it
+            how = {"interrupted": "was interrupted", "running": "is still running"}
+            last = ""
+            if order:
+                o, k = order[-1]
+                last = f", or after {o}#{k}, its last complete one, with --until {o}:{k}"
+            raise UsageError(
+                f"--until {op}:{inv}: the run {how.get(info.status, info.status)} in "
+                f"{op}#{inv} and never completed it, so a replay cannot stop after it; stop "
+                f"in one of its bodies with --break {op}:{inv}:INDEX{last}"
+            )
         step = step_of(order, (op, inv), option)
         if point is not None and begin is not None and step < begin:
             raise UsageError(

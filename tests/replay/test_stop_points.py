@@ -159,12 +159,12 @@ def resumed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
     [
         (1, ["--break", "add:5:0"], True),  # the invocation it was interrupted in
         (1, ["--until", "add:4"], True),
+        (2, ["--until", "add:5"], True),
         (1, ["--break", "add:4:0"], True),
         (1, ["--break", "add:2:0"], False),  # the first run's
         (1, ["--until", "add:1"], False),
         (1, ["--break", "add:6:0"], False),  # after the one it stopped in
         (2, ["--break", "add:4:0"], False),  # the second run's
-        (2, ["--until", "add:5"], True),
         (0, ["--break", "add:3:0"], True),
         (0, ["--break", "add:4:0"], False),
     ],
@@ -206,3 +206,25 @@ def test_history_of_a_resumed_run_names_the_invocations_it_has(
     assert proc.returncode == 0, proc.stderr
     rows = [ln.split()[:2] for ln in proc.stdout.splitlines() if ln.startswith("  add#")]
     assert rows == [["add#3", "6"], ["add#4", "10"]], proc.stdout
+
+
+@pytest.mark.parametrize(("run", "stopped_in", "last"), [(0, 3, 2), (1, 5, 4)])
+def test_until_the_invocation_a_run_stopped_in_is_refused(
+    resumed: tuple[Path, list[str]], run: int, stopped_in: int, last: int
+) -> None:
+    """A run interrupted in add#N never completed it: its trace ends there, so a replay
+    ends before add#N's end and ``--until add:N`` never stopped; the replay ran and said
+    ``identical (up to add#N-1 ...)`` as if nothing had been asked.  Refused first, the
+    line offers the stops that the replay reaches: a body of add#N, or the last complete
+    invocation (which ``check_stops`` accepts)."""
+    from replay._errors import UsageError
+    from replay._replaycmds import check_stops
+
+    trace, runs = resumed
+    with pytest.raises(UsageError) as err:
+        check_stops(str(trace), runs[run], None, f"add:{stopped_in}", None)
+    msg = str(err.value)
+    assert f"the run was interrupted in add#{stopped_in} and never completed it" in msg, msg
+    assert f"--break add:{stopped_in}:INDEX" in msg and f"--until add:{last}" in msg, msg
+    check_stops(str(trace), runs[run], None, f"add:{last}", None)
+    check_stops(str(trace), runs[run], f"add:{stopped_in}:0", None, None)
