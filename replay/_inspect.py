@@ -141,6 +141,17 @@ def _read_element(el: Element) -> tuple[Any, Any]:
     return d, d[el.index]
 
 
+#: The strategy of the plan an invocation falls back to when its accesses depend on
+#: values written in it: every node runs every body, in one order, on its own replica.
+SERIAL_FALLBACK = "replicated"
+
+
+def _serial_fallback(ctl: Any, op: str, invocation: int) -> bool:
+    """Whether the recorded run ran ``op``#``invocation`` as a serial fallback."""
+    plan = ctl.recorded_plan(op, invocation)
+    return plan is not None and plan.strategy == SERIAL_FALLBACK
+
+
 def _slot_of(d: Any, el: Element) -> int | None:
     """The slot of ``el`` in ``d`` (None: no such element, which ``after`` reports)."""
     if isinstance(d, engine.dvector):
@@ -237,7 +248,13 @@ def history(
                 # the value is not the one the last body left on its node: the round-end
                 # merge of relaxed deltas (or an aggregation) made it from several bodies
                 w = None
-            if w is None and was is not None and now != was:
+            if w is None and was is None and _serial_fallback(ctl, op, invocation):
+                # every node ran every body on its replica, outside the hooks that see
+                # a body (engine/_asyncfor/loop.py ``_execute_replicated``): unknown
+                how = "serial" if prev is not None and now != prev else "serial_unknown"
+                if prev is not None and now == prev:
+                    how = None
+            elif w is None and was is not None and now != was:
                 how = (
                     "relaxed"
                     if getattr(d, "_relaxed", False)
@@ -305,6 +322,7 @@ def replay_with(
 
 
 __all__ = [
+    "SERIAL_FALLBACK",
     "Element",
     "dds_names",
     "history",

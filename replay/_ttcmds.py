@@ -126,6 +126,10 @@ NO_WRITER = {
     "aggregated": "changed by the aggregation of the minibatches' deltas, not by one body",
     "unattributed": "changed, by no single loop body",
     "driver": "changed by the driver before the invocation, not by a loop body",
+    "serial": "changed in a serial fallback (every node ran every body), whose bodies "
+    "history does not trace",
+    "serial_unknown": "ran as a serial fallback (every node ran every body), whose bodies "
+    "history does not trace",
 }
 
 
@@ -219,6 +223,11 @@ def watch_lines(expression: str, doc: dict[str, Any]) -> list[str]:
         line = f"{expression} {verb} after {doc['op']}#{doc['invocation']}"
         if doc["held_before"]:
             line += " (it held before the first body: no loop body made it true)"
+        elif doc["index"] is None and doc.get("serial_fallback"):
+            line += (
+                " (it ran as a serial fallback, every node running every body, whose bodies "
+                "watch does not step through: no body is named)"
+            )
         elif doc["index"] is None:
             line += " (no single loop body made it true)"
         else:

@@ -18,7 +18,14 @@ import numpy as np
 from engine.lowlevel import dds_contents, find_dds, rows_seen
 
 from ._errors import UsageError
-from ._inspect import _controller_for, _jsonable, _Stop, dds_names, replay_with
+from ._inspect import (
+    SERIAL_FALLBACK,
+    _controller_for,
+    _jsonable,
+    _Stop,
+    dds_names,
+    replay_with,
+)
 from ._progress import phases_to, tick_line
 from ._timetravel import Start, first_step, program_order, require_checkpoints, start_before
 
@@ -241,6 +248,7 @@ def watch(
         "from": None,
         "break": None,
         "held_before": False,
+        "serial_fallback": False,
         "checked": BISECTION if unchecked else EVERY_INVOCATION,
         "unchecked": unchecked,
         "invocations": len(order),
@@ -266,6 +274,10 @@ def watch(
     result.update(op=target[0], invocation=target[1])
     result["from"] = start.as_json()
     result.update(_first_body(run, app, w, target, start, progress))
+    try:  # its bodies ran outside the hooks that see a body: none could be named
+        result["serial_fallback"] = run.plan(*target).strategy == SERIAL_FALLBACK
+    except KeyError:  # a sync_for: no plan
+        result["serial_fallback"] = False
     return result
 
 

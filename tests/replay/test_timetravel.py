@@ -469,6 +469,30 @@ def test_history_says_how_each_element_changed_whatever_its_dds(
             assert expect in line, (element, actions, line)
 
 
+def test_history_and_watch_name_no_body_of_a_serial_fallback_as_the_writer(
+    tmp_path: Path,
+) -> None:
+    """An invocation that ran as a serial fallback (both plans failed: every node ran
+    every body on its replica) runs outside the hooks that see a body, so ``history``
+    said ``not written`` next to ``X[11]``'s new value and ``watch`` said ``no single
+    loop body made it true``, of an element one body wrote.  Both now say the
+    invocation was a serial fallback whose bodies they do not trace."""
+    trace = record(tmp_path / "f.sqlite", f"{TT_APPS}:fallback", "--checkpoint-every", "1")
+    with tracer.open(trace) as store:
+        assert store.run().plan("b", 0).strategy == "replicated"  # the premise
+    rc, out, err = cli("history", str(trace), "X[11]")
+    assert rc == 0, err
+    lines = [ln for ln in out.splitlines() if ln.startswith("  b#")]
+    assert "not written" not in lines[0] and "serial fallback" in lines[0], lines
+    assert "last written by index 1" in lines[1], lines
+    rc, out, err = cli("watch", str(trace), "X[11] > 0")
+    assert rc == 0, err
+    assert "no single loop body made it true" not in out, out
+    assert "X[11] > 0 first holds after b#0 (it ran as a serial fallback" in out, out
+    doc = json.loads(cli("watch", str(trace), "X[11] > 0", "--json")[1])
+    assert doc["serial_fallback"] is True and doc["index"] is None, doc
+
+
 # ---------------------------------------------------------------- replay --from
 @pytest.mark.parametrize(
     "name,op",

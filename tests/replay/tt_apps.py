@@ -101,3 +101,20 @@ def changes(actions: str = "bdn") -> None:
             M[j] = float(e + 1) if new else M[j]  # noqa: B023
 
         ap.async_for(0, 4, body, name="touch")
+
+
+def fallback(epochs: int = 3, n: int = 8) -> None:
+    """Each body writes ``X[P[j]]`` and sets the next body's ``P``: in the first
+    invocation a body's target depends on a value written in the same invocation, so
+    both plans fail and it runs as a serial fallback (every node, every body); after
+    that the targets stay put and a plan holds."""
+    X = ap.dvector(2 * n, shape=(), name="X")
+    P = ap.dvector(n, shape=(), dtype=np.int64, data=np.arange(n), name="P")
+    for _ in range(epochs):
+
+        def body(j: int) -> None:
+            t = int(P[j])
+            X[t] = X[t] + 1.0 + j
+            P[(j + 1) % n] = n + (t + 3) % n
+
+        ap.async_for(0, n, body, name="b")
