@@ -157,9 +157,9 @@ def _slot_of(d: Any, el: Element) -> int | None:
     if isinstance(d, engine.dvector):
         ok = isinstance(el.index, int) and -len(d) <= el.index < len(d)
         return el.index % len(d) if ok else None
-    try:
-        return int(d._slot(el.index)) if el.index in d.keys() else None
-    except TypeError:  # an unhashable key
+    try:  # a dict lookup: keys() lists every key
+        return int(d._slot(el.index))
+    except engine.DDSError:  # no such key, or one that cannot be hashed
         return None
 
 
