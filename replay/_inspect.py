@@ -23,6 +23,7 @@ from engine.lowlevel import find_dds, rows_seen, stable_text
 
 from ._apps import recorded_params
 from ._controller import ReplayChecker, ReplayFinished, TraceController
+from ._dualctl import SERIAL_FALLBACK
 from ._errors import UsageError
 from ._job import recorded_modes
 from ._progress import phases_to, tick_line
@@ -139,11 +140,6 @@ def _read_element(el: Element) -> tuple[Any, Any]:
     if el.index not in d.keys():
         raise UsageError(f"{el.text}: {el.dds} has no key {el.index!r}")
     return d, d[el.index]
-
-
-#: The strategy of the plan an invocation falls back to when its accesses depend on
-#: values written in it: every node runs every body, in one order, on its own replica.
-SERIAL_FALLBACK = "replicated"
 
 
 def _serial_fallback(ctl: Any, op: str, invocation: int) -> bool:
