@@ -91,8 +91,20 @@ def test_cli_pass_json_and_verdicts_in_the_trace(tmp_path: Path, cli) -> None:
     proc = cli("dual", "sgdmf", *args, "--threads", "2", "--trace", trace, "--json")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     res = json.loads(proc.stdout)
-    assert res["forward"] == {"passed": True, "divergence": None, "not_tested": [], "next": None}
-    assert res["backward"] == {"passed": True, "divergence": None, "not_tested": [], "next": None}
+    assert res["forward"] == {
+        "passed": True,
+        "divergence": None,
+        "not_tested": [],
+        "serial_fallbacks": [],
+        "next": None,
+    }
+    assert res["backward"] == {
+        "passed": True,
+        "divergence": None,
+        "not_tested": [],
+        "serial_fallbacks": [],
+        "next": None,
+    }
     kinds = sorted(v.kind for v in tracer.open(trace).run().verdicts())
     assert kinds == ["dual-backward", "dual-forward"]
 
