@@ -20,6 +20,7 @@ from ._data.digest import NAMES as DIGEST_NAMES
 from ._data.digest import DigestKindError as DigestKindError
 from ._data.digest import check_same_kind as check_same_digest_kind
 from ._data.digest import kind_of as digest_kind_of
+from ._data.relaxed import rows_seen as rows_seen
 from ._data.save import model_format as model_format
 from ._data.save import text_word_problem as text_word_problem
 from ._data.save import write_model as write_model
@@ -64,6 +65,7 @@ from ._runtime.transport import under_mpi_launcher as under_mpi_launcher
 
 __all__ = [
     "DIGEST_NAMES",
+    "rows_seen",
     "available_memory",
     "OBJECT_TEXT_VERSION",
     "Chaos",

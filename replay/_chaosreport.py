@@ -7,8 +7,7 @@ An *outcome* is one hex digest over all of a run's DDS digests and logged object
 from __future__ import annotations
 
 import hashlib
-import json
-import re
+import shlex
 import struct
 from dataclasses import dataclass, field
 from typing import Any
@@ -68,7 +67,7 @@ class ChaosFailure:
         if self.replay_command is None or self.location is None:
             return None
         op, inv, index = self.location
-        return f"{self.replay_command} --break {op}:{inv}:{index}"
+        return f"{self.replay_command} --break {shlex.quote(f'{op}:{inv}:{index}')}"
 
     def as_dict(self) -> dict[str, Any]:
         """The ``--json`` ``failed`` object."""
@@ -177,7 +176,9 @@ class ChaosReport:
 
 
 def _quoted(path: str) -> str:
-    return path if re.fullmatch(r"[\w./:@%+=,\-]+", path) else json.dumps(path)
+    """``path`` as a shell word (JSON's quotes turned ``é`` into ``\\u00e9``, which no
+    shell reads back)."""
+    return shlex.quote(path)
 
 
 # ====================================================================== outcome

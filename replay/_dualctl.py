@@ -24,6 +24,10 @@ from engine.lowlevel import MutexLog, Schedule, stable_text
 
 from ._progress import InvocationTicker
 
+#: The strategy of the plan an invocation falls back to when its accesses depend on
+#: values written in it: every node runs every body, in one order, on its own replica.
+SERIAL_FALLBACK = "replicated"
+
 #: Hybrid sync_for body orders: (op, invocation, node, clock) -> [(thread, minibatch), ...].
 BodyOrders = dict[tuple[str, int, int, int], list[tuple[int, int]]]
 
@@ -46,6 +50,9 @@ class Outcome:
     #: what test mode ran exactly though the program declared it relaxed or stale
     #: (``engine.RunResult.ran_exact``)
     ran_exact: list[dict[str, Any]] = field(default_factory=list)
+    #: the invocations (``op#inv``) that ran as a serial fallback (both plans failed:
+    #: every node ran every body on its replica), so not in parallel
+    fallbacks: list[str] = field(default_factory=list)
 
     def events(self) -> list[tuple[tuple[Any, ...], Any]]:
         """(key, value) per outcome event in program order: key ``("digest", op, inv,
@@ -87,16 +94,29 @@ class Capture(engine.Recorder):
         self.tee = tee or engine.Recorder()
         self.body_orders: BodyOrders = {}
         self.ticker = InvocationTicker()  # progress, when someone listens
+        #: ``op#inv`` of each invocation that completed under a serial fallback plan
+        self.fallbacks: list[str] = []
+        self._fell_back: set[str] = set()  # operators whose plan just made is one
 
     def schedule_done(self, sched: Schedule) -> None:
         for (node, clock), pairs in sched.mutex.groups().items():
             self.body_orders[(sched.op, sched.invocation, node, clock)] = pairs
         self.tee.schedule_done(sched)
 
+    def plan_made(self, op: str, plan: Any) -> None:
+        # called once per process as an invocation that made a plan ends, before its
+        # invocation_done; a serial fallback's plan is the one it completed under
+        if plan.strategy == SERIAL_FALLBACK:
+            self._fell_back.add(op)
+        self.tee.plan_made(op, plan)
+
     def invocation_done(self, op: str, invocation: int, node: int, info: dict[str, Any]) -> None:
         self.tee.invocation_done(op, invocation, node, info)
         if "digests" in info:  # the invocations an Outcome counts
             self.ticker.done(op, invocation)
+            if op in self._fell_back:
+                self._fell_back.discard(op)
+                self.fallbacks.append(f"{op}#{invocation}")
 
     def __getattribute__(self, name: str) -> Any:
         own = (
@@ -105,6 +125,9 @@ class Capture(engine.Recorder):
             "schedule_done",
             "ticker",
             "invocation_done",
+            "plan_made",
+            "fallbacks",
+            "_fell_back",
             "__class__",
             "__dict__",
         )

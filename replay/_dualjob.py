@@ -227,6 +227,7 @@ class MpiSide:
                 bodies=res["bodies"],
                 log=[tuple(e) for e in res["log"]],
                 ran_exact=res.get("ran_exact", []),
+                fallbacks=[str(x) for x in res.get("fallbacks", [])],
             )
 
         return self._job(controller, extra, read)
@@ -321,6 +322,7 @@ def dual_here(spec: dict[str, Any], comm: Any) -> dict[str, Any]:
         "body_orders": _body_orders_json(out.body_orders),
         "bodies": out.bodies,
         "ran_exact": out.ran_exact,
+        "fallbacks": capture.fallbacks,
     }
 
 

@@ -41,7 +41,9 @@ def run_side(
         test_mode=True,
         phases=phase_reporter(),  # to the dual test's stage, when someone listens
     )
-    return outcome_of(res, capture.body_orders)
+    out = outcome_of(res, capture.body_orders)
+    out.fallbacks = list(capture.fallbacks)
+    return out
 
 
 def tap_side(

@@ -19,10 +19,11 @@ from typing import Any
 import numpy as np
 
 import engine
-from engine.lowlevel import find_dds
+from engine.lowlevel import find_dds, rows_seen, stable_text
 
 from ._apps import recorded_params
 from ._controller import ReplayChecker, ReplayFinished, TraceController
+from ._dualctl import SERIAL_FALLBACK
 from ._errors import UsageError
 from ._job import recorded_modes
 from ._progress import phases_to, tick_line
@@ -141,6 +142,39 @@ def _read_element(el: Element) -> tuple[Any, Any]:
     return d, d[el.index]
 
 
+def _serial_fallback(ctl: Any, op: str, invocation: int) -> bool:
+    """Whether the recorded run ran ``op``#``invocation`` as a serial fallback."""
+    plan = ctl.recorded_plan(op, invocation)
+    return plan is not None and plan.strategy == SERIAL_FALLBACK
+
+
+def _slot_of(d: Any, el: Element) -> int | None:
+    """The slot of ``el`` in ``d`` (None: no such element, which ``after`` reports)."""
+    if isinstance(d, engine.dvector):
+        ok = isinstance(el.index, int) and -len(d) <= el.index < len(d)
+        return el.index % len(d) if ok else None
+    try:  # a dict lookup: keys() lists every key
+        return int(d._slot(el.index))
+    except engine.DDSError:  # no such key, or one that cannot be hashed
+        return None
+
+
+def _key(d: Any, value: Any) -> bytes:
+    """What tells two values of an element of ``d`` apart, bit for bit: a numeric row's
+    bytes, an object's stable text (how digests and dual tests compare it)."""
+    if d.shape is not None:
+        return np.ascontiguousarray(value).tobytes()
+    return stable_text(value).encode()
+
+
+def _seen(d: Any, node: int, slot: np.ndarray) -> bytes:
+    """:func:`_key` of the element at ``slot`` as a body on ``node`` sees it (a sharded
+    row the node does not hold counts as a value of its own)."""
+    if d.shape is not None:
+        return _key(d, rows_seen(d, node, slot)[0])
+    return _key(d, d.rows(node, slot, absent_ok=True)[0])
+
+
 def history(
     run: Any,
     app: Any,
@@ -160,58 +194,76 @@ def history(
     if phases is not None and start.op is not None:
         phases(f"fast-forward to the checkpoint after {start.op}#{start.invocation}")
     entries: list[dict[str, Any]] = []
-    writer: dict[tuple[str, int], tuple[Any, int]] = {}
-    #: the element's bytes as each invocation in the range began, and what its bodies were:
-    #: a value that changed with no body as its writer was merged or aggregated
+    #: per invocation: the last body that changed the element as its node (and thread)
+    #: sees it, and the element's key (:func:`_key`) right after that body
+    writer: dict[tuple[str, int], tuple[Any, int, bytes]] = {}
+    #: the element's key as each invocation in the range began (on its home node, whose
+    #: replica holds every last value between invocations), and what its bodies were: a
+    #: value that changed with no body as its writer was merged or aggregated
     before: dict[tuple[str, int], bytes] = {}
     batches: set[tuple[str, int]] = set()
     changes: list[str | None] = []
+    #: the element's key after the invocation before (None: not replayed)
+    last: list[bytes | None] = [None]
 
     def wrap(op: str, invocation: int, node: int, body: Any) -> Any:
         k = step.get((op, invocation), -1)
         if not a <= k <= b:
             return body
         d = find_dds(el.dds)
-        if not isinstance(d, engine.dvector) or d.shape is None:
-            return body  # object elements and maps: no writer detection
-        if not isinstance(el.index, int) or not -len(d) <= el.index < len(d):
+        at = _slot_of(d, el) if d is not None else None
+        if at is None:
             return body  # reported by ``after``
-        slot = np.array([el.index % len(d)], dtype=np.int64)
-        before.setdefault((op, invocation), d.rows(node, slot).tobytes())
+        slot = np.array([at], dtype=np.int64)
+        # the first wrap comes before any body of the invocation has run
+        before.setdefault((op, invocation), _seen(d, d.owner(el.index), slot))
 
         def probe(j: Any) -> Any:
             if isinstance(j, engine.Batch):
                 batches.add((op, invocation))
-            was = d.rows(node, slot).tobytes()
+            # what the body sees: its thread's copy of a relaxed DDS on several threads
+            was = _seen(d, node, slot)
             out = body(j)
-            if d.rows(node, slot).tobytes() != was:
-                writer[(op, invocation)] = (getattr(j, "number", j), node)
+            now = _seen(d, node, slot)
+            if now != was:
+                writer[(op, invocation)] = (getattr(j, "number", j), node, now)
             return out
 
         return probe
 
     def after(op: str, invocation: int) -> None:
         k = step.get((op, invocation), -1)
-        _, value = _read_element(el)  # checks the index after the first invocation
+        d, value = _read_element(el)  # checks the index after the first invocation
+        now, prev = _key(d, value), last[0]
+        last[0] = now
         if a <= k <= b:
             w = writer.pop((op, invocation), None)
             was = before.pop((op, invocation), None)
             how = None
-            d = find_dds(el.dds)
-            if w is None and was is not None and isinstance(d, engine.dvector):
-                now = d.rows(0, np.array([el.index % len(d)], dtype=np.int64)).tobytes()
-                if now != was:
-                    how = (
-                        "relaxed"
-                        if getattr(d, "_relaxed", False)
-                        else "aggregated"
-                        if (op, invocation) in batches
-                        else "unattributed"
-                    )
+            if w is not None and now != w[2]:
+                # the value is not the one the last body left on its node: the round-end
+                # merge of relaxed deltas (or an aggregation) made it from several bodies
+                w = None
+            if w is None and was is None and _serial_fallback(ctl, op, invocation):
+                # every node ran every body on its replica, outside the hooks that see
+                # a body (engine/_asyncfor/loop.py ``_execute_replicated``): unknown
+                how = "serial" if prev is not None and now != prev else "serial_unknown"
+                if prev is not None and now == prev:
+                    how = None
+            elif w is None and was is not None and now != was:
+                how = (
+                    "relaxed"
+                    if getattr(d, "_relaxed", False)
+                    else "aggregated"
+                    if (op, invocation) in batches
+                    else "unattributed"
+                )
+            elif w is None and prev is not None and now != prev:
+                how = "driver"  # between the invocations: the driver wrote it
             changes.append(how)
             who = None
             if w is not None:
-                index, node = w
+                index, node, _ = w
                 rnd, thread = _where_ran(ctl.recorded_plan(op, invocation), node, int(index))
                 who = {"index": int(index), "node": node, "thread": thread, "round": rnd}
             entries.append(
@@ -266,6 +318,7 @@ def replay_with(
 
 
 __all__ = [
+    "SERIAL_FALLBACK",
     "Element",
     "dds_names",
     "history",

@@ -28,7 +28,7 @@ from engine.lowlevel import model_format, text_word_problem, write_model
 from ._apps import BUILTIN_APPS
 from ._errors import UsageError
 from ._paths import check_output
-from ._timetravel import require_checkpoints
+from ._timetravel import program_order, require_checkpoints
 
 #: Array elements a JSON result keeps as a list; a larger array is summarised.
 JSON_ARRAY_LIMIT = 16
@@ -327,6 +327,17 @@ def export_model(
         cp = cps[k]
         state = run.checkpoint_state(cp.op, cp.invocation)
         app, target = run.info.app, run.info.target
+        order = program_order(run)
+        later = len(order) - 1 - order.index((cp.op, cp.invocation)) if order else 0
+        if checkpoint is None and later > 0:
+            # the last checkpoint need not follow the last invocation (checkpoints every
+            # N, or the measured default): "the last" is then not the trained model
+            last_op, last_inv = order[-1]
+            notes.append(
+                f"the run went on for {later} loop invocation(s) after this checkpoint, to "
+                f"{last_op}#{last_inv}, which no checkpoint follows: this is not its final "
+                "model ('replay run --save PATH' writes that)"
+            )
     arrays = _model_arrays(_checkpoint_arrays(state), app, target, cp, path, notes)
     if not arrays:
         raise UsageError(f"the checkpoint at {cp.op}#{cp.invocation} holds no numeric DDS")

@@ -42,7 +42,7 @@ from ._replay import (
     start_at,
     store_verdict,
 )
-from ._timetravel import parse_point, program_order, step_of
+from ._timetravel import completed, parse_point, program_order, step_of
 
 from_option = click.option(
     "--from",
@@ -307,9 +307,9 @@ def check_stops(
     run = open_run(path, run_id)
     info = run.info
     order = program_order(run)
-    counts: dict[str, int] = {}
-    for o, _ in order:
-        counts[o] = counts.get(o, 0) + 1
+    # each operator's next invocation: the one a run that did not finish stopped in (a
+    # resumed run's invocations start after its checkpoint, not at 0)
+    following = {o: hi + 1 for o, (_, hi) in completed(order).items()}
     begin = None if point is None else step_of(order, (point[0], point[1]), "--from")
     stops: list[tuple[str, str, int]] = []
     if brk:
@@ -322,8 +322,20 @@ def check_stops(
     if until:
         stops.append(("--until", *parse_until(until)))
     for option, op, inv in stops:
-        if info.status != "finished" and inv == counts.get(op, 0):
-            continue  # the invocation the run stopped in: a replay runs up to there
+        if info.status != "finished" and inv == following.get(op, 0):
+            if option == "--break":
+                continue  # the invocation the run stopped in: a replay runs up to there
+            # its end is not in the trace: the replay ends where the run did, before it
+            how = {"interrupted": "was interrupted", "running": "is still running"}
+            last = ""
+            if order:
+                o, k = order[-1]
+                last = f", or after {o}#{k}, its last complete one, with --until {o}:{k}"
+            raise UsageError(
+                f"--until {op}:{inv}: the run {how.get(info.status, info.status)} in "
+                f"{op}#{inv} and never completed it, so a replay cannot stop after it; stop "
+                f"in one of its bodies with --break {op}:{inv}:INDEX{last}"
+            )
         step = step_of(order, (op, inv), option)
         if point is not None and begin is not None and step < begin:
             raise UsageError(
@@ -332,7 +344,7 @@ def check_stops(
             )
     if brk:
         op, inv, index, node = parse_break(brk)
-        if inv < counts.get(op, 0):  # a completed invocation: its plan is in the trace
+        if (op, inv) in order:  # a completed invocation: its plan is in the trace
             _check_break_index(run, brk, op, inv, index, node)
 
 

@@ -54,6 +54,17 @@ def first_step(run: Any) -> int:
     return cps[0].step + 1 if cps else 0
 
 
+def completed(order: list[tuple[str, int]]) -> dict[str, tuple[int, int]]:
+    """Per operator, the first and last of its invocations in ``order``: 0 and n - 1,
+    except in a resumed run, whose invocations start after the checkpoint it resumed
+    from (the earlier ones are the run it continues)."""
+    out: dict[str, tuple[int, int]] = {}
+    for op, inv in order:
+        lo, hi = out.get(op, (inv, inv))
+        out[op] = (min(lo, inv), max(hi, inv))
+    return out
+
+
 def step_of(order: list[tuple[str, int]], point: tuple[str, int], option: str) -> int:
     """The place of ``point`` among ``order``; a point the run never reached is a
     :class:`UsageError` naming what exists."""
@@ -62,14 +73,19 @@ def step_of(order: list[tuple[str, int]], point: tuple[str, int], option: str) -
     except ValueError:
         pass
     op, inv = point
-    counts: dict[str, int] = {}
-    for o, _ in order:
-        counts[o] = counts.get(o, 0) + 1
-    if op not in counts:
-        have = ", ".join(f"{o} (0..{n - 1})" for o, n in counts.items()) or "none"
-        raise UsageError(f"{option}: the run has no operator {op!r}; its operators: {have}")
+    have = completed(order)
+    if op not in have:
+        ops = ", ".join(f"{o} ({a}..{b})" for o, (a, b) in have.items()) or "none"
+        raise UsageError(f"{option}: the run has no operator {op!r}; its operators: {ops}")
+    lo, hi = have[op]
+    earlier = (
+        " (this run resumed an earlier run of the trace, which ran the invocations before "
+        "those: name that run with --run)"
+        if inv < lo
+        else ""
+    )
     raise UsageError(
-        f"{option}: {op}#{inv} does not exist; the run completed {op}#0 to {op}#{counts[op] - 1}"
+        f"{option}: {op}#{inv} does not exist; the run completed {op}#{lo} to {op}#{hi}{earlier}"
     )
 
 
@@ -247,4 +263,5 @@ __all__ = [
     "restartable",
     "start_before",
     "step_of",
+    "completed",
 ]

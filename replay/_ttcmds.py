@@ -3,10 +3,13 @@ answered by replaying from the trace's checkpoints (see ``_inspect``)."""
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Callable
 from typing import Any
 
 import click
+
+import tracer
 
 from . import _environment
 from ._cliutil import allow_changed as allow_changed_option
@@ -26,12 +29,33 @@ def _prepare(
     max_ranks: int,
     max_threads: int,
     say: Callable[[str], None] | None = None,
-) -> tuple[Any, Any]:
-    """(the run, its app) once every check that needs no code to run has passed."""
+) -> tuple[str, Any, Any]:
+    """(the trace's absolute path, the run, its app) once every check that needs no code
+    to run has passed."""
     path, info = _replayable(trace, run_id, allow_changed, max_ranks, max_threads, say)
     _environment.ensure(_environment.recorded_hash_seed(info.environment))
     run = open_run(path, info.run_id)
-    return run, recorded_app(run.info, allow_changed=allow_changed)
+    return path, run, recorded_app(run.info, allow_changed=allow_changed)
+
+
+def _break_command(path: str, run_id: str, doc: dict[str, Any]) -> str:
+    """The ``replay single`` command that stops in the body ``doc`` names: the trace as
+    resolved now (``traces/latest`` moves with the next run), quoted for the shell, and
+    ``--run`` when the trace holds several runs (without it a replay takes the latest,
+    which may be a run that resumed this one and never ran that body)."""
+    from tui._verdict import trace_argument
+
+    with tracer.open(path) as store:
+        several = len(store.runs()) > 1
+    cmd = f"replay single {shlex.quote(trace_argument(path))}"
+    if several:
+        cmd += f" --run {run_id}"
+    point = f"{doc['op']}:{doc['invocation']}"
+    body = f"{point}:{doc['index']}@{doc['node']}"
+    cmd += f" --break {shlex.quote(body)}"
+    if doc["from"]:
+        cmd += f" --from {shlex.quote(point)}"
+    return cmd
 
 
 def _short(v: Any) -> str:
@@ -71,7 +95,7 @@ def history_cmd(
     if between:
         rng = (parse_point(between[0], "--between"), parse_point(between[1], "--between"))
     with Printer(as_json, "history") as say:
-        run, app = _prepare(trace, run_id, allow_changed, max_ranks, max_threads, say)
+        _, run, app = _prepare(trace, run_id, allow_changed, max_ranks, max_threads, say)
         el = parse_element(element, dds_names(run))
         steps_between(run, rng)  # a range the run does not have: refused before any output
         say(f"replaying run {run.info.run_id[:12]} for {el.text}")
@@ -101,6 +125,11 @@ NO_WRITER = {
     "relaxed": "changed by the round-end merge of relaxed deltas, not by one body",
     "aggregated": "changed by the aggregation of the minibatches' deltas, not by one body",
     "unattributed": "changed, by no single loop body",
+    "driver": "changed by the driver before the invocation, not by a loop body",
+    "serial": "changed in a serial fallback (every node ran every body), whose bodies "
+    "history does not trace",
+    "serial_unknown": "ran as a serial fallback (every node ran every body), whose bodies "
+    "history does not trace",
 }
 
 
@@ -134,16 +163,12 @@ def watch_cmd(
     'abs(H[3]).max() > 10'. Every invocation is checked, in order, unless --monotone.
     """
     with Printer(as_json, "watch") as say:
-        run, app = _prepare(trace, run_id, allow_changed, max_ranks, max_threads, say)
+        path, run, app = _prepare(trace, run_id, allow_changed, max_ranks, max_threads, say)
         w = compile_watch(expression, watchable(run, names_in(expression)))
         say(f"replaying run {run.info.run_id[:12]} until {expression} holds")
         doc = watch(run, app, w, monotone=monotone, progress=say)
     if doc["found"] and doc["index"] is not None:
-        cmd = f"replay single {trace} --break {doc['op']}:{doc['invocation']}:{doc['index']}"
-        cmd += f"@{doc['node']}"
-        if doc["from"]:
-            cmd += f" --from {doc['op']}:{doc['invocation']}"
-        doc["break"] = cmd
+        doc["break"] = _break_command(path, run.info.run_id, doc)
     if as_json:
         echo_json(doc)
         return
@@ -167,15 +192,25 @@ def watch_lines(expression: str, doc: dict[str, Any]) -> list[str]:
     lines = []
     n, skipped = doc["invocations"], doc["unchecked"]
     status = doc.get("run_status", "finished")
-    if not doc["found"] and not skipped and status == "finished":
+    resumed = doc.get("resumed_after")
+    if resumed is not None:
+        point = f"{resumed['op']}#{resumed['invocation']}"
+        ran = (
+            f"the {n} invocation(s) this run ran after resuming run {doc['continues'][:12]} "
+            f"at {point} (checked after each, and at {point})"
+        )
+    else:
+        ran = f"the {n} invocation(s) this run recorded (checked after each)"
+    if not doc["found"] and not skipped and status == "finished" and resumed is None:
         lines.append(
             f"{expression} never holds in this run (checked after each of its {n} invocations)"
         )
+    elif not doc["found"] and not skipped and status == "finished":
+        lines.append(f"{expression} never holds in {ran}")
     elif not doc["found"] and not skipped:
         lines.append(
-            f"{expression} never holds in the {n} invocation(s) this run recorded (checked "
-            f"after each); the run {_ENDED.get(status, status)} there, so what it would have "
-            "done next was not checked"
+            f"{expression} never holds in {ran}; the run {_ENDED.get(status, status)} there, "
+            "so what it would have done next was not checked"
         )
     elif not doc["found"]:
         lines.append(
@@ -188,6 +223,11 @@ def watch_lines(expression: str, doc: dict[str, Any]) -> list[str]:
         line = f"{expression} {verb} after {doc['op']}#{doc['invocation']}"
         if doc["held_before"]:
             line += " (it held before the first body: no loop body made it true)"
+        elif doc["index"] is None and doc.get("serial_fallback"):
+            line += (
+                " (it ran as a serial fallback, every node running every body, whose bodies "
+                "watch does not step through: no body is named)"
+            )
         elif doc["index"] is None:
             line += " (no single loop body made it true)"
         else:
@@ -203,6 +243,12 @@ def watch_lines(expression: str, doc: dict[str, Any]) -> list[str]:
             lines.append(f"  {k} = {_short(v)}")
         if doc["break"]:
             lines.append(f"stop there with: {doc['break']}")
+    if resumed is not None:
+        lines.append(
+            f"note: the invocations up to {resumed['op']}#{resumed['invocation']} are run "
+            f"{doc['continues'][:12]}'s, which this run resumed, and were not checked: watch "
+            f"that run with --run {doc['continues']}"
+        )
     for where, why in (("replay", "did not exist"), ("checkpoint", "was not in the checkpoint")):
         gone = [e for e in doc["not_evaluable"] if e["in"] == where]
         if not gone:

@@ -15,10 +15,17 @@ from typing import Any
 
 import numpy as np
 
-from engine.lowlevel import dds_contents, find_dds
+from engine.lowlevel import dds_contents, find_dds, rows_seen
 
 from ._errors import UsageError
-from ._inspect import _controller_for, _jsonable, _Stop, dds_names, replay_with
+from ._inspect import (
+    SERIAL_FALLBACK,
+    _controller_for,
+    _jsonable,
+    _Stop,
+    dds_names,
+    replay_with,
+)
 from ._progress import phases_to, tick_line
 from ._timetravel import Start, first_step, program_order, require_checkpoints, start_before
 
@@ -241,12 +248,19 @@ def watch(
         "from": None,
         "break": None,
         "held_before": False,
+        "serial_fallback": False,
         "checked": BISECTION if unchecked else EVERY_INVOCATION,
         "unchecked": unchecked,
         "invocations": len(order),
         # a run that did not finish recorded only its first invocations: "never holds"
         # is then about those, not about what the program would have gone on to do
         "run_status": run.info.status,
+        # a resumed run's first checkpoint is where it started: what ran before is the
+        # run it continues, which this watch never looked at
+        "continues": run.info.continues,
+        "resumed_after": (
+            {"op": cps[0].op, "invocation": cps[0].invocation} if first > 0 else None
+        ),
         "not_evaluable": [
             {"op": op, "invocation": inv, "dds": lacking, "in": where}
             for s, (op, inv, lacking, where) in sorted(absent.items())
@@ -260,6 +274,10 @@ def watch(
     result.update(op=target[0], invocation=target[1])
     result["from"] = start.as_json()
     result.update(_first_body(run, app, w, target, start, progress))
+    try:  # its bodies ran outside the hooks that see a body: none could be named
+        result["serial_fallback"] = run.plan(*target).strategy == SERIAL_FALLBACK
+    except KeyError:  # a sync_for: no plan
+        result["serial_fallback"] = False
     return result
 
 
@@ -335,13 +353,13 @@ def _first_body(
                 return body(j)
             if everything is None:
                 everything = [np.arange(len(d), dtype=np.int64) for d in ds]
-            before = [d.rows(node, s) for d, s in zip(ds, everything, strict=True)]
+            before = [rows_seen(d, node, s) for d, s in zip(ds, everything, strict=True)]
             if first and holds(w, dict(zip(w.names, before, strict=True))):
                 hit.update(held_before=True)
                 return body(j)
             first = False
             out = body(j)
-            now = [d.rows(node, s) for d, s in zip(ds, everything, strict=True)]
+            now = [rows_seen(d, node, s) for d, s in zip(ds, everything, strict=True)]
             if holds(w, dict(zip(w.names, now, strict=True))):
                 hit.update(index=int(getattr(j, "number", j)), node=node)
                 for n, b, a in zip(w.names, before, now, strict=True):

@@ -73,11 +73,16 @@ class DualResult:
     not_tested: list[dict[str, Any]] = field(default_factory=list)
     #: the names of the objectives the runs logged (for the advice on what to check)
     objectives: list[str] = field(default_factory=list, repr=False, compare=False)
+    #: the invocations (``op#inv``) the parallel side ran as a serial fallback (both its
+    #: plans failed): compared, but not run in parallel
+    serial_fallbacks: list[str] = field(default_factory=list)
 
     def report(self) -> str:
         """One paragraph saying what diverged where, with both values, and what the
         test did not test as declared."""
-        untested = phrase(self.not_tested)
+        untested = "; ".join(
+            x for x in (phrase(self.not_tested), fallback_phrase(self.serial_fallbacks)) if x
+        )
         if self.passed:
             extra = f"; {untested}" if untested else ""
             return f"{self.direction}: PASS ({self.bodies} bodies compared{extra})"
@@ -104,6 +109,7 @@ class DualResult:
             "passed": self.passed,
             "divergence": self.divergence,
             "not_tested": self.not_tested,
+            "serial_fallbacks": self.serial_fallbacks,
         }
 
 
@@ -112,9 +118,11 @@ def _verdict(
     passed: bool,
     divergence: dict[str, Any] | None,
     *sides: Outcome | None,
+    par: Outcome | None = None,
     **kw: Any,
 ) -> DualResult:
-    """A :class:`DualResult` naming what the completed ``sides`` ran exactly."""
+    """A :class:`DualResult` naming what the completed ``sides`` ran exactly, and which
+    invocations the completed parallel side ``par`` ran as a serial fallback."""
     done = [o for o in sides if o is not None]
     return DualResult(
         direction,
@@ -122,8 +130,20 @@ def _verdict(
         divergence,
         not_tested=not_tested(*(o.ran_exact for o in done)),
         objectives=list(dict.fromkeys(k for o in done for k in o.objectives)),
+        serial_fallbacks=list(par.fallbacks) if par is not None else [],
         **kw,
     )
+
+
+def fallback_phrase(fallbacks: list[str]) -> str:
+    """``sgd#0 ran as a serial fallback, not in parallel`` ("" for none)."""
+    if not fallbacks:
+        return ""
+    shown = ", ".join(fallbacks[:4]) + (
+        f" and {len(fallbacks) - 4} more" if len(fallbacks) > 4 else ""
+    )
+    verb = "ran" if len(fallbacks) == 1 else "each ran"
+    return f"{shown} {verb} as a serial fallback (both plans failed), not in parallel"
 
 
 def _h(text: str) -> int:
@@ -196,7 +216,7 @@ def forward(
     diff = first_difference(s, p)
     if diff is not None:
         diff = localise(diff, driver, params, s_cfg, side, p_controller, orders)
-    return _verdict("forward", diff is None, diff, s, p, bodies=s.bodies)
+    return _verdict("forward", diff is None, diff, s, p, par=p, bodies=s.bodies)
 
 
 def backward(
@@ -251,12 +271,12 @@ def backward(
         with stage("backward: serial run", invocations_of(p)):
             s = run_side(driver, params, **s_cfg)
     except _VERDICTS as exc:
-        return _verdict("backward", False, exc.as_dict(), p, parallel=p)
+        return _verdict("backward", False, exc.as_dict(), p, par=p, parallel=p)
     diff = first_difference(s, p)
     if diff is not None:
         replayed = Replayed(p.orders, p.body_orders)
         diff = localise(diff, driver, params, s_cfg, side, replayed, recorded)
-    return _verdict("backward", diff is None, diff, p, s, bodies=p.bodies, parallel=p)
+    return _verdict("backward", diff is None, diff, p, s, par=p, bodies=p.bodies, parallel=p)
 
 
 def dual(

@@ -53,6 +53,16 @@ def enter_recon(sess: Session) -> None:
             d.__class__ = type(d)._modes["relaxed_recon" if _dds.relaxing(d) else "recon_plain"]
 
 
+def rows_seen(d: _dds._DDS, node: int, slots: np.ndarray) -> Any:
+    """The values at ``slots`` as a body running now on ``node`` sees them: in a round
+    with several threads, a relaxed DDS's copy of the body's planned thread (the node's
+    replica holds the round-start values until the round ends); else the replica."""
+    copies = d._rxs.get(node) if d._relaxed else None
+    if copies:
+        return copies[getattr(_tls, "rthread", 0)][slots]
+    return d.rows(node, slots)
+
+
 def per_planned_thread(body: Callable[[int], Any], tasks: list[Task]) -> Callable[[int], Any]:
     """``body`` run on one thread in a forced order (single-node replay): each index
     works on the relaxed copy of the thread the plan gave it."""
@@ -151,4 +161,4 @@ class Relaxation:
             d._touch()
 
 
-__all__ = ["Relaxation", "active", "enter_recon", "per_planned_thread"]
+__all__ = ["Relaxation", "active", "enter_recon", "per_planned_thread", "rows_seen"]

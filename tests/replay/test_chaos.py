@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from pathlib import Path
 
 import numpy as np
@@ -184,6 +185,26 @@ def test_a_failing_check_exits_1_with_the_replay_command(tmp_path: Path, cli) ->
     out = json.loads(js.stdout)
     assert len(out["runs"]) == 3 and out["failed"]["run"] == 0
     assert out["failed"]["check"] == "objective:norm<=1" and out["failed"]["replay_command"] is None
+
+
+def test_the_replay_command_of_a_failure_reads_back_as_its_trace(tmp_path: Path, cli) -> None:
+    """A trace in a directory whose name needs quoting and holds a letter outside ASCII:
+    the printed command quoted it as JSON does (``"my r\\u00e9sum\\u00e9"``), which a
+    shell reads as another path (as it expands a ``$`` inside those quotes).  Split as a
+    shell splits it, the command names the trace and replays the failing run."""
+    d = tmp_path / "my résumé"
+    d.mkdir()
+    path = d / "c.sqlite"
+    res = cli(
+        *["chaos", HOT_APP, "--threads", "2", "--runs", "1"],
+        *["--chaos-seed", "1", "--check", "objective:norm<=1", "--trace", str(path)],
+    )
+    assert res.returncode == 1, res.stderr
+    line = next(ln for ln in res.stdout.splitlines() if "replay it: " in ln)
+    words = shlex.split(line.split("replay it: ", 1)[1])
+    assert words[:3] == ["replay", "single", str(path)], words
+    rep = cli(*words[1:])
+    assert rep.returncode == 0 and "identical" in rep.stdout, rep.stderr
 
 
 @pytest.mark.parametrize(

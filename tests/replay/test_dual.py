@@ -91,8 +91,20 @@ def test_cli_pass_json_and_verdicts_in_the_trace(tmp_path: Path, cli) -> None:
     proc = cli("dual", "sgdmf", *args, "--threads", "2", "--trace", trace, "--json")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     res = json.loads(proc.stdout)
-    assert res["forward"] == {"passed": True, "divergence": None, "not_tested": [], "next": None}
-    assert res["backward"] == {"passed": True, "divergence": None, "not_tested": [], "next": None}
+    assert res["forward"] == {
+        "passed": True,
+        "divergence": None,
+        "not_tested": [],
+        "serial_fallbacks": [],
+        "next": None,
+    }
+    assert res["backward"] == {
+        "passed": True,
+        "divergence": None,
+        "not_tested": [],
+        "serial_fallbacks": [],
+        "next": None,
+    }
     kinds = sorted(v.kind for v in tracer.open(trace).run().verdicts())
     assert kinds == ["dual-backward", "dual-forward"]
 
@@ -175,3 +187,36 @@ def test_a_token_plan_passes_both_directions_on_3_ranks(tmp_path: Path, cli) -> 
     shown = json.loads(cli("show", str(trace), "--json").stdout)
     plans = [r["operators"]["sgd"] for r in shown["runs"] if "sgd" in r["operators"]]
     assert "tokens" in [p["strategy"] for p in plans], plans
+
+
+def _chained(epochs: int = 2, n: int = 8) -> None:
+    """Body j writes X[P[j]] and sets P for body j+1: in the first invocation a target
+    depends on a value written in the same invocation, so both plans fail and it runs
+    as a serial fallback on every node; after that a plan holds."""
+    X = ap.dvector(2 * n, shape=(), name="X")
+    P = ap.dvector(n, shape=(), dtype=np.int64, data=np.arange(n), name="P")
+    for _ in range(epochs):
+
+        def body(j: int) -> None:
+            t = int(P[j])
+            X[t] = X[t] + 1.0 + j
+            P[(j + 1) % n] = n + (t + 3) % n
+
+        ap.async_for(0, n, body, name="b")
+
+
+@pytest.mark.parametrize("nodes", [2, 3])
+def test_a_pass_names_the_invocations_the_parallel_side_ran_serially(nodes: int) -> None:
+    """Both plans of b#0 fail, so the parallel side runs it serially on every node: the
+    dual test compares it, but tests nothing parallel there.  The PASS said only
+    ``(16 bodies compared)``; it now names b#0 as a serial fallback (and only b#0)."""
+    results = testing.dual(_chained, nodes=nodes)
+    for direction in ("forward", "backward"):
+        r = results[direction]
+        assert r.passed, r.report()
+        assert r.serial_fallbacks == ["b#0"], r
+        assert r.as_dict()["serial_fallbacks"] == ["b#0"]
+        assert "b#0 ran as a serial fallback (both plans failed), not in parallel" in r.report()
+    plain = testing.dual(_chained, {"n": 1}, nodes=nodes)  # one body: nothing to fail
+    assert all(r.serial_fallbacks == [] for r in plain.values())
+    assert all("serial fallback" not in r.report() for r in plain.values())

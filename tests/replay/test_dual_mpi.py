@@ -36,8 +36,20 @@ def test_cli_sgdmf_runs_its_parallel_side_under_mpi_and_traces_it(tmp_path: Path
     code, res = _dual_json(["sgdmf", *params, "--ranks", "2", "--trace", str(trace)], tmp_path)
     assert code == 0
     assert res["parallel"] == "mpi"
-    assert res["forward"] == {"passed": True, "divergence": None, "not_tested": [], "next": None}
-    assert res["backward"] == {"passed": True, "divergence": None, "not_tested": [], "next": None}
+    assert res["forward"] == {
+        "passed": True,
+        "divergence": None,
+        "not_tested": [],
+        "serial_fallbacks": [],
+        "next": None,
+    }
+    assert res["backward"] == {
+        "passed": True,
+        "divergence": None,
+        "not_tested": [],
+        "serial_fallbacks": [],
+        "next": None,
+    }
     run = tracer.open(trace).run()
     assert run.info.ranks == 2 and run.info.status == "finished"
     assert sorted(v.kind for v in run.verdicts()) == ["dual-backward", "dual-forward"]

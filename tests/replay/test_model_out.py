@@ -606,3 +606,46 @@ def test_export_of_a_model_refuses_a_timeline_format(cli: Any, tmp_path: Path) -
     r = cli("export", str(tmp_path / "t.sqlite"), "--model", str(m), "--format", "chrome")
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert "--format" in r.stderr and not (tmp_path / "m.npz").exists()
+
+
+EPOCHS_APP = """
+import engine as ap
+
+def fit(epochs: int = 5):
+    X = ap.dvector(3, shape=(), init=ap.init.zeros(), name="X")
+
+    def body(j):
+        X[j] = X[j] + 1.0
+
+    for _ in range(epochs):
+        ap.async_for(0, 3, body, name="add")
+    return {"model": {"X": X}}
+"""
+
+
+@pytest.mark.parametrize(("epochs", "every"), [(4, 2), (6, 4), (4, 1), (5, 2)])
+def test_export_of_the_last_checkpoint_says_when_it_is_not_the_final_model(
+    cli: Any, tmp_path: Path, epochs: int, every: int
+) -> None:
+    """``replay export TRACE --model last.npz`` writes the last checkpoint's model; with
+    checkpoints every N (or the measured default) the run can go on past it, and the
+    file was not the trained model though nothing said so.  A note says so exactly
+    when the export differs from the ``--save`` of the finished run."""
+    app, trace, saved = tmp_path / "prog.py", tmp_path / "t.sqlite", tmp_path / "saved.npz"
+    app.write_text(EPOCHS_APP)
+    r = cli("run", f"{app}:fit", "-p", f"epochs={epochs}", "--trace", str(trace),
+            "--checkpoint-every", str(every), "--save", str(saved))  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    r = cli("export", str(trace), "--model", str(tmp_path / "e.npz"))
+    assert r.returncode == 0, r.stderr
+    with np.load(tmp_path / "e.npz") as got, np.load(saved) as want:
+        final = np.array_equal(got["X"], want["X"])
+    last = (epochs - 1) // every * every  # the checkpoints follow add#0, add#N, add#2N, ...
+    assert final == (last == epochs - 1)
+    note = "this is not its final model"
+    assert (note in r.stderr) == (not final), r.stderr
+    if not final:
+        assert (
+            f"the run went on for {epochs - 1 - last} loop invocation(s) after this checkpoint, "
+            f"to add#{epochs - 1}"
+        ) in r.stderr, r.stderr

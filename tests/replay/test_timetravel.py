@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import engine
@@ -362,6 +362,135 @@ def test_history_says_not_written_only_where_the_value_did_not_change(
             assert kind in line, line
         prev = e["value"]
     assert any("changed by" in ln for ln in lines) == (element != "W[1]"), lines
+
+
+@settings(
+    max_examples=5,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    nodes=st.integers(1, 3),
+    threads=st.integers(1, 2),
+    writers=st.sets(st.integers(0, 7), min_size=1, max_size=4),
+)
+@example(nodes=2, threads=1, writers={1, 6})  # one writer on each node
+@example(nodes=1, threads=2, writers={0})  # one writer, on a thread's copy
+def test_history_names_a_writer_only_where_its_write_is_the_value(
+    tmp_path_factory: pytest.TempPathFactory, nodes: int, threads: int, writers: set[int]
+) -> None:
+    """Bodies on several nodes or threads add to one relaxed count: the value after the
+    invocation is the round-end merge of their deltas, not what any one body left on its
+    node's copy.  ``history`` named the last body that changed the copy (``T[0] = 66,
+    last written by index 1 on node 1``, where that body's copy held 2) instead of
+    saying the merge made it; on two threads a body's change to its thread's copy was not
+    seen at all (``changed by the round-end merge``, and ``watch`` named no body).  A
+    writer is named exactly when every writing body ran on one node and thread (then the
+    last of them left the value shown)."""
+    from replay._job import run_here
+
+    trace = tmp_path_factory.mktemp("counted") / "t.sqlite"
+    spec = {
+        "app": f"{TT_APPS}:counted",
+        "params": [f"writers={','.join(map(str, sorted(writers)))}"],
+        "nodes": nodes,
+        "threads": threads,
+        "trace": str(trace),
+        "checkpoint_every": 1,
+    }
+    run_here(spec)
+    with tracer.open(trace) as store:
+        plan = store.run().plan("count", 0)
+    assert len(plan.rounds) == 1, plan.rounds  # one round: one merge of every delta
+    ran = {
+        (node, int(t.thread))
+        for node, tasks in enumerate(plan.rounds[0])
+        for t in tasks
+        if writers & set(np.asarray(t.indices).tolist())
+    }
+    rc, out, err = cli("history", str(trace), "T[0]", "--json")
+    assert rc == 0, err
+    entries = json.loads(out)["history"]
+    total = sum(2**j for j in writers)
+    assert [e["value"] for e in entries] == [total, 2 * total], entries
+    for e in entries:
+        if len(ran) > 1:
+            assert e["writer"] is None, (ran, e)
+        else:
+            assert e["writer"] is not None and e["writer"]["index"] in writers, (ran, e)
+    # each body is watched as it sees the count (its thread's copy): any writer's makes it
+    rc, out, err = cli("watch", str(trace), "T[0] >= 1", "--json")
+    assert rc == 0, err
+    doc = json.loads(out)
+    assert (doc["op"], doc["invocation"]) == ("count", 0) and doc["index"] in writers, doc
+
+
+@settings(
+    max_examples=2,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(nodes=st.integers(1, 2), actions=st.text("bsdn", min_size=2, max_size=5))
+@example(nodes=1, actions="bdsn")
+@example(nodes=2, actions="dbdd")
+def test_history_says_how_each_element_changed_whatever_its_dds(
+    tmp_path_factory: pytest.TempPathFactory, nodes: int, actions: str
+) -> None:
+    """An element of a numeric dvector, an object dvector and a map, written by a body,
+    by the driver between loops, or by nobody.  ``history`` said ``not written`` next to
+    every object element, whose values it did not compare, and next to a value the
+    driver had changed.  Now each line says what changed it: the body, the driver, or
+    ``not written`` exactly where the value is the one on the line before."""
+    from replay._job import run_here
+
+    trace = tmp_path_factory.mktemp("changes") / "t.sqlite"
+    spec = {
+        "app": f"{TT_APPS}:changes",
+        "params": [f"actions={actions}"],
+        "nodes": nodes,
+        "trace": str(trace),
+        "checkpoint_every": 1,
+    }
+    run_here(spec)
+    want = {
+        "b": "last written by index 1 on node",
+        "s": "not written",
+        "n": "not written",
+        "d": "changed by the driver before the invocation",
+    }
+    for element in ("X[1]", "O[1]", "M[1]"):
+        rc, out, err = cli("history", str(trace), element)
+        assert rc == 0, err
+        lines = [ln for ln in out.splitlines() if ln.startswith("  touch#")]
+        assert len(lines) == len(actions), out
+        for e, (act, line) in enumerate(zip(actions, lines, strict=True)):
+            # the first line has none before it: the driver's value is where it starts
+            expect = want["n"] if (e, act) == (0, "d") else want[act]
+            assert expect in line, (element, actions, line)
+
+
+def test_history_and_watch_name_no_body_of_a_serial_fallback_as_the_writer(
+    tmp_path: Path,
+) -> None:
+    """An invocation that ran as a serial fallback (both plans failed: every node ran
+    every body on its replica) runs outside the hooks that see a body, so ``history``
+    said ``not written`` next to ``X[11]``'s new value and ``watch`` said ``no single
+    loop body made it true``, of an element one body wrote.  Both now say the
+    invocation was a serial fallback whose bodies they do not trace."""
+    trace = record(tmp_path / "f.sqlite", f"{TT_APPS}:fallback", "--checkpoint-every", "1")
+    with tracer.open(trace) as store:
+        assert store.run().plan("b", 0).strategy == "replicated"  # the premise
+    rc, out, err = cli("history", str(trace), "X[11]")
+    assert rc == 0, err
+    lines = [ln for ln in out.splitlines() if ln.startswith("  b#")]
+    assert "not written" not in lines[0] and "serial fallback" in lines[0], lines
+    assert "last written by index 1" in lines[1], lines
+    rc, out, err = cli("watch", str(trace), "X[11] > 0")
+    assert rc == 0, err
+    assert "no single loop body made it true" not in out, out
+    assert "X[11] > 0 first holds after b#0 (it ran as a serial fallback" in out, out
+    doc = json.loads(cli("watch", str(trace), "X[11] > 0", "--json")[1])
+    assert doc["serial_fallback"] is True and doc["index"] is None, doc
 
 
 # ---------------------------------------------------------------- replay --from

@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import json
 import operator
+import shlex
 from collections.abc import Callable
 from pathlib import Path
 
@@ -19,7 +20,9 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import tracer
 from replay._cli import cli as group
+from tests.conftest import run_cli
 
 pytestmark = pytest.mark.filterwarnings("ignore::replay._environment.ReplayEnvironmentWarning")
 
@@ -309,3 +312,86 @@ def test_a_run_that_did_not_finish_is_not_said_never_to_hold(tmp_path: Path, cli
     # what did hold is still found in the part that was recorded
     proc = cli("watch", trace, "X[0][0] > 1")
     assert "X[0][0] > 1 first holds after add#1, index 0 on node 0" in proc.stdout, proc.stdout
+
+
+RESUMED = """\
+import os
+
+import engine as ap
+
+
+def train(epochs: int = 6) -> None:
+    X = ap.dvector(4, shape=(), init=ap.init.zeros(), name="X")
+    for e in range(epochs):
+        if str(e) in os.environ.get("STOP_AT", "").split(","):
+            raise KeyboardInterrupt  # what Ctrl-C does to a 1-rank run
+
+        def add(j: int) -> None:
+            if j == e % 4:  # noqa: B023
+                X[j] = X[j] + 1.0
+
+        ap.async_for(0, 4, add, name="add")
+"""
+
+
+@pytest.mark.parametrize("which", ["first", "resumed"])
+def test_the_offered_command_stops_in_the_body_of_the_run_watched(
+    tmp_path: Path, cli, which: str
+) -> None:
+    """A trace holding several runs (an interrupted run and its resumes), in a directory
+    whose name has a blank: watch offered ``replay single TRACE --break ...`` with the
+    trace unquoted and without ``--run``, which replays the latest run, one that never
+    ran that body (``--from: add#3 does not exist``).  Typed as printed, in the
+    directory watch ran in, the command stops pdb in the body watch named."""
+    d = tmp_path / "my runs"
+    d.mkdir()
+    (d / "resumed_prog.py").write_text(RESUMED)
+    trace = d / "t.sqlite"
+    app = f"{d / 'resumed_prog.py'}:train"
+    rec = cli("run", app, "--checkpoint-every", "1", "--trace", trace, env={"STOP_AT": "4"})
+    assert rec.returncode != 0, rec.stderr
+    first = tracer.open(trace).run().info.run_id
+    assert cli("resume", trace, env={"STOP_AT": "5"}).returncode != 0
+    assert cli("resume", trace).returncode == 0
+    run_id = first if which == "first" else tracer.open(trace).runs()[1].run_id
+    expr = "X[3] > 0" if which == "first" else "X[0] > 1"  # add#3, add#4
+    proc = cli("watch", trace, expr, "--run", run_id, "--json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert (doc["op"], doc["invocation"]) == ("add", 3 if which == "first" else 4), doc
+    words = shlex.split(doc["break"])
+    assert words[:2] == ["replay", "single"] and "--run" in words, doc["break"]
+    res = run_cli(words[1:], cwd=tmp_path, input="c\n")
+    assert res.returncode == 0, res.stderr
+    assert f"stopped in add#{doc['invocation']} index {doc['index']}" in res.stdout, res.stdout
+
+
+def test_a_resumed_run_is_not_said_never_to_hold_what_its_first_part_held(
+    tmp_path: Path, cli
+) -> None:
+    """``X[0] == 1`` holds after add#0 to add#3, in the run that was interrupted, and no
+    longer in the run that resumed it after add#4.  Watched in the resumed run it was
+    "never holds in this run (checked after each of its 1 invocations)", though the
+    training that run completes held it for four invocations; now the line says which
+    invocations it checked and names the run that holds the earlier ones."""
+    (tmp_path / "resumed_prog.py").write_text(RESUMED)
+    trace = tmp_path / "t.sqlite"
+    app = f"{tmp_path / 'resumed_prog.py'}:train"
+    rec = cli("run", app, "--checkpoint-every", "1", "--trace", trace, env={"STOP_AT": "4"})
+    assert rec.returncode != 0, rec.stderr
+    assert cli("resume", trace, env={"STOP_AT": "5"}).returncode != 0
+    assert cli("resume", trace).returncode == 0
+    runs = [r.run_id for r in tracer.open(trace).runs()]
+    proc = cli("watch", trace, "X[0] == 1")
+    assert proc.returncode == 0, proc.stderr
+    assert "never holds in this run" not in proc.stdout, proc.stdout
+    assert (
+        f"X[0] == 1 never holds in the 1 invocation(s) this run ran after resuming run "
+        f"{runs[1][:12]} at add#4 (checked after each, and at add#4)"
+    ) in proc.stdout, proc.stdout
+    assert f"watch that run with --run {runs[1]}" in proc.stdout, proc.stdout
+    doc = json.loads(cli("watch", trace, "X[0] == 1", "--json").stdout)
+    assert doc["continues"] == runs[1] and doc["resumed_after"] == {"op": "add", "invocation": 4}
+    # the run it names finds it, or names the one before
+    proc = cli("watch", trace, "X[0] == 1", "--run", runs[0])
+    assert "X[0] == 1 first holds after add#0, index 0 on node 0" in proc.stdout, proc.stdout

@@ -58,3 +58,63 @@ def merged(epochs: int = 3, n: int = 24) -> None:
         ap.async_for(0, n, body, name="count")
         ap.sync_for(X, 4, step, name="mean")
         ap.log_objective("t", float(T.gather().sum()))
+
+
+def counted(writers: str = "1,6", n: int = 8, epochs: int = 2) -> None:
+    """Bodies ``writers`` (comma-separated indices) each add ``2**j`` to the relaxed
+    count ``T[0]``; every body writes its own row of ``W``: one round, so the count
+    after an invocation is the round-end merge of every writer's delta."""
+    adds = [int(j) for j in writers.split(",") if j]
+    T = ap.dvector(1, shape=(), dtype=np.int64, relaxed=True, name="T")
+    W = ap.dvector(n, shape=(), name="W")
+    for _ in range(epochs):
+
+        def body(j: int) -> None:
+            W[j] = W[j] + 1.0
+            if j in adds:
+                T[0] += 2**j
+
+        ap.async_for(0, n, body, name="count")
+
+
+def changes(actions: str = "bdn") -> None:
+    """Element 1 of a numeric dvector ``X``, an object dvector ``O`` and a map ``M``,
+    changed once per epoch as ``actions`` says: ``b`` a loop body writes a new value,
+    ``s`` it writes the value it holds, ``d`` the driver writes a new value before the
+    loop, ``n`` nothing."""
+    X = ap.dvector(4, shape=(), name="X")
+    O = ap.dvector(4, name="O")  # noqa: E741
+    M = ap.dmap(shape=(), name="M")
+    for k in range(4):
+        O[k] = ("start", k)
+        M[k] = 0.0
+    for e, act in enumerate(actions):
+        if act == "d":
+            X[1], O[1], M[1] = 100.0 + e, ("driver", e), 100.0 + e
+
+        def body(j: int) -> None:
+            if j != 1 or act not in "bs":  # noqa: B023
+                return
+            new = act == "b"  # noqa: B023
+            X[j] = float(e + 1) if new else X[j]  # noqa: B023
+            O[j] = ("body", e) if new else O[j]  # noqa: B023
+            M[j] = float(e + 1) if new else M[j]  # noqa: B023
+
+        ap.async_for(0, 4, body, name="touch")
+
+
+def fallback(epochs: int = 3, n: int = 8) -> None:
+    """Each body writes ``X[P[j]]`` and sets the next body's ``P``: in the first
+    invocation a body's target depends on a value written in the same invocation, so
+    both plans fail and it runs as a serial fallback (every node, every body); after
+    that the targets stay put and a plan holds."""
+    X = ap.dvector(2 * n, shape=(), name="X")
+    P = ap.dvector(n, shape=(), dtype=np.int64, data=np.arange(n), name="P")
+    for _ in range(epochs):
+
+        def body(j: int) -> None:
+            t = int(P[j])
+            X[t] = X[t] + 1.0 + j
+            P[(j + 1) % n] = n + (t + 3) % n
+
+        ap.async_for(0, n, body, name="b")
