@@ -52,7 +52,7 @@ import numpy as np
 from .._data import dds as _dds
 from .._data.dds import ANY_OWN, FREE, LOCKED, LOCKED_BODY, OTHER, SLOT_BITS, SLOT_MASK, _tls
 from .._data.shard import kept_needs, needs_of
-from .._errors import AccessOutsideReconError, BodyError
+from .._errors import BodyError
 from .._machines.routing import (
     Messages,
     fetch,
@@ -533,12 +533,8 @@ class Guard:
         with self._lock:
             if self.first is None:
                 self.first = v
-        if self.policy == "never":
-            raise AccessOutsideReconError(
-                v.message() + "; the operator runs with replan='never' (use replan='auto' "
-                "to re-plan such invocations, or make the accesses depend only on the loop "
-                "index and read-only data)"
-            )
+        # replan="never" too: the attempt stops and is undone like any other, and
+        # ``async_for`` raises the violation the ranks agree came first, on every rank
         raise PlanViolation(v)
 
 

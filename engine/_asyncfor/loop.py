@@ -258,6 +258,9 @@ def _replicated(sess: Session, st: OpState, plan: Plan | None = None) -> OpState
         tasks = [t.indices for rnd in plan.rounds for per in rnd for t in per]
         plan.order = np.concatenate(tasks) if tasks else np.empty(0, dtype=np.int64)
     new = _state(sess, st.name, st.start, st.stop, st.code, st.sets, plan)
+    # the plan records no writes, and its bodies left their sets: any DDS may have been
+    # written, so the checkpoint after it (``end_invocation``) must hold every one
+    new.written_dds = list(sess.dds)
     new.stale = True
     return new
 
@@ -359,6 +362,14 @@ def async_for(
     run_body = closure_guard(body, name, inv) if checked else body
     baseline = None if checked else closure_watch(body, name, inv)
     round_s, violation = _attempt(sess, st, run_body, inv, checked, replan, sched)
+    if violation is not None and replan == "never":
+        # after the ranks agreed on the first violation and undid the attempt: every rank
+        # raises it (raised on the violating rank alone, the others would wait for ever)
+        raise AccessOutsideReconError(
+            violation.message() + "; the operator runs with replan='never' (use "
+            "replan='auto' to re-plan such invocations, or make the accesses depend only "
+            "on the loop index and read-only data)"
+        )
     if violation is not None:
         _note(sess, violation, "re-planned it")
         st = sess.ops[name] = _new_state(sess, name, inv, body, start, stop, code, strategy, sched)
@@ -648,7 +659,8 @@ def _execute_replicated(
             cl.bind(node)
             t_node = time.perf_counter()
             with _running_bodies(st.name, inv, op_key, node):
-                _run_serial(body, order)
+                # breakpoints, history and watch probes see these bodies too
+                _run_serial(wrap_body(sess.hooks, st.name, inv, node, body), order)
             st.thread_times[node] = [(0, 0, 0.0, time.perf_counter() - t_node)]
     finally:
         sess.set_mode("driver")

@@ -57,6 +57,8 @@ def mpi(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
         batches[p["ranks"]].add("load", HERE / "mpi_load.py", str(tmp / f"load{p['ranks']}"))
     for p in mpibatch.selected(request, test_a_sharded_dvector_gives_whole_replicas_bits):
         batches[p["ranks"]].add("shard", HERE / "mpi_shard.py", *DEFER_SEEDS)
+    for p in mpibatch.selected(request, test_replan_never_raises_on_every_rank):
+        batches[p["ranks"]].add("never", HERE / "mpi_never.py")
     return batches
 
 
@@ -278,3 +280,19 @@ def test_each_rank_loads_its_share_of_a_file(ranks: int, mpi: Batches, tmp_path:
             assert re.search(
                 rf"rank {r} created a dvector from \S+/mine{r}\.csv #[0-9a-f]{{8}}", got["mine"]
             )
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_replan_never_raises_on_every_rank(ranks: int, mpi: Batches) -> None:
+    """tests/engine/mpi_never.py: with ``replan="never"`` a body that leaves its plan
+    raises AccessOutsideReconError on every rank, after the attempt is undone, so a
+    driver that catches it goes on (raised on the violating rank alone, the others
+    waited for its rows for ever); the same error, values and digests as in process."""
+    from tests.engine.mpi_never import program
+
+    want = ap.run(program, nodes=ranks)
+    assert want.value["caught"] and "replan='never'" in want.value["caught"]
+    for got in mpi[ranks].values("never"):
+        assert got["caught"] == want.value["caught"]
+        assert got["after"] == want.value["after"] and got["X"] == want.value["X"]
+        assert got["digests"] == want.digests

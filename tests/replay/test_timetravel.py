@@ -469,28 +469,33 @@ def test_history_says_how_each_element_changed_whatever_its_dds(
             assert expect in line, (element, actions, line)
 
 
-def test_history_and_watch_name_no_body_of_a_serial_fallback_as_the_writer(
-    tmp_path: Path,
-) -> None:
+def test_a_serial_fallback_is_checkpointed_and_seen_body_by_body(tmp_path: Path) -> None:
     """An invocation that ran as a serial fallback (both plans failed: every node ran
-    every body on its replica) runs outside the hooks that see a body, so ``history``
-    said ``not written`` next to ``X[11]``'s new value and ``watch`` said ``no single
-    loop body made it true``, of an element one body wrote.  Both now say the
-    invocation was a serial fallback whose bodies they do not trace."""
+    every body on its replica).  Its checkpoint held no DDS (the fallback's plan records
+    no writes), so ``single --from b:1`` restored the initial values and diverged, and a
+    resume from it computed from them; and its bodies ran outside the hooks that see a
+    body, so ``history`` said ``not written`` next to ``X[11]``'s new value, ``watch``
+    named no body and ``--break`` in it was never reached.  Now the checkpoint holds
+    every DDS and the hooks see each body."""
     trace = record(tmp_path / "f.sqlite", f"{TT_APPS}:fallback", "--checkpoint-every", "1")
     with tracer.open(trace) as store:
         assert store.run().plan("b", 0).strategy == "replicated"  # the premise
+    rc, out, err = cli("single", str(trace), "--from", "b:1", "--json")
+    assert rc == 0, err
+    res = json.loads(out)
+    assert res["identical"] and res["from"]["invocation"] == 0, res
     rc, out, err = cli("history", str(trace), "X[11]")
     assert rc == 0, err
     lines = [ln for ln in out.splitlines() if ln.startswith("  b#")]
-    assert "not written" not in lines[0] and "serial fallback" in lines[0], lines
-    assert "last written by index 1" in lines[1], lines
+    assert all("last written by index 1 on node 0" in ln for ln in lines), lines
     rc, out, err = cli("watch", str(trace), "X[11] > 0")
     assert rc == 0, err
-    assert "no single loop body made it true" not in out, out
-    assert "X[11] > 0 first holds after b#0 (it ran as a serial fallback" in out, out
+    assert "X[11] > 0 first holds after b#0, index 1 on node 0" in out, out
     doc = json.loads(cli("watch", str(trace), "X[11] > 0", "--json")[1])
-    assert doc["serial_fallback"] is True and doc["index"] is None, doc
+    assert doc["serial_fallback"] is True and doc["index"] == 1, doc
+    proc = run_cli(["single", str(trace), "--break", "b:0:3"], timeout=TIMEOUT, input="p j\nc\n")
+    assert proc.returncode == 0, proc.stderr
+    assert "stopped in b#0 index 3 on node 0" in proc.stdout and "(Pdb) 3" in proc.stdout
 
 
 # ---------------------------------------------------------------- replay --from
