@@ -522,3 +522,44 @@ def test_export_to_dash_is_refused_not_a_file_named_dash(mlr1: Path, tmp_path: P
     """``-o -`` (stdout, by convention) wrote a file named ``-`` and exited 0."""
     one_line_exit_2(["export", mlr1, "-o", "-"], "not stdout", cwd=tmp_path)
     assert not (tmp_path / "-").exists()
+
+
+# a time outside what localtime shows: beyond time_t, before 1970, or infinite (a NaN is
+# stored as NULL, refused as not a number)
+unshowable_times = st.floats(min_value=2.0**35, exclude_min=True) | st.floats(
+    max_value=0.0, exclude_max=True
+)
+
+
+@settings(
+    max_examples=8,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(
+    column=st.sampled_from(["run.started_at", "run.ended_at", "verdict.created_at"]),
+    value=unshowable_times,
+)
+def test_a_time_no_clock_shows_is_a_damaged_row(mlr1: Path, column: str, value: float) -> None:
+    """A run's start (not under the hash chain) or a verdict's time edited to 1e300 or
+    -1e18: ``replay show`` and ``ls`` stopped with an internal error (time_t overflow)."""
+    table, col = column.split(".")
+    with tempfile.TemporaryDirectory() as tmp:
+        trace = Path(tmp) / "t.sqlite"
+        shutil.copyfile(mlr1, trace)
+        with tracer.open_writable(str(trace)) as t:
+            t.add_verdict(t.runs()[0].run_id, "cluster", True, {"identical": True})
+        with sqlite3.connect(trace) as con:
+            con.execute(f"UPDATE {table} SET {col} = ?", (value,))
+        con.close()
+        if table == "verdict":  # the run stands; the verdict is shown as unreadable
+            res = tcli.invoke(["show", trace])
+            assert res.returncode == 0 and "verdict ?: unreadable" in res.stdout, res
+            assert "created_at" in res.stdout and "not a wall-clock time" in res.stdout, res
+        else:
+            one_line_exit_2(["show", trace], col, "not a wall-clock time")
+        res = tcli.invoke(["ls", tmp])
+        assert res.returncode == 0 and "Traceback" not in res.stderr, res
+        assert table == "verdict" or "not a wall-clock time" in res.stdout, res
