@@ -563,3 +563,21 @@ def test_a_time_no_clock_shows_is_a_damaged_row(mlr1: Path, column: str, value: 
         res = tcli.invoke(["ls", tmp])
         assert res.returncode == 0 and "Traceback" not in res.stderr, res
         assert table == "verdict" or "not a wall-clock time" in res.stdout, res
+
+
+@pytest.mark.parametrize("seconds", [float("nan"), float("inf"), -1.0])
+@pytest.mark.parametrize("command", [["export", "-o", "out.json"], ["show", "--json"], ["verify"]])
+def test_an_invocation_time_that_is_no_time_is_a_damaged_row(
+    mlr1: Path, tmp_path: Path, seconds: float, command: list[str]
+) -> None:
+    """An ``invocation_set`` row's seconds edited to NaN (and the chain resealed) made
+    ``replay export`` fail as an internal error, exit 70."""
+    trace = tmp_path / "t.sqlite"
+    shutil.copyfile(mlr1, trace)
+    blob = np.array([seconds], "<f8").tobytes()
+    with sqlite3.connect(trace) as con:
+        con.execute("UPDATE invocation_set SET seconds = ?, seconds_codec = 'raw-f64'", (blob,))
+    con.close()
+    reseal(trace)
+    one_line_exit_2([command[0], trace, *command[1:]], "invocation_set", "a time that is not")
+    assert not (tmp_path / "out.json").exists()

@@ -15,6 +15,8 @@ from tracer import TraceFormatError
 from tracer._invset import (
     COUNTERS,
     GIVEN,
+    MAX_SECONDS,
+    MAX_US,
     MAX_VALUES,
     NodeDone,
     decode_phase,
@@ -38,7 +40,7 @@ def node_done(draw: st.DrawFn, node: int, rounds: int | None) -> NodeDone:
     return NodeDone(
         node,
         {name: draw(counts) for name in GIVEN},
-        draw(st.floats(allow_nan=False)),
+        draw(st.floats(0, MAX_SECONDS)),
         np.array(draw(st.lists(micros, min_size=n, max_size=n)), np.int64),
         np.array(
             draw(
@@ -118,6 +120,37 @@ def test_a_malformed_array_is_one_error_naming_its_column(
     with pytest.raises(TraceFormatError, match=problem) as err:
         decode_set(_row(cols))
     assert "\n" not in str(err.value) and "table invocation_set row 1" in str(err.value)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.tuples(st.just("seconds"), st.floats().filter(lambda v: not 0 <= v <= MAX_SECONDS))
+    | st.tuples(
+        st.just("round_us"),
+        st.integers(-(2**63), 2**63 - 1).filter(lambda v: not 0 <= v <= MAX_US),
+    )
+)
+def test_a_time_out_of_range_is_refused_naming_its_column(bad: tuple[str, float]) -> None:
+    """A NaN or infinite invocation time stopped ``replay export`` (internal error) and
+    the browser's overview; a round length whose delta wrapped round int64 was shown."""
+    from tracer._codec import encode
+
+    column, value = bad
+    cols = _good()
+    if column == "seconds":
+        cols["seconds"], cols["seconds_codec"] = encode(np.array([0.25, value]))
+    else:  # node 0's second round (node 1's are stored as differences from node 0's)
+        lengths = np.array([100, value, 100, 200], np.int64)
+        cols["round_us"], cols["round_us_codec"] = encode(lengths, delta=True)
+    with pytest.raises(TraceFormatError, match=f"row 1 column {column}: a .* that is not 0"):
+        decode_set(_row(cols))
+
+
+@given(st.floats())
+def test_any_time_a_recorder_gives_is_stored_as_one_the_reader_takes(seconds: float) -> None:
+    counters = dict.fromkeys(GIVEN, 1)
+    (got,) = decode_set(_row(encode_set([NodeDone(0, counters, seconds)])))
+    assert 0 <= got.seconds <= MAX_SECONDS
 
 
 def test_counts_that_do_not_match_the_node_column_are_refused() -> None:
