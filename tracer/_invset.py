@@ -175,11 +175,18 @@ def _count(r: Any, col: str, n: Any) -> int:
     return int(n)
 
 
+def _sum(counts: np.ndarray) -> int:
+    """The sum of per-node counts as a Python int: numpy's int64 sum wraps round, so four
+    counts of 2**62 summed to 0, passed the bound, and ``np.repeat`` of them crashed the
+    reader with a segmentation fault."""
+    return sum(int(c) for c in counts)
+
+
 def _node_table(
     r: Any, col: str, counts: np.ndarray, width: int
 ) -> tuple[list[np.ndarray], np.ndarray]:
     """Split a (node index, width columns) table by the per-node ``counts``."""
-    total = _count(r, col, int(counts.sum()))
+    total = _count(r, col, _sum(counts))
     flat = decode(
         getattr(r, col),
         getattr(r, col + "_codec"),
@@ -214,7 +221,7 @@ def decode_set(r: Any) -> list[NodeDone]:
     if not np.all((secs >= 0) & (secs <= MAX_SECONDS)):
         raise _bad(r, "seconds", f"a time that is not 0..{MAX_SECONDS:.0e} s")
     lens = col["n_round_lengths"]
-    total = _count(r, "round_us", int(lens.sum()))
+    total = _count(r, "round_us", _sum(lens))
     rd = decode(r.round_us, r.round_us_codec, total, _where(InvocationSet, r.id, "round_us"))
     rounds, prev, at = [], None, 0
     for k in range(n):

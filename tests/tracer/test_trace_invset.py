@@ -235,3 +235,31 @@ def test_an_old_store_takes_a_new_run_and_both_layouts_verify(tmp_path: Path) ->
             assert rep.ok, rep.problem
         assert trace.run(old.run_id).operators()["sgd"].invocations == 2
         assert trace.run("new").operators()["acc"].invocations == 2
+
+
+@st.composite
+def wrapping_counts(draw: st.DrawFn) -> list[int]:
+    """Three to eight int64 counts whose sum is a multiple of 2**64: 0 once wrapped."""
+    n = draw(st.integers(3, 8))
+    head = [2**64 // n + draw(st.integers(-(2**20), 2**20)) for _ in range(n - 1)]
+    return [*head, 2**64 - sum(head)]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    column=st.sampled_from(["n_round_lengths", "n_thread_spans", "n_routed"]),
+    counts=wrapping_counts(),
+)
+def test_counts_whose_sum_wraps_round_are_refused(column: str, counts: list[int]) -> None:
+    """Per-node counts that each pass as non-negative but whose int64 sum wraps round
+    (four of 2**62 sum to 0): the reader took the wrapped total, and splitting the
+    empty column by those counts killed the process with a segmentation fault."""
+    from tracer._codec import encode
+
+    n = len(counts)
+    cols = encode_set([NodeDone(k, dict.fromkeys(GIVEN, 1), 0.5) for k in range(n)])
+    table = np.zeros((len(COUNTERS), n), np.int64)
+    table[COUNTERS.index(column)] = counts
+    cols["counters"], cols["counters_codec"] = encode(table.ravel())
+    with pytest.raises(TraceFormatError, match="is not a length this reader decodes"):
+        decode_set(_row(cols))
