@@ -581,3 +581,22 @@ def test_an_invocation_time_that_is_no_time_is_a_damaged_row(
     reseal(trace)
     one_line_exit_2([command[0], trace, *command[1:]], "invocation_set", "a time that is not")
     assert not (tmp_path / "out.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("table", "column"),
+    [("invocation_set", "seconds"), ("invocation_set", "round_us"), ("aggregation_block", "calls")],
+)
+def test_verify_names_the_row_and_column_of_a_damaged_block(
+    mlr1: Path, tmp_path: Path, table: str, column: str
+) -> None:
+    """``replay verify`` cut a decoder's 'table T row R column C: ...' at its first
+    colon, so its one line named the table but neither the row nor the column."""
+    trace = tmp_path / "t.sqlite"
+    shutil.copyfile(mlr1, trace)
+    with sqlite3.connect(trace) as con:
+        (row,) = con.execute(f"SELECT min(id) FROM {table}").fetchone()
+        con.execute(f"UPDATE {table} SET {column} = X'0102', {column}_codec = 'raw-i64'")
+    con.close()
+    reseal(trace)
+    one_line_exit_2(["verify", trace], f"table {table} ", f"row {row} column {column}: ")
