@@ -19,6 +19,27 @@ VERDICT_SHORT = {
 }
 
 
+#: Most characters of one text read from a trace (a name, an error, a detail) that a view
+#: shows: an operator named with 100,000 characters filled the whole timeline and orders
+#: screens with its header, and a table column with its cell.
+TEXT_CHARS = 120
+
+
+def text(value: object, width: int = TEXT_CHARS) -> str:
+    """Text read from a trace as a view shows it: control characters escaped (as the CLI
+    does, :func:`tracer.printable`) and cut to ``width`` characters with ``…``."""
+    raw = str(value)
+    safe = tracer.printable(raw[:width])
+    return safe if len(raw) <= width and len(safe) <= width else safe[: width - 1] + "…"
+
+
+def last_line(message: str) -> str:
+    """The last line of ``message`` that is not blank ("" if none): a recorded error of
+    blank lines stopped the runs list with an IndexError."""
+    lines = [ln for ln in message.splitlines() if ln.strip()]
+    return lines[-1].strip() if lines else ""
+
+
 def when(t: float | None) -> str:
     """A local wall-clock time as ``YYYY-MM-DD HH:MM:SS`` (``-`` when unknown)."""
     if t is None:
@@ -92,8 +113,7 @@ def scalar(value: Any, width: int = 60) -> str:
     ``yes``, ``no`` and ``none``."""
     if value is None or isinstance(value, bool):
         return WORDS_FOR[value]
-    text = " ".join(str(value).split())
-    return text if len(text) <= width else text[: width - 1] + "…"
+    return text(" ".join(str(value).split()), width)
 
 
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
@@ -192,17 +212,20 @@ def event_words(ev: tracer.Event) -> str:
 
 
 __all__ = [
+    "TEXT_CHARS",
     "VERDICT_SHORT",
     "count",
     "duration",
     "event_words",
     "event_line",
+    "last_line",
     "listing",
     "scalar",
     "short_id",
     "short_path",
     "size",
     "sync_order",
+    "text",
     "verdict_summary",
     "when",
     "words",

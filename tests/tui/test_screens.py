@@ -899,3 +899,90 @@ def test_names_read_from_a_trace_are_shown_as_text(
             assert "\x1b" not in text and "\u202e" not in text and "\x07" not in text, text
 
     drive(BrowserApp([tmp_path]), script, size=(120, 30))
+
+
+@pytest.mark.parametrize(
+    "detail",
+    [
+        {"divergence": {"op": "sgd", "invocation": 0, "node": 0, "index": float("inf")}},
+        {
+            "divergence": {
+                "op": "sgd",
+                "invocation": 1,
+                "what": "lock",
+                "event": "round " + "9" * 5000,
+            }
+        },
+        {
+            "divergence": {
+                "op": "[bold]sgd\x1b[2J",
+                "invocation": 0,
+                "what": "[red]x\x1b]0;t\x07",
+                "expected": "[/]",
+                "actual": "\x1b[31m" + "A" * 100_000,
+            },
+            "[b]k\x1b": "[/]\x1b[2J",
+        },
+    ],
+    ids=["infinite-index", "5000-digit-round", "markup-escapes-100k"],
+)
+def test_a_hostile_verdict_detail_is_shown_as_bounded_text(
+    tmp_path: Path, detail: dict[str, Any]
+) -> None:
+    """A stored verdict's detail is the trace's JSON: an Infinity index (OverflowError)
+    or a 5,000-digit round (int() refuses it) stopped the browser on the verdicts view,
+    and its texts reached the terminal with their escape sequences, whole."""
+    write_synthetic(tmp_path / "a.sqlite", "run-a")
+    with tracer.open_writable(str(tmp_path / "a.sqlite")) as trace:
+        trace.add_verdict("run-a", "cluster", False, detail)
+
+    async def script(pilot: Any) -> None:
+        await wait_text(pilot, "1 run(s)")
+        await pilot.press("v")
+        text = await wait_text(pilot, "1 verdict(s), 1 failed", "FAILED")
+        assert "\x1b" not in text and "A" * 200 not in text, text
+        await pilot.press("g")  # to the orders view, or a note that there is no place
+        await pilot.pause()
+        text = screen_text(pilot.app)
+        assert "\x1b" not in text, text
+
+    drive(BrowserApp([tmp_path]), script)
+
+
+LONG_NAMES = """\
+import numpy as np
+import engine as ap
+
+
+def train() -> None:
+    X = ap.dvector(4, shape=(), data=np.ones(4), name="X" * 5000)
+    for _ in range(2):
+        ap.async_for(0, 4, lambda j: X.__setitem__(j, X[j] + 1.0), name="op" + "Z" * 100_000)
+    ap.log_objective("loss" + "L" * 50_000, 1.0)
+"""
+
+
+def test_a_100k_character_name_leaves_each_view_its_table(tmp_path: Path, cli: Any) -> None:
+    """An operator name of 100,000 characters filled the timeline's and the orders'
+    screens with their one-line header (no lane, no table left), and a recorded error of
+    blank lines stopped the runs list and the overview with an IndexError."""
+    prog = tmp_path / "long.py"
+    prog.write_text(LONG_NAMES)
+    trace = tmp_path / "t.sqlite"
+    assert cli("run", f"{prog}:train", "--trace", trace).returncode == 0
+    with sqlite3.connect(trace) as con:  # the error is not under the hash chain
+        con.execute("UPDATE run SET status = 'failed', error = ' \n \n'")
+    con.close()
+
+    async def script(pilot: Any) -> None:
+        await wait_text(pilot, "1 run(s)", "failed")
+        await pilot.press("enter")
+        await wait_text(pilot, "params", "loss")
+        await pilot.press("t")
+        text = await wait_text(pilot, "n0 t0", "invocation 0 of 2")
+        assert text.count("Z" * 40) == 1, text
+        await pilot.press("escape", "o")
+        text = await wait_text(pilot, "1 Lock grants", "row(s)")
+        assert text.count("Z" * 40) == 1, text
+
+    drive(BrowserApp([tmp_path]), script)
