@@ -228,8 +228,9 @@ def show_cmd(trace_path: str, run_id: str | None, as_json: bool) -> None:
         for name, vals in r["objectives"].items():
             if vals:
                 _echo(f"  {name}: {len(vals)} value(s), final {vals[-1]:.6g}")
-        if r["error"]:
-            _echo("  error: " + r["error"].strip().splitlines()[-1])
+        said = [ln.strip() for ln in (r["error"] or "").splitlines() if ln.strip()]
+        if said:  # a recorded error of blank lines had no last line: IndexError, exit 70
+            _echo("  error: " + said[-1])
         for v in r["verdicts"]:
             if "error" in v:
                 _echo(f"  verdict {v['kind']}: unreadable ({v['error']})")

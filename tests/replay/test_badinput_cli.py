@@ -600,3 +600,19 @@ def test_verify_names_the_row_and_column_of_a_damaged_block(
     con.close()
     reseal(trace)
     one_line_exit_2(["verify", trace], f"table {table} ", f"row {row} column {column}: ")
+
+
+@pytest.mark.parametrize("error", [" ", "\n", " \n\t\n"])
+def test_a_recorded_error_of_blank_lines_is_shown_without_one(
+    mlr1: Path, tmp_path: Path, error: str
+) -> None:
+    """A run's error (not under the hash chain) edited to blank lines: ``replay show``
+    took its last line and failed with 'internal error: IndexError', exit 70."""
+    trace = tmp_path / "t.sqlite"
+    shutil.copyfile(mlr1, trace)
+    with sqlite3.connect(trace) as con:
+        con.execute("UPDATE run SET status = 'failed', error = ?", (error,))
+    con.close()
+    res = tcli.invoke(["show", trace])
+    assert res.returncode == 0 and res.stderr == "", res
+    assert "failed" in res.stdout and "error:" not in res.stdout, res.stdout
