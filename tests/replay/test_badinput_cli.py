@@ -616,3 +616,10 @@ def test_a_recorded_error_of_blank_lines_is_shown_without_one(
     res = tcli.invoke(["show", trace])
     assert res.returncode == 0 and res.stderr == "", res
     assert "failed" in res.stdout and "error:" not in res.stdout, res.stdout
+
+
+def test_export_to_an_empty_path_says_it_is_empty(mlr1: Path, tmp_path: Path) -> None:
+    """``-o ''`` got as far as the write, and its line was an errno and a temporary
+    file's name: '[Errno 2] No such file or directory: './..8d8d.tmp' -> '''."""
+    one_line_exit_2(["export", mlr1, "-o", ""], "-o is empty", cwd=tmp_path)
+    assert list(tmp_path.iterdir()) == []
