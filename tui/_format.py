@@ -23,6 +23,9 @@ VERDICT_SHORT = {
 #: shows: an operator named with 100,000 characters filled the whole timeline and orders
 #: screens with its header, and a table column with its cell.
 TEXT_CHARS = 120
+#: ... and of a name inside a line (an operator, DDS, channel): the diff view folded a
+#: 100,000-character operator name over a thousand lines per event, and took minutes.
+NAME_CHARS = 40
 
 
 def text(value: object, width: int = TEXT_CHARS) -> str:
@@ -177,41 +180,48 @@ def event_words(ev: tracer.Event) -> str:
         moves = len(ev.deviations) // 2
         order = f"{moves} hand-over(s)" if moves else "in the predicted order"
         body = (
-            f"{ev.op} invocation {ev.invocation} round {ev.round}: {ev.bodies} locked "
+            f"{text(ev.op, NAME_CHARS)} invocation {ev.invocation} round {ev.round}: {ev.bodies} locked "
             f"bodies, {ev.grants} lock grants, {order}"
         )
     elif isinstance(ev, tracer.MessageReceived):
-        body = f"message {ev.source_seq} of node {ev.source} on {ev.channel} ({ev.nbytes} bytes)"
+        body = f"message {ev.source_seq} of node {ev.source} on {text(ev.channel, NAME_CHARS)} ({ev.nbytes} bytes)"
     elif isinstance(ev, tracer.IndexOrderDeviated):
         body = (
-            f"{ev.op} invocation {ev.invocation} round {ev.round}: thread {ev.thread} "
+            f"{text(ev.op, NAME_CHARS)} invocation {ev.invocation} round {ev.round}: thread {ev.thread} "
             f"left the plan's order, ran {_indices(ev.indices)}"
         )
     elif isinstance(ev, tracer.InvocationCompleted):
         body = (
-            f"{ev.op} invocation {ev.invocation} done: {count(ev.bodies)} bodies "
+            f"{text(ev.op, NAME_CHARS)} invocation {ev.invocation} done: {count(ev.bodies)} bodies "
             f"in {ev.rounds} round(s)"
         )
     elif isinstance(ev, tracer.DigestRecorded):
-        body = f"digest of {ev.dds} after {ev.op} invocation {ev.invocation}: {ev.digest[:19]}…"
+        body = f"digest of {text(ev.dds, NAME_CHARS)} after {text(ev.op, NAME_CHARS)} invocation {ev.invocation}: {text(ev.digest[:19])}…"
     elif isinstance(ev, tracer.ObjectiveLogged):
-        body = f"objective {ev.name} at iteration {ev.iteration}: {ev.value:.6g}"
+        # a NaN objective is stored as NULL and read back as None: it stopped the diff
+        value = "nan" if ev.value is None else f"{ev.value:.6g}"
+        body = f"objective {text(ev.name, NAME_CHARS)} at iteration {ev.iteration}: {value}"
     elif isinstance(ev, tracer.PlanMade):
         body = (
-            f"plan {ev.plan_no} of {ev.op}: {ev.strategy}, {ev.rounds} round(s), "
+            f"plan {ev.plan_no} of {text(ev.op, NAME_CHARS)}: {text(ev.strategy, NAME_CHARS)}, {ev.rounds} round(s), "
             f"{count(ev.bodies)} bodies"
         )
     elif isinstance(ev, tracer.RunEnded):
-        body = f"run ended: {ev.status}"
+        body = f"run ended: {text(ev.status, NAME_CHARS)}"
     else:  # a sync_for order, or a kind this browser does not know yet: in words
         kind, order = sync_order(ev)
-        at = [f"{ev.op} invocation {ev.invocation}"] if hasattr(ev, "invocation") else []
+        at = (
+            [f"{text(ev.op, NAME_CHARS)} invocation {ev.invocation}"]
+            if hasattr(ev, "invocation")
+            else []
+        )
         at += [f"clock {ev.clock}"] if hasattr(ev, "clock") else []
         body = kind + (" in " + " ".join(at) if at else "") + (f": {order}" if order else "")
     return body
 
 
 __all__ = [
+    "NAME_CHARS",
     "TEXT_CHARS",
     "VERDICT_SHORT",
     "count",

@@ -986,3 +986,35 @@ def test_a_100k_character_name_leaves_each_view_its_table(tmp_path: Path, cli: A
         assert text.count("Z" * 40) == 1, text
 
     drive(BrowserApp([tmp_path]), script)
+
+
+NAN_OBJECTIVE = """\
+import numpy as np
+import engine as ap
+
+
+def train(nan: bool = False) -> None:
+    X = ap.dvector(4, shape=(), data=np.ones(4), name="X\\x1b[2J" + "Y" * 5000)
+    ap.async_for(0, 4, lambda j: X.__setitem__(j, X[j] + 1.0), name="op\\x1b]0;t\\x07" + "Z" * 100_000)
+    ap.log_objective("loss", float("nan") if nan else 1.0)
+"""
+
+
+def test_the_diff_of_a_nan_objective_and_hostile_names_finishes(tmp_path: Path, cli: Any) -> None:
+    """A NaN objective is read back as None: formatting it raised in the diff's worker,
+    whose errors are silent, so the diff said 'comparing…' for ever; its event lines
+    printed operator and DDS names raw and whole (escape sequences, 100,000 characters
+    folded over the screen)."""
+    prog = tmp_path / "nan.py"
+    prog.write_text(NAN_OBJECTIVE)
+    for name, nan in (("a", "false"), ("b", "true")):
+        res = cli(
+            "run", f"{prog}:train", "-p", f"nan={nan}", "--trace", tmp_path / f"{name}.sqlite"
+        )
+        assert res.returncode == 0, res.stderr
+
+    async def script(pilot: Any) -> None:
+        text = await wait_text(pilot, "first difference: node 0, event 3", "nan")
+        assert "\x1b" not in text and "Z" * 200 not in text, text
+
+    drive(BrowserApp([tmp_path / "a.sqlite", tmp_path / "b.sqlite"], diff=True), script)

@@ -106,6 +106,11 @@ class DiffScreen(BrowserScreen):
         except BrowseError as exc:
             self.deliver(self._failed, str(exc))
             return
+        # anything else a hostile trace makes the comparison raise: said, not a view
+        # that shows "comparing…" for ever (a worker's error is otherwise silent)
+        except Exception as exc:  # noqa: BLE001
+            self.deliver(self._failed, f"cannot compare the logs: {fmt.text(exc, 200)}")
+            return
         self.deliver(self._finish)
 
     def _failed(self, message: str) -> None:
