@@ -41,6 +41,15 @@ def _size(n: int) -> str:
     return str(n)
 
 
+#: The widest app cell of ``replay ls``: the column is as wide as its longest cell, so
+#: one trace whose app is named with 100,000 characters padded every line to that.
+APP_WIDTH = 48
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
 def _when(t: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
 
@@ -168,7 +177,7 @@ def _ls(stores: list[Any], directory: str, as_json: bool) -> None:
         rows.append(
             [
                 r["path"],
-                r["app"] or "?",
+                _cut(r["app"] or "?", APP_WIDTH),
                 _when(r["started_at"]),
                 f"{r['ranks']}x{r['threads']}",
                 r["status"],

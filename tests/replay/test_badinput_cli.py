@@ -623,3 +623,21 @@ def test_export_to_an_empty_path_says_it_is_empty(mlr1: Path, tmp_path: Path) ->
     file's name: '[Errno 2] No such file or directory: './..8d8d.tmp' -> '''."""
     one_line_exit_2(["export", mlr1, "-o", ""], "-o is empty", cwd=tmp_path)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_one_long_app_name_leaves_the_listing_of_every_trace_narrow(
+    mlr1: Path, tmp_path: Path
+) -> None:
+    """``replay ls`` sizes its app column to the longest app: one trace (edited, chain
+    resealed) whose app is named with 100,000 characters padded every line to that."""
+    for name in ("a", "b"):
+        shutil.copyfile(mlr1, tmp_path / f"{name}.sqlite")
+    with sqlite3.connect(tmp_path / "a.sqlite") as con:
+        con.execute("UPDATE run SET app = ?", ("A" * 100_000,))
+    con.close()
+    reseal(tmp_path / "a.sqlite")
+    res = tcli.invoke(["ls", tmp_path])
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert len(lines) == 3 and max(map(len, lines)) < 200, [len(ln) for ln in lines]
+    assert "AAAA…" in res.stdout and "mlr" in res.stdout
