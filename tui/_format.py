@@ -92,8 +92,9 @@ def short_path(path: str, width: int = 60) -> str:
 
 
 def short_id(run_id: str, width: int = 8) -> str:
-    """The first ``width`` characters of a run id."""
-    return run_id[:width]
+    """The first ``width`` characters of a run id, control characters escaped (the id is
+    the trace's text: an escape sequence in it reached the terminal in view titles)."""
+    return tracer.printable(run_id[:width])
 
 
 def verdict_summary(verdicts: list[tracer.VerdictInfo]) -> str:

@@ -1018,3 +1018,21 @@ def test_the_diff_of_a_nan_objective_and_hostile_names_finishes(tmp_path: Path, 
         assert "\x1b" not in text and "Z" * 200 not in text, text
 
     drive(BrowserApp([tmp_path / "a.sqlite", tmp_path / "b.sqlite"], diff=True), script)
+
+
+def test_a_run_id_is_shown_escaped_in_view_titles(tmp_path: Path) -> None:
+    """A run id is the trace's text too: view titles (``Run …``, ``Verdicts of …``) and
+    the history view printed its first characters raw, escape sequences included."""
+    run_id = "\x1b[2J\x1b]0;t\x07[b]run"
+    write_synthetic(tmp_path / "a.sqlite", run_id)
+
+    async def script(pilot: Any) -> None:
+        await wait_text(pilot, "1 run(s)")
+        await pilot.press("enter")
+        text = await wait_text(pilot, "operator", "Run \\x1b[2J")
+        assert "\x1b" not in text, text
+        await pilot.press("v")
+        text = await wait_text(pilot, "Verdicts of \\x1b[2J")
+        assert "\x1b" not in text and "\x07" not in text, text
+
+    drive(BrowserApp([tmp_path]), script)

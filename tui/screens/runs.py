@@ -307,7 +307,9 @@ class RunsScreen(BrowserScreen):
                         style="cyan",
                     )
                 for e in row.earlier:
-                    out.append(f"\nresumes run {e.run_id[:12]} ({e.status})", style="cyan")
+                    out.append(
+                        f"\nresumes run {fmt.short_id(e.run_id, 12)} ({e.status})", style="cyan"
+                    )
                 if info.error:
                     out.append("\n" + fmt.text(fmt.last_line(info.error), 240), style="red")
         if self.marked:
