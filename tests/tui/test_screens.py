@@ -1036,3 +1036,20 @@ def test_a_run_id_is_shown_escaped_in_view_titles(tmp_path: Path) -> None:
         assert "\x1b" not in text and "\x07" not in text, text
 
     drive(BrowserApp([tmp_path]), script)
+
+
+def test_a_verdict_detail_of_many_values_is_listed_in_part(tmp_path: Path) -> None:
+    """A stored detail of 20,000 keys was laid out a row each on every redraw: the
+    verdicts view took about a minute to show, and as long again for each key."""
+    write_synthetic(tmp_path / "a.sqlite", "run-a")
+    with tracer.open_writable(str(tmp_path / "a.sqlite")) as trace:
+        trace.add_verdict("run-a", "cluster", False, {f"k{i}": i for i in range(20_000)})
+
+    async def script(pilot: Any) -> None:
+        await wait_text(pilot, "1 run(s)")
+        await pilot.press("v")
+        await wait_text(pilot, "FAILED", "k0", timeout=5)
+        await pilot.press("tab", "end")  # to the detail pane, and its end
+        await wait_text(pilot, "… and 19,800 more detail value(s)", timeout=5)
+
+    drive(BrowserApp([tmp_path]), script)

@@ -23,6 +23,10 @@ from .._verdict import (
 from ..widgets import ListTable
 from ._base import BrowserScreen
 
+#: Detail values the pane lists at most: a stored detail is the trace's JSON, and one of
+#: 20,000 keys took the view a minute per redraw (a row each, laid out every time).
+DETAIL_ROWS = 200
+
 
 class VerdictsScreen(BrowserScreen):
     """Lists verdicts; g jumps to the divergence of the one under the cursor."""
@@ -138,13 +142,16 @@ class VerdictsScreen(BrowserScreen):
             grid = Table.grid(padding=(0, 2))
             grid.add_column(no_wrap=True)
             grid.add_column()
-            for key, value in rest:
+            more = len(rest) - DETAIL_ROWS
+            for key, value in rest[:DETAIL_ROWS]:
                 hot = is_highlighted(key) and why is None
                 style = "bold yellow" if hot and not v.passed else "bold" if hot else "dim"
                 grid.add_row(
                     Text(fmt.text(key, 60), style=style), Text(fmt.scalar(value, 200), style=style)
                 )
             parts += [Text("details", style="dim underline"), grid]
+            if more > 0:
+                parts.append(Text(f"… and {fmt.count(more)} more detail value(s)", style="dim"))
         if not v.passed and divergence_target(v.detail).op is not None:
             parts.append(Text("g: show this place in the orders view", style="italic dim"))
         box.update(Group(*parts))
