@@ -47,6 +47,8 @@ def check_output(
     missing directory or one this process cannot write in, or onto an existing file
     unless ``force``."""
     shown = os.fspath(path)
+    if not shown:  # else the write's rename onto '' failed with a bare [Errno 2] line
+        raise UsageError(f"{option} is empty; give the path of the file to write")
     for src in reading:
         if _same(path, src):
             raise UsageError(

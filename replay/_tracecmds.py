@@ -41,6 +41,15 @@ def _size(n: int) -> str:
     return str(n)
 
 
+#: The widest app cell of ``replay ls``: the column is as wide as its longest cell, so
+#: one trace whose app is named with 100,000 characters padded every line to that.
+APP_WIDTH = 48
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
 def _when(t: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
 
@@ -168,7 +177,7 @@ def _ls(stores: list[Any], directory: str, as_json: bool) -> None:
         rows.append(
             [
                 r["path"],
-                r["app"] or "?",
+                _cut(r["app"] or "?", APP_WIDTH),
                 _when(r["started_at"]),
                 f"{r['ranks']}x{r['threads']}",
                 r["status"],
@@ -228,8 +237,9 @@ def show_cmd(trace_path: str, run_id: str | None, as_json: bool) -> None:
         for name, vals in r["objectives"].items():
             if vals:
                 _echo(f"  {name}: {len(vals)} value(s), final {vals[-1]:.6g}")
-        if r["error"]:
-            _echo("  error: " + r["error"].strip().splitlines()[-1])
+        said = [ln.strip() for ln in (r["error"] or "").splitlines() if ln.strip()]
+        if said:  # a recorded error of blank lines had no last line: IndexError, exit 70
+            _echo("  error: " + said[-1])
         for v in r["verdicts"]:
             if "error" in v:
                 _echo(f"  verdict {v['kind']}: unreadable ({v['error']})")

@@ -22,6 +22,7 @@ the table, row and column.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -57,8 +58,10 @@ GIVEN = tuple(c for c in COUNTERS if c not in ("n_round_lengths", "n_thread_span
 #: Most values one array of a row may hold: a damaged count must not make a reader
 #: allocate or decompress without bound (64 nodes x 64 rounds need 4,096).
 MAX_VALUES = 1 << 24
-#: Longest phase a row stores (a clock that jumped must not overflow an int64 of µs).
+#: Longest phase, invocation or round a row stores (a clock that jumped must not
+#: overflow an int64 of µs), in seconds and in the whole µs of ``round_us``.
 MAX_SECONDS = 1e9
+MAX_US = int(MAX_SECONDS * 1e6)
 #: Most nodes one row may hold (the run's rank bound).
 MAX_NODES = RUN_LIMITS["ranks"][1]
 
@@ -147,13 +150,19 @@ def encode_set(done: Sequence[NodeDone]) -> dict[str, Any]:
     for col, arr in (
         ("nodes", np.array([d.node for d in done], np.int64)),
         ("counters", counters.ravel()),
-        ("seconds", np.array([d.seconds for d in done], np.float64)),
+        ("seconds", np.array([_seconds(d.seconds) for d in done], np.float64)),
         ("round_us", _rows_delta([d.round_us for d in done])),
         ("thread_times", _columns([d.thread_times for d in done], 4)),
         ("routed", _columns([d.routed for d in done], 3)),
     ):
         row[col], row[col + "_codec"] = _coded(arr)
     return row
+
+
+def _seconds(s: float) -> float:
+    """A time as a row stores it: within 0..MAX_SECONDS (a NaN as 0), as the reader
+    requires."""
+    return 0.0 if math.isnan(s) else min(max(s, 0.0), MAX_SECONDS)
 
 
 def _bad(r: Any, col: str, what: str) -> TraceFormatError:
@@ -166,11 +175,18 @@ def _count(r: Any, col: str, n: Any) -> int:
     return int(n)
 
 
+def _sum(counts: np.ndarray) -> int:
+    """The sum of per-node counts as a Python int: numpy's int64 sum wraps round, so four
+    counts of 2**62 summed to 0, passed the bound, and ``np.repeat`` of them crashed the
+    reader with a segmentation fault."""
+    return sum(int(c) for c in counts)
+
+
 def _node_table(
     r: Any, col: str, counts: np.ndarray, width: int
 ) -> tuple[list[np.ndarray], np.ndarray]:
     """Split a (node index, width columns) table by the per-node ``counts``."""
-    total = _count(r, col, int(counts.sum()))
+    total = _count(r, col, _sum(counts))
     flat = decode(
         getattr(r, col),
         getattr(r, col + "_codec"),
@@ -201,14 +217,19 @@ def decode_set(r: Any) -> list[NodeDone]:
         raise _bad(r, "counters", "a negative count")
     col = {name: counters[j] for j, name in enumerate(COUNTERS)}
     secs = decode(r.seconds, r.seconds_codec, n, _where(InvocationSet, r.id, "seconds"))
+    # the browser and the export compute with these: a NaN stopped both
+    if not np.all((secs >= 0) & (secs <= MAX_SECONDS)):
+        raise _bad(r, "seconds", f"a time that is not 0..{MAX_SECONDS:.0e} s")
     lens = col["n_round_lengths"]
-    total = _count(r, "round_us", int(lens.sum()))
+    total = _count(r, "round_us", _sum(lens))
     rd = decode(r.round_us, r.round_us_codec, total, _where(InvocationSet, r.id, "round_us"))
     rounds, prev, at = [], None, 0
     for k in range(n):
         a = rd[at : at + int(lens[k])]
         at += int(lens[k])
         a = a + prev if prev is not None and len(prev) == len(a) else a
+        if len(a) and not (a.min() >= 0 and a.max() <= MAX_US):  # a delta that wrapped
+            raise _bad(r, "round_us", f"a round length that is not 0..{MAX_US} µs")
         rounds.append(a)
         prev = a
     spans, _ = _node_table(r, "thread_times", col["n_thread_spans"], 4)
@@ -281,6 +302,8 @@ def decode_phase(r: Any) -> list[tuple[int, float, float]]:
 __all__ = [
     "COUNTERS",
     "GIVEN",
+    "MAX_SECONDS",
+    "MAX_US",
     "MAX_VALUES",
     "NodeDone",
     "decode_phase",

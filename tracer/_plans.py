@@ -127,7 +127,7 @@ def decode_plan(row: Any, where: str = "operator_plan") -> Any:
     ):
         raise TraceFormatError(f"{where}: task table is inconsistent; the trace is damaged")
     explicit = table[:, 4].astype(bool)
-    if int(lengths[explicit].sum()) != len(orders):
+    if sum(lengths[explicit].tolist()) != len(orders):  # in Python ints: int64 wraps round
         raise TraceFormatError(f"{where}: explicit orders do not match the task table")
     implied: list[np.ndarray] = []
     if len(task_of) not in (0, n) or (len(task_of) == 0 and not explicit.all()):

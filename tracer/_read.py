@@ -9,7 +9,6 @@ stays cheap.  Every blob is checked while decoding; damage is reported as
 from __future__ import annotations
 
 import json
-import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -43,6 +42,7 @@ from ._schema import (
     RUN_STATUSES,
     SCHEMA_KEY,
     VERDICT_KINDS,
+    WALL_CLOCK,
     Invocation,
     InvocationSet,
     Run,
@@ -90,8 +90,10 @@ def _int_col(r: Any, col: str, where: str, *, lo: int, hi: int) -> int:
 
 
 def _float_col(v: Any, where: str, col: str) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-        raise _damaged(where, col, f"holds {v!r}, not a finite number")
+    """A wall-clock time of a row (see :data:`WALL_CLOCK`)."""
+    lo, hi = WALL_CLOCK
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v <= hi:
+        raise _damaged(where, col, f"holds {v!r}, not a wall-clock time")
     return float(v)
 
 

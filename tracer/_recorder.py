@@ -44,7 +44,7 @@ from ._chain import ChainWriter, genesis, trace_key
 from ._codec import AUTO, encode, encode_lines, int_width
 from ._errors import TraceWriteError
 from ._insert import RowWriter
-from ._invset import NodeDone, encode_phase, encode_set
+from ._invset import MAX_SECONDS, NodeDone, encode_phase, encode_set
 from ._plain import NotPlain, array_dtype, encode_plain
 from ._plans import encode_plan
 from ._reserve import SpaceReserve
@@ -137,7 +137,7 @@ def _round_us(seconds: Sequence[float]) -> np.ndarray:
     """Round lengths in whole µs: 64 rounds of a P = 64 node took 413 B as f64 and 218 B
     as u32 (1.3 of the 16 B per body its synthetic SGDMF trace grew by, 2026-12-06)."""
     a = np.asarray(seconds, dtype=np.float64).ravel()
-    return np.rint(np.clip(a, 0.0, 2**40) * 1e6).astype(np.int64)
+    return np.rint(np.clip(np.nan_to_num(a), 0.0, MAX_SECONDS) * 1e6).astype(np.int64)
 
 
 def _blob(arr: np.ndarray, *, delta: bool | None = False) -> tuple[bytes, str]:

@@ -30,6 +30,7 @@ from ._schema import (
     CHECKPOINT_BLOB_COLUMNS,
     PHASE_KINDS,
     VERDICT_KINDS,
+    WALL_CLOCK,
     Checkpoint,
     CheckpointBlock,
     CollectiveValue,
@@ -274,8 +275,12 @@ def _verdict(v: Any) -> VerdictInfo:
     if v.passed not in (0, 1) or isinstance(v.passed, float):
         raise bad("passed", f"{v.passed!r} is not a boolean")
     t = v.created_at
-    if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t):
-        raise bad("created_at", f"{t!r} is not a finite time")
+    if (
+        isinstance(t, bool)
+        or not isinstance(t, (int, float))
+        or not WALL_CLOCK[0] <= t <= WALL_CLOCK[1]
+    ):
+        raise bad("created_at", f"{t!r} is not a wall-clock time")
     return VerdictInfo(v.id, v.run, v.kind, bool(v.passed), detail, float(t))
 
 

@@ -62,6 +62,11 @@ RUN_LIMITS: dict[str, tuple[int, int]] = {
     "threads": (1, 1024),
     "seed": (0, 2**63 - 1),
 }
+#: Wall-clock times (seconds since 1970) a reader accepts in ``run.started_at``,
+#: ``ended_at``, the commit times and ``verdict.created_at``: finite was not enough, as
+#: ``replay show`` and the browser stopped on ``time.localtime`` of 1e300 or -1e18 (time_t
+#: overflows); up to 2**35 is the year 3058, which every platform's ``localtime`` shows.
+WALL_CLOCK = (0.0, float(2**35))
 #: Values of ``run.status``.
 RUN_STATUSES = ("running", "finished", "failed", "crashed", "interrupted")
 #: Values of ``verdict.kind``.

@@ -195,7 +195,9 @@ def decode_calls(model: Any, r: Any) -> tuple[np.ndarray, list[np.ndarray]]:
     calls = _dec(r, model, "calls", r.n_calls * spec.width).reshape(r.n_calls, spec.width)
     lens = calls[:, -1]
     want = r.n_values if spec.per_value else r.n_calls
-    if lens.min(initial=0) < 0 or int(lens.sum()) != r.n_values or r.count != want:
+    # summed as Python ints: int64 wraps round, and counts of 2**62 that summed to 0 made
+    # np.repeat in ``expand`` kill the reader with a segmentation fault
+    if lens.min(initial=0) < 0 or sum(lens.tolist()) != r.n_values or r.count != want:
         raise TraceFormatError(
             f"{_where(model, r.id, 'calls')}: call lengths do not add up; the trace is damaged"
         )

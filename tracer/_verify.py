@@ -129,6 +129,13 @@ def _fail(table: str, node: int | None, what: str, **kw: Any) -> None:
     raise _Found(Problem(table, node, what, **kw))
 
 
+def _detail(exc: TraceFormatError, table: str) -> str:
+    """What a decoder said of a row of ``table``, without the table the line names
+    already: its row and column stay (they were cut, which left a damaged column
+    unnamed)."""
+    return str(exc).removeprefix(f"table {table} ")
+
+
 def _fail_link(node: int, ln: Any, what: str) -> None:
     """:func:`_fail` for chain link ``ln`` of ``node``'s chain, named by where it starts."""
     _fail("chain_link", node, what, seq=ln.first_seq, op=ln.op, invocation=ln.invocation)
@@ -300,7 +307,7 @@ def _sets(rows: Mapping[Any, list[Any]]) -> list[tuple[Any, list[NodeDone]]]:
             _fail(
                 "invocation_set",
                 int(r.node) if isinstance(r.node, int) else None,
-                str(exc).split(": ", 1)[-1],
+                _detail(exc, "invocation_set"),
                 seq=r.seq if isinstance(r.seq, int) else None,
                 op=r.op,
                 invocation=r.invocation,
@@ -470,7 +477,7 @@ def _check_group_density(covered: dict[tuple[int, int, int], tuple[Any, Any]]) -
         try:
             per_node[node].append(_event_seqs(model, r))
         except TraceFormatError as exc:
-            _fail_row(model, r, node, str(exc).split(": ", 1)[-1], seq)
+            _fail_row(model, r, node, _detail(exc, model.__tablename__), seq)
     for node, parts in sorted(per_node.items()):
         have = np.sort(np.concatenate(parts))
         want = np.arange(len(have), dtype=np.int64)
@@ -634,7 +641,7 @@ def _check_density(node: int, ln: Any, got: list[tuple[int, int, Any, Any]]) -> 
         try:
             parts.append(_event_seqs(model, r))
         except TraceFormatError as exc:
-            _fail_row(model, r, node, str(exc).split(": ", 1)[-1], seq)
+            _fail_row(model, r, node, _detail(exc, model.__tablename__), seq)
     have = np.sort(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
     want = np.arange(ln.first_seq, ln.end_seq, dtype=np.int64)
     if have.shape != want.shape or not np.array_equal(have, want):
@@ -818,7 +825,7 @@ def _check_references(
             _fail(
                 "message_block",
                 int(b.node),
-                str(exc).split(": ", 1)[-1],
+                _detail(exc, "message_block"),
                 seq=b.first_seq,
                 op=b.op,
                 invocation=b.invocation,

@@ -19,6 +19,30 @@ VERDICT_SHORT = {
 }
 
 
+#: Most characters of one text read from a trace (a name, an error, a detail) that a view
+#: shows: an operator named with 100,000 characters filled the whole timeline and orders
+#: screens with its header, and a table column with its cell.
+TEXT_CHARS = 120
+#: ... and of a name inside a line (an operator, DDS, channel): the diff view folded a
+#: 100,000-character operator name over a thousand lines per event, and took minutes.
+NAME_CHARS = 40
+
+
+def text(value: object, width: int = TEXT_CHARS) -> str:
+    """Text read from a trace as a view shows it: control characters escaped (as the CLI
+    does, :func:`tracer.printable`) and cut to ``width`` characters with ``…``."""
+    raw = str(value)
+    safe = tracer.printable(raw[:width])
+    return safe if len(raw) <= width and len(safe) <= width else safe[: width - 1] + "…"
+
+
+def last_line(message: str) -> str:
+    """The last line of ``message`` that is not blank ("" if none): a recorded error of
+    blank lines stopped the runs list with an IndexError."""
+    lines = [ln for ln in message.splitlines() if ln.strip()]
+    return lines[-1].strip() if lines else ""
+
+
 def when(t: float | None) -> str:
     """A local wall-clock time as ``YYYY-MM-DD HH:MM:SS`` (``-`` when unknown)."""
     if t is None:
@@ -68,8 +92,9 @@ def short_path(path: str, width: int = 60) -> str:
 
 
 def short_id(run_id: str, width: int = 8) -> str:
-    """The first ``width`` characters of a run id."""
-    return run_id[:width]
+    """The first ``width`` characters of a run id, control characters escaped (the id is
+    the trace's text: an escape sequence in it reached the terminal in view titles)."""
+    return tracer.printable(run_id[:width])
 
 
 def verdict_summary(verdicts: list[tracer.VerdictInfo]) -> str:
@@ -92,8 +117,7 @@ def scalar(value: Any, width: int = 60) -> str:
     ``yes``, ``no`` and ``none``."""
     if value is None or isinstance(value, bool):
         return WORDS_FOR[value]
-    text = " ".join(str(value).split())
-    return text if len(text) <= width else text[: width - 1] + "…"
+    return text(" ".join(str(value).split()), width)
 
 
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
@@ -157,52 +181,62 @@ def event_words(ev: tracer.Event) -> str:
         moves = len(ev.deviations) // 2
         order = f"{moves} hand-over(s)" if moves else "in the predicted order"
         body = (
-            f"{ev.op} invocation {ev.invocation} round {ev.round}: {ev.bodies} locked "
+            f"{text(ev.op, NAME_CHARS)} invocation {ev.invocation} round {ev.round}: {ev.bodies} locked "
             f"bodies, {ev.grants} lock grants, {order}"
         )
     elif isinstance(ev, tracer.MessageReceived):
-        body = f"message {ev.source_seq} of node {ev.source} on {ev.channel} ({ev.nbytes} bytes)"
+        body = f"message {ev.source_seq} of node {ev.source} on {text(ev.channel, NAME_CHARS)} ({ev.nbytes} bytes)"
     elif isinstance(ev, tracer.IndexOrderDeviated):
         body = (
-            f"{ev.op} invocation {ev.invocation} round {ev.round}: thread {ev.thread} "
+            f"{text(ev.op, NAME_CHARS)} invocation {ev.invocation} round {ev.round}: thread {ev.thread} "
             f"left the plan's order, ran {_indices(ev.indices)}"
         )
     elif isinstance(ev, tracer.InvocationCompleted):
         body = (
-            f"{ev.op} invocation {ev.invocation} done: {count(ev.bodies)} bodies "
+            f"{text(ev.op, NAME_CHARS)} invocation {ev.invocation} done: {count(ev.bodies)} bodies "
             f"in {ev.rounds} round(s)"
         )
     elif isinstance(ev, tracer.DigestRecorded):
-        body = f"digest of {ev.dds} after {ev.op} invocation {ev.invocation}: {ev.digest[:19]}…"
+        body = f"digest of {text(ev.dds, NAME_CHARS)} after {text(ev.op, NAME_CHARS)} invocation {ev.invocation}: {text(ev.digest[:19])}…"
     elif isinstance(ev, tracer.ObjectiveLogged):
-        body = f"objective {ev.name} at iteration {ev.iteration}: {ev.value:.6g}"
+        # a NaN objective is stored as NULL and read back as None: it stopped the diff
+        value = "nan" if ev.value is None else f"{ev.value:.6g}"
+        body = f"objective {text(ev.name, NAME_CHARS)} at iteration {ev.iteration}: {value}"
     elif isinstance(ev, tracer.PlanMade):
         body = (
-            f"plan {ev.plan_no} of {ev.op}: {ev.strategy}, {ev.rounds} round(s), "
+            f"plan {ev.plan_no} of {text(ev.op, NAME_CHARS)}: {text(ev.strategy, NAME_CHARS)}, {ev.rounds} round(s), "
             f"{count(ev.bodies)} bodies"
         )
     elif isinstance(ev, tracer.RunEnded):
-        body = f"run ended: {ev.status}"
+        body = f"run ended: {text(ev.status, NAME_CHARS)}"
     else:  # a sync_for order, or a kind this browser does not know yet: in words
         kind, order = sync_order(ev)
-        at = [f"{ev.op} invocation {ev.invocation}"] if hasattr(ev, "invocation") else []
+        at = (
+            [f"{text(ev.op, NAME_CHARS)} invocation {ev.invocation}"]
+            if hasattr(ev, "invocation")
+            else []
+        )
         at += [f"clock {ev.clock}"] if hasattr(ev, "clock") else []
         body = kind + (" in " + " ".join(at) if at else "") + (f": {order}" if order else "")
     return body
 
 
 __all__ = [
+    "NAME_CHARS",
+    "TEXT_CHARS",
     "VERDICT_SHORT",
     "count",
     "duration",
     "event_words",
     "event_line",
+    "last_line",
     "listing",
     "scalar",
     "short_id",
     "short_path",
     "size",
     "sync_order",
+    "text",
     "verdict_summary",
     "when",
     "words",

@@ -48,7 +48,8 @@ def _keyed(title: str, a: Mapping[str, Any], b: Mapping[str, Any], names: Mappin
     if not keys:
         return ""
     parts = [
-        f"{names.get(k, k)} {_value(a.get(k, _MISSING))} vs {_value(b.get(k, _MISSING))}"
+        f"{fmt.text(names.get(k, k), VALUE_WIDTH)} {_value(a.get(k, _MISSING))} "
+        f"vs {_value(b.get(k, _MISSING))}"
         for k in keys[:MAX_KEYS]
     ]
     if len(keys) > MAX_KEYS:
@@ -67,8 +68,9 @@ def _plans(
     out = []
     for op in list(a) + [op for op in b if op not in a]:
         sa, sb = a.get(op), b.get(op)
+        name = fmt.text(op, fmt.NAME_CHARS)
         if sa is None or sb is None:
-            out.append(f"operator {op} ran only in {'B' if sa is None else 'A'}")
+            out.append(f"operator {name} ran only in {'B' if sa is None else 'A'}")
             continue
         parts = []
         if (sa.strategy or "no plan") != (sb.strategy or "no plan"):
@@ -81,7 +83,7 @@ def _plans(
             if value_a != value_b:
                 parts.append(f"{fmt.count(value_a)} vs {fmt.count(value_b)} {unit}")
         if parts:
-            out.append(f"plan of {op} differs: " + ", ".join(parts))
+            out.append(f"plan of {name} differs: " + ", ".join(parts))
     return out
 
 
@@ -97,7 +99,8 @@ def setup_differences(
     were set up alike."""
     out = []
     if (a.target or a.app) != (b.target or b.app):
-        out.append(f"program differs: {a.target or a.app} vs {b.target or b.app}")
+        pa, pb = (fmt.text(i.target or i.app, VALUE_WIDTH * 2) for i in (a, b))
+        out.append(f"program differs: {pa} vs {pb}")
     out.append(_keyed("parameters differ", a.params, b.params, {}))
     if (a.ranks, a.threads) != (b.ranks, b.threads):
         out.append(f"shape differs: {_shape(a)} vs {_shape(b)}")

@@ -52,9 +52,11 @@ def is_highlighted(key: str) -> bool:
 
 
 def _as_int(value: Any) -> int | None:
+    """``value`` as an integer, None when it is none (a stored detail is hostile: its
+    JSON may hold Infinity, which stopped the browser with an OverflowError)."""
     try:
         return int(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
 
 
@@ -84,8 +86,9 @@ class Target:
     last: bool = False
 
 
-_ROUND = re.compile(r"round (\d+)")
-_CLOCK = re.compile(r"clock (-?\d+)")
+#: (at most 18 digits: int() refuses a string of over 4,300 and the browser stopped)
+_ROUND = re.compile(r"round (\d{1,18})")
+_CLOCK = re.compile(r"clock (-?\d{1,18})")
 _MESSAGE = re.compile(r"message \d+ on '(.*)'")
 _DIGEST = re.compile(r"digest of (.+)")
 

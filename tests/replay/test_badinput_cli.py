@@ -522,3 +522,122 @@ def test_export_to_dash_is_refused_not_a_file_named_dash(mlr1: Path, tmp_path: P
     """``-o -`` (stdout, by convention) wrote a file named ``-`` and exited 0."""
     one_line_exit_2(["export", mlr1, "-o", "-"], "not stdout", cwd=tmp_path)
     assert not (tmp_path / "-").exists()
+
+
+# a time outside what localtime shows: beyond time_t, before 1970, or infinite (a NaN is
+# stored as NULL, refused as not a number)
+unshowable_times = st.floats(min_value=2.0**35, exclude_min=True) | st.floats(
+    max_value=0.0, exclude_max=True
+)
+
+
+@settings(
+    max_examples=8,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(
+    column=st.sampled_from(["run.started_at", "run.ended_at", "verdict.created_at"]),
+    value=unshowable_times,
+)
+def test_a_time_no_clock_shows_is_a_damaged_row(mlr1: Path, column: str, value: float) -> None:
+    """A run's start (not under the hash chain) or a verdict's time edited to 1e300 or
+    -1e18: ``replay show`` and ``ls`` stopped with an internal error (time_t overflow)."""
+    table, col = column.split(".")
+    with tempfile.TemporaryDirectory() as tmp:
+        trace = Path(tmp) / "t.sqlite"
+        shutil.copyfile(mlr1, trace)
+        with tracer.open_writable(str(trace)) as t:
+            t.add_verdict(t.runs()[0].run_id, "cluster", True, {"identical": True})
+        with sqlite3.connect(trace) as con:
+            con.execute(f"UPDATE {table} SET {col} = ?", (value,))
+        con.close()
+        if table == "verdict":  # the run stands; the verdict is shown as unreadable
+            res = tcli.invoke(["show", trace])
+            assert res.returncode == 0 and "verdict ?: unreadable" in res.stdout, res
+            assert "created_at" in res.stdout and "not a wall-clock time" in res.stdout, res
+        else:
+            one_line_exit_2(["show", trace], col, "not a wall-clock time")
+        res = tcli.invoke(["ls", tmp])
+        assert res.returncode == 0 and "Traceback" not in res.stderr, res
+        assert table == "verdict" or "not a wall-clock time" in res.stdout, res
+
+
+@pytest.mark.parametrize("seconds", [float("nan"), float("inf"), -1.0])
+@pytest.mark.parametrize("command", [["export", "-o", "out.json"], ["show", "--json"], ["verify"]])
+def test_an_invocation_time_that_is_no_time_is_a_damaged_row(
+    mlr1: Path, tmp_path: Path, seconds: float, command: list[str]
+) -> None:
+    """An ``invocation_set`` row's seconds edited to NaN (and the chain resealed) made
+    ``replay export`` fail as an internal error, exit 70."""
+    trace = tmp_path / "t.sqlite"
+    shutil.copyfile(mlr1, trace)
+    blob = np.array([seconds], "<f8").tobytes()
+    with sqlite3.connect(trace) as con:
+        con.execute("UPDATE invocation_set SET seconds = ?, seconds_codec = 'raw-f64'", (blob,))
+    con.close()
+    reseal(trace)
+    one_line_exit_2([command[0], trace, *command[1:]], "invocation_set", "a time that is not")
+    assert not (tmp_path / "out.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("table", "column"),
+    [("invocation_set", "seconds"), ("invocation_set", "round_us"), ("aggregation_block", "calls")],
+)
+def test_verify_names_the_row_and_column_of_a_damaged_block(
+    mlr1: Path, tmp_path: Path, table: str, column: str
+) -> None:
+    """``replay verify`` cut a decoder's 'table T row R column C: ...' at its first
+    colon, so its one line named the table but neither the row nor the column."""
+    trace = tmp_path / "t.sqlite"
+    shutil.copyfile(mlr1, trace)
+    with sqlite3.connect(trace) as con:
+        (row,) = con.execute(f"SELECT min(id) FROM {table}").fetchone()
+        con.execute(f"UPDATE {table} SET {column} = X'0102', {column}_codec = 'raw-i64'")
+    con.close()
+    reseal(trace)
+    one_line_exit_2(["verify", trace], f"table {table} ", f"row {row} column {column}: ")
+
+
+@pytest.mark.parametrize("error", [" ", "\n", " \n\t\n"])
+def test_a_recorded_error_of_blank_lines_is_shown_without_one(
+    mlr1: Path, tmp_path: Path, error: str
+) -> None:
+    """A run's error (not under the hash chain) edited to blank lines: ``replay show``
+    took its last line and failed with 'internal error: IndexError', exit 70."""
+    trace = tmp_path / "t.sqlite"
+    shutil.copyfile(mlr1, trace)
+    with sqlite3.connect(trace) as con:
+        con.execute("UPDATE run SET status = 'failed', error = ?", (error,))
+    con.close()
+    res = tcli.invoke(["show", trace])
+    assert res.returncode == 0 and res.stderr == "", res
+    assert "failed" in res.stdout and "error:" not in res.stdout, res.stdout
+
+
+def test_export_to_an_empty_path_says_it_is_empty(mlr1: Path, tmp_path: Path) -> None:
+    """``-o ''`` got as far as the write, and its line was an errno and a temporary
+    file's name: '[Errno 2] No such file or directory: './..8d8d.tmp' -> '''."""
+    one_line_exit_2(["export", mlr1, "-o", ""], "-o is empty", cwd=tmp_path)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_one_long_app_name_leaves_the_listing_of_every_trace_narrow(
+    mlr1: Path, tmp_path: Path
+) -> None:
+    """``replay ls`` sizes its app column to the longest app: one trace (edited, chain
+    resealed) whose app is named with 100,000 characters padded every line to that."""
+    for name in ("a", "b"):
+        shutil.copyfile(mlr1, tmp_path / f"{name}.sqlite")
+    with sqlite3.connect(tmp_path / "a.sqlite") as con:
+        con.execute("UPDATE run SET app = ?", ("A" * 100_000,))
+    con.close()
+    reseal(tmp_path / "a.sqlite")
+    res = tcli.invoke(["ls", tmp_path])
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert len(lines) == 3 and max(map(len, lines)) < 200, [len(ln) for ln in lines]
+    assert "AAAA…" in res.stdout and "mlr" in res.stdout

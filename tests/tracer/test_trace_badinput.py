@@ -7,13 +7,20 @@ import os
 import shutil
 import sqlite3
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from tracehelp import digest
 
 import tracer
 from tracer import TraceFormatError, TraceNotFoundError, TracerError
+from tracer._codec import encode
+from tracer._schema import CALL_BLOCKS
+from tracer._stream import decode_calls, expand
 
 
 def refuse(path: Path, error: type, pattern: str) -> str:
@@ -296,3 +303,34 @@ def test_unknown_run_id(recorded_trace: Path) -> None:
         ),
     ):
         trace.run("zzzzzz")
+
+
+@st.composite
+def wrapping_lengths(draw: st.DrawFn) -> list[int]:
+    """Three to eight int64 lengths whose sum is a multiple of 2**64: 0 once wrapped."""
+    n = draw(st.integers(3, 8))
+    head = [2**64 // n + draw(st.integers(-(2**20), 2**20)) for _ in range(n - 1)]
+    return [*head, 2**64 - sum(head)]
+
+
+@settings(max_examples=30, deadline=None)
+@given(model=st.sampled_from(sorted(CALL_BLOCKS, key=repr)), lengths=wrapping_lengths())
+def test_call_lengths_whose_sum_wraps_round_are_refused(model: Any, lengths: list[int]) -> None:
+    """A block's per-call lengths summed in int64: four of 2**62 summed to its 0 values,
+    passed, and expanding the calls killed the reader with a segmentation fault."""
+    spec = CALL_BLOCKS[model]
+    calls = np.zeros((len(lengths), spec.width), np.int64)
+    calls[:, -1] = lengths
+    empty = encode(np.zeros(0, np.int64))
+    cols: dict[str, Any] = {"calls": encode(calls.ravel())}
+    cols |= {c: empty for c in spec.values}
+    row = SimpleNamespace(
+        id=1,
+        n_calls=len(lengths),
+        n_values=0,
+        count=0 if spec.per_value else len(lengths),
+        **{k: v[0] for k, v in cols.items()},
+        **{k + "_codec": v[1] for k, v in cols.items()},
+    )
+    with pytest.raises(TraceFormatError, match="column calls: call lengths do not add up"):
+        expand(model, row) if spec.per_value else decode_calls(model, row)

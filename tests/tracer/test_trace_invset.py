@@ -15,6 +15,8 @@ from tracer import TraceFormatError
 from tracer._invset import (
     COUNTERS,
     GIVEN,
+    MAX_SECONDS,
+    MAX_US,
     MAX_VALUES,
     NodeDone,
     decode_phase,
@@ -38,7 +40,7 @@ def node_done(draw: st.DrawFn, node: int, rounds: int | None) -> NodeDone:
     return NodeDone(
         node,
         {name: draw(counts) for name in GIVEN},
-        draw(st.floats(allow_nan=False)),
+        draw(st.floats(0, MAX_SECONDS)),
         np.array(draw(st.lists(micros, min_size=n, max_size=n)), np.int64),
         np.array(
             draw(
@@ -118,6 +120,37 @@ def test_a_malformed_array_is_one_error_naming_its_column(
     with pytest.raises(TraceFormatError, match=problem) as err:
         decode_set(_row(cols))
     assert "\n" not in str(err.value) and "table invocation_set row 1" in str(err.value)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.tuples(st.just("seconds"), st.floats().filter(lambda v: not 0 <= v <= MAX_SECONDS))
+    | st.tuples(
+        st.just("round_us"),
+        st.integers(-(2**63), 2**63 - 1).filter(lambda v: not 0 <= v <= MAX_US),
+    )
+)
+def test_a_time_out_of_range_is_refused_naming_its_column(bad: tuple[str, float]) -> None:
+    """A NaN or infinite invocation time stopped ``replay export`` (internal error) and
+    the browser's overview; a round length whose delta wrapped round int64 was shown."""
+    from tracer._codec import encode
+
+    column, value = bad
+    cols = _good()
+    if column == "seconds":
+        cols["seconds"], cols["seconds_codec"] = encode(np.array([0.25, value]))
+    else:  # node 0's second round (node 1's are stored as differences from node 0's)
+        lengths = np.array([100, value, 100, 200], np.int64)
+        cols["round_us"], cols["round_us_codec"] = encode(lengths, delta=True)
+    with pytest.raises(TraceFormatError, match=f"row 1 column {column}: a .* that is not 0"):
+        decode_set(_row(cols))
+
+
+@given(st.floats())
+def test_any_time_a_recorder_gives_is_stored_as_one_the_reader_takes(seconds: float) -> None:
+    counters = dict.fromkeys(GIVEN, 1)
+    (got,) = decode_set(_row(encode_set([NodeDone(0, counters, seconds)])))
+    assert 0 <= got.seconds <= MAX_SECONDS
 
 
 def test_counts_that_do_not_match_the_node_column_are_refused() -> None:
@@ -202,3 +235,31 @@ def test_an_old_store_takes_a_new_run_and_both_layouts_verify(tmp_path: Path) ->
             assert rep.ok, rep.problem
         assert trace.run(old.run_id).operators()["sgd"].invocations == 2
         assert trace.run("new").operators()["acc"].invocations == 2
+
+
+@st.composite
+def wrapping_counts(draw: st.DrawFn) -> list[int]:
+    """Three to eight int64 counts whose sum is a multiple of 2**64: 0 once wrapped."""
+    n = draw(st.integers(3, 8))
+    head = [2**64 // n + draw(st.integers(-(2**20), 2**20)) for _ in range(n - 1)]
+    return [*head, 2**64 - sum(head)]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    column=st.sampled_from(["n_round_lengths", "n_thread_spans", "n_routed"]),
+    counts=wrapping_counts(),
+)
+def test_counts_whose_sum_wraps_round_are_refused(column: str, counts: list[int]) -> None:
+    """Per-node counts that each pass as non-negative but whose int64 sum wraps round
+    (four of 2**62 sum to 0): the reader took the wrapped total, and splitting the
+    empty column by those counts killed the process with a segmentation fault."""
+    from tracer._codec import encode
+
+    n = len(counts)
+    cols = encode_set([NodeDone(k, dict.fromkeys(GIVEN, 1), 0.5) for k in range(n)])
+    table = np.zeros((len(COUNTERS), n), np.int64)
+    table[COUNTERS.index(column)] = counts
+    cols["counters"], cols["counters_codec"] = encode(table.ravel())
+    with pytest.raises(TraceFormatError, match="is not a length this reader decodes"):
+        decode_set(_row(cols))

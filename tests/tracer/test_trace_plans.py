@@ -124,3 +124,30 @@ def test_a_100k_body_rotation_plan_costs_well_under_a_byte_per_body() -> None:
     size = sum(len(cols[c]) for c in ("tasks", "task_of", "orders"))
     assert size < 40_000  # 4 tasks: 2 bits of entropy per body
     assert_same(plan, decode_plan(_Row(cols)))
+
+
+@st.composite
+def wrapping_lengths(draw: st.DrawFn) -> list[int]:
+    """Three to eight int64 lengths whose sum is ``2**64 + small``: ``small`` once wrapped."""
+    n = draw(st.integers(3, 8))
+    head = [2**64 // n + draw(st.integers(-(2**20), 2**20)) for _ in range(n - 1)]
+    return [*head, 2**64 + draw(st.integers(0, 4)) - sum(head)]
+
+
+@given(wrapping_lengths())
+def test_task_lengths_whose_sum_wraps_round_are_refused(lengths: list[int]) -> None:
+    """Explicit task lengths summed in int64 wrapped round to the number of orders
+    stored, so a forged plan of 2**62-body tasks passed as consistent."""
+    from tracer import TraceFormatError
+    from tracer._codec import encode
+
+    plan = Plan("auto", 0, 4, 1, 1, [[[Task(0, np.array([3, 1, 2, 0]))]]], imbalance=1.0)
+    cols = encode_plan(plan)
+    n = len(lengths)
+    table = np.array([[0, 0, 0, 0, 1, length] for length in lengths], np.int64)
+    orders = np.arange(sum(lengths) - 2**64, dtype=np.int64)
+    cols["n_tasks"], (cols["tasks"], cols["tasks_codec"]) = n, encode(table.ravel())
+    cols["n_explicit"], (cols["orders"], cols["orders_codec"]) = len(orders), encode(orders)
+    cols["task_of"], cols["task_of_codec"] = encode(np.empty(0, np.int64))
+    with pytest.raises(TraceFormatError, match="explicit orders do not match the task table"):
+        decode_plan(_Row(cols))

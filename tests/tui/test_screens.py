@@ -899,3 +899,157 @@ def test_names_read_from_a_trace_are_shown_as_text(
             assert "\x1b" not in text and "\u202e" not in text and "\x07" not in text, text
 
     drive(BrowserApp([tmp_path]), script, size=(120, 30))
+
+
+@pytest.mark.parametrize(
+    "detail",
+    [
+        {"divergence": {"op": "sgd", "invocation": 0, "node": 0, "index": float("inf")}},
+        {
+            "divergence": {
+                "op": "sgd",
+                "invocation": 1,
+                "what": "lock",
+                "event": "round " + "9" * 5000,
+            }
+        },
+        {
+            "divergence": {
+                "op": "[bold]sgd\x1b[2J",
+                "invocation": 0,
+                "what": "[red]x\x1b]0;t\x07",
+                "expected": "[/]",
+                "actual": "\x1b[31m" + "A" * 100_000,
+            },
+            "[b]k\x1b": "[/]\x1b[2J",
+        },
+    ],
+    ids=["infinite-index", "5000-digit-round", "markup-escapes-100k"],
+)
+def test_a_hostile_verdict_detail_is_shown_as_bounded_text(
+    tmp_path: Path, detail: dict[str, Any]
+) -> None:
+    """A stored verdict's detail is the trace's JSON: an Infinity index (OverflowError)
+    or a 5,000-digit round (int() refuses it) stopped the browser on the verdicts view,
+    and its texts reached the terminal with their escape sequences, whole."""
+    write_synthetic(tmp_path / "a.sqlite", "run-a")
+    with tracer.open_writable(str(tmp_path / "a.sqlite")) as trace:
+        trace.add_verdict("run-a", "cluster", False, detail)
+
+    async def script(pilot: Any) -> None:
+        await wait_text(pilot, "1 run(s)")
+        await pilot.press("v")
+        text = await wait_text(pilot, "1 verdict(s), 1 failed", "FAILED")
+        assert "\x1b" not in text and "A" * 200 not in text, text
+        await pilot.press("g")  # to the orders view, or a note that there is no place
+        await pilot.pause()
+        text = screen_text(pilot.app)
+        assert "\x1b" not in text, text
+
+    drive(BrowserApp([tmp_path]), script)
+
+
+LONG_NAMES = """\
+import numpy as np
+import engine as ap
+
+
+def train() -> None:
+    X = ap.dvector(4, shape=(), data=np.ones(4), name="X" * 5000)
+    for _ in range(2):
+        ap.async_for(0, 4, lambda j: X.__setitem__(j, X[j] + 1.0), name="op" + "Z" * 100_000)
+    ap.log_objective("loss" + "L" * 50_000, 1.0)
+"""
+
+
+def test_a_100k_character_name_leaves_each_view_its_table(tmp_path: Path, cli: Any) -> None:
+    """An operator name of 100,000 characters filled the timeline's and the orders'
+    screens with their one-line header (no lane, no table left), and a recorded error of
+    blank lines stopped the runs list and the overview with an IndexError."""
+    prog = tmp_path / "long.py"
+    prog.write_text(LONG_NAMES)
+    trace = tmp_path / "t.sqlite"
+    assert cli("run", f"{prog}:train", "--trace", trace).returncode == 0
+    with sqlite3.connect(trace) as con:  # the error is not under the hash chain
+        con.execute("UPDATE run SET status = 'failed', error = ' \n \n'")
+    con.close()
+
+    async def script(pilot: Any) -> None:
+        await wait_text(pilot, "1 run(s)", "failed")
+        await pilot.press("enter")
+        await wait_text(pilot, "params", "loss")
+        await pilot.press("t")
+        text = await wait_text(pilot, "n0 t0", "invocation 0 of 2")
+        assert text.count("Z" * 40) == 1, text
+        await pilot.press("escape", "o")
+        text = await wait_text(pilot, "1 Lock grants", "row(s)")
+        assert text.count("Z" * 40) == 1, text
+
+    drive(BrowserApp([tmp_path]), script)
+
+
+NAN_OBJECTIVE = """\
+import numpy as np
+import engine as ap
+
+
+def train(nan: bool = False) -> None:
+    X = ap.dvector(4, shape=(), data=np.ones(4), name="X\\x1b[2J" + "Y" * 5000)
+    ap.async_for(0, 4, lambda j: X.__setitem__(j, X[j] + 1.0), name="op\\x1b]0;t\\x07" + "Z" * 100_000)
+    ap.log_objective("loss", float("nan") if nan else 1.0)
+"""
+
+
+def test_the_diff_of_a_nan_objective_and_hostile_names_finishes(tmp_path: Path, cli: Any) -> None:
+    """A NaN objective is read back as None: formatting it raised in the diff's worker,
+    whose errors are silent, so the diff said 'comparing…' for ever; its event lines
+    printed operator and DDS names raw and whole (escape sequences, 100,000 characters
+    folded over the screen)."""
+    prog = tmp_path / "nan.py"
+    prog.write_text(NAN_OBJECTIVE)
+    for name, nan in (("a", "false"), ("b", "true")):
+        res = cli(
+            "run", f"{prog}:train", "-p", f"nan={nan}", "--trace", tmp_path / f"{name}.sqlite"
+        )
+        assert res.returncode == 0, res.stderr
+
+    async def script(pilot: Any) -> None:
+        text = await wait_text(pilot, "first difference: node 0, event 3", "nan")
+        assert "\x1b" not in text and "Z" * 200 not in text, text
+
+    drive(BrowserApp([tmp_path / "a.sqlite", tmp_path / "b.sqlite"], diff=True), script)
+
+
+def test_a_run_id_is_shown_escaped_in_view_titles(tmp_path: Path) -> None:
+    """A run id is the trace's text too: view titles (``Run …``, ``Verdicts of …``) and
+    the history view printed its first characters raw, escape sequences included."""
+    run_id = "\x1b[2J\x1b]0;t\x07[b]run"
+    write_synthetic(tmp_path / "a.sqlite", run_id)
+
+    async def script(pilot: Any) -> None:
+        await wait_text(pilot, "1 run(s)")
+        await pilot.press("enter")
+        text = await wait_text(pilot, "operator", "Run \\x1b[2J")
+        assert "\x1b" not in text, text
+        await pilot.press("v")
+        text = await wait_text(pilot, "Verdicts of \\x1b[2J")
+        assert "\x1b" not in text and "\x07" not in text, text
+
+    drive(BrowserApp([tmp_path]), script)
+
+
+def test_a_verdict_detail_of_many_values_is_listed_in_part(tmp_path: Path) -> None:
+    """A stored detail of 20,000 keys was laid out a row each on every redraw: the
+    verdicts view took about a minute to show, and as long again for each key."""
+    write_synthetic(tmp_path / "a.sqlite", "run-a")
+    with tracer.open_writable(str(tmp_path / "a.sqlite")) as trace:
+        trace.add_verdict("run-a", "cluster", False, {f"k{i}": i for i in range(20_000)})
+
+    async def script(pilot: Any) -> None:
+        await wait_text(pilot, "1 run(s)")
+        await pilot.press("v")
+        await wait_text(pilot, "FAILED", "k0", timeout=5)
+        await pilot.press("tab", "end")  # to the detail pane, and its end
+        await wait_text(pilot, "… and 19,800 more detail value(s)", timeout=5)
+
+    drive(BrowserApp([tmp_path]), script)

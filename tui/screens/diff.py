@@ -12,8 +12,6 @@ from textual.containers import VerticalScroll
 from textual.widgets import Footer, Header, Static
 from textual.worker import get_current_worker
 
-import tracer
-
 from .. import _format as fmt
 from .._model import NodeDiff, first_difference
 from .._repo import BrowseError, RunRef, RunView
@@ -28,13 +26,13 @@ class _Cancelled(Exception):
 def _side(label: str, view: RunView) -> Text:
     info = view.info
     text = Text()
-    text.append(tracer.printable(f"{label} {info.app or '?'}"), style="bold")
+    text.append(f"{label} {fmt.text(info.app or '?', 40)}", style="bold")
     text.append(f"  {fmt.short_id(info.run_id)}\n")
     text.append(f"{fmt.short_path(view.ref.path, 36)}\n", style="dim")
     text.append(f"{info.status}  {info.ranks}×{info.threads}  {fmt.duration(info.duration)}\n")
     for name, values in view.objectives().items():
         if values:
-            text.append(tracer.printable(f"{name} {values[-1]:.6g}  "))
+            text.append(f"{fmt.text(name, 40)} {values[-1]:.6g}  ")
     text.rstrip()
     return text
 
@@ -107,6 +105,11 @@ class DiffScreen(BrowserScreen):
             return
         except BrowseError as exc:
             self.deliver(self._failed, str(exc))
+            return
+        # anything else a hostile trace makes the comparison raise: said, not a view
+        # that shows "comparing…" for ever (a worker's error is otherwise silent)
+        except Exception as exc:  # noqa: BLE001
+            self.deliver(self._failed, f"cannot compare the logs: {fmt.text(exc, 200)}")
             return
         self.deliver(self._finish)
 

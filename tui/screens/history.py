@@ -331,7 +331,7 @@ class HistoryScreen(BrowserScreen):
         self.started_at = time.monotonic()
         where = Text()
         where.append("run ", style="dim")
-        where.append(self.ref.run_id[:12], style="bold")
+        where.append(fmt.short_id(self.ref.run_id, 12), style="bold")
         where.append("  element ", style="dim")
         where.append(self.element, style="bold")
         where.append("  after each invocation, replayed from checkpoints", style="dim")

@@ -10,8 +10,6 @@ from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.widgets import Footer, Header, Input, Label, Static, TabbedContent, TabPane
 
-import tracer
-
 from .. import _format as fmt
 from .._model import RowTable
 from .._repo import BrowseError, RunRef, RunView
@@ -188,7 +186,7 @@ class OrdersScreen(BrowserScreen):
         text.append("node ", style="dim")
         text.append(node, style="bold")
         text.append("  op ", style="dim")
-        text.append(tracer.printable(self.op or "-"), style="bold")
+        text.append(fmt.text(self.op or "-", 60), style="bold")
         text.append("  invocation ", style="dim")
         text.append(str(self.invocation), style="bold")
         view, op = self.view, self.op

@@ -7,8 +7,6 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.widgets import DataTable, Footer, Header, Static
 
-import tracer
-
 from .. import _format as fmt
 from .._repo import BrowseError, RunRef, RunView
 from ..widgets import ListTable
@@ -85,14 +83,14 @@ class OverviewScreen(BrowserScreen):
     def _fill(self, view: RunView) -> None:
         info = view.info
         meta = Text()
-        meta.append(tracer.printable(info.app or "?"), style="bold")
-        meta.append(tracer.printable(f"  {info.target}  run {info.run_id}") + "\n")
+        meta.append(fmt.text(info.app or "?", 60), style="bold")
+        meta.append(f"  {fmt.text(info.target, 60)}  run {fmt.text(info.run_id, 64)}\n")
         meta.append(info.status, style="green" if info.status == "finished" else "bold red")
         meta.append(f"  {fmt.when(info.started_at)}  took {fmt.duration(info.duration)}")
         meta.append(f"  {info.ranks} ranks × {info.threads} threads  seed {info.seed}\n")
         params = " ".join(f"{k}={v}" for k, v in sorted(info.params.items())) or "(none)"
         meta.append("params ", style="dim")
-        meta.append(tracer.printable(params) + "\n")
+        meta.append(fmt.text(params, 240) + "\n")
         meta.append("store ", style="dim")
         meta.append(f"{fmt.size(view.store_bytes())}  code {info.code_digest[:12] or '-'}")
         verdicts = view.verdicts()
@@ -100,7 +98,7 @@ class OverviewScreen(BrowserScreen):
             meta.append("  verdicts ", style="dim")
             meta.append(fmt.verdict_summary(verdicts))
         if info.error:
-            meta.append("\n" + tracer.printable(info.error.strip().splitlines()[-1]), style="red")
+            meta.append("\n" + fmt.text(fmt.last_line(info.error), 240), style="red")
         self.query_one("#meta", Static).update(meta)
         table = self.query_one("#ops", DataTable)
         ops = view.operators()
@@ -131,7 +129,7 @@ class OverviewScreen(BrowserScreen):
         self.curve %= len(names)
         name = names[self.curve]
         values = curves[name]
-        title = f"{tracer.printable(name)}: {len(values)} iteration(s), last {values[-1]:.6g}"
+        title = f"{fmt.text(name, 60)}: {len(values)} iteration(s), last {values[-1]:.6g}"
         if len(names) > 1:
             title += f"  [{self.curve + 1}/{len(names)}, c: next]"
         plot.plot(title, values)

@@ -290,28 +290,28 @@ class RunsScreen(BrowserScreen):
             row = self.rows[k]
             if isinstance(row, TraceEntry):
                 out.append(f"{fmt.short_path(row.path, 76)}\n", style="bold")
-                out.append(tracer.printable(f"unreadable: {row.error}"), style="red")
+                out.append(f"unreadable: {fmt.text(row.error, 240)}", style="red")
             else:
                 info = row.info
                 path = fmt.short_path(row.ref.path, max(20, self.size.width - 45))
-                out.append(f"{path}  run {info.run_id}\n", style="bold")
-                out.append(tracer.printable(f"{info.target or info.app}  seed {info.seed}  "))
+                out.append(f"{path}  run {fmt.text(info.run_id, 64)}\n", style="bold")
+                out.append(f"{fmt.text(info.target or info.app)}  seed {info.seed}  ")
                 out.append(f"started {fmt.when(info.started_at)}")
                 if info.run_id in self.groups:
                     g, n, members = self.groups[info.run_id]
                     runs = ", ".join(map(str, members[:8])) + (" ..." if len(members) > 8 else "")
                     out.append(
-                        f"\nchaos seed {info.labels.get('chaos_seed')} run "
-                        f"{info.labels.get('chaos_run')}: outcome group {g} of {n} "
+                        f"\nchaos seed {fmt.text(info.labels.get('chaos_seed'), 24)} run "
+                        f"{fmt.text(info.labels.get('chaos_run'), 24)}: outcome group {g} of {n} "
                         f"(runs {runs})",
                         style="cyan",
                     )
                 for e in row.earlier:
-                    out.append(f"\nresumes run {e.run_id[:12]} ({e.status})", style="cyan")
-                if info.error:
                     out.append(
-                        "\n" + tracer.printable(info.error.strip().splitlines()[-1]), style="red"
+                        f"\nresumes run {fmt.short_id(e.run_id, 12)} ({e.status})", style="cyan"
                     )
+                if info.error:
+                    out.append("\n" + fmt.text(fmt.last_line(info.error), 240), style="red")
         if self.marked:
             out.append(f"\nmarked for diff: {len(self.marked)} (space: mark, d: diff)", style="dim")
         self.query_one("#runs-detail", Static).update(out)

@@ -8,8 +8,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.widgets import Footer, Header, Static
 
-import tracer
-
+from .. import _format as fmt
 from .._model import Timeline
 from .._repo import BrowseError, RunRef, RunView
 from ..widgets.timeline import LOCKED, START, TASK, TimelineView
@@ -66,7 +65,7 @@ class TimelineScreen(BrowserScreen):
         view, op = self.view, self.op
         invs: list[int] = self.attempt(lambda: view.invocation_numbers(op), [])
         text = Text()
-        text.append(tracer.printable(f"{self.op}"), style="bold")
+        text.append(fmt.text(self.op, 60), style="bold")
         text.append(f" invocation {self.invocation}")
         text.append(f" of {len(invs)}" if invs else " (none completed)", style="dim")
         if tl is not None:

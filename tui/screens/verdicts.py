@@ -23,6 +23,10 @@ from .._verdict import (
 from ..widgets import ListTable
 from ._base import BrowserScreen
 
+#: Detail values the pane lists at most: a stored detail is the trace's JSON, and one of
+#: 20,000 keys took the view a minute per redraw (a row each, laid out every time).
+DETAIL_ROWS = 200
+
 
 class VerdictsScreen(BrowserScreen):
     """Lists verdicts; g jumps to the divergence of the one under the cursor."""
@@ -67,7 +71,7 @@ class VerdictsScreen(BrowserScreen):
         self.query_one("#verdict-summary", Static).update(summary)
         for k, v in enumerate(self.verdicts):
             if v.error is not None:  # one bad row is shown as such; the others stay readable
-                bad = Text(f"unreadable verdict: {v.error}", style="bold red")
+                bad = Text(f"unreadable verdict: {fmt.text(v.error, 240)}", style="bold red")
                 table.add_row(str(k + 1), "?", Text("?", style="bold red"), "", bad, key=str(k))
                 continue
             result = Text("pass", style="green") if v.passed else Text("FAIL", style="bold red")
@@ -100,26 +104,29 @@ class VerdictsScreen(BrowserScreen):
         # (which counts the verdicts of every run in the file)
         nth = f"{self.query_one('#verdicts', DataTable).cursor_row + 1} of {len(self.verdicts)}"
         if v.error is not None:
-            box.update(Text(f"unreadable verdict {nth}: {v.error}", style="bold red"))
+            box.update(
+                Text(f"unreadable verdict {nth}: {fmt.text(v.error, 240)}", style="bold red")
+            )
             return
         head = Text(f"{v.kind} verdict {nth}: ")
         head.append("passed" if v.passed else "FAILED", style="green" if v.passed else "bold red")
         parts: list[Text | Table] = [head]
         untested = not_tested(v.detail)
         if untested:  # what a pass does not cover, before anything else
-            parts.append(Text(f"not tested: {untested}", style="bold yellow"))
+            parts.append(Text(f"not tested: {fmt.text(untested, 240)}", style="bold yellow"))
         why = explain(v.detail, self.ref.path, self.ref.run_id if self._shared_file() else None)
         shown: set[str] = set()
         if why is not None:
             main = Table.grid(padding=(0, 2))
             main.add_column(no_wrap=True, style="bold")
             main.add_column()
-            main.add_row("what", Text(why.what, style="bold yellow"))
-            main.add_row("where", Text(why.where, style="bold yellow"))
+            # every text below is the stored detail's: escaped and cut (fmt.text)
+            main.add_row("what", Text(fmt.text(why.what, 200), style="bold yellow"))
+            main.add_row("where", Text(fmt.text(why.where, 200), style="bold yellow"))
             main.add_row("expected", self._value(why.expected_label, why.expected))
             main.add_row("got", self._value(why.got_label, why.got))
             if why.command is not None:
-                main.add_row("stop there", Text(why.command, style="bold cyan"))
+                main.add_row("stop there", Text(fmt.text(why.command, 240), style="bold cyan"))
             parts.append(main)
             # the keys of the divergence the lines above said; everything else follows
             sub = next((k for k in ("first_difference", "divergence") if k in v.detail), "")
@@ -135,11 +142,16 @@ class VerdictsScreen(BrowserScreen):
             grid = Table.grid(padding=(0, 2))
             grid.add_column(no_wrap=True)
             grid.add_column()
-            for key, value in rest:
+            more = len(rest) - DETAIL_ROWS
+            for key, value in rest[:DETAIL_ROWS]:
                 hot = is_highlighted(key) and why is None
                 style = "bold yellow" if hot and not v.passed else "bold" if hot else "dim"
-                grid.add_row(Text(key, style=style), Text(fmt.scalar(value, 200), style=style))
+                grid.add_row(
+                    Text(fmt.text(key, 60), style=style), Text(fmt.scalar(value, 200), style=style)
+                )
             parts += [Text("details", style="dim underline"), grid]
+            if more > 0:
+                parts.append(Text(f"… and {fmt.count(more)} more detail value(s)", style="dim"))
         if not v.passed and divergence_target(v.detail).op is not None:
             parts.append(Text("g: show this place in the orders view", style="italic dim"))
         box.update(Group(*parts))

@@ -10,7 +10,7 @@ from rich.text import Text
 from textual.binding import Binding
 from textual.widgets import DataTable
 
-import tracer
+from .. import _format as fmt
 
 
 def shown(cell: Any) -> Any:
@@ -18,11 +18,12 @@ def shown(cell: Any) -> Any:
     ``str`` cell as Rich markup, and the cells name what a trace holds (its app,
     operators, DDS, errors: hostile text): ``[/bold]`` in an operator's name stopped the
     browser with a MarkupError, and ``[on red]`` would restyle the row.  Control
-    characters are escaped as the CLI does (:func:`tracer.printable`)."""
+    characters are escaped as the CLI does, and a cell is cut to :data:`fmt.TEXT_CHARS`
+    (a 100,000-character name made its column that wide) (:func:`fmt.text`)."""
     if isinstance(cell, str):
-        return Text(tracer.printable(cell))
+        return Text(fmt.text(cell))
     if isinstance(cell, Text):  # styled by us; its text may still come from the trace
-        safe = tracer.printable(cell.plain)
+        safe = fmt.text(cell.plain)
         if safe != cell.plain:
             return Text(safe, style=cell.style)
     return cell
