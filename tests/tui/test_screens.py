@@ -1053,3 +1053,38 @@ def test_a_verdict_detail_of_many_values_is_listed_in_part(tmp_path: Path) -> No
         await wait_text(pilot, "… and 19,800 more detail value(s)", timeout=5)
 
     drive(BrowserApp([tmp_path]), script)
+
+
+WIDE_OPERATOR = """\
+import numpy as np
+import engine as ap
+
+
+def train(name: str) -> None:
+    X = ap.dvector(4, shape=(), data=np.ones(4), name="X")
+    ap.async_for(0, 4, lambda j: X.__setitem__(j, X[j] + 1.0), name=name)
+"""
+
+
+@pytest.mark.parametrize("length", [8, 20, 32])
+def test_the_overview_shows_its_operator_row_whatever_the_name_length(
+    tmp_path: Path, cli: Any, length: int
+) -> None:
+    """At 80 columns an operator name of 15 or more characters made the operators table
+    wider than the screen; its horizontal scrollbar took the table's last line, so the
+    run's only operator row showed as blank.  The table now makes room for it."""
+    prog = tmp_path / "wide.py"
+    prog.write_text(WIDE_OPERATOR)
+    name = ("abcdefghij" * 4)[:length]
+    trace = tmp_path / "t.sqlite"
+    assert cli("run", f"{prog}:train", "-p", f"name={name}", "--trace", trace).returncode == 0
+
+    async def script(pilot: Any) -> None:
+        await wait_text(pilot, "1 run(s)")
+        await pilot.press("enter")
+        text = await wait_text(pilot, "params")
+        # the operator's row: its name, then 1 invocation of 4 bodies
+        row = [ln for ln in text.splitlines() if ln.startswith("  " + name)]
+        assert row and row[0].split()[1:3] == ["1", "4"], text
+
+    drive(BrowserApp([tmp_path]), script)

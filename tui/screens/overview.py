@@ -115,8 +115,22 @@ class OverviewScreen(BrowserScreen):
                 fmt.count(s.messages),
                 key=op,
             )
-        table.styles.height = min(len(ops), 5) + 1
+        self._fit_ops()
         self._plot()
+
+    def _fit_ops(self) -> None:
+        """The operators table tall enough for its header, up to five rows and, when its
+        columns are wider than the screen, the horizontal scrollbar (which would hide
+        the last row: a long operator name made the only row disappear at 80 columns)."""
+        table = self.query_one("#ops", DataTable)
+        wide = sum(c.get_render_width(table) for c in table.columns.values())
+        room = self.app.size.width - 2  # the table's margin: one column on each side
+        rows = min(table.row_count, 5)
+        table.styles.height = rows + 1 + (1 if wide > room else 0)
+
+    def on_resize(self) -> None:
+        if self.view is not None:
+            self._fit_ops()
 
     def _plot(self) -> None:
         assert self.view is not None
