@@ -23,36 +23,14 @@ from hypothesis import strategies as st
 
 import engine as ap
 from engine import DivergenceError
-from engine._asyncfor.recon import AccessSets, csr_from_lists
-from engine._data.dds import SLOT_BITS
 from engine._machines.planner import Plan, Task, make_plan
 from engine._machines.planparts import keep_nodes, node_bytes, own_parts, plan_digest, whole_plan
 from replay._controller import TraceController
-
-
-def _sets(n: int, m: int, seed: int, start: int) -> AccessSets:
-    """Bodies that read 1-3 and write 1-2 of ``m`` elements of two DDS."""
-    rng = np.random.default_rng(seed)
-
-    def gid() -> int:
-        return (int(rng.integers(2)) << SLOT_BITS) | int(rng.integers(m))
-
-    r_counts, r_ids, w_counts, w_ids = [], [], [], []
-    for _ in range(n):
-        k = int(rng.integers(1, 4))
-        r_counts.append(k)
-        r_ids += [gid() for _ in range(k)]
-        k = int(rng.integers(1, 3))
-        w_counts.append(k)
-        w_ids += [gid() for _ in range(k)]
-    rp, rf = csr_from_lists(r_counts, r_ids)
-    wp, wf = csr_from_lists(w_counts, w_ids)
-    return AccessSets(start, n, rp, rf, wp, wf)
-
+from tests.tracer.test_trace_plans import random_sets
 
 plans = st.builds(
     lambda n, m, seed, start, nodes, threads, strategy: make_plan(
-        _sets(n, m, seed, start), nodes, threads, strategy=strategy
+        random_sets(n, m, seed, start), nodes, threads, strategy=strategy
     ),
     n=st.integers(1, 120),
     m=st.integers(1, 40),
