@@ -62,9 +62,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import engine as ap  # noqa: E402
-from engine._data.dds import homes  # noqa: E402
-from engine._machines.planparts import node_bytes as plan_node_bytes  # noqa: E402
-from engine._machines.routing import held_touches  # noqa: E402
+from engine.lowlevel import held_touches, homes, plan_node_bytes  # noqa: E402
 
 #: The targets of issue 35 ("Figures"), by field.
 TARGETS = {

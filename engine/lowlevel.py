@@ -16,6 +16,7 @@ from ._asyncfor.baseline import without_guard as without_guard
 from ._data.dds import SLOT_BITS as SLOT_BITS
 from ._data.dds import SLOT_MASK as SLOT_MASK
 from ._data.dds import available_memory as available_memory
+from ._data.dds import homes as homes
 from ._data.digest import NAMES as DIGEST_NAMES
 from ._data.digest import DigestKindError as DigestKindError
 from ._data.digest import check_same_kind as check_same_digest_kind
@@ -47,7 +48,9 @@ from ._machines.planner import Plan as Plan
 from ._machines.planner import Task as Task
 from ._machines.planner import serial_plan as serial_plan
 from ._machines.planner import wavefront_plan as wavefront_plan
+from ._machines.planparts import node_bytes as plan_node_bytes
 from ._machines.planparts import plan_digest as plan_digest
+from ._machines.routing import held_touches as held_touches
 from ._machines.schedule import GrantLog as GrantLog
 from ._machines.schedule import MutexLog as MutexLog
 from ._machines.schedule import Schedule as Schedule
@@ -85,6 +88,9 @@ __all__ = [
     "MutexLog",
     "Plan",
     "plan_digest",
+    "plan_node_bytes",
+    "held_touches",
+    "homes",
     "Schedule",
     "Tape",
     "ScheduleExhausted",
