@@ -73,7 +73,6 @@ from .recon import (
     AccessSets,
     Done,
     NodeSets,
-    ReconMissed,
     concat_sets,
     node_sets,
     recon_range,
@@ -128,22 +127,12 @@ def _recon(
     sess.set_mode("recon")
     _relaxed.enter_recon(sess)  # relaxed DDS: out of the sets (or in them, in test mode)
     try:
-        # per node: its sets once a pass finished them, or the bodies a pass finished
-        done: dict[int, Done | AccessSets | None] = {}
 
-        def share(node: int) -> AccessSets | list[tuple[int, int]]:
+        def share(node: int, done: Done | None) -> AccessSets:
             lo = start + n * node // cl.size
             hi = start + n * (node + 1) // cl.size
-            try:
-                prev = done.get(node)
-                if isinstance(prev, AccessSets):  # finished in an earlier pass
-                    return prev
-                sets = recon_range(sess, name, inv, body, lo, hi, prev)
-            except ReconMissed as missed:  # sharded rows this node lacks: fetch, run the
-                done[node] = missed.done  # bodies that missed one again
-                return missed.misses
+            sets = recon_range(sess, name, inv, body, lo, hi, done)
             finish_closure(body)  # inside the share: a late violation is this node's failure
-            done[node] = sets
             return sets
 
         parts = recon_shares(cl, sess, f"reconnaissance of {name}", share)

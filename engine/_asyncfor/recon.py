@@ -337,12 +337,30 @@ class ReconMissed(Exception):  # noqa: N818 - a signal to the caller, never show
         self.done = done
 
 
-def recon_shares(cl: Any, sess: Any, why: str, share: Callable[[int], Any]) -> list[Any]:
-    """``cl.run_on_nodes(share)`` until no node's reconnaissance reads a sharded row it
-    does not hold: a share returns its ``ReconMissed.misses`` instead of its sets, and
-    every rank fetches them (collectively) and runs every share again."""
+def recon_shares(
+    cl: Any, sess: Any, why: str, share: Callable[[int, Done | None], AccessSets]
+) -> list[AccessSets]:
+    """Each node's sets, ``share(node, done)`` run on every node (``cl.run_on_nodes``)
+    until no node's reconnaissance reads a sharded row it does not hold.  A share that
+    raises :class:`ReconMissed` is run again after every rank has fetched the rows missed
+    (collectively), given what it finished (``done``: only the bodies that missed run
+    again); a node whose share finished keeps its sets and does not run again."""
+    done: dict[int, Done | AccessSets | None] = {}
+
+    def one(node: int) -> AccessSets | list[tuple[int, int]]:
+        prev = done.get(node)
+        if isinstance(prev, AccessSets):  # finished in an earlier pass
+            return prev
+        try:
+            sets = share(node, prev)
+        except ReconMissed as missed:  # rows this node lacks: fetched before the next pass
+            done[node] = missed.done
+            return missed.misses
+        done[node] = sets
+        return sets
+
     while True:
-        parts = cl.run_on_nodes(share)
+        parts = cl.run_on_nodes(one)
         missed = [m for part in parts if isinstance(part, list) for m in part]
         if not missed:
             return parts

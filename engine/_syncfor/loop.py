@@ -89,7 +89,6 @@ from .._asyncfor.closure import (
 from .._asyncfor.recon import (
     AccessSets,
     Done,
-    ReconMissed,
     concat_sets,
     recon_range,
     recon_shares,
@@ -243,25 +242,16 @@ def _recon(
     body = guard(body, name, inv, kind="sync_for", what="minibatch")
     sess.set_mode("recon")
     try:
-        done: dict[int, Done | AccessSets | None] = {}  # per node: the minibatches a pass finished
 
-        def share(node: int) -> AccessSets | list[tuple[int, int]]:
+        def share(node: int, done: Done | None) -> AccessSets:
             buf = data._bufs[node]
 
             def one(m: int) -> None:
                 body(make_batch(data, buf, m, m * size, min((m + 1) * size, n)))
 
             lo, hi = M * node // cl.size, M * (node + 1) // cl.size
-            try:
-                prev = done.get(node)
-                if isinstance(prev, AccessSets):  # finished in an earlier pass
-                    return prev
-                sets = recon_range(sess, name, inv, one, lo, hi, prev)
-            except ReconMissed as missed:  # sharded rows this node lacks: fetch, run the
-                done[node] = missed.done  # minibatches that missed one again
-                return missed.misses
+            sets = recon_range(sess, name, inv, one, lo, hi, done)
             finish(body)  # inside the share: a late violation is this node's failure
-            done[node] = sets
             return sets
 
         parts = recon_shares(cl, sess, f"reconnaissance of {name}", share)
