@@ -224,79 +224,56 @@ class TraceController(engine.ScheduleSource, engine.DebugHooks):
         return self._finished.get((op, invocation), 0) < self.run.info.ranks
 
     def check_plan(self, op: str, invocation: int, plan: Any) -> None:
+        def diverged(event: str, expected: str, actual: str, node: int = -1) -> DivergenceError:
+            return DivergenceError(
+                node=node,
+                op=op,
+                invocation=invocation,
+                event=event,
+                what="plan",
+                expected=expected,
+                actual=actual,
+            )
+
         rec = self.recorded_plan(op, invocation)
         if rec is None:
             if self.run.info.status != "finished":
                 # the run died before it committed this plan: all it holds is replayed
                 raise ReplayFinished()
-            raise DivergenceError(
-                node=-1,
-                op=op,
-                invocation=invocation,
-                event="plan",
-                what="plan",
-                expected=(
-                    f"no invocation {invocation} of {op!r} (the recorded run ran it fewer times)"
-                    if self._starts.get(op)
-                    else "no operator of this name"
-                ),
-                actual=f"an async_for named {op!r}",
+            raise diverged(
+                "plan",
+                f"no invocation {invocation} of {op!r} (the recorded run ran it fewer times)"
+                if self._starts.get(op)
+                else "no operator of this name",
+                f"an async_for named {op!r}",
             )
         if len(rec.rounds) != len(plan.rounds):
-            raise DivergenceError(
-                node=-1,
-                op=op,
-                invocation=invocation,
-                event="plan",
-                what="plan",
-                expected=f"{len(rec.rounds)} rounds",
-                actual=f"{len(plan.rounds)} rounds",
-            )
+            raise diverged("plan", f"{len(rec.rounds)} rounds", f"{len(plan.rounds)} rounds")
         # a plan this rank has run keeps only its own nodes' tasks (``Plan.kept``): those
         # are compared task by task, the others by the digest of the whole plan
         kept = set(plan.kept) if plan.partial else None
         for r, (want, got) in enumerate(zip(rec.rounds, plan.rounds, strict=True)):
             if len(want) != len(got):
-                raise DivergenceError(
-                    node=-1,
-                    op=op,
-                    invocation=invocation,
-                    event=f"round {r}",
-                    what="plan",
-                    expected=f"{len(want)} nodes",
-                    actual=f"{len(got)} nodes",
-                )
+                raise diverged(f"round {r}", f"{len(want)} nodes", f"{len(got)} nodes")
             for node in range(len(want)) if kept is None else sorted(kept):
                 wt, gt = want[node], got[node]
                 if len(wt) != len(gt) or not all(map(_tasks_equal, wt, gt)):
                     expected, actual = plan_difference(r, node, want, got, kept)
-                    raise DivergenceError(
-                        node=node,
-                        op=op,
-                        invocation=invocation,
-                        event=f"round {r}",
-                        what="plan",
-                        expected=expected,
-                        actual=actual + " (code or data changed)",
-                    )
-        if kept is not None and plan_digest(plan) != self._recorded_digest(rec):
-            raise DivergenceError(
-                node=-1,
-                op=op,
-                invocation=invocation,
-                event="plan",
-                what="plan",
-                expected="the recorded plan's tasks on every node",
-                actual=(
-                    "other tasks on the nodes this process does not hold (it holds "
-                    + ", ".join(map(str, sorted(kept)))
-                    + "; code or data changed)"
-                ),
+                    raise diverged(f"round {r}", expected, actual + " (code or data changed)", node)
+        if kept is None:
+            return
+        if plan_digest(plan) != self._recorded_digest(rec):
+            raise diverged(
+                "plan",
+                "the recorded plan's tasks on every node",
+                "other tasks on the nodes this process does not hold (it holds "
+                + ", ".join(map(str, sorted(kept)))
+                + "; code or data changed)",
             )
 
     def _recorded_digest(self, rec: Any) -> bytes:
-        """The digest of a decoded recorded plan, taken once per plan object (the entry
-        holds the object, so an id is never taken for another one's)."""
+        """The digest of a decoded recorded plan, taken once per plan object (kept here,
+        not on the plan, where ``dataclasses.replace`` would carry it to another one)."""
         found = self._digests.get(id(rec))
         if found is None or found[0] is not rec:
             found = self._digests[id(rec)] = (rec, plan_digest(rec))
