@@ -117,7 +117,7 @@ class Plan:
     loads: np.ndarray | None = field(default=None, repr=False, compare=False)
     #: the nodes whose tasks and writes this plan still holds; None: every node's.  Once
     #: an invocation has run a plan, a rank keeps its own nodes' parts only
-    #: (``engine._machines.planparts.keep_nodes``): the other nodes' lists are empty
+    #: (``engine._machines.planparts.keep_nodes``): reading another node's list raises
     kept: tuple[int, ...] | None = None
     #: bodies per node, every node's, when ``kept`` leaves some out
     counts: np.ndarray | None = field(default=None, repr=False, compare=False)

@@ -79,8 +79,9 @@ class HeldNodes(list):  # type: ignore[type-arg]
 
 
 def keep_nodes(plan: Plan, nodes: Iterable[int]) -> Plan:
-    """``plan`` holding the tasks and written ids of ``nodes`` only (the others' lists
-    empty), with every node's body count and the whole plan's digest.  The per-round loads
+    """``plan`` holding the tasks and written ids of ``nodes`` only (reading another
+    node's raises: :class:`HeldNodes`), with every node's body count and the whole plan's
+    digest.  The per-round loads
     of the planner's figures are dropped (O(rounds x nodes), read only while planning)."""
     keep = tuple(sorted(set(nodes)))
     if plan.kept is not None and not set(keep) <= set(plan.kept):

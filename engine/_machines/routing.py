@@ -512,6 +512,16 @@ def held_touches(t: Touches, nodes: list[int], home: Callable[[np.ndarray], np.n
     return Touches(t.node[keep], t.gid[keep], t.first[keep], t.written, t.first_write, t.nodes)
 
 
+def _first_write(t: Touches, gids: np.ndarray) -> np.ndarray:
+    """Per element of ``gids``, the round of its first write in the plan (never: the
+    largest int64), from ``t``'s written elements."""
+    never = np.iinfo(np.int64).max
+    if not len(t.written):
+        return np.full(len(gids), never, dtype=np.int64)
+    w = np.minimum(np.searchsorted(t.written, gids), len(t.written) - 1)
+    return np.where(t.written[w] == gids, t.first_write[w], never)
+
+
 @dataclass
 class FetchSummary:
     """Enough of every node's touches to tell, on every rank alike, whether a fetch
@@ -529,13 +539,9 @@ def fetch_summary(t: Touches, home: Callable[[np.ndarray], np.ndarray]) -> Fetch
     """The :class:`FetchSummary` of every node's touches ``t``."""
     if not len(t.gid):
         return FetchSummary(_EMPTY, _EMPTY, _EMPTY)
-    never = np.iinfo(np.int64).max
-    if len(t.written):
-        w = np.minimum(np.searchsorted(t.written, t.gid), len(t.written) - 1)
-        fw = np.where(t.written[w] == t.gid, t.first_write[w], never)
-    else:
-        fw = np.full(len(t.gid), never, dtype=np.int64)
-    early = (t.first <= fw) & (np.asarray(home(t.gid), dtype=np.int64) != t.node)
+    early = (t.first <= _first_write(t, t.gid)) & (
+        np.asarray(home(t.gid), dtype=np.int64) != t.node
+    )
     gid, node = t.gid[early], t.node[early]
     if not len(gid):
         return FetchSummary(_EMPTY, _EMPTY, _EMPTY)
@@ -581,14 +587,8 @@ def fetch(
     k = np.minimum(np.searchsorted(dirty, t.gid), len(dirty) - 1)
     hit = dirty[k] == t.gid
     node, gid, first = t.node[hit], t.gid[hit], t.first[hit]
-    never = np.iinfo(np.int64).max
-    if len(t.written):
-        w = np.minimum(np.searchsorted(t.written, gid), len(t.written) - 1)
-        fw = np.where(t.written[w] == gid, t.first_write[w], never)
-    else:
-        fw = np.full(len(gid), never, dtype=np.int64)
     h = np.asarray(home(gid), dtype=np.int64)
-    need = (first <= fw) & (h != node)
+    need = (first <= _first_write(t, gid)) & (h != node)
     if holder is not None:
         need &= holder[k[hit]] != node
     src, dst, use = h[need], node[need], first[need]
