@@ -199,6 +199,14 @@ EXACT_REDUCE_LABEL = "exact_reduce"
 COALESCE_LABEL = "coalesced_sends"
 
 
+#: The run label of a run whose ``async_for`` rotations move the space with the fewest
+#: elements, cut in id order, and whose routed rows ride the chain of each node's most
+#: used destination where that saves a message (``Session.ring``): every run recorded
+#: since 2026-12-07.  A trace without it planned and routed as before, and a replay of
+#: it does so too, or its plans (and bits) would differ from the recorded ones.
+RING_LABEL = "ring_routes"
+
+
 #: The run label of a run recorded with ``--checkpoint-every N``: a resume of it keeps
 #: checkpointing every N invocations (without it, the measured default), so that a second
 #: crash redoes no more than the first run would have.
@@ -227,6 +235,7 @@ class Modes(TypedDict):
     test_mode: bool
     exact_reduce: bool
     coalesce: bool
+    ring: bool
 
 
 def recorded_modes(info: Any) -> Modes:
@@ -235,7 +244,8 @@ def recorded_modes(info: Any) -> Modes:
     They are what changes execution beyond the run row's own fields (ranks, threads,
     seed, parameters): checked and test mode, which also decide whether relaxed DDS are
     relaxed and SSP is stale, whether ``ap.reduce`` folds exactly, and whether
-    ``async_for`` coalesces its routed messages.  All are run
+    ``async_for`` coalesces and relays its routed messages (and how a rotation cuts its
+    blocks).  All are run
     labels, so the run row's hash chain covers them; a trace recorded before a label
     existed has it off, as its run had.
     """
@@ -245,6 +255,7 @@ def recorded_modes(info: Any) -> Modes:
         test_mode=bool(labels.get(TEST_MODE_LABEL)),
         exact_reduce=bool(labels.get(EXACT_REDUCE_LABEL)),
         coalesce=bool(labels.get(COALESCE_LABEL)),
+        ring=bool(labels.get(RING_LABEL)),
     )
 
 
@@ -280,6 +291,8 @@ def _recorder(spec: dict[str, Any], app: Any, params: dict[str, Any], comm: Any)
             labels[EXACT_REDUCE_LABEL] = True
         if spec.get("coalesce", True):
             labels[COALESCE_LABEL] = True
+        if spec.get("ring", True):
+            labels[RING_LABEL] = True
         if spec.get("checkpoint_every"):  # None: the measured default; 0: none at all
             labels[CHECKPOINT_EVERY_LABEL] = int(spec["checkpoint_every"])
         if labels:
@@ -353,6 +366,7 @@ def run_here(
             checked=spec.get("checked", False),
             exact_reduce=spec.get("exact_reduce", True),
             coalesce=spec.get("coalesce", True),
+            ring=spec.get("ring", True),
             comm=comm,
             recorder=recorder,
             progress=say,

@@ -170,6 +170,22 @@ def _home_of(dds_list: list[Any]) -> Any:
     return home
 
 
+def _row_bytes_of(dds_list: list[Any]) -> Any:
+    """Element ids -> the bytes of their rows where a message may relay them
+    (``routing.relay``: numeric DDS that are not sharded), else 0."""
+
+    def row_bytes(gids: np.ndarray) -> np.ndarray:
+        out = np.zeros(len(gids), dtype=np.int64)
+        ids = gids >> SLOT_BITS
+        for d in np.unique(ids).tolist():
+            dd = dds_list[d]
+            if dd._numeric and not dd._sharded:
+                out[ids == d] = dd.row_nbytes()
+        return out
+
+    return row_bytes
+
+
 def dirty_ids(sess: Session) -> tuple[np.ndarray, np.ndarray]:
     """Sorted element ids of every dirty slot (see ``engine._data.dds``), and per id the
     node that wrote its last value."""
@@ -214,7 +230,8 @@ class GuardPlan:
         dds = sess.dds
         nodes = sess.cluster.local_nodes
         self._home = _home_of(dds)
-        routes = route(plan, sets, nodes, home=self._home, coalesce=sess.coalesce)
+        relay = _row_bytes_of(dds) if sess.ring and sess.coalesce else None
+        routes = route(plan, sets, nodes, home=self._home, coalesce=sess.coalesce, row_bytes=relay)
         every = not sess.cluster.is_mpi
         here = set(nodes)
         self._dds = dds
@@ -247,14 +264,21 @@ class GuardPlan:
             out, kept = _messages(dds, msgs, nodes, every)
             uses = routes.uses[r] if r < len(routes.uses) else None
             born = routes.born[r] if r < len(routes.born) else None
+            via = routes.via[r] if r < len(routes.via) else None
             later: list[int | None] = []
             for (_, dst, carried), k in zip(out, kept, strict=True):
                 u = int(uses[k]) if uses is not None else r + 1
                 deferred = r + 1 < u < R and all(d._numeric for d, _ in carried)
                 later.append(u if deferred else None)
                 if dst in here:
-                    b = None if born is None else born[int(msgs.ptr[k]) : int(msgs.ptr[k + 1])]
-                    self._mark_late(dst, u if deferred else r + 1, r, carried, msgs.rows(k), b)
+                    lo, hi = int(msgs.ptr[k]), int(msgs.ptr[k + 1])
+                    b = None if born is None else born[lo:hi]
+                    rows = msgs.rows(k)
+                    if via is not None and via[lo:hi].any():  # passed on: stays stale here
+                        mine = ~via[lo:hi]
+                        rows, b = rows[mine], None if b is None else b[mine]
+                        carried = _slot_groups(dds, rows)
+                    self._mark_late(dst, u if deferred else r + 1, r, carried, rows, b)
             ex = Exchange(out)
             ex.defer = later
             self.exchanges.append(ex)

@@ -143,7 +143,7 @@ def _recon(
 
 def _plan(sess: Session, name: str, sets: AccessSets, requested: str = "auto") -> Plan:
     cl = sess.cluster
-    return make_plan(sets, cl.size, cl.threads, seed=sess.seed, strategy=requested)
+    return make_plan(sets, cl.size, cl.threads, seed=sess.seed, strategy=requested, ring=sess.ring)
 
 
 def _state(

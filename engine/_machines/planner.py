@@ -16,9 +16,10 @@ Strategies:
   greedily largest-first.  Good for sparse conflict graphs.
 * ``rotation`` — block rotation (STRADS static schedule / DSGD ring) for bodies that
   touch exactly one element of each of k written index spaces.  Each space is cut
-  into P blocks of equal *access counts* over a seeded permutation (popular low ids
-  would otherwise pile onto one node); in round r node p runs the bodies whose
-  blocks are (p, p+r_2, ..., p+r_k) mod P.
+  into P blocks of equal *access counts*; in round r node p runs the bodies whose
+  blocks are (p, p+r_2, ..., p+r_k) mod P.  The space with the most elements stays
+  (its blocks over a seeded permutation, so that popular low ids do not pile onto one
+  node's rounds); the others move, cut in id order (``_rotation_blocks``).
 * ``colouring`` — chromatic scheduling (GraphLab's chromatic engine) for dense conflict
   graphs that are one giant component (Gauss–Seidel sweeps): a greedy colouring of the
   conflict graph (``_colouring``); each colour class is one round, dealt to every
@@ -511,15 +512,47 @@ def balanced_blocks(elems: np.ndarray, parts: int, seed: int) -> np.ndarray:
     return block[inv]
 
 
+def homed_blocks(elems: np.ndarray, parts: int) -> np.ndarray:
+    """Block (0..parts-1) of each body's element: equal access counts in id order, the
+    order of the elements' homes (``engine._data.dds.homes``: id ranges)."""
+    uniq, inv, counts = np.unique(elems, return_inverse=True, return_counts=True)
+    mid2 = 2 * (np.cumsum(counts) - counts) + counts
+    return np.minimum((mid2 * parts) // max(2 * int(counts.sum()), 1), parts - 1)[inv]
+
+
+def _rotation_blocks(elem: np.ndarray, P: int, seed: int, ring: bool) -> np.ndarray:
+    """Per written space (row ``k`` of ``elem``) each body's block; the first row is the
+    space that stays (block = node), the others move one node a round.
+
+    ``ring`` (runs since 2026-12-07): the space with the most elements stays, cut over a
+    seeded permutation; the others move, cut in id order.  Moving the space with fewer
+    rows moves fewer bytes, and on rating data its rows (users) are touched by more
+    bodies each, so fewer of them skip a node on the way (fewer routed messages of their
+    own); in id order a block starts and ends its tour next to the nodes that own most
+    of its rows, so the fetch before an invocation and the final exchange home take
+    few messages.  MovieLens-100K at P = 64: 12,562 -> 9,822 messages and 48,665 ->
+    42,317 rows an epoch, critical path 1.190 -> 1.208.  Without ``ring``: the first
+    space by id stays and every space is cut over a seeded permutation."""
+    k = len(elem)
+    if not ring:
+        return np.stack([balanced_blocks(elem[j], P, seed + j) for j in range(k)])
+    sizes = [len(np.unique(elem[j])) for j in range(k)]
+    stay = int(np.argmax(sizes))  # the first of the largest
+    order = [stay, *(j for j in range(k) if j != stay)]
+    rows = [balanced_blocks(elem[stay], P, seed)]
+    rows += [homed_blocks(elem[j], P) for j in order[1:]]
+    return np.stack(rows)
+
+
 def _plan_rotation(
-    sets: AccessSets, nodes: int, threads: int, seed: int
+    sets: AccessSets, nodes: int, threads: int, seed: int, ring: bool = True
 ) -> tuple[float, Plan | None]:
     found = rotation_spaces(sets)
     if found is None:
         return float("inf"), None
     spaces, elem = found
     n, P = sets.n, nodes
-    blocks = np.stack([balanced_blocks(elem[k], P, seed + k) for k in range(len(spaces))])
+    blocks = _rotation_blocks(elem, P, seed, ring)
     node = blocks[0]
     rnd = np.zeros(n, dtype=np.int64)
     for k in range(1, len(spaces)):
@@ -678,9 +711,16 @@ def remake_strategy(requested: str, recorded: Plan | None, sets: AccessSets) -> 
 
 
 def make_plan(
-    sets: AccessSets, nodes: int, threads: int = 1, *, seed: int = 0, strategy: str = "auto"
+    sets: AccessSets,
+    nodes: int,
+    threads: int = 1,
+    *,
+    seed: int = 0,
+    strategy: str = "auto",
+    ring: bool = True,
 ) -> Plan:
-    """Plan ``sets`` for ``nodes`` nodes of ``threads`` threads each."""
+    """Plan ``sets`` for ``nodes`` nodes of ``threads`` threads each.  ``ring=False``
+    cuts a rotation's blocks as runs did before 2026-12-07 (``_rotation_blocks``)."""
     if strategy not in STRATEGIES:
         raise ValueError(
             f"unknown strategy {strategy!r}; use auto, components, rotation, colouring or tokens"
@@ -696,7 +736,7 @@ def make_plan(
         return _measured(tokens, sets)
     candidates: list[tuple[float, int, Plan]] = []
     if strategy in ("auto", "rotation"):
-        cost, plan = _plan_rotation(sets, nodes, threads, seed)
+        cost, plan = _plan_rotation(sets, nodes, threads, seed, ring)
         if plan is not None:
             candidates.append((cost, 0, plan))
         elif strategy == "rotation":
@@ -722,6 +762,7 @@ __all__ = [
     "Task",
     "balanced_blocks",
     "component_labels",
+    "homed_blocks",
     "conflicts",
     "make_plan",
     "placed",

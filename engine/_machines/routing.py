@@ -42,6 +42,7 @@ destination.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -58,6 +59,10 @@ _EMPTY = np.empty(0, dtype=np.int64)
 #: Up to this many (element, round, node) cells, events are deduplicated with one flag per
 #: cell (no sort); above it, with a sort (SGDMF on MovieLens-100K at P = 64: 10.8M cells).
 DENSE_CELLS = 1 << 26
+#: A routed message is relayed (:func:`relay`) when that adds at most this many bytes
+#: sent: what an MPI message costs in latency and per-message overhead (1-2 us) buys a
+#: few kB at cluster bandwidth, so one message saved is worth at least 1 KiB.
+RELAY_BYTES = 1024
 
 
 @dataclass(frozen=True)
@@ -127,6 +132,10 @@ class Routes:
     #: early (its destination does not touch it again in the invocation); empty lists:
     #: every row left in its own round
     born: list[np.ndarray] = field(default_factory=list)
+    #: per exchange ``r``, aligned with ``rounds[r].gids``: True where the destination
+    #: only passes the row on (:func:`relay`): it neither reads it nor is marked for it;
+    #: empty lists: no row is relayed
+    via: list[np.ndarray] = field(default_factory=list)
 
     def sent_rows(self) -> int:
         """Rows sent in total (every exchange, the final one included)."""
@@ -237,13 +246,16 @@ def route(
     *,
     home: Callable[[np.ndarray], np.ndarray] | None = None,
     coalesce: bool = False,
+    row_bytes: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> Routes:
     """The routes of ``plan`` (see the module docstring); ``stale`` is computed for
     ``nodes`` only (default: every node).  ``home`` maps element ids to their home
     nodes: the final exchange then sends each last value to its home only (if the home
     lacks it); without it, to every node that lacks it.  ``coalesce``: each row leaves
     at the latest exchange that still reaches its destination in time, merged with the
-    other rows of the same pair of nodes (:func:`coalesce`)."""
+    other rows of the same pair of nodes (:func:`coalesce`).  ``row_bytes`` (with
+    ``coalesce``) maps element ids to the bytes of their rows (0: never relayed): a
+    message that a chain of other messages can carry instead is relayed (:func:`relay`)."""
     P, R = plan.nodes, len(plan.rounds)
     gid, rnd, node, isw, w, dst, at = _sends(plan, sets)
     m = len(gid)
@@ -275,13 +287,16 @@ def route(
     f_src, f_gid = node[finals][f_row], gid[finals][f_row]
     f_dst = f_dst.astype(np.int64)
     if coalesce:
-        rounds, uses, born, final = _coalesced(
+        rounds, uses, born, row_uses, final = _coalesced(
             (node[w], dst, gid[w], rnd[w], rnd[at]),
             (f_src, f_dst, f_gid, rnd[finals][f_row]),
             R,
             P,
             _loads(plan),
         )
+        vias = [np.zeros(len(m.gids), dtype=bool) for m in rounds]
+        if row_bytes is not None:
+            rounds, uses, born, vias = relay(rounds, uses, born, row_uses, P, row_bytes)
     else:
         rounds, uses, born = [], [], []
         for r in range(R):
@@ -291,6 +306,7 @@ def route(
             uses.append(_first_uses(msgs, node[w[sel]], dst[sel], rnd[at[sel]], P))
             born.append(np.full(len(msgs.gids), r, dtype=np.int64))
         final = Messages.of(f_src, f_dst, f_gid)
+        vias = []
     # stale: after round r, node p lacks what another node wrote in r and did not send it
     want = range(P) if nodes is None else nodes
     stale: list[dict[int, np.ndarray]] = [{} for _ in range(R)]
@@ -302,7 +318,7 @@ def route(
         by_round = rnd[mine]
         for r in range(R):
             stale[r][p] = np.sort(gid[mine[by_round == r]])
-    return Routes(rounds, final, stale, uses, (gid[finals], node[finals]), born)
+    return Routes(rounds, final, stale, uses, (gid[finals], node[finals]), born, vias)
 
 
 def coalesce(
@@ -370,8 +386,11 @@ def _coalesced(
     R: int,
     P: int,
     loads: np.ndarray,
-) -> tuple[list[Messages], list[np.ndarray], list[np.ndarray], Messages]:
-    """The exchanges of coalesced routes (:func:`route` with ``coalesce``).
+) -> tuple[list[Messages], list[np.ndarray], list[np.ndarray], list[np.ndarray], Messages]:
+    """The exchanges of coalesced routes (:func:`route` with ``coalesce``): the messages,
+    per message the round it is due by, per row the round that wrote it (-1: a last
+    value going home) and the first round its destination touches it, and the final
+    exchange.
 
     ``routed``: per row sent, (src, dst, gid, round written, first round ``dst`` touches
     it after that): it may leave at any exchange from the round written to the one
@@ -435,15 +454,210 @@ def _coalesced(
     rounds: list[Messages] = []
     uses: list[np.ndarray] = []
     borns: list[np.ndarray] = []
+    row_uses: list[np.ndarray] = []
     for r in range(R):
         sel = at == r
         msgs, b = Messages.carrying(src[sel], dst[sel], gid[sel], tag[sel])
         rounds.append(msgs)
         uses.append(_first_uses(msgs, src[sel], dst[sel], use[sel], P))
         borns.append(b)
+        row_uses.append(Messages.carrying(src[sel], dst[sel], gid[sel], use[sel])[1])
     sel = at == R
     final = Messages.of(src[sel], dst[sel], gid[sel])
-    return rounds, uses, borns, final
+    return rounds, uses, borns, row_uses, final
+
+
+def _successors(rounds: list[Messages], P: int) -> np.ndarray:
+    """Per node, the node it sends the most messages to over ``rounds`` (ties: the
+    nearest after it, counting up modulo ``P``), or -1 if it sends none."""
+    src = np.concatenate([m.src for m in rounds]) if rounds else _EMPTY
+    dst = np.concatenate([m.dst for m in rounds]) if rounds else _EMPTY
+    succ = np.full(P, -1, dtype=np.int64)
+    if not len(src):
+        return succ
+    n = np.bincount(src * P + dst, minlength=P * P).reshape(P, P)
+    ahead = (np.arange(P)[None, :] - np.arange(P)[:, None]) % P  # dst's distance after src
+    best = np.argmax(n * P + (P - 1 - ahead), axis=1)  # most messages, then nearest after
+    sends = n.sum(axis=1) > 0
+    succ[sends] = best[sends]
+    return succ
+
+
+def relay(
+    rounds: list[Messages],
+    uses: list[np.ndarray],
+    borns: list[np.ndarray],
+    row_uses: list[np.ndarray],
+    P: int,
+    row_bytes: Callable[[np.ndarray], np.ndarray],
+) -> tuple[list[Messages], list[np.ndarray], list[np.ndarray], list[np.ndarray]]:
+    """Relayed routes: a message whose rows the chain of *successors* (each node's most
+    used destination, :func:`_successors`; in a rotation, the ring) can carry to its
+    destination in time, for at most ``RELAY_BYTES`` more bytes sent, is not sent: its
+    rows ride those messages, each node on the way passing them on.
+
+    The rows written in one round travel together: a hop leaves node ``x`` at the first
+    exchange at or after they are in ``x``'s replica (the round that wrote them; then
+    the previous carrier's due round, ``uses``) that has a message from ``x`` to its
+    successor, no later than the round before their first use at the destination
+    (``row_uses``), and the last hop must be due by that use.  So no carrier is due
+    earlier than it was (its deferral, and with it the plan's critical path, are
+    unchanged), and every row is in its destination when the routes meant.  The value
+    stays the one routed: nobody writes a routed row before its destination's use, and
+    nothing sends an intermediate another version (it does not touch the row).  Only
+    messages whose rows were all written in the invocation (no last value on its way
+    home) and all have bytes are relayed; successors' messages never are (they carry).
+
+    Returns the exchanges, per message the round it is due by, per row the round that
+    wrote it, and per row whether its destination only passes it on (``Routes.via``)."""
+    R = len(rounds)
+    succ = _successors(rounds, P)
+    nbytes = [np.asarray(row_bytes(m.gids), dtype=np.int64) for m in rounds]
+    positive = [nb[nb > 0] for nb in nbytes]
+    smallest = min((int(x.min()) for x in positive if len(x)), default=0)
+    if not smallest:
+        return rounds, uses, borns, [np.zeros(len(m.gids), dtype=bool) for m in rounds]
+    hop = _hops(succ, min(P, 1 + RELAY_BYTES // smallest))
+    # the carriers: per node, the exchanges with a message to its successor, and its due
+    c_ex: list[list[int]] = [[] for _ in range(P)]
+    c_use: list[list[int]] = [[] for _ in range(P)]
+    for r, m in enumerate(rounds):
+        for k in np.flatnonzero(m.dst == succ[m.src]).tolist():
+            c_ex[int(m.src[k])].append(r)
+            c_use[int(m.src[k])].append(int(uses[r][k]))
+    parts: list[tuple[np.ndarray, ...]] = []  # (exchange, src, dst, gid, born, via, use)
+    for r, m in enumerate(rounds):
+        n_rows = np.diff(m.ptr)
+        drop = np.zeros(len(m), dtype=bool)
+        if len(m):
+            starts = m.ptr[:-1]
+            size = np.add.reduceat(nbytes[r], starts)
+            h = hop[m.src, m.dst]
+            may = (
+                (h >= 2)
+                & (size * (h - 1) <= RELAY_BYTES)
+                & (np.minimum.reduceat(nbytes[r], starts) > 0)
+                & (np.minimum.reduceat(borns[r], starts) >= 0)  # no last value going home
+            )
+            for k in np.flatnonzero(may).tolist():
+                lo, hi = int(m.ptr[k]), int(m.ptr[k + 1])
+                hops = _relayed(
+                    m.gids[lo:hi],
+                    borns[r][lo:hi],
+                    row_uses[r][lo:hi],
+                    int(m.src[k]),
+                    int(m.dst[k]),
+                    succ,
+                    c_ex,
+                    c_use,
+                )
+                if hops is not None:
+                    drop[k] = True
+                    parts += hops
+        keep = np.repeat(~drop, n_rows)
+        parts.append(
+            (
+                np.full(int(keep.sum()), r),
+                np.repeat(m.src, n_rows)[keep],
+                np.repeat(m.dst, n_rows)[keep],
+                m.gids[keep],
+                borns[r][keep],
+                np.zeros(int(keep.sum()), dtype=bool),
+                row_uses[r][keep],
+            )
+        )
+    if len(parts) == R:  # nothing relayed
+        return rounds, uses, borns, [np.zeros(len(m.gids), dtype=bool) for m in rounds]
+    # a relayed row that a carrier also carries to its next node (who touches it too)
+    # merges into that row, which comes first (``Messages.carrying`` keeps the first)
+    parts.sort(key=lambda c: bool(len(c[5]) and c[5][0]))
+    ex, src, dst, gid, born, via, use = (np.concatenate(c) for c in zip(*parts, strict=True))
+    out_m, out_u, out_b, out_v = [], [], [], []
+    for r in range(R):
+        sel = ex == r
+        tag = (born[sel] + 1) * 2 + via[sel]
+        msgs, t = Messages.carrying(src[sel], dst[sel], gid[sel], tag.astype(np.int64))
+        out_m.append(msgs)
+        out_u.append(_first_uses(msgs, src[sel], dst[sel], use[sel], P))
+        out_b.append(t // 2 - 1)
+        out_v.append((t % 2).astype(bool))
+    return out_m, out_u, out_b, out_v
+
+
+def _hops(succ: np.ndarray, most: int) -> np.ndarray:
+    """``hop[s, d]``: how many steps along successors lead from ``s`` to ``d`` (at most
+    ``most``), 0 where they do not."""
+    P = len(succ)
+    hop = np.zeros((P, P), dtype=np.int64)
+    for s in range(P):
+        x = s
+        for k in range(1, most + 1):
+            x = int(succ[x])
+            if x < 0 or x == s or hop[s, x]:
+                break
+            hop[s, x] = k
+    return hop
+
+
+def _relayed(
+    gids: np.ndarray,
+    born: np.ndarray,
+    use: np.ndarray,
+    src: int,
+    dst: int,
+    succ: np.ndarray,
+    c_ex: list[list[int]],
+    c_use: list[list[int]],
+) -> list[tuple[np.ndarray, ...]] | None:
+    """The hops of one message's rows along successors (:func:`relay`), the rows
+    written in one round together, or None when some cannot arrive in time."""
+    out: list[tuple[np.ndarray, ...]] = []
+    lo, hi = int(born.min()), int(born.max())
+    for b in [lo] if lo == hi else np.unique(born).tolist():
+        at = born == b
+        path = _chain(src, dst, b, int(use[at].min()), succ, c_ex, c_use)
+        if path is None:
+            return None
+        g, n = gids[at], int(at.sum())
+        for j, (e, x, y, u) in enumerate(path):
+            last = j == len(path) - 1
+            out.append(
+                (
+                    np.full(n, e),
+                    np.full(n, x),
+                    np.full(n, y),
+                    g,
+                    born[at],
+                    np.full(n, not last),
+                    use[at] if last else np.full(n, u),
+                )
+            )
+    return out
+
+
+def _chain(
+    src: int,
+    dst: int,
+    r: int,
+    due: int,
+    succ: np.ndarray,
+    c_ex: list[list[int]],
+    c_use: list[list[int]],
+) -> list[tuple[int, int, int, int]] | None:
+    """The hops (exchange, from, to, due) that carry rows leaving ``src`` at exchange
+    ``r`` or later along successors to ``dst`` (which they reach: :func:`_hops`) by
+    round ``due``; None if some hop has no message in time (see :func:`relay`)."""
+    path: list[tuple[int, int, int, int]] = []
+    x, t = src, r
+    while True:
+        j = bisect.bisect_left(c_ex[x], t)
+        if j == len(c_ex[x]) or c_ex[x][j] > due - 1:
+            return None
+        e, u, y = c_ex[x][j], c_use[x][j], int(succ[x])
+        path.append((e, x, y, u))
+        if y == dst:
+            return path if u <= due else None
+        x, t = y, u
 
 
 def _first_uses(
@@ -607,6 +821,7 @@ __all__ = [
     "fetch_summary",
     "held_touches",
     "message_edges",
+    "relay",
     "route",
     "touches",
 ]

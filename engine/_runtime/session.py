@@ -344,6 +344,12 @@ class Session:
         #: their deadlines allow (``engine._machines.routing.coalesce``); False: one
         #: message per round and pair, as runs recorded before it did
         self.coalesce = True
+        #: ``async_for`` rotations move the space with the fewest elements, cut in id
+        #: order, and routed rows that would need a message of their own ride the
+        #: chain of each node's most used destination when that adds at most
+        #: ``routing.RELAY_BYTES`` (``engine._machines.planner._rotation_blocks``,
+        #: ``routing.relay``); False: as runs did before 2026-12-07
+        self.ring = True
         #: (kind, name) -> what test or checked mode ran exactly (``RunResult.ran_exact``)
         self.ran_exact: dict[tuple[str, str], dict[str, Any]] = {}
         self.want_digests = digests
@@ -718,6 +724,7 @@ def run(
     phases: Callable[[str], None] | None = None,
     exact_reduce: bool = True,
     coalesce: bool = True,
+    ring: bool = True,
 ) -> RunResult:
     """Run the driver ``fn(**params)`` on a fresh cluster and return its outcome.
 
@@ -733,7 +740,9 @@ def run(
     of such a run passes it).  ``coalesce=False`` sends an ``async_for``'s routed rows
     in one message per round and pair of nodes, as runs did before messages were
     coalesced (the same bits either way; a replay of such a run passes it, so that its
-    recorded arrivals keep their shape).
+    recorded arrivals keep their shape).  ``ring=False`` plans rotations and routes
+    rows as runs did before 2026-12-07 (``Session.ring``; a replay of such a run passes
+    it, or its plans would differ from the recorded ones).
     """
     global _current
     if _current is not None and getattr(_current, "_running", False):
@@ -757,6 +766,7 @@ def run(
     sess.test_mode = test_mode
     sess.exact_reduce = exact_reduce
     sess.coalesce = coalesce
+    sess.ring = ring
     sess.capture_orders = test_mode
     prev = _current
     _current = sess

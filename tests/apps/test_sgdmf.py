@@ -191,9 +191,9 @@ def test_kernel_record_then_replay_on_the_cluster_and_in_pdb(tmp_path, cli) -> N
     out = json.loads(rep.stdout)
     assert out["identical"] and out["checked"]["objectives"] == 2
     # pdb stops in the kernel's own first line, with the rows that body saw; rows of W
-    # the body does not read are the debugger's accesses, not the body's: the ones
-    # another node writes are not shown, and looking re-plans nothing (one stop)
-    looks = "".join(f"p W[{k}][0] * 0\n" for k in range(10))
+    # and H the body does not read are the debugger's accesses, not the body's: the
+    # ones another node writes are not shown, and looking re-plans nothing (one stop)
+    looks = "".join(f"p W[{k}][0] * 0\np H[{k}][0] * 0\n" for k in range(10))
     shown = "".join(f"display W[{k}][0] * 0\n" for k in range(10))  # at every stop
     pdb = f"n\nn\n{shown}n\np j, u, i, float(r[2])\n{looks}c\n"
     single = run_cli(["single", str(trace), "--break", "sgd:1:7"], input=pdb)

@@ -29,6 +29,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import engine as ap
+from engine._data.dds import SLOT_BITS
+from engine._machines import routing
 from engine._machines.planner import make_plan
 from engine._machines.routing import coalesce, fetch, route, touches
 from tests.engine import test_routing_home as routing_home
@@ -79,7 +81,9 @@ _written = routing_home._written
 class _Sim:
     """Version tables of every node, driven as the engine drives an invocation."""
 
-    def __init__(self, elems: list[int], nodes: int, home) -> None:
+    def __init__(self, elems: list[int], nodes: int, home, row_bytes=None) -> None:
+        self.row_bytes = row_bytes  # relayed routes (``routing.relay``) when given
+        self.relayed = 0  # rows passed on by a node that does not touch them
         self.latest = dict.fromkeys(elems, 0)
         self.have = [dict(self.latest) for _ in range(nodes)]
         self.home = home
@@ -110,7 +114,8 @@ class _Sim:
             for p in range(P):
                 if p != h and p != int(self.home(np.array([g]))[0]) and g not in got[p]:
                     marked[p].append((0, R, g))
-        routes = route(plan, sets, home=self.home, coalesce=True)
+        routes = route(plan, sets, home=self.home, coalesce=True, row_bytes=self.row_bytes)
+        via = routes.via or [np.zeros(len(m.gids), dtype=bool) for m in routes.rounds]
         written_at: dict[tuple[int, int], int] = {}
         # the guard's marks of rows in flight: from the write-back of the round that
         # wrote them (``GuardPlan.pending``) until they are there
@@ -121,8 +126,9 @@ class _Sim:
                 u = int(uses[k])
                 arrive = u if x + 1 < u < R else x + 1
                 b = born[int(m.ptr[k]) : int(m.ptr[k + 1])]
-                for g, w in zip(m.rows(k).tolist(), b.tolist(), strict=True):
-                    if w >= 0 and arrive > w + 1:
+                v = via[x][int(m.ptr[k]) : int(m.ptr[k + 1])]
+                for g, w, passed in zip(m.rows(k).tolist(), b.tolist(), v.tolist(), strict=True):
+                    if w >= 0 and arrive > w + 1 and not passed:  # passed on: stays stale
                         late[w].append((int(m.dst[k]), w + 1, arrive, g))
         for r in range(R):
             keep = []
@@ -155,6 +161,7 @@ class _Sim:
                 rows = m.rows(k)
                 b = born[int(m.ptr[k]) : int(m.ptr[k + 1])]
                 assert len(rows) and src != dst and r < u
+                self.relayed += int(via[r][int(m.ptr[k]) : int(m.ptr[k + 1])].sum())
                 vals = {}
                 for g, w in zip(rows.tolist(), b.tolist(), strict=True):
                     # the value the routes meant: nobody wrote it on the sender since
@@ -196,19 +203,30 @@ def _home_of(elems: list[int], nodes: int):
     return home
 
 
+def _row_bytes(size: int):
+    """Rows of ``size`` bytes, those of dds 3 and up none (never relayed)."""
+    return lambda g: np.where((np.asarray(g) >> SLOT_BITS) < 3, size, 0)
+
+
 @given(
     seed=st.integers(0, 2**16),
     nodes=st.sampled_from([2, 3, 5, 8]),
     strategies=st.tuples(*[st.sampled_from(["rotation", "tokens", "components"])] * 2),
+    row=st.sampled_from([None, 8, 64, 300]),
+    ring=st.booleans(),
 )
 def test_coalesced_sgd_invocations_keep_every_access_on_the_last_value(
-    seed: int, nodes: int, strategies: tuple[str, str]
+    seed: int, nodes: int, strategies: tuple[str, str], row: int | None, ring: bool
 ) -> None:
+    """``row``: relayed routes of rows of that many bytes (None: not relayed)."""
     sets = sgd_like_sets(120, 9, 14, seed=seed)
-    plans = [make_plan(sets, nodes, seed=seed + k, strategy=s) for k, s in enumerate(strategies)]
+    plans = [
+        make_plan(sets, nodes, seed=seed + k, strategy=s, ring=ring)
+        for k, s in enumerate(strategies)
+    ]
     plans.append(plans[0])
     elems = np.unique(np.concatenate([sets.r_ids, sets.w_ids])).tolist()
-    sim = _Sim(elems, nodes, _home_of(elems, nodes))
+    sim = _Sim(elems, nodes, _home_of(elems, nodes), None if row is None else _row_bytes(row))
     for plan in plans:
         sim.invocation(plan, sets)
 
@@ -218,15 +236,33 @@ def test_coalesced_sgd_invocations_keep_every_access_on_the_last_value(
     st.integers(1, 5),
     st.integers(1, 3),
     st.sampled_from(["auto", "components", "colouring"]),
+    st.sampled_from([None, 8, 64]),
 )
 def test_coalesced_routes_of_any_plan_keep_every_access_on_the_last_value(
-    sets, nodes, threads, strategy
+    sets, nodes, threads, strategy, row
 ) -> None:
     plan = make_plan(sets, nodes, threads, seed=1, strategy=strategy)
     elems = np.unique(np.concatenate([sets.r_ids, sets.w_ids, np.zeros(1, np.int64)])).tolist()
-    sim = _Sim(elems, nodes, _home_of(elems, nodes))
+    sim = _Sim(elems, nodes, _home_of(elems, nodes), None if row is None else _row_bytes(row))
     sim.invocation(plan, sets)
     sim.invocation(plan, sets)
+
+
+@pytest.mark.parametrize("nodes", [6, 8, 16])
+def test_a_rotation_relays_rows_along_the_ring_in_time(nodes: int) -> None:
+    """Rows a node touches d rounds after their writer ride the ring (each node passes
+    them on) instead of a message of their own, when that adds at most RELAY_BYTES: the
+    version simulation above checks every value and mark over three invocations."""
+    sets = sgd_like_sets(1500, 300, 400)
+    plan = make_plan(sets, nodes, 1, strategy="rotation")
+    elems = np.unique(np.concatenate([sets.r_ids, sets.w_ids])).tolist()
+    home = _home_of(elems, nodes)
+    plain, relayed = _Sim(elems, nodes, home), _Sim(elems, nodes, home, _row_bytes(64))
+    for _ in range(3):
+        plain.invocation(plan, sets)
+        relayed.invocation(plan, sets)
+    assert relayed.relayed > 0
+    assert relayed.messages < plain.messages, (relayed.messages, plain.messages)
 
 
 def _path(plan, routes) -> float:
@@ -257,6 +293,9 @@ def test_coalescing_never_lengthens_the_critical_path(seed: int, nodes: int, str
     plain, coal = route(plan, sets), route(plan, sets, coalesce=True)
     assert _path(plan, coal) == _path(plan, plain)
     assert sum(map(len, coal.rounds)) <= sum(map(len, plain.rounds))
+    relayed = route(plan, sets, coalesce=True, row_bytes=_row_bytes(64))
+    assert _path(plan, relayed) <= _path(plan, coal)  # no carrier is due earlier
+    assert sum(map(len, relayed.rounds)) <= sum(map(len, coal.rounds))
 
 
 @pytest.mark.parametrize("nodes", [8, 16])
@@ -283,12 +322,13 @@ def _sgd(
     extra=None,
     replan: str = "auto",
     strategy: str = "colouring",
+    n: int = N,
 ):
     """SGD-like updates on uniform ratings; from the second epoch on, body j also reads
     the item rows ``extra(j, i)`` (outside its sets: on a node they may be in flight).
     Colouring plans any sets (a re-plan too) in many rounds."""
     rng = np.random.default_rng(3)
-    users, items = rng.integers(0, USERS, N), rng.integers(0, ITEMS, N)
+    users, items = rng.integers(0, USERS, n), rng.integers(0, ITEMS, n)
     out: dict = {"orders": []}
 
     def prog() -> None:
@@ -305,7 +345,7 @@ def _sgd(
                 W[u] = w + 0.05 * err * h
                 H[i] = h + 0.05 * err * w
 
-            ap.async_for(0, N, body, name="sgd", replan=replan, strategy=strategy)
+            ap.async_for(0, n, body, name="sgd", replan=replan, strategy=strategy)
             out["orders"].append(ap.last_order("sgd"))
             if it == 0:
                 out["first"] = ap.current().ops["sgd"]
@@ -332,7 +372,10 @@ def _serial(init, orders, users, items, extra):
 
 @pytest.mark.parametrize("nodes", [6, 8])
 @pytest.mark.parametrize("strategy", ["colouring", "tokens", "rotation"])
-def test_coalescing_changes_messages_not_bits_or_rows(nodes: int, strategy: str) -> None:
+def test_coalescing_changes_messages_not_bits_or_rows(
+    nodes: int, strategy: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(routing, "RELAY_BYTES", 0)  # coalescing alone: nothing relayed
     plain, _, _ = _sgd(nodes, 3, coalesce=False, strategy=strategy)
     coal, _, _ = _sgd(nodes, 3, coalesce=True, strategy=strategy)
     assert plain["first"].plan.strategy == strategy
@@ -342,6 +385,24 @@ def test_coalescing_changes_messages_not_bits_or_rows(nodes: int, strategy: str)
     # the same rows: only the 8-byte headers of the messages saved differ
     assert a["sent_bytes"] - b["sent_bytes"] == 8 * (a["sent_messages"] - b["sent_messages"])
     assert b["sent_bytes"] == b["received_bytes"] and b["sent_messages"] == b["received_messages"]
+
+
+@pytest.mark.parametrize("nodes", [6, 8])
+@pytest.mark.parametrize("strategy", ["colouring", "tokens", "rotation"])
+def test_relaying_changes_messages_not_bits(
+    nodes: int, strategy: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Relayed rows (``routing.relay``) against none relayed: the same bits, no more
+    messages, and every byte sent received."""
+    relayed, _, _ = _sgd(nodes, 3, coalesce=True, strategy=strategy)
+    monkeypatch.setattr(routing, "RELAY_BYTES", 0)
+    plain, _, _ = _sgd(nodes, 3, coalesce=True, strategy=strategy)
+    assert relayed["digests"] == plain["digests"]
+    a, b = plain["traffic"], relayed["traffic"]
+    assert b["sent_messages"] <= a["sent_messages"]
+    assert b["sent_bytes"] == b["received_bytes"] and b["sent_messages"] == b["received_messages"]
+    if strategy == "rotation":
+        assert b["sent_messages"] < a["sent_messages"]
 
 
 def _in_flight(nodes: int) -> tuple[int, int]:
@@ -368,15 +429,25 @@ def test_a_read_of_a_row_still_in_flight_is_a_plan_violation() -> None:
         _sgd(8, 2, coalesce=True, extra=lambda k, i: [row] if k == j else [], replan="never")
 
 
-@settings(max_examples=5, deadline=None)
-@given(far=st.integers(1, ITEMS - 1), nodes=st.sampled_from([3, 6, 8]))
+@settings(max_examples=6, deadline=None)
+@given(
+    far=st.integers(1, ITEMS - 1),
+    nodes=st.sampled_from([3, 6, 8]),
+    strategy=st.sampled_from(["colouring", "auto"]),
+)
 def test_a_body_reading_rows_in_flight_is_replanned_and_equals_its_serial_loop(
-    far: int, nodes: int
+    far: int, nodes: int, strategy: str
 ) -> None:
+    """Also under ``auto`` on more ratings (a rotation, whose user rows ride the ring,
+    relayed, when the violation undoes the rounds run so far): every replica comes
+    back, relays included, and the re-plan is another strategy."""
+
     def extra(j: int, i: int) -> list[int]:
         return [(i + far) % ITEMS] if j % 7 == 0 else []
 
-    got, users, items = _sgd(nodes, 2, coalesce=True, extra=extra)
+    n = N if strategy == "colouring" else 3000
+    got, users, items = _sgd(nodes, 2, coalesce=True, extra=extra, strategy=strategy, n=n)
+    assert got["first"].plan.strategy == ("colouring" if strategy == "colouring" else "rotation")
     W, H = _serial(got["init"], got["orders"], users, items, extra)
     np.testing.assert_array_equal(got["final"][0], W)
     np.testing.assert_array_equal(got["final"][1], H)

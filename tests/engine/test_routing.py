@@ -158,19 +158,23 @@ def test_message_edges_are_the_exchanges_of_the_routes(sets, nodes, strategy) ->
     assert (use > rnd).all() and (use < len(plan.rounds)).all()
 
 
-@pytest.mark.parametrize("nodes", [2, 4, 8])
-def test_a_rotation_sends_each_item_row_to_one_node_and_user_rows_nowhere(nodes: int) -> None:
+@pytest.mark.parametrize(("nodes", "ring"), [(2, True), (4, True), (8, True), (4, False)])
+def test_a_rotation_sends_each_moving_row_to_one_node_and_staying_rows_nowhere(
+    nodes: int, ring: bool
+) -> None:
     """SGD touches one user row (dds 1) and one item row (dds 2) per body, and writes both:
-    a user block stays on its node for the whole rotation, and an item row written in a
-    round goes only to the node that touches it next."""
+    a block of the space that stays (the one with more rows: items; before ``ring``, the
+    first: users) stays on its node for the whole rotation, and a row of the other
+    written in a round goes only to the node that touches it next."""
     sets = sgd_like_sets(3000, 60, 80)
-    plan = make_plan(sets, nodes, 1, strategy="rotation")
+    plan = make_plan(sets, nodes, 1, strategy="rotation", ring=ring)
     assert plan.strategy == "rotation"
     routes = route(plan, sets)
+    stays = 2 if ring else 1
     for msgs in routes.rounds:
         rows = msgs.gids
         assert len(np.unique(rows)) == len(rows)  # no row to two nodes
-        assert not ((rows >> SLOT_BITS) == 1).any()  # no user row travels
+        assert not ((rows >> SLOT_BITS) == stays).any()  # no staying row travels
     written = sum(len(w) for per in plan.writes for w in per)
     assert sum(len(m.gids) for m in routes.rounds) <= written
     unique = len(np.unique(np.concatenate([w for per in plan.writes for w in per])))

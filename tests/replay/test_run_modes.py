@@ -40,14 +40,16 @@ def record(trace: Path, *argv: str, env: dict[str, str] | None = None, status: i
 
 
 def labels(trace: Path) -> list[dict[str, Any]]:
-    """The runs' mode labels besides ``exact_reduce`` and ``coalesced_sends``, which
-    every run recorded today carries (its reduce sums exactly, its routed rows travel
-    coalesced; a trace without them replays with the left fold, one message per round
-    and pair)."""
+    """The runs' mode labels besides ``exact_reduce``, ``coalesced_sends`` and
+    ``ring_routes``, which every run recorded today carries (its reduce sums exactly,
+    its routed rows travel coalesced and relayed, its rotations move the smaller space;
+    a trace without them replays with the left fold, one message per round and pair,
+    the rotations and routes of before)."""
     with tracer.open(trace) as store:
         got = [dict(r.labels or {}) for r in store.runs()]
     assert all(g.pop("exact_reduce", None) is True for g in got), got
     assert all(g.pop("coalesced_sends", None) is True for g in got), got
+    assert all(g.pop("ring_routes", None) is True for g in got), got
     return got
 
 
