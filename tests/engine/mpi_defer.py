@@ -4,7 +4,9 @@ first touched, and the bits are the in-process cluster's whatever the timing.
 ``python mpi_defer.py SEED...`` on P ranks runs :func:`program` (an SGD-like loop
 planned with ``strategy="tokens"``, whose hand-offs often skip rounds) on COMM_WORLD and
 once per SEED under seeded message jitter (tests/jitter.py), then once more with
-``coalesce=False`` (one message per round and pair, as before coalescing).  Each rank returns, per run,
+``coalesce=False`` (one message per round and pair, as before coalescing), then
+:func:`ring` plainly and under the same jitter: a rotation on sparser ratings, whose
+rows that skip a rank ride the ring (``routing.relay``).  Each rank returns, per run,
 the program's value: the tables, the digests, how many receives this rank deferred and
 what it sent and received.
 """
@@ -26,16 +28,18 @@ from tests.jitter import plain_then_jittered  # noqa: E402
 USERS, ITEMS, RATINGS = 40, 60, 900
 
 
-def program() -> dict[str, Any]:
-    """Two epochs of matrix factorisation on seeded ratings, planned as tokens."""
+def program(
+    strategy: str = "tokens", users: int = USERS, items_: int = ITEMS, ratings: int = RATINGS
+) -> dict[str, Any]:
+    """Two epochs of matrix factorisation on seeded ratings, planned as ``strategy``."""
     rng = np.random.default_rng(7)
-    items = np.minimum(rng.zipf(1.6, RATINGS) - 1, ITEMS - 1)
+    items = np.minimum(rng.zipf(1.6, ratings) - 1, items_ - 1)
     data = np.stack(
-        [rng.integers(0, USERS, RATINGS), items, rng.integers(1, 6, RATINGS)], axis=1
+        [rng.integers(0, users, ratings), items, rng.integers(1, 6, ratings)], axis=1
     ).astype(np.float64)
-    A = ap.dvector(RATINGS, shape=(3,), data=data, name="A")
-    W = ap.dvector(USERS, shape=(4,), init=ap.init.normal(0.5, 0.1), name="W")
-    H = ap.dvector(ITEMS, shape=(4,), init=ap.init.normal(0.5, 0.1), name="H")
+    A = ap.dvector(ratings, shape=(3,), data=data, name="A")
+    W = ap.dvector(users, shape=(4,), init=ap.init.normal(0.5, 0.1), name="W")
+    H = ap.dvector(items_, shape=(4,), init=ap.init.normal(0.5, 0.1), name="H")
 
     def body(j: int) -> None:
         u, i, r = A[j]
@@ -45,7 +49,7 @@ def program() -> dict[str, Any]:
         H[int(i)] = h + 0.05 * (err * w - 0.01 * h)
 
     for _ in range(2):
-        ap.async_for(0, RATINGS, body, name="sgd", strategy="tokens")
+        ap.async_for(0, ratings, body, name="sgd", strategy=strategy)
     cl = ap.current().cluster
     held = ap.current().ops["sgd"].plan  # what this process keeps of the plan it ran
     plan = ap.plan_of("sgd")  # every node's tasks (under MPI, gathered from the ranks)
@@ -65,11 +69,17 @@ def program() -> dict[str, Any]:
     }
 
 
+def ring() -> dict[str, Any]:
+    """A rotation on sparse ratings: the 60 users move, and on 3 ranks some of their
+    rows skip a rank and ride the ring."""
+    return program("rotation", 60, 300, 500)
+
+
 def case(world: MPI.Comm, *seeds: int) -> list[dict[str, Any]]:
     runs = plain_then_jittered(program, world, seeds)
     res = ap.run(program, comm=world, coalesce=False)  # as a trace from before coalescing
     runs.append({**res.value, "digests": res.digests})
-    return runs
+    return runs + plain_then_jittered(ring, world, seeds)
 
 
 def main() -> int:

@@ -153,7 +153,7 @@ def test_a_token_plan_defers_receives_and_keeps_the_bits(ranks: int, mpi: Batche
     and the ranks together send and receive what the in-process cluster counts.  Once
     it has run the plan a rank keeps only its own node's tasks (issue 35), the in-process
     node's of the same number, and every node's body count."""
-    from tests.engine.mpi_defer import program
+    from tests.engine.mpi_defer import program, ring
 
     want = ap.run(program, nodes=ranks)
     assert want.value["kept"] == list(range(ranks))  # in one process every node is local
@@ -162,20 +162,40 @@ def test_a_token_plan_defers_receives_and_keeps_the_bits(ranks: int, mpi: Batche
     assert want.value["traffic"]["sent_messages"] < plain.value["traffic"]["sent_messages"]
     deferred = 0
     every = mpi[ranks].values("defer")
+    n = 2 + len(DEFER_SEEDS)  # then the ring's runs
     for rank, got in enumerate(every):
-        assert len(got) == 2 + len(DEFER_SEEDS)  # the last run: not coalesced
-        for run in got:
+        assert len(got) == n + 1 + len(DEFER_SEEDS)  # run n - 1: not coalesced
+        for run in got[:n]:
             assert run["kept"] == [rank] and run["bodies"] == want.value["bodies"]
             assert run["own"][rank] == want.value["own"][rank]
             assert run["tasks"] == want.value["tasks"]  # ap.plan_of gathers every node's
             assert run["W"] == want.value["W"] and run["H"] == want.value["H"]
             assert run["digests"] == want.digests and run["rounds"] == want.value["rounds"]
             deferred += run["deferred"]
-    for k in range(2 + len(DEFER_SEEDS)):
+    for k in range(n):
         total = {c: sum(got[k]["traffic"][c] for got in every) for c in want.value["traffic"]}
-        assert total == (plain if k == 1 + len(DEFER_SEEDS) else want).value["traffic"], k
+        assert total == (plain if k == n - 1 else want).value["traffic"], k
     assert want.value["rounds"] > ranks  # tokens: more rounds than a rotation's P
     assert deferred > 0
+    # a rotation whose far rows ride the ring: the in-process bits, messages and bytes
+    ringed = ap.run(ring, nodes=ranks)
+    for k in range(n, n + 1 + len(DEFER_SEEDS)):
+        for got in every:
+            assert got[k]["W"] == ringed.value["W"] and got[k]["digests"] == ringed.digests
+        total = {c: sum(got[k]["traffic"][c] for got in every) for c in ringed.value["traffic"]}
+        assert total == ringed.value["traffic"], k
+
+
+def test_a_ring_on_three_nodes_relays_rows_that_skip_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the MPI ring case above runs: rows relayed (fewer messages), same bits."""
+    from engine._machines import routing
+    from tests.engine.mpi_defer import ring
+
+    relayed = ap.run(ring, nodes=3)
+    monkeypatch.setattr(routing, "RELAY_BYTES", 0)
+    plain = ap.run(ring, nodes=3)
+    assert relayed.digests == plain.digests
+    assert relayed.value["traffic"]["sent_messages"] < plain.value["traffic"]["sent_messages"]
 
 
 @pytest.mark.parametrize("ranks", [2, 3])
