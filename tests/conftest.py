@@ -385,13 +385,32 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if item.nodeid in _slow_tests() and not item.get_closest_marker("slow"):
             item.add_marker("slow")
     _longest_files_first(items)
+    layers = {
+        item.nodeid: [m for m in (*LAYERS, "slow") if item.get_closest_marker(m)] for item in items
+    }
+    config.stash[_COLLECTED_LAYERS] = layers
     report = os.environ.get("REPLAY_LAYERS_REPORT")
     if report:
-        layers = {
-            item.nodeid: [m for m in (*LAYERS, "slow") if item.get_closest_marker(m)]
-            for item in items
-        }
         Path(report).write_text(json.dumps(layers, indent=1))
+
+
+#: Every collected test's layer markers, as ``pytest_collection_modifyitems`` saw them.
+_COLLECTED_LAYERS = pytest.StashKey[dict[str, list[str]]]()
+
+
+def collected_layers(config: pytest.Config) -> dict[str, list[str]] | None:
+    """Each test's layer markers from this session's own collection, if it collected the
+    whole suite (plain ``pytest``, as CI and every xdist worker of it do), else None.
+
+    The markers are those of every collected test before ``-m``, ``-k`` or ``--deselect``
+    took any out (they deselect after the hook above).  ``--lf`` and ``--ignore`` collect
+    fewer files, and a run of named files or directories collects only those."""
+    whole = config.args_source == pytest.Config.ArgsSource.TESTPATHS
+    fewer = config.getoption("lf", False) or config.getoption("ignore", None)
+    fewer = fewer or config.getoption("ignore_glob", None)
+    if not whole or fewer:
+        return None
+    return config.stash.get(_COLLECTED_LAYERS, None)
 
 
 def mpiexec() -> str:
