@@ -470,10 +470,18 @@ def run_cli(args: list[str], timeout: float = MPI_TIMEOUT, **kw) -> subprocess.C
 
 def unrecorded_outcomes(app: str, *args: str, runs: int = 6) -> set[tuple[str, ...]]:
     """The digests of up to ``runs`` untraced 2-rank runs of ``app``, stopping once two
-    differ (enough to show the app non-deterministic)."""
+    differ (enough to show the app non-deterministic).
+
+    Each command runs in this process (tests/cli.py), its two ranks under ``mpiexec``:
+    the ranks are the processes whose timing differs, and a separate launcher only added
+    its start-up and imports to every run.  ``--timeout`` bounds each job as
+    ``run_cli``'s timeout did."""
+    from tests.cli import invoke
+
     outcomes: set[tuple[str, ...]] = set()
     for _ in range(runs):
-        proc = run_cli(["run", app, "--ranks", "2", *args, "--no-trace", "--json"])
+        cmd = ["run", app, "--ranks", "2", *args, "--no-trace", "--json"]
+        proc = invoke([*cmd, "--timeout", str(MPI_TIMEOUT)])
         assert proc.returncode == 0, proc.stderr
         outcomes.add(tuple(d["digest"] for d in json.loads(proc.stdout)["digests"]))
         if len(outcomes) >= 2:
