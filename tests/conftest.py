@@ -149,21 +149,46 @@ def _unwrapped(fn: Any) -> Any:
     return inspect.unwrap(inner if inner is not None else fn)
 
 
+#: The fields of a statement that hold the statements inside it (a definition is a
+#: statement, so it is only ever in one of these lists, never inside an expression).
+_BLOCKS = ("body", "orelse", "finalbody", "handlers", "cases")
+
+
+def _statements(tree: ast.AST) -> Iterator[ast.AST]:
+    """``tree`` and every statement inside it (``ast.walk`` without the expressions:
+    finding definitions this way visits a tenth of the nodes)."""
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        yield node
+        for field in _BLOCKS:
+            inner = getattr(node, field, None)
+            if isinstance(inner, list):
+                todo.extend(inner)
+
+
+_DEFINITION = ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
+
+
 @cache
-def _definitions(path: str) -> tuple[list[str], dict[int, ast.AST]]:
-    """The lines of the file at ``path`` and its function and class definitions by the
-    line they start on (their first decorator's): each file is parsed once, not once per
-    definition (the layer scan parsed 1,200 of them one by one, ~5 s per xdist worker)."""
+def _definitions(path: str) -> tuple[list[str], dict[int, ast.AST], dict[str, list[ast.AST]]]:
+    """The lines of the file at ``path``, its function and class definitions by the
+    line they start on (their first decorator's), and its classes by name: each file is
+    parsed once, not once per definition (the layer scan parsed 1,200 of them one by
+    one, ~5 s per xdist worker)."""
     try:
         text = Path(path).read_text()
         tree = ast.parse(text)
     except (OSError, SyntaxError, ValueError):
-        return [], {}
+        return [], {}, {}
     defs: dict[int, ast.AST] = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+    classes: dict[str, list[ast.AST]] = {}
+    for node in _statements(tree):
+        if isinstance(node, _DEFINITION):
             defs.setdefault(_first_line(node), node)
-    return text.splitlines(), defs
+            if isinstance(node, ast.ClassDef):
+                classes.setdefault(node.name, []).append(node)
+    return text.splitlines(), defs, classes
 
 
 def _first_line(node: Any) -> int:
@@ -175,14 +200,15 @@ def _definition(obj: Any) -> tuple[list[str], ast.AST] | None:
     """``obj``'s source lines (its whole file) and its definition's tree."""
     try:
         path = inspect.getsourcefile(obj)
-        first = (
-            obj.__code__.co_firstlineno
-            if inspect.isfunction(obj)
-            else inspect.getsourcelines(obj)[1]
-        )
+        lines, defs, classes = _definitions(path or "")
+        if inspect.isfunction(obj):
+            first = obj.__code__.co_firstlineno
+        elif len(classes.get(obj.__name__, ())) == 1:  # (inspect would parse the file again)
+            first = _first_line(classes[obj.__name__][0])
+        else:
+            first = inspect.getsourcelines(obj)[1]
     except (OSError, TypeError):
         return None
-    lines, defs = _definitions(path or "")
     node = defs.get(first)
     return (lines, node) if node is not None else None
 
@@ -197,10 +223,10 @@ def _scan(obj: Any) -> tuple[str, tuple[Any, ...]]:
     all_lines, tree = found_def
     start = _first_line(tree)
     lines = all_lines[start - 1 : tree.end_lineno]  # line k of the file is lines[k - start]
-    for node in ast.walk(tree):
+    for node in _statements(tree):  # docstrings open definitions, which are statements
         body = getattr(node, "body", None)
         if (
-            isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+            isinstance(node, _DEFINITION)
             and body
             and isinstance(body[0], ast.Expr)
             and isinstance(body[0].value, ast.Constant)
@@ -385,13 +411,32 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if item.nodeid in _slow_tests() and not item.get_closest_marker("slow"):
             item.add_marker("slow")
     _longest_files_first(items)
+    layers = {
+        item.nodeid: [m for m in (*LAYERS, "slow") if item.get_closest_marker(m)] for item in items
+    }
+    config.stash[_COLLECTED_LAYERS] = layers
     report = os.environ.get("REPLAY_LAYERS_REPORT")
     if report:
-        layers = {
-            item.nodeid: [m for m in (*LAYERS, "slow") if item.get_closest_marker(m)]
-            for item in items
-        }
         Path(report).write_text(json.dumps(layers, indent=1))
+
+
+#: Every collected test's layer markers, as ``pytest_collection_modifyitems`` saw them.
+_COLLECTED_LAYERS = pytest.StashKey[dict[str, list[str]]]()
+
+
+def collected_layers(config: pytest.Config) -> dict[str, list[str]] | None:
+    """Each test's layer markers from this session's own collection, if it collected the
+    whole suite (plain ``pytest``, as CI and every xdist worker of it do), else None.
+
+    The markers are those of every collected test before ``-m``, ``-k`` or ``--deselect``
+    took any out (they deselect after the hook above).  ``--lf`` and ``--ignore`` collect
+    fewer files, and a run of named files or directories collects only those."""
+    whole = config.args_source == pytest.Config.ArgsSource.TESTPATHS
+    fewer = config.getoption("lf", False) or config.getoption("ignore", None)
+    fewer = fewer or config.getoption("ignore_glob", None)
+    if not whole or fewer:
+        return None
+    return config.stash.get(_COLLECTED_LAYERS, None)
 
 
 def mpiexec() -> str:
@@ -425,10 +470,18 @@ def run_cli(args: list[str], timeout: float = MPI_TIMEOUT, **kw) -> subprocess.C
 
 def unrecorded_outcomes(app: str, *args: str, runs: int = 6) -> set[tuple[str, ...]]:
     """The digests of up to ``runs`` untraced 2-rank runs of ``app``, stopping once two
-    differ (enough to show the app non-deterministic)."""
+    differ (enough to show the app non-deterministic).
+
+    Each command runs in this process (tests/cli.py), its two ranks under ``mpiexec``:
+    the ranks are the processes whose timing differs, and a separate launcher only added
+    its start-up and imports to every run.  ``--timeout`` bounds each job as
+    ``run_cli``'s timeout did."""
+    from tests.cli import invoke
+
     outcomes: set[tuple[str, ...]] = set()
     for _ in range(runs):
-        proc = run_cli(["run", app, "--ranks", "2", *args, "--no-trace", "--json"])
+        cmd = ["run", app, "--ranks", "2", *args, "--no-trace", "--json"]
+        proc = invoke([*cmd, "--timeout", str(MPI_TIMEOUT)])
         assert proc.returncode == 0, proc.stderr
         outcomes.add(tuple(d["digest"] for d in json.loads(proc.stdout)["digests"]))
         if len(outcomes) >= 2:

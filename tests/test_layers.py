@@ -11,7 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import LAYERS, ROOT, SLOW_TESTS, UNIT_SECONDS, no_processes
+from tests.conftest import (
+    LAYERS,
+    ROOT,
+    SLOW_TESTS,
+    UNIT_SECONDS,
+    collected_layers,
+    no_processes,
+)
 
 #: The least the ``unit`` layer may hold: it is the layer run while editing, so a
 #: classifier that pushed most of the suite out of it would quietly weaken that loop.
@@ -19,8 +26,15 @@ MIN_UNIT_TESTS = 500
 
 
 @pytest.fixture(scope="module")
-def layers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[str]]:
-    """Each collected test's layer markers, from a ``--collect-only`` run of the suite."""
+def layers(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, list[str]]:
+    """Each collected test's layer markers: this session's own if it collected the whole
+    suite (a plain ``pytest``), else from a ``--collect-only`` run of the suite (which
+    took ~16 s of CI's time when it ran there too)."""
+    here = collected_layers(request.config)
+    if here is not None:
+        return here
     report = tmp_path_factory.mktemp("layers") / "layers.json"
     env = dict(os.environ, REPLAY_LAYERS_REPORT=str(report))
     proc = subprocess.run(

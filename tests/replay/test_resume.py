@@ -6,7 +6,8 @@ kill switch (``resume_apps.py``): the run that must crash is recorded with
 
 A run that must crash or be interrupted is a real process (``crash``): the kill switch
 SIGKILLs a rank or raises KeyboardInterrupt, and a 1-rank run is the command itself.
-Every other command (resume, verify, show, replays, uninterrupted runs) runs in this
+The ten SIGKILL trials on 2 ranks run their command in this process (``killed_rank``):
+the killed rank is still one of mpiexec's processes.  Every other command (resume, verify, show, replays, uninterrupted runs) runs in this
 process (``cli``, tests/cli.py); on 2 ranks it still starts ``mpiexec`` (``mpi``).
 """
 
@@ -74,15 +75,38 @@ def target(app: str) -> str:
     return f"{APPS}:{app}"
 
 
-def record(trace: Path, app: str, ranks: int, kill: str | None = None, **env: str) -> int:
+def killed_rank(*args: str, env: dict[str, str]) -> tuple[int, str, str]:
+    """``replay ARGS`` in this process, for a run on 2 or more ranks in which the kill
+    switch SIGKILLs a rank: the ranks are ``mpiexec``'s processes, so the signal never
+    reaches this one, and a separate launcher only adds its start-up.  (``crash`` keeps
+    the real console script for the other kills: a 1-rank run is the command itself.)"""
+    assert "RESUME_KILL" in env and "RESUME_HOW" not in env, env
+    assert int(args[args.index("--ranks") + 1]) > 1, args
+    return cli(*args, env=env)
+
+
+def record(
+    trace: Path,
+    app: str,
+    ranks: int,
+    kill: str | None = None,
+    *,
+    here: bool = False,
+    **env: str,
+) -> int:
     """Record ``app`` into ``trace`` (checkpoints after every invocation); ``kill``:
-    RANK:INVOCATION:INDEX of the body that dies.  Returns the exit status."""
+    RANK:INVOCATION:INDEX of the body that dies; ``here``: the command of a killed run
+    in this process (``killed_rank``), not as a process of its own.  Returns the exit
+    status."""
     e = dict(env)
     if kill is not None:
         e["RESUME_KILL"] = kill
     args = ["run", target(app), "-p", f"epochs={EPOCHS}", "--trace", str(trace)]
     args += ["--checkpoint-every", "1", "--ranks", str(ranks), "--timeout", "60", "--json"]
-    rc, _, err = crash(*args, env=e) if kill is not None else cli(*args, env=e)
+    if kill is None:
+        rc, _, err = cli(*args, env=e)
+    else:
+        rc, _, err = killed_rank(*args, env=e) if here else crash(*args, env=e)
     if kill is None:
         assert rc == 0, err
     return rc
@@ -115,13 +139,15 @@ def test_sigkill_a_rank_then_resume_is_bitwise_an_uninterrupted_run(
     tmp_path: Path, uninterrupted: dict[str, dict[str, Any]]
 ) -> None:
     """10 trials under mpiexec -n 2: SIGKILL one rank in a random body of a random
-    invocation after the first checkpoint, resume, compare with the uninterrupted run."""
+    invocation after the first checkpoint, resume, compare with the uninterrupted run.
+    The commands run in this process (the ranks are mpiexec's); the tests below kill a
+    rank of a real console script's job."""
     pick = random.Random(16)
     for trial in range(10):
         app = ("sgdmf", "mlr")[trial % 2]
         kill = f"{pick.randrange(2)}:{pick.randrange(1, EPOCHS)}:{pick.randrange(BODIES[app])}"
         trace = tmp_path / f"t{trial}.sqlite"
-        rc = record(trace, app, 2, kill)
+        rc = record(trace, app, 2, kill, here=True)
         assert rc != 0, f"trial {trial} ({app}, kill {kill}) did not crash"
         info, cps = of_run(trace, lambda r: (r.info, r.checkpoints()))
         assert info.status == "crashed", (trial, kill, info.status)

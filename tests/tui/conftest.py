@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,17 +27,26 @@ def sync_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-@pytest.fixture
-def synth_dir(tmp_path: Path) -> Path:
-    """A ``traces/`` directory with two synthetic runs (B receives messages out of order)
-    and one damaged file; run A carries verdicts."""
-    root = tmp_path / "traces"
+@pytest.fixture(scope="session")
+def synth_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``synth_dir``'s files, written once per session: the builders run with a fixed
+    clock and store no path, so every build gives the same rows (~0.4 s each, and some
+    60 tests ask for one)."""
+    root = tmp_path_factory.mktemp("synth") / "traces"
     root.mkdir()
     write_synthetic(root / "a.sqlite", "run-a")
     add_verdicts(root / "a.sqlite", "run-a")
     write_synthetic(root / "b.sqlite", "run-b", message_order=(1, 0))
     (root / "broken.sqlite").write_bytes(b"this is not a trace store\n" * 40)
     return root
+
+
+@pytest.fixture
+def synth_dir(tmp_path: Path, synth_template: Path) -> Path:
+    """A ``traces/`` directory with two synthetic runs (B receives messages out of order)
+    and one damaged file; run A carries verdicts.  The test's own copy: it may change
+    or add files."""
+    return Path(shutil.copytree(synth_template, tmp_path / "traces"))
 
 
 @pytest.fixture
