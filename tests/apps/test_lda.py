@@ -324,7 +324,7 @@ def test_cli_two_ranks_two_threads_replays_bitwise(tmp_path: pathlib.Path, cli) 
     assert "verdicts clu✓" in asyncio.run(browse())
 
 
-@settings(max_examples=8, deadline=None)
+@settings(max_examples=6, deadline=None)
 @given(
     topics=st.integers(2, 5),
     docs=st.integers(3, 40),
