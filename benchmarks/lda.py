@@ -20,17 +20,19 @@ side by side with a plain numba collapsed-Gibbs sampler and with scikit-learn's
   ``sweep_ms_per_iteration`` is the sweep alone.
 * **ratio** ``ours_1rank_over_numba``: ours on 1 rank / numba, per iteration (issue 37's
   budget: <= 1.2); also against the numba sweep alone, and our ``async_for`` alone
-  (median) against it.  Measured 2026-12-07 (lee, best of 5, one core held by another
-  job): 3.78 / 1.88 ms = 2.0 (6.0 before the engine's ``take``/``put`` and the cuts
-  that followed); ``--synthetic``: 2.27 / 0.68 ms = 3.3.  Over budget: see the README's
-  LDA section for where the rest goes.
+  (median) against it; ``ours_1rank_python_body_over_numba`` is the same ratio for the
+  Python body.  Measured 2026-12-07 (best of 5, load average 4-6 from other jobs): lee
+  4.98 / 3.07 ms = 1.63 with the kernel, 2.56 with the Python body (2.0 before the kernel
+  at load 2, 6.0 before ``take``/``put``); ``--synthetic`` 2.21 / 1.79 ms = 1.23 (Python
+  body 2.72).  Over budget: see the README's LDA section for where the rest goes.
 * scikit-learn's batch variational LDA is fitted in this process on the same documents,
   with the same number of topics and priors.
 
 Every perplexity on the training documents uses one formula,
 ``exp(-sum log sum_k theta_dk phi_kw / tokens)`` from each model's point estimates;
 scikit-learn's own ``perplexity()`` (its variational bound) is printed too.  Each repeat
-runs the numba sampler and then ours on 1, 2 and 3 ranks; each time is the best of
+runs the numba sampler, then ours on 1, 2 and 3 ranks, then the Python body on 1 rank;
+each time is the best of
 ``--repeats`` repeats (load on a shared machine only ever adds time), and
 ``ms_per_iteration_per_repeat`` lists them all, with the load average before and after.
 
