@@ -2,7 +2,9 @@
 side by side with a plain numba collapsed-Gibbs sampler and with scikit-learn's
 ``LatentDirichletAllocation``.
 
-* **ours**: ``replay run lda --no-trace`` on 1, 2 and 3 ranks (one thread each).  The
+* **ours**: ``replay run lda --no-trace`` on 1, 2 and 3 ranks (one thread each), with
+  its default compiled body (``gibbs_kernel``), and on 1 rank with ``-p kernel=false``
+  (the Python body, side ``1_python``; the same bits, so the same loglik).  The
   steady time per iteration is taken inside each run, from the end of iteration
   ``SHORT`` to the end of the last (the run stamps every logged ``loglik``): one
   iteration is the ``async_for`` of the sweep with everything the engine does around
@@ -18,17 +20,19 @@ side by side with a plain numba collapsed-Gibbs sampler and with scikit-learn's
   ``sweep_ms_per_iteration`` is the sweep alone.
 * **ratio** ``ours_1rank_over_numba``: ours on 1 rank / numba, per iteration (issue 37's
   budget: <= 1.2); also against the numba sweep alone, and our ``async_for`` alone
-  (median) against it.  Measured 2026-12-07 (lee, best of 5, one core held by another
-  job): 3.78 / 1.88 ms = 2.0 (6.0 before the engine's ``take``/``put`` and the cuts
-  that followed); ``--synthetic``: 2.27 / 0.68 ms = 3.3.  Over budget: see the README's
-  LDA section for where the rest goes.
+  (median) against it; ``ours_1rank_python_body_over_numba`` is the same ratio for the
+  Python body.  Measured 2026-12-07 (best of 5, load average 4-6 from other jobs): lee
+  4.98 / 3.07 ms = 1.63 with the kernel, 2.56 with the Python body (2.0 before the kernel
+  at load 2, 6.0 before ``take``/``put``); ``--synthetic`` 2.21 / 1.79 ms = 1.23 (Python
+  body 2.72).  Over budget: see the README's LDA section for where the rest goes.
 * scikit-learn's batch variational LDA is fitted in this process on the same documents,
   with the same number of topics and priors.
 
 Every perplexity on the training documents uses one formula,
 ``exp(-sum log sum_k theta_dk phi_kw / tokens)`` from each model's point estimates;
 scikit-learn's own ``perplexity()`` (its variational bound) is printed too.  Each repeat
-runs the numba sampler and then ours on 1, 2 and 3 ranks; each time is the best of
+runs the numba sampler, then ours on 1, 2 and 3 ranks, then the Python body on 1 rank;
+each time is the best of
 ``--repeats`` repeats (load on a shared machine only ever adds time), and
 ``ms_per_iteration_per_repeat`` lists them all, with the load average before and after.
 
@@ -184,9 +188,11 @@ def marks(ll: list[float]) -> dict[str, float]:
 
 
 # ---------------------------------------------------------------- ours
-def ours(args: argparse.Namespace, ranks: int) -> dict[str, Any]:
-    """One untraced ``replay run lda`` on ``ranks`` ranks, timed inside the run."""
+def ours(args: argparse.Namespace, ranks: int, kernel: bool = True) -> dict[str, Any]:
+    """One untraced ``replay run lda`` on ``ranks`` ranks, timed inside the run (the
+    compiled body, or the Python one with ``kernel=False``)."""
     params = [
+        "-p", f"kernel={str(kernel).lower()}",
         "-p", f"corpus={args.corpus}",
         "-p", f"synthetic={str(args.synthetic).lower()}",
         "-p", f"topics={args.topics}",
@@ -255,6 +261,7 @@ def main() -> None:
     spread: dict[str, list[float]] = {}
     for _ in range(args.repeats):  # interleaved, so that a burst of load hits every side
         got = {"numba": ref.run(), **{str(r): ours(args, r) for r in (1, 2, 3)}}
+        got["1_python"] = ours(args, 1, kernel=False)
         for side, res in got.items():
             best = runs.setdefault(side, res)
             spread.setdefault(side, []).append(round(1000 * res["steady_s"], 3))
@@ -282,6 +289,9 @@ def main() -> None:
         "gibbs": runs,
         "numba": numba,
         "ratios": {
+            "ours_1rank_python_body_over_numba": round(
+                runs["1_python"]["ms_per_iteration"] / numba["ms_per_iteration"], 3
+            ),
             "ours_1rank_over_numba": {
                 "value": round(ratio, 3),
                 "budget": BUDGET,

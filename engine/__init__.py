@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from ._asyncfor.kernel import BoundKernel as BoundKernel
 from ._asyncfor.kernel import Kernel as Kernel
+from ._asyncfor.kernel import index_rng as index_rng
 from ._asyncfor.kernel import kernel as kernel
 from ._asyncfor.loop import async_for as async_for
 from ._asyncfor.loop import last_order as last_order
@@ -99,6 +100,7 @@ __all__ = [
     "dmultimap",
     "dvector",
     "evaluate",
+    "index_rng",
     "init",
     "join",
     "kernel",

@@ -17,6 +17,10 @@ token whose word is in ``b`` (in corpus order) with a compiled sweep:
 * the token topics ``z`` are one row per block;
 * random numbers come from ``ap.rng()``, so a block draws the same numbers on any node.
 
+The body runs as a compiled kernel by default (:func:`gibbs_kernel`: one numba loop per
+task group, the same accesses and the same random streams, so the same bits as the
+Python body); ``kernel=false`` runs the Python body (``pdb`` steps through it).
+
 With one node and one thread nothing is stale and the sampler is the exact serial one.
 In test mode (``--checked``, dual tests) the relaxed DDS become ordinary, every block
 conflicts with every other, and the run is the exact serial sampler on 1, 2 or 3 nodes.
@@ -48,6 +52,11 @@ from ._model import completion_perplexity, estimates, loglik, perplexity, sweep,
 
 #: Words shown per topic in the result.
 TOP_WORDS = 8
+#: Parameters added after traces were recorded, with the value that runs as such a trace
+#: ran (``replay._apps.recorded_params``): a trace without ``kernel`` ran the Python
+#: body, the only one until 2026-12-07 (the kernel gives the same bits; a replay runs
+#: what was recorded all the same).
+ADDED_PARAMS = {"kernel": False}
 
 
 def _check(**p: Any) -> None:
@@ -104,6 +113,42 @@ def planted_recovery(
         shares.append(float(np.mean(ks == major)))
         found.add(major)
     return float(np.mean(shares)), len(found)
+
+
+@ap.kernel
+def gibbs_kernel(
+    b: int,
+    NW: Any,
+    ND: Any,
+    NK: Any,
+    Z: Any,
+    words_of: np.ndarray,
+    wo: np.ndarray,
+    docs_of: np.ndarray,
+    do: np.ndarray,
+    tw_of: np.ndarray,
+    to: np.ndarray,
+    td_of: np.ndarray,
+    rng: Any,
+    alpha: float,
+    beta: float,
+    vbeta: float,
+) -> None:
+    """The body of :func:`train` as a compiled kernel: block ``b``'s rows in, one sweep
+    over its tokens, its rows out, with the same accesses in the same order and the same
+    uniform draws (``rng`` is ``ap.index_rng``)."""
+    ws, ds = words_of[wo[b] : wo[b + 1]], docs_of[do[b] : do[b + 1]]
+    tw, td = tw_of[to[b] : to[b + 1]], td_of[to[b] : to[b + 1]]
+    nw = NW.take(ws)
+    nd = ND.take(ds)
+    nk = NK[0]
+    z = Z[b]
+    u = rng.uniform(len(tw))
+    sweep(tw, td, z, nw, nd, nk, u, alpha, beta, vbeta)
+    NW.put(ws, nw)
+    ND.put(ds, nd)
+    NK[0] = nk
+    Z[b] = z
 
 
 def load(
@@ -184,6 +229,7 @@ def train(
     length: int = 60,
     holdout: float = 0.0,
     test: str = "",
+    kernel: bool = True,
 ) -> dict[str, Any]:
     """Fit LDA with ``topics`` topics by collapsed Gibbs sampling; logs ``loglik`` per
     iteration and ``perplexity`` (on the training documents) at the end.
@@ -197,7 +243,9 @@ def train(
     from the run's seed) or ``test`` (a file of documents) is kept out of training, and
     ``heldout_perplexity`` is logged at the end (document completion: see
     :func:`~apps.lda._model.completion_perplexity`).  Both are off by default, so a trace
-    recorded before they existed replays with the same documents.
+    recorded before they existed replays with the same documents.  ``kernel=true`` (the
+    default) runs the loop body compiled (:func:`gibbs_kernel`), ``kernel=false`` the
+    Python body: the same bits either way.
     """
     _check(**locals())
     data, planted, held = load_split(
@@ -263,9 +311,15 @@ def train(
         NK[0] = nk
         Z[b] = z
 
+    body: Any = gibbs
+    if kernel:
+        body = gibbs_kernel.bind(
+            NW, ND, NK, Z, words_of, np.array(wo), docs_of, np.array(do), tw_of,
+            np.array(to), td_of, ap.index_rng, alpha, beta, vbeta,
+        )  # fmt: skip
     ll = loglik(nw0, nd0, alpha, beta)
     for _ in range(iterations):
-        ap.async_for(0, blocks, gibbs, name="gibbs")
+        ap.async_for(0, blocks, body, name="gibbs")
         ll = loglik(NW.gather(), ND.gather(), alpha, beta)
         ap.log_objective("loglik", ll)
     nw, nd = NW.gather(), ND.gather()
@@ -304,4 +358,4 @@ def train(
     return out
 
 
-__all__ = ["flat", "load", "planted_recovery", "train", "word_blocks"]
+__all__ = ["flat", "gibbs_kernel", "load", "planted_recovery", "train", "word_blocks"]

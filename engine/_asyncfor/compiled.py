@@ -12,7 +12,13 @@ the DDS access modes make in Python (``engine._data.dds``), one byte load per ac
   violations;
 * ``ANY_OWN``: the guard for one thread running all of a node's tasks (single replay);
 * ``CHECKED``: every access inside the running body's own reconnaissance sets;
-* ``RECORD``: reconnaissance (see below).
+* ``RECORD``: reconnaissance (see below);
+* ``RECORD_RELAXED``: reconnaissance of a relaxed dvector: served as ``RECORD`` serves
+  (reads see the body's own writes, writes stay in its overlay) but nothing is logged,
+  as the Python reconnaissance of a relaxed dvector logs nothing.
+
+``X.take(ids)`` and ``X.put(ids, rows)`` are ``X[i]`` for each id in order (the same
+checks and the same log), without a row copy per id.
 
 An access that fails a check is not performed (a read returns a row anyway, a write is
 dropped, so nothing outside what the guard can undo changes); it is written to the
@@ -55,16 +61,17 @@ from typing import Any
 import numba
 import numpy as np
 import platformdirs
+from llvmlite import ir as _ir  # type: ignore[import-untyped]
 from numba import njit, types
 from numba.core import cgutils as _cgutils
 from numba.core import config as _numba_config
-from numba.core.extending import intrinsic, overload, overload_attribute
+from numba.core.extending import intrinsic, overload, overload_attribute, overload_method
 from numba.core.serialize import dumps as _numba_dumps
 from numba.experimental import structref
 from numba.experimental.structref import _Utils as _StructUtils
 
 #: ``Rows.mode`` values (see the module docstring).
-EXEC, GUARD, GUARD_RO, ANY_OWN, CHECKED, RECORD = 0, 1, 2, 3, 4, 5
+EXEC, GUARD, GUARD_RO, ANY_OWN, CHECKED, RECORD, RECORD_RELAXED = 0, 1, 2, 3, 4, 5, 6
 #: ``state`` slots: what went wrong (0 nothing, 1 an access left the plan or the sets,
 #: 2 an index out of range, ``FULL`` a RECORD buffer is full), the argument position of the DDS, its slot, whether it was a
 #: write, and the loop index of the running body.
@@ -214,7 +221,10 @@ def _flag(a: Any, slot: Any, write: int, what: int) -> None:  # pragma: no cover
 def _log(a: Any, s: Any, write: bool) -> None:  # pragma: no cover - compiled
     """RECORD: append (body position, element id); an access repeating the last one of
     the same kind is not logged again (the sets are de-duplicated per body anyway).  A
-    full log sets ``FULL``: the caller grows it and runs this body again."""
+    full log sets ``FULL``: the caller grows it and runs this body again.
+    ``RECORD_RELAXED`` logs nothing."""
+    if a.mode != RECORD:
+        return
     k = a.state[S_INDEX] - a.start
     gid = a.gbase | s
     c = a.cnt
@@ -373,7 +383,7 @@ def _getitem(a: Any, i: Any) -> Any:
                 _flag(a, i, 0, 2)
                 return arr[0]
             mode = a.mode
-            if mode == RECORD:
+            if mode >= RECORD:
                 return _recorded_scalar(a, s)
             if not _allowed(a, s, False, mode):
                 _flag(a, s, 0, 1)
@@ -389,7 +399,7 @@ def _getitem(a: Any, i: Any) -> Any:
             _flag(a, i, 0, 2)
             return arr[0].copy()
         mode = a.mode
-        if mode == RECORD:
+        if mode >= RECORD:
             return _recorded_row(a, s)
         if not _allowed(a, s, False, mode):
             _flag(a, s, 0, 1)
@@ -411,7 +421,7 @@ def _setitem(a: Any, i: Any, v: Any) -> Any:
             _flag(a, i, 1, 2)
             return
         mode = a.mode
-        if mode == RECORD:
+        if mode >= RECORD:
             _recorded_write(a, s, v)
         elif _allowed(a, s, True, mode):
             arr[s] = v
@@ -436,6 +446,173 @@ def _len(a: Any) -> Any:
 def _shape(a: Any) -> Any:
     def impl(a: Any) -> Any:  # pragma: no cover - compiled
         return a.arr.shape
+
+    return impl
+
+
+@overload_method(RowsType, "take")
+def _take(a: Any, ids: Any) -> Any:
+    if not (isinstance(ids, types.Array) and isinstance(ids.dtype, types.Integer)):
+        return None
+    scalar = a.field_dict["arr"].ndim == 1
+
+    def impl(a: Any, ids: Any) -> Any:  # pragma: no cover - compiled
+        arr = _arr(a)
+        n = arr.shape[0]
+        out = np.empty((ids.shape[0],) + arr.shape[1:], dtype=arr.dtype)
+        mode = a.mode
+        for t in range(ids.shape[0]):
+            i = ids[t]
+            s = i + n if i < 0 else i
+            if s < 0 or s >= n:
+                _flag(a, i, 0, 2)
+                return out
+            if mode >= RECORD:
+                if scalar:
+                    out[t] = _recorded_scalar(a, s)
+                else:
+                    out[t] = _recorded_row(a, s)
+                continue
+            if not _allowed(a, s, False, mode):
+                _flag(a, s, 0, 1)
+            out[t] = arr[s]
+        return out
+
+    return impl
+
+
+@overload_method(RowsType, "put")
+def _put(a: Any, ids: Any, rows: Any) -> Any:
+    if not (isinstance(ids, types.Array) and isinstance(ids.dtype, types.Integer)):
+        return None
+
+    def impl(a: Any, ids: Any, rows: Any) -> None:  # pragma: no cover - compiled
+        arr = _arr(a)
+        n = arr.shape[0]
+        if rows.shape[0] != ids.shape[0]:
+            raise ValueError("put: rows and ids differ in length")
+        mode = a.mode
+        for t in range(ids.shape[0]):
+            i = ids[t]
+            s = i + n if i < 0 else i
+            if s < 0 or s >= n:
+                _flag(a, i, 1, 2)
+                return
+            if mode >= RECORD:
+                _recorded_write(a, s, rows[t])
+            elif _allowed(a, s, True, mode):
+                arr[s] = rows[t]
+            else:
+                _flag(a, s, 1, 1)
+
+    return impl
+
+
+# ==================================================================== per-index random streams
+# ``engine.rng()`` in a loop body is ``Generator(Philox(key=K, counter=[j, 0, 0, 0]))``:
+# K from (run seed, operator, invocation), j the loop index (``Session.body_rng``).
+# Philox is counter-based, so the stream of index j is a pure function of (K, j) that
+# compiled code computes as numpy does: the counter is incremented before each block of
+# four 64-bit words, every block is ten Philox-4x64 rounds, and a double is the top 53
+# bits of a word times 2**-53 (numpy's ``next_double``).  ``uniform()`` is ``0 + 1 * x``
+# of those doubles: the same bits.
+_M0 = np.uint64(0xD2E7470EE14C6C93)
+_M1 = np.uint64(0xCA5A826395121157)
+_W0 = np.uint64(0x9E3779B97F4A7C15)
+_W1 = np.uint64(0xBB67AE8584CAA73B)
+_U11 = np.uint64(11)
+_ONE = np.uint64(1)
+_ZERO = np.uint64(0)
+_TWO_M53 = 1.0 / 9007199254740992.0
+#: Philox rounds per block (numpy's ``philox4x64_rounds``).
+PHILOX_ROUNDS = 10
+
+
+@intrinsic
+def _mulhilo_ir(typingctx: Any, a: Any, b: Any) -> Any:
+    """(high, low) 64-bit words of the 128-bit product of uint64 ``a`` and ``b``: one
+    widening multiply (numba has no 128-bit integers; four 32-bit products and their
+    carries made the stream cost more than the LDA sweep it feeds)."""
+    u64 = types.uint64
+
+    def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+        i128 = _ir.IntType(128)
+        wide = builder.mul(builder.zext(args[0], i128), builder.zext(args[1], i128))
+        hi = builder.trunc(builder.lshr(wide, _ir.Constant(i128, 64)), _ir.IntType(64))
+        lo = builder.trunc(wide, _ir.IntType(64))
+        return context.make_tuple(builder, sig.return_type, (hi, lo))
+
+    return types.UniTuple(u64, 2)(u64, u64), codegen  # type: ignore[no-untyped-call]
+
+
+_mulhilo: Any = _mulhilo_ir
+
+
+@_disk_cached
+def philox_uniform(k0: Any, k1: Any, counter: Any, n: Any) -> Any:  # pragma: no cover
+    """``Generator(Philox(key=[k0, k1] as numpy stores it, counter=[counter, 0, 0,
+    0])).uniform(size=n)``, bit for bit (all arguments but ``n`` uint64)."""
+    out = np.empty(n)
+    c0, c1, c2, c3 = counter, _ZERO, _ZERO, _ZERO
+    t = 0
+    while t < n:
+        c0 += _ONE
+        if c0 == _ZERO:
+            c1 += _ONE
+            if c1 == _ZERO:
+                c2 += _ONE
+                if c2 == _ZERO:
+                    c3 += _ONE
+        x0, x1, x2, x3 = c0, c1, c2, c3
+        y0, y1 = k0, k1
+        for r in range(PHILOX_ROUNDS):
+            if r > 0:
+                y0 += _W0
+                y1 += _W1
+            hi0, lo0 = _mulhilo(_M0, x0)
+            hi1, lo1 = _mulhilo(_M1, x2)
+            x0, x1, x2, x3 = hi1 ^ x1 ^ y0, lo1, hi0 ^ x3 ^ y1, lo0
+        for v in (x0, x1, x2, x3):
+            if t < n:
+                out[t] = (v >> _U11) * _TWO_M53
+                t += 1
+    return out
+
+
+@structref.register
+class StreamType(types.StructRef):
+    """numba type of :class:`Stream`."""
+
+    def preprocess_fields(self, fields: Any) -> Any:
+        return tuple((name, types.unliteral(typ)) for name, typ in fields)  # type: ignore[no-untyped-call]
+
+
+class Stream(structref.StructRefProxy):
+    """``engine.index_rng`` as a kernel argument: the invocation's Philox key (two
+    uint64) and the task loop's ``state``, whose ``S_INDEX`` is the running index."""
+
+    def __new__(cls, key: np.ndarray, state: np.ndarray) -> Stream:
+        return _new_stream(key, state)
+
+
+structref.define_proxy(Stream, StreamType, ["key", "state"])  # type: ignore[no-untyped-call]
+
+
+def _stream_ctor(key: Any, state: Any) -> Any:  # pragma: no cover - compiled
+    return Stream(key, state)
+
+
+_new_stream = _disk_cached(_stream_ctor)
+
+
+@overload_method(StreamType, "uniform")
+def _uniform(st: Any, n: Any) -> Any:
+    if not isinstance(n, types.Integer):
+        return None
+
+    def impl(st: Any, n: Any) -> Any:  # pragma: no cover - compiled
+        key = st.key
+        return philox_uniform(key[0], key[1], np.uint64(st.state[S_INDEX]), n)
 
     return impl
 
@@ -640,6 +817,7 @@ __all__ = [
     "GUARD",
     "GUARD_RO",
     "RECORD",
+    "RECORD_RELAXED",
     "STATE_LEN",
     "C_OV",
     "C_OVBODY",
@@ -651,10 +829,12 @@ __all__ = [
     "S_SLOT",
     "S_WRITE",
     "Rows",
+    "Stream",
     "body_cache_dir",
     "compile_body",
     "record_buffers",
     "no_sets",
     "loop_file",
+    "philox_uniform",
     "run_loop",
 ]

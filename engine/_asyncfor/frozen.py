@@ -25,6 +25,7 @@ import hashlib
 import inspect
 import os
 import sysconfig
+import time
 import types
 from pathlib import Path
 from typing import Any
@@ -41,13 +42,30 @@ _LIBRARY_DIRS = tuple(
 )
 
 
+#: A file's digest is reused only while its stat is the one it was read at and that
+#: stat's last change (ctime, which every write and ``utime`` moves to the current time
+#: and no user call can set back) was at least this long before the read: an edit within
+#: the file system's clock tick of the read would keep size, mtime and ctime, so such a
+#: file is read again every time (git's "racily clean" rule).  Reading the kernel's and
+#: its helpers' files was a third of re-checking LDA's kernel before each ``async_for``.
+RACY_NS = 3_000_000_000
+_FILES: dict[str, tuple[tuple[int, int, int, int, int], bytes]] = {}
+
+
 def _file_digest(path: str) -> bytes:
-    # read each time (a source file is a few kB): a stamp of mtime and size would miss an
-    # edit that keeps the size within the file system's clock tick
     try:
-        return hashlib.blake2b(Path(path).read_bytes()).digest()
+        st = os.stat(path)
+        stamp = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        kept = _FILES.get(path)
+        if kept is not None and kept[0] == stamp:
+            return kept[1]
+        now = time.time_ns()
+        got = hashlib.blake2b(Path(path).read_bytes()).digest()
     except OSError:
         return b""
+    if now - max(st.st_mtime_ns, st.st_ctime_ns) >= RACY_NS:
+        _FILES[path] = (stamp, got)
+    return got
 
 
 def _library(path: str | None) -> bool:

@@ -1,7 +1,8 @@
 """Compiled loop bodies: ``@kernel`` functions that ``async_for`` runs as one numba loop.
 
 A kernel is a plain Python function ``body(j, X, Y, ..., a, b)`` whose arguments after
-the loop index are numeric ``dvector`` s and ``int`` / ``float`` / ``bool`` scalars::
+the loop index are numeric ``dvector`` s (relaxed ones too), numpy arrays (read-only:
+the closure rule), ``int`` / ``float`` / ``bool`` scalars and :data:`index_rng`::
 
     @ap.kernel
     def sgd(j, A, W, H, g, lam):
@@ -31,8 +32,17 @@ Why the Python function and the compiled one agree bit for bit: rows are copies 
 sides, elementwise numpy expressions compile to the same IEEE operations in the same
 order (numba does not contract ``a * b + c`` into a fused multiply-add unless
 ``fastmath`` is on, and kernels never turn it on), and ``w @ h`` of two float64 vectors is
-the same BLAS ``ddot`` in numpy and in numba.  Kernels take no ``rng()``: draw random
-numbers in the driver into a DDS and read them in the body.
+the same BLAS ``ddot`` in numpy and in numba.
+
+Random numbers: bind :data:`index_rng` and call ``rng.uniform(n)`` in the body.  In
+Python that is ``engine.rng().uniform(size=n)``; compiled, it is the same Philox stream
+of the running index (``engine._asyncfor.compiled.philox_uniform``), so both paths
+draw the same bits.  Each call starts the index's stream afresh, as each
+``engine.rng()`` call does.
+
+A relaxed dvector is served from what the Python body would use: the node's replica
+with one thread per node, the planned thread's copy with several
+(``engine._data.relaxed``); its reconnaissance logs nothing, as in Python.
 """
 
 from __future__ import annotations
@@ -53,6 +63,27 @@ from .._errors import DDSError, KernelError
 
 #: Scalar argument types a kernel accepts (passed to the compiled loop as they are).
 SCALARS = (bool, int, float, np.bool_, np.integer, np.floating)
+
+
+class IndexRandom:
+    """The random stream of the running loop index, as a kernel argument
+    (:data:`index_rng`): ``rng.uniform(n)`` is ``engine.rng().uniform(size=n)``, in
+    the Python body and, bit for bit, in the compiled one."""
+
+    __slots__ = ()
+
+    def uniform(self, n: int) -> np.ndarray:
+        """``n`` doubles uniform in [0, 1): the start of the running index's stream."""
+        from .._runtime.session import rng
+
+        return rng().uniform(size=n)
+
+    def __repr__(self) -> str:
+        return "engine.index_rng"
+
+
+#: Bind this where a kernel draws random numbers (see the module doc).
+index_rng = IndexRandom()
 
 
 class Kernel:
@@ -106,17 +137,22 @@ class Kernel:
                         f"kernel {self.__qualname__!r}: argument {name!r} is {v!r}; a kernel "
                         "takes dvectors of numeric rows (shape=...) and int/float/bool scalars"
                     )
-                if v._relaxed:
+            elif isinstance(v, np.ndarray):
+                if v.dtype.kind not in "biuf" or v.ndim == 0:
                     raise KernelError(
-                        f"kernel {self.__qualname__!r}: argument {name!r} is a relaxed dvector; "
-                        "a compiled loop would bypass its per-thread copies, so write it from a "
-                        "Python body"
+                        f"kernel {self.__qualname__!r}: argument {name!r} is a numpy array "
+                        f"of {v.dtype} with {v.ndim} dimension(s); a kernel takes arrays of "
+                        "numbers with at least one dimension"
                     )
-            elif not isinstance(v, SCALARS):
+                # read-only in both paths: inside a body only DDS are written (closure rule)
+                ro = v.view()
+                ro.flags.writeable = False
+                values[names.index(name)] = ro
+            elif not isinstance(v, (*SCALARS, IndexRandom)):
                 raise KernelError(
                     f"kernel {self.__qualname__!r}: argument {name!r} is a "
-                    f"{type(v).__name__}; a kernel takes numeric dvectors and int/float/bool "
-                    "scalars (put arrays in a dvector)"
+                    f"{type(v).__name__}; a kernel takes numeric dvectors, numpy arrays, "
+                    "int/float/bool scalars and engine.index_rng"
                 )
         return BoundKernel(self, tuple(values))
 
@@ -256,7 +292,7 @@ def prepare(body: BoundKernel, op: str) -> None:
             f"({kern.__name__}.bind(...).python)"
         ) from None
     state = np.zeros(compiled.STATE_LEN, dtype=np.int64)
-    args = [_arg(v, k, compiled.EXEC, 0, state, None) for k, v in enumerate(body.args)]
+    args = [_arg(v, k, compiled.EXEC, 0, state, None, _NO_KEY) for k, v in enumerate(body.args)]
     try:
         with compiled.host_compile_lock(kern.py_func):
             kern.run(np.empty(0, dtype=np.int64), state, tuple(args))
@@ -272,7 +308,21 @@ def prepare(body: BoundKernel, op: str) -> None:
 def _type_key(v: Any) -> Any:
     if isinstance(v, _dds._DDS):
         return ("dds", v._dtype.str, len(v.shape or ()))
+    if isinstance(v, np.ndarray):
+        return ("array", v.dtype.str, v.ndim, v.flags.c_contiguous, v.flags.f_contiguous)
     return type(v)
+
+
+_NO_KEY = np.zeros(2, dtype=np.uint64)
+
+
+def _stream_key(op_key: int | None) -> np.ndarray:
+    """The Philox key of the running invocation's body streams (``Session.rng_key``)."""
+    if op_key is None:
+        return _NO_KEY
+    from .._runtime.session import current
+
+    return current().rng_key(op_key)
 
 
 # ==================================================================== running a task group
@@ -285,10 +335,24 @@ def _mode_of(d: Any) -> str:
     return "driver"
 
 
-def _arg(v: Any, k: int, mode: int, code: int, state: np.ndarray, checker: Any) -> Any:
+def _arg(
+    v: Any,
+    k: int,
+    mode: int,
+    code: int,
+    state: np.ndarray,
+    checker: Any,
+    key: np.ndarray,
+    arr: np.ndarray | None = None,
+) -> Any:
+    """Argument ``k`` as the compiled loop takes it; ``arr``: the rows a DDS is served
+    from, if not its replica ``v._buf`` (a relaxed dvector's copy of the planned thread)."""
+    from . import compiled
+
+    if isinstance(v, IndexRandom):
+        return compiled.Stream(key, state)
     if not isinstance(v, _dds._DDS):
         return v
-    from . import compiled
 
     sets = compiled.no_sets()
     start = 0
@@ -297,7 +361,8 @@ def _arg(v: Any, k: int, mode: int, code: int, state: np.ndarray, checker: Any) 
         sets = (s.r_indptr, s.r_ids, s.w_indptr, s.w_ids)
         start = checker.start
     gm = np.frombuffer(v._gm, dtype=np.uint8) if len(v._gm) else np.zeros(0, dtype=np.uint8)
-    return compiled.Rows(v._buf, gm, code, mode, k, state, sets, start, v._gbase)
+    buf = v._buf if arr is None else arr
+    return compiled.Rows(buf, gm, code, mode, k, state, sets, start, v._gbase)
 
 
 def run_group(body: BoundKernel, indices: np.ndarray) -> None:
@@ -310,13 +375,18 @@ def run_group(body: BoundKernel, indices: np.ndarray) -> None:
     kern = body.kernel
     gcode = getattr(_tls, "gcode", 1)
     state = np.zeros(compiled.STATE_LEN, dtype=np.int64)
+    key = _stream_key(getattr(_tls, "op_key", None))
     args = []
     for k, v in enumerate(body.args):
         if not isinstance(v, _dds._DDS):
-            args.append(v)
+            args.append(_arg(v, k, compiled.EXEC, 0, state, None, key))
             continue
         m = _mode_of(v)
-        if m == "checked":
+        arr = None
+        if m == "relaxed_t":  # several threads: the planned thread's copy (relaxed.py)
+            mode, code = compiled.EXEC, 0
+            arr = v._rxc[_tls.rthread]
+        elif m == "checked":
             mode, code = compiled.CHECKED, 0
         elif m == "guard_ro":
             mode, code = compiled.GUARD_RO, 0
@@ -331,7 +401,7 @@ def run_group(body: BoundKernel, indices: np.ndarray) -> None:
                 f"kernel {kern.__qualname__!r}: argument {v.name} is in {m} mode; a kernel runs "
                 "only as an async_for body"
             )
-        args.append(_arg(v, k, mode, code, state, _dds.CHECKER))
+        args.append(_arg(v, k, mode, code, state, _dds.CHECKER, key, arr))
     idx = np.ascontiguousarray(indices, dtype=np.int64)
     try:
         kern.run(idx, state, tuple(args))
@@ -359,11 +429,15 @@ def run_group(body: BoundKernel, indices: np.ndarray) -> None:
 
 
 # ==================================================================== reconnaissance
-def record(body: BoundKernel, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray] | None:
+def record(
+    body: BoundKernel, lo: int, hi: int, op_key: int | None = None
+) -> tuple[np.ndarray, np.ndarray] | None:
     """Reconnaissance of indices ``lo .. hi-1`` as one compiled loop on the bound node's
     replicas (``RECORD`` mode): the (body position, element id) pairs read and written,
     in the semantics of the Python reconnaissance (reads served from the replica or the
-    body's own writes, writes kept from the replica and from every other body).
+    body's own writes, writes kept from the replica and from every other body).  A
+    relaxed dvector is served alike and logged never (``RECORD_RELAXED``); ``op_key``
+    names the invocation whose random streams :data:`index_rng` draws.
 
     ``None`` leaves the range to the Python path: when an index is out of range or the
     compiled code raises (the Python reconnaissance then raises what it always raised,
@@ -382,17 +456,19 @@ def record(body: BoundKernel, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]
             bufs[id(v)] = list(compiled.record_buffers(v._buf, *_room(n)))
             first[id(v)] = k
     idx = np.arange(lo, hi, dtype=np.int64)
+    key = _stream_key(op_key)
     t = 0
     while True:
         made: dict[int, Any] = {}
         args = []
         for v in body.args:
             if not isinstance(v, _dds._DDS):
-                args.append(v)
+                args.append(_arg(v, 0, compiled.RECORD, 0, state, None, key))
                 continue
             if id(v) not in made:
+                mode = compiled.RECORD_RELAXED if _dds.relaxing(v) else compiled.RECORD
                 made[id(v)] = compiled.Rows(
-                    v._buf, _NO_GM, 0, compiled.RECORD, first[id(v)], state,
+                    v._buf, _NO_GM, 0, mode, first[id(v)], state,
                     compiled.no_sets(), lo, v._gbase, tuple(bufs[id(v)]),
                 )  # fmt: skip
             args.append(made[id(v)])
@@ -441,10 +517,12 @@ def _regrow(b: list[np.ndarray], t: int, compiled: Any) -> None:
 
 __all__ = [
     "BoundKernel",
+    "IndexRandom",
     "Kernel",
     "kernel",
     "code_of",
     "first_line",
+    "index_rng",
     "prepare",
     "python_of",
     "record",

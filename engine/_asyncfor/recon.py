@@ -273,7 +273,7 @@ def recon_range(
     before this one, whose bodies that missed no row are not run again (the DDS state is
     the same, only rows the others missed were fetched, so they would find the same)."""
     if type(body) is BoundKernel and done is None:  # one compiled loop, unless it leaves
-        got = record(body, lo, hi)  # the range to Python
+        got = record(body, lo, hi, sess.op_key(op, invocation))  # the range to Python
         if got is not None:
             (rk, rid), (wk, wid) = got[0].T, got[1].T
             rp, ri = csr_from_pairs(rk, rid, hi - lo)

@@ -468,16 +468,12 @@ class Session:
             return np.random.Generator(
                 np.random.Philox(key=[self.seed & _U64, op_key], counter=[index, 0, 0, 0])
             )
-        made = self._rng_key
-        if made is None or made[0] != op_key or made[1] != self.seed:
-            key = np.random.Philox(key=[self.seed & _U64, op_key]).state["state"]["key"]
-            made = self._rng_key = (op_key, self.seed, key)
         bg = np.random.Philox(_NO_ENTROPY)  # type: ignore[arg-type]  # an ISeedSequence
         bg.state = {
             "bit_generator": "Philox",
             "state": {
                 "counter": np.array([index & _U64, 0, 0, 0], dtype=np.uint64),
-                "key": made[2],
+                "key": self.rng_key(op_key),
             },
             "buffer": _NO_BUFFER,
             "buffer_pos": 4,  # the buffer is empty: the first draw computes a block
@@ -485,6 +481,15 @@ class Session:
             "uinteger": 0,
         }
         return np.random.Generator(bg)
+
+    def rng_key(self, op_key: int) -> np.ndarray:
+        """The Philox key (two uint64) of every body stream of invocation ``op_key``, as
+        :meth:`body_rng` gives it (compiled kernels draw the same streams from it)."""
+        made = self._rng_key
+        if made is None or made[0] != op_key or made[1] != self.seed:
+            key = np.random.Philox(key=[self.seed & _U64, op_key]).state["state"]["key"]
+            made = self._rng_key = (op_key, self.seed, key)
+        return made[2]
 
     def op_key(self, op: str, invocation: int) -> int:
         return _h64(f"{op}#{invocation}")

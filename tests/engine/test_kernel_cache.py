@@ -217,3 +217,29 @@ def test_two_kernels_of_one_name_in_one_function_each_run_their_own_body() -> No
         return got
 
     assert ap.run(prog).value == [[1.0, 1.0], [2.0, 2.0]]
+
+
+@pytest.mark.parametrize("keeps_mtime", [False, True])
+def test_a_kept_file_digest_sees_every_edit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, keeps_mtime: bool
+) -> None:
+    """A helper file's digest is kept while its stat is unchanged: an edit of the same size,
+    even with its mtime set back, moves its ctime, so the digest is taken again; a file
+    changed less than ``RACY_NS`` before it was read is never kept."""
+    import os
+    import time
+
+    from engine._asyncfor import frozen
+
+    src = tmp_path / "helper.py"
+    src.write_text("A = 1\n")
+    first = frozen._file_digest(str(src))
+    assert str(src) not in frozen._FILES  # just written: racily clean, read every time
+    monkeypatch.setattr(frozen, "RACY_NS", 0)
+    assert frozen._file_digest(str(src)) == first and str(src) in frozen._FILES
+    before = os.stat(src)
+    time.sleep(0.02)  # past the file system's clock tick
+    src.write_text("A = 2\n")  # the same size
+    if keeps_mtime:
+        os.utime(src, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert frozen._file_digest(str(src)) != first
