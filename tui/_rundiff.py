@@ -27,6 +27,8 @@ LABEL_WORDS = {
     "checked": "checked mode",
     "test_mode": "test mode",
     "exact_reduce": "exact reduce",  # unset: recorded before 2026-12-06 (index-order folds)
+    "coalesced_sends": "coalesced sends",  # unset: before 2026-12-06 (a message per round)
+    "ring_routes": "ring routes",  # unset: before 2026-12-07 (other rotations and messages)
 }
 
 _MISSING = object()

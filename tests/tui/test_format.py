@@ -95,7 +95,7 @@ def test_setup_differences_name_parameters_versions_and_plans_in_words() -> None
         params={"epochs": 5, "rank": 32, "lam": 0.1},
         versions={"numpy": "2.0.0", "python": "3.11.7"},
         threads=2,
-        labels={"chaos_run": 3, "exact_reduce": True},
+        labels={"chaos_run": 3, "exact_reduce": True, "ring_routes": True},
     )
     ops_a = {"sgd": _summary("sgd")}
     ops_b = {"sgd": _summary("sgd", strategy="components", rounds=5), "eval": _summary("eval")}
@@ -103,7 +103,7 @@ def test_setup_differences_name_parameters_versions_and_plans_in_words() -> None
         "parameters differ: epochs 10 vs 5, lam unset vs 0.1",
         "shape differs: 2 rank(s) × 1 thread(s) vs 2 rank(s) × 2 thread(s)",
         "versions differ: numpy 2.4.6 vs 2.0.0",
-        "labels differ: chaos run unset vs 3, exact reduce unset vs yes",
+        "labels differ: chaos run unset vs 3, exact reduce unset vs yes, ring routes unset vs yes",
         "plan of sgd differs: rotation vs components, 2 vs 5 round(s)",
         "operator eval ran only in B",
     ]
