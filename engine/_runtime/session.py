@@ -776,7 +776,7 @@ def run(
     prev = _current
     _current = sess
     sess._running = True  # type: ignore[attr-defined]
-    t0 = time.perf_counter()
+    t0 = sess.started = time.perf_counter()  # objective times count from where wall_s does
     try:
         with tracking_inputs():  # what the run reads, no output may replace
             value = fn(**(params or {}))

@@ -43,3 +43,27 @@ def test_every_rank_raises_and_the_next_run_works(ranks: int) -> None:
         zeros = [-0.0 if q == 1 else 0.0 for q in range(ranks)]
         expect.append(f"rank {r} signed_zero: diverged at 0: {zeros}")
     assert lines == sorted(expect), proc.stdout + proc.stderr
+
+
+def test_objective_times_count_from_where_wall_time_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``RunResult.objective_times`` and ``wall_s`` start at the same instant: an
+    objective logged as the driver's last step is never later than the run's end, however
+    long setting up the session took (it counted from the session's creation, so a 2-rank
+    run could report an objective 4 ms after its own wall time)."""
+    import time
+
+    from engine._runtime import session
+
+    made = session.Session.__init__
+
+    def slow(self, *a, **k) -> None:  # type: ignore[no-untyped-def]
+        made(self, *a, **k)
+        time.sleep(0.05)
+
+    monkeypatch.setattr(session.Session, "__init__", slow)
+
+    def prog() -> None:
+        ap.log_objective("last", 1.0)
+
+    res = ap.run(prog)
+    assert 0 <= res.objective_times["last"][0] <= res.wall_s
