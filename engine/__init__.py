@@ -17,6 +17,7 @@ from ._asyncfor.kernel import kernel as kernel
 from ._asyncfor.loop import async_for as async_for
 from ._asyncfor.loop import last_order as last_order
 from ._asyncfor.loop import plan_of as plan_of
+from ._asyncfor.recon import reconnaissance as reconnaissance
 from ._data import init as init
 from ._data.dds import dmap as dmap
 from ._data.dds import dmultimap as dmultimap
@@ -109,6 +110,7 @@ __all__ = [
     "log_objective",
     "map",
     "plan_of",
+    "reconnaissance",
     "reduce",
     "register_aggregation",
     "rng",

@@ -74,6 +74,7 @@ from .recon import (
     Done,
     NodeSets,
     concat_sets,
+    declared_hint,
     node_sets,
     recon_range,
     recon_shares,
@@ -355,7 +356,8 @@ def async_for(
         # after the ranks agreed on the first violation and undid the attempt: every rank
         # raises it (raised on the violating rank alone, the others would wait for ever)
         raise AccessOutsideReconError(
-            violation.message() + "; the operator runs with replan='never' (use "
+            violation.message() + declared_hint(sess, name) + "; the operator runs with "
+            "replan='never' (use "
             "replan='auto' to re-plan such invocations, or make the accesses depend only "
             "on the loop index and read-only data)"
         )
@@ -428,7 +430,7 @@ def _note(sess: Session, v: Violation, what: str) -> None:
     if (v.op, what) in sess.noted or sess.cluster.rank != 0:
         return
     sess.noted.add((v.op, what))
-    sess.warn(f"note: {v.message()}; {what} (replan='auto')")
+    sess.warn(f"note: {v.message()}{declared_hint(sess, v.op)}; {what} (replan='auto')")
 
 
 def _attempt(

@@ -281,7 +281,7 @@ def recon_range(
             return AccessSets(lo, hi - lo, rp, ri, wp, wi)
     rec = _dds._Recon()
     _dds.RECON = rec
-    reads, writes, overlay = rec.reads, rec.writes, rec.overlay
+    reads, writes = rec.reads, rec.writes
     r_ends: list[int] = []
     w_ends: list[int] = []
     #: per body run without a miss in this pass: where its reads and writes start
@@ -306,8 +306,8 @@ def recon_range(
                 clean.append((j, r0, w0))
             r_ends.append(len(reads))
             w_ends.append(len(writes))
-            if overlay:
-                overlay.clear()
+            if rec.overlay or rec.later:
+                rec.clear()
     except ClosureRuleError:
         raise
     except Exception as exc:
@@ -315,6 +315,8 @@ def recon_range(
     finally:
         _dds.RECON = None
         _tls.op_key = None
+        if rec.asked:
+            sess.recon_asked.add(op)
     if rec.misses:
         kept = done if done is not None else Done({}, {})
         for j, r0, w0 in clean:
@@ -324,6 +326,33 @@ def recon_range(
     rp, ri = csr_from_ends(r_ends, reads)
     wp, wi = csr_from_ends(w_ends, writes)
     return AccessSets(lo, hi - lo, rp, ri, wp, wi)
+
+
+def reconnaissance() -> bool:
+    """True while a loop body runs in reconnaissance, the pass that only learns which
+    rows each body reads and writes (``async_for``: once per plan; ``sync_for``: per
+    its ``replan``).  A body may skip there the work that decides no row, e.g. a
+    kernel's arithmetic, as long as it still reads and writes every row that
+    execution will: it writes the rows' current values back, say.  A body that
+    touches other rows in execution than it declared here is caught by the plan's
+    guard like any body whose rows depend on values (undone and re-planned, never a
+    wrong result), at the cost of that re-run."""
+    rec = _dds.RECON
+    if rec is None:
+        return False
+    rec.asked = True
+    return True
+
+
+def declared_hint(sess: Session, op: str) -> str:
+    """What a guard's note adds for an operator whose body asked ``ap.reconnaissance()``:
+    its declared rows, not changed values, may be why an access left them."""
+    if op not in sess.recon_asked:
+        return ""
+    return (
+        " (or, since the body asks ap.reconnaissance(), it declared other rows there "
+        "than it touched)"
+    )
 
 
 class ReconMissed(Exception):  # noqa: N818 - a signal to the caller, never shown
@@ -378,6 +407,8 @@ __all__ = [
     "csr_from_pairs",
     "Done",
     "ReconMissed",
+    "declared_hint",
+    "reconnaissance",
     "recon_range",
     "recon_shares",
     "union_sorted",

@@ -107,14 +107,39 @@ def value_bytes(value: Any) -> bytes:
 class _Recon:
     """The access log of the body running under reconnaissance execution."""
 
-    __slots__ = ("reads", "writes", "overlay", "misses")
+    __slots__ = ("reads", "writes", "overlay", "later", "misses", "asked")
 
     def __init__(self) -> None:
+        #: a body asked ``ap.reconnaissance()`` (so it may declare rows, not compute them)
+        self.asked = False
         self.reads: list[int] = []
         self.writes: list[int] = []
+        #: the running body's writes, by element id (read back by its later reads)
         self.overlay: dict[int, Any] = {}
+        #: writes not yet in ``overlay`` (element ids, rows), oldest first: a ``put``
+        #: block and every write after one wait here until the body reads (most bodies
+        #: never read a row back, and a block moved row by row costs a dict entry each)
+        self.later: list[tuple[list[int], Any]] = []
         #: (node, element id) of sharded rows a body read that its node does not hold
         self.misses: list[tuple[int, int]] = []
+
+    def write(self, gid: int, value: Any) -> None:
+        """The running body writes ``value`` to element ``gid``: after the waiting blocks."""
+        if self.later:
+            self.later.append(([gid], (value,)))
+        else:
+            self.overlay[gid] = value
+
+    def flush(self) -> None:
+        """Move the waiting writes into ``overlay``, in the order they came."""
+        for gids, rows in self.later:
+            self.overlay.update(zip(gids, rows, strict=True))
+        self.later.clear()
+
+    def clear(self) -> None:
+        """Forget the running body's writes (the next body starts from the replica)."""
+        self.overlay.clear()
+        self.later.clear()
 
 
 class _Checker:
@@ -1519,6 +1544,8 @@ class _DVecRelaxedRecon(dvector):
         s = self._slot(i)
         rec = RECON
         assert rec is not None
+        if rec.later:
+            rec.flush()
         if rec.overlay:
             v = rec.overlay.get(self._gbase | s, _MISSING)
             if v is not _MISSING:
@@ -1529,7 +1556,7 @@ class _DVecRelaxedRecon(dvector):
         s = self._slot(i)
         rec = RECON
         assert rec is not None
-        rec.overlay[self._gbase | s] = self._coerce(value)
+        rec.write(self._gbase | s, self._coerce(value))
 
 
 class _RelaxedRefused:
@@ -1566,6 +1593,8 @@ class _ReconMixin:
         rec = RECON
         assert rec is not None  # recon mode is active only while RECON is set
         rec.reads.append(gid)
+        if rec.later:
+            rec.flush()
         if rec.overlay:
             v = rec.overlay.get(gid, _MISSING)
             if v is not _MISSING:
@@ -1580,7 +1609,7 @@ class _ReconMixin:
         rec = RECON
         assert rec is not None
         rec.writes.append(gid)
-        rec.overlay[gid] = self._coerce(value)
+        rec.write(gid, self._coerce(value))
 
 
 class _DVecRecon(_ReconMixin):
@@ -1595,6 +1624,8 @@ class _DVecRecon(_ReconMixin):
         rec = RECON
         assert rec is not None
         rec.reads.append(gid)
+        if rec.later:
+            rec.flush()
         if rec.overlay and gid in rec.overlay:
             return self._copy_out(rec.overlay[gid])
         if self._numeric:  # (inlined: most reconnaissance reads are numeric rows)
@@ -1613,14 +1644,17 @@ class _DVecRecon(_ReconMixin):
         rec = RECON
         assert rec is not None
         rec.writes.append(gid)
-        rec.overlay[gid] = v
+        if rec.later:  # (``rec.write``, inlined)
+            rec.later.append(([gid], (v,)))
+        else:
+            rec.overlay[gid] = v
 
     def take(self: Any, ids: Any) -> np.ndarray:
         keys = _ids(self, ids)
         rec = RECON
         assert rec is not None
         # row by row where a row may come from the body's own writes or be out of range
-        if rec.overlay or (keys.size and (keys.min() < 0 or keys.max() >= self._n)):
+        if rec.overlay or rec.later or (keys.size and (keys.min() < 0 or keys.max() >= self._n)):
             return dvector.take(self, keys)
         rec.reads.extend((keys | self._gbase).tolist())  # the order X[i] would log them
         return self._buf[keys]  # (fancy indexing copies)
@@ -1635,7 +1669,7 @@ class _DVecRecon(_ReconMixin):
         assert rec is not None
         gids = (keys | self._gbase).tolist()
         rec.writes.extend(gids)
-        rec.overlay.update(zip(gids, got, strict=True))
+        rec.later.append((gids, got))
 
 
 class _CheckedMixin:

@@ -335,6 +335,8 @@ class Session:
         self.warn = warn or _stderr
         #: (operator, outcome) pairs of the plan guard already reported on stderr
         self.noted: set[tuple[str, str]] = set()
+        #: operators whose bodies asked ``ap.reconnaissance()`` (the guard's notes say so)
+        self.recon_asked: set[str] = set()
         #: test mode (dual tests): no relaxation, no staleness, every order kept
         self.test_mode = False
         #: ``ap.reduce`` folds numbers exactly per node (``engine._data.exact``); False:

@@ -53,14 +53,17 @@ class Violation:
         return (self.minibatch, self.node)
 
 
-def violation_error(op: str, invocation: int, v: Violation) -> AccessOutsideReconError:
-    """The error ``replan="never"`` raises (attributes name every coordinate)."""
+def violation_error(
+    op: str, invocation: int, v: Violation, hint: str = ""
+) -> AccessOutsideReconError:
+    """The error ``replan="never"`` raises (attributes name every coordinate); ``hint``
+    follows the cause (``engine._asyncfor.recon.declared_hint``)."""
     did, what = ("wrote", "write") if v.write else ("read", "read")
     err = AccessOutsideReconError(
         f"sync_for {op!r} invocation {invocation}, minibatch {v.minibatch} (node {v.node}) "
         f"{did} {v.element}, which reconnaissance did not see that minibatch {what}: the "
         "body's rows depend on random draws or parameter values that changed since "
-        "reconnaissance; use replan='auto' (undo and re-plan), replan='always' "
+        f"reconnaissance{hint}; use replan='auto' (undo and re-plan), replan='always' "
         "(reconnaissance every invocation) or re=False (move parameters whole)"
     )
     err.op = op  # type: ignore[attr-defined]

@@ -90,6 +90,7 @@ from .._asyncfor.recon import (
     AccessSets,
     Done,
     concat_sets,
+    declared_hint,
     recon_range,
     recon_shares,
 )
@@ -488,7 +489,8 @@ def _warn(sess: Session, st: SyncState, name: str, inv: int, v: Violation, level
         then = "undid the invocation, re-ran reconnaissance and re-executed it"
     print(
         f"engine: sync_for {name!r} invocation {inv}: minibatch {v.minibatch} {did} "
-        f"{v.element} outside its reconnaissance rows; {then} (printed once; the planner "
+        f"{v.element} outside its reconnaissance rows{declared_hint(sess, name)}; {then} "
+        "(printed once; the planner "
         "report counts re-plans)",
         file=sys.stderr,
         flush=True,
@@ -666,7 +668,7 @@ def sync_for(
             break
         _restore(snap)
         if replan == "never":
-            raise violation_error(name, inv, violation)
+            raise violation_error(name, inv, violation, declared_hint(sess, name))
         st.replans += 1
         if level == CACHED and _rerecon(sess, st, name, inv, *again[:3], pc, hybrid):
             level = FRESH
