@@ -48,6 +48,7 @@ from .._machines.planner import (
     REPLICATED,
     STRATEGIES,
     Plan,
+    StrategyUnfit,
     Task,
     make_plan,
     placed,
@@ -142,9 +143,28 @@ def _recon(
     return concat_sets(parts)
 
 
-def _plan(sess: Session, name: str, sets: AccessSets, requested: str = "auto") -> Plan:
+def _plan(sess: Session, name: str, inv: int, sets: AccessSets, requested: str = "auto") -> Plan:
+    """Plan ``sets`` with the ``requested`` strategy; one it cannot plan them with (the
+    bodies' accesses do not have its shape, maybe only in this invocation) gives way
+    to ``auto``, and a note says so once per operator."""
     cl = sess.cluster
-    return make_plan(sets, cl.size, cl.threads, seed=sess.seed, strategy=requested, ring=sess.ring)
+
+    def plan(strategy: str) -> Plan:
+        return make_plan(
+            sets, cl.size, cl.threads, seed=sess.seed, strategy=strategy, ring=sess.ring
+        )
+
+    try:
+        return plan(requested)
+    except StrategyUnfit as unfit:
+        if (name, "unfit") not in sess.noted and cl.rank == 0:
+            sess.noted.add((name, "unfit"))
+            sess.warn(
+                f"note: async_for {name!r} invocation {inv}: strategy={requested!r} cannot "
+                f"plan it ({unfit}), so it was planned with strategy='auto' (printed once; "
+                "the planner report names the strategy each plan used)"
+            )
+        return plan("auto")
 
 
 def _state(
@@ -175,7 +195,7 @@ def _new_state(
     t_plan = time.perf_counter()
     sess.phase_done("reconnaissance", wall, t_plan - t0)
     strategy = remake_strategy(requested, sched.plan if sched is not None else None, sets)
-    plan = _placement(_plan(sess, name, sets, strategy), sched, name, inv)
+    plan = _placement(_plan(sess, name, inv, sets, strategy), sched, name, inv)
     sess.phase_done("planning", wall + (t_plan - t0), time.perf_counter() - t_plan)
     st = _state(sess, name, start, stop, code, sets, plan)
     st.requested = requested

@@ -693,6 +693,10 @@ def replicated_plan(start: int, order: np.ndarray, nodes: int) -> Plan:
 STRATEGIES = ("auto", "components", "rotation", "colouring", "tokens")
 
 
+class StrategyUnfit(ValueError):
+    """``make_plan(strategy=...)`` named a strategy that cannot plan these sets."""
+
+
 def remake_strategy(requested: str, recorded: Plan | None, sets: AccessSets) -> str:
     """The ``strategy=`` to plan ``sets`` with when following a run whose plan in force
     was ``recorded``: under ``auto``, that plan's own strategy, so that a trace recorded
@@ -730,7 +734,7 @@ def make_plan(
     if strategy == "tokens":
         tokens = _plan_tokens(sets, nodes, threads, seed)
         if tokens is None:
-            raise ValueError(
+            raise StrategyUnfit(
                 "tokens needs bodies that touch exactly one element of each of two written DDS"
             )
         return _measured(tokens, sets)
@@ -740,7 +744,7 @@ def make_plan(
         if plan is not None:
             candidates.append((cost, 0, plan))
         elif strategy == "rotation":
-            raise ValueError(
+            raise StrategyUnfit(
                 "rotation needs bodies that touch exactly one element of each written DDS"
             )
     if strategy in ("auto", "components"):
@@ -759,6 +763,7 @@ __all__ = [
     "REPLICATED",
     "STRATEGIES",
     "Plan",
+    "StrategyUnfit",
     "Task",
     "balanced_blocks",
     "component_labels",
