@@ -44,6 +44,7 @@ with the smallest (round, node) (:meth:`Violation.key`), which timing cannot cha
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -156,34 +157,29 @@ class Exchange(list[Any]):
     defer: list[int | None]
 
 
-def _home_of(dds_list: list[Any]) -> Any:
-    """Element ids -> their home nodes (``engine._data.dds.homes``), vectorised."""
+def _per_dds(dds_list: list[Any], value: Callable[[Any, np.ndarray], Any]) -> Any:
+    """Element ids -> ``value(dds, slots)`` of each id's DDS, vectorised (one call per DDS)."""
 
-    def home(gids: np.ndarray) -> np.ndarray:
+    def of(gids: np.ndarray) -> np.ndarray:
         out = np.empty(len(gids), dtype=np.int64)
         ids = gids >> SLOT_BITS
         for d in np.unique(ids).tolist():
             at = ids == d
-            out[at] = _dds.homes(dds_list[d], gids[at] & SLOT_MASK)
+            out[at] = value(dds_list[d], gids[at] & SLOT_MASK)
         return out
 
-    return home
+    return of
+
+
+def _home_of(dds_list: list[Any]) -> Any:
+    """Element ids -> their home nodes (``engine._data.dds.homes``), vectorised."""
+    return _per_dds(dds_list, _dds.homes)
 
 
 def _row_bytes_of(dds_list: list[Any]) -> Any:
     """Element ids -> the bytes of their rows where a message may relay them
     (``routing.relay``: numeric DDS that are not sharded), else 0."""
-
-    def row_bytes(gids: np.ndarray) -> np.ndarray:
-        out = np.zeros(len(gids), dtype=np.int64)
-        ids = gids >> SLOT_BITS
-        for d in np.unique(ids).tolist():
-            dd = dds_list[d]
-            if dd._numeric and not dd._sharded:
-                out[ids == d] = dd.row_nbytes()
-        return out
-
-    return row_bytes
+    return _per_dds(dds_list, lambda d, _: d.row_nbytes() if d._numeric and not d._sharded else 0)
 
 
 def dirty_ids(sess: Session) -> tuple[np.ndarray, np.ndarray]:

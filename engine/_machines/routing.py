@@ -294,7 +294,7 @@ def route(
             P,
             _loads(plan),
         )
-        vias = [np.zeros(len(m.gids), dtype=bool) for m in rounds]
+        vias = _no_vias(rounds)
         if row_bytes is not None:
             rounds, uses, born, vias = relay(rounds, uses, born, row_uses, P, row_bytes)
     else:
@@ -457,11 +457,12 @@ def _coalesced(
     row_uses: list[np.ndarray] = []
     for r in range(R):
         sel = at == r
-        msgs, b = Messages.carrying(src[sel], dst[sel], gid[sel], tag[sel])
+        # each row's index: its tag and use (one per triple, duplicates alike) with one sort
+        msgs, k = Messages.carrying(src[sel], dst[sel], gid[sel], np.flatnonzero(sel))
         rounds.append(msgs)
         uses.append(_first_uses(msgs, src[sel], dst[sel], use[sel], P))
-        borns.append(b)
-        row_uses.append(Messages.carrying(src[sel], dst[sel], gid[sel], use[sel])[1])
+        borns.append(tag[k] if len(k) else _EMPTY)
+        row_uses.append(use[k] if len(k) else _EMPTY)
     sel = at == R
     final = Messages.of(src[sel], dst[sel], gid[sel])
     return rounds, uses, borns, row_uses, final
@@ -481,6 +482,11 @@ def _successors(rounds: list[Messages], P: int) -> np.ndarray:
     sends = n.sum(axis=1) > 0
     succ[sends] = best[sends]
     return succ
+
+
+def _no_vias(rounds: list[Messages]) -> list[np.ndarray]:
+    """``Routes.via`` of exchanges that relay nothing: no row only passes through."""
+    return [np.zeros(len(m.gids), dtype=bool) for m in rounds]
 
 
 def relay(
@@ -516,7 +522,7 @@ def relay(
     positive = [nb[nb > 0] for nb in nbytes]
     smallest = min((int(x.min()) for x in positive if len(x)), default=0)
     if not smallest:
-        return rounds, uses, borns, [np.zeros(len(m.gids), dtype=bool) for m in rounds]
+        return rounds, uses, borns, _no_vias(rounds)
     hop = _hops(succ, min(P, 1 + RELAY_BYTES // smallest))
     # the carriers: per node, the exchanges with a message to its successor, and its due
     c_ex: list[list[int]] = [[] for _ in range(P)]
@@ -567,7 +573,7 @@ def relay(
             )
         )
     if len(parts) == R:  # nothing relayed
-        return rounds, uses, borns, [np.zeros(len(m.gids), dtype=bool) for m in rounds]
+        return rounds, uses, borns, _no_vias(rounds)
     # a relayed row that a carrier also carries to its next node (who touches it too)
     # merges into that row, which comes first (``Messages.carrying`` keeps the first)
     parts.sort(key=lambda c: bool(len(c[5]) and c[5][0]))
