@@ -497,8 +497,8 @@ def test_saved_doc_topic_rows_name_their_corpus_lines(
         "--no-trace", "--save", out,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    m = np.load(out)
-    lines, counts, vocab = m["doc_line"], m["doc_topic"], set(m["vocab"].tolist())
+    with np.load(out) as m:
+        lines, counts, vocab = m["doc_line"], m["doc_topic"], set(m["vocab"].tolist())
     assert len(lines) == len(counts) and lines.dtype.kind == "i"
     with_words = {
         n

@@ -88,7 +88,8 @@ def test_save_replaces_a_file_but_never_a_link_directory_or_trace(tmp_path: Path
         ap.save(path, X=X)
 
     ap.run(prog, {"path": old}, nodes=2)
-    assert np.load(old)["X"].tolist() == [0.0, 0.0, 0.0]
+    with np.load(old) as kept:
+        assert kept["X"].tolist() == [0.0, 0.0, 0.0]
     for name, why in (("d.npz", "directory"), ("t.npz", "trace store"), ("l.npz", "link")):
         with pytest.raises(ap.OutputPathError, match=why):
             ap.run(prog, {"path": tmp_path / name}, nodes=2)

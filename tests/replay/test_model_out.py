@@ -582,6 +582,11 @@ def fit(epochs: int = 3, out: str = "."):
 """
 
 
+def _saved_x(path: Path) -> np.ndarray:
+    with np.load(path) as saved:
+        return saved["X"]
+
+
 def test_a_replay_from_a_checkpoint_never_saves_a_skipped_model(cli: Any, tmp_path: Path) -> None:
     """Before the checkpoint the bodies were skipped: the DDS hold no model of that time."""
     (tmp_path / "prog.py").write_text(EVERY_EPOCH)
@@ -590,14 +595,14 @@ def test_a_replay_from_a_checkpoint_never_saves_a_skipped_model(cli: Any, tmp_pa
     r = cli("run", f"{tmp_path / 'prog.py'}:fit", "-p", f"out={out}", "--trace", str(trace),
             "--checkpoint-every", "1")  # fmt: skip
     assert r.returncode == 0, r.stderr
-    recorded = {p.name: np.load(p)["X"] for p in out.iterdir()}
+    recorded = {p.name: _saved_x(p) for p in out.iterdir()}
     assert sorted(recorded) == ["x0.npz", "x1.npz", "x2.npz"]
     for p in out.iterdir():
         p.unlink()
     r = cli("single", str(trace), "--from", "add:2")
     assert r.returncode == 0 and "identical" in r.stdout, r.stderr
     assert sorted(p.name for p in out.iterdir()) == ["x1.npz", "x2.npz"]
-    assert all(np.array_equal(np.load(out / n)["X"], recorded[n]) for n in ("x1.npz", "x2.npz"))
+    assert all(np.array_equal(_saved_x(out / n), recorded[n]) for n in ("x1.npz", "x2.npz"))
 
 
 def test_export_of_a_model_refuses_a_timeline_format(cli: Any, tmp_path: Path) -> None:
