@@ -98,13 +98,18 @@ SHAPE = st.sampled_from([(1, 1), (1, 2), (2, 1), (2, 2), (3, 1)])
 
 
 @settings(max_examples=12, deadline=None)
-@given(how=st.sampled_from(["rng", "index"]), shape=SHAPE, epochs=st.integers(1, 2))
-def test_async_for_skipping_honestly_gives_the_same_bits(how, shape, epochs) -> None:
+@given(
+    how=st.sampled_from(["rng", "index"]),
+    shape=SHAPE,
+    epochs=st.integers(1, 2),
+    checked=st.booleans(),  # --checked: every access checked against the body's own sets
+)
+def test_async_for_skipping_honestly_gives_the_same_bits(how, shape, epochs, checked) -> None:
     nodes, threads = shape
     prog = {mode: async_program(how, mode, epochs, threads) for mode in MODES}
     plain = ap.run(prog["plain"], nodes=nodes, threads=threads).value
     for mode in MODES[1:]:
-        got = ap.run(prog[mode], nodes=nodes, threads=threads).value
+        got = ap.run(prog[mode], nodes=nodes, threads=threads, checked=checked).value
         assert got["seen"] == [False] * epochs  # the driver is not in reconnaissance
         if mode == "honest":  # the same sets: the same plan, the same bits, no re-plan
             assert np.array_equal(got["E"], plain["E"]), (mode, got["E"], plain["E"])
