@@ -308,26 +308,28 @@ def test_the_options_reach_mpiexec(tmp_path: Path) -> None:
 
 
 @pytest.mark.mpi
-def test_an_unreachable_host_is_one_line_and_leaves_traces_intact(tmp_path: Path) -> None:
+def test_an_unreachable_host_is_one_line_and_leaves_traces_intact(cli, tmp_path: Path) -> None:
+    """The commands run in this process (their ranks are mpiexec's, and so is the host that
+    cannot be reached); the test above launches a real console script."""
     bad = tmp_path / "hosts"
     bad.write_text("localhost:1\nnosuchhost.invalid:1\n")
     trace = tmp_path / "t.sqlite"
     params = ["-p", "synthetic=true", "-p", "synthetic_ratings=5000", "-p", "epochs=1"]
     began = time.monotonic()
     argv = ["run", "sgdmf", *params, "--ranks", "2", "--trace", str(trace), "--timeout", "60"]
-    proc = run_cli([*argv, "--hostfile", str(bad)])
+    proc = cli(*argv, "--hostfile", str(bad))
     assert time.monotonic() - began < 60
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     last = proc.stderr.splitlines()[-1]
     assert last.startswith("replay: error: mpiexec cannot reach host nosuchhost.invalid"), last
     assert not trace.exists()  # nothing ran: no empty trace is left behind
     # a trace that holds a run stays whole when its replay cannot reach a host
-    assert run_cli(argv).returncode == 0
-    proc = run_cli(["cluster", str(trace), "--hostfile", str(bad), "--timeout", "60"])
+    assert cli(*argv).returncode == 0
+    proc = cli("cluster", str(trace), "--hostfile", str(bad), "--timeout", "60")
     assert proc.returncode == 2 and "cannot reach host nosuchhost.invalid" in proc.stderr
-    proc = run_cli(["verify", str(trace)])
+    proc = cli("verify", str(trace))
     assert proc.returncode == 0 and proc.stdout.startswith("ok:"), proc.stderr
-    proc = run_cli(["cluster", str(trace), "--json", "--timeout", "60"])
+    proc = cli("cluster", str(trace), "--json", "--timeout", "60")
     assert proc.returncode == 0 and json.loads(proc.stdout)["identical"], proc.stderr
 
 
