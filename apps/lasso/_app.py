@@ -60,6 +60,11 @@ SCHEDULES = ("auto", "priority", "uniform")
 #: coordinate's next update would make (from the gradient of the optimality check);
 #: ``last``, the change of its last update (STRADS's rule).
 PRIORITIES = ("next", "last")
+#: Share of the coordinates from which the moving ones' own check gives way to the full
+#: check every round: it copies their columns, so from about a quarter on one pass over
+#: every column is cheaper (10,000 x 1,000: 2,500 rows 5.5 ms, 3,300 rows 10.9 ms, all
+#: 10,000 without a copy 6.3 ms).  The first rounds of the synthetic problem move ~4,800.
+LIVE_SHARE = 0.25
 #: Parameters added after traces were recorded, with the value that replays such a trace
 #: as it ran (``replay._apps.recorded_params``): before ``schedule`` every run drew by
 #: priority; before 2026-12-07 by the last change, with the full check every round.
@@ -346,12 +351,10 @@ def train(
                 ap.log_objective("objective", objective(r, b, alpha))
                 # the moving coordinates' own check; the others were inside their
                 # bounds at the last full check and are checked again at the next
-                g_live = XT[live] @ r / n
-                full = (
-                    since >= check_every
-                    or done >= iterations
-                    or violation(g_live, b[live], alpha) <= tol * alpha
-                )
+                full = since >= check_every or done >= iterations or len(live) >= LIVE_SHARE * p
+                if not full:
+                    g_live = XT[live] @ r / n
+                    full = violation(g_live, b[live], alpha) <= tol * alpha
                 if not full:
                     step = np.zeros(p)
                     step[live] = next_change(g_live, b[live], alpha)

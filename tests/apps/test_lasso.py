@@ -308,7 +308,7 @@ def test_a_trace_from_before_priority_replays_by_the_last_change(
 
 
 #: 100 x 200 with 5 nonzeros: the last change took 1,181 rounds (11,917 updates) to the
-#: tolerance, the next change 78 (266 updates) on 2026-12-07.
+#: tolerance, the next change 75 (245 updates) on 2026-12-07.
 SPARSE: dict[str, object] = {
     "dataset": "synthetic",
     "samples": 100,
@@ -321,7 +321,8 @@ SPARSE: dict[str, object] = {
 def test_next_change_priorities_converge_in_a_tenth_of_the_rounds() -> None:
     fast = ap.run(train, SPARSE).value
     assert fast["converged"] and fast["iterations"] <= 100, fast
-    assert fast["checks"] <= fast["iterations"] // 10 + 3  # full checks: every 10 rounds
+    # full checks: every round while a quarter of the features move, then every 10
+    assert fast["checks"] < fast["iterations"] // 2, fast
     slow = ap.run(train, {**SPARSE, "priority": "last", "iterations": 100}).value
     assert not slow["converged"] and slow["checks"] == 100
 
