@@ -20,14 +20,15 @@ reconnaissance and planning on every invocation, through the public API.  The ru
 when the optimality (KKT) violation, computed from the DDS values on the driver, falls
 below ``tol * alpha`` - the same test on every rank, so the stop is deterministic.
 
-Where the time goes (1,000 x 10,000 synthetic, 1 rank, 2026-12-07): the full check
-``X^T r`` is 6 ms, an ``async_for`` invocation of ~60 bodies 2-3 ms (reconnaissance and
-planning on every invocation, digests), the dependency check of 256 candidates 4 ms.
-With ``priority=next`` a round draws only among the coordinates an update would move
-(about 60, not 10,000), the full check runs every ``check_every`` rounds and in between
-only the live coordinates' gradient is computed (``|live|`` dot products), so rounds
-take a few ms and a run needs ~65 of them, where ``priority=last`` took 5,000 rounds of
-22 ms and did not converge.
+Where the time goes (1,000 x 10,000 synthetic, 1 rank, 2026-12-07, quiet machine): one
+full check ``X^T r`` is 6 ms; one ``async_for`` invocation with ``replan="always"`` 4-5 ms
+at 32-64 bodies (planning about a third, the plan guard's set-up a quarter,
+reconnaissance an eighth); the dependency check of 256 candidates 4 ms.  STRADS's last
+change drew among all 10,000 coordinates and checked every round: 5,000 rounds of 22 ms
+without converging.  With ``priority=next`` a round draws only among the coordinates an
+update would move (about 60 once the support is found), the full check runs every
+``check_every`` rounds, and in between only the moving coordinates' gradient is
+computed: 73 rounds to the tolerance, the engine's per-invocation cost the largest part.
 """
 
 from __future__ import annotations
