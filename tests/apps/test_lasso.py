@@ -329,17 +329,19 @@ def test_next_change_priorities_converge_in_a_tenth_of_the_rounds() -> None:
 
 @st.composite
 def sparse_problems(draw: st.DrawFn) -> dict[str, object]:
-    features = draw(st.integers(2, 60))
+    # sparse and wide, so that the moving coordinates are fewer than a quarter of them and
+    # the rounds between full checks check only those
+    features = draw(st.integers(2, 200))
     return {
         "dataset": "synthetic",
-        "samples": draw(st.integers(5, 40)),
+        "samples": draw(st.integers(5, 50)),
         "features": features,
-        "nonzeros": draw(st.integers(0, features)),
+        "nonzeros": draw(st.integers(0, min(features, 5))),
         "rho": draw(st.sampled_from([0.0, 0.3, 0.8])),
         "check_every": draw(st.integers(1, 15)),
-        "tol": draw(st.sampled_from([1e-3, 1e-6, 1e-10])),
+        "tol": draw(st.sampled_from([1e-2, 1e-4, 1e-10])),
         "iterations": draw(st.integers(0, 60)),
-        "block": draw(st.integers(1, 8)),
+        "block": draw(st.integers(1, 16)),
         "compare": False,
     }
 
