@@ -50,7 +50,8 @@ def test_diabetes_matches_sklearn_on_one_node(diabetes_one_node: ap.RunResult) -
     assert res.objectives["max_abs_diff_sklearn"] == [res.value["max_abs_diff_sklearn"]]
     assert res.value["max_abs_diff_sklearn"] <= ORACLE
     obj = res.objectives["objective"]
-    assert len(obj) == res.value["iterations"] == len(res.objectives["kkt"])
+    assert len(obj) == res.value["iterations"] and len(res.objectives["kkt"]) == res.value["checks"]
+    assert res.objectives["kkt"][-1] == res.value["kkt"]
     assert obj[-1] < obj[0] and res.planner["lasso"]["rounds"] == 1
 
 
@@ -154,6 +155,8 @@ def test_priority_sampling_is_reproducible_from_the_seed() -> None:
         ({"threshold": 0.0}, "threshold=0.0 (need 0 < threshold <= 1)"),
         ({"block": 0, "floor": 2.0}, "block=0 (need >= 1); floor=2.0 (need 0 < floor <= 1)"),
         ({"dataset": "synthetic", "features": 5, "nonzeros": 6}, "nonzeros=6"),
+        ({"priority": "first"}, "priority must be next or last, got 'first'"),
+        ({"check_every": 0}, "check_every=0 (need >= 1)"),
     ],
 )
 def test_bad_parameters_are_refused_before_any_work(params: dict, message: str) -> None:
@@ -183,12 +186,13 @@ def test_dual_forward_and_backward_on_two_nodes() -> None:
 def test_record_then_replay_on_the_cluster_and_in_pdb(tmp_path: Path, cli) -> None:
     trace = tmp_path / "lasso.sqlite"
     params = ["-p", "iterations=25", "-p", "compare=false", *DIABETES_CLI]
-    rec = cli("run", "lasso", "--ranks", "2", "--trace", trace, *params)
+    rec = cli("run", "lasso", "--ranks", "2", "--trace", trace, *params, "--json")
     assert rec.returncode == 0, rec.stderr
+    checks = json.loads(rec.stdout)["result"]["checks"]  # kkt is logged per full check
     rep = cli("cluster", trace, "--json")
     assert rep.returncode == 0, rep.stderr
     out = json.loads(rep.stdout)
-    assert out["identical"] and out["checked"]["objectives"] == 50
+    assert out["identical"] and out["checked"]["objectives"] == 25 + checks
     # pdb inside one body of round 3, with the DDS values that body saw
     pdb = "p k, int(chosen[k]), float(beta[int(chosen[k])]) == 0.0\nc\n"
     single = run_cli(["single", str(trace), "--break", "lasso:3:0"], input=pdb)
@@ -203,7 +207,7 @@ def test_record_then_replay_on_the_cluster_and_in_pdb(tmp_path: Path, cli) -> No
             await pilot.press("enter")
             first = await wait_text(pilot, "objective: 25 iteration(s)", "components")
             await pilot.press("c")
-            return first + await wait_text(pilot, "kkt: 25 iteration(s)")
+            return first + await wait_text(pilot, f"kkt: {checks} iteration(s)")
 
     assert "verdicts clu✓" in asyncio.run(browse())
 
@@ -240,16 +244,25 @@ def test_auto_draws_by_priority_only_when_a_round_must_choose(
     assert (str(features) in why) == (asked == "auto")
 
 
-def test_the_schedule_a_run_used_is_in_its_result_and_uniform_is_floor_one() -> None:
-    runs = {
-        s: ap.run(train, {**NARROW_PARAMS, "schedule": s}) for s in ("auto", "uniform", "priority")
-    }
-    assert runs["auto"].value["schedule"] == "uniform (20 features <= block 32)"
+@pytest.mark.parametrize("features", [10, 10_000])
+def test_auto_draws_by_priority_at_any_size_with_next_change_priorities(features: int) -> None:
+    got, why = choose_schedule("auto", features, 32, "next")
+    assert got == "priority" and why.startswith("priority (by the next change")
+
+
+@pytest.mark.parametrize("prio", ["last", "next"])
+def test_the_schedule_a_run_used_is_in_its_result_and_uniform_is_floor_one(prio: str) -> None:
+    narrow = {**NARROW_PARAMS, "priority": prio, "block": 32}
+    runs = {s: ap.run(train, {**narrow, "schedule": s}) for s in ("auto", "uniform", "priority")}
+    auto = "priority" if prio == "next" else "uniform"
+    assert runs["auto"].value["schedule"] == choose_schedule("auto", 20, 32, prio)[1]
+    assert runs["auto"].value["schedule"].startswith(auto)
     assert runs["priority"].value["schedule"] == "priority (asked for)"
-    floor_one = ap.run(train, {**NARROW_PARAMS, "schedule": "priority", "floor": 1.0})
-    assert runs["uniform"].objectives == floor_one.objectives == runs["auto"].objectives
+    floor_one = ap.run(train, {**narrow, "schedule": "priority", "floor": 1.0})
+    assert runs["uniform"].objectives == floor_one.objectives
     assert runs["uniform"].digests == floor_one.digests
-    assert runs["auto"].objectives != runs["priority"].objectives
+    assert runs["auto"].objectives == runs[auto].objectives
+    assert runs["uniform"].objectives != runs["priority"].objectives
 
 
 def test_a_bad_schedule_is_one_line(cli) -> None:
@@ -268,8 +281,91 @@ def test_a_trace_from_before_schedule_replays_by_priority(
     from apps.lasso import _app
 
     trace = tmp_path / "old.sqlite"
-    args = [a for p in [*NARROW, "compare=false", "schedule=priority"] for a in ("-p", p)]
+    before = ["compare=false", "schedule=priority", "priority=last", "check_every=1"]
+    args = [a for p in [*NARROW, *before] for a in ("-p", p)]
     record_without(cli, monkeypatch, "schedule", "lasso", args, trace)
     if not declared:
         monkeypatch.setattr(_app, "ADDED_PARAMS", {})
     assert_replays(cli, trace, identical=declared)
+
+
+# --- priorities from the next change, and the full check every check_every rounds ------------
+@pytest.mark.parametrize("declared", [True, False])
+def test_a_trace_from_before_priority_replays_by_the_last_change(
+    tmp_path: Path, cli, monkeypatch: pytest.MonkeyPatch, declared: bool
+) -> None:
+    """Before ``priority`` existed every run drew by the last change and checked every
+    round; ``ADDED_PARAMS`` replays such a trace so, not by today's next change."""
+    from apps.lasso import _app
+
+    trace = tmp_path / "old.sqlite"
+    before = ["compare=false", "schedule=priority", "priority=last", "check_every=1"]
+    args = [a for p in [*NARROW, *before] for a in ("-p", p)]
+    record_without(cli, monkeypatch, "priority", "lasso", args, trace)
+    if not declared:
+        monkeypatch.setattr(_app, "ADDED_PARAMS", {"schedule": "priority"})
+    assert_replays(cli, trace, identical=declared)
+
+
+#: 100 x 200 with 5 nonzeros: the last change took 1,181 rounds (11,917 updates) to the
+#: tolerance, the next change 75 (245 updates) on 2026-12-07.
+SPARSE: dict[str, object] = {
+    "dataset": "synthetic",
+    "samples": 100,
+    "features": 200,
+    "nonzeros": 5,
+    "compare": False,
+}
+
+
+def test_next_change_priorities_converge_in_a_tenth_of_the_rounds() -> None:
+    fast = ap.run(train, SPARSE).value
+    assert fast["converged"] and fast["iterations"] <= 100, fast
+    # full checks: every round while a quarter of the features move, then every 10
+    assert fast["checks"] < fast["iterations"] // 2, fast
+    slow = ap.run(train, {**SPARSE, "priority": "last", "iterations": 100}).value
+    assert not slow["converged"] and slow["checks"] == 100
+
+
+@st.composite
+def sparse_problems(draw: st.DrawFn) -> dict[str, object]:
+    # sparse and wide, so that the moving coordinates are fewer than a quarter of them and
+    # the rounds between full checks check only those
+    features = draw(st.integers(2, 200))
+    return {
+        "dataset": "synthetic",
+        "samples": draw(st.integers(5, 50)),
+        "features": features,
+        "nonzeros": draw(st.integers(0, min(features, 5))),
+        "rho": draw(st.sampled_from([0.0, 0.3, 0.8])),
+        "check_every": draw(st.integers(1, 15)),
+        "tol": draw(st.sampled_from([1e-2, 1e-4, 1e-10])),
+        "iterations": draw(st.integers(0, 60)),
+        "block": draw(st.integers(1, 16)),
+        "compare": False,
+    }
+
+
+@given(sparse_problems())
+def test_a_run_stops_and_reports_only_on_the_full_check(params: dict[str, object]) -> None:
+    """Between full checks only the moving coordinates are checked; whatever the problem,
+    the check interval and the round limit, the kkt a run reports (and logs last) and its
+    ``converged`` are those of all coordinates at its final coefficients."""
+
+    def prog() -> tuple[dict, np.ndarray]:
+        out = train(**params)
+        (beta,) = [d for d in ap.current().dds if d.name == "beta"]
+        return out, beta.gather()
+
+    res = ap.run(prog)
+    out, beta = res.value
+    args = [params[k] for k in ("samples", "features", "nonzeros", "rho")]
+    X, y = synthetic(*args, 1.0)  # type: ignore[arg-type]
+    X = standardise(X)
+    kkt = kkt_violation(X, y - y.mean() - X @ beta, beta, out["alpha"])
+    assert kkt == pytest.approx(out["kkt"], rel=1e-6, abs=1e-12)
+    assert out["converged"] == (out["kkt"] <= out["tolerance"])
+    if out["iterations"]:
+        assert res.objectives["kkt"][-1] == out["kkt"]
+    if not out["converged"]:  # the round limit, or no update would move anything
+        assert out["iterations"] == params["iterations"] or out["kkt"] < 1e-9
