@@ -157,13 +157,13 @@ def _plan(sess: Session, name: str, inv: int, sets: AccessSets, requested: str =
     try:
         return plan(requested)
     except StrategyUnfit as unfit:
-        if (name, "unfit") not in sess.noted and cl.rank == 0:
-            sess.noted.add((name, "unfit"))
-            sess.warn(
-                f"note: async_for {name!r} invocation {inv}: strategy={requested!r} cannot "
-                f"plan it ({unfit}), so it was planned with strategy='auto' (printed once; "
-                "the planner report names the strategy each plan used)"
-            )
+        _say_once(
+            sess,
+            (name, "unfit"),
+            f"note: async_for {name!r} invocation {inv}: strategy={requested!r} cannot "
+            f"plan it ({unfit}), so it was planned with strategy='auto' (printed once; "
+            "the planner report names the strategy each plan used)",
+        )
         return plan("auto")
 
 
@@ -445,12 +445,21 @@ def _keep_own_parts(sess: Session, st: OpState) -> None:
     st.plan = keep_nodes(st.plan, sess.cluster.local_nodes)
 
 
+def _say_once(sess: Session, key: tuple[str, str], line: str) -> None:
+    """Print ``line`` from rank 0, once per ``key`` (operator, kind) and session."""
+    if key in sess.noted or sess.cluster.rank != 0:
+        return
+    sess.noted.add(key)
+    sess.warn(line)
+
+
 def _note(sess: Session, v: Violation, what: str) -> None:
     """Say once per operator and process that the guard re-planned an invocation."""
-    if (v.op, what) in sess.noted or sess.cluster.rank != 0:
-        return
-    sess.noted.add((v.op, what))
-    sess.warn(f"note: {v.message()}{declared_hint(sess, v.op)}; {what} (replan='auto')")
+    _say_once(
+        sess,
+        (v.op, what),
+        f"note: {v.message()}{declared_hint(sess, v.op)}; {what} (replan='auto')",
+    )
 
 
 def _attempt(
