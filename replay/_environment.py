@@ -247,12 +247,15 @@ def versions() -> dict[str, str]:
 def one_line_warnings() -> None:
     """Show :class:`ReplayEnvironmentWarning` as one ``replay: warning:`` line (the CLI)."""
     original = warnings.formatwarning
+    if getattr(original, "_replay_one_line", False):
+        return  # installed already: wrapping again on every in-process call would nest
 
     def fmt(message: Any, category: Any, *args: Any, **kwargs: Any) -> str:
         if issubclass(category, ReplayEnvironmentWarning):
             return f"replay: warning: {message}\n"
         return original(message, category, *args, **kwargs)
 
+    fmt._replay_one_line = True  # type: ignore[attr-defined]
     warnings.formatwarning = fmt
 
 

@@ -230,3 +230,21 @@ def test_ranks_with_another_copy_of_the_app_file_are_refused(
     assert "\n" not in message and source[0] in message, message
     for r, (d, (_, host)) in enumerate(zip(digests, others, strict=True), start=1):
         assert f"rank {r} on {host}: {d[:12] or 'missing'}" in message, message
+
+
+def test_installing_the_one_line_warning_format_again_does_not_nest(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The CLI installs its warning format on every in-process command (tests, notebooks):
+    once installed, installing again must not wrap it again (a CI worker that ran about
+    a thousand commands hit the recursion limit while formatting a warning)."""
+    import sys
+    import warnings
+
+    monkeypatch.setattr(warnings, "formatwarning", warnings.formatwarning)
+    for _ in range(sys.getrecursionlimit() + 10):
+        _environment.one_line_warnings()
+    line = warnings.formatwarning("differs", _environment.ReplayEnvironmentWarning, "f.py", 1)
+    assert line == "replay: warning: differs\n"
+    other = warnings.formatwarning("plain", UserWarning, "f.py", 7)
+    assert "f.py:7: UserWarning: plain" in other
