@@ -154,6 +154,7 @@ def train(
     V = len(vocab)
     keep = _model.keep_probabilities(vocab.counts, sample)
     table = _model.noise_table(vocab.counts)
+    index = _model.noise_index(table)  # the noise words without the table's random reads
     S = ap.dvector(len(rows), shape=(sentence_len,), dtype=np.int32, data=rows, name="sentences")
     # gensim's initialisation: small uniform input vectors, zero output vectors
     W_in = ap.dvector(
@@ -172,7 +173,7 @@ def train(
         def body(batch: ap.Batch) -> None:
             lr = alpha - (alpha - min_alpha) * (first + batch.number) / total_steps
             got = _model.minibatch_pairs(
-                batch.values, keep, table, window, negative, ap.rng(), pool
+                batch.values, keep, table, window, negative, ap.rng(), pool, index=index
             )
             if len(got.target) == 0:
                 L[batch.number] = (0.0, 0.0)

@@ -97,7 +97,85 @@ def sgns_pairs(
     return loss
 
 
+def skipgram_pairs(
+    ids: np.ndarray, sent: np.ndarray, reach: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The (context, centre) word pairs of the surviving words ``ids`` (sentence numbers
+    ``sent``, reduced windows ``reach``): centre word by centre word, and for each its
+    context words from left to right, within its reach and its sentence."""
+    n = ids.shape[0]
+    count = 0
+    for c in range(n):
+        lo, hi = max(c - reach[c], 0), min(c + reach[c], n - 1)
+        for p in range(lo, hi + 1):
+            if p != c and sent[p] == sent[c]:
+                count += 1
+    context = np.empty(count, dtype=np.int64)
+    target = np.empty(count, dtype=np.int64)
+    k = 0
+    for c in range(n):
+        lo, hi = max(c - reach[c], 0), min(c + reach[c], n - 1)
+        for p in range(lo, hi + 1):
+            if p != c and sent[p] == sent[c]:
+                context[k] = ids[p]
+                target[k] = ids[c]
+                k += 1
+    return context, target
+
+
+def distinct_ids(flat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(flat, return_inverse=True)`` for non-negative ids: the distinct ids in
+    increasing order and each id's position among them."""
+    rows_of = np.zeros(flat.max() + 1 if flat.size else 0, dtype=np.int64)
+    for x in flat:
+        rows_of[x] = 1
+    count = 0
+    for x in range(rows_of.size):
+        if rows_of[x]:
+            rows_of[x] = count
+            count += 1
+        else:
+            rows_of[x] = -1
+    rows = np.empty(count, dtype=np.int64)
+    for x in range(rows_of.size):
+        if rows_of[x] >= 0:
+            rows[rows_of[x]] = x
+    where = np.empty(flat.size, dtype=np.int64)
+    for i in range(flat.size):
+        where[i] = rows_of[flat[i]]
+    return rows, where
+
+
+def noise_words(draws: np.ndarray, first: np.ndarray, starts: np.ndarray, shift: int) -> np.ndarray:
+    """``table[draws]`` of a noise table (word ids in non-decreasing order over its slots)
+    without reading the table: ``starts[w]`` is the first slot holding a word >= w, and
+    ``first[b]`` the word in slot ``b << shift``.  A slot's word is the largest ``w``
+    with ``starts[w] <= slot``, found from its bucket's first word; both arrays stay in
+    the cache where the table's million slots did not (random reads were most of the
+    pair drawing)."""
+    out = np.empty(draws.shape, dtype=np.int64)
+    flat, res = draws.reshape(-1), out.reshape(-1)
+    last = starts.size - 1
+    for i in range(flat.size):
+        slot = flat[i]
+        w = first[slot >> shift]
+        while w < last and starts[w + 1] <= slot:
+            w += 1
+        res[i] = w
+    return out
+
+
 _compiled: list[Kernel] = []
+#: :func:`skipgram_pairs`, :func:`distinct_ids` and :func:`noise_words`, compiled with
+#: :func:`kernel`.
+_helpers: list[Any] = []
+
+
+def helpers() -> tuple[Any, Any, Any]:
+    """The compiled :func:`skipgram_pairs`, :func:`distinct_ids` and :func:`noise_words`
+    (see :func:`kernel`)."""
+    kernel()
+    return _helpers[0], _helpers[1], _helpers[2]
 
 
 def kernel() -> Kernel:
@@ -113,6 +191,12 @@ def kernel() -> Kernel:
         jitted.compile(
             (f32[:, ::1], f32[:, ::1], i64[::1], i64[:, ::1], i64[:, ::1], numba.float64)
         )
+        pairs: Any = numba.njit(cache=True, nogil=True)(skipgram_pairs)
+        pairs.compile((numba.int32[::1], i64[::1], i64[::1]))
+        ids: Any = numba.njit(cache=True, nogil=True)(distinct_ids)
+        ids.compile((i64[::1],))
+        noise: Any = numba.njit(cache=True, nogil=True)(noise_words)
+        noise.compile((i64[:, ::1], numba.int32[::1], numba.int32[::1], i64))
     except Exception as exc:  # ImportError, numba's TypingError/LoweringError, ...
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         raise AppError(
@@ -120,8 +204,19 @@ def kernel() -> Kernel:
             f"({type(exc).__name__}: {first}); check that numba matches numpy "
             "(pip install -U numba)"
         ) from None
+    _helpers[:] = [pairs, ids, noise]
     _compiled.append(jitted)
     return jitted
 
 
-__all__ = ["LANES", "MAX_EXP", "Kernel", "kernel", "sgns_pairs"]
+__all__ = [
+    "LANES",
+    "MAX_EXP",
+    "Kernel",
+    "distinct_ids",
+    "helpers",
+    "kernel",
+    "noise_words",
+    "sgns_pairs",
+    "skipgram_pairs",
+]

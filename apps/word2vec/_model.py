@@ -66,6 +66,36 @@ def noise_table(
     return np.minimum(np.searchsorted(cdf, slots, side="right"), len(cdf) - 1).astype(np.int32)
 
 
+#: Slots per bucket of a :class:`NoiseIndex` (as a shift): with 16 slots a lookup steps
+#: past another word's start about once in 16 (head500: 0.06 steps a lookup), and the
+#: buckets' first words (int32) take a quarter of the table's bytes; 256 slots took
+#: four times as long (a step in one lookup of two, each a mispredicted branch).
+NOISE_BUCKET_SHIFT = 4
+
+
+@dataclass(frozen=True)
+class NoiseIndex:
+    """What :func:`~apps.word2vec._kernel.noise_words` reads instead of a noise table:
+    ``first[b]``, the word in slot ``b << shift``, and ``starts[w]``, the first slot
+    holding a word >= ``w`` (see :func:`noise_index`)."""
+
+    first: np.ndarray
+    starts: np.ndarray
+    shift: int
+
+
+def noise_index(table: np.ndarray, shift: int = NOISE_BUCKET_SHIFT) -> NoiseIndex | None:
+    """The :class:`NoiseIndex` of ``table``, or None when the table's words are not in
+    non-decreasing order over its slots (not a :func:`noise_table`): the index gives
+    ``table[slot]`` only for such a table, so any other is read slot by slot."""
+    t = np.asarray(table)
+    if t.ndim != 1 or t.size == 0 or t[0] < 0 or np.any(t[1:] < t[:-1]):
+        return None
+    starts = np.searchsorted(t, np.arange(int(t[-1]) + 1), side="left").astype(np.int32)
+    first = np.ascontiguousarray(t[:: 1 << shift], dtype=np.int32)
+    return NoiseIndex(first, starts, shift)
+
+
 def minibatch_pairs(
     rows: np.ndarray,
     keep: np.ndarray,
@@ -74,12 +104,19 @@ def minibatch_pairs(
     negative: int,
     rng: np.random.Generator,
     pool: int = 0,
+    *,
+    compiled: bool = True,
+    index: NoiseIndex | None = None,
 ) -> Pairs:
     """Subsample the words of ``rows``, form skip-gram pairs and draw their noise words.
 
     The pairs come in gensim's order: centre word by centre word, and for each its
     context words from left to right.  Draws, in this order: one uniform per word
     (subsampling), one reduced window per surviving word, then the noise words.
+    ``compiled`` forms the pairs with :func:`~apps.word2vec._kernel.skipgram_pairs`
+    (numba), else with numpy, and with ``index`` (``table``'s :func:`noise_index`) looks
+    the noise words up in it instead of the table: the same pairs and words either way
+    (tests compare them).
     """
     rows = np.asarray(rows)
     ids = rows.reshape(-1)
@@ -91,20 +128,39 @@ def minibatch_pairs(
     n = len(ids)
     # gensim's reduced window: each centre word looks window - b words either side
     reach = window - rng.integers(0, window, size=n) if n else np.zeros(0, dtype=np.int64)
+    if compiled:
+        pairs_of = _kernel.helpers()[0]
+        context, target = pairs_of(
+            np.ascontiguousarray(ids, dtype=np.int64),
+            np.ascontiguousarray(sent, dtype=np.int64),
+            np.ascontiguousarray(reach, dtype=np.int64),
+        )
+    else:
+        context, target = _window_pairs(ids, sent, reach, window)
+    if pool > 0:  # shared negatives: every pair draws from one small sample of the noise
+        words = table[rng.integers(0, len(table), size=pool)]
+        noise = words[rng.integers(0, pool, size=(len(target), negative))]
+    else:
+        slots = rng.integers(0, len(table), size=(len(target), negative))
+        if compiled and index is not None:
+            noise = _kernel.helpers()[2](slots, index.first, index.starts, index.shift)
+        else:
+            noise = table[slots]
+    return Pairs(context, target, noise.astype(np.int64, copy=False), n)
+
+
+def _window_pairs(
+    ids: np.ndarray, sent: np.ndarray, reach: np.ndarray, window: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`~apps.word2vec._kernel.skipgram_pairs` with numpy: (context, centre)."""
+    n = len(ids)
     offsets = np.concatenate([np.arange(-window, 0), np.arange(1, window + 1)])
     pos = np.arange(n)[:, None] + offsets[None, :]  # (n, 2 * window), left to right
     inside = (pos >= 0) & (pos < n) & (np.abs(offsets)[None, :] <= reach[:, None])
     safe = np.clip(pos, 0, max(n - 1, 0))
     inside &= sent[safe] == sent[:, None]
     centre, col = np.nonzero(inside)  # row-major: centre by centre, context left to right
-    target = ids[centre]
-    context = ids[pos[centre, col]]
-    if pool > 0:  # shared negatives: every pair draws from one small sample of the noise
-        words = table[rng.integers(0, len(table), size=pool)]
-        noise = words[rng.integers(0, pool, size=(len(target), negative))]
-    else:
-        noise = table[rng.integers(0, len(table), size=(len(target), negative))]
-    return Pairs(context.astype(np.int64), target.astype(np.int64), noise.astype(np.int64), n)
+    return ids[pos[centre, col]].astype(np.int64), ids[centre].astype(np.int64)
 
 
 @dataclass(frozen=True)
@@ -137,17 +193,21 @@ def distinct(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return rows, where[flat]
 
 
-def gather_plan(pairs: Pairs) -> Gather:
-    """The rows :func:`step` needs for ``pairs``."""
-    in_rows, ctx = distinct(pairs.context)
-    outs = np.concatenate([pairs.target[:, None], pairs.noise], axis=1)
-    out_rows, out_idx = distinct(outs)
+def gather_plan(pairs: Pairs, *, compiled: bool = True) -> Gather:
+    """The rows :func:`step` needs for ``pairs`` (``compiled``: the distinct ids found by
+    :func:`~apps.word2vec._kernel.distinct_ids`, else by :func:`distinct`; the same)."""
+    outs = np.concatenate([pairs.target[:, None], pairs.noise], axis=1).astype(np.int64)
+    find = distinct
+    if compiled and not (pairs.context.size and pairs.context.min() < 0 or outs.min(initial=0) < 0):
+        find = _kernel.helpers()[1]
+    in_rows, ctx = find(np.ascontiguousarray(pairs.context, dtype=np.int64).reshape(-1))
+    out_rows, out_idx = find(outs.reshape(-1))
     return Gather(
         in_rows,
         np.ascontiguousarray(ctx.reshape(-1), dtype=np.int64),
         out_rows,
         np.ascontiguousarray(out_idx.reshape(outs.shape), dtype=np.int64),
-        np.ascontiguousarray(outs, dtype=np.int64),
+        outs,
     )
 
 
@@ -230,7 +290,10 @@ __all__ = [
     "gather_plan",
     "reference_step",
     "step",
+    "NOISE_BUCKET_SHIFT",
     "NOISE_POWER",
+    "NoiseIndex",
+    "noise_index",
     "Pairs",
     "keep_probabilities",
     "minibatch_pairs",

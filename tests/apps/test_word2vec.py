@@ -566,3 +566,71 @@ def test_distinct_rows_are_numpys_unique_with_its_inverse(
     assert rows.dtype == want_rows.dtype and np.array_equal(rows, want_rows)
     assert np.array_equal(where, want_where.reshape(-1))
     assert np.array_equal(rows[where], arr.reshape(-1))
+
+
+@st.composite
+def minibatches(draw: st.DrawFn) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, int, int]:
+    """A minibatch of padded sentences over a vocabulary, its keep probabilities, a noise
+    table from drawn counts (some words get no slot), window, negatives and pool."""
+    vocab = draw(st.integers(1, 30))
+    width = draw(st.integers(1, 12))
+    lengths = draw(st.lists(st.integers(0, width), min_size=1, max_size=6))
+    rows = np.full((len(lengths), width), -1, dtype=np.int32)
+    for r, n in enumerate(lengths):
+        rows[r, :n] = draw(st.lists(st.integers(0, vocab - 1), min_size=n, max_size=n))
+    keep = np.array(
+        draw(st.lists(st.sampled_from([0.0, 0.3, 1.0]), min_size=vocab, max_size=vocab))
+    )
+    counts = np.array(draw(st.lists(st.integers(1, 10_000), min_size=vocab, max_size=vocab)))
+    table = _model.noise_table(counts, size=draw(st.sampled_from([1, 7, 100, 1000])))
+    return (
+        rows,
+        keep,
+        table,
+        draw(st.integers(1, 6)),
+        draw(st.integers(1, 4)),
+        draw(st.sampled_from([0, 3])),
+    )
+
+
+@given(minibatches(), st.integers(0, 2**32 - 1), st.sampled_from([0, 1, 4, 8]))
+def test_compiled_pairs_and_rows_are_numpys_bit_for_bit(
+    batch: tuple[np.ndarray, np.ndarray, np.ndarray, int, int, int], seed: int, shift: int
+) -> None:
+    """The compiled pair forming, noise lookup (from the table's index, never the table)
+    and row dedupe give the numpy path's arrays, dtypes and draws: every run's bits (and
+    the replay of every trace recorded before they existed) depend on it."""
+    rows, keep, table, window, negative, pool = batch
+    index = _model.noise_index(table, shift)
+    assert index is not None  # a noise table's words never decrease over its slots
+    rng_a, rng_b = np.random.default_rng(seed), np.random.default_rng(seed)
+    want = _model.minibatch_pairs(rows, keep, table, window, negative, rng_a, pool, compiled=False)
+    got = _model.minibatch_pairs(
+        rows, keep, table, window, negative, rng_b, pool, compiled=True, index=index
+    )
+    assert rng_a.bit_generator.state == rng_b.bit_generator.state  # the same draws
+    assert got.words == want.words
+    for name in ("context", "target", "noise"):
+        a, b = getattr(got, name), getattr(want, name)
+        assert a.dtype == b.dtype == np.int64 and a.shape == b.shape, name
+        assert np.array_equal(a, b), name
+    plan, ref = _model.gather_plan(got), _model.gather_plan(want, compiled=False)
+    for name in ("in_rows", "ctx", "out_rows", "out_idx", "outs"):
+        a, b = getattr(plan, name), getattr(ref, name)
+        assert a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b), name
+    slots = np.arange(len(table), dtype=np.int64)[None, :]
+    looked = _kernel.helpers()[2](slots, index.first, index.starts, index.shift)
+    assert np.array_equal(looked[0], table)  # every slot, not only the drawn ones
+
+
+def test_a_table_whose_words_decrease_is_read_slot_by_slot() -> None:
+    """The index answers only for a table whose words never decrease over its slots; any
+    other table has none, and the pairs then read the table itself."""
+    for table in (np.array([0, 2, 1], dtype=np.int32), np.array([-1, 0], dtype=np.int32)):
+        assert _model.noise_index(table) is None
+    table = np.array([3, 0, 2, 1] * 25, dtype=np.int32)
+    rows = np.arange(8, dtype=np.int32).reshape(1, 8) % 4
+    rng_a, rng_b = np.random.default_rng(5), np.random.default_rng(5)
+    a = _model.minibatch_pairs(rows, np.ones(4), table, 3, 2, rng_a, index=None)
+    b = _model.minibatch_pairs(rows, np.ones(4), table, 3, 2, rng_b, compiled=False)
+    assert np.array_equal(a.noise, b.noise)
