@@ -54,6 +54,7 @@ import xxhash
 from .._data.dds import _DDS
 from .._data.values import IMMUTABLE, attributes, slot_values
 from .._errors import ClosureRuleError, DriverCapturesDivergedError, _shown
+from .._runtime.session import AFTER_RUN
 
 #: What :func:`check_body` found in each body's code (see :class:`_Target`).
 _plans: dict[tuple[types.CodeType, bool], list[_Target]] = {}
@@ -558,6 +559,9 @@ class _Collector:
 
 
 _roots_cache: dict[tuple[Any, ...], tuple[Any, list[_Root], frozenset[str]]] = {}
+# a run's bodies are new functions (new ids, so no later run hits their entries), and an
+# entry pins its body's closure, so the cache is emptied when a run ends
+AFTER_RUN.append(_roots_cache.clear)
 
 
 def _is_body(fn: Any) -> bool:

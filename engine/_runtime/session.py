@@ -713,6 +713,12 @@ def log_objective(name: str, value: float) -> None:
     current().log_objective(name, value)
 
 
+#: What modules above keep about a run's bodies and drop when any run ends: such a cache
+#: holds a body's closure, hence the run's DDS, so a process that runs one program after
+#: another (a notebook, a test session) kept every earlier run's data alive.
+AFTER_RUN: list[Callable[[], None]] = []
+
+
 def run(
     fn: Callable[..., Any],
     params: dict[str, Any] | None = None,
@@ -787,6 +793,8 @@ def run(
         sess._running = False  # type: ignore[attr-defined]
         for end in sess.on_end:
             end()
+        for forget in AFTER_RUN:
+            forget()
         cluster.close()
         _current = prev
     return RunResult(

@@ -110,6 +110,13 @@ def bind_thread(rbufs: dict[int, Any], wbufs: dict[int, Any], guard: Any = None)
     _stls.wmask = _NO_MASKS if guard is None else guard.wmask
 
 
+def unbind_thread() -> None:
+    """Forget what :func:`bind_thread` served this thread: the buffers and the guard
+    belong to one loop of one run, and a thread that outlives it (the main thread, in
+    a process that runs one program after another) must not keep them alive."""
+    bind_thread({}, {})
+
+
 def _refused(dds: _Moded, key: Any) -> Exception:
     """The error for a write to a DDS that is not a parameter of this layout."""
     guard = _stls.guard
@@ -227,6 +234,7 @@ __all__ = [
     "Batch",
     "batch_maker",
     "bind_thread",
+    "unbind_thread",
     "enter_sync_mode",
     "make_batch",
 ]

@@ -40,7 +40,7 @@ from .._errors import (
 )
 from .._machines.turnstile import TurnstileDriver
 from .._runtime.session import _tls
-from .dds import batch_maker, bind_thread
+from .dds import batch_maker, bind_thread, unbind_thread
 from .guard import LaneGuard, NodeViolations
 from .layout import HEADER, NodeClock, SyncLayout
 
@@ -214,6 +214,7 @@ class NodeRun:
             raise BodyError(ctx.name, ctx.inv, m, self.node, exc) from exc
         finally:
             _tls.op_key = None
+            unbind_thread()
 
     def _threads(self, work: list[Callable[[], None]]) -> None:
         if len(work) == 1:

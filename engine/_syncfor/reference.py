@@ -30,7 +30,7 @@ from .._data.dds import _DDS
 from .._machines.schedule import Schedule
 from .._machines.tape import Tape
 from .._runtime.session import Session, _tls
-from .dds import bind_thread, enter_sync_mode, make_batch
+from .dds import bind_thread, enter_sync_mode, make_batch, unbind_thread
 
 
 @contextmanager
@@ -48,6 +48,7 @@ def _worker(
         yield
     finally:
         _tls.op_key = None
+        unbind_thread()
 
 
 def reference_sync_for(
