@@ -104,14 +104,11 @@ def skipgram_pairs(
     ``sent``, reduced windows ``reach``): centre word by centre word, and for each its
     context words from left to right, within its reach and its sentence."""
     n = ids.shape[0]
-    count = 0
+    most = 0  # a centre word has at most 2 * reach context words
     for c in range(n):
-        lo, hi = max(c - reach[c], 0), min(c + reach[c], n - 1)
-        for p in range(lo, hi + 1):
-            if p != c and sent[p] == sent[c]:
-                count += 1
-    context = np.empty(count, dtype=np.int64)
-    target = np.empty(count, dtype=np.int64)
+        most += 2 * reach[c]
+    context = np.empty(most, dtype=np.int64)
+    target = np.empty(most, dtype=np.int64)
     k = 0
     for c in range(n):
         lo, hi = max(c - reach[c], 0), min(c + reach[c], n - 1)
@@ -120,7 +117,7 @@ def skipgram_pairs(
                 context[k] = ids[p]
                 target[k] = ids[c]
                 k += 1
-    return context, target
+    return context[:k], target[:k]
 
 
 def distinct_ids(flat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -192,7 +189,7 @@ def kernel() -> Kernel:
             (f32[:, ::1], f32[:, ::1], i64[::1], i64[:, ::1], i64[:, ::1], numba.float64)
         )
         pairs: Any = numba.njit(cache=True, nogil=True)(skipgram_pairs)
-        pairs.compile((numba.int32[::1], i64[::1], i64[::1]))
+        pairs.compile((i64[::1], i64[::1], i64[::1]))  # what minibatch_pairs passes
         ids: Any = numba.njit(cache=True, nogil=True)(distinct_ids)
         ids.compile((i64[::1],))
         noise: Any = numba.njit(cache=True, nogil=True)(noise_words)
