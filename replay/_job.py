@@ -207,6 +207,13 @@ COALESCE_LABEL = "coalesced_sends"
 RING_LABEL = "ring_routes"
 
 
+#: The run label of a run whose random streams give every seed keys of its own
+#: (``engine._runtime.session.philox_key``): every run recorded since 2026-12-07.  A
+#: trace without it keyed seeds from 2**53 as numpy rounded them, and a replay of it
+#: does so too; below 2**53 the keys are the same either way.
+EXACT_SEEDS_LABEL = "exact_seed_keys"
+
+
 #: The run label of a run recorded with ``--checkpoint-every N``: a resume of it keeps
 #: checkpointing every N invocations (without it, the measured default), so that a second
 #: crash redoes no more than the first run would have.
@@ -236,6 +243,7 @@ class Modes(TypedDict):
     exact_reduce: bool
     coalesce: bool
     ring: bool
+    exact_seeds: bool
 
 
 def recorded_modes(info: Any) -> Modes:
@@ -245,7 +253,7 @@ def recorded_modes(info: Any) -> Modes:
     seed, parameters): checked and test mode, which also decide whether relaxed DDS are
     relaxed and SSP is stale, whether ``ap.reduce`` folds exactly, and whether
     ``async_for`` coalesces and relays its routed messages (and how a rotation cuts its
-    blocks).  All are run
+    blocks), and how a large seed keys the random streams.  All are run
     labels, so the run row's hash chain covers them; a trace recorded before a label
     existed has it off, as its run had.
     """
@@ -256,6 +264,7 @@ def recorded_modes(info: Any) -> Modes:
         exact_reduce=bool(labels.get(EXACT_REDUCE_LABEL)),
         coalesce=bool(labels.get(COALESCE_LABEL)),
         ring=bool(labels.get(RING_LABEL)),
+        exact_seeds=bool(labels.get(EXACT_SEEDS_LABEL)),
     )
 
 
@@ -293,6 +302,8 @@ def _recorder(spec: dict[str, Any], app: Any, params: dict[str, Any], comm: Any)
             labels[COALESCE_LABEL] = True
         if spec.get("ring", True):
             labels[RING_LABEL] = True
+        if spec.get("exact_seeds", True):
+            labels[EXACT_SEEDS_LABEL] = True
         if spec.get("checkpoint_every"):  # None: the measured default; 0: none at all
             labels[CHECKPOINT_EVERY_LABEL] = int(spec["checkpoint_every"])
         if labels:
@@ -367,6 +378,7 @@ def run_here(
             exact_reduce=spec.get("exact_reduce", True),
             coalesce=spec.get("coalesce", True),
             ring=spec.get("ring", True),
+            exact_seeds=spec.get("exact_seeds", True),
             comm=comm,
             recorder=recorder,
             progress=say,

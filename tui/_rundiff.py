@@ -29,6 +29,7 @@ LABEL_WORDS = {
     "exact_reduce": "exact reduce",  # unset: recorded before 2026-12-06 (index-order folds)
     "coalesced_sends": "coalesced sends",  # unset: before 2026-12-06 (a message per round)
     "ring_routes": "ring routes",  # unset: before 2026-12-07 (other rotations and messages)
+    "exact_seed_keys": "exact seed keys",  # unset: before 2026-12-07 (seeds >= 2**53 rounded)
 }
 
 _MISSING = object()

@@ -324,8 +324,8 @@ class Session:
         self.schedules = schedules or ScheduleSource()
         self.hooks = hooks or DebugHooks()
         self.seed = int(seed)
-        #: (op_key, seed, Philox key array) of the last body generator (see body_rng)
-        self._rng_key: tuple[int, int, np.ndarray] | None = None
+        #: (op_key, seed, exact_seeds, Philox key) of the last body generator (body_rng)
+        self._rng_key: tuple[int, int, bool, np.ndarray] | None = None
         self.checked = checked
         self.recorder = recorder or Recorder()
         self.progress = progress
@@ -352,6 +352,9 @@ class Session:
         #: ``routing.RELAY_BYTES`` (``engine._machines.planner._rotation_blocks``,
         #: ``routing.relay``); False: as runs did before 2026-12-07
         self.ring = True
+        #: every seed has streams of its own (:func:`philox_key`); False: seeds from
+        #: 2**53 share low bits' streams, as runs recorded before 2026-12-07 did
+        self.exact_seeds = True
         #: (kind, name) -> what test or checked mode ran exactly (``RunResult.ran_exact``)
         self.ran_exact: dict[tuple[str, str], dict[str, Any]] = {}
         self.want_digests = digests
@@ -456,42 +459,24 @@ class Session:
 
     # ------------------------------------------------------------ randomness
     def init_rng(self, name: str) -> np.random.Generator:
-        return np.random.Generator(np.random.Philox(key=[self.seed & (2**64 - 1), _h64(name)]))
+        key = philox_key(self.seed, _h64(name), exact_seeds=self.exact_seeds)
+        return np.random.Generator(_philox(key, 0))
 
     def body_rng(self, op_key: int, index: int) -> np.random.Generator:
-        """``Philox(key=[seed, op_key], counter=[index, 0, 0, 0])``, the stream of body
-        ``index``, made without the OS entropy draw that constructor makes and then
-        ignores (54 -> 16 us a body).  The key is the one numpy's constructor makes,
-        taken from it once per invocation: numpy passes ``[seed, op_key]`` through a
-        float64 array when ``op_key`` does not fit an int64, which drops its low bits,
-        and every recorded stream has that key.  A counter is ``index`` modulo 2**64,
-        as numpy wraps a negative one."""
-        if not -(2**63) <= index < 2**63:  # numpy's own conversion, whatever it is
-            return np.random.Generator(
-                np.random.Philox(key=[self.seed & _U64, op_key], counter=[index, 0, 0, 0])
-            )
-        bg = np.random.Philox(_NO_ENTROPY)  # type: ignore[arg-type]  # an ISeedSequence
-        bg.state = {
-            "bit_generator": "Philox",
-            "state": {
-                "counter": np.array([index & _U64, 0, 0, 0], dtype=np.uint64),
-                "key": self.rng_key(op_key),
-            },
-            "buffer": _NO_BUFFER,
-            "buffer_pos": 4,  # the buffer is empty: the first draw computes a block
-            "has_uint32": 0,
-            "uinteger": 0,
-        }
-        return np.random.Generator(bg)
+        """The stream of body ``index`` of invocation ``op_key``: Philox with the key
+        :func:`philox_key` gives, at counter ``(index, 0, 0, 0)`` (``index`` modulo
+        2**64, as numpy wraps a negative one), made without the OS entropy draw numpy's
+        constructor makes and then ignores (54 -> 16 us a body)."""
+        return np.random.Generator(_philox(self.rng_key(op_key), index & _U64))
 
     def rng_key(self, op_key: int) -> np.ndarray:
         """The Philox key (two uint64) of every body stream of invocation ``op_key``, as
         :meth:`body_rng` gives it (compiled kernels draw the same streams from it)."""
         made = self._rng_key
-        if made is None or made[0] != op_key or made[1] != self.seed:
-            key = np.random.Philox(key=[self.seed & _U64, op_key]).state["state"]["key"]
-            made = self._rng_key = (op_key, self.seed, key)
-        return made[2]
+        if made is None or made[:3] != (op_key, self.seed, self.exact_seeds):
+            key = philox_key(self.seed, op_key, exact_seeds=self.exact_seeds)
+            made = self._rng_key = (op_key, self.seed, self.exact_seeds, key)
+        return made[3]
 
     def op_key(self, op: str, invocation: int) -> int:
         return _h64(f"{op}#{invocation}")
@@ -650,6 +635,43 @@ _NO_BUFFER = np.zeros(4, dtype=np.uint64)  # copied into each generator's state
 _U64 = 2**64 - 1
 
 
+def philox_key(seed: int, op_key: int, *, exact_seeds: bool = True) -> np.ndarray:
+    """The Philox key (two uint64) of the streams of run seed ``seed`` (0 to 2**64 - 1)
+    and op key ``op_key`` (a 64-bit hash of an operator's invocation, or of a name).
+
+    Runs have always keyed them with numpy's ``Philox(key=[seed, op_key])``.  numpy makes
+    a float64 array of that list when a value does not fit an int64, which rounds an op
+    key above 2**63 to 53 bits (hashes: harmless, and every recorded stream has it) but
+    also a seed of 2**53 or more, so that nearby seeds shared streams, and a value within
+    2**10 of 2**64 becomes 2**64, whose cast to uint64 depends on the CPU.  With
+    ``exact_seeds`` (runs recorded since 2026-12-07) the key is numpy's wherever numpy's
+    keeps the seed and is well defined, so every such stream keeps its bits, and
+    ``[seed, op_key]`` exactly otherwise: the key's first word is always the seed.
+    Without it (a replay of an older trace) it is numpy's, whatever this CPU makes of it.
+    """
+    if not exact_seeds:
+        with np.errstate(invalid="ignore"):  # the cast of 2**64: the old run's CPU decided
+            return np.random.Philox(key=[seed & _U64, op_key]).state["state"]["key"]
+    if op_key >= 2**63 and seed < 2**53 and float(op_key) < 2.0**64:
+        op_key = int(float(op_key))  # numpy's rounding (both round half to even)
+    return np.array([seed, op_key], dtype=np.uint64)
+
+
+def _philox(key: np.ndarray, counter: int) -> np.random.Philox:
+    """``Philox(key=key, counter=[counter, 0, 0, 0])`` with an empty buffer, made
+    without drawing OS entropy."""
+    bg = np.random.Philox(_NO_ENTROPY)  # type: ignore[arg-type]  # an ISeedSequence
+    bg.state = {
+        "bit_generator": "Philox",
+        "state": {"counter": np.array([counter, 0, 0, 0], dtype=np.uint64), "key": key},
+        "buffer": _NO_BUFFER,
+        "buffer_pos": 4,  # the buffer is empty: the first draw computes a block
+        "has_uint32": 0,
+        "uinteger": 0,
+    }
+    return bg
+
+
 def _stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
@@ -738,6 +760,7 @@ def run(
     exact_reduce: bool = True,
     coalesce: bool = True,
     ring: bool = True,
+    exact_seeds: bool = True,
 ) -> RunResult:
     """Run the driver ``fn(**params)`` on a fresh cluster and return its outcome.
 
@@ -755,13 +778,15 @@ def run(
     coalesced (the same bits either way; a replay of such a run passes it, so that its
     recorded arrivals keep their shape).  ``ring=False`` plans rotations and routes
     rows as runs did before 2026-12-07 (``Session.ring``; a replay of such a run passes
-    it, or its plans would differ from the recorded ones).
+    it, or its plans would differ from the recorded ones).  ``exact_seeds=False`` keys
+    the random streams of seeds from 2**53 as runs did before 2026-12-07, when nearby
+    such seeds shared streams (:func:`philox_key`; a replay of such a run passes it).
     """
     global _current
     if _current is not None and getattr(_current, "_running", False):
         raise SessionError("engine.run() cannot be nested inside another run")
-    if seed < 0:  # numpy's own refusal came later and named no parameter
-        raise ValueError(f"seed must be >= 0, got {seed}")
+    if not 0 <= seed <= _U64:  # numpy's own refusal came later and named no parameter
+        raise ValueError(f"seed must be an integer from 0 to 2**64 - 1, got {seed}")
     cluster: Cluster = (
         MpiCluster(comm, threads) if comm is not None else InProcessCluster(nodes, threads)
     )
@@ -780,6 +805,7 @@ def run(
     sess.exact_reduce = exact_reduce
     sess.coalesce = coalesce
     sess.ring = ring
+    sess.exact_seeds = exact_seeds
     sess.capture_orders = test_mode
     prev = _current
     _current = sess

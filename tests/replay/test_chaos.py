@@ -82,6 +82,7 @@ def test_every_run_is_recorded_with_its_labels_and_replays(tmp_path) -> None:
             "exact_reduce": True,
             "coalesced_sends": True,
             "ring_routes": True,
+            "exact_seed_keys": True,
         }
         rep = replay_here({"kind": "replay", "mode": "single", "trace": path, "run_id": r.run_id})
         assert rep["identical"], rep

@@ -40,16 +40,18 @@ def record(trace: Path, *argv: str, env: dict[str, str] | None = None, status: i
 
 
 def labels(trace: Path) -> list[dict[str, Any]]:
-    """The runs' mode labels besides ``exact_reduce``, ``coalesced_sends`` and
-    ``ring_routes``, which every run recorded today carries (its reduce sums exactly,
-    its routed rows travel coalesced and relayed, its rotations move the smaller space;
-    a trace without them replays with the left fold, one message per round and pair,
-    the rotations and routes of before)."""
+    """The runs' mode labels besides ``exact_reduce``, ``coalesced_sends``,
+    ``ring_routes`` and ``exact_seed_keys``, which every run recorded today carries (its
+    reduce sums exactly, its routed rows travel coalesced and relayed, its rotations move
+    the smaller space, its seed keys its streams exactly; a trace without them replays
+    with the left fold, one message per round and pair, the rotations and routes and
+    seed keys of before)."""
     with tracer.open(trace) as store:
         got = [dict(r.labels or {}) for r in store.runs()]
     assert all(g.pop("exact_reduce", None) is True for g in got), got
     assert all(g.pop("coalesced_sends", None) is True for g in got), got
     assert all(g.pop("ring_routes", None) is True for g in got), got
+    assert all(g.pop("exact_seed_keys", None) is True for g in got), got
     return got
 
 
