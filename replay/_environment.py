@@ -1,10 +1,16 @@
-"""The interpreter environment a run depends on: hash seed, BLAS threads, versions.
+"""The interpreter environment a run depends on: hash seed, BLAS threads, the CPU's
+floating-point code paths, versions.
 
 A deterministic program can still depend on its interpreter: the iteration order of
 a ``set`` (or of a dict built from one) of strings follows ``PYTHONHASHSEED``, and a
 multi-threaded BLAS may sum in another order.  So every run fixes both, records
 them (with the Python, numpy and project versions) in the trace, and every replay
-reuses them.
+reuses them.  The CPU matters too: numpy's loops and the BLAS pick their vector width
+by what the CPU offers, and a sum computed four or eight lanes at a time has other
+low bits.  Every process the CLI starts therefore uses the AVX2/FMA paths
+(:func:`portable_float`) unless the user chose others, and a run records the paths it
+had, so that a trace recorded on a CPU with AVX-512 replays bit for bit on one without
+and a replay whose paths differ says so.
 
 A running interpreter cannot change its hash seed.  The ``replay`` CLI therefore
 re-executes itself under the seed it needs (:func:`ensure`) wherever it would run the
@@ -18,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
+import re
 import sys
 import warnings
 from collections.abc import Iterator, Mapping
@@ -26,6 +33,19 @@ from typing import Any
 HASH_SEED = "PYTHONHASHSEED"
 #: Variables that pin BLAS/OpenMP pools to one thread (exact float sums, DESIGN §8).
 BLAS_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+#: Variables that choose numpy's SIMD loops and the BLAS kernels (read when each loads).
+FLOAT_VARS = (
+    "NPY_ENABLE_CPU_FEATURES",
+    "NPY_DISABLE_CPU_FEATURES",
+    "OPENBLAS_CORETYPE",
+    "MKL_CBWR",
+)
+#: CPU flags (Linux ``/proc/cpuinfo`` names) of x86-64-v3, the AVX2/FMA level numpy's
+#: ``X86_V3`` and OpenBLAS's ``Haswell`` kernels need (``abm`` is LZCNT).
+X86_V3_FLAGS = frozenset(
+    {"avx", "avx2", "bmi1", "bmi2", "f16c", "fma", "abm", "movbe", "xsave", "sse4_2"}
+)
+_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,31}")
 #: Set by a re-executing CLI to the hash seed it re-executed for: if the new process
 #: still lacks that seed (``python -E`` ignores PYTHONHASHSEED), it warns instead of
 #: re-executing forever.
@@ -70,10 +90,97 @@ def recorded_hash_seed(environment: Mapping[str, Any]) -> str | None:
 
 
 def worker_env(hash_seed: str | None) -> dict[str, str]:
-    """Variables for processes that run a program: the hash seed and one BLAS thread."""
+    """Variables for processes that run a program: the hash seed, one BLAS thread and
+    the floating-point paths (the user's, else :func:`portable_float`'s)."""
     env = dict.fromkeys(BLAS_VARS, "1")
     env[HASH_SEED] = hash_seed if hash_seed is not None else choose_hash_seed()
+    env.update(float_env())
     return env
+
+
+def portable_float(cpuinfo: str | None = None, numpy_version: str | None = None) -> dict[str, str]:
+    """The variables that make numpy and the BLAS use their AVX2/FMA (x86-64-v3) code
+    paths, which nearly every x86 CPU since 2015 has: empty where this CPU lacks them or
+    is not an x86-64 Linux (nothing known to pin).  ``NPY_ENABLE_CPU_FEATURES`` is only
+    set for numpy 2.4 and later, whose name for that level (``X86_V3``) is known.
+
+    Read without importing numpy: the variables act only if set before it loads.
+    ``cpuinfo`` and ``numpy_version`` replace ``/proc/cpuinfo`` and the installed
+    numpy's version (tests)."""
+    import platform
+
+    if cpuinfo is None:
+        if sys.platform != "linux" or platform.machine() != "x86_64":
+            return {}
+        try:
+            with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+                cpuinfo = f.read(1 << 16)  # the first CPU's flags come first
+        except OSError:
+            return {}
+    flags = next(
+        (
+            ln.split(":", 1)[1].split()
+            for ln in cpuinfo.splitlines()
+            if ln.startswith("flags") and ":" in ln
+        ),
+        [],
+    )
+    if not X86_V3_FLAGS <= set(flags):
+        return {}
+    env = {"OPENBLAS_CORETYPE": "Haswell", "MKL_CBWR": "AVX2"}
+    if numpy_version is None:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            numpy_version = version("numpy")
+        except PackageNotFoundError:
+            return env
+    parts = numpy_version.split(".")
+    if len(parts) >= 2 and parts[0].isdigit() and parts[1].isdigit():
+        if (int(parts[0]), int(parts[1])) >= (2, 4):
+            env["NPY_ENABLE_CPU_FEATURES"] = "X86_V3"
+    return env
+
+
+def float_env() -> dict[str, str]:
+    """The floating-point variables a program's process gets: each the user's value if
+    set (kept, and recorded), else :func:`portable_float`'s.  A user's
+    ``NPY_DISABLE_CPU_FEATURES`` replaces the pinned ``NPY_ENABLE_CPU_FEATURES`` (numpy
+    refuses to load with both)."""
+    env = {var: os.environ[var] for var in FLOAT_VARS if var in os.environ}
+    pinned = portable_float()
+    if "NPY_DISABLE_CPU_FEATURES" in env:
+        pinned.pop("NPY_ENABLE_CPU_FEATURES", None)
+    return {**pinned, **env}
+
+
+def pin_float() -> None:
+    """Set :func:`float_env` in this process's environment: before numpy loads (the
+    console script, first thing), it then takes those paths, and so do the processes
+    it starts."""
+    os.environ.update(float_env())
+
+
+def float_paths() -> dict[str, Any]:
+    """The floating-point code paths this process has: numpy's SIMD targets in use
+    (``simd``, the dispatched ones this CPU has and the environment left on) and the
+    OpenBLAS kernel family (``blas_core``; None: unknown, threadpoolctl is missing)."""
+    simd: list[str] | None = None
+    umath = _umath()
+    if umath is not None:
+        feats = getattr(umath, "__cpu_features__", {})
+        simd = [f for f in getattr(umath, "__cpu_dispatch__", []) if feats.get(f)]
+    core = None
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        pass
+    else:
+        cores = {
+            str(p.get("architecture")) for p in threadpool_info() if p.get("user_api") == "blas"
+        }
+        core = ",".join(sorted(cores)) or None
+    return {"simd": simd, "blas_core": core}
 
 
 def pin_blas() -> None:
@@ -103,6 +210,9 @@ def record() -> dict[str, Any]:
     for var in BLAS_VARS:
         env[var] = os.environ.get(var)
     env["blas_threads"] = blas_threads()
+    for var in FLOAT_VARS:
+        env[var] = os.environ.get(var)
+    env.update(float_paths())
     return env
 
 
@@ -183,6 +293,56 @@ def hash_seed_problem(environment: Mapping[str, Any]) -> str | None:
     )
 
 
+def float_change(environment: Mapping[str, Any]) -> str | None:
+    """One line when this process computes floats on other code paths than the run
+    did (numpy's SIMD targets, the OpenBLAS kernels), or None (also for a trace that did
+    not record them).  Values read from the trace are only compared and shown, and
+    suggested as variables only when each is a plain name."""
+    here = float_paths()
+    diffs, hint = [], []
+    for key, what in (("simd", "numpy SIMD"), ("blas_core", "OpenBLAS kernels")):
+        had, have = environment.get(key), here[key]
+        if had is None or have is None or had == have:
+            continue
+        names = [str(x) for x in had] if isinstance(had, list) else str(had).split(",")
+        now = have if isinstance(have, list) else str(have).split(",")
+        shown = "".join(c if c.isprintable() else "?" for c in " ".join(names)[:80])
+        diffs.append(f"{what} {shown or 'none'} → {' '.join(now) or 'none'}")
+        if len(names) > 16 or not all(_NAME.fullmatch(n) for n in names):
+            continue
+        if key == "blas_core" and len(names) == 1:
+            hint.append(f"OPENBLAS_CORETYPE={names[0]}")
+        elif key == "simd" and names:
+            hint.append(f"NPY_ENABLE_CPU_FEATURES='{' '.join(names)}'")
+        elif key == "simd":  # none: every dispatched target off
+            hint.append(f"NPY_DISABLE_CPU_FEATURES='{' '.join(_dispatched())}'")
+    if not diffs:
+        return None
+    how = f"replay with {' '.join(hint)} set, or " if hint else ""
+    return (
+        f"this replay computes floats on other CPU code paths than the run "
+        f"({'; '.join(diffs)}): sums may differ in their last bits; {how}replay on a "
+        "CPU like the recording one"
+    )
+
+
+def _dispatched() -> list[str]:
+    """numpy's dispatchable SIMD targets (whether this CPU has them or not)."""
+    return [str(f) for f in getattr(_umath(), "__cpu_dispatch__", [])]
+
+
+def _umath() -> Any:
+    """numpy's C core module, which names its SIMD targets (None: not found)."""
+    import importlib
+
+    for name in ("numpy._core._multiarray_umath", "numpy.core._multiarray_umath"):
+        try:
+            return importlib.import_module(name)
+        except ImportError:
+            continue
+    return None
+
+
 def version_change(recorded: Mapping[str, Any], current: Mapping[str, Any]) -> str | None:
     """One line naming the versions that differ (recorded → current), or None."""
     diffs = [
@@ -220,10 +380,12 @@ def warn_replay_environment(
     environment: Mapping[str, Any], recorded: Mapping[str, Any], *, here: bool = True
 ) -> None:
     """Warn about what in this process differs from a recorded run's environment
-    (hash seed; only if the replay runs ``here``, not in ranks that get it from
-    :func:`worker_env`) and ``recorded`` versions."""
+    (hash seed, only if the replay runs ``here``, not in ranks that get it from
+    :func:`worker_env`; floating-point paths) and ``recorded`` versions."""
     problem = hash_seed_problem(environment) if here else None
-    for msg in (problem, version_change(recorded, versions()), object_text_change(recorded)):
+    paths = float_change(environment)  # ranks started here inherit this process's paths
+    changed = version_change(recorded, versions())
+    for msg in (problem, paths, changed, object_text_change(recorded)):
         if msg is not None:
             warnings.warn(msg, ReplayEnvironmentWarning, stacklevel=2)
 
@@ -320,4 +482,9 @@ __all__ = [
     "versions",
     "warn_replay_environment",
     "worker_env",
+    "portable_float",
+    "float_env",
+    "pin_float",
+    "float_paths",
+    "float_change",
 ]

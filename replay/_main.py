@@ -5,7 +5,9 @@ interpreter cannot change its own: the CLI re-executes itself (``_environment.en
 Doing that after loading the whole CLI would import everything twice, so this entry
 re-executes first, under the seed a new run takes (the user's ``PYTHONHASHSEED`` if it
 is a number, else 0; a replay's recorded seed is almost always that one too), and only
-then loads the CLI.  ``ensure`` still checks the exact seed each command needs.
+then loads the CLI.  ``ensure`` still checks the exact seed each command needs.  The
+floating-point paths (``_environment.pin_float``) are set first of all, as numpy reads
+them when it loads.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ def command_of(args: list[str]) -> str | None:
 def main() -> None:
     """Console-script entry point."""
     args = sys.argv[1:]
+    _environment.pin_float()  # before numpy loads: it and the BLAS read them then
     if command_of(args) in RUNS_HERE:
         _environment.reexec_for(_environment.choose_hash_seed(), args)
     with _environment.quiet_imports():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import click
 
 import tracer
@@ -74,6 +76,9 @@ def resume_cmd(
         # a missing or changed app is one line here, before any rank starts
         recorded_app(info, announce=say)
         spec = new_spec(path, run, start)
+        paths = _environment.float_change(info.environment)
+        if paths is not None:  # the resumed part would compute on other paths
+            warnings.warn(paths, _environment.ReplayEnvironmentWarning, stacklevel=1)
         if save is not None:
             spec["save"] = save
         if info.ranks == 1:

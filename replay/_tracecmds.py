@@ -33,6 +33,18 @@ def _echo(text: str, err: bool = False) -> None:
     click.echo(printable(text), err=err)
 
 
+def _float_paths(env: dict[str, Any]) -> str:
+    """``, SIMD X86_V3, OpenBLAS Haswell``: the floating-point paths a run recorded
+    (none for a trace from before they were recorded)."""
+    simd, core = env.get("simd"), env.get("blas_core")
+    out = ""
+    if isinstance(simd, list):
+        out += f", SIMD {' '.join(map(str, simd[:8]))[:60] or 'baseline'}"
+    if core is not None:
+        out += f", OpenBLAS {str(core)[:30]}"
+    return out
+
+
 def _size(n: int) -> str:
     for unit in ("B", "kB", "MB", "GB"):
         if n < 1000 or unit == "GB":
@@ -230,7 +242,7 @@ def show_cmd(trace_path: str, run_id: str | None, as_json: bool) -> None:
                 f"  environment: PYTHONHASHSEED={env.get('PYTHONHASHSEED', '?')}, "
                 f"BLAS threads {env.get('blas_threads') or '?'}, "
                 f"python {r['versions'].get('python', '?')}, "
-                f"numpy {r['versions'].get('numpy', '?')}"
+                f"numpy {r['versions'].get('numpy', '?')}" + _float_paths(env)
             )
         if r["params"]:
             _echo("  params: " + " ".join(f"{k}={v}" for k, v in sorted(r["params"].items())))

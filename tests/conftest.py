@@ -68,7 +68,7 @@ PACKAGES = ("apps", "engine", "replay", "tracer", "tui", "tests", "benchmarks")
 
 def pytest_configure(config: pytest.Config) -> None:
     """Record durations if asked (``--record-durations``), and run the suite under the
-    hash seed and BLAS pinning a ``replay`` command has.
+    hash seed, BLAS pinning and floating-point paths a ``replay`` command has.
 
     The console script re-executes itself under PYTHONHASHSEED (the user's number, else
     0) with BLAS pools pinned to one thread; tests that run commands in this process
@@ -86,7 +86,8 @@ def pytest_configure(config: pytest.Config) -> None:
     record = config.getoption("record_durations", None)
     if record and not hasattr(config, "workerinput"):  # the controlling process only
         config.pluginmanager.register(_Durations(Path(record)), "replay-durations")
-    if _environment.current_hash_seed() is not None or os.environ.get(REEXEC_MARKER):
+    pinned = all(os.environ.get(k) == v for k, v in _environment.float_env().items())
+    if (_environment.current_hash_seed() is not None and pinned) or os.environ.get(REEXEC_MARKER):
         return
     capman = config.pluginmanager.getplugin("capturemanager")
     if capman is not None:
