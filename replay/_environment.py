@@ -427,27 +427,43 @@ def check_ranks_agree(comm: Any, code: tuple[str, str] | None = None) -> None:
     ranks on hosts whose copies of the file differ would each run their own program."""
     import socket
 
-    from ._errors import UsageError
+    from ._errors import RanksDisagree as UsageError
 
-    mine = (current_hash_seed() or "random", code, socket.gethostname())
+    paths = float_paths()
+    mine = (current_hash_seed() or "random", code, socket.gethostname(), paths)
     got = comm.allgather(mine)
-    seeds = [seed for seed, _, _ in got]
+    seeds = [seed for seed, *_ in got]
     if len(set(seeds)) > 1:
         shown = ", ".join(f"rank {r}: {s}" for r, s in enumerate(seeds))
         raise UsageError(
             f"the MPI ranks run with different PYTHONHASHSEED values ({shown}); "
             "give every rank the same value, e.g. 'PYTHONHASHSEED=0 mpiexec ...'"
         )
-    codes = [c for _, c, _ in got]
+    codes = [c for _, c, *_ in got]
     if code is not None and len({c[1] if c else None for c in codes}) > 1:
         shown = ", ".join(
             f"rank {r} on {host}: {c[1][:12] if c and c[1] else 'missing'}"
-            for r, (_, c, host) in enumerate(got)
+            for r, (_, c, host, _) in enumerate(got)
         )
         raise UsageError(
             f"the MPI ranks run different copies of {code[0]} (digests {shown}); "
             "put the same file at that path on every host (check out one commit everywhere)"
         )
+    if len({repr(p) for *_, p in got}) > 1:
+        shown = "; ".join(
+            f"rank {r} on {host}: {_paths_text(p)}" for r, (*_, host, p) in enumerate(got)
+        )
+        raise UsageError(
+            f"the MPI ranks compute floats on different CPU code paths ({shown}), so their "
+            "sums would differ in the last bits; run every rank on a CPU with AVX2 and FMA, "
+            "or set NPY_ENABLE_CPU_FEATURES and OPENBLAS_CORETYPE alike for every rank"
+        )
+
+
+def _paths_text(paths: Mapping[str, Any]) -> str:
+    simd = paths.get("simd")
+    text = "SIMD " + (" ".join(simd) or "baseline" if simd is not None else "?")
+    return f"{text}, OpenBLAS {paths.get('blas_core') or '?'}"
 
 
 @contextlib.contextmanager

@@ -194,11 +194,11 @@ class _World:
     def __init__(self, others: list[tuple[str | None, str]]) -> None:
         self.others = others
 
-    def allgather(self, mine: tuple[str, tuple[str, str] | None, str]) -> list[object]:
-        seed, code, _ = mine
+    def allgather(self, mine: tuple[str, tuple[str, str] | None, str, object]) -> list[object]:
+        seed, code, _, paths = mine
         out: list[object] = [mine]
         for digest, host in self.others:
-            out.append((seed, None if code is None else (code[0], digest), host))
+            out.append((seed, None if code is None else (code[0], digest), host, paths))
         return out
 
 

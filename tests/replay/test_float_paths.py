@@ -143,3 +143,28 @@ def test_a_replay_on_other_paths_says_which_and_how_to_match(sandybridge_trace: 
     )
     assert proc.returncode == 0 and json.loads(proc.stdout)["identical"], proc.stderr
     assert "other CPU code paths" not in proc.stderr
+
+
+@pytest.mark.mpi
+def test_ranks_on_different_paths_are_refused_before_running(tmp_path: Path) -> None:
+    """Two hosts with different CPUs (emulated: one rank told to use other OpenBLAS
+    kernels) would each sum in their own way: one line naming each rank's paths, every
+    time (the ranks used to abort, and mpiexec then sometimes dropped what they wrote:
+    status 2 and not a word in 3 runs of 8)."""
+    if not env.portable_float():
+        pytest.skip("this CPU has no AVX2/FMA paths to pin (or is not x86-64 Linux)")
+    from tests.conftest import mpiexec
+
+    run = [sys.executable, "-m", "replay", "run", "mlr", "-p", "synthetic=true", "--no-trace"]
+    cmd = [mpiexec(), "-n", "1", "-env", "OPENBLAS_CORETYPE", "Sandybridge", *run]
+    proc = subprocess.run(
+        [*cmd, ":", "-n", "1", *run],
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        capture_output=True,
+        text=True,
+        timeout=MPI_TIMEOUT,
+    )
+    said = [ln for ln in proc.stderr.splitlines() if "different CPU code paths" in ln]
+    assert proc.returncode == 2 and len(said) == 1, (proc.returncode, proc.stderr)
+    assert "OpenBLAS Sandybridge" in said[0] and "OpenBLAS Haswell" in said[0], said
+    assert "Traceback" not in proc.stderr

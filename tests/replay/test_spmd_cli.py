@@ -71,3 +71,18 @@ def test_a_driver_whose_operations_differ_between_ranks_stops_at_once(
 def test_the_same_operations_on_every_rank_pass_the_check(cli) -> None:
     proc = cli("run", STEPS, "--ranks", "3", "--no-trace", "-p", "kind=same")
     assert proc.returncode == 0, proc.stderr
+
+
+def test_under_your_own_mpiexec_the_error_is_said_once_every_time(tmp_path: Path) -> None:
+    """Ranks that all raise the same error stop together: they used to abort, and
+    mpiexec then sometimes dropped their output (status and not a word, 3 runs in 8),
+    so it is tried three times."""
+    from tests.conftest import run_mpi
+
+    for k in range(3):
+        trace = tmp_path / f"t{k}.sqlite"
+        proc = run_mpi(["-m", "replay", "run", APP, "--trace", str(trace)], 2)
+        errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("replay: error")]
+        assert proc.returncode == 1 and len(errors) == 1, (proc.returncode, proc.stderr)
+        assert "objective 'loss' at iteration 1" in errors[0], errors
+        assert tracer.open(trace, assume_finished=True).run().info.status == "failed"
