@@ -4,8 +4,10 @@ element, it shows what ``replay history --json`` computes, and says in one line 
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import re
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -118,9 +120,14 @@ def test_the_child_reports_its_progress_to_the_view_and_to_nobody_else(
     with view._CACHE_LOCK:  # another test of this module may have asked for W[3] first
         view._CACHE.clear()
     progress = Progress()
-    doc = run_history(str(tt_trace), run_id, "W[3]", [], progress)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        doc = run_history(str(tt_trace), run_id, "W[3]", [], progress)
+        gc.collect()
     assert len(doc["history"]) == 3, doc
     assert (progress.done, progress.total) == (3, 3)  # all three of the run's invocations
+    leaked = [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)]
+    assert not leaked  # the child's pipes were closed, not left to the collector
 
 
 @pytest.mark.e2e

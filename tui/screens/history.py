@@ -7,6 +7,7 @@ when the user asks for an element, in a child process the view kills when it is 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -223,20 +224,24 @@ def run_history(
 
     def read_stderr() -> None:
         assert proc.stderr is not None
-        for ln in proc.stderr:
-            ln = ln.rstrip("\n")
-            if ln.startswith(TICK):
-                if progress is not None:
-                    progress.line(ln, time.monotonic())
-            else:
-                err_lines.append(ln)
+        with contextlib.suppress(ValueError):  # closed by run_history after its wait
+            for ln in proc.stderr:
+                ln = ln.rstrip("\n")
+                if ln.startswith(TICK):
+                    if progress is not None:
+                        progress.line(ln, time.monotonic())
+                else:
+                    err_lines.append(ln)
 
     reader = threading.Thread(target=read_stderr, daemon=True)
     reader.start()
     assert proc.stdout is not None
     out = proc.stdout.read()
+    proc.stdout.close()
     proc.wait()
     reader.join(timeout=5)
+    if not reader.is_alive():  # else a grandchild still holds it: the reader closes it
+        proc.stderr.close()  # type: ignore[union-attr]
     err = "\n".join(err_lines)
     if proc.returncode < 0:
         return {"error": "stopped"}
