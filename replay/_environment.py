@@ -293,11 +293,12 @@ def hash_seed_problem(environment: Mapping[str, Any]) -> str | None:
     )
 
 
-def float_change(environment: Mapping[str, Any]) -> str | None:
+def float_change(environment: Mapping[str, Any], doing: str = "this replay") -> str | None:
     """One line when this process computes floats on other code paths than the run
     did (numpy's SIMD targets, the OpenBLAS kernels), or None (also for a trace that did
-    not record them).  Values read from the trace are only compared and shown, and
-    suggested as variables only when each is a plain name."""
+    not record them); ``doing`` names what would compute them.  Values read from the
+    trace are only compared and shown, and suggested as variables only when each is a
+    plain name."""
     here = float_paths()
     diffs, hint = [], []
     for key, what in (("simd", "numpy SIMD"), ("blas_core", "OpenBLAS kernels")):
@@ -318,11 +319,11 @@ def float_change(environment: Mapping[str, Any]) -> str | None:
             hint.append(f"NPY_DISABLE_CPU_FEATURES='{' '.join(_dispatched())}'")
     if not diffs:
         return None
-    how = f"replay with {' '.join(hint)} set, or " if hint else ""
+    how = f"set {' '.join(hint)} to match them, or " if hint else ""
     return (
-        f"this replay computes floats on other CPU code paths than the run "
-        f"({'; '.join(diffs)}): sums may differ in their last bits; {how}replay on a "
-        "CPU like the recording one"
+        f"{doing} computes floats on other CPU code paths than the run "
+        f"({'; '.join(diffs)}): sums may differ in their last bits; {how}use a CPU "
+        "like the recording one"
     )
 
 

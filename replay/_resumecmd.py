@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
-
 import click
 
 import tracer
@@ -76,9 +74,9 @@ def resume_cmd(
         # a missing or changed app is one line here, before any rank starts
         recorded_app(info, announce=say)
         spec = new_spec(path, run, start)
-        paths = _environment.float_change(info.environment)
-        if paths is not None:  # the resumed part would compute on other paths
-            warnings.warn(paths, _environment.ReplayEnvironmentWarning, stacklevel=1)
+        paths = _environment.float_change(info.environment, "a resume here")
+        if paths is not None:  # its continuation would not be the run's, bit for bit
+            raise UsageError(f"run {info.run_id[:12]} cannot be resumed here: {paths}")
         if save is not None:
             spec["save"] = save
         if info.ranks == 1:

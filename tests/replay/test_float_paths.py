@@ -90,8 +90,8 @@ def test_other_paths_are_one_line_and_never_a_hostile_hint(simd: object, core: o
         assert msg is None
         return
     assert msg is not None and "\n" not in msg.replace("\\n", "")
-    hint = msg.split("replay with ", 1)[1] if "replay with " in msg else ""
-    for token in hint.split(" set,")[0].replace("'", " ").replace("=", " ").split():
+    hint = msg.split("; set ", 1)[1] if "; set " in msg else ""
+    for token in hint.split(" to match them,")[0].replace("'", " ").replace("=", " ").split():
         assert token.isidentifier(), (token, msg)  # only plain names are suggested
 
 
@@ -168,3 +168,26 @@ def test_ranks_on_different_paths_are_refused_before_running(tmp_path: Path) -> 
     assert proc.returncode == 2 and len(said) == 1, (proc.returncode, proc.stderr)
     assert "OpenBLAS Sandybridge" in said[0] and "OpenBLAS Haswell" in said[0], said
     assert "Traceback" not in proc.stderr
+
+
+def test_a_run_recorded_on_other_paths_is_not_resumed_here(tmp_path: Path) -> None:
+    """A resume promises the uninterrupted run's bits: on other float paths it would
+    finish with another result and exit 0 (a warning is not enough), so it is refused
+    in one line naming the variable, and resumes once that is set."""
+    if not env.portable_float():
+        pytest.skip("this CPU has no AVX2/FMA paths to pin (or is not x86-64 Linux)")
+    from tests.conftest import run_cli
+    from tests.replay.test_resume import target
+
+    trace = tmp_path / "t.sqlite"
+    args = ["run", target("mlr"), "-p", "epochs=4", "--trace", str(trace)]
+    args += ["--checkpoint-every", "1", "--timeout", "60"]
+    kill = {"RESUME_KILL": "0:2:1", "RESUME_HOW": "interrupt", "OPENBLAS_CORETYPE": "Sandybridge"}
+    assert run_cli(args, env=kill).returncode != 0
+    refused = tcli.invoke(["resume", str(trace)])
+    said = [ln for ln in refused.stderr.splitlines() if ln.strip()]
+    assert refused.returncode == 2 and len(said) == 1, refused.stderr
+    assert "cannot be resumed here" in said[0] and "OPENBLAS_CORETYPE=Sandybridge" in said[0]
+    proc = run_cli(["resume", str(trace), "--json"], env={"OPENBLAS_CORETYPE": "Sandybridge"})
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["continues"]
