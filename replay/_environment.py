@@ -176,9 +176,8 @@ def float_paths() -> dict[str, Any]:
     except ImportError:
         pass
     else:
-        cores = {
-            str(p.get("architecture")) for p in threadpool_info() if p.get("user_api") == "blas"
-        }
+        blas = [p for p in threadpool_info() if p.get("user_api") == "blas"]
+        cores = {str(p["architecture"]) for p in blas if p.get("architecture")}  # MKL: none
         core = ",".join(sorted(cores)) or None
     return {"simd": simd, "blas_core": core}
 
@@ -428,7 +427,7 @@ def check_ranks_agree(comm: Any, code: tuple[str, str] | None = None) -> None:
     ranks on hosts whose copies of the file differ would each run their own program."""
     import socket
 
-    from ._errors import RanksDisagree as UsageError
+    from ._errors import RanksDisagree
 
     paths = float_paths()
     mine = (current_hash_seed() or "random", code, socket.gethostname(), paths)
@@ -436,7 +435,7 @@ def check_ranks_agree(comm: Any, code: tuple[str, str] | None = None) -> None:
     seeds = [seed for seed, *_ in got]
     if len(set(seeds)) > 1:
         shown = ", ".join(f"rank {r}: {s}" for r, s in enumerate(seeds))
-        raise UsageError(
+        raise RanksDisagree(
             f"the MPI ranks run with different PYTHONHASHSEED values ({shown}); "
             "give every rank the same value, e.g. 'PYTHONHASHSEED=0 mpiexec ...'"
         )
@@ -446,7 +445,7 @@ def check_ranks_agree(comm: Any, code: tuple[str, str] | None = None) -> None:
             f"rank {r} on {host}: {c[1][:12] if c and c[1] else 'missing'}"
             for r, (_, c, host, _) in enumerate(got)
         )
-        raise UsageError(
+        raise RanksDisagree(
             f"the MPI ranks run different copies of {code[0]} (digests {shown}); "
             "put the same file at that path on every host (check out one commit everywhere)"
         )
@@ -454,7 +453,7 @@ def check_ranks_agree(comm: Any, code: tuple[str, str] | None = None) -> None:
         shown = "; ".join(
             f"rank {r} on {host}: {_paths_text(p)}" for r, (*_, host, p) in enumerate(got)
         )
-        raise UsageError(
+        raise RanksDisagree(
             f"the MPI ranks compute floats on different CPU code paths ({shown}), so their "
             "sums would differ in the last bits; run every rank on a CPU with AVX2 and FMA, "
             "or set NPY_ENABLE_CPU_FEATURES and OPENBLAS_CORETYPE alike for every rank"
@@ -463,7 +462,7 @@ def check_ranks_agree(comm: Any, code: tuple[str, str] | None = None) -> None:
 
 def _paths_text(paths: Mapping[str, Any]) -> str:
     simd = paths.get("simd")
-    text = "SIMD " + (" ".join(simd) or "baseline" if simd is not None else "?")
+    text = "SIMD " + ((" ".join(simd) or "baseline") if simd is not None else "?")
     return f"{text}, OpenBLAS {paths.get('blas_core') or '?'}"
 
 
@@ -490,8 +489,13 @@ __all__ = [
     "choose_hash_seed",
     "current_hash_seed",
     "ensure",
+    "float_change",
+    "float_env",
+    "float_paths",
     "one_line_warnings",
     "pin_blas",
+    "pin_float",
+    "portable_float",
     "quiet_imports",
     "record",
     "recorded_hash_seed",
@@ -499,9 +503,4 @@ __all__ = [
     "versions",
     "warn_replay_environment",
     "worker_env",
-    "portable_float",
-    "float_env",
-    "pin_float",
-    "float_paths",
-    "float_change",
 ]
