@@ -118,6 +118,11 @@ def execute(
         say.close()
 
 
+def duration_text(seconds: float) -> str:
+    """``21 s``, ``3 min``: a rough duration a person reads (never ``0 min``)."""
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
+
+
 def stop_together(comm: Any, message: str, status: int) -> NoReturn:
     """Stop every rank of ``comm`` with ``status`` after an error all of them raised
     alike: rank 0 says it once, and they finish MPI together.  An ``Abort`` there made
@@ -364,8 +369,8 @@ def demo_cmd(ranks: int, epochs: int) -> None:
     if dual_epochs and epochs > dual_epochs:
         say(
             f"({dual_epochs} epoch took {took:.0f} s; 'replay dual sgdmf --ranks {ranks} "
-            f"-p epochs={epochs}' tests all {epochs}: about {took * epochs / dual_epochs / 60:.0f}"
-            " min here)"
+            f"-p epochs={epochs}' tests all {epochs}: about "
+            f"{duration_text(took * epochs / dual_epochs)} here)"
         )
     say("")
     say("== summary")

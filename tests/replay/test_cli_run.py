@@ -217,3 +217,14 @@ def test_demo_refuses_a_run_with_no_epoch_before_recording(
     assert proc.returncode == 2
     assert "--epochs" in proc.stderr and "x>=1" in proc.stderr, proc.stderr
     assert "PASS" not in proc.stdout and not (tmp_path / "traces").exists()
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(0.4, "0 s"), (21.0, "21 s"), (89.4, "89 s"), (90.0, "2 min"), (600.0, "10 min")],
+)
+def test_the_demos_estimate_of_a_full_dual_test_is_never_0_min(seconds: float, text: str) -> None:
+    """The demo estimated 3 epochs of 7 s as "about 0 min here"."""
+    from replay._runcmds import duration_text
+
+    assert duration_text(seconds) == text
