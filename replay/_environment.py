@@ -129,17 +129,39 @@ def portable_float(cpuinfo: str | None = None, numpy_version: str | None = None)
         return {}
     env = {"OPENBLAS_CORETYPE": "Haswell", "MKL_CBWR": "AVX2"}
     if numpy_version is None:
-        from importlib.metadata import PackageNotFoundError, version
-
-        try:
-            numpy_version = version("numpy")
-        except PackageNotFoundError:
+        numpy_version = _numpy_version()
+        if numpy_version is None:
             return env
     parts = numpy_version.split(".")
     if len(parts) >= 2 and parts[0].isdigit() and parts[1].isdigit():
         if (int(parts[0]), int(parts[1])) >= (2, 4):
             env["NPY_ENABLE_CPU_FEATURES"] = "X86_V3"
     return env
+
+
+def _numpy_version() -> str | None:
+    """The installed numpy's version without importing it: from the ``dist-info``
+    directory beside the package (a listing, ~0.2 ms), else from the package metadata
+    (~20 ms: every command pays it), else None."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("numpy")  # finds the package, runs none of it
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    site = os.path.dirname(next(iter(spec.submodule_search_locations)))
+    with contextlib.suppress(OSError):
+        for name in os.listdir(site):
+            if name.startswith("numpy-") and name.endswith(".dist-info"):
+                return name[len("numpy-") : -len(".dist-info")]
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("numpy")
+    except PackageNotFoundError:
+        return None
 
 
 def float_env() -> dict[str, str]:

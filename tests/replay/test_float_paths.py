@@ -191,3 +191,21 @@ def test_a_run_recorded_on_other_paths_is_not_resumed_here(tmp_path: Path) -> No
     proc = run_cli(["resume", str(trace), "--json"], env={"OPENBLAS_CORETYPE": "Sandybridge"})
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["continues"]
+
+
+def test_the_numpy_version_is_read_without_loading_numpy() -> None:
+    """Every command pins before numpy loads, so it reads the version from the files
+    (the package metadata alone took ~20 ms a command)."""
+    from importlib.metadata import version
+
+    assert env._numpy_version() == version("numpy")
+    code = "import sys; from replay import _environment as e; e.pin_float(); "
+    code += "print('numpy' in sys.modules)"
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        capture_output=True,
+        text=True,
+        timeout=MPI_TIMEOUT,
+    )
+    assert proc.returncode == 0 and proc.stdout.strip() == "False", proc.stderr
