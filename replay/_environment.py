@@ -340,7 +340,7 @@ def float_change(environment: Mapping[str, Any], doing: str = "this replay") -> 
             hint.append(f"NPY_DISABLE_CPU_FEATURES='{' '.join(_dispatched())}'")
     if not diffs:
         return None
-    how = f"set {' '.join(hint)} to match them, or " if hint else ""
+    how = f"on a CPU that has them, set {' '.join(hint)} to match them, or " if hint else ""
     return (
         f"{doing} computes floats on other CPU code paths than the run "
         f"({'; '.join(diffs)}): sums may differ in their last bits; {how}use a CPU "

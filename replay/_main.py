@@ -12,6 +12,7 @@ them when it loads.
 
 from __future__ import annotations
 
+import os
 import sys
 
 from . import _environment
@@ -34,5 +35,21 @@ def main() -> None:
     if command_of(args) in RUNS_HERE:
         _environment.reexec_for(_environment.choose_hash_seed(), args)
     with _environment.quiet_imports():
+        numpy_loads()
         from ._cli import main as cli_main
     cli_main()
+
+
+def numpy_loads() -> None:
+    """Load numpy first, so that a setting that stops it (``NPY_ENABLE_CPU_FEATURES``
+    naming a target this CPU lacks, or set with ``NPY_DISABLE_CPU_FEATURES``) or a broken
+    install is one line and exit 2, not numpy's traceback from the middle of an import."""
+    try:
+        import numpy  # noqa: F401
+    except (ImportError, RuntimeError) as exc:
+        said = " ".join(str(exc).split())
+        said = said.rsplit("Original error was: ", 1)[-1][:300]  # numpy's own cause
+        chosen = [f"{v}={os.environ[v]!r}" for v in _environment.FLOAT_VARS if v in os.environ]
+        where = f" (this process has {', '.join(chosen)})" if chosen else ""
+        print(f"replay: error: numpy cannot load: {said}{where}", file=sys.stderr)
+        sys.exit(2)

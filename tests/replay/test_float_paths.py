@@ -90,7 +90,7 @@ def test_other_paths_are_one_line_and_never_a_hostile_hint(simd: object, core: o
         assert msg is None
         return
     assert msg is not None and "\n" not in msg.replace("\\n", "")
-    hint = msg.split("; set ", 1)[1] if "; set " in msg else ""
+    hint = msg.split("that has them, set ", 1)[1] if "that has them, set " in msg else ""
     for token in hint.split(" to match them,")[0].replace("'", " ").replace("=", " ").split():
         assert token.isidentifier(), (token, msg)  # only plain names are suggested
 
@@ -209,3 +209,16 @@ def test_the_numpy_version_is_read_without_loading_numpy() -> None:
         timeout=MPI_TIMEOUT,
     )
     assert proc.returncode == 0 and proc.stdout.strip() == "False", proc.stderr
+
+
+def test_a_setting_that_stops_numpy_is_one_line(tmp_path: Path) -> None:
+    """numpy refuses to load with both variables set (or with a target this CPU lacks)
+    and raised its traceback from the middle of the CLI's imports."""
+    from tests.conftest import run_cli
+
+    both = {"NPY_ENABLE_CPU_FEATURES": "X86_V3", "NPY_DISABLE_CPU_FEATURES": "X86_V4"}
+    proc = run_cli(["ls", str(tmp_path)], env=both)
+    said = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert proc.returncode == 2 and len(said) == 1, proc.stderr
+    assert said[0].startswith("replay: error: numpy cannot load: Both NPY_DISABLE")
+    assert "NPY_DISABLE_CPU_FEATURES='X86_V4'" in said[0]
