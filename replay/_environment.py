@@ -183,25 +183,36 @@ def pin_float() -> None:
     os.environ.update(float_env())
 
 
-def float_paths() -> dict[str, Any]:
+def float_paths(pools: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """The floating-point code paths this process has: numpy's SIMD targets in use
     (``simd``, the dispatched ones this CPU has and the environment left on) and the
-    OpenBLAS kernel family (``blas_core``; None: unknown, threadpoolctl is missing)."""
+    OpenBLAS kernel family (``blas_core``; None: unknown, threadpoolctl is missing).
+    ``pools``: :func:`_blas_pools`, if the caller has them already."""
     simd: list[str] | None = None
     umath = _umath()
     if umath is not None:
         feats = getattr(umath, "__cpu_features__", {})
         simd = [f for f in getattr(umath, "__cpu_dispatch__", []) if feats.get(f)]
-    core = None
-    try:
-        from threadpoolctl import threadpool_info
-    except ImportError:
-        pass
-    else:
-        blas = [p for p in threadpool_info() if p.get("user_api") == "blas"]
-        cores = {str(p["architecture"]) for p in blas if p.get("architecture")}  # MKL: none
-        core = ",".join(sorted(cores)) or None
-    return {"simd": simd, "blas_core": core}
+    blas = _blas_pools() if pools is None else pools
+    cores = {str(p["architecture"]) for p in blas if p.get("architecture")}  # MKL: none
+    return {"simd": simd, "blas_core": ",".join(sorted(cores)) or None}
+
+
+def paths_text(paths: Mapping[str, Any], unknown: str | None = "?") -> str:
+    """``SIMD X86_V3, OpenBLAS Haswell`` for a :func:`float_paths` record, this
+    process's or one read from a trace (shown cut short, never trusted); a part not
+    known reads ``unknown``, or is left out when that is None."""
+    simd, core = paths.get("simd"), paths.get("blas_core")
+    parts = []
+    if isinstance(simd, list):
+        parts.append(f"SIMD {' '.join(map(str, simd[:8]))[:60] or 'baseline'}")
+    elif unknown is not None:
+        parts.append(f"SIMD {unknown}")
+    if core is not None:
+        parts.append(f"OpenBLAS {str(core)[:30]}")
+    elif unknown is not None:
+        parts.append(f"OpenBLAS {unknown}")
+    return ", ".join(parts)
 
 
 def pin_blas() -> None:
@@ -215,14 +226,20 @@ def pin_blas() -> None:
     threadpool_limits(1, user_api="blas")
 
 
-def blas_threads() -> int | None:
-    """Most threads of any loaded BLAS pool (None: threadpoolctl is not installed)."""
+def _blas_pools() -> list[dict[str, Any]]:
+    """threadpoolctl's description of each loaded BLAS pool (none without it)."""
     try:
         from threadpoolctl import threadpool_info
     except ImportError:
-        return None
-    pools = [p["num_threads"] for p in threadpool_info() if p.get("user_api") == "blas"]
-    return max(pools) if pools else None
+        return []
+    return [p for p in threadpool_info() if p.get("user_api") == "blas"]
+
+
+def blas_threads(pools: list[dict[str, Any]] | None = None) -> int | None:
+    """Most threads of any loaded BLAS pool (None: none found, or threadpoolctl is not
+    installed); ``pools``: :func:`_blas_pools`, if the caller has them already."""
+    threads = [p["num_threads"] for p in (_blas_pools() if pools is None else pools)]
+    return max(threads) if threads else None
 
 
 def record() -> dict[str, Any]:
@@ -230,10 +247,11 @@ def record() -> dict[str, Any]:
     env: dict[str, Any] = {HASH_SEED: current_hash_seed() or "random"}
     for var in BLAS_VARS:
         env[var] = os.environ.get(var)
-    env["blas_threads"] = blas_threads()
+    pools = _blas_pools()  # one look at the loaded libraries for both
+    env["blas_threads"] = blas_threads(pools)
     for var in FLOAT_VARS:
         env[var] = os.environ.get(var)
-    env.update(float_paths())
+    env.update(float_paths(pools))
     return env
 
 
@@ -473,19 +491,13 @@ def check_ranks_agree(comm: Any, code: tuple[str, str] | None = None) -> None:
         )
     if len({repr(p) for *_, p in got}) > 1:
         shown = "; ".join(
-            f"rank {r} on {host}: {_paths_text(p)}" for r, (*_, host, p) in enumerate(got)
+            f"rank {r} on {host}: {paths_text(p)}" for r, (*_, host, p) in enumerate(got)
         )
         raise RanksDisagree(
             f"the MPI ranks compute floats on different CPU code paths ({shown}), so their "
             "sums would differ in the last bits; run every rank on a CPU with AVX2 and FMA, "
             "or set NPY_ENABLE_CPU_FEATURES and OPENBLAS_CORETYPE alike for every rank"
         )
-
-
-def _paths_text(paths: Mapping[str, Any]) -> str:
-    simd = paths.get("simd")
-    text = "SIMD " + ((" ".join(simd) or "baseline") if simd is not None else "?")
-    return f"{text}, OpenBLAS {paths.get('blas_core') or '?'}"
 
 
 @contextlib.contextmanager
@@ -515,6 +527,7 @@ __all__ = [
     "float_env",
     "float_paths",
     "one_line_warnings",
+    "paths_text",
     "pin_blas",
     "pin_float",
     "portable_float",

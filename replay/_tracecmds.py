@@ -16,6 +16,7 @@ import click
 import engine
 import tracer
 
+from . import _environment
 from ._cliutil import echo_json, printable
 from ._errors import UsageError
 from ._model import export_model
@@ -31,18 +32,6 @@ def _echo(text: str, err: bool = False) -> None:
     """Print a line of these commands: its text comes from a trace, so no control
     character reaches the terminal (:func:`printable`)."""
     click.echo(printable(text), err=err)
-
-
-def _float_paths(env: dict[str, Any]) -> str:
-    """``, SIMD X86_V3, OpenBLAS Haswell``: the floating-point paths a run recorded
-    (none for a trace from before they were recorded)."""
-    simd, core = env.get("simd"), env.get("blas_core")
-    out = ""
-    if isinstance(simd, list):
-        out += f", SIMD {' '.join(map(str, simd[:8]))[:60] or 'baseline'}"
-    if core is not None:
-        out += f", OpenBLAS {str(core)[:30]}"
-    return out
 
 
 def _size(n: int) -> str:
@@ -238,11 +227,12 @@ def show_cmd(trace_path: str, run_id: str | None, as_json: bool) -> None:
             _echo(f"  continues run {r['continues']} (resumed after the checkpoint at {start})")
         env = r["environment"]
         if env:
+            paths = _environment.paths_text(env, None)  # from the trace: shown cut short
             _echo(
                 f"  environment: PYTHONHASHSEED={env.get('PYTHONHASHSEED', '?')}, "
                 f"BLAS threads {env.get('blas_threads') or '?'}, "
                 f"python {r['versions'].get('python', '?')}, "
-                f"numpy {r['versions'].get('numpy', '?')}" + _float_paths(env)
+                f"numpy {r['versions'].get('numpy', '?')}" + (f", {paths}" if paths else "")
             )
         if r["params"]:
             _echo("  params: " + " ".join(f"{k}={v}" for k, v in sorted(r["params"].items())))

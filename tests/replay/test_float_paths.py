@@ -134,12 +134,10 @@ def test_a_replay_on_other_paths_says_which_and_how_to_match(sandybridge_trace: 
     warned = [str(w.message) for w in got if "other CPU code paths" in str(w.message)]
     assert len(warned) == 1 and "OPENBLAS_CORETYPE=Sandybridge" in warned[0], warned
     assert other.returncode == 3 and json.loads(other.stdout)["identical"] is False
-    proc = subprocess.run(
-        [sys.executable, "-m", "replay", "single", str(sandybridge_trace), "--json"],
-        env=dict(os.environ, PYTHONPATH=str(ROOT), OPENBLAS_CORETYPE="Sandybridge"),
-        capture_output=True,
-        text=True,
-        timeout=MPI_TIMEOUT,
+    from tests.conftest import run_cli
+
+    proc = run_cli(
+        ["single", str(sandybridge_trace), "--json"], env={"OPENBLAS_CORETYPE": "Sandybridge"}
     )
     assert proc.returncode == 0 and json.loads(proc.stdout)["identical"], proc.stderr
     assert "other CPU code paths" not in proc.stderr
@@ -222,3 +220,16 @@ def test_a_setting_that_stops_numpy_is_one_line(tmp_path: Path) -> None:
     assert proc.returncode == 2 and len(said) == 1, proc.stderr
     assert said[0].startswith("replay: error: numpy cannot load: Both NPY_DISABLE")
     assert "NPY_DISABLE_CPU_FEATURES='X86_V4'" in said[0]
+
+
+@given(
+    simd=st.one_of(st.none(), st.integers(), st.lists(st.text(max_size=200), max_size=50)),
+    core=st.one_of(st.none(), st.integers(), st.text(max_size=500)),
+)
+def test_paths_read_from_a_trace_are_shown_cut_short(simd: object, core: object) -> None:
+    """``replay show`` prints a trace's paths: whatever they hold, a bounded text."""
+    text = env.paths_text({"simd": simd, "blas_core": core}, None)
+    assert len(text) <= len("SIMD , OpenBLAS ") + 60 + 30
+    assert ("SIMD" in text) is isinstance(simd, list)
+    assert ("OpenBLAS" in text) is (core is not None)
+    assert env.paths_text({}) == "SIMD ?, OpenBLAS ?"

@@ -235,13 +235,13 @@ def run_history(
 
     reader = threading.Thread(target=read_stderr, daemon=True)
     reader.start()
-    assert proc.stdout is not None
+    assert proc.stdout is not None and proc.stderr is not None
     out = proc.stdout.read()
     proc.stdout.close()
     proc.wait()
     reader.join(timeout=5)
     if not reader.is_alive():  # else a grandchild still holds it: the reader closes it
-        proc.stderr.close()  # type: ignore[union-attr]
+        proc.stderr.close()
     err = "\n".join(err_lines)
     if proc.returncode < 0:
         return {"error": "stopped"}
